@@ -1,0 +1,3 @@
+from clover_agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""The ``clover-agent`` command line.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``; the module sets
+``func`` on its parser, which returns an exit code. :class:`CloverError` becomes a clear message
+and its exit code; no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from clover_agent import __version__
+from clover_agent.errors import CloverError, ExitCode
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS: tuple[str, ...] = (
+    "clover_agent.cli.fix",
+    "clover_agent.cli.doctor",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clover-agent",
+        description="A coding agent on Clover-35B-A3B, a block-diffusion model you run yourself.",
+        epilog="Exit codes: see README.md. Run `clover-agent COMMAND --help` for each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"clover-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        default = getattr(args, "default_func", None)
+        if default is None:
+            parser.print_help()
+            return ExitCode.USAGE
+        func = default
+    try:
+        return int(func(args))
+    except CloverError as exc:
+        print(f"clover-agent: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("clover-agent: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)

@@ -1,0 +1,145 @@
+"""``clover-agent doctor``: what this machine has, what is missing, and what each gap blocks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from dataclasses import asdict, dataclass
+
+from clover_agent.errors import ExitCode
+from clover_agent.settings import Settings
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    blocks: str = ""  # what cannot work while this check fails
+    required: bool = True  # part of the default path (engine + Docker sandbox)
+
+
+def check_python() -> Check:
+    ok = sys.version_info >= (3, 11)
+    return Check("python", ok, f"{platform.python_version()} at {sys.executable}", "" if ok else "everything")
+
+
+def check_torch_and_gpu(model: str | None, configured: str | None) -> list[Check]:
+    from clover_agent.engine.readiness import GiB, check_engine
+
+    try:
+        import torch
+    except ImportError as exc:
+        return [Check("torch", False, str(exc), "the embedded engine")]
+    cuda = torch.version.cuda or "none (CPU build)"
+    checks = [Check("torch", True, f"{torch.__version__}, CUDA {cuda}")]
+    report = check_engine(model, configured)
+    gpu = report.gpu
+    if gpu.available:
+        checks.append(Check("gpu", True, f"{gpu.name}, {gpu.total_bytes / GiB:.1f} GiB"))
+    else:
+        checks.append(Check("gpu", False, gpu.reason, "the embedded engine (use --backend openai instead)"))
+    if report.model.path:
+        size = f", {report.weights_bytes / 1e9:.1f} GB" if report.weights_bytes else ""
+        checks.append(Check("weights", True, f"{report.model.path}{size}"))
+    else:
+        looked = "; ".join(f"{s}: {p} ({v})" for s, p, v in report.model.looked)
+        checks.append(
+            Check(
+                "weights",
+                False,
+                f"not found (looked in {looked})",
+                "the embedded engine (get them with `clover-agent model pull` or pass --model DIR)",
+            )
+        )
+    memory_problems = [p for p in report.problems if p.startswith("GPU ")]
+    if gpu.available and memory_problems:
+        checks.append(Check("gpu-memory", False, memory_problems[0], "the embedded engine"))
+    return checks
+
+
+def check_triton() -> Check:
+    try:
+        import triton
+    except ImportError as exc:
+        return Check(
+            "triton", False, str(exc), "fast GPU kernels (PyTorch fallbacks are used)", required=False
+        )
+    return Check("triton", True, triton.__version__, required=False)
+
+
+def check_docker(image: str) -> list[Check]:
+    try:
+        import docker
+        from docker.errors import DockerException, ImageNotFound
+    except ImportError as exc:
+        return [Check("docker", False, f"docker package missing ({exc})", "the Docker sandbox")]
+    try:
+        client = docker.from_env(timeout=5)
+        version = client.version()
+    except DockerException as exc:
+        detail = f"no Docker engine answers ({exc.__class__.__name__}: {str(exc).splitlines()[0][:160]})"
+        blocks = "the Docker sandbox (start dockerd, or use --sandbox local)"
+        return [
+            Check("docker", False, detail, blocks),
+            Check("sandbox-image", False, f"{image}: unknown (no engine)", blocks),
+        ]
+    checks = [Check("docker", True, f"engine {version.get('Version', '?')} ({client.api.base_url})")]
+    try:
+        img = client.images.get(image)
+        checks.append(Check("sandbox-image", True, f"{image} ({img.short_id})"))
+    except ImageNotFound:
+        checks.append(
+            Check(
+                "sandbox-image",
+                False,
+                f"{image} is not built",
+                "the Docker sandbox (run `clover-agent sandbox build`, or use --sandbox local)",
+            )
+        )
+    return checks
+
+
+def run_checks(model: str | None = None) -> list[Check]:
+    settings = Settings.load()
+    checks = [check_python()]
+    checks += check_torch_and_gpu(model, settings.model_path)
+    checks.append(check_triton())
+    checks += check_docker(settings.sandbox_image)
+    return checks
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    checks = run_checks(args.model)
+    ready = all(c.ok for c in checks if c.required)
+    if args.json:
+        print(json.dumps({"ready": ready, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else ("MISS" if c.required else "warn")
+            print(f"[{mark}] {c.name:<14} {c.detail}")
+            if not c.ok and c.blocks:
+                print(f"       {'':<14} blocks: {c.blocks}")
+        print()
+        if ready:
+            print("Ready: the default path (embedded engine + Docker sandbox) can run.")
+        else:
+            print("Not ready for the default path (embedded engine + Docker sandbox).")
+            print(
+                "Alternatives: --backend openai --base-url URL (a Clover server such as SGLang); --sandbox local."
+            )
+    return ExitCode.OK if ready else ExitCode.FAILURE
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check GPU, weights, Docker and the sandbox image",
+        description="Check what the default path (embedded engine + Docker sandbox) needs. "
+        "Exit 0 when ready, 1 otherwise.",
+    )
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--model", metavar="DIR", help="weights folder to check instead of the default lookup")
+    p.set_defaults(func=_doctor)

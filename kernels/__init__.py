@@ -1,0 +1,1 @@
+"""Triton kernels, each beside a plain-PyTorch reference (imports as ``clover_agent.kernels``)."""

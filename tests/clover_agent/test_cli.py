@@ -1,0 +1,102 @@
+"""The command line: version, help, doctor on this machine, the engine preflight of ``fix``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clover_agent import __version__
+from clover_agent.cli import COMMANDS, build_parser, main
+from clover_agent.errors import ExitCode
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "clover_agent", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def test_version_and_help(capsys) -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"clover-agent {__version__}"
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for name in COMMANDS:
+        assert name.rsplit(".", 1)[1].replace("_", "-") in proc.stdout
+
+
+def test_every_subcommand_has_help() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert p.format_help().startswith("usage: "), name
+        assert p.description or p.format_help(), name
+
+
+def test_doctor_json_names_missing_gpu_and_weights(tmp_path: Path) -> None:
+    import torch
+
+    env = {"HF_HOME": str(tmp_path / "hf"), "CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    env.pop("CLOVER_MODEL", None)
+    proc = run_cli("doctor", "--json", env={**env, "CLOVER_MODEL": ""})
+    report = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["python"]["ok"]
+    assert not checks["weights"]["ok"]
+    assert str(tmp_path / "hf") in checks["weights"]["detail"]
+    assert "embedded engine" in checks["weights"]["blocks"]
+    if not torch.cuda.is_available():
+        assert not checks["gpu"]["ok"]
+        assert "engine" in checks["gpu"]["blocks"]
+    assert report["ready"] is False
+    assert proc.returncode == ExitCode.FAILURE
+
+
+def test_doctor_finds_weights_from_env(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"\0" * 16)
+    proc = run_cli("doctor", "--json", env={"CLOVER_MODEL": str(model)})
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["weights"]["ok"]
+    assert str(model) in checks["weights"]["detail"]
+
+
+def test_fix_with_engine_stops_fast_with_ways_forward(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has a GPU: the engine preflight does not stop here")
+    start = time.monotonic()
+    proc = run_cli(
+        "fix",
+        "test_add",
+        "--repo",
+        str(REPO / "examples" / "calculator"),
+        env={"HF_HOME": str(tmp_path / "hf"), "CLOVER_MODEL": ""},
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == ExitCode.MODEL_UNAVAILABLE, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "no CUDA GPU" in proc.stderr
+    assert "no Clover weights found" in proc.stderr
+    assert "--backend openai --base-url" in proc.stderr
+    assert elapsed < 30
+
+
+def test_main_returns_usage_without_command(capsys) -> None:
+    assert main([]) == ExitCode.USAGE

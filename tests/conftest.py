@@ -1,0 +1,54 @@
+"""Shared test set-up: resource detection for the ``docker`` and ``gpu`` markers.
+
+A test that needs a missing resource is skipped with a printed reason (``-ra`` prints it). In CI
+(``CLOVER_REQUIRE_DOCKER=1``, set by ``.ci/run``) a missing Docker engine is an error instead, so
+Docker tests can never be skipped silently there.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+
+
+@functools.cache
+def docker_problem() -> str | None:
+    """None when a Docker engine answers and the sandbox image exists, else the reason."""
+    try:
+        import docker
+        from docker.errors import DockerException, ImageNotFound
+    except ImportError as exc:
+        return f"docker package missing: {exc}"
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except DockerException as exc:
+        return f"no Docker engine answers: {exc}"
+    image = os.environ.get("CLOVER_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return f"sandbox image {image} not built (run `clover-agent sandbox build`)"
+    return None
+
+
+@functools.cache
+def gpu_problem() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else "no CUDA GPU"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    require_docker = os.environ.get("CLOVER_REQUIRE_DOCKER") == "1"
+    for item in items:
+        if item.get_closest_marker("docker") and docker_problem():
+            if require_docker:
+                raise pytest.UsageError(f"CLOVER_REQUIRE_DOCKER=1 but {docker_problem()}")
+            item.add_marker(pytest.mark.skip(reason=f"docker: {docker_problem()}"))
+        if item.get_closest_marker("gpu") and gpu_problem():
+            item.add_marker(pytest.mark.skip(reason=f"gpu: {gpu_problem()}"))

@@ -1,0 +1,1 @@
+"""Tools the model calls (imports as ``clover_agent.tools``)."""
