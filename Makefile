@@ -1,0 +1,20 @@
+# Each target sets up .venv on its own (scripts/bootstrap is idempotent), so a fresh clone needs
+# nothing else: `make example` (the main job) and `make test` (the test suite).
+.PHONY: setup example test lint format
+
+setup:
+	@scripts/bootstrap
+
+example: setup
+	.venv/bin/clover-agent fix test_add --repo examples/calculator
+
+test: setup
+	.venv/bin/python -m pytest
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: setup
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .

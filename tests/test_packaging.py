@@ -1,0 +1,81 @@
+"""A normal (non-editable) install puts the four sibling folders under clover_agent and nothing
+generic at top level."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SIBLINGS = ("engine", "kernels", "tools", "sandboxes")
+
+
+def _tracked_copy(dest: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for rel in files:
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+@pytest.mark.slow
+def test_non_editable_install_maps_subpackages(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _tracked_copy(src)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    # Dependencies come from the test environment (appended after the new venv's own packages);
+    # clover-agent itself is installed into the new venv from a wheel built from the tracked files.
+    (site / "zz_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Build the wheel with this environment's setuptools (the new venv's bundled one is too old
+    # for PEP 639 metadata), then install it the normal way: not editable, no links to the source.
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = wheels.glob("clover_agent-*.whl")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, cwd=tmp_path)
+    for name in SIBLINGS:
+        assert not (site / name).exists(), f"generic top-level package {name!r} installed"
+        assert (site / "clover_agent" / name / "__init__.py").is_file()
+    code = (
+        "import importlib.util, clover_agent.engine, clover_agent.kernels, clover_agent.tools, "
+        "clover_agent.sandboxes, clover_agent\n"
+        f"assert clover_agent.__file__.startswith({str(site)!r}), clover_agent.__file__\n"
+        f"for n in {SIBLINGS!r}:\n"
+        "    assert importlib.util.find_spec(n) is None, n\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
