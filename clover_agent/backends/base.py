@@ -1,0 +1,96 @@
+"""What every model backend is: the :class:`ModelBackend` interface, its result and its events.
+
+A backend turns a conversation (OpenAI-style message dicts, see ``clover_agent.protocol``) and the
+tool specs into one assistant turn. It never runs tools and keeps no conversation state of its own,
+so the agent loop can resume from a trajectory with any backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from clover_agent.errors import CloverError, ExitCode, ModelUnavailable
+from clover_agent.protocol import ToolCall
+
+
+class BackendUnavailable(ModelUnavailable):
+    """The backend cannot serve: the server is unreachable, or the engine cannot load (exit 3)."""
+
+
+class ReplayExhausted(CloverError):
+    """A replay file has no turn left for the agent's next model call (exit 7)."""
+
+    exit_code = ExitCode.AGENT_ERROR
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass
+class ModelTurn:
+    """One assistant turn as the agent loop consumes it.
+
+    ``content`` is the visible text with the tool calls taken out. When the text held a malformed
+    call, ``format_error`` is the message for the model, ``tool_calls`` is empty and ``content`` is
+    the whole text after the reasoning (the broken call included) so the model sees what it wrote.
+    """
+
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+    raw: str  # the raw assistant text, as a replay file or a trajectory stores it
+    format_error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: FinishReason = "stop"
+
+    def to_message(self) -> dict[str, Any]:
+        """The turn as an assistant message for the next request (what the chat template renders)."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning is not None:
+            message["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_message() for call in self.tool_calls]
+        return message
+
+
+@dataclass
+class BackendEvent:
+    """Streamed while the model writes: committed text, reasoning text, or (engine only) the state of
+    the block being denoised: ``{"filled": [bool, ...], "tokens": [int, ...], "text": str}``."""
+
+    kind: Literal["text", "reasoning", "block"]
+    text: str = ""
+    block: dict[str, Any] | None = field(default=None)
+
+
+EventCallback = Callable[[BackendEvent], None]
+
+
+class ModelBackend(abc.ABC):
+    """A source of assistant turns. Subclasses set ``name`` (shown to the user) and
+    ``context_window`` (tokens)."""
+
+    name: str
+    context_window: int
+
+    @abc.abstractmethod
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_event: EventCallback | None = None,
+    ) -> ModelTurn:
+        """The next assistant turn for ``messages``; ``on_event`` sees the text as it is written."""
+
+    @abc.abstractmethod
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        """Prompt size in tokens (an estimate where the backend has no tokenizer)."""
+
+    async def close(self) -> None:
+        """Release what the backend holds (connections, the model). Safe to call twice."""
+        return None

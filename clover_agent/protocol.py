@@ -1,0 +1,604 @@
+"""The Qwen3.6 chat format as the agent speaks it: prompts in, reasoning / content / tool calls out.
+
+A tool call is written by the model as::
+
+    <tool_call>
+    <function=NAME>
+    <parameter=ARG>
+    VALUE
+    </parameter>
+    </function>
+    </tool_call>
+
+Values are raw text; each is converted by its parameter's JSON schema (:func:`convert_value`).
+Two readers share one scanner:
+
+- :func:`parse_tool_calls` is lenient, like the serving engines' parsers: it recovers what it can
+  (a missing ``</parameter>``, a drifted close marker, a call without the ``<tool_call>`` wrapper)
+  and drops blocks that are not calls.
+- :func:`parse_assistant` is what the agent loop uses: the same recovery, but a block it cannot read,
+  an unknown tool or arguments that fail the tool's JSON schema raise :class:`ToolCallFormatError`,
+  whose message is written for the model.
+
+Where the serving engines disagree, the choices are documented in ``docs/tool-call-parsing.md``.
+Prompts are rendered by the model's own chat template (:func:`render_prompt`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from clover_agent.engine.chat import render_chat
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+FUNCTION_CLOSE = "</function>"
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+#: What a format error shows the model.
+FORMAT_REMINDER = (
+    "Use exactly this format, one block per call, after any text:\n"
+    "<tool_call>\n<function=TOOL_NAME>\n<parameter=PARAMETER_NAME>\nVALUE\n</parameter>\n"
+    "</function>\n</tool_call>"
+)
+
+_FUNCTION_HEADER = re.compile(r"<function=([^>\n]*)>")
+_PARAMETER_OPEN = re.compile(r"<parameter=([^>\n]*)>")
+# `</parameter>` and the drifted forms models write: `</parameter1>`, `</parameter_function>`,
+# and `</parameter` with the `>` missing.
+_PARAMETER_CLOSE = re.compile(r"</parameter(?:\w*>|(?=\s)|$)")
+_TOOL_CALL_CLOSE_AFTER = re.compile(r"\s*</tool_call>")
+_PARAMETER_MARKER = re.compile(r"</parameter|<parameter=")
+_SPACE = re.compile(r"\s*")
+_OPENERS = re.compile(r"<tool_call>|<function=")
+# Names with braces, quotes, spaces or angle brackets are template residue ("{{ tc.name }}"), not calls.
+_NAME = re.compile(r"[\w.:\-]+")
+_INTEGER = re.compile(r"[-+]?\d+")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_TYPE_ALIASES = {
+    "int": "integer",
+    "float": "number",
+    "double": "number",
+    "bool": "boolean",
+    "str": "string",
+    "text": "string",
+    "dict": "object",
+    "list": "array",
+}
+#: How many ``</function>`` positions are tried as the end of one call (bounds the work on
+#: pathological text; real calls need one, or two when a value quotes a call).
+_MAX_END_CANDIDATES = 64
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+@dataclass
+class ToolCall:
+    """One call the model asked for. ``arguments`` are already converted by the tool's schema."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = field(default_factory=new_call_id)
+
+    def to_message(self) -> dict[str, Any]:
+        """The OpenAI-style ``tool_calls`` entry (arguments as a dict, as the chat template wants)."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass
+class AssistantTurn:
+    """An assistant text split into its parts."""
+
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCall]
+
+
+class ToolCallFormatError(Exception):
+    """The assistant text holds a tool call that cannot be run. ``str(error)`` is the message for the
+    model; ``problems`` lists each issue; ``content`` is the text after the reasoning, unparsed."""
+
+    def __init__(self, message: str, *, problems: list[str], content: str, reasoning: str | None) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.content = content
+        self.reasoning = reasoning
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool specs and value conversion
+
+
+def tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Tool name -> its parameters schema, from OpenAI-style specs (``{"type": "function",
+    "function": {...}}``) or bare ``{"name", "parameters"}`` ones."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for tool in tools:
+        spec = tool.get("function", tool)
+        if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+            params = spec.get("parameters")
+            out[spec["name"]] = dict(params) if isinstance(params, Mapping) else None
+    return out
+
+
+def _schema_types(schema: Any) -> list[str]:
+    """The JSON types a schema allows, in the order written (``anyOf``/``oneOf`` flattened, a bare
+    ``enum`` typed by its values, aliases such as ``float`` normalised)."""
+    if not isinstance(schema, Mapping):
+        return []
+    found: list[str] = []
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        found.append(declared)
+    elif isinstance(declared, list):
+        found += [t for t in declared if isinstance(t, str)]
+    for key in ("anyOf", "oneOf"):
+        for sub in schema.get(key) or []:
+            found += _schema_types(sub)
+    if not found and isinstance(schema.get("enum"), list):
+        found += [_json_type(v) for v in schema["enum"]]
+    normalised = [_TYPE_ALIASES.get(t, t) for t in found]
+    return list(dict.fromkeys(normalised))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+_FAILED = object()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _as_json_value(value: Any) -> Any:
+    """A Python literal made JSON-compatible (tuples become lists), or ``_FAILED``."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _FAILED
+    if isinstance(value, (list, tuple)):
+        items = [_as_json_value(v) for v in value]
+        return _FAILED if any(v is _FAILED for v in items) else items
+    if isinstance(value, dict):
+        pairs = {k: _as_json_value(v) for k, v in value.items()}
+        if any(not isinstance(k, str) or v is _FAILED for k, v in pairs.items()):
+            return _FAILED
+        return pairs
+    return _FAILED
+
+
+def _load_structured(text: str) -> Any:
+    """JSON first; then a Python literal (models write ``{'a': 'b'}`` or ``True``); else ``_FAILED``."""
+    try:
+        return json.loads(text, strict=False, parse_constant=_reject_constant)
+    except ValueError:
+        pass
+    try:
+        return _as_json_value(ast.literal_eval(text))
+    except Exception:  # literal_eval raises many types (and RecursionError on deep nesting)
+        return _FAILED
+
+
+def _convert_structured(text: str, kind: type) -> Any:
+    value = _load_structured(text)
+    if isinstance(value, str):  # encoded twice: a JSON string holding the object
+        value = _load_structured(value.strip())
+    return value if isinstance(value, kind) else _FAILED
+
+
+def _convert_integer(text: str) -> Any:
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    number = _convert_number(text)
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    return _FAILED
+
+
+def _convert_number(text: str) -> Any:
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    if _NUMBER.fullmatch(text):
+        return float(text)
+    return _FAILED
+
+
+def _convert_boolean(text: str) -> Any:
+    lowered = text.lower()
+    return {"true": True, "false": False}.get(lowered, _FAILED)
+
+
+_CONVERTERS = {
+    "integer": _convert_integer,
+    "number": _convert_number,
+    "boolean": _convert_boolean,
+    "object": lambda text: _convert_structured(text, dict),
+    "array": lambda text: _convert_structured(text, list),
+}
+
+
+def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
+    """Convert a parameter's raw text by its schema.
+
+    The allowed types are tried in the order the schema lists them; the first that the text reads as
+    wins. ``null``/``None`` become None only where the schema allows null. A string type keeps the
+    text verbatim, and so does a text no allowed type reads as (validation then reports it), and a
+    parameter with no type information.
+    """
+    types = _schema_types(schema)
+    text = raw.strip()
+    if "null" in types and text in ("null", "None"):
+        return None
+    for kind in types:
+        if kind == "string":
+            return raw
+        converter = _CONVERTERS.get(kind)
+        if converter is not None:
+            value = converter(text)
+            if value is not _FAILED:
+                return value
+    return raw
+
+
+# --------------------------------------------------------------------------------------------------
+# Scanning
+
+
+@dataclass
+class _Call:
+    name: str
+    raw_arguments: list[tuple[str, str]]
+
+
+@dataclass
+class _Broken:
+    """A block that tried to be a call and could not be read. ``in_content``: the text stays in the
+    content (it may be prose about the format), else it is taken out."""
+
+    text: str
+    problem: str
+    in_content: bool = False
+
+
+_Item = str | _Call | _Broken
+
+
+def _skip_space(text: str, pos: int) -> int:
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
+
+
+def _strays(text: str) -> int:
+    """Close markers that only a call can own; left in plain text they mean a call was cut short."""
+    return len(_PARAMETER_CLOSE.findall(text)) + text.count(FUNCTION_CLOSE)
+
+
+def _strip_framing(value: str) -> str:
+    """Remove the one newline the format puts after ``<parameter=...>`` and the one before the close;
+    any other whitespace belongs to the value."""
+    if value.startswith("\n"):
+        value = value[1:]
+    if value.endswith("\n"):
+        value = value[:-1]
+    return value
+
+
+class _Scanner:
+    """Splits a text into plain text, calls and broken blocks.
+
+    A value may quote the format itself (a file holding ``</parameter>`` or a whole call), so the end
+    of a call is not simply the first ``</function>``: every ``</function>`` is a candidate, and the
+    first one after which the rest of the text reads cleanly (no stray ``</parameter>`` or
+    ``</function>`` left outside a call) wins. Inside a call, a parameter ends at a close marker or a
+    ``<parameter=NAME>`` only when NAME is a parameter of the tool not given yet.
+    """
+
+    def __init__(self, text: str, parameters: Mapping[str, dict[str, Any] | None]) -> None:
+        self.text = text
+        self.parameters = parameters
+        self._memo: dict[int, tuple[list[_Item], int]] = {}
+
+    def scan(self) -> list[_Item]:
+        return self._from(0)[0]
+
+    def _from(self, pos: int) -> tuple[list[_Item], int]:
+        """Items from ``pos`` to the end, and how many stray close markers they leave in the text."""
+        if pos in self._memo:
+            return self._memo[pos]
+        text = self.text
+        found = None
+        search = pos
+        while found is None:
+            opener = _OPENERS.search(text, search)
+            if opener is None:
+                break
+            found = self._item_at(opener)
+            search = opener.end()  # a bare "<function=" that is not a call is plain text
+        if found is None:
+            result: tuple[list[_Item], int] = ([text[pos:]] if pos < len(text) else [], _strays(text[pos:]))
+        else:
+            start, item, end = found
+            rest, strays = self._from(end)
+            before = text[pos:start]
+            strays += _strays(before)
+            if isinstance(item, _Broken) and item.in_content:
+                strays += _strays(item.text)
+            result = (([before] if before else []) + [item, *rest], strays)
+        self._memo[pos] = result
+        return result
+
+    def _item_at(self, opener: re.Match[str]) -> tuple[int, _Item, int] | None:
+        """``(start, item, end)`` for the block an opener starts; None when it is plain text."""
+        start = opener.start()
+        if opener.group() != TOOL_CALL_OPEN:
+            return self._call_at(start, start, wrapped=False)
+        header_at = _skip_space(self.text, opener.end())
+        if self.text.startswith("<function=", header_at):
+            return self._call_at(start, header_at, wrapped=True)
+        end = self._block_end(start)
+        block = self.text[start:end]
+        if "<function=" in block:
+            return start, _Broken(block, "text between <tool_call> and <function=NAME>"), end
+        return (
+            start,
+            _Broken(block, "a <tool_call> block without <function=NAME> inside", in_content=True),
+            end,
+        )
+
+    def _block_end(self, start: int) -> int:
+        close = self.text.find(TOOL_CALL_CLOSE, start)
+        return len(self.text) if close < 0 else close + len(TOOL_CALL_CLOSE)
+
+    def _call_at(self, start: int, header_at: int, wrapped: bool) -> tuple[int, _Item, int] | None:
+        """The call starting at ``start`` (its header at ``header_at``) and where it ends; None for a
+        bare ``<function=`` that is not a call."""
+        text = self.text
+        header = _FUNCTION_HEADER.match(text, header_at)
+        name = header.group(1) if header else ""
+        if header is None or not _NAME.fullmatch(name):
+            if not wrapped:
+                return None
+            end = self._block_end(start)
+            shown = text[header_at : header_at + 60].split("\n")[0]
+            return (
+                start,
+                _Broken(text[start:end], f"the function header `{shown}` is not <function=NAME>"),
+                end,
+            )
+        schema = self.parameters.get(name)
+        known = None
+        if schema is not None and isinstance(schema.get("properties"), Mapping):
+            known = set(schema["properties"])
+        body_start = header.end()
+        best: tuple[tuple[int, int], _Call, int] | None = None
+        search = body_start
+        for _ in range(_MAX_END_CANDIDATES):
+            close = text.find(FUNCTION_CLOSE, search)
+            if close < 0:
+                break
+            search = close + len(FUNCTION_CLOSE)
+            arguments = self._arguments(text[body_start:close], known)
+            if arguments is None:
+                continue
+            end = search
+            tail = _TOOL_CALL_CLOSE_AFTER.match(text, end)
+            if tail:
+                end = tail.end()
+            strays = self._from(end)[1]
+            score = (strays, 0 if tail else 1)
+            if best is None or score < best[0]:
+                best = (score, _Call(name, arguments), end)
+            if score == (0, 0):
+                break
+        if best is not None:
+            return start, best[1], best[2]
+        if not wrapped:
+            return None
+        end = self._block_end(start)
+        return start, _Broken(text[start:end], f"<function={name}> is not closed with </function>"), end
+
+    @staticmethod
+    def _arguments(body: str, known: set[str] | None) -> list[tuple[str, str]] | None:
+        """The (name, raw value) pairs of a function body, or None when the body is not parameters."""
+        pairs: list[tuple[str, str]] = []
+        pos = _skip_space(body, 0)
+        while pos < len(body):
+            opener = _PARAMETER_OPEN.match(body, pos)
+            if opener is None or not opener.group(1).strip():
+                return None
+            name = opener.group(1).strip()
+            seen = {n for n, _ in pairs} | {name}
+
+            def is_next(candidate: str, seen: set[str] = seen) -> bool:
+                return candidate not in seen and (known is None or candidate in known)
+
+            value_start = opener.end()
+            value_end, pos = len(body), len(body)
+            scan = value_start
+            while scan < len(body):
+                marker = _PARAMETER_MARKER.search(body, scan)
+                if marker is None:
+                    break
+                if marker.group() == "<parameter=":
+                    following = _PARAMETER_OPEN.match(body, marker.start())
+                    if following and is_next(following.group(1).strip()):
+                        value_end, pos = marker.start(), marker.start()
+                        break
+                else:
+                    close = _PARAMETER_CLOSE.match(body, marker.start())
+                    if close:
+                        after = _skip_space(body, close.end())
+                        following = _PARAMETER_OPEN.match(body, after)
+                        if after == len(body) or (following and is_next(following.group(1).strip())):
+                            value_end, pos = marker.start(), after
+                            break
+                scan = marker.end()
+            pairs.append((name, _strip_framing(body[value_start:value_end])))
+        return pairs
+
+
+# --------------------------------------------------------------------------------------------------
+# Public readers
+
+
+def split_thinking(text: str) -> tuple[str | None, str]:
+    """``(reasoning, rest)``. Reasoning ends at the first ``</think>`` (the prompt usually opened the
+    ``<think>``); a ``<think>`` never closed makes the whole text reasoning; no tags: no reasoning."""
+    head, closed, tail = text.partition(THINK_CLOSE)
+    if closed:
+        reasoning = head.lstrip().removeprefix(THINK_OPEN)
+        return reasoning.strip(), tail.lstrip("\n")
+    if text.lstrip().startswith(THINK_OPEN):
+        return text.lstrip().removeprefix(THINK_OPEN).strip(), ""
+    return None, text
+
+
+@dataclass
+class _Parsed:
+    reasoning: str | None
+    rest: str
+    content: str
+    calls: list[tuple[str, dict[str, Any]]]
+    broken: list[_Broken]
+
+
+def _parse(text: str, tools: Sequence[Mapping[str, Any]]) -> _Parsed:
+    parameters = tool_parameters(tools)
+    reasoning, rest = split_thinking(text)
+    try:
+        items = _Scanner(rest, parameters).scan()
+    except RecursionError:  # thousands of calls in one message
+        items = [_Broken(rest, "too many tool calls in one message", in_content=True)]
+    pieces: list[str] = []
+    calls: list[tuple[str, dict[str, Any]]] = []
+    broken: list[_Broken] = []
+    for item in items:
+        if isinstance(item, str):
+            pieces.append(item)
+        elif isinstance(item, _Call):
+            properties = (parameters.get(item.name) or {}).get("properties") or {}
+            arguments = {
+                key: convert_value(value, properties.get(key) if isinstance(properties, Mapping) else None)
+                for key, value in item.raw_arguments
+            }
+            calls.append((item.name, arguments))
+        else:
+            broken.append(item)
+            if item.in_content:
+                pieces.append(item.text)
+    return _Parsed(reasoning, rest, "".join(pieces).strip(), calls, broken)
+
+
+def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str, list[ToolCall]]:
+    """Lenient: ``(content, calls)`` from an assistant text. Reasoning (up to ``</think>``) is
+    neither; blocks that cannot be read as calls are dropped; calls to tools not in ``tools`` are
+    returned with their values as strings."""
+    parsed = _parse(text, tools)
+    return parsed.content, [ToolCall(name, arguments) for name, arguments in parsed.calls]
+
+
+def _validation_problem(name: str, arguments: dict[str, Any], schema: dict[str, Any] | None) -> str | None:
+    if schema is None:
+        return None
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"invalid arguments for `{name}`" + (f" at `{where}`" if where else "") + f": {error.message}"
+
+
+def parse_assistant(text: str, tools: Sequence[Mapping[str, Any]]) -> AssistantTurn:
+    """Strict: the turn, or :class:`ToolCallFormatError` when any call is unreadable, names a tool not
+    in ``tools`` or has arguments its schema rejects (then no call of the turn should run)."""
+    parsed = _parse(text, tools)
+    parameters = tool_parameters(tools)
+    problems = [item.problem for item in parsed.broken]
+    for name, arguments in parsed.calls:
+        if name not in parameters:
+            available = ", ".join(sorted(parameters)) or "(none)"
+            problems.append(f"there is no tool named `{name}`; the available tools are: {available}")
+        else:
+            problem = _validation_problem(name, arguments, parameters[name])
+            if problem:
+                problems.append(problem)
+    if problems:
+        listed = "\n".join(f"- {p}" for p in problems)
+        message = (
+            f"Your tool call could not be used, so no tool was run:\n{listed}\n{FORMAT_REMINDER}\n"
+            "Write the call again."
+        )
+        raise ToolCallFormatError(
+            message, problems=problems, content=parsed.rest.strip(), reasoning=parsed.reasoning
+        )
+    return AssistantTurn(
+        content=parsed.content,
+        reasoning=parsed.reasoning,
+        tool_calls=[ToolCall(name, arguments) for name, arguments in parsed.calls],
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as the template wants it: tool-call arguments as a dict, not a JSON string."""
+    out = dict(message)
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            call = dict(call)
+            function = dict(call.get("function", {}))
+            if isinstance(function.get("arguments"), str):
+                function["arguments"] = json.loads(function["arguments"] or "{}")
+            call["function"] = function
+            calls.append(call)
+        out["tool_calls"] = calls
+    return out
+
+
+def render_prompt(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    template: str,
+    *,
+    enable_thinking: bool = True,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The prompt text for ``messages`` with the model's chat template: tools in the system turn,
+    tool calls in the format above, tool results as ``<tool_response>`` in a user turn."""
+    return render_chat(
+        template,
+        [_template_message(m) for m in messages],
+        tools=list(tools) if tools else None,
+        add_generation_prompt=add_generation_prompt,
+        enable_thinking=enable_thinking,
+    )
