@@ -1,1 +1,48 @@
-"""Where tools run: Docker (default) and local (opt-in) (imports as ``clover_agent.sandboxes``)."""
+"""Where tools run: Docker (default) and local (opt-in) (imports as ``clover_agent.sandboxes``).
+
+``create_sandbox("docker" | "local", spec)`` builds one; use it as ``async with sandbox: ...``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from clover_agent.errors import UsageError
+from clover_agent.sandboxes.base import (
+    WORKSPACE,
+    ExecResult,
+    FileEntry,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxSpec,
+)
+
+SandboxKind = Literal["docker", "local"]
+SANDBOX_KINDS: tuple[str, ...] = ("docker", "local")
+
+__all__ = [
+    "SANDBOX_KINDS",
+    "WORKSPACE",
+    "ExecResult",
+    "FileEntry",
+    "Sandbox",
+    "SandboxError",
+    "SandboxKind",
+    "SandboxLimits",
+    "SandboxSpec",
+    "create_sandbox",
+]
+
+
+def create_sandbox(kind: SandboxKind | str, spec: SandboxSpec) -> Sandbox:
+    """A not-yet-started sandbox of ``kind`` for ``spec``."""
+    if kind == "local":
+        from clover_agent.sandboxes.local import LocalSandbox
+
+        return LocalSandbox(spec)
+    if kind == "docker":
+        from clover_agent.sandboxes.docker import DockerSandbox
+
+        return DockerSandbox(spec)
+    raise UsageError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")

@@ -11,7 +11,19 @@ import abc
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from clover_agent.errors import CloverError, ExitCode
+
 WORKSPACE = "/workspace"
+
+
+class SandboxError(CloverError):
+    """The sandbox broke while in use (its runner or container died, e.g. killed out of memory).
+
+    File operations raise the usual ``OSError`` subclasses (``FileNotFoundError``, ...) with the
+    sandbox path instead.
+    """
+
+    exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
 
 @dataclass
@@ -24,6 +36,7 @@ class ExecResult:
     duration_s: float = 0.0
     oom_killed: bool = False
     killed_reason: str | None = None  # e.g. "timeout after 3.0 s", "out of memory", "pid limit"
+    pid_limit_hit: bool = False  # some fork failed because the sandbox's process limit was reached
 
 
 @dataclass
@@ -58,6 +71,8 @@ class Sandbox(abc.ABC):
     """Async interface; one instance per task. Use as ``async with sandbox: ...``."""
 
     workspace: str = WORKSPACE
+    #: A caution to show the user while this sandbox is in use (the local sandbox does not isolate).
+    warning: str | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -86,7 +101,14 @@ class Sandbox(abc.ABC):
         """Write (create or replace) a file, creating parent folders, keeping the file's mode."""
 
     @abc.abstractmethod
-    async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]: ...
+    async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
+        """Entries below ``path`` down to ``max_depth`` levels, sorted by path. ``.git`` and
+        symlinked folders are listed but not entered."""
+
+    @abc.abstractmethod
+    async def stat(self, path: str) -> FileEntry | None:
+        """The entry for ``path``, or None when nothing is there. ``is_symlink`` says whether ``path``
+        itself is a link; ``is_dir`` and ``size`` follow it."""
 
     @abc.abstractmethod
     async def realpath(self, path: str) -> str:

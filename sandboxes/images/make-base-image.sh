@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Make the sandbox base image without any image registry: Debian's debootstrap builds a minimal
+# bookworm root file system from a Debian mirror, and `docker import` turns it into an image.
+#
+# Usage: bash sandboxes/images/make-base-image.sh [TAG]
+#   TAG     image tag to create (default: clover-agent-base:bookworm)
+# Environment:
+#   DEBIAN_MIRROR   mirror URL (default: the first deb.debian.org-style URI in apt's sources,
+#                   else http://deb.debian.org/debian)
+#   FORCE=1         rebuild even when the tag already exists
+#
+# Idempotent: exits at once when the tag is already present. Needs root (debootstrap) and docker.
+set -euo pipefail
+
+TAG="${1:-clover-agent-base:bookworm}"
+SUITE=bookworm
+PACKAGES=python3,python3-pytest,git,ripgrep,procps,ca-certificates
+
+if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
+    echo "base image $TAG already present (FORCE=1 to rebuild)"
+    exit 0
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+    echo "debootstrap is not installed (Debian/Ubuntu: apt-get install debootstrap)" >&2
+    exit 1
+fi
+if [[ "$(id -u)" != 0 ]]; then
+    echo "debootstrap needs root: run this script as root" >&2
+    exit 1
+fi
+
+mirror_from_apt() {
+    # First main-archive URI in apt's sources (deb822 "URIs:" or one-line "deb URI suite ...").
+    local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
+    local f uri
+    for f in "${files[@]}"; do
+        [[ -r "$f" ]] || continue
+        while read -r uri; do
+            if [[ "$uri" == */debian && "$uri" != *security* ]]; then
+                echo "$uri"
+                return 0
+            fi
+        done < <(sed -n -e 's/^URIs:[[:space:]]*//p' -e 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]\+\).*/\2/p' "$f" | tr ' ' '\n')
+    done
+    return 1
+}
+MIRROR="${DEBIAN_MIRROR:-$(mirror_from_apt || echo http://deb.debian.org/debian)}"
+
+ROOTFS="$(mktemp -d /var/tmp/clover-base.XXXXXX)"
+trap 'rm -rf "$ROOTFS"' EXIT
+
+echo "debootstrap $SUITE from $MIRROR into $ROOTFS (packages: $PACKAGES)"
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR"
+
+# Trim what a sandbox never needs: package caches and lists, documentation.
+rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* \
+    "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/* "$ROOTFS"/usr/share/locale/*
+
+echo "docker import -> $TAG"
+tar --numeric-owner -C "$ROOTFS" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    - "$TAG"
+echo "base image $TAG ready"

@@ -1,0 +1,184 @@
+"""``LocalSandbox``: the sandbox interface over a private copy of the repository on this machine.
+
+Opt-in (``--sandbox local``) for machines without Docker. It does NOT isolate: commands run as the
+user, with the user's network, environment and file permissions. Only the repository is protected:
+the agent works on a copy in a temporary folder, removed on close.
+
+Paths: the model still sees ``/workspace``. File operations map ``/workspace/...`` to the copy.
+Commands run with ``bash -c`` in the copy (the default working folder) and see its real host path,
+also exported as ``$WORKSPACE``; a literal ``/workspace`` in a command (``cd /workspace/src``) is
+rewritten to the copy's path, and the copy's path in the output is shown as ``/workspace``. The
+network and set-up network settings of :class:`SandboxSpec` cannot be enforced here and are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from clover_agent.sandboxes import cleanup
+from clover_agent.sandboxes.base import ExecResult, FileEntry, Sandbox, SandboxError, SandboxSpec
+from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession
+from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, copy_workspace, diff_script
+
+log = logging.getLogger(__name__)
+
+LOCAL_WARNING = (
+    "local sandbox (no isolation): commands run directly on this machine as you, with your network and "
+    "permissions; only the repository is protected (the agent works on a private copy)"
+)
+_COPY_PREFIX = "clover-agent-local-"
+#: ``/workspace`` as a whole path word: not part of ``/x/workspace`` or ``/workspaces``.
+_WORKSPACE_WORD = re.compile(r"(?<![\w.-])/workspace(?![\w.-])")
+
+
+class LocalSandbox(Sandbox):
+    warning = LOCAL_WARNING
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.base_commit: str | None = None
+        self.host_workspace: Path | None = None  # the copy's real path, once started
+        self._folder: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._session: RunnerSession | None = None
+        self._cleanup_token: int | None = None
+
+    async def start(self) -> None:
+        log.warning(LOCAL_WARNING)
+        await asyncio.to_thread(reap_stale_copies)
+        self._folder = Path(tempfile.mkdtemp(prefix=f"{_COPY_PREFIX}{os.getpid()}-")).resolve()
+        self._cleanup_token = cleanup.register(self._close_now)
+        workspace = self._folder / "workspace"
+        workspace.mkdir()
+        self.host_workspace = workspace
+        try:
+            await asyncio.to_thread(copy_workspace, self.spec.repo, workspace)
+            env = {**os.environ, **self.spec.env, "WORKSPACE": str(workspace)}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", BOOTSTRAP, str(workspace)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # Ctrl-C in the terminal reaches the agent, not the runner
+            )
+            self._session = RunnerSession(self._send)
+            for stream, sink in (
+                (self._proc.stdout, self._session.feed),
+                (self._proc.stderr, self._session.feed_stderr),
+            ):
+                threading.Thread(target=_pump, args=(stream, sink, self._session), daemon=True).start()
+            await asyncio.to_thread(self._session.start)
+            for command in self.spec.setup_commands:
+                result = await self.exec(command)
+                if result.exit_code != 0:
+                    raise SandboxError(
+                        f"set-up command failed (exit {result.exit_code}): {command}\n{result.output[-2000:]}"
+                    )
+            baseline = await self.exec(BASELINE_SCRIPT)
+            if baseline.exit_code != 0:
+                raise SandboxError(f"could not record the starting commit:\n{baseline.output[-2000:]}")
+            self.base_commit = baseline.output.strip().splitlines()[-1]
+        except BaseException:
+            await self.close()
+            raise
+
+    def _send(self, data: bytes) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def _live_session(self) -> RunnerSession:
+        if self._session is None:
+            raise SandboxError("the local sandbox is not started")
+        return self._session
+
+    def _to_host(self, text: str) -> str:
+        return _WORKSPACE_WORD.sub(lambda _: str(self.host_workspace), text)
+
+    def _to_sandbox(self, text: str) -> str:
+        return text.replace(str(self.host_workspace), "/workspace")
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        result = await self._live_session().exec(self._to_host(command), timeout=timeout, env=env, cwd=cwd)
+        result.output = self._to_sandbox(result.output)
+        return result
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._live_session().read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._live_session().write_file(path, data)
+
+    async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
+        return await self._live_session().list_files(path, max_depth)
+
+    async def stat(self, path: str) -> FileEntry | None:
+        return await self._live_session().stat(path)
+
+    async def realpath(self, path: str) -> str:
+        return await self._live_session().realpath(path)
+
+    async def diff(self) -> str:
+        if self.base_commit is None:
+            raise SandboxError("the local sandbox is not started")
+        result = await self.exec(diff_script(self.base_commit))
+        if result.exit_code != 0:
+            raise SandboxError(f"git diff failed in the workspace:\n{result.output[-2000:]}")
+        return result.output
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close_now)
+
+    def _close_now(self) -> None:
+        """Stop the runner (it kills what it still runs) and delete the copy. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        if self._cleanup_token is not None:
+            cleanup.unregister(self._cleanup_token)
+            self._cleanup_token = None
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pump(stream, sink, session: RunnerSession) -> None:
+    """Reader thread: copy a runner pipe into the session until it closes."""
+    while chunk := stream.read1(65536):
+        sink(chunk)
+    if sink == session.feed:
+        session.feed_eof()
+
+
+def reap_stale_copies() -> list[Path]:
+    """Delete local-sandbox copies left by processes that no longer exist; return what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*"):
+        pid_text = folder.name[len(_COPY_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and not cleanup.owner_alive(int(pid_text), None):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

@@ -1,0 +1,139 @@
+"""The workspace copy: which files of the user's repository go into a sandbox, and its git baseline.
+
+The sandbox gets the repository as the user has it right now: tracked files with their uncommitted
+changes plus untracked files that are not ignored, and the ``.git`` folder (history, branches).
+Ignored files (virtual environments, build output) stay behind. A folder that is not a git
+repository is copied whole. The user's tree is only read, never written.
+
+Inside the sandbox a baseline commit records that starting state (only when it differs from
+``HEAD``), so ``git diff BASE`` shows exactly what the agent changed, new files included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+_GIT_IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost -c commit.gpgsign=false"
+
+#: Prints the baseline commit of ``/workspace`` (creating the repository and commit if needed).
+BASELINE_SCRIPT = f"""set -e
+cd "$WORKSPACE"
+[ -d .git ] || git init -q
+git add -A
+if ! git rev-parse -q --verify HEAD >/dev/null || ! git diff --cached --quiet; then
+  git {_GIT_IDENTITY} commit -q --no-verify --allow-empty -m "clover-agent: starting state"
+fi
+git rev-parse HEAD
+"""
+
+
+def diff_script(base: str) -> str:
+    """Shell script printing the binary-safe diff of the workspace against ``base``, new files
+    included, through a throwaway index so the agent's own staging is left alone."""
+    return f"""set -e
+cd "$WORKSPACE"
+index=$(mktemp)
+trap 'rm -f "$index"' EXIT
+cp .git/index "$index" 2>/dev/null || true
+GIT_INDEX_FILE=$index git add -A
+GIT_INDEX_FILE=$index git diff --cached --binary {base}
+"""
+
+
+def _git_files(repo: Path) -> list[str] | None:
+    """Tracked and untracked-but-not-ignored paths, or None when ``repo`` is not in a git work tree."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
+    """Yield ``(host path, relative path)`` for everything the sandbox copy holds, parents first.
+
+    Files deleted in the work tree but still tracked are skipped (the copy shows them deleted).
+    """
+    root = Path(repo).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"repository folder not found: {root}")
+    listed = _git_files(root)
+    if listed is None:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            base = Path(dirpath)
+            for name in dirnames + sorted(filenames):
+                path = base / name
+                yield path, path.relative_to(root).as_posix()
+        return
+    git_dir = root / ".git"
+    if git_dir.is_dir() and not git_dir.is_symlink():
+        yield from _walk_all(root, git_dir)
+    seen_dirs: set[str] = set()
+    for rel in listed:
+        path = root / rel
+        if not os.path.lexists(path):
+            continue
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent not in seen_dirs:
+                seen_dirs.add(parent)
+                yield root / parent, parent
+        if path.is_dir() and not path.is_symlink():  # a submodule: copy it whole
+            seen_dirs.add(rel)
+            yield path, rel
+            yield from _walk_all(root, path)
+        else:
+            yield path, rel
+
+
+def _walk_all(root: Path, top: Path) -> Iterator[tuple[Path, str]]:
+    if top.name == ".git":
+        yield top, top.relative_to(root).as_posix()
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        base = Path(dirpath)
+        for name in dirnames + sorted(filenames):
+            path = base / name
+            yield path, path.relative_to(root).as_posix()
+
+
+def copy_workspace(repo: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Copy the workspace files of ``repo`` into the existing folder ``dest`` (symlinks kept)."""
+    target = Path(dest)
+    for path, rel in workspace_paths(repo):
+        out = target / rel
+        if path.is_symlink():
+            out.symlink_to(os.readlink(path))
+        elif path.is_dir():
+            out.mkdir(exist_ok=True)
+            shutil.copymode(path, out)
+        elif path.is_file():
+            shutil.copy2(path, out)
+
+
+def write_workspace_tar(repo: str | os.PathLike[str], out: BinaryIO, *, uid: int, gid: int) -> None:
+    """Write an uncompressed tar of the workspace files of ``repo`` to ``out``, every entry owned by
+    ``uid:gid``."""
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, rel in workspace_paths(repo):
+            if not (path.is_symlink() or path.is_dir() or path.is_file()):
+                continue  # sockets, fifos, devices
+            info = tar.gettarinfo(str(path), arcname=rel)
+            info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+            if info.isreg():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)

@@ -1,0 +1,81 @@
+"""What is particular to the local sandbox: its warning, path translation, and its private copy's
+removal on close, on an exception, on signals, and (after SIGKILL) at the next start."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clover_agent.sandboxes import SandboxSpec
+from clover_agent.sandboxes.local import LocalSandbox, reap_stale_copies
+
+HOLD = Path(__file__).with_name("hold_sandbox.py")
+
+
+async def test_warns_and_translates_paths(repo: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sandbox = LocalSandbox(SandboxSpec(repo=str(repo)))
+    assert sandbox.warning is not None and "no isolation" in sandbox.warning
+    async with sandbox:
+        assert sandbox.warning in caplog.text
+        host = sandbox.host_workspace
+        assert host is not None and host.is_dir() and host != repo
+        result = await sandbox.exec('echo "$WORKSPACE"; cd /workspace/src; pwd; ls /workspace/src')
+        assert result.output == "/workspace\n/workspace/src\ncalc.py\n"
+        # The copy is real: the command ran in the host folder the file tools map /workspace to.
+        await sandbox.exec("echo made > /workspace/made.txt")
+        assert (host / "made.txt").read_text() == "made\n"
+    assert not host.exists()
+
+
+async def test_close_is_idempotent_and_removes_the_copy_after_an_exception(repo: Path) -> None:
+    sandbox = LocalSandbox(SandboxSpec(repo=str(repo)))
+    with pytest.raises(ZeroDivisionError):
+        async with sandbox:
+            host = sandbox.host_workspace
+            1 / 0  # noqa: B018
+    assert host is not None and not host.exists()
+    await sandbox.close()
+
+
+async def test_failing_setup_command_stops_the_start(repo: Path) -> None:
+    sandbox = LocalSandbox(SandboxSpec(repo=str(repo), setup_commands=["echo preparing", "exit 4"]))
+    with pytest.raises(Exception, match=r"set-up command failed \(exit 4\): exit 4"):
+        await sandbox.start()
+    assert sandbox.host_workspace is not None and not sandbox.host_workspace.exists()
+
+
+def _start_holder(repo: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
+    child = subprocess.Popen(
+        [sys.executable, str(HOLD), "local", str(repo), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise AssertionError(f"holder failed: {child.stderr.read() if child.stderr else ''}")
+    return child, Path(json.loads(line)["ready"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
+    child, host = _start_holder(repo)
+    assert host.is_dir()
+    child.send_signal(signum)
+    assert child.wait(timeout=20) != 0
+    assert not host.exists()
+
+
+def test_sigkill_leftover_is_reaped_at_next_start(repo: Path) -> None:
+    child, host = _start_holder(repo)
+    child.kill()
+    child.wait(timeout=20)
+    assert host.exists()  # nothing could run in the killed process
+    assert host.parent in reap_stale_copies()
+    assert not host.exists()
