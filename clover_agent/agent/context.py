@@ -1,0 +1,277 @@
+"""What the model is told, and keeping the conversation inside its context window.
+
+The system prompt carries facts about the repository (languages by file count, the test command,
+the top-level tree) and every AGENTS.md / CLOVER.md from the repository root down, root first so
+the instructions nearest the code come last, each introduced by its path.
+
+Condensation: when the conversation nears the backend's window, the outputs of the oldest tool
+calls are replaced by a one-line note first; if that is not enough, the oldest whole turns go.
+The system prompt, the task and the most recent messages are pinned. What was dropped is said in
+a note message appended to the conversation (and in the ``ContextCondensed`` event).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+
+INSTRUCTION_FILES = ("AGENTS.md", "CLOVER.md")
+#: Characters of one instruction file put in the prompt (the rest is named, not inlined).
+MAX_INSTRUCTION_CHARS = 12_000
+MAX_TREE_ENTRIES = 50
+
+LANGUAGES = {
+    ".py": "Python",
+    ".pyi": "Python",
+    ".js": "JavaScript",
+    ".mjs": "JavaScript",
+    ".jsx": "JavaScript",
+    ".ts": "TypeScript",
+    ".tsx": "TypeScript",
+    ".go": "Go",
+    ".rs": "Rust",
+    ".java": "Java",
+    ".kt": "Kotlin",
+    ".c": "C",
+    ".h": "C",
+    ".cc": "C++",
+    ".cpp": "C++",
+    ".hpp": "C++",
+    ".cs": "C#",
+    ".rb": "Ruby",
+    ".php": "PHP",
+    ".swift": "Swift",
+    ".scala": "Scala",
+    ".sh": "Shell",
+    ".md": "Markdown",
+    ".rst": "reStructuredText",
+    ".toml": "TOML",
+    ".yaml": "YAML",
+    ".yml": "YAML",
+    ".json": "JSON",
+    ".html": "HTML",
+    ".css": "CSS",
+    ".sql": "SQL",
+}
+
+ROLE = """\
+You are Clover, a coding agent. You work in a sandboxed copy of a repository at /workspace, \
+using the tools you are given; nothing you do there touches the user's files until they accept \
+your patch.
+
+How to work:
+- Use absolute paths under /workspace.
+- Reproduce the problem first (run_tests), read the code involved, then make the smallest change \
+that fixes the cause.
+- Do not edit tests to make them pass unless the task says the test itself is wrong.
+- Re-run the tests after each change. When the task is done, call `finish` with a short summary \
+of what you changed and why."""
+
+
+@dataclass
+class RepositoryFacts:
+    languages: list[tuple[str, int]]  # (language, file count), most files first
+    test_command: str | None
+    top_level: list[str]  # names, folders with a trailing "/"
+    instructions: list[tuple[str, str]]  # (sandbox path, text), root first
+
+
+async def gather_facts(sandbox: Sandbox) -> RepositoryFacts:
+    """Look at the workspace through the sandbox (so it works the same for Docker and local)."""
+    listing = await sandbox.exec(
+        "git ls-files -co --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*' | sed 's|^./||'",
+        cwd=WORKSPACE,
+        timeout=30,
+    )
+    files = [line for line in listing.output.splitlines() if line and not line.startswith(".clover/")]
+    counts: Counter[str] = Counter()
+    for path in files:
+        language = LANGUAGES.get(posixpath.splitext(path)[1].lower())
+        if language:
+            counts[language] += 1
+    top: set[str] = set()
+    for path in files:
+        head, sep, _ = path.partition("/")
+        top.add(head + "/" if sep else head)
+    instruction_paths = sorted(
+        (p for p in files if posixpath.basename(p) in INSTRUCTION_FILES),
+        key=lambda p: (p.count("/"), p),
+    )
+    instructions = []
+    for rel in instruction_paths:
+        path = posixpath.join(WORKSPACE, rel)
+        text = (await sandbox.read_file(path)).decode("utf-8", errors="replace")
+        if len(text) > MAX_INSTRUCTION_CHARS:
+            text = (
+                text[:MAX_INSTRUCTION_CHARS] + f"\n[… cut at {MAX_INSTRUCTION_CHARS} characters; read {path}]"
+            )
+        instructions.append((path, text))
+    return RepositoryFacts(
+        languages=counts.most_common(),
+        test_command=detect_test_command(files),
+        top_level=sorted(top, key=lambda n: (not n.endswith("/"), n)),
+        instructions=instructions,
+    )
+
+
+def detect_test_command(files: list[str]) -> str | None:
+    names = {posixpath.basename(p) for p in files}
+    python_tests = any(
+        (posixpath.basename(p).startswith("test_") and p.endswith(".py")) or p.endswith("_test.py")
+        for p in files
+    )
+    if names & {"pytest.ini", "conftest.py", "tox.ini"} or python_tests:
+        return "python -m pytest"
+    if "package.json" in names:
+        return "npm test"
+    if "go.mod" in names:
+        return "go test ./..."
+    if "Cargo.toml" in names:
+        return "cargo test"
+    return None
+
+
+def system_prompt(facts: RepositoryFacts) -> str:
+    lines = [ROLE, "", "# Repository (/workspace)"]
+    if facts.languages:
+        lines.append("Languages (files): " + ", ".join(f"{name} {count}" for name, count in facts.languages))
+    if facts.test_command:
+        lines.append(f"Test command: {facts.test_command} (use the run_tests tool)")
+    tree = facts.top_level[:MAX_TREE_ENTRIES]
+    more = len(facts.top_level) - len(tree)
+    lines.append(
+        "Top level: " + ("  ".join(tree) or "(empty)") + (f"  … and {more} more" if more > 0 else "")
+    )
+    if facts.instructions:
+        lines += ["", "# Instructions from the repository (later ones are more specific and take precedence)"]
+        for path, text in facts.instructions:
+            scope = posixpath.dirname(path)
+            lines += ["", f"## {path} (applies to {scope}/)", text.strip()]
+    return "\n".join(lines)
+
+
+@dataclass
+class Condensation:
+    messages: list[dict[str, Any]]
+    note: str
+    dropped: list[str]
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass
+class Condenser:
+    """Keeps a conversation under ``threshold`` of the window, minus room for the reply."""
+
+    context_window: int
+    reply_tokens: int = 4096
+    threshold: float = 0.9
+    keep_recent: int = 4
+    pinned_prefix: int = 2  # the system prompt and the task
+
+    @property
+    def limit(self) -> int:
+        reply = min(self.reply_tokens, self.context_window // 4)
+        return int(self.threshold * (self.context_window - reply))
+
+    def condense(
+        self, messages: list[dict[str, Any]], count: Callable[[list[dict[str, Any]]], int]
+    ) -> Condensation | None:
+        """A shorter conversation when ``messages`` is over the limit, else None."""
+        before = count(messages)
+        if before <= self.limit:
+            return None
+        work = [dict(m) for m in messages]
+        end = max(self.pinned_prefix, len(work) - self.keep_recent)
+        dropped: list[str] = []
+        tokens = before
+        for i in range(self.pinned_prefix, end):
+            if tokens <= self.limit:
+                break
+            message = work[i]
+            if message.get("role") != "tool" or message.get("content", "").startswith(DROPPED_OUTPUT):
+                continue
+            what = describe_tool_message(work, i)
+            message["content"] = f"{DROPPED_OUTPUT}: {what}, {len(message.get('content', ''))} characters]"
+            dropped.append(f"output of {what}")
+            tokens = count(work)
+        removed_turns = 0
+        while tokens > self.limit:
+            span = _oldest_turn(work, self.pinned_prefix, len(work) - self.keep_recent)
+            if span is None:
+                break
+            start, stop = span
+            dropped += [_describe_message(work, i) for i in range(start, stop)]
+            del work[start:stop]
+            removed_turns += 1
+            tokens = count(work)
+        if not dropped:
+            return None
+        outputs = sum(1 for d in dropped if d.startswith("output of "))
+        parts = []
+        if outputs:
+            parts.append(f"the outputs of {outputs} earlier tool calls were replaced by short notes")
+        if removed_turns:
+            parts.append(f"{removed_turns} earlier turns were removed")
+        listed = "; ".join(dropped[:20]) + (f"; … {len(dropped) - 20} more" if len(dropped) > 20 else "")
+        note = (
+            f"[Context note] To fit the model's context window ({self.context_window} tokens), "
+            + " and ".join(parts)
+            + f": {listed}. Call the tools again if you need any of it."
+        )
+        work.append({"role": "user", "content": note})
+        return Condensation(work, note, dropped, before, count(work))
+
+
+DROPPED_OUTPUT = "[output dropped to fit the context window"
+
+
+def describe_tool_message(messages: list[dict[str, Any]], index: int) -> str:
+    """`name args` of the call a tool message answers (looked up by ``tool_call_id``)."""
+    call_id = messages[index].get("tool_call_id")
+    for message in reversed(messages[:index]):
+        for call in message.get("tool_calls") or ():
+            if call.get("id") == call_id:
+                function = call.get("function", {})
+                return f"{function.get('name', '?')} {_short_args(function.get('arguments', {}))}"
+    return messages[index].get("name") or "a tool call"
+
+
+def _short_args(arguments: Any, limit: int = 80) -> str:
+    if isinstance(arguments, dict):
+        text = " ".join(
+            f"{k}={v}" for k, v in arguments.items() if k in ("command", "path", "pattern", "target")
+        )
+    else:
+        text = str(arguments)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe_message(messages: list[dict[str, Any]], index: int) -> str:
+    message = messages[index]
+    role = message.get("role")
+    if role == "tool":
+        return f"turn: result of {describe_tool_message(messages, index)}"
+    if role == "assistant" and message.get("tool_calls"):
+        names = ", ".join(c.get("function", {}).get("name", "?") for c in message["tool_calls"])
+        return f"turn: assistant calling {names}"
+    return f"turn: {role} message"
+
+
+def _oldest_turn(messages: list[dict[str, Any]], start: int, stop: int) -> tuple[int, int] | None:
+    """The oldest removable span: an assistant message with its tool results, or a lone message."""
+    if start >= stop:
+        return None
+    end = start + 1
+    if messages[start].get("role") == "assistant":
+        while end < len(messages) and messages[end].get("role") == "tool":
+            end += 1
+    if end > stop:  # its tool results reach into the pinned recent messages
+        return None
+    return start, end

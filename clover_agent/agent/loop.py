@@ -1,0 +1,328 @@
+"""The agent loop: ask the model, run the tool calls it makes, feed back the results, repeat.
+
+One step: condense the conversation if it nears the window → check the budgets → the model writes
+a turn (streamed as events) → a malformed turn gets its format error back as a message → each call
+passes the policy, gets a checkpoint if it may change the workspace, runs in the sandbox, and its
+result becomes a ``tool`` message. The run ends when ``finish`` is called (:class:`Submitted`), a
+budget is spent (:class:`LimitsExceeded`), the agent is stuck (:class:`AgentStuck`) or the backend
+or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
+:class:`RunResult` — no exception reaches the caller for these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from clover_agent.agent.budget import Budget, LimitsExceeded
+from clover_agent.agent.checkpoints import Checkpoints
+from clover_agent.agent.context import Condenser
+from clover_agent.agent.policy import (
+    DEFAULT_PRESET,
+    Approver,
+    Policy,
+    call_action,
+    decide,
+    is_mutating,
+    preset,
+)
+from clover_agent.agent.stuck import AgentStuck, StuckDetector
+from clover_agent.agent.trajectory import ResumeState
+from clover_agent.backends.base import BackendEvent, ModelBackend, ModelTurn
+from clover_agent.errors import CloverError, ExitCode
+from clover_agent.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetWarning,
+    CheckpointTaken,
+    ContextCondensed,
+    Done,
+    ErrorReported,
+    EventBus,
+    MessageAdded,
+    ModelDelta,
+    ModelResponded,
+    ProvisionalBlock,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from clover_agent.protocol import ToolCall
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.tools import registry
+from clover_agent.tools.base import ToolResult
+
+NO_TOOL_CALL = (
+    "Your reply contained no tool call. Every reply must call a tool: continue the work with one, "
+    "or call `finish` with a summary if the task is done."
+)
+CUT_OFF = (
+    "Your reply was cut off at the output length limit before it contained a complete tool call. "
+    "Write less before the call (shorter reasoning), then call a tool."
+)
+
+
+class Submitted(Exception):
+    """The agent called ``finish``; carries its summary."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+
+
+@dataclass
+class RunResult:
+    outcome: str  # submitted | budget_exhausted | stuck | error
+    exit_code: ExitCode
+    message: str
+    summary: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+    patch: str = ""
+
+    @property
+    def submitted(self) -> bool:
+        return self.outcome == "submitted"
+
+
+class Agent:
+    """Drives one task in one sandbox with one backend; everything it does is an event on ``bus``."""
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        sandbox: Sandbox,
+        bus: EventBus,
+        *,
+        run_id: str,
+        policy: Policy | None = None,
+        budget: Budget | None = None,
+        approver: Approver | None = None,
+        checkpoints: bool = True,
+        stuck_repeats: int = 3,
+        tools: list[dict[str, Any]] | None = None,
+        condenser: Condenser | None = None,
+    ) -> None:
+        self.backend = backend
+        self.sandbox = sandbox
+        self.bus = bus
+        self.run_id = run_id
+        self.policy = policy or preset(DEFAULT_PRESET)
+        self.budget = budget or Budget()
+        self.approver = approver
+        self.checkpoints = Checkpoints(sandbox, run_id) if checkpoints else None
+        self.stuck = StuckDetector(stuck_repeats)
+        self.tools = tools if tools is not None else registry.tool_specs()
+        self.condenser = condenser or Condenser(backend.context_window)
+        self.messages: list[dict[str, Any]] = []
+
+    async def run(self, task: str, system: str, *, resume: ResumeState | None = None) -> RunResult:
+        """Run until the task ends one way or another. ``resume`` continues an earlier run."""
+        self.bus.emit(
+            RunStarted(
+                run_id=self.run_id,
+                task=task,
+                backend=self.backend.name,
+                tools=self.tools,
+                limits=self.budget.limits(),
+                resumed=resume is not None,
+            )
+        )
+        if resume is not None:
+            self.messages = [dict(m) for m in resume.messages]
+            self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
+            self.budget.elapsed_before_s = resume.elapsed_s
+        else:
+            self._add({"role": "system", "content": system})
+            self._add({"role": "user", "content": task})
+        try:
+            while True:
+                await self._step()
+        except Submitted as done:
+            result = RunResult("submitted", ExitCode.OK, "the agent finished the task", summary=done.summary)
+        except LimitsExceeded as exc:
+            result = RunResult("budget_exhausted", exc.exit_code, exc.message)
+        except AgentStuck as exc:
+            result = RunResult("stuck", exc.exit_code, exc.message)
+        except CloverError as exc:
+            result = RunResult("error", exc.exit_code, exc.message)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            await self._finish(RunResult("interrupted", ExitCode.INTERRUPTED, "interrupted"))
+            raise
+        return await self._finish(result)
+
+    async def _finish(self, result: RunResult) -> RunResult:
+        try:
+            result.patch = await self.sandbox.diff()
+        except CloverError as exc:
+            result.message += f" (and the workspace diff could not be read: {exc.message})"
+        except OSError as exc:
+            result.message += f" (and the workspace diff could not be read: {exc})"
+        result.stats = {
+            "steps": self.budget.steps,
+            "tokens": self.budget.tokens,
+            "elapsed_s": round(self.budget.elapsed_s, 3),
+            "checkpoints": len(self.checkpoints.taken) if self.checkpoints else 0,
+        }
+        if not result.submitted:
+            self.bus.emit(
+                ErrorReported(
+                    kind=result.outcome, message=result.message, fatal=True, exit_code=int(result.exit_code)
+                )
+            )
+        self.bus.emit(
+            Done(
+                outcome=result.outcome,
+                exit_code=int(result.exit_code),
+                message=result.message,
+                summary=result.summary,
+                stats=result.stats,
+                patch=result.patch,
+            )
+        )
+        await self.bus.drain()
+        return result
+
+    def _add(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.bus.emit(MessageAdded(message=message))
+
+    async def _step(self) -> None:
+        step = self.budget.steps + 1
+        self._condense(step)
+        for resource, used, limit in self.budget.check(self.backend.count_tokens(self.messages, self.tools)):
+            self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
+        turn = await self._complete(step)
+        self.budget.record_call(turn.prompt_tokens, turn.completion_tokens)
+        self.bus.emit(
+            ModelResponded(
+                step=step,
+                raw=turn.raw,
+                content=turn.content,
+                reasoning=turn.reasoning,
+                tool_calls=[call.to_message() for call in turn.tool_calls],
+                format_error=turn.format_error,
+                prompt_tokens=turn.prompt_tokens,
+                completion_tokens=turn.completion_tokens,
+                finish_reason=turn.finish_reason,
+            )
+        )
+        self._add(turn.to_message())
+        problem = turn.format_error
+        if problem is None and not turn.tool_calls:
+            problem = CUT_OFF if turn.finish_reason == "length" else NO_TOOL_CALL
+        if problem is not None:
+            self.bus.emit(ErrorReported(kind="format", message=problem))
+            self._add({"role": "user", "content": problem})
+            self._nudge(self.stuck.observe(error=problem))
+            return
+        for call in turn.tool_calls:
+            await self._call(step, call)
+
+    def _condense(self, step: int) -> None:
+        condensation = self.condenser.condense(
+            self.messages, lambda m: self.backend.count_tokens(m, self.tools)
+        )
+        if condensation is None:
+            return
+        self.messages = condensation.messages
+        self.bus.emit(
+            ContextCondensed(
+                step=step,
+                note=condensation.note,
+                dropped=condensation.dropped,
+                tokens_before=condensation.tokens_before,
+                tokens_after=condensation.tokens_after,
+                messages=condensation.messages,
+            )
+        )
+
+    async def _complete(self, step: int) -> ModelTurn:
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+
+        def forward(event: BackendEvent) -> None:
+            if event.kind == "block":
+                out = ProvisionalBlock(step=step, block=event.block or {"text": event.text})
+            else:
+                out = ModelDelta(step=step, kind=event.kind, text=event.text)
+            # Backends may stream from a worker thread (the engine does); the bus lives on the loop.
+            if threading.get_ident() == loop_thread:
+                self.bus.emit(out)
+            else:
+                loop.call_soon_threadsafe(self.bus.emit, out)
+
+        remaining = self.budget.remaining_time_s()
+        try:
+            async with asyncio.timeout(remaining):
+                return await self.backend.complete(self.messages, self.tools, on_event=forward)
+        except TimeoutError:
+            raise LimitsExceeded(
+                f"time budget exhausted during a model call: {self.budget.max_time_s:.0f} s used "
+                "(raise --max-time)"
+            ) from None
+
+    async def _call(self, step: int, call: ToolCall) -> None:
+        self.bus.emit(ToolCallStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        started = time.monotonic()
+        approval = await decide(self.policy, call.name, call.arguments, self.approver)
+        if approval.asked:
+            self.bus.emit(
+                ApprovalRequested(
+                    step=step,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    reason=approval.reason,
+                )
+            )
+        if approval.asked or not approval.approved:
+            self.bus.emit(
+                ApprovalDecided(
+                    step=step,
+                    call_id=call.id,
+                    name=call.name,
+                    approved=approval.approved,
+                    decided_by=approval.decided_by,
+                    reason=approval.reason,
+                )
+            )
+        if not approval.approved:
+            result = ToolResult(
+                False,
+                f"This call was not allowed ({approval.reason}). Do not retry it; find another way "
+                "that stays within the workspace and the allowed tools.",
+            )
+        else:
+            if self.checkpoints is not None and is_mutating(call.name, call.arguments):
+                checkpoint = await self.checkpoints.snapshot(step, call_action(call.name, call.arguments))
+                self.bus.emit(
+                    CheckpointTaken(
+                        turn=step, ref=checkpoint.ref, commit=checkpoint.commit, tool=checkpoint.tool
+                    )
+                )
+            result = await registry.execute(call.name, call.arguments, self.sandbox)
+        full = result.data.get("output")
+        self.bus.emit(
+            ToolCallFinished(
+                step=step,
+                call_id=call.id,
+                name=call.name,
+                output=result.output,
+                is_error=not result.ok,
+                full_output=full if isinstance(full, str) else result.output,
+                data=result.data,
+                duration_s=round(time.monotonic() - started, 3),
+            )
+        )
+        self._add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.output})
+        if result.ends_task:
+            raise Submitted(str(result.data.get("summary", "")))
+        self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))
+
+    def _nudge(self, message: str | None) -> None:
+        if message is not None:
+            self.bus.emit(ErrorReported(kind="stuck", message=message))
+            self._add({"role": "user", "content": message})

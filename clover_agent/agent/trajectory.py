@@ -1,0 +1,107 @@
+"""The trajectory: every event of a run as JSON Lines, and the resume state rebuilt from it.
+
+The writer is a plain bus subscriber, so each event is on disk (flushed) before the loop goes on:
+a run killed at any point leaves a trajectory that ends at the last thing that happened. A resumed
+run appends to the same file, so one file holds the whole history.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from clover_agent.events import (
+    CheckpointTaken,
+    ContextCondensed,
+    Done,
+    Event,
+    MessageAdded,
+    ModelResponded,
+    RunStarted,
+    event_from_dict,
+)
+
+TRAJECTORY_FILE = "trajectory.jsonl"
+
+
+class TrajectoryWriter:
+    """Appends each event as one JSON line to ``path`` (parents created)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+
+    def __call__(self, event: Event) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(event.to_dict(), ensure_ascii=False, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every event in a trajectory file, in order (a torn last line from a killed run is skipped)."""
+    events = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(event_from_dict(json.loads(line)))
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise
+    return events
+
+
+@dataclass
+class ResumeState:
+    """What a resumed run needs: the conversation and what was spent, plus the workspace patch."""
+
+    run_id: str
+    task: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    steps: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    patch: str = ""
+    checkpoints: list[CheckpointTaken] = field(default_factory=list)
+    last_outcome: str | None = None
+
+
+def load_trajectory(path: Path) -> ResumeState:
+    """Rebuild the conversation (and the budget spent) from a trajectory file."""
+    state: ResumeState | None = None
+    started_at = 0.0
+    for event in read_events(path):
+        if isinstance(event, RunStarted):
+            if state is None or not event.resumed:
+                state = ResumeState(run_id=event.run_id, task=event.task)
+            started_at = event.time
+            continue
+        if state is None:
+            raise ValueError(f"{path} does not start with a run_started event")
+        if isinstance(event, MessageAdded):
+            state.messages.append(event.message)
+        elif isinstance(event, ContextCondensed):
+            state.messages = list(event.messages)
+        elif isinstance(event, ModelResponded):
+            state.steps += 1
+            state.tokens += event.prompt_tokens + event.completion_tokens
+        elif isinstance(event, CheckpointTaken):
+            state.checkpoints.append(event)
+        elif isinstance(event, Done):
+            state.patch = event.patch
+            state.last_outcome = event.outcome
+            state.elapsed_s += event.time - started_at
+    if state is None:
+        raise ValueError(f"{path} holds no run")
+    return state

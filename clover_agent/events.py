@@ -1,0 +1,297 @@
+"""Typed events the agent loop emits, and the one bus every front end subscribes to.
+
+The loop never prints or writes files itself: it emits events, and subscribers (the trajectory
+writer, the console renderer of ``fix``, the TUI, the CI bot) turn them into output. The same events,
+written as JSON Lines, are the trajectory and the state a run resumes from.
+
+A subscriber is a plain callable or an ``async def``. Plain callables run inline, in emit order,
+so they see every event before the loop moves on (the trajectory writer relies on this). Async
+subscribers each get their own queue and worker task, so a slow one never reorders its events or
+blocks the loop; ``await bus.drain()`` waits until they have caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+#: Event name (the ``type`` field in a trajectory line) to class.
+EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base of every event. ``time`` is wall-clock seconds since the epoch."""
+
+    type: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        EVENT_TYPES[cls.type] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self)}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its ``to_dict()`` form (a trajectory line)."""
+    values = dict(data)
+    cls = EVENT_TYPES[values.pop("type")]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    """A run (or the resumption of one) begins."""
+
+    type: ClassVar[str] = "run_started"
+    run_id: str
+    task: str
+    backend: str
+    tools: list[dict] = field(default_factory=list)
+    limits: dict[str, Any] = field(default_factory=dict)
+    resumed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDelta(Event):
+    """Streamed model text while it writes; ``kind`` is ``text`` or ``reasoning``."""
+
+    type: ClassVar[str] = "model_delta"
+    step: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProvisionalBlock(Event):
+    """A block-diffusion block being denoised: ``{"filled": [...], "tokens": [...], "text": str}``."""
+
+    type: ClassVar[str] = "provisional_block"
+    step: int
+    block: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponded(Event):
+    """One complete model turn, with the raw text exactly as the model wrote it."""
+
+    type: ClassVar[str] = "model_responded"
+    step: int
+    raw: str
+    content: str
+    reasoning: str | None
+    tool_calls: list[dict]
+    format_error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageAdded(Event):
+    """A message appended to the conversation (the resume state is rebuilt from these)."""
+
+    type: ClassVar[str] = "message_added"
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallStarted(Event):
+    type: ClassVar[str] = "tool_call_started"
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallFinished(Event):
+    """A tool's result: ``output`` is what the model sees, ``full_output`` everything (untrimmed)."""
+
+    type: ClassVar[str] = "tool_call_finished"
+    step: int
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+    full_output: str = ""
+    data: dict[str, Any] | None = None
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequested(Event):
+    type: ClassVar[str] = "approval_requested"
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalDecided(Event):
+    """The decision on a call the policy did not simply allow; ``decided_by``: policy, user, no-terminal."""
+
+    type: ClassVar[str] = "approval_decided"
+    step: int
+    call_id: str
+    name: str
+    approved: bool
+    decided_by: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointTaken(Event):
+    """The workspace was snapshotted before a mutating call in ``turn`` (a model step)."""
+
+    type: ClassVar[str] = "checkpoint_taken"
+    turn: int
+    ref: str
+    commit: str
+    tool: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextCondensed(Event):
+    """Parts of the conversation were dropped to fit the window; ``messages`` is the new conversation."""
+
+    type: ClassVar[str] = "context_condensed"
+    step: int
+    note: str
+    dropped: list[str]
+    tokens_before: int
+    tokens_after: int
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetWarning(Event):
+    type: ClassVar[str] = "budget_warning"
+    resource: str
+    used: float
+    limit: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorReported(Event):
+    """Something went wrong. ``fatal`` errors end the run; the others were fed back to the model."""
+
+    type: ClassVar[str] = "error"
+    kind: str
+    message: str
+    fatal: bool = False
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done(Event):
+    """The run ended. ``patch`` is the workspace diff at the end (resuming re-applies it)."""
+
+    type: ClassVar[str] = "done"
+    outcome: str
+    exit_code: int
+    message: str
+    summary: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+    patch: str = ""
+
+
+Subscriber = Callable[[Event], Awaitable[None] | None]
+
+
+class _AsyncSubscription:
+    """One async subscriber: its own queue and worker, so its events stay in order."""
+
+    def __init__(self, callback: Callable[[Event], Awaitable[None]]) -> None:
+        self.callback = callback
+        self.queue: asyncio.Queue[Event] | None = None
+        self.worker: asyncio.Task[None] | None = None
+        self.errors: list[BaseException] = []
+
+    def put(self, event: Event) -> None:
+        if self.queue is None:
+            self.queue = asyncio.Queue()
+            self.worker = asyncio.get_running_loop().create_task(self._run())
+        self.queue.put_nowait(event)
+
+    async def _run(self) -> None:
+        assert self.queue is not None
+        while True:
+            event = await self.queue.get()
+            try:
+                await self.callback(event)
+            except Exception as exc:  # kept and re-raised by drain(): the loop must not die mid-step
+                self.errors.append(exc)
+            finally:
+                self.queue.task_done()
+
+    async def drain(self) -> None:
+        if self.queue is not None:
+            await self.queue.join()
+        if self.errors:
+            error, self.errors = self.errors[0], []
+            raise error
+
+    def cancel(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+
+
+class EventBus:
+    """Fan-out of events to subscribers (see the module docstring for the ordering guarantees)."""
+
+    def __init__(self) -> None:
+        self._sync: list[Callable[[Event], None]] = []
+        self._async: list[_AsyncSubscription] = []
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Add a subscriber; returns a function that removes it."""
+        if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+            getattr(callback, "__call__", None)  # noqa: B004 - an object with an async __call__
+        ):
+            subscription = _AsyncSubscription(callback)  # type: ignore[arg-type]
+            self._async.append(subscription)
+
+            def unsubscribe_async() -> None:
+                subscription.cancel()
+                if subscription in self._async:
+                    self._async.remove(subscription)
+
+            return unsubscribe_async
+        self._sync.append(callback)  # type: ignore[arg-type]
+
+        def unsubscribe() -> None:
+            if callback in self._sync:
+                self._sync.remove(callback)  # type: ignore[arg-type]
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event``: sync subscribers now, async ones queued (needs a running event loop)."""
+        for callback in list(self._sync):
+            callback(event)
+        for subscription in list(self._async):
+            subscription.put(event)
+
+    async def drain(self) -> None:
+        """Wait until every async subscriber has handled every event emitted so far."""
+        for subscription in list(self._async):
+            await subscription.drain()
+
+    async def close(self) -> None:
+        """Drain, then stop the async subscribers' workers."""
+        try:
+            await self.drain()
+        finally:
+            for subscription in self._async:
+                subscription.cancel()
