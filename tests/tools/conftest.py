@@ -1,0 +1,60 @@
+"""Fixtures for the tool tests: a real git repository and real sandboxes (local, and Docker when an
+engine and the image are there) started over it.
+
+Sandboxes are module-scoped (a container start costs about a second): tests in one module share
+one, so each test works on its own files and makes its own :class:`ToolContext` when it needs a
+fresh shell session or edit history.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+
+SANDBOX_KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
+    """A git repository at ``root`` with ``files`` committed."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=Test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "initial")
+    return root
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small Python project; tests that need other files create them in the sandbox."""
+    return make_repo(
+        tmp_path_factory.mktemp("tools") / "repo",
+        {
+            "README.md": "# demo\n",
+            "src/calc.py": "def add(a, b):\n    return a - b\n",
+            "src/pkg/deep/inner.py": "X = 1\n",
+            ".hidden/secret.txt": "hidden\n",
+        },
+    )
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=SANDBOX_KINDS)
+async def sandbox(request: pytest.FixtureRequest, repo: Path) -> AsyncIterator[Sandbox]:
+    async with create_sandbox(request.param, SandboxSpec(repo=str(repo))) as sb:
+        yield sb

@@ -1,0 +1,98 @@
+"""What every tool shares: the result type, the per-task context and the ``Tool`` base class.
+
+A tool publishes an OpenAI-style function spec (name, description, JSON Schema of its
+parameters) and runs with ``await tool.run(args, ctx)``. Arguments are validated against the
+schema first (:meth:`Tool.validate`); a tool signals a bad call by raising :class:`ToolError`,
+which :func:`clover_agent.tools.registry.execute` turns into ``ToolResult(ok=False, ...)`` so the
+model reads the message and the agent loop never sees an exception.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import jsonschema
+
+from clover_agent.sandboxes.base import Sandbox
+
+
+@dataclass
+class ToolResult:
+    """Outcome of one tool call.
+
+    ``output`` is exactly what the model reads; ``data`` holds the structured, untruncated
+    details for the trajectory and the UI (full shell output, diffs, old and new file content,
+    test reports). ``ends_task`` is set by ``finish``.
+    """
+
+    ok: bool
+    output: str
+    data: dict[str, Any] = field(default_factory=dict)
+    ends_task: bool = False
+
+
+class ToolError(Exception):
+    """A bad call (wrong arguments, refused path, missing file): its message goes to the model."""
+
+
+@dataclass
+class ToolContext:
+    """Per-task state the tools keep between calls; one per sandbox (one sandbox per task).
+
+    ``session_id`` names the shell session; ``edit_history`` maps a sandbox path to the file's
+    earlier contents (``None`` = the file did not exist), newest last, for ``undo_edit``.
+    """
+
+    sandbox: Sandbox
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    edit_history: dict[str, list[bytes | None]] = field(default_factory=dict)
+
+    _by_sandbox: ClassVar[weakref.WeakKeyDictionary[Sandbox, ToolContext]] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, sandbox: Sandbox) -> ToolContext:
+        """The context of ``sandbox``, created on first use and kept while the sandbox lives."""
+        ctx = cls._by_sandbox.get(sandbox)
+        if ctx is None:
+            ctx = cls._by_sandbox[sandbox] = cls(sandbox)
+        return ctx
+
+
+class Tool(abc.ABC):
+    """A tool the model can call. Subclasses set ``name``, ``description``, ``parameters``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]]  # JSON Schema of the arguments object
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI-style function spec the model sees."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def validate(self, args: object) -> None:
+        """Raise :class:`ToolError` with a readable message when ``args`` break the schema."""
+        if not isinstance(args, dict):
+            raise ToolError(
+                f"Invalid arguments for tool `{self.name}`: expected a JSON object, got {type(args).__name__}."
+            )
+        validator = jsonschema.Draft202012Validator(self.parameters)
+        errors = sorted(validator.iter_errors(args), key=lambda e: (list(e.absolute_path), e.message))
+        if errors:
+            lines = [_describe(e) for e in errors]
+            raise ToolError(f"Invalid arguments for tool `{self.name}`: " + "; ".join(lines))
+
+    @abc.abstractmethod
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one validated call. Raise :class:`ToolError` for a bad call."""
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"`{where}`: {error.message}" if where else error.message

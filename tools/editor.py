@@ -1,0 +1,401 @@
+"""``editor``: view, create, str_replace, insert and undo_edit files in the workspace.
+
+Commands, parameters and messages follow the ``str_replace_editor`` tool most coding models were
+trained on (``cat -n`` views with 6-wide line numbers, "No replacement was performed, ..."), so a
+model needs no new habits. Differences that make it safer: tabs are never expanded, encodings and
+CRLF line breaks are kept, binary and oversized files are refused, ``create`` never overwrites,
+``undo_edit`` of a ``create`` removes the file, and ``str_replace`` has a matching ladder.
+
+The ``str_replace`` matching ladder, tried in order; the first rung with any match decides:
+
+1. ``exact``: ``old_str`` verbatim.
+2. ``line_endings``: LF and CRLF line breaks treated alike.
+3. ``trailing_whitespace``: also ignoring spaces and tabs at the end of each line.
+
+One match at the deciding rung is replaced; several are an error listing their lines (unless
+``replace_all``). The result names the rung, so a non-exact match is never silent.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
+from clover_agent.tools.paths import path_kind, resolve_workspace_path, workspace_relative
+from clover_agent.tools.textfile import TextFile, decode_text
+
+COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
+SNIPPET_CONTEXT_LINES = 4
+#: A view longer than this is cut, with a note telling the model how to see the rest.
+MAX_VIEW_CHARS = 40_000
+
+RUNG_NOTES = {
+    "exact": "",
+    "line_endings": "Note: old_str matched only after treating LF and CRLF line breaks alike.",
+    "trailing_whitespace": "Note: old_str matched only after ignoring whitespace at the ends of lines.",
+}
+
+
+@dataclass
+class Match:
+    start: int
+    end: int
+
+
+def _rung_patterns(old_str: str) -> list[tuple[str, re.Pattern[str]]]:
+    lines = re.split(r"\r?\n", old_str)
+    return [
+        ("exact", re.compile(re.escape(old_str))),
+        ("line_endings", re.compile(r"\r?\n".join(re.escape(line) for line in lines))),
+        (
+            "trailing_whitespace",
+            re.compile(r"[ \t]*\r?\n".join(re.escape(line.rstrip(" \t")) for line in lines)),
+        ),
+    ]
+
+
+def find_matches(text: str, old_str: str, *, overlapping: bool) -> tuple[str, list[Match]]:
+    """The deciding rung of the ladder and its matches (``("", [])`` when no rung matches)."""
+    for rung, pattern in _rung_patterns(old_str):
+        matches: list[Match] = []
+        pos = 0
+        while (m := pattern.search(text, pos)) is not None:
+            matches.append(Match(m.start(), m.end()))
+            pos = m.start() + 1 if overlapping else max(m.end(), m.start() + 1)
+        if matches:
+            return rung, matches
+    return "", []
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def cat_n(text: str, first_line: int = 1) -> str:
+    """``cat -n`` style: each line as a 6-wide right-aligned number, a tab, the line."""
+    return "\n".join(f"{first_line + i:6}\t{line}" for i, line in enumerate(text.split("\n")))
+
+
+def display_lines(text: str) -> list[str]:
+    """The file's lines as shown to the model (line breaks removed, CR of CRLF dropped)."""
+    return text.replace("\r\n", "\n").splitlines() or [""]
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a{path}", f"b{path}"
+        )
+    )
+
+
+def _snippet(text: str, first: int, last: int) -> tuple[str, int]:
+    """Lines ``first..last`` (1-based) of ``text`` widened by the context lines, and the start."""
+    lines = display_lines(text)
+    start = max(1, first - SNIPPET_CONTEXT_LINES)
+    end = min(len(lines), last + SNIPPET_CONTEXT_LINES)
+    return "\n".join(lines[start - 1 : end]), start
+
+
+class EditorTool(Tool):
+    name = "editor"
+    description = (
+        "View, create and edit files in the workspace.\n"
+        "* `view` on a file prints it like `cat -n`; `view_range` [start, end] limits the lines (end -1 = "
+        "to the end of the file). `view` on a directory lists files two levels deep, hidden entries excluded.\n"
+        "* `create` writes a new file with `file_text`; it refuses to overwrite an existing file.\n"
+        "* `str_replace` replaces `old_str` by `new_str`; `old_str` must match exactly one place in the "
+        "file (include enough surrounding lines to make it unique), or set `replace_all` to replace every "
+        "match.\n"
+        "* `insert` inserts `new_str` after line `insert_line` (0 = at the top).\n"
+        "* `undo_edit` reverts the last edit made to the file with this tool.\n"
+        "Paths are absolute and inside /workspace, e.g. /workspace/src/app.py."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "enum": list(COMMANDS),
+                "description": "The command to run: view, create, str_replace, insert or undo_edit.",
+            },
+            "path": {"type": "string", "description": "Absolute path of a file or directory in /workspace."},
+            "file_text": {"type": "string", "description": "For `create`: the content of the new file."},
+            "old_str": {"type": "string", "description": "For `str_replace`: the text to replace."},
+            "new_str": {
+                "type": "string",
+                "description": "For `str_replace`: the replacement (default empty). For `insert`: the text to insert.",
+            },
+            "insert_line": {
+                "type": "integer",
+                "description": "For `insert`: insert after this line (0 = before the first line).",
+            },
+            "view_range": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "description": "For `view` on a file: [start, end] line numbers, 1-based; end -1 = to the end.",
+            },
+            "replace_all": {
+                "type": "boolean",
+                "description": "For `str_replace`: replace every match instead of requiring exactly one.",
+            },
+        },
+        "required": ["command", "path"],
+        "additionalProperties": False,
+    }
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        command, path = args["command"], args["path"]
+        real = await resolve_workspace_path(ctx.sandbox, path)
+        kind = await path_kind(ctx.sandbox, real)
+        if command == "create":
+            if kind != "missing":
+                raise ToolError(
+                    f"File already exists at: {path}. Cannot overwrite files using command `create`."
+                )
+            return await self._create(ctx, path, real, _required(args, "file_text", command))
+        if kind == "missing":
+            raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
+        if kind == "dir":
+            if command != "view":
+                raise ToolError(
+                    f"The path {path} is a directory and only the `view` command can be used on directories."
+                )
+            if args.get("view_range") is not None:
+                raise ToolError(
+                    "The `view_range` parameter is not allowed when `path` points to a directory."
+                )
+            return await self._view_dir(ctx.sandbox, path, real)
+        if command == "view":
+            return await self._view_file(ctx.sandbox, path, real, args.get("view_range"))
+        if command == "str_replace":
+            old_str = _required(args, "old_str", command)
+            return await self._str_replace(
+                ctx, path, real, old_str, args.get("new_str", ""), bool(args.get("replace_all", False))
+            )
+        if command == "insert":
+            line = _required(args, "insert_line", command)
+            return await self._insert(ctx, path, real, line, _required(args, "new_str", command))
+        return await self._undo(ctx, path, real)
+
+    async def _read(self, sandbox: Sandbox, path: str, real: str) -> tuple[bytes, TextFile]:
+        data = await sandbox.read_file(real)
+        return data, decode_text(data, path)
+
+    async def _view_dir(self, sandbox: Sandbox, path: str, real: str) -> ToolResult:
+        entries = await sandbox.list_files(real, max_depth=2)
+        base = real.rstrip("/")
+        shown = [path.rstrip("/") or "/"]
+        for entry in sorted(entries, key=lambda e: e.path):
+            rel = entry.path[len(base) + 1 :] if entry.path.startswith(base + "/") else ""
+            if not rel or any(part.startswith(".") for part in rel.split("/")):
+                continue
+            shown.append(f"{path.rstrip('/')}/{rel}" + ("/" if entry.is_dir else ""))
+        listing = "\n".join(shown)
+        return ToolResult(
+            True,
+            f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n{listing}\n",
+            {"path": path, "entries": shown[1:]},
+        )
+
+    async def _view_file(
+        self, sandbox: Sandbox, path: str, real: str, view_range: list[int] | None
+    ) -> ToolResult:
+        _, tf = await self._read(sandbox, path, real)
+        lines = display_lines(tf.text)
+        first, last = 1, len(lines)
+        if view_range is not None:
+            if len(view_range) != 2:
+                raise ToolError("Invalid `view_range`. It should be a list of two integers.")
+            first, last = view_range
+            if not 1 <= first <= len(lines):
+                raise ToolError(
+                    f"Invalid `view_range`: {view_range}. Its first element `{first}` should be within the "
+                    f"range of lines of the file: {[1, len(lines)]}"
+                )
+            if last == -1:
+                last = len(lines)
+            elif last > len(lines):
+                raise ToolError(
+                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be smaller than "
+                    f"the number of lines in the file: `{len(lines)}`"
+                )
+            elif last < first:
+                raise ToolError(
+                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be larger or "
+                    f"equal than its first `{first}`"
+                )
+        body = cat_n("\n".join(lines[first - 1 : last]), first)
+        if len(body) > MAX_VIEW_CHARS:
+            cut = body.rfind("\n", 0, MAX_VIEW_CHARS)
+            shown_last = first + body.count("\n", 0, cut)
+            body = body[:cut] + (
+                f"\n[... output cut: showing lines {first}-{shown_last - 1} of {len(lines)}. Use `view_range` "
+                "to see the rest, or the search tool to find the line numbers you need.]"
+            )
+        return ToolResult(
+            True,
+            f"Here's the result of running `cat -n` on {path}:\n{body}\n",
+            {"path": path, "content": tf.text, "encoding": tf.encoding, "view_range": [first, last]},
+        )
+
+    async def _write(
+        self, ctx: ToolContext, path: str, real: str, before: bytes | None, after: bytes
+    ) -> None:
+        await ctx.sandbox.write_file(real, after)
+        ctx.edit_history.setdefault(real, []).append(before)
+
+    async def _create(self, ctx: ToolContext, path: str, real: str, file_text: str) -> ToolResult:
+        data = file_text.encode("utf-8")
+        await self._write(ctx, path, real, None, data)
+        return ToolResult(
+            True,
+            f"File created successfully at: {path}",
+            {
+                "path": path,
+                "old_content": None,
+                "new_content": file_text,
+                "diff": unified_diff(path, "", file_text),
+            },
+        )
+
+    async def _str_replace(
+        self, ctx: ToolContext, path: str, real: str, old_str: str, new_str: str, replace_all: bool
+    ) -> ToolResult:
+        if old_str == "":
+            raise ToolError(
+                "No replacement was performed: `old_str` is empty. Give the exact text to replace, "
+                "or use `insert` to add text at a line."
+            )
+        before, tf = await self._read(ctx.sandbox, path, real)
+        text = tf.text
+        rung, matches = find_matches(text, old_str, overlapping=not replace_all)
+        if not matches:
+            raise ToolError(
+                f"No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+            )
+        if len(matches) > 1 and not replace_all:
+            lines = sorted({line_of(text, m.start) for m in matches})
+            raise ToolError(
+                f"No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines {lines}. "
+                "Please ensure it is unique."
+            )
+        replacement = tf.with_file_newlines(new_str)
+        pieces, pos = [], 0
+        for m in matches:
+            pieces += [text[pos : m.start], replacement]
+            pos = m.end
+        new_text = "".join([*pieces, text[pos:]])
+        await self._write(ctx, path, real, before, tf.encode(new_text, path))
+
+        first_line = line_of(text, matches[0].start)
+        last_match_start = matches[-1].start + sum(len(replacement) - (m.end - m.start) for m in matches[:-1])
+        last_line = line_of(new_text, last_match_start) + replacement.count("\n")
+        snippet, start = _snippet(new_text, first_line, last_line)
+        count = f"Replaced {len(matches)} occurrences of old_str. " if replace_all else ""
+        note = RUNG_NOTES[rung]
+        output = (
+            f"The file {path} has been edited. {count}Here's the result of running `cat -n` on a snippet of "
+            f"{path}:\n{cat_n(snippet, start)}\n"
+            + (f"{note}\n" if note else "")
+            + "Review the changes and make sure they are as expected. Edit the file again if necessary."
+        )
+        return ToolResult(
+            True,
+            output,
+            {
+                "path": path,
+                "rung": rung,
+                "replacements": len(matches),
+                "old_content": text,
+                "new_content": new_text,
+                "diff": unified_diff(path, text, new_text),
+            },
+        )
+
+    async def _insert(
+        self, ctx: ToolContext, path: str, real: str, insert_line: int, new_str: str
+    ) -> ToolResult:
+        before, tf = await self._read(ctx.sandbox, path, real)
+        text = tf.text
+        lines = text.splitlines(keepends=True)
+        if not 0 <= insert_line <= len(lines):
+            raise ToolError(
+                f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of "
+                f"the file: {[0, len(lines)]}"
+            )
+        inserted = tf.with_file_newlines(new_str)
+        offset = sum(len(line) for line in lines[:insert_line])
+        if insert_line == len(lines) and lines and not lines[-1].endswith("\n"):
+            inserted = tf.newline + inserted  # the last line had no line break of its own
+        elif not inserted.endswith("\n"):
+            inserted += tf.newline
+        new_text = text[:offset] + inserted + text[offset:]
+        await self._write(ctx, path, real, before, tf.encode(new_text, path))
+
+        added = max(1, len(new_str.splitlines()))
+        snippet, start = _snippet(new_text, insert_line + 1, insert_line + added)
+        output = (
+            f"The file {path} has been edited. Here's the result of running `cat -n` on a snippet of the "
+            f"edited file:\n{cat_n(snippet, start)}\n"
+            "Review the changes and make sure they are as expected (correct indentation, no duplicate lines, "
+            "etc). Edit the file again if necessary."
+        )
+        return ToolResult(
+            True,
+            output,
+            {
+                "path": path,
+                "old_content": text,
+                "new_content": new_text,
+                "diff": unified_diff(path, text, new_text),
+            },
+        )
+
+    async def _undo(self, ctx: ToolContext, path: str, real: str) -> ToolResult:
+        history = ctx.edit_history.get(real)
+        if not history:
+            raise ToolError(f"No edit history found for {path}.")
+        current = await ctx.sandbox.read_file(real)
+        previous = history.pop()
+        current_text = decode_text(current, path).text
+        if previous is None:
+            rel = workspace_relative(real)
+            result = await ctx.sandbox.exec(f"rm -f -- {shlex.quote(rel)}", cwd=WORKSPACE)
+            if result.exit_code != 0:
+                history.append(previous)
+                raise ToolError(f"Could not undo the creation of {path}: {result.output.strip()}")
+            return ToolResult(
+                True,
+                f"Last edit to {path} undone successfully. The file was created by that edit and has been removed.",
+                {
+                    "path": path,
+                    "old_content": current_text,
+                    "new_content": None,
+                    "diff": unified_diff(path, current_text, ""),
+                },
+            )
+        await ctx.sandbox.write_file(real, previous)
+        previous_text = decode_text(previous, path).text
+        body = cat_n("\n".join(display_lines(previous_text)))
+        return ToolResult(
+            True,
+            f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n{body}\n",
+            {
+                "path": path,
+                "old_content": current_text,
+                "new_content": previous_text,
+                "diff": unified_diff(path, current_text, previous_text),
+            },
+        )
+
+
+def _required(args: dict[str, Any], name: str, command: str) -> Any:
+    if args.get(name) is None:
+        raise ToolError(f"Parameter `{name}` is required for command: {command}")
+    return args[name]

@@ -1,0 +1,144 @@
+"""``shell``: bash commands in a persistent session (``cd`` and ``export`` carry over).
+
+Each call runs in a fresh ``bash`` through ``Sandbox.exec``; the session lives in a state file
+(``/tmp/.clover-shell/<session>``) holding the working directory and the exported variables.
+The command runs after the state is restored, and an ``EXIT`` trap saves it again, so a command
+that calls ``exit`` still keeps its ``cd``. Why not one long-lived bash: a timeout then kills the
+command's whole process group (the sandbox's job) and nothing stays wedged; the next call simply
+starts from the last saved state. What a killed command changed (``cd``, ``export``) is lost,
+and shell functions, aliases and unexported variables do not carry over.
+
+When the state file is unreadable the session starts again in ``/workspace`` and the output says
+so; when the saved directory is gone, the command runs in ``/workspace`` and the output says so.
+Stdin is ``/dev/null``: a command that waits for input gets end-of-file at once.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, ClassVar
+
+from clover_agent.tools.base import Tool, ToolContext, ToolResult
+
+DEFAULT_TIMEOUT_S = 120.0
+MAX_TIMEOUT_S = 3600.0
+#: The model sees the first and last this many bytes of a long output; ``data`` has all of it.
+OUTPUT_HEAD_BYTES = 8 * 1024
+OUTPUT_TAIL_BYTES = 8 * 1024
+STATE_DIR = "/tmp/.clover-shell"
+STATE_HEADER = "# clover-shell-state v1"
+_NOTICE = "__clover_shell_notice__:"
+
+NOTICES = {
+    "corrupt": "[The shell session's saved state could not be read, so a new session was started in "
+    "/workspace: earlier `cd` and `export` were lost.]",
+    "cwd_gone": "[The session's working directory no longer exists; this command ran in /workspace.]",
+}
+
+# The state file is sourced at top level (inside a function
+# `declare -x` would make locals). `export -p` quotes values so that sourcing restores them.
+_SCRIPT = r"""
+__clover_notice=
+mkdir -p "${__clover_state%/*}" 2>/dev/null
+if [ -e "$__clover_state" ]; then
+  if [ "$(head -n 1 "$__clover_state" 2>/dev/null)" = "@HEADER@" ] && [ "$(tail -n 1 "$__clover_state" 2>/dev/null)" = "# end" ]; then
+    . "$__clover_state" >/dev/null 2>&1
+  else
+    __clover_notice=corrupt
+    __clover_cwd=
+  fi
+fi
+if [ -n "$__clover_cwd" ] && ! cd -- "$__clover_cwd" 2>/dev/null; then
+  __clover_notice=${__clover_notice:-cwd_gone}
+fi
+unset __clover_cwd
+[ -n "$__clover_notice" ] && printf '@NOTICE@%s\n' "$__clover_notice"
+__clover_save() {
+  {
+    printf '%s\n' "@HEADER@"
+    export -p
+    printf '__clover_cwd=%q\n' "$PWD"
+    printf '# end\n'
+  } > "$__clover_state.tmp" 2>/dev/null && mv -f "$__clover_state.tmp" "$__clover_state"
+}
+trap __clover_save EXIT
+exec </dev/null
+eval "$__clover_command"
+"""
+
+
+def shell_script(state_file: str, command: str) -> str:
+    """The ``bash -c`` line that runs ``command`` inside the saved session."""
+    body = _SCRIPT.replace("@HEADER@", STATE_HEADER).replace("@NOTICE@", _NOTICE)
+    return f"__clover_state={shlex.quote(state_file)}\n__clover_command={shlex.quote(command)}\n{body}"
+
+
+def head_tail(text: str, head: int = OUTPUT_HEAD_BYTES, tail: int = OUTPUT_TAIL_BYTES) -> str:
+    """``text`` cut to its first ``head`` and last ``tail`` bytes (UTF-8), the cut noted."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= head + tail:
+        return text
+    omitted = len(data) - head - tail
+    first = data[:head].decode("utf-8", "ignore")
+    last = data[-tail:].decode("utf-8", "ignore")
+    return f"{first}\n[... {omitted} bytes omitted; the output was {len(data)} bytes in total ...]\n{last}"
+
+
+class ShellTool(Tool):
+    name = "shell"
+    description = (
+        "Run a bash command in the workspace (a persistent session that starts in /workspace: `cd` and "
+        "`export` carry over to later calls). No input can be given to the command (stdin is empty), so use "
+        "non-interactive flags (e.g. `-y`, `--no-pager`). A long output is cut to its beginning and end. "
+        f"The command is killed, with everything it started, after `timeout` seconds (default {DEFAULT_TIMEOUT_S:g})."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "description": "The bash command to run."},
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_TIMEOUT_S,
+                "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S:g}).",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        timeout = float(args.get("timeout", DEFAULT_TIMEOUT_S))
+        state_file = f"{STATE_DIR}/{ctx.session_id}"
+        result = await ctx.sandbox.exec(shell_script(state_file, args["command"]), timeout=timeout)
+        output = result.output
+        notice = ""
+        if output.startswith(_NOTICE):
+            first, _, output = output.partition("\n")
+            notice = NOTICES.get(first[len(_NOTICE) :], "")
+        shown = head_tail(output)
+        parts = [notice] if notice else []
+        if shown:
+            parts.append(shown.rstrip("\n"))
+        if result.timed_out:
+            parts.append(
+                f"[The command timed out after {timeout:g} s; it and every process it started were killed. "
+                "The shell session is still usable, but `cd` and `export` from this command were not kept.]"
+            )
+        else:
+            if result.killed_reason:
+                parts.append(f"[The command was stopped: {result.killed_reason}.]")
+            parts.append(f"[exit code: {result.exit_code}]")
+        return ToolResult(
+            ok=not result.timed_out and result.exit_code == 0,
+            output="\n".join(parts),
+            data={
+                "command": args["command"],
+                "output": output,
+                "exit_code": result.exit_code,
+                "timed_out": result.timed_out,
+                "killed_reason": result.killed_reason,
+                "duration_s": result.duration_s,
+                "session_reset": notice != "",
+            },
+        )
