@@ -64,6 +64,7 @@ class SandboxSpec:
     network: bool = False  # network during the agent's work (off by default)
     setup_commands: list[str] = field(default_factory=list)  # run once before the agent starts
     setup_network: bool = False  # network only while the setup commands run
+    setup_timeout: float = 1800.0  # seconds, per set-up command
     env: dict[str, str] = field(default_factory=dict)
 
 

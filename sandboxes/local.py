@@ -25,9 +25,10 @@ import threading
 from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
-from clover_agent.sandboxes.base import ExecResult, FileEntry, Sandbox, SandboxError, SandboxSpec
-from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession
-from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, copy_workspace, diff_script
+from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec
+from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.workspace import copy_workspace
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +41,19 @@ _COPY_PREFIX = "clover-agent-local-"
 _WORKSPACE_WORD = re.compile(r"(?<![\w.-])/workspace(?![\w.-])")
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(SessionSandbox):
     warning = LOCAL_WARNING
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
-        self.base_commit: str | None = None
         self.host_workspace: Path | None = None  # the copy's real path, once started
         self._folder: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._session: RunnerSession | None = None
         self._cleanup_token: int | None = None
 
     async def start(self) -> None:
         log.warning(LOCAL_WARNING)
+        spec = effective_spec(self.spec)
         await asyncio.to_thread(reap_stale_copies)
         self._folder = Path(tempfile.mkdtemp(prefix=f"{_COPY_PREFIX}{os.getpid()}-")).resolve()
         self._cleanup_token = cleanup.register(self._close_now)
@@ -61,8 +61,8 @@ class LocalSandbox(Sandbox):
         workspace.mkdir()
         self.host_workspace = workspace
         try:
-            await asyncio.to_thread(copy_workspace, self.spec.repo, workspace)
-            env = {**os.environ, **self.spec.env, "WORKSPACE": str(workspace)}
+            await asyncio.to_thread(copy_workspace, spec.repo, workspace)
+            env = {**os.environ, **spec.env, "WORKSPACE": str(workspace)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", BOOTSTRAP, str(workspace)],
                 stdin=subprocess.PIPE,
@@ -71,23 +71,13 @@ class LocalSandbox(Sandbox):
                 env=env,
                 start_new_session=True,  # Ctrl-C in the terminal reaches the agent, not the runner
             )
-            self._session = RunnerSession(self._send)
-            for stream, sink in (
-                (self._proc.stdout, self._session.feed),
-                (self._proc.stderr, self._session.feed_stderr),
-            ):
-                threading.Thread(target=_pump, args=(stream, sink, self._session), daemon=True).start()
-            await asyncio.to_thread(self._session.start)
-            for command in self.spec.setup_commands:
-                result = await self.exec(command)
-                if result.exit_code != 0:
-                    raise SandboxError(
-                        f"set-up command failed (exit {result.exit_code}): {command}\n{result.output[-2000:]}"
-                    )
-            baseline = await self.exec(BASELINE_SCRIPT)
-            if baseline.exit_code != 0:
-                raise SandboxError(f"could not record the starting commit:\n{baseline.output[-2000:]}")
-            self.base_commit = baseline.output.strip().splitlines()[-1]
+            session = RunnerSession(self._send)
+            for stream, sink in ((self._proc.stdout, session.feed), (self._proc.stderr, session.feed_stderr)):
+                threading.Thread(target=_pump, args=(stream, sink, session), daemon=True).start()
+            await asyncio.to_thread(session.start)
+            self._session = session
+            await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
+            await self._record_baseline()
         except BaseException:
             await self.close()
             raise
@@ -97,17 +87,6 @@ class LocalSandbox(Sandbox):
         self._proc.stdin.write(data)
         self._proc.stdin.flush()
 
-    def _live_session(self) -> RunnerSession:
-        if self._session is None:
-            raise SandboxError("the local sandbox is not started")
-        return self._session
-
-    def _to_host(self, text: str) -> str:
-        return _WORKSPACE_WORD.sub(lambda _: str(self.host_workspace), text)
-
-    def _to_sandbox(self, text: str) -> str:
-        return text.replace(str(self.host_workspace), "/workspace")
-
     async def exec(
         self,
         command: str,
@@ -116,38 +95,19 @@ class LocalSandbox(Sandbox):
         env: dict[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        result = await self._live_session().exec(self._to_host(command), timeout=timeout, env=env, cwd=cwd)
-        result.output = self._to_sandbox(result.output)
+        host = str(self.host_workspace)
+        command = _WORKSPACE_WORD.sub(lambda _: host, command)
+        result = await super().exec(command, timeout=timeout, env=env, cwd=cwd)
+        result.output = result.output.replace(host, WORKSPACE)
         return result
-
-    async def read_file(self, path: str) -> bytes:
-        return await self._live_session().read_file(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await self._live_session().write_file(path, data)
-
-    async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
-        return await self._live_session().list_files(path, max_depth)
-
-    async def stat(self, path: str) -> FileEntry | None:
-        return await self._live_session().stat(path)
-
-    async def realpath(self, path: str) -> str:
-        return await self._live_session().realpath(path)
-
-    async def diff(self) -> str:
-        if self.base_commit is None:
-            raise SandboxError("the local sandbox is not started")
-        result = await self.exec(diff_script(self.base_commit))
-        if result.exit_code != 0:
-            raise SandboxError(f"git diff failed in the workspace:\n{result.output[-2000:]}")
-        return result.output
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close_now)
 
     def _close_now(self) -> None:
         """Stop the runner (it kills what it still runs) and delete the copy. Idempotent."""
+        self._session = None
+        self.base_commit = None
         proc, self._proc = self._proc, None
         if proc is not None:
             try:

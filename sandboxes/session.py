@@ -1,5 +1,7 @@
 """Host side of the runner protocol: one long-lived session per sandbox.
 
+:class:`SessionSandbox` implements the :class:`Sandbox` operations over a :class:`RunnerSession`;
+the backends only create the runner (a host subprocess or a container) and connect its pipes.
 :class:`RunnerSession` sends JSON-line requests to the runner (:mod:`clover_agent.sandboxes.runner`)
 and matches responses by id, whatever carries the bytes: a local subprocess's pipes or a Docker
 attach socket. A reader thread turns incoming bytes into lines and hands each response to the event
@@ -18,7 +20,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from clover_agent.sandboxes.base import ExecResult, FileEntry, SandboxError
+from clover_agent.sandboxes.base import ExecResult, FileEntry, Sandbox, SandboxError
+from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, diff_script
 
 #: The runner's source, sent as the first stdin line to :data:`BOOTSTRAP`.
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
@@ -187,3 +190,62 @@ def _error(message: dict, path: object) -> Exception:
         code = code or errno_codes.EIO
         return (cls or OSError)(code, os.strerror(code), path)
     return SandboxError(f"sandbox runner error {name}: {text}")
+
+
+class SessionSandbox(Sandbox):
+    """A sandbox whose operations all go through one runner session (set ``_session`` in start)."""
+
+    _session: RunnerSession | None = None
+    #: The commit ``diff()`` compares against: the workspace as it was after the set-up commands.
+    base_commit: str | None = None
+
+    def _live_session(self) -> RunnerSession:
+        if self._session is None:
+            raise SandboxError(f"the {type(self).__name__} is not started (or already closed)")
+        return self._session
+
+    async def _run_setup_commands(self, commands: list[str], timeout: float) -> None:
+        for command in commands:
+            result = await self.exec(command, timeout=timeout)
+            if result.exit_code != 0:
+                status = result.killed_reason or f"exit {result.exit_code}"
+                raise SandboxError(f"set-up command failed ({status}): {command}\n{result.output[-2000:]}")
+
+    async def _record_baseline(self) -> None:
+        result = await self.exec(BASELINE_SCRIPT)
+        if result.exit_code != 0:
+            raise SandboxError(f"could not record the workspace's starting commit:\n{result.output[-2000:]}")
+        self.base_commit = result.output.strip().splitlines()[-1]
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        return await self._live_session().exec(command, timeout=timeout, env=env, cwd=cwd)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._live_session().read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._live_session().write_file(path, data)
+
+    async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
+        return await self._live_session().list_files(path, max_depth)
+
+    async def stat(self, path: str) -> FileEntry | None:
+        return await self._live_session().stat(path)
+
+    async def realpath(self, path: str) -> str:
+        return await self._live_session().realpath(path)
+
+    async def diff(self) -> str:
+        if self.base_commit is None:
+            raise SandboxError(f"the {type(self).__name__} is not started (or already closed)")
+        result = await self.exec(diff_script(self.base_commit))
+        if result.exit_code != 0:
+            raise SandboxError(f"git diff failed in the workspace:\n{result.output[-2000:]}")
+        return result.output

@@ -24,6 +24,11 @@ _GIT_IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost 
 #: Prints the baseline commit of ``/workspace`` (creating the repository and commit if needed).
 BASELINE_SCRIPT = f"""set -e
 cd "$WORKSPACE"
+if [ ! -w . ]; then
+  echo "the workspace $WORKSPACE is not writable by uid $(id -u): the image must provide it" \
+    "(build custom images FROM clover-agent-sandbox:latest)" >&2
+  exit 3
+fi
 [ -d .git ] || git init -q
 git add -A
 if ! git rev-parse -q --verify HEAD >/dev/null || ! git diff --cached --quiet; then

@@ -1,0 +1,276 @@
+"""``DockerSandbox``: the default, isolated sandbox on the Docker Engine API.
+
+One container per task, started from a locally built image (``clover-agent sandbox build``):
+
+- the repository is copied in (``put_archive`` of the workspace files into an anonymous volume at
+  ``/workspace``); the user's tree is never mounted;
+- uid/gid 1000, all capabilities dropped, ``no-new-privileges``, read-only root file system with a
+  tmpfs ``/tmp``, ``--network none`` (unless the spec asks otherwise), CPU, memory (no swap) and
+  process limits, and an init process that reaps orphans;
+- the container's main process is the runner (:mod:`clover_agent.sandboxes.runner`); this side
+  attaches to its stdin/stdout once, so every later command is one JSON line each way over that
+  socket instead of a ``docker exec``;
+- every container is labelled (``clover-agent=1``, owner pid and host, run id); it is removed on
+  close, on SIGINT/SIGTERM and at exit, and containers left by killed runs are reaped at the next
+  start and by ``clover-agent sandbox prune``.
+
+Set-up commands that need the network run first on the default bridge network; the container is
+then disconnected, leaving only the loopback interface, before the agent's first command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from clover_agent.errors import SandboxUnavailable
+from clover_agent.sandboxes import cleanup
+from clover_agent.sandboxes.base import WORKSPACE, SandboxSpec
+from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.workspace import write_workspace_tar
+
+if TYPE_CHECKING:
+    import docker
+
+log = logging.getLogger(__name__)
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+LABEL = "clover-agent"
+LABEL_OWNER_PID = "clover-agent.owner-pid"
+LABEL_HOST = "clover-agent.host"
+LABEL_RUN_ID = "clover-agent.run-id"
+TMP_SIZE = "1g"
+_LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this machine)"
+
+
+def docker_client(timeout: float = 10) -> docker.DockerClient:
+    """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError as exc:
+        raise SandboxUnavailable(
+            f"the `docker` Python package is missing ({exc}): reinstall clover-agent "
+            f"(`pip install clover-agent`), {_LOCAL_HINT}"
+        ) from None
+    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except (DockerException, OSError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise SandboxUnavailable(
+            f"no Docker engine answers at {where} ({reason}). Install Docker and start it "
+            "(e.g. `sudo systemctl start docker`), give your user access to its socket, or point "
+            f"DOCKER_HOST at a running engine; {_LOCAL_HINT}"
+        ) from None
+    return client
+
+
+def require_image(client: docker.DockerClient, image: str) -> None:
+    """Raise :class:`SandboxUnavailable` (with the fix) when ``image`` is not on the engine."""
+    from docker.errors import ImageNotFound
+
+    try:
+        client.api.inspect_image(image)
+    except ImageNotFound:
+        raise SandboxUnavailable(
+            f"the sandbox image {image} is not on this Docker engine. Build it with "
+            "`clover-agent sandbox build` (no registry needed), or choose another with --image or "
+            f"`[sandbox] image` in .clover/config.toml; {_LOCAL_HINT}"
+        ) from None
+
+
+def stale_containers(client: docker.DockerClient, *, everything: bool = False) -> list[dict[str, Any]]:
+    """Labelled sandbox containers whose owner process is gone (all of them with ``everything``)."""
+    found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    if everything:
+        return found
+    stale = []
+    for c in found:
+        labels = c.get("Labels") or {}
+        pid = labels.get(LABEL_OWNER_PID, "")
+        if not cleanup.owner_alive(int(pid) if pid.isdigit() else -1, labels.get(LABEL_HOST)):
+            stale.append(c)
+    return stale
+
+
+def remove_containers(client: docker.DockerClient, containers: list[dict[str, Any]]) -> list[str]:
+    """Force-remove containers (with their anonymous volumes); return the ids removed."""
+    from docker.errors import NotFound
+
+    removed = []
+    for c in containers:
+        try:
+            client.api.remove_container(c["Id"], force=True, v=True)
+            removed.append(c["Id"])
+        except NotFound:
+            pass  # another process reaped it first
+    return removed
+
+
+class DockerSandbox(SessionSandbox):
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.run_id = uuid.uuid4().hex[:12]
+        self.container_id: str | None = None
+        self.image: str | None = None
+        self._client: docker.DockerClient | None = None
+        self._socket: Any = None
+        self._runner: RunnerSession | None = None  # connected; becomes ``_session`` once ready
+        self._cleanup_token: int | None = None
+        self._closing = False
+
+    async def start(self) -> None:
+        spec = effective_spec(self.spec)
+        self.image = spec.image
+        self._client = client = await asyncio.to_thread(docker_client)
+        await asyncio.to_thread(require_image, client, spec.image)
+        reaped = await asyncio.to_thread(remove_containers, client, stale_containers(client))
+        if reaped:
+            log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
+        try:
+            await asyncio.to_thread(self._create_and_attach, spec)
+            assert self._runner is not None
+            await asyncio.to_thread(self._runner.start)
+            self._session = self._runner
+            await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
+            if spec.setup_commands and spec.setup_network and not spec.network:
+                await asyncio.to_thread(self._disconnect_all_networks)
+            await self._record_baseline()
+        except BaseException:
+            await self.close()
+            raise
+
+    def _create_and_attach(self, spec: SandboxSpec) -> None:
+        assert self._client is not None
+        api = self._client.api
+        limits = spec.limits
+        networked = spec.network or (spec.setup_network and bool(spec.setup_commands))
+        host_config = api.create_host_config(
+            network_mode="bridge" if networked else "none",
+            read_only=True,
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMP_SIZE}"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,  # no swap: over the limit means killed, not slow
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids,
+            init=True,
+        )
+        env = {"HOME": "/tmp", "WORKSPACE": WORKSPACE, "LANG": "C.UTF-8", **spec.env}
+        container = api.create_container(
+            spec.image,
+            command=["python3", "-u", "-c", BOOTSTRAP, WORKSPACE],
+            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+            working_dir=WORKSPACE,
+            environment=env,
+            volumes=[WORKSPACE],
+            stdin_open=True,
+            tty=False,
+            labels={
+                LABEL: "1",
+                LABEL_OWNER_PID: str(os.getpid()),
+                LABEL_HOST: cleanup.HOST_ID,
+                LABEL_RUN_ID: self.run_id,
+            },
+            host_config=host_config,
+        )
+        self.container_id = container["Id"]
+        self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
+        self._socket = api.attach_socket(
+            self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        session = RunnerSession(self._send, on_lost=self._explain_loss)
+        threading.Thread(target=_pump_frames, args=(self._socket, session), daemon=True).start()
+        self._runner = session
+        # The workspace goes in before the runner is told to start, so its first command sees it.
+        with tempfile.TemporaryFile() as archive:
+            write_workspace_tar(spec.repo, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
+            archive.seek(0)
+            api.start(self.container_id)
+            api.put_archive(self.container_id, WORKSPACE, archive)
+
+    def _send(self, data: bytes) -> None:
+        sock = self._socket
+        raw = getattr(sock, "_sock", sock)
+        if hasattr(raw, "sendall"):
+            raw.sendall(data)
+        else:  # paramiko channels (ssh://) and other socket-likes
+            view = memoryview(data)
+            while view:
+                view = view[raw.send(view) :]
+
+    def _disconnect_all_networks(self) -> None:
+        assert self._client is not None and self.container_id is not None
+        api = self._client.api
+        networks = api.inspect_container(self.container_id)["NetworkSettings"]["Networks"] or {}
+        for name in networks:
+            api.disconnect_container_from_network(self.container_id, name, force=True)
+
+    def _explain_loss(self) -> str:
+        """Why the runner's stream ended: closed by us, or what happened to the container."""
+        if self._closing or self._client is None or self.container_id is None:
+            return "the sandbox was closed"
+        try:
+            state = self._client.api.inspect_container(self.container_id)["State"]
+        except Exception as exc:
+            return f"the sandbox container is gone ({exc})"
+        if state.get("OOMKilled"):
+            return "the sandbox container was killed: out of memory (its runner exceeded the memory limit)"
+        return (
+            f"the sandbox container stopped (status {state.get('Status')}, exit code {state.get('ExitCode')})"
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close_now)
+
+    def _close_now(self) -> None:
+        """Remove the container and its volume. Idempotent."""
+        self._closing = True
+        self._session = self._runner = None
+        self.base_commit = None
+        if self._cleanup_token is not None:
+            cleanup.unregister(self._cleanup_token)
+            self._cleanup_token = None
+        container_id, self.container_id = self.container_id, None
+        if container_id is not None and self._client is not None:
+            remove_containers(self._client, [{"Id": container_id}])
+        sock, self._socket = self._socket, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _remove_with_fresh_client(self) -> None:
+        """Cleanup for signal handlers and exit: a new client, since the signal may have interrupted
+        a request on the shared one."""
+        self._closing = True
+        container_id = self.container_id
+        if container_id is not None:
+            remove_containers(docker_client(timeout=10), [{"Id": container_id}])
+
+
+def _pump_frames(sock: Any, session: RunnerSession) -> None:
+    """Reader thread: split Docker's multiplexed attach stream into the runner's stdout and stderr."""
+    from docker.utils.socket import frames_iter
+
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            if stream == 1:
+                session.feed(data)
+            elif stream == 2:
+                session.feed_stderr(data)
+    except (OSError, ValueError):
+        pass  # the socket was closed under us: the container is being removed
+    finally:
+        session.feed_eof()
