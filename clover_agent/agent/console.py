@@ -23,6 +23,7 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 
+TOOL_CALL_TAG = "<tool_call>"
 RESULT_LINES = 8
 RESULT_WIDTH = 160
 
@@ -33,18 +34,18 @@ class ConsoleRenderer:
     def __init__(self, out: TextIO | None = None, *, show_reasoning: bool = False) -> None:
         self.out = out or sys.stdout
         self.show_reasoning = show_reasoning
-        self._streamed = False  # text of the current model turn was already streamed
+        self._turn_text = ""  # text streamed so far in the current model turn
+        self._shown = 0  # how much of it was written
         self._at_line_start = True
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ModelDelta):
             if event.kind == "text" or self.show_reasoning:
-                self._write(event.text)
-                self._streamed = True
+                self._stream(event.text)
         elif isinstance(event, ModelResponded):
-            if not self._streamed and event.content.strip():
-                self._line(f"[{event.step}] {event.content.strip()}")
-            self._streamed = False
+            if not self._turn_text and event.content.strip():
+                self._line(event.content.strip())
+            self._turn_text, self._shown = "", 0
             self._end_line()
         elif isinstance(event, ToolCallStarted):
             self._line(f"→ {event.name} {_arguments(event.arguments)}")
@@ -65,6 +66,25 @@ class ConsoleRenderer:
         elif isinstance(event, Done):
             self._line(f"agent {event.outcome}: {event.summary or event.message}")
         self.out.flush()
+
+    def _stream(self, text: str) -> None:
+        """Write model text up to its first tool call (calls get their own line); a tag split
+        across deltas is held back until it is complete."""
+        self._turn_text += text
+        cut = self._turn_text.find(TOOL_CALL_TAG)
+        if cut < 0:
+            cut = len(self._turn_text)
+            for keep in range(len(TOOL_CALL_TAG) - 1, 0, -1):
+                if self._turn_text.endswith(TOOL_CALL_TAG[:keep]):
+                    cut -= keep
+                    break
+        visible = self._turn_text[: max(cut, self._shown)]
+        if len(visible) > self._shown:
+            chunk = visible[self._shown :]
+            if self._shown == 0:
+                chunk = chunk.lstrip("\n")
+            self._write(chunk.rstrip("\n") if cut < len(self._turn_text) else chunk)
+            self._shown = len(visible)
 
     def _write(self, text: str) -> None:
         if text:

@@ -1,0 +1,75 @@
+"""Checkpoints for real: snapshots in a sandbox's git repository, undo to any turn, the base diff intact."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clover_agent.agent.checkpoints import Checkpoints
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir()
+    (path / "a.py").write_text("A = 1\n")
+    (path / ".gitignore").write_text("*.log\n")
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=path, check=True
+    )
+    return path
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def sandbox(request, tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    async with create_sandbox(request.param, SandboxSpec(repo=str(repo))) as box:
+        yield box
+
+
+async def read(box, path: str) -> str | None:
+    result = await box.exec(f"cat {path} 2>/dev/null || echo MISSING", cwd="/workspace")
+    text = result.output
+    return None if text.strip() == "MISSING" else text
+
+
+async def test_undo_to_any_turn(sandbox) -> None:
+    checkpoints = Checkpoints(sandbox, "run1")
+    await checkpoints.snapshot(1, "editor:create")  # turn 1: state 0
+    await sandbox.write_file("/workspace/new.py", b"NEW = 1\n")
+    await checkpoints.snapshot(2, "editor:str_replace")  # turn 2: new.py exists
+    await sandbox.write_file("/workspace/a.py", b"A = 2\n")
+    await checkpoints.snapshot(4, "shell")  # turn 4 (turn 3 changed nothing)
+    await sandbox.exec("rm a.py && echo junk > debug.log && mkdir -p d && echo x > d/x.txt", cwd="/workspace")
+
+    await checkpoints.undo_to(3)  # as turn 3 began == the turn-4 snapshot
+    assert await read(sandbox, "a.py") == "A = 2\n"
+    assert await read(sandbox, "d/x.txt") is None
+    assert await read(sandbox, "debug.log") == "junk\n"  # ignored files are left alone
+
+    await checkpoints.undo_to(2)
+    assert await read(sandbox, "a.py") == "A = 1\n"
+    assert await read(sandbox, "new.py") == "NEW = 1\n"
+
+    restored = await checkpoints.undo_to(1)
+    assert restored is not None and restored.tool == "editor:create"
+    assert await read(sandbox, "new.py") is None
+    assert await sandbox.diff() == ""  # back at the start; the sandbox's base diff still works
+
+    # Snapshots live on private refs; HEAD and the branch did not move.
+    refs = await sandbox.exec(
+        "git for-each-ref --format='%(refname)' refs/clover; git log --oneline | wc -l", cwd="/workspace"
+    )
+    assert refs.output.count("refs/clover/run1/turn-") == 3
+    assert await checkpoints.undo_to(5) is None  # nothing changed since turn 5 began
+
+
+async def test_diff_sees_changes_made_after_a_snapshot(sandbox) -> None:
+    checkpoints = Checkpoints(sandbox, "run2")
+    await checkpoints.snapshot(1, "shell")
+    await sandbox.write_file("/workspace/a.py", b"A = 3\n")
+    diff = await sandbox.diff()
+    assert "-A = 1" in diff and "+A = 3" in diff
