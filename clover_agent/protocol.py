@@ -483,10 +483,15 @@ def split_thinking(text: str) -> tuple[str | None, str]:
 @dataclass
 class _Parsed:
     reasoning: str | None
-    rest: str
+    rest: str  # the text after the reasoning
     content: str
-    calls: list[tuple[str, dict[str, Any]]]
-    broken: list[_Broken]
+    blocks: list[
+        tuple[str, dict[str, Any]] | _Broken
+    ]  # calls (name, converted arguments) and broken blocks, in order
+
+    @property
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        return [block for block in self.blocks if isinstance(block, tuple)]
 
 
 def _parse(text: str, tools: Sequence[Mapping[str, Any]]) -> _Parsed:
@@ -497,23 +502,25 @@ def _parse(text: str, tools: Sequence[Mapping[str, Any]]) -> _Parsed:
     except RecursionError:  # thousands of calls in one message
         items = [_Broken(rest, "too many tool calls in one message", in_content=True)]
     pieces: list[str] = []
-    calls: list[tuple[str, dict[str, Any]]] = []
-    broken: list[_Broken] = []
+    blocks: list[tuple[str, dict[str, Any]] | _Broken] = []
     for item in items:
         if isinstance(item, str):
             pieces.append(item)
         elif isinstance(item, _Call):
-            properties = (parameters.get(item.name) or {}).get("properties") or {}
-            arguments = {
-                key: convert_value(value, properties.get(key) if isinstance(properties, Mapping) else None)
-                for key, value in item.raw_arguments
-            }
-            calls.append((item.name, arguments))
+            properties = (parameters.get(item.name) or {}).get("properties")
+            if not isinstance(properties, Mapping):
+                properties = {}
+            blocks.append(
+                (
+                    item.name,
+                    {key: convert_value(value, properties.get(key)) for key, value in item.raw_arguments},
+                )
+            )
         else:
-            broken.append(item)
+            blocks.append(item)
             if item.in_content:
                 pieces.append(item.text)
-    return _Parsed(reasoning, rest, "".join(pieces).strip(), calls, broken)
+    return _Parsed(reasoning, rest, "".join(pieces).strip(), blocks)
 
 
 def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str, list[ToolCall]]:
@@ -524,15 +531,29 @@ def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]]) -> tuple[str
     return parsed.content, [ToolCall(name, arguments) for name, arguments in parsed.calls]
 
 
-def _validation_problem(name: str, arguments: dict[str, Any], schema: dict[str, Any] | None) -> str | None:
+def tool_call_problem(
+    name: str, arguments: Mapping[str, Any], parameters: Mapping[str, dict[str, Any] | None]
+) -> str | None:
+    """Why a call cannot run (unknown tool, arguments its JSON schema rejects), for the model; None
+    when it can. ``parameters`` is :func:`tool_parameters` of the tools offered."""
+    if name not in parameters:
+        available = ", ".join(sorted(parameters)) or "(none)"
+        return f"there is no tool named `{name}`; the available tools are: {available}"
+    schema = parameters[name]
     if schema is None:
         return None
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
     return f"invalid arguments for `{name}`" + (f" at `{where}`" if where else "") + f": {error.message}"
+
+
+def format_error_message(problems: Sequence[str]) -> str:
+    """The message a model gets back for unusable tool calls."""
+    listed = "\n".join(f"- {p}" for p in problems)
+    return f"Your tool call could not be used, so no tool was run:\n{listed}\n{FORMAT_REMINDER}\nWrite the call again."
 
 
 def parse_assistant(text: str, tools: Sequence[Mapping[str, Any]]) -> AssistantTurn:
@@ -540,23 +561,17 @@ def parse_assistant(text: str, tools: Sequence[Mapping[str, Any]]) -> AssistantT
     in ``tools`` or has arguments its schema rejects (then no call of the turn should run)."""
     parsed = _parse(text, tools)
     parameters = tool_parameters(tools)
-    problems = [item.problem for item in parsed.broken]
-    for name, arguments in parsed.calls:
-        if name not in parameters:
-            available = ", ".join(sorted(parameters)) or "(none)"
-            problems.append(f"there is no tool named `{name}`; the available tools are: {available}")
-        else:
-            problem = _validation_problem(name, arguments, parameters[name])
-            if problem:
-                problems.append(problem)
+    problems = [
+        block.problem if isinstance(block, _Broken) else tool_call_problem(*block, parameters)
+        for block in parsed.blocks
+    ]
+    problems = [p for p in problems if p]
     if problems:
-        listed = "\n".join(f"- {p}" for p in problems)
-        message = (
-            f"Your tool call could not be used, so no tool was run:\n{listed}\n{FORMAT_REMINDER}\n"
-            "Write the call again."
-        )
         raise ToolCallFormatError(
-            message, problems=problems, content=parsed.rest.strip(), reasoning=parsed.reasoning
+            format_error_message(problems),
+            problems=problems,
+            content=parsed.rest.strip(),
+            reasoning=parsed.reasoning,
         )
     return AssistantTurn(
         content=parsed.content,
@@ -567,6 +582,29 @@ def parse_assistant(text: str, tools: Sequence[Mapping[str, Any]]) -> AssistantT
 
 # --------------------------------------------------------------------------------------------------
 # Rendering
+
+
+def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """A call as the model writes it (and the chat template renders it): strings verbatim, other
+    values as JSON. :func:`parse_tool_calls` reads it back to the same call."""
+    lines = [TOOL_CALL_OPEN, f"<function={name}>"]
+    for key, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines += [f"<parameter={key}>", text, "</parameter>"]
+    lines += [FUNCTION_CLOSE, TOOL_CALL_CLOSE]
+    return "\n".join(lines)
+
+
+def format_assistant_text(content: str, reasoning: str | None, calls: Sequence[ToolCall]) -> str:
+    """The raw assistant text for a turn whose parts arrived separately (an OpenAI-style server):
+    what a replay file stores and :func:`parse_assistant` reads back."""
+    parts = [f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\n" if reasoning else "", content.strip()]
+    if calls:
+        parts.append(
+            ("\n\n" if content.strip() else "")
+            + "\n".join(format_tool_call(c.name, c.arguments) for c in calls)
+        )
+    return "".join(parts)
 
 
 def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from clover_agent.errors import CloverError, ExitCode, ModelUnavailable
-from clover_agent.protocol import ToolCall
+from clover_agent.protocol import ToolCall, ToolCallFormatError, parse_assistant
+
+#: Characters per token for estimates where no tokenizer is at hand (Qwen's BPE on code and English).
+CHARS_PER_TOKEN = 3.5
+
+
+def estimate_tokens(text: str) -> int:
+    """A token count estimate for text with no tokenizer at hand (rounded up)."""
+    return int(-(-len(text) // CHARS_PER_TOKEN))
 
 
 class BackendUnavailable(ModelUnavailable):
@@ -46,6 +54,41 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: FinishReason = "stop"
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        tools: list[dict[str, Any]],
+        *,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        finish_reason: FinishReason | None = None,
+    ) -> ModelTurn:
+        """Parse a raw assistant text strictly; a malformed call becomes ``format_error``.
+        ``finish_reason`` defaults to "tool_calls" when there are calls, else "stop"."""
+        try:
+            parsed = parse_assistant(text, tools)
+        except ToolCallFormatError as error:
+            return cls(
+                content=error.content,
+                reasoning=error.reasoning,
+                tool_calls=[],
+                raw=text,
+                format_error=str(error),
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                finish_reason=finish_reason or "stop",
+            )
+        return cls(
+            content=parsed.content,
+            reasoning=parsed.reasoning,
+            tool_calls=parsed.tool_calls,
+            raw=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reason=finish_reason or ("tool_calls" if parsed.tool_calls else "stop"),
+        )
 
     def to_message(self) -> dict[str, Any]:
         """The turn as an assistant message for the next request (what the chat template renders)."""

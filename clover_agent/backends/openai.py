@@ -1,0 +1,498 @@
+"""The ``openai`` backend: any OpenAI-compatible chat-completions server (e.g. SGLang serving Clover).
+
+POST ``{base_url}/chat/completions`` with the messages and the tools, streamed (server-sent events)
+or not. Tool calls the server returns as structured ``tool_calls`` are used as they are (validated
+against the tools' schemas); a server that returns none (no tool parser configured) gets its text
+parsed with the Qwen3.6 protocol. ``reasoning_content`` is taken when the server splits reasoning
+out, else ``<think>`` is split from the text.
+
+HTTP is the standard library's ``http.client`` in a daemon thread per request, so an interrupted
+agent never waits on a socket and no dependency is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from clover_agent.backends.base import (
+    BackendEvent,
+    BackendUnavailable,
+    EventCallback,
+    FinishReason,
+    ModelBackend,
+    ModelTurn,
+    estimate_tokens,
+)
+from clover_agent.errors import UsageError
+from clover_agent.protocol import (
+    ToolCall,
+    format_assistant_text,
+    format_error_message,
+    new_call_id,
+    tool_call_problem,
+    tool_parameters,
+)
+
+#: Environment variables holding the API key, first found wins.
+API_KEY_VARIABLES = ("CLOVER_API_KEY", "OPENAI_API_KEY")
+#: Statuses worth another try: rate limited, or the server (or a proxy) momentarily failing.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+T = TypeVar("T")
+
+
+class _StatusError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+_END = object()
+
+
+async def _in_daemon_thread(work: Callable[[], T]) -> T:
+    """Run blocking ``work`` in a daemon thread (unlike ``asyncio.to_thread``, an abandoned request
+    cannot hold up the interpreter's exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is gone: nobody waits any more
+            pass
+
+    threading.Thread(target=run, daemon=True, name="clover-openai-request").start()
+    return await future
+
+
+def iter_sse_data(lines: Iterator[bytes]) -> Iterator[str]:
+    """The ``data`` payloads of a server-sent-events stream (multi-line data joined by newlines;
+    comments, ``event:`` and ``id:`` fields skipped)."""
+    data: list[str] = []
+    for raw in lines:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+@dataclass
+class _PartialCall:
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class ChatCompletionAccumulator:
+    """Builds one assistant message from streamed chunks (or one non-streamed response): text and
+    reasoning concatenated, tool-call deltas merged by their ``index``."""
+
+    content: str = ""
+    reasoning: str = ""
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def add_chunk(self, chunk: dict[str, Any], on_event: EventCallback | None) -> None:
+        if isinstance(chunk.get("error"), dict | str):
+            raise _StatusError(200, _describe_error(chunk["error"]))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                self.reasoning += reasoning
+                if on_event:
+                    on_event(BackendEvent(kind="reasoning", text=reasoning))
+            if delta.get("content"):
+                self.content += delta["content"]
+                if on_event:
+                    on_event(BackendEvent(kind="text", text=delta["content"]))
+            for position, call_delta in enumerate(delta.get("tool_calls") or []):
+                index = call_delta.get("index", position)
+                partial = self.calls.setdefault(index, _PartialCall())
+                partial.id = call_delta.get("id") or partial.id
+                function = call_delta.get("function") or {}
+                partial.name += function.get("name") or ""
+                arguments = function.get("arguments")
+                partial.arguments += arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def add_message(self, response: dict[str, Any]) -> None:
+        if isinstance(response.get("usage"), dict):
+            self.usage = response["usage"]
+        choices = response.get("choices") or []
+        if not choices:
+            raise _StatusError(200, f"the response has no choices: {json.dumps(response)[:300]}")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        self.content = message.get("content") or ""
+        self.reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        for index, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            self.calls[index] = _PartialCall(
+                id=call.get("id"),
+                name=function.get("name") or "",
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            )
+        self.finish_reason = choice.get("finish_reason")
+
+    def turn(self, tools: list[dict[str, Any]], prompt_estimate: int) -> ModelTurn:
+        """The assistant turn: structured calls when the server sent any, else calls parsed from the text."""
+        prompt_tokens = int(self.usage.get("prompt_tokens") or prompt_estimate)
+        completion_tokens = int(
+            self.usage.get("completion_tokens") or estimate_tokens(self.reasoning + self.content)
+        )
+        finish: FinishReason = "length" if self.finish_reason == "length" else "stop"
+        if not self.calls:
+            raw = format_assistant_text(self.content, self.reasoning or None, [])
+            # Keep an unsplit "<think>" in the text for the protocol when the server did not split it.
+            text = raw if self.reasoning else self.content
+            return ModelTurn.from_text(
+                text,
+                tools,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                finish_reason=finish if finish == "length" else None,
+            )
+        parameters = tool_parameters(tools)
+        calls: list[ToolCall] = []
+        problems: list[str] = []
+        for index in sorted(self.calls):
+            partial = self.calls[index]
+            try:
+                arguments = json.loads(partial.arguments or "{}")
+            except json.JSONDecodeError as exc:
+                problems.append(f"the arguments of `{partial.name}` are not valid JSON ({exc.msg})")
+                continue
+            if not isinstance(arguments, dict):
+                problems.append(f"the arguments of `{partial.name}` must be an object")
+                continue
+            problem = tool_call_problem(partial.name, arguments, parameters)
+            if problem:
+                problems.append(problem)
+            calls.append(ToolCall(partial.name, arguments, partial.id or new_call_id()))
+        raw = format_assistant_text(self.content, self.reasoning or None, calls)
+        return ModelTurn(
+            # with a format error, the model sees what it wrote: its text and its calls
+            content=format_assistant_text(self.content, None, calls) if problems else self.content.strip(),
+            reasoning=self.reasoning.strip() or None,
+            tool_calls=[] if problems else calls,
+            raw=raw,
+            format_error=format_error_message(problems) if problems else None,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reason="tool_calls" if not problems and finish == "stop" else finish,
+        )
+
+
+def _describe_error(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or json.dumps(error))
+    return str(error)
+
+
+def _error_detail(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text[:500] or "(no body)"
+    if isinstance(parsed, dict) and "error" in parsed:
+        return _describe_error(parsed["error"])[:500]
+    if isinstance(parsed, dict) and "detail" in parsed:
+        return str(parsed["detail"])[:500]
+    return text[:500]
+
+
+def _why_unreachable(exc: BaseException, connect_timeout: float) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)"
+    if isinstance(exc, socket.gaierror):
+        return "the host name does not resolve"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {connect_timeout:g} s"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS failed ({exc.reason or exc})"
+    return str(exc) or type(exc).__name__
+
+
+def api_key_from_env() -> str | None:
+    for variable in API_KEY_VARIABLES:
+        if os.environ.get(variable):
+            return os.environ[variable]
+    return None
+
+
+class OpenAIBackend(ModelBackend):
+    """Chat completions against ``base_url`` (the API root, e.g. ``http://HOST:30000/v1``).
+
+    ``timeout`` bounds each wait for data from the server (a whole non-streamed answer, or the gap
+    between streamed chunks); ``connect_timeout`` bounds reaching it. Statuses 429 and 5xx are retried
+    ``retries`` times with a doubling delay; anything else is one :class:`BackendUnavailable`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model_name: str = "default",
+        api_key: str | None = None,
+        stream: bool = True,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
+        retries: int = 2,
+        retry_delay: float = 1.0,
+        context_window: int = 131072,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        parts = urlsplit(base_url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(
+                f"--base-url must be an http(s) URL such as http://HOST:30000/v1, got {base_url!r}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self._scheme, self._host, self._port = parts.scheme, parts.hostname, parts.port
+        self._path = f"{parts.path}/chat/completions"
+        self.model_name = model_name
+        self.api_key = api_key if api_key is not None else api_key_from_env()
+        self.stream = stream
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self.name = f"openai:{model_name}@{parts.netloc}"
+
+    # -- request -------------------------------------------------------------------------------------
+
+    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The JSON body: messages with tool-call arguments as JSON strings, as the API wants them."""
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": [_api_message(m) for m in messages],
+            "stream": self.stream,
+        }
+        if tools:
+            body["tools"] = tools
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.stream else "application/json",
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _open(self, payload: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Connect, send, and return the response once its status is 200 (blocking)."""
+        connection_type = (
+            http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        )
+        connection = connection_type(self._host, self._port, timeout=self.connect_timeout)
+        try:
+            connection.connect()
+        except OSError as exc:
+            connection.close()
+            raise BackendUnavailable(self._unreachable(_why_unreachable(exc, self.connect_timeout))) from exc
+        try:
+            connection.sock.settimeout(self.timeout)
+            connection.request("POST", self._path, body=payload, headers=self._headers())
+            response = connection.getresponse()
+            if response.status != 200:
+                detail = _error_detail(response.read(65536))
+                raise _StatusError(response.status, detail)
+        except _StatusError:
+            connection.close()
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise BackendUnavailable(self._stopped(exc)) from exc
+        return connection, response
+
+    def _unreachable(self, reason: str) -> str:
+        return (
+            f"Cannot reach the model server at {self.url}: {reason}.\n"
+            "Check that the OpenAI-compatible server (e.g. SGLang serving Clover) is running and reachable "
+            "from this machine, and that --base-url (or CLOVER_BASE_URL) is its API root, "
+            "e.g. http://HOST:30000/v1."
+        )
+
+    def _stopped(self, exc: BaseException) -> str:
+        reason = (
+            f"no data for {self.timeout:g} s"
+            if isinstance(exc, TimeoutError)
+            else str(exc) or type(exc).__name__
+        )
+        return f"The model server at {self.url} stopped answering: {reason}. Check the server's log."
+
+    def _status_message(self, error: _StatusError) -> str:
+        if error.status in (401, 403):
+            hint = "Set the API key in CLOVER_API_KEY (or OPENAI_API_KEY)."
+        elif error.status == 404:
+            hint = "Is --base-url the API root (usually ending in /v1) and --model-name a model it serves?"
+        elif error.status == 200:
+            hint = "Check the server's log."
+        else:
+            hint = "Check the server's log and the request limits (context length, max tokens)."
+        status = "an error" if error.status == 200 else f"HTTP {error.status}"
+        return f"The model server at {self.url} answered {status}: {error.detail}\n{hint}"
+
+    # -- completion ----------------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_event: EventCallback | None = None,
+    ) -> ModelTurn:
+        payload = json.dumps(self.request_body(messages, tools), ensure_ascii=False).encode("utf-8")
+        attempt = 0
+        while True:
+            accumulator = ChatCompletionAccumulator()
+            try:
+                if self.stream:
+                    await self._read_stream(payload, accumulator, on_event)
+                else:
+                    accumulator.add_message(await _in_daemon_thread(lambda: self._read_whole(payload)))
+                break
+            except _StatusError as error:
+                if error.status not in RETRYABLE_STATUSES or attempt >= self.retries:
+                    raise BackendUnavailable(self._status_message(error)) from None
+            await asyncio.sleep(self.retry_delay * 2**attempt)
+            attempt += 1
+        return accumulator.turn(tools, self.count_tokens(messages, tools))
+
+    def _read_whole(self, payload: bytes) -> dict[str, Any]:
+        connection, response = self._open(payload)
+        try:
+            body = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise BackendUnavailable(self._stopped(exc)) from exc
+        finally:
+            connection.close()
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            raise _StatusError(200, f"the answer is not JSON: {body[:300]!r}") from None
+        if not isinstance(parsed, dict):
+            raise _StatusError(200, f"the answer is not a JSON object: {body[:300]!r}")
+        return parsed
+
+    async def _read_stream(
+        self, payload: bytes, accumulator: ChatCompletionAccumulator, on_event: EventCallback | None
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        holder: dict[str, http.client.HTTPConnection] = {}
+
+        def push(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody reads any more
+                pass
+
+        def pump() -> None:
+            try:
+                connection, response = self._open(payload)
+                holder["connection"] = connection
+                for data in iter_sse_data(iter(response.readline, b"")):
+                    push(data)
+                push(_END)
+            except (OSError, http.client.HTTPException) as exc:
+                push(BackendUnavailable(self._stopped(exc)))
+            except BaseException as exc:
+                push(exc)
+
+        threading.Thread(target=pump, daemon=True, name="clover-openai-stream").start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if item.strip() == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(item)
+                except ValueError:
+                    raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
+                if isinstance(chunk, dict):
+                    accumulator.add_chunk(chunk, on_event)
+        finally:
+            if "connection" in holder:
+                holder["connection"].close()
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        """An estimate from the characters of the messages and tools (the server has the tokenizer)."""
+        text = json.dumps(messages, ensure_ascii=False) + json.dumps(tools, ensure_ascii=False)
+        return estimate_tokens(text)
+
+
+def _api_message(message: dict[str, Any]) -> dict[str, Any]:
+    out = {key: value for key, value in message.items() if value is not None}
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            function = dict(call.get("function") or {})
+            if not isinstance(function.get("arguments"), str):
+                function["arguments"] = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
+            calls.append({**call, "type": call.get("type", "function"), "function": function})
+        out["tool_calls"] = calls
+    return out
