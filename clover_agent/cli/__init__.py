@@ -19,6 +19,7 @@ from clover_agent.errors import CloverError, ExitCode
 COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
     "clover_agent.cli.doctor",
+    "clover_agent.cli.model",
 )
 
 
