@@ -1,0 +1,112 @@
+"""The replay backend: turns read from a JSON Lines file, parsed like a model's output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clover_agent.backends import BackendEvent, ReplayExhausted, create_backend
+from clover_agent.backends.replay import ReplayBackend
+from clover_agent.errors import ExitCode, UsageError
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
+                "required": ["command"],
+            },
+        },
+    }
+]
+FIRST = (
+    "The tests live in tests/.\n</think>\n\nLet me run them.\n<tool_call>\n<function=shell>\n"
+    "<parameter=command>\npytest -q\n</parameter>\n<parameter=timeout>\n60\n</parameter>\n</function>\n</tool_call>"
+)
+SECOND = "All green now."
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+async def test_turns_come_in_order_parsed_and_streamed(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "run.jsonl", [json.dumps({"content": FIRST}), "", json.dumps({"content": SECOND})]
+    )
+    backend = create_backend("replay", path=path)
+    assert isinstance(backend, ReplayBackend)
+    assert backend.name == "replay:run.jsonl"
+    messages = [{"role": "user", "content": "fix the tests"}]
+    events: list[BackendEvent] = []
+
+    first = await backend.complete(messages, TOOLS, on_event=events.append)
+    assert first.reasoning == "The tests live in tests/."
+    assert first.content == "Let me run them."
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [
+        ("shell", {"command": "pytest -q", "timeout": 60})
+    ]
+    assert first.raw == FIRST
+    assert first.finish_reason == "tool_calls"
+    assert first.format_error is None
+    assert first.prompt_tokens == backend.count_tokens(messages, TOOLS) > 0
+    assert [(e.kind, e.text) for e in events] == [
+        ("reasoning", "The tests live in tests/."),
+        ("text", FIRST.split("</think>\n\n", 1)[1]),
+    ]
+
+    second = await backend.complete(messages, TOOLS)
+    assert (second.content, second.tool_calls, second.finish_reason) == (SECOND, [], "stop")
+
+
+async def test_running_out_is_a_clear_agent_error(tmp_path: Path) -> None:
+    path = _write(tmp_path / "short.jsonl", [json.dumps({"content": SECOND})])
+    backend = ReplayBackend(path)
+    await backend.complete([{"role": "user", "content": "q"}], TOOLS)
+    with pytest.raises(ReplayExhausted) as info:
+        await backend.complete([{"role": "user", "content": "q"}], TOOLS)
+    assert info.value.exit_code == ExitCode.AGENT_ERROR
+    assert str(path) in info.value.message
+    assert "all 1 were used" in info.value.message
+
+
+async def test_a_malformed_call_becomes_a_format_error(tmp_path: Path) -> None:
+    broken = "Running.\n<tool_call>\n<function=shell>\n<parameter=command>\nls"
+    backend = ReplayBackend(_write(tmp_path / "bad.jsonl", [json.dumps({"content": broken})]))
+    turn = await backend.complete([{"role": "user", "content": "q"}], TOOLS)
+    assert turn.tool_calls == []
+    assert turn.format_error is not None and "<function=shell> is not closed" in turn.format_error
+    assert turn.content == broken  # the model sees what it wrote
+    assert turn.to_message() == {"role": "assistant", "content": broken}
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("{not json", "not valid JSON"),
+        ('["a list"]', 'each line must be an object {"content": "<assistant text>"}'),
+        ('{"text": "wrong key"}', 'each line must be an object {"content": "<assistant text>"}'),
+    ],
+)
+def test_malformed_lines_name_the_line(tmp_path: Path, line: str, problem: str) -> None:
+    path = _write(tmp_path / "r.jsonl", [json.dumps({"content": "ok"}), "", line])
+    with pytest.raises(UsageError) as info:
+        ReplayBackend(path)
+    assert info.value.message.startswith(f"{path}:3: ")
+    assert problem in info.value.message
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read the replay file"):
+        create_backend("replay", path=tmp_path / "absent.jsonl")
+
+
+def test_unknown_backend_kind() -> None:
+    with pytest.raises(UsageError, match="choose one of: engine, openai, replay"):
+        create_backend("magic")
