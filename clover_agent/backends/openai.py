@@ -6,8 +6,8 @@ against the tools' schemas); a server that returns none (no tool parser configur
 parsed with the Qwen3.6 protocol. ``reasoning_content`` is taken when the server splits reasoning
 out, else ``<think>`` is split from the text.
 
-HTTP is the standard library's ``http.client`` in a daemon thread per request, so an interrupted
-agent never waits on a socket and no dependency is added.
+HTTP is the standard library's ``http.client`` in a daemon thread per request (``threads.py``), so
+an interrupted agent never waits on a socket and no dependency is added.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from clover_agent.backends.base import (
@@ -33,6 +33,7 @@ from clover_agent.backends.base import (
     ModelTurn,
     estimate_tokens,
 )
+from clover_agent.backends.threads import call_soon, run_in_daemon_thread
 from clover_agent.errors import UsageError
 from clover_agent.protocol import (
     ToolCall,
@@ -48,8 +49,6 @@ API_KEY_VARIABLES = ("CLOVER_API_KEY", "OPENAI_API_KEY")
 #: Statuses worth another try: rate limited, or the server (or a proxy) momentarily failing.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
-T = TypeVar("T")
-
 
 class _StatusError(Exception):
     def __init__(self, status: int, detail: str) -> None:
@@ -59,34 +58,6 @@ class _StatusError(Exception):
 
 
 _END = object()
-
-
-async def _in_daemon_thread(work: Callable[[], T]) -> T:
-    """Run blocking ``work`` in a daemon thread (unlike ``asyncio.to_thread``, an abandoned request
-    cannot hold up the interpreter's exit)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def run() -> None:
-        try:
-            result, error = work(), None
-        except BaseException as exc:
-            result, error = None, exc
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is gone: nobody waits any more
-            pass
-
-    threading.Thread(target=run, daemon=True, name="clover-openai-request").start()
-    return await future
 
 
 def iter_sse_data(lines: Iterator[bytes]) -> Iterator[str]:
@@ -409,7 +380,11 @@ class OpenAIBackend(ModelBackend):
                 if self.stream:
                     await self._read_stream(payload, accumulator, on_event)
                 else:
-                    accumulator.add_message(await _in_daemon_thread(lambda: self._read_whole(payload)))
+                    accumulator.add_message(
+                        await run_in_daemon_thread(
+                            lambda: self._read_whole(payload), name="clover-openai-request"
+                        )
+                    )
                 break
             except _StatusError as error:
                 if error.status not in RETRYABLE_STATUSES or attempt >= self.retries:
@@ -442,10 +417,7 @@ class OpenAIBackend(ModelBackend):
         holder: dict[str, http.client.HTTPConnection] = {}
 
         def push(item: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is gone: nobody reads any more
-                pass
+            call_soon(loop, queue.put_nowait, item)
 
         def pump() -> None:
             try:
