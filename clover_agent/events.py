@@ -48,6 +48,29 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TaskStarted(Event):
+    """A front end's task begins (e.g. ``fix``), before any agent run: what was asked, and where."""
+
+    type: ClassVar[str] = "task_started"
+    run_id: str
+    command: str
+    target: str
+    repo: str
+    sandbox: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestsRun(Event):
+    """A test run made by the front end itself (not by the agent): before or after the agent's work."""
+
+    __test__ = False  # not a pytest test class
+    type: ClassVar[str] = "tests_run"
+    phase: str  # e.g. target_before, suite_before, target_after, suite_after
+    target: str
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     """A run (or the resumption of one) begins."""
 

@@ -3,10 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
 
+from clover_agent.agent.console import ConsoleRenderer
+from clover_agent.agent.fix_task import FixReport, FixRequest, run_fix
+from clover_agent.agent.patches import PatchNotApplied, apply_patch
+from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
+from clover_agent.backends import create_backend
+from clover_agent.backends.base import ModelBackend
 from clover_agent.engine.readiness import check_engine
-from clover_agent.errors import CloverError, ModelUnavailable
+from clover_agent.errors import CloverError, ExitCode, ModelUnavailable, UsageError
+from clover_agent.events import EventBus
 from clover_agent.settings import Settings
+
+EXIT_CODES = """\
+exit codes:
+  0  fixed: the target passes and no test that passed before fails (patch kept, applied if accepted)
+  1  not fixed: the agent finished but the target still fails or other tests broke; or the patch
+     could not be applied over your uncommitted changes
+  2  usage: bad arguments, or TARGET selects no tests
+  3  model unavailable: no GPU / weights for the engine, server unreachable
+  4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
+  5  nothing to fix: the target tests already pass
+  6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
+  7  agent error: stuck repeating itself, replay file exhausted
+  130 interrupted (Ctrl-C)
+Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/."""
 
 
 def require_engine(model: str | None) -> None:
@@ -16,21 +41,180 @@ def require_engine(model: str | None) -> None:
         raise ModelUnavailable(report.explain())
 
 
+def backend_factory(args: argparse.Namespace) -> Any:
+    """A function making the chosen backend (called only once a failure is confirmed)."""
+    settings = Settings.load()
+
+    def make() -> ModelBackend:
+        if args.backend == "replay":
+            return create_backend("replay", path=args.replay)
+        if args.backend == "openai":
+            options: dict[str, Any] = {
+                "base_url": args.base_url or settings.base_url,
+                "api_key": settings.api_key,
+            }
+            if args.model_name:
+                options["model_name"] = args.model_name
+            return create_backend("openai", **options)
+        return create_backend("engine", model_dir=args.model or settings.model_path)
+
+    return make
+
+
+def _check_arguments(args: argparse.Namespace) -> Path:
+    if args.backend == "replay" and not args.replay:
+        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
+    if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
+        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+    repo = Path(args.repo).resolve()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {args.repo}: no such folder")
+    if not (repo / ".git").exists():
+        raise UsageError(
+            f"{repo} is not the root of a git repository (fix hands back a git patch); run `git init`"
+        )
+    return repo
+
+
+async def _approve_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> bool:
+    shown = " ".join(f"{k}={v!r}" for k, v in arguments.items())
+    answer = await asyncio.to_thread(
+        input, f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y/N] "
+    )
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _counts(report: Any) -> str:
+    if report is None:
+        return "not run"
+    text = f"{report.passed} passed, {report.failed} failed"
+    if report.errors:
+        text += f", {report.errors} errors"
+    return text
+
+
+def print_summary(report: FixReport, repo: Path) -> None:
+    def rel(path: Path) -> str:
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+    status = "FIXED" if report.fixed else f"NOT FIXED (exit {int(report.exit_code)})"
+    lines = [f"\nclover-agent fix: {status} — {report.message}"]
+    if report.selection:
+        lines.append(f"  target      {report.selection}")
+    lines.append(
+        f"  before      target: {_counts(report.target_before)}; suite: {_counts(report.suite_before)}"
+    )
+    if report.target_after is not None:
+        lines.append(
+            f"  after       target: {_counts(report.target_after)}; suite: {_counts(report.suite_after)}"
+        )
+    if report.regressions:
+        lines.append(f"  broke       {', '.join(report.regressions)}")
+    if report.agent is not None:
+        stats = report.agent.stats
+        lines.append(f"  changed     {', '.join(report.files_changed) or 'nothing'}")
+        if report.test_files_changed:
+            lines.append(
+                f"  WARNING     test files changed: {', '.join(report.test_files_changed)} — review them"
+            )
+        note = " (replayed turns, not a model)" if report.backend.startswith("replay") else ""
+        lines.append(
+            f"  agent       {report.agent.outcome}; {stats.get('steps', 0)} steps, {stats.get('tokens', 0)} tokens, "
+            f"{stats.get('elapsed_s', 0):.1f} s; backend {report.backend}{note}"
+        )
+        lines.append(f"  patch       {rel(report.patch_path)}")
+    lines.append(f"  trajectory  {rel(report.trajectory_path)}")
+    lines.append(f"  time        {report.elapsed_s:.1f} s")
+    print("\n".join(lines), flush=True)
+
+
+def _hand_back(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
+    """Apply the patch when the user agrees; the exit code of the whole command."""
+    how = f"git -C {repo} apply {report.patch_path}"
+    if args.dry_run:
+        print(f"Dry run: the patch was not applied. To apply it: {how}")
+        return ExitCode.OK
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
+            )
+            return ExitCode.OK
+        answer = input(f"Apply the patch to {repo}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print(f"Not applied. To apply it later: {how}")
+            return ExitCode.OK
+    try:
+        files = apply_patch(repo, report.patch_path)
+    except PatchNotApplied as exc:
+        raise CloverError(exc.message) from None
+    print(f"Applied to {repo}: {', '.join(files)}")
+    return ExitCode.OK
+
+
 def _fix(args: argparse.Namespace) -> int:
     if args.backend == "engine":
         require_engine(args.model)
-    raise CloverError("the agent loop is not built yet (issue 7)")
+    repo = _check_arguments(args)
+    policy = preset(args.policy)
+    interactive = sys.stdin.isatty()
+    request = FixRequest(
+        target=args.target,
+        repo=repo,
+        make_backend=backend_factory(args),
+        sandbox_kind=args.sandbox,
+        image=args.image,
+        policy=policy,
+        approver=_approve_at_terminal if interactive and args.policy != "ci" else None,
+        max_steps=args.max_steps,
+        max_time_s=args.max_time,
+        max_tokens=args.max_tokens,
+    )
+    bus = EventBus()
+    bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
+    if args.sandbox == "local":
+        print(
+            "warning: --sandbox local does not isolate: commands run on this machine as you", file=sys.stderr
+        )
+    report = asyncio.run(run_fix(request, bus))
+    print_summary(report, repo)
+    if not report.fixed:
+        raise CloverError(report.message, exit_code=report.exit_code)
+    return _hand_back(report, repo, args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
         help="make a failing test pass and hand back a patch",
-        description="Reproduce the failure of TARGET in a sandbox, repair it with the agent, verify, "
-        "and keep the patch under .clover/runs/<id>/.",
+        description="Reproduce the failure of TARGET in a sandbox, repair it with the agent, verify (the target "
+        "passes, nothing that passed before fails), and keep the patch under .clover/runs/<id>/. TARGET is a test "
+        "node id, a test file, a -k keyword expression, or free text matched against test names.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", help="test node id, test file, keyword, or a free-text description")
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     p.add_argument("--backend", choices=("engine", "openai", "replay"), default="engine")
     p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
+    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server (openai backend)")
+    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
+    p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
+    p.add_argument("--sandbox", choices=("docker", "local"), default="docker")
+    p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
+    mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
+    p.add_argument("--max-steps", type=int, default=50, metavar="N", help="model calls at most (default 50)")
+    p.add_argument(
+        "--max-time", type=float, default=1800.0, metavar="S", help="seconds at most (default 1800)"
+    )
+    p.add_argument(
+        "--max-tokens", type=int, metavar="N", help="tokens read and written at most (default: no limit)"
+    )
+    p.add_argument("--policy", choices=tuple(PRESETS), default=DEFAULT_PRESET, help="tool policy preset")
+    p.add_argument("-v", "--verbose", action="store_true", help="also stream the model's reasoning")
     p.set_defaults(func=_fix)

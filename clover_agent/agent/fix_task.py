@@ -1,0 +1,253 @@
+"""The ``fix`` workflow: reproduce a failing test, let the agent repair it, verify, keep the patch.
+
+1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix.
+2. Run the whole suite once, so "nothing that passed before now fails" can be checked.
+3. Run the agent loop on the failure.
+4. Re-run the target, then the whole suite. Success means the target passes and no test that
+   passed before fails (or vanished) now.
+
+Everything lands in ``<repo>/.clover/runs/<id>/``: ``trajectory.jsonl`` (every event),
+``patch.diff`` (the sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch
+to the working tree is the caller's decision (see :mod:`clover_agent.agent.patches`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clover_agent.agent.budget import Budget
+from clover_agent.agent.context import gather_facts, system_prompt
+from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.patches import changed_files, is_test_file
+from clover_agent.agent.policy import Approver, Policy
+from clover_agent.agent.targets import TestSelection, select_tests
+from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
+from clover_agent.backends.base import ModelBackend
+from clover_agent.errors import CloverError, ExitCode
+from clover_agent.events import Done, ErrorReported, EventBus, TaskStarted, TestsRun
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.tools.run_tests import TestReport, run_tests_in
+
+RUNS_DIR = Path(".clover") / "runs"
+PATCH_FILE = "patch.diff"
+SUMMARY_FILE = "summary.json"
+
+
+class NothingToFix(CloverError):
+    exit_code = ExitCode.NOTHING_TO_FIX
+
+
+@dataclass
+class FixRequest:
+    target: str
+    repo: Path
+    make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
+    sandbox_kind: str = "docker"
+    image: str | None = None
+    policy: Policy | None = None
+    approver: Approver | None = None
+    max_steps: int | None = 50
+    max_time_s: float | None = 1800.0
+    max_tokens: int | None = None
+
+
+@dataclass
+class FixReport:
+    run_id: str
+    run_dir: Path
+    exit_code: ExitCode = ExitCode.FAILURE
+    message: str = ""
+    selection: str = ""
+    target_before: TestReport | None = None
+    suite_before: TestReport | None = None
+    target_after: TestReport | None = None
+    suite_after: TestReport | None = None
+    regressions: list[str] = field(default_factory=list)
+    agent: RunResult | None = None
+    backend: str = ""
+    files_changed: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def fixed(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    @property
+    def patch_path(self) -> Path:
+        return self.run_dir / PATCH_FILE
+
+    @property
+    def trajectory_path(self) -> Path:
+        return self.run_dir / TRAJECTORY_FILE
+
+    @property
+    def test_files_changed(self) -> list[str]:
+        return [f for f in self.files_changed if is_test_file(f)]
+
+    def to_dict(self) -> dict[str, Any]:
+        def counts(report: TestReport | None) -> dict[str, Any] | None:
+            if report is None:
+                return None
+            return {k: getattr(report, k) for k in ("passed", "failed", "errors", "skipped", "outcomes")}
+
+        return {
+            "run_id": self.run_id,
+            "fixed": self.fixed,
+            "exit_code": int(self.exit_code),
+            "message": self.message,
+            "target": self.selection,
+            "tests": {
+                "target_before": counts(self.target_before),
+                "suite_before": counts(self.suite_before),
+                "target_after": counts(self.target_after),
+                "suite_after": counts(self.suite_after),
+            },
+            "regressions": self.regressions,
+            "files_changed": self.files_changed,
+            "test_files_changed": self.test_files_changed,
+            "agent": None
+            if self.agent is None
+            else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
+            "backend": self.backend,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "patch": str(self.patch_path),
+            "trajectory": str(self.trajectory_path),
+        }
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def runs_dir(repo: Path) -> Path:
+    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched)."""
+    path = repo / RUNS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# clover-agent run records (trajectories, patches); not part of the project\n*\n")
+    return path
+
+
+def task_text(selection: TestSelection) -> str:
+    report = selection.report
+    failing = [t for t, outcome in report.outcomes.items() if outcome in ("failed", "error")]
+    shown = ", ".join(failing[:10]) + (f" and {len(failing) - 10} more" if len(failing) > 10 else "")
+    return (
+        f"Make the failing tests pass: {shown or selection.target}.\n\n"
+        f"They were selected with `run_tests` target `{selection.target}`. The run right now:\n\n"
+        f"{report.summary()}\n\n"
+        "Find and fix the cause in the code under test; do not weaken, skip or delete tests. The rest of "
+        "the suite must keep passing. When the tests pass, call `finish` with a short summary of the change."
+    )
+
+
+def regressions(before: TestReport, after: TestReport) -> list[str]:
+    """Tests that passed before and now fail, error, are skipped or are gone."""
+    return sorted(
+        t
+        for t, outcome in before.outcomes.items()
+        if outcome == "passed" and after.outcomes.get(t) != "passed"
+    )
+
+
+async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
+    """The whole workflow (see the module docstring). Never raises :class:`CloverError` once the run
+    folder exists: failures end up in the report, the summary file and a ``Done`` event."""
+    started = time.monotonic()
+    run_id = new_run_id()
+    report = FixReport(run_id, runs_dir(request.repo) / run_id)
+    writer = TrajectoryWriter(report.trajectory_path)
+    unsubscribe = bus.subscribe(writer)
+    bus.emit(
+        TaskStarted(
+            run_id=run_id,
+            command="fix",
+            target=request.target,
+            repo=str(request.repo),
+            sandbox=request.sandbox_kind,
+        )
+    )
+    try:
+        await _fix(request, bus, report)
+    except CloverError as exc:
+        report.exit_code, report.message = exc.exit_code, exc.message
+        outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
+        bus.emit(ErrorReported(kind=outcome, message=exc.message, fatal=True, exit_code=int(exc.exit_code)))
+        if report.agent is None:  # the loop emits its own Done
+            bus.emit(Done(outcome=outcome, exit_code=int(exc.exit_code), message=exc.message))
+    finally:
+        report.elapsed_s = time.monotonic() - started
+        await bus.drain()
+        unsubscribe()
+        writer.close()
+        (report.run_dir / SUMMARY_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    return report
+
+
+async def _fix(request: FixRequest, bus: EventBus, report: FixReport) -> None:
+    sandbox = create_sandbox(request.sandbox_kind, SandboxSpec(repo=str(request.repo), image=request.image))
+    async with sandbox:
+        selection = await select_tests(sandbox, request.target, request.repo)
+        report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
+        bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+        if selection.report.all_passed:
+            raise NothingToFix(
+                f"nothing to fix: {request.target!r} selects {selection.report.total} tests and none fails "
+                f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
+            )
+        if selection.report.problem and not selection.report.outcomes:
+            raise CloverError(f"the target tests could not be run: {selection.report.problem}")
+        report.suite_before = await run_tests_in(sandbox, None)
+        bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+
+        backend = request.make_backend()
+        report.backend = backend.name
+        try:
+            agent = Agent(
+                backend,
+                sandbox,
+                bus,
+                run_id=report.run_id,
+                policy=request.policy,
+                approver=request.approver,
+                budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
+            )
+            facts = await gather_facts(sandbox)
+            report.agent = await agent.run(task_text(selection), system_prompt(facts))
+        finally:
+            await backend.close()
+        report.patch_path.write_text(report.agent.patch, encoding="utf-8")
+        report.files_changed = changed_files(report.agent.patch)
+        if not report.agent.submitted:
+            report.exit_code, report.message = report.agent.exit_code, report.agent.message
+            return
+
+        report.target_after = await run_tests_in(sandbox, selection.target)
+        bus.emit(
+            TestsRun(phase="target_after", target=selection.target, report=report.target_after.to_dict())
+        )
+        report.suite_after = await run_tests_in(sandbox, None)
+        bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
+        report.regressions = regressions(report.suite_before, report.suite_after)
+        if not report.target_after.all_passed:
+            report.exit_code = ExitCode.FAILURE
+            report.message = (
+                f"the agent finished, but the target still fails: {report.target_after.summary()}"
+            )
+        elif report.regressions:
+            report.exit_code = ExitCode.FAILURE
+            report.message = "the target passes now, but tests that passed before fail: " + ", ".join(
+                report.regressions
+            )
+        elif not report.files_changed:
+            report.exit_code = ExitCode.FAILURE
+            report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
+        else:
+            report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"
