@@ -136,6 +136,9 @@ class DockerSandbox(SessionSandbox):
         reaped = await asyncio.to_thread(remove_containers, client, stale_containers(client))
         if reaped:
             log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
+        # Registered here, on the event loop's thread (normally the main thread, where signal
+        # handlers can be installed), before the container exists.
+        self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
         try:
             await asyncio.to_thread(self._create_and_attach, spec)
             assert self._runner is not None
@@ -185,7 +188,6 @@ class DockerSandbox(SessionSandbox):
             host_config=host_config,
         )
         self.container_id = container["Id"]
-        self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
         self._socket = api.attach_socket(
             self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )

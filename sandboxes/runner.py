@@ -204,15 +204,18 @@ def op_exec(req: dict) -> dict:
                 exited = True
         if exit_fd is None and proc.poll() is not None:
             exited = True
-    # The command is over (or out of time): nothing it started may outlive it.
+    # The command is over (or out of time): nothing it started may outlive it. Kill the group
+    # again while draining, in case a member was mid-fork (a fork storm) when the first kill came.
     _kill_group(pgid)
     grace_end = time.monotonic() + DRAIN_GRACE_S
     while out_open:
         left = grace_end - time.monotonic()
         if left <= 0:
             break
-        if poller.poll(int(left * 1000) + 1):
+        if poller.poll(min(int(left * 1000) + 1, 20)):
             read_available()
+        else:
+            _kill_group(pgid)
     proc.stdout.close()
     if exit_fd is not None:
         os.close(exit_fd)

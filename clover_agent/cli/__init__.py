@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",
+    "clover_agent.cli.sandbox",
 )
 
 

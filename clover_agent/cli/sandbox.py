@@ -1,0 +1,73 @@
+"""``clover-agent sandbox build|prune``: make the sandbox image locally, remove leftover containers."""
+
+from __future__ import annotations
+
+import argparse
+
+from clover_agent.errors import ExitCode
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+
+
+def _build(args: argparse.Namespace) -> int:
+    from clover_agent.sandboxes.docker import docker_client
+    from clover_agent.sandboxes.images import (
+        DEFAULT_BASE_IMAGE,
+        build_sandbox_image,
+        image_exists,
+        make_base_image,
+    )
+
+    client = docker_client()
+    base = args.base or DEFAULT_BASE_IMAGE
+    if args.base is None and not image_exists(client, base):
+        print(f"base image {base} is missing: making it with debootstrap (a few minutes)", flush=True)
+        make_base_image(base)
+    elif not image_exists(client, base):
+        from clover_agent.errors import SandboxUnavailable
+
+        raise SandboxUnavailable(f"base image {base} is not on this Docker engine (no registry is used)")
+    print(f"building {args.tag} FROM {base}", flush=True)
+    image_id = build_sandbox_image(
+        client, base=base, tag=args.tag, progress=(lambda _line: None) if args.quiet else print
+    )
+    print(f"built {args.tag} ({image_id[:19]})")
+    return ExitCode.OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from clover_agent.sandboxes.docker import docker_client, remove_containers, stale_containers
+    from clover_agent.sandboxes.local import reap_stale_copies
+
+    client = docker_client()
+    removed = remove_containers(client, stale_containers(client, everything=args.all))
+    copies = reap_stale_copies()
+    print(f"removed {len(removed)} sandbox container(s) and {len(copies)} local sandbox copy(ies)")
+    return ExitCode.OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sandbox",
+        help="build the sandbox image, remove leftover sandboxes",
+        description="Manage the Docker sandbox. Images are built locally; no registry is used.",
+    )
+    actions = p.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    build = actions.add_parser(
+        "build",
+        help=f"build {DEFAULT_SANDBOX_IMAGE} (Python 3, git, pytest, ripgrep, user agent uid 1000)",
+        description="Build the sandbox image from sandboxes/images/Dockerfile. Without --base, the "
+        "base image clover-agent-base:bookworm is made first when missing (debootstrap + docker "
+        "import; needs root). Fast when nothing changed (cached layers).",
+    )
+    build.add_argument("--base", metavar="IMAGE", help="build FROM this local image instead")
+    build.add_argument("--tag", default=DEFAULT_SANDBOX_IMAGE, help="tag to build (default: %(default)s)")
+    build.add_argument("--quiet", "-q", action="store_true", help="do not print the build steps")
+    build.set_defaults(func=_build)
+    prune = actions.add_parser(
+        "prune",
+        help="remove sandbox containers and local copies left by killed runs",
+        description="Remove containers labelled clover-agent=1 whose owner process is gone (all of "
+        "them with --all), and local-sandbox copies of dead processes.",
+    )
+    prune.add_argument("--all", action="store_true", help="also remove sandboxes of running processes")
+    prune.set_defaults(func=_prune)

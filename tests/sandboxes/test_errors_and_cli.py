@@ -1,0 +1,101 @@
+"""Clear messages when Docker or the image is missing, the sandbox CLI, and per-repository config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+from clover_agent.errors import ExitCode, SandboxUnavailable, UsageError
+from clover_agent.sandboxes import SandboxSpec
+from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes.docker import DockerSandbox
+from clover_agent.sandboxes.local import LocalSandbox
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+
+from .test_docker_lifecycle import container_exists, start_holder
+
+CLI = [sys.executable, "-m", "clover_agent"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+async def test_docker_not_running_is_one_clear_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        await DockerSandbox(SandboxSpec(repo=str(repo))).start()
+    message = excinfo.value.message
+    assert "no Docker engine answers at unix:///nonexistent/docker.sock" in message
+    assert "--sandbox local" in message and "start" in message
+    assert excinfo.value.exit_code == ExitCode.SANDBOX_UNAVAILABLE
+
+
+def test_cli_reports_docker_missing_without_traceback() -> None:
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    result = run_cli("sandbox", "prune", env=env)
+    assert result.returncode == ExitCode.SANDBOX_UNAVAILABLE
+    assert "no Docker engine answers" in result.stderr and "--sandbox local" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.docker
+async def test_missing_image_is_one_clear_error(repo: Path) -> None:
+    spec = SandboxSpec(repo=str(repo), image="clover-agent-test-no-such-image:never")
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        await DockerSandbox(spec).start()
+    message = excinfo.value.message
+    assert "clover-agent-test-no-such-image:never is not on this Docker engine" in message
+    assert "clover-agent sandbox build" in message and "--sandbox local" in message
+
+
+@pytest.mark.docker
+async def test_repository_config_chooses_the_image(repo: Path) -> None:
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nimage = "clover-agent-test-repo-image:x"\n')
+    with pytest.raises(SandboxUnavailable, match="clover-agent-test-repo-image:x"):
+        await DockerSandbox(SandboxSpec(repo=str(repo))).start()
+    # An explicit image in the spec (--image) wins over the repository's choice.
+    assert effective_spec(SandboxSpec(repo=str(repo), image="mine:1")).image == "mine:1"
+
+
+def test_config_defaults_and_errors(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLOVER_SANDBOX_IMAGE", raising=False)
+    monkeypatch.setenv("CLOVER_CONFIG", str(repo / "no-user-config.toml"))
+    assert effective_spec(SandboxSpec(repo=str(repo))).image == DEFAULT_SANDBOX_IMAGE
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text("[sandbox]\nsetup = 'not a list'\n")
+    with pytest.raises(UsageError, match="setup must be a list"):
+        effective_spec(SandboxSpec(repo=str(repo)))
+    (repo / ".clover" / "config.toml").write_text("[sandbox\n")
+    with pytest.raises(UsageError, match="invalid TOML"):
+        effective_spec(SandboxSpec(repo=str(repo)))
+
+
+async def test_repository_setup_commands_run_before_the_baseline(repo: Path) -> None:
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nsetup = ["echo prepared > setup.txt"]\n')
+    async with LocalSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+        assert await sandbox.read_file("/workspace/setup.txt") == b"prepared\n"
+        assert await sandbox.diff() == ""
+    assert not (repo / "setup.txt").exists()
+
+
+@pytest.mark.docker
+def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(repo: Path) -> None:
+    build = run_cli("sandbox", "build", "--quiet")
+    assert build.returncode == 0, build.stderr
+    assert f"built {DEFAULT_SANDBOX_IMAGE}" in build.stdout
+    assert docker.from_env().images.get(DEFAULT_SANDBOX_IMAGE)
+    child, container_id = start_holder(repo)
+    child.kill()
+    child.wait(timeout=30)
+    assert container_exists(container_id)
+    prune = run_cli("sandbox", "prune")
+    assert prune.returncode == 0 and "removed" in prune.stdout
+    assert not container_exists(container_id)
