@@ -1,0 +1,57 @@
+"""``Engine``: a loaded Clover checkpoint (model, config, tokenizer) and its entry points."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.model import CloverModel
+from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
+from clover_agent.engine.weights import load_model
+
+
+class Engine:
+    """The in-process engine. Build it with :meth:`from_pretrained`."""
+
+    def __init__(
+        self,
+        model: CloverModel,
+        config: CloverConfig,
+        tokenizer: Tokenizer | None,
+        *,
+        model_dir: Path,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        self.model_dir = model_dir
+        weight = model.embed_tokens.weight
+        self.device: torch.device = weight.device
+        self.dtype: torch.dtype = weight.dtype
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        kernels: str = "auto",
+        *,
+        progress: TextIO | None = sys.stderr,
+    ) -> Engine:
+        """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
+
+        The tokenizer is optional: a folder without ``tokenizer.json`` gives ``tokenizer=None``.
+        """
+        model_dir = Path(model_dir)
+        model, config = load_model(model_dir, device=device, dtype=dtype, kernels=kernels, progress=progress)
+        return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir)
+
+    def logits(self, input_ids: list[int]) -> torch.Tensor:
+        """Float32 logits [T, vocab] of a plain causal forward over ``input_ids`` from an empty cache."""
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        return self.model(ids, self.model.new_cache(), attention="causal")

@@ -1,0 +1,96 @@
+"""Gated DeltaNet token mixer (the ``linear_attention`` layers)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover_agent.engine.bidirectional_gdn import BidirectionalGdn
+from clover_agent.engine.cache import GdnState
+from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.ops import Ops
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + eps)`` over the last dim, in float32."""
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+class GatedRmsNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+
+class GatedDeltaNet(nn.Module):
+    """Projections, causal short conv, delta-rule recurrence, gated norm, output projection.
+
+    With ``bidirectional`` (checkpoints carrying the extra tensors) block-mode forwards add the
+    in-block backward branch of :mod:`clover_agent.engine.bidirectional_gdn`.
+    """
+
+    def __init__(self, config: CloverConfig) -> None:
+        super().__init__()
+        self.config = config
+        hidden, conv_dim = config.hidden_size, config.conv_dim
+        self.in_proj_qkv = nn.Linear(hidden, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden, config.linear_value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden, config.linear_num_value_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden, config.linear_num_value_heads, bias=False)
+        self.conv1d = nn.Conv1d(
+            conv_dim, conv_dim, config.linear_conv_kernel_dim, groups=conv_dim, bias=False
+        )
+        self.dt_bias = nn.Parameter(torch.ones(config.linear_num_value_heads))
+        self.A_log = nn.Parameter(torch.zeros(config.linear_num_value_heads))
+        self.norm = GatedRmsNorm(config.linear_value_head_dim, config.rms_norm_eps)
+        self.out_proj = nn.Linear(config.linear_value_dim, hidden, bias=False)
+        self.bidirectional = BidirectionalGdn(config) if config.bidirectional_gdn else None
+
+    def forward(
+        self, x: torch.Tensor, state: GdnState, ops: Ops, *, block_size: int | None, commit: int
+    ) -> torch.Tensor:
+        """x: [T, hidden] on top of ``state``. ``block_size`` set = block mode (tokens start on a block
+        boundary); ``commit`` = how many leading tokens to fold into ``state`` (0 = none)."""
+        cfg = self.config
+        steps = x.shape[0]
+        rows = self.in_proj_qkv(x)  # pre-convolution rows [T, conv_dim]
+        z = self.in_proj_z(x).reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
+        beta = self.in_proj_b(x).sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+
+        mixed = ops.causal_conv1d(rows, self.conv1d.weight.squeeze(1), state.conv)
+        bidirectional = self.bidirectional is not None and block_size is not None
+        if bidirectional:
+            mixed = mixed + self.bidirectional.right_conv(rows, block_size)
+        mixed = F.silu(mixed)
+        key_dim = cfg.linear_key_dim
+        q = l2_normalize(mixed[:, :key_dim].reshape(steps, cfg.linear_num_key_heads, -1))
+        k = l2_normalize(mixed[:, key_dim : 2 * key_dim].reshape(steps, cfg.linear_num_key_heads, -1))
+        v = mixed[:, 2 * key_dim :].reshape(steps, cfg.linear_num_value_heads, -1)
+        scale = cfg.linear_key_head_dim**-0.5
+
+        if 0 < commit < steps:
+            # The committed state must be the one after exactly `commit` tokens.
+            head, committed_state = ops.gated_delta_rule(
+                q[:commit], k[:commit], v[:commit], g[:commit], beta[:commit], state.recurrent, scale
+            )
+            tail, _ = ops.gated_delta_rule(
+                q[commit:], k[commit:], v[commit:], g[commit:], beta[commit:], committed_state, scale
+            )
+            out = torch.cat([head, tail])
+        else:
+            out, committed_state = ops.gated_delta_rule(q, k, v, g, beta, state.recurrent, scale)
+        if bidirectional:
+            backward = self.bidirectional.backward_scan(q, k, v, g, beta, block_size, scale, ops)
+            out = self.bidirectional.mix(out, backward)
+
+        if commit:
+            state.recurrent.copy_(committed_state)
+            history = torch.cat([state.conv, rows[:commit].t().to(state.conv.dtype)], dim=1)
+            state.conv.copy_(history[:, history.shape[1] - state.conv.shape[1] :])
+
+        out = ops.gated_rms_norm(out.to(x.dtype), z, self.norm.weight, self.norm.eps)
+        return self.out_proj(out.reshape(steps, -1))
