@@ -271,6 +271,7 @@ async def _run_pytest(sandbox: Sandbox, target: str | None, timeout: float) -> T
         + shlex.join(
             [
                 *("-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"),
+                "--continue-on-collection-errors",
                 f"--junitxml={xml_path}",
                 *args,
             ]
@@ -387,18 +388,32 @@ async def _run_unittest(sandbox: Sandbox, target: str | None, timeout: float) ->
 # --- npm, go, cargo --------------------------------------------------------------------------
 
 
+_TAP_NOT_OK = re.compile(r"^not ok \d+ - (?P<name>.+?)(?: # .*)?$\n(?P<block>(?:^ +.*\n|^\n)*)", re.MULTILINE)
+
+
+def parse_tap_output(output: str, report: TestReport) -> bool:
+    """Fill ``report`` from TAP summary lines (``# pass N``...); False when there are none."""
+    counts = {
+        key: re.findall(rf"^# {key} (\d+)$", output, re.MULTILINE)
+        for key in ("pass", "fail", "skipped", "todo")
+    }
+    if not (counts["pass"] or counts["fail"]):
+        return False
+    last = {key: int(found[-1]) if found else 0 for key, found in counts.items()}
+    report.passed, report.failed, report.skipped = last["pass"], last["fail"], last["skipped"] + last["todo"]
+    for m in _TAP_NOT_OK.finditer(output):
+        block = m["block"]
+        error = re.search(r"^ +error: (?:\|-?\n +)?(?P<first>.+)$", block, re.MULTILINE)
+        message = error["first"].strip().strip("'\"") if error else ""
+        report.failures.append(TestFailure(m["name"].strip(), "failed", message, trim_traceback(block)))
+    return True
+
+
 async def _run_npm(sandbox: Sandbox, target: str | None, timeout: float) -> TestReport:
     args = ["npm", "test", "--silent"] + (["--", target] if target else [])
     result = await sandbox.exec(shlex.join(args), timeout=timeout, cwd=WORKSPACE)
     report = _report("npm", shlex.join(args), target, result)
-    counts = {k: re.findall(rf"^# {k} (\d+)$", result.output, re.MULTILINE) for k in ("pass", "fail", "skip")}
-    if counts["pass"] or counts["fail"]:
-        report.passed = int(counts["pass"][-1]) if counts["pass"] else 0
-        report.failed = int(counts["fail"][-1]) if counts["fail"] else 0
-        report.skipped = int(counts["skip"][-1]) if counts["skip"] else 0
-        for m in re.finditer(r"^not ok \d+ - (.+)$", result.output, re.MULTILINE):
-            report.failures.append(TestFailure(m[1].strip(), "failed", "", ""))
-    else:
+    if not parse_tap_output(result.output, report):
         report.problem = (
             f"`npm test` exited with code {result.exit_code}; its output has no TAP summary, so no counts "
             "are available."

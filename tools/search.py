@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
-from clover_agent.tools.paths import path_kind, resolve_workspace_path, workspace_relative
+from clover_agent.tools.paths import path_kind, resolve_workspace_path
 from clover_agent.tools.textfile import decode_text, is_binary
 
 MAX_MATCHES = 100
@@ -34,18 +34,23 @@ def _clip(line: str) -> str:
 async def search_with_ripgrep(
     sandbox: Sandbox, pattern: str, real: str, glob: str | None
 ) -> tuple[list[str], int]:
-    """(first matching lines, total count) using ``rg`` in the sandbox."""
+    """(first matching lines, total count) using ``rg`` in the sandbox.
+
+    rg runs in the searched folder (a file's folder) so that a glob with ``/`` is relative to it.
+    """
+    is_dir = await path_kind(sandbox, real) == "dir"
+    folder = real if is_dir else posixpath.dirname(real)
     cmd = ["rg", "--line-number", "--no-heading", "--with-filename", "--color", "never", "--sort", "path"]
     cmd += ["--max-columns", str(MAX_LINE_CHARS * 2), "--max-columns-preview", "--regexp", pattern]
     if glob:
         cmd += ["--glob", glob]
-    cmd += ["--", workspace_relative(real)]
+    cmd += ["--", "." if is_dir else posixpath.basename(real)]
     line = (
         " ".join(shlex.quote(c) for c in cmd)
         + f" | awk -v max={MAX_MATCHES} 'NR <= max {{ print }} END {{ print \"{_TOTAL_MARK}\" NR }}'"
         + "; exit ${PIPESTATUS[0]}"
     )
-    result = await sandbox.exec(line, timeout=120, cwd=WORKSPACE)
+    result = await sandbox.exec(line, timeout=120, cwd=folder)
     lines = result.output.splitlines()
     total = 0
     if lines and lines[-1].startswith(_TOTAL_MARK):
@@ -54,13 +59,15 @@ async def search_with_ripgrep(
         raise ToolError(
             f"The search failed (rg exit code {result.exit_code}): {result.output.strip()[:2000]}"
         )
-    return [_clip(f"{WORKSPACE}/{x.removeprefix('./')}") for x in lines], total
+    return [_clip(f"{folder.rstrip('/')}/{x.removeprefix('./')}") for x in lines], total
 
 
 def _glob_matches(glob: str, rel: str) -> bool:
-    if "/" in glob.strip("/"):
-        return fnmatch.fnmatchcase(rel, glob.lstrip("/"))
-    return fnmatch.fnmatchcase(posixpath.basename(rel), glob.rstrip("/"))
+    """ripgrep-like: a glob without ``/`` matches the file name; ``**/`` may match no folders."""
+    glob = glob.strip("/")
+    if "/" not in glob:
+        return fnmatch.fnmatchcase(posixpath.basename(rel), glob)
+    return fnmatch.fnmatchcase(rel, glob) or fnmatch.fnmatchcase(rel, glob.replace("**/", ""))
 
 
 async def search_with_python(

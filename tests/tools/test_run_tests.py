@@ -1,0 +1,246 @@
+"""run_tests on a real repository with passing, failing, erroring and skipped tests (real pytest runs
+in the sandbox), target selection, and framework detection."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.tools.base import ToolContext
+from clover_agent.tools.registry import execute
+from clover_agent.tools.run_tests import detect_framework, run_tests_in
+
+from .conftest import make_repo
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TEST_MATH = """\
+import pytest
+
+from calc import add
+
+
+def test_pass():
+    assert add(1, 2) == 3
+
+
+def test_fail():
+    assert add(1, 2) == 4, "one plus two"
+
+
+def test_skip():
+    pytest.skip("not today")
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture exploded")
+
+
+def test_fixture_error(broken):
+    pass
+
+
+class TestGroup:
+    def test_in_class(self):
+        assert True
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n == 1
+"""
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Overrides the shared repository: a project whose tests pass, fail, error and skip."""
+    return make_repo(
+        tmp_path_factory.mktemp("run_tests") / "repo",
+        {
+            "pyproject.toml": "[tool.pytest.ini_options]\npythonpath = ['.']\n",
+            "calc.py": "def add(a, b):\n    return a + b\n",
+            "tests/test_math.py": TEST_MATH,
+            "tests/test_broken.py": "import not_a_module_anywhere\n\ndef test_never():\n    pass\n",
+        },
+    )
+
+
+async def test_full_run_structure(sandbox: Sandbox) -> None:
+    report = await run_tests_in(sandbox)
+    assert report.framework == "pytest" and report.structured and report.problem is None
+    assert (report.passed, report.failed, report.errors, report.skipped) == (3, 2, 2, 1)
+    assert report.exit_code == 1 and not report.all_passed and report.duration_s > 0
+    assert report.outcomes["tests/test_math.py::test_pass"] == "passed"
+    assert report.outcomes["tests/test_math.py::TestGroup::test_in_class"] == "passed"
+    assert report.outcomes["tests/test_math.py::test_param[1]"] == "passed"
+    assert report.outcomes["tests/test_math.py::test_param[2]"] == "failed"
+    assert report.outcomes["tests/test_math.py::test_skip"] == "skipped"
+    assert report.outcomes["tests/test_math.py::test_fixture_error"] == "error"
+    by_id = {f.test_id: f for f in report.failures}
+    fail = by_id["tests/test_math.py::test_fail"]
+    assert fail.kind == "failed" and "one plus two" in fail.message
+    assert "assert add(1, 2) == 4" in fail.traceback
+    fixture = by_id["tests/test_math.py::test_fixture_error"]
+    assert fixture.kind == "error" and "fixture exploded" in fixture.traceback
+    collection = [f for f in report.failures if "test_broken" in f.test_id]
+    assert len(collection) == 1 and collection[0].kind == "error"
+    assert "not_a_module_anywhere" in collection[0].traceback
+
+
+@pytest.mark.slow
+async def test_tool_output_and_targets(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    everything = await execute("run_tests", {}, ctx)
+    assert not everything.ok
+    assert "pytest: 3 passed, 2 failed, 2 errors, 1 skipped" in everything.output
+    assert "FAILED: tests/test_math.py::test_fail" in everything.output
+    assert everything.data["report"]["failed"] == 2 and everything.data["report"]["all_passed"] is False
+
+    node = await execute("run_tests", {"target": "tests/test_math.py::test_pass"}, ctx)
+    assert node.ok and node.data["report"]["passed"] == 1 and node.data["report"]["total"] == 1
+    absolute = await execute("run_tests", {"target": "/workspace/tests/test_math.py::TestGroup"}, ctx)
+    assert absolute.ok and list(absolute.data["report"]["outcomes"]) == [
+        "tests/test_math.py::TestGroup::test_in_class"
+    ]
+    file_report = await run_tests_in(sandbox, "tests/test_math.py")
+    assert file_report.total == 7 and file_report.errors == 1
+    k_expr = await run_tests_in(sandbox, "-k param")
+    assert (k_expr.passed, k_expr.failed) == (1, 1) and k_expr.command.endswith("-k param")
+    bare = await run_tests_in(sandbox, "test_in_class")  # not a path: used as a -k expression
+    assert bare.command.endswith("-k test_in_class")
+    assert (bare.passed, bare.errors) == (1, 1)  # the broken module still fails to collect
+    nothing = await run_tests_in(sandbox, "-k no_such_test_name")
+    assert (nothing.passed, nothing.errors) == (0, 1) and not nothing.all_passed
+
+
+async def test_runs_leave_the_workspace_clean(sandbox: Sandbox) -> None:
+    await run_tests_in(sandbox, "tests/test_math.py::test_pass")
+    status = await sandbox.exec("git status --porcelain --ignored", cwd="/workspace")
+    assert status.output == ""
+
+
+async def start(repo: Path, **spec: object) -> Sandbox:
+    sb = create_sandbox("local", SandboxSpec(repo=str(repo), **spec))
+    await sb.start()
+    return sb
+
+
+async def test_unittest_without_pytest(tmp_path: Path) -> None:
+    project = make_repo(
+        tmp_path / "ut",
+        {
+            "test_unit.py": (
+                "import unittest\n\n"
+                "class T(unittest.TestCase):\n"
+                "    def test_ok(self):\n        self.assertEqual(1, 1)\n"
+                "    def test_bad(self):\n        self.assertEqual(1, 2)\n"
+                "    def test_boom(self):\n        raise ValueError('boom')\n"
+                "    @unittest.skip('later')\n    def test_later(self):\n        pass\n"
+            )
+        },
+    )
+    plain_python = Path("/usr/bin/python3")
+    if not plain_python.exists() or shutil.which("python3", path="/usr/bin") is None:
+        pytest.skip("needs a system python3 without pytest at /usr/bin/python3")
+    sb = await start(project, env={"PATH": "/usr/bin:/bin"})
+    try:
+        assert await detect_framework(sb) == "unittest"
+        report = await run_tests_in(sb)
+        assert report.framework == "unittest" and not report.structured
+        assert (report.passed, report.failed, report.errors, report.skipped) == (1, 1, 1, 1)
+        assert report.outcomes == {
+            "test_unit.T.test_ok": "passed",
+            "test_unit.T.test_bad": "failed",
+            "test_unit.T.test_boom": "error",
+            "test_unit.T.test_later": "skipped",
+        }
+        by_id = {f.test_id: f for f in report.failures}
+        assert by_id["test_unit.T.test_bad"].message == "AssertionError: 1 != 2"
+        assert "ValueError: boom" in by_id["test_unit.T.test_boom"].traceback
+        one = await run_tests_in(sb, "test_unit.py::T::test_ok")
+        assert one.all_passed and one.total == 1
+    finally:
+        await sb.close()
+
+
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        ({"pytest.ini": "[pytest]\n", "a.py": ""}, "pytest"),
+        ({"setup.cfg": "[tool:pytest]\ntestpaths = t\n"}, "pytest"),
+        ({"tox.ini": "[pytest]\n"}, "pytest"),
+        ({"package.json": '{"scripts": {"test": "node --test"}}'}, "npm"),
+        ({"package.json": '{"scripts": {"test": "echo \\"Error: no test specified\\" && exit 1"}}'}, "none"),
+        ({"go.mod": "module example.com/x\n\ngo 1.21\n"}, "go"),
+        ({"Cargo.toml": '[package]\nname = "x"\nversion = "0.1.0"\n'}, "cargo"),
+        ({"README.md": "nothing to test\n"}, "none"),
+    ],
+)
+async def test_detection(tmp_path: Path, files: dict[str, str], expected: str) -> None:
+    sb = await start(make_repo(tmp_path / "d", files))
+    try:
+        assert await detect_framework(sb) == expected
+        if expected == "none":
+            report = await run_tests_in(sb)
+            assert report.problem and "No test framework found" in report.problem
+        if "pytest.ini" in files:  # pytest configured, but no tests at all
+            report = await run_tests_in(sb)
+            assert report.exit_code == 5 and report.problem and "collected no tests" in report.problem
+            assert not report.all_passed
+    finally:
+        await sb.close()
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm not installed")
+async def test_npm_node_test_tap(tmp_path: Path) -> None:
+    project = make_repo(
+        tmp_path / "node",
+        {
+            "package.json": '{"name": "x", "version": "1.0.0", "scripts": {"test": "node --test"}}',
+            "test/a.test.js": (
+                "const test = require('node:test');\nconst assert = require('assert');\n"
+                "test('adds', () => { assert.strictEqual(1 + 1, 2); });\n"
+                "test('fails', () => { assert.strictEqual(1, 2); });\n"
+                "test('later', { skip: true }, () => {});\n"
+            ),
+        },
+    )
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb)
+        assert report.framework == "npm" and not report.structured
+        assert (report.passed, report.failed, report.skipped) == (1, 1, 1)
+        assert [f.test_id for f in report.failures] == ["fails"]
+        assert "strictly equal" in report.failures[0].message
+    finally:
+        await sb.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not installed")
+async def test_cargo(tmp_path: Path) -> None:
+    project = make_repo(
+        tmp_path / "crate",
+        {
+            "Cargo.toml": '[package]\nname = "crate_under_test"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": (
+                "#[cfg(test)]\nmod tests {\n"
+                "    #[test]\n    fn good() { assert_eq!(2, 1 + 1); }\n"
+                '    #[test]\n    fn bad() { assert_eq!(3, 1 + 1, "math is off"); }\n'
+                "    #[test]\n    #[ignore]\n    fn later() {}\n}\n"
+            ),
+        },
+    )
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb)
+        assert report.framework == "cargo", report.output
+        assert (report.passed, report.failed, report.skipped) == (1, 1, 1), report.output
+        assert [f.test_id for f in report.failures] == ["tests::bad"]
+        assert "math is off" in report.failures[0].traceback
+    finally:
+        await sb.close()

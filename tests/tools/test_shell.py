@@ -1,0 +1,120 @@
+"""The shell tool: a persistent session, timeouts that leave nothing behind, no stdin, head+tail output."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from clover_agent.sandboxes import Sandbox
+from clover_agent.tools.base import ToolContext
+from clover_agent.tools.registry import execute
+from clover_agent.tools.shell import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, STATE_DIR
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Every process's command line, read from /proc (works where `ps` is not installed).
+ALL_COMMAND_LINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+
+
+async def shell(ctx: ToolContext, command: str, **extra: object):
+    return await execute("shell", {"command": command, **extra}, ctx)
+
+
+async def count_processes(sandbox: Sandbox, needle: str) -> int:
+    listing = await sandbox.exec(ALL_COMMAND_LINES)
+    return sum(1 for line in listing.output.splitlines() if line.strip() == needle)
+
+
+async def test_session_keeps_cwd_and_exports(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    first = await shell(ctx, "pwd")
+    assert first.ok and first.output == "/workspace\n[exit code: 0]"
+    await shell(ctx, "mkdir -p deep/er && cd deep/er && export GREETING='hello world' PLAIN=1")
+    second = await shell(ctx, 'pwd; echo "$GREETING"; echo "$PLAIN"')
+    assert second.output == "/workspace/deep/er\nhello world\n1\n[exit code: 0]"
+    # `exit` in the command still saves the session; the exit code is reported.
+    third = await shell(ctx, "cd ..; export MULTI=$'line1\\nline2'; exit 3")
+    assert not third.ok and third.output == "[exit code: 3]" and third.data["exit_code"] == 3
+    fourth = await shell(ctx, 'pwd; printf "%s|" "$MULTI"')
+    assert fourth.output == "/workspace/deep\nline1\nline2|\n[exit code: 0]"
+    # Another task's session starts fresh.
+    other = await shell(ToolContext(sandbox), 'pwd; echo "[$GREETING]"')
+    assert other.output == "/workspace\n[]\n[exit code: 0]"
+
+
+async def test_quoting_survives(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    result = await shell(ctx, "printf '%s\\n' \"a b\" 'c$d' \"it's\"; echo `echo back`ticks")
+    assert result.output == "a b\nc$d\nit's\nbackticks\n[exit code: 0]"
+    syntax = await shell(ctx, "if then fi")
+    assert not syntax.ok and "syntax error" in syntax.output
+    assert (await shell(ctx, "echo fine")).ok
+
+
+async def test_timeout_kills_process_group_and_session_survives(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    await shell(ctx, "mkdir -p kept && cd kept")
+    before = await count_processes(sandbox, "sleep 100")
+    started = time.monotonic()
+    result = await shell(ctx, "sh -c 'sleep 100 & sleep 100'", timeout=2)
+    elapsed = time.monotonic() - started
+    assert elapsed < 6, elapsed
+    assert not result.ok and result.data["timed_out"] and result.data["exit_code"] is None
+    assert "timed out after 2 s" in result.output and "still usable" in result.output
+    assert await count_processes(sandbox, "sleep 100") <= before
+    # A distinctive duration proves no process of ours survived, whatever else runs on the host.
+    await shell(ctx, "(sleep 101.37 &) ; sleep 101.37 & echo started; wait", timeout=1)
+    assert await count_processes(sandbox, "sleep 101.37") == 0
+    after = await shell(ctx, "pwd")
+    assert after.ok and after.output == "/workspace/kept\n[exit code: 0]"
+
+
+async def test_no_stdin(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    started = time.monotonic()
+    result = await shell(ctx, 'read -r line; echo "got:[$line]"; cat; python3 -c "input()"', timeout=20)
+    assert time.monotonic() - started < 10
+    assert result.output.startswith("got:[]\n") and "EOFError" in result.output
+
+
+async def test_long_output_cut_head_and_tail(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    result = await shell(ctx, "seq 1 20000")
+    full = "".join(f"{i}\n" for i in range(1, 20001))
+    assert result.ok and result.data["output"] == full
+    total = len(full.encode())
+    omitted = total - OUTPUT_HEAD_BYTES - OUTPUT_TAIL_BYTES
+    assert f"[... {omitted} bytes omitted; the output was {total} bytes in total ...]" in result.output
+    assert result.output.startswith("1\n2\n3\n") and result.output.endswith("19999\n20000\n[exit code: 0]")
+    assert len(result.output) < OUTPUT_HEAD_BYTES + OUTPUT_TAIL_BYTES + 200
+
+
+async def test_corrupt_state_replaces_session_and_says_so(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    await shell(ctx, "mkdir -p corrupt-dir && cd corrupt-dir && export KEEP=1")
+    await sandbox.write_file(f"{STATE_DIR}/{ctx.session_id}", b"garbage that is not a state file\n")
+    result = await shell(ctx, 'pwd; echo "[$KEEP]"')
+    assert result.data["session_reset"]
+    assert result.output.startswith("[The shell session's saved state could not be read")
+    assert "/workspace\n[]\n[exit code: 0]" in result.output
+    again = await shell(ctx, "pwd")
+    assert again.output == "/workspace\n[exit code: 0]"  # the new session works and says nothing more
+
+
+async def test_vanished_directory_falls_back_to_workspace(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    await shell(ctx, "mkdir -p doomed && cd doomed")
+    await sandbox.exec("rm -rf doomed", cwd="/workspace")
+    result = await shell(ctx, "pwd")
+    assert result.output == (
+        "[The session's working directory no longer exists; this command ran in /workspace.]\n"
+        "/workspace\n[exit code: 0]"
+    )
+
+
+async def test_bad_arguments(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    assert "Invalid arguments for tool `shell`" in (await execute("shell", {}, ctx)).output
+    negative = await execute("shell", {"command": "true", "timeout": -1}, ctx)
+    assert not negative.ok and "`timeout`" in negative.output
