@@ -100,3 +100,14 @@ class Checkpoints:
         )
         if result.exit_code != 0:
             raise CheckpointError(f"could not restore turn {checkpoint.turn}: {result.output.strip()}")
+
+
+async def restore_workspace(sandbox: Sandbox, patch: str) -> None:
+    """Re-apply a run's final diff to a fresh sandbox (resuming a run in a new sandbox)."""
+    if not patch.strip():
+        return
+    path = "/tmp/clover-resume.patch"
+    await sandbox.write_file(path, patch.encode("utf-8"))
+    result = await sandbox.exec(f"git apply --whitespace=nowarn {path}", cwd=WORKSPACE, timeout=120)
+    if result.exit_code != 0:
+        raise CheckpointError(f"could not restore the workspace of the resumed run: {result.output.strip()}")

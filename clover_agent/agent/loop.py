@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_agent.agent.budget import Budget, LimitsExceeded
-from clover_agent.agent.checkpoints import Checkpoints
+from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
 from clover_agent.agent.context import Condenser
 from clover_agent.agent.policy import (
     DEFAULT_PRESET,
@@ -130,14 +130,15 @@ class Agent:
                 resumed=resume is not None,
             )
         )
-        if resume is not None:
-            self.messages = [dict(m) for m in resume.messages]
-            self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
-            self.budget.elapsed_before_s = resume.elapsed_s
-        else:
-            self._add({"role": "system", "content": system})
-            self._add({"role": "user", "content": task})
         try:
+            if resume is not None:
+                await restore_workspace(self.sandbox, resume.patch)
+                self.messages = [dict(m) for m in resume.messages]
+                self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
+                self.budget.elapsed_before_s = resume.elapsed_s
+            else:
+                self._add({"role": "system", "content": system})
+                self._add({"role": "user", "content": task})
             while True:
                 await self._step()
         except Submitted as done:
@@ -290,10 +291,12 @@ class Agent:
                 )
             )
         if not approval.approved:
+            target = call.arguments.get("path") or call.arguments.get("command") or ""
             result = ToolResult(
                 False,
-                f"This call was not allowed ({approval.reason}). Do not retry it; find another way "
-                "that stays within the workspace and the allowed tools.",
+                f"This call ({call_action(call.name, call.arguments)} {target}".rstrip()
+                + f") was not allowed: {approval.reason}. Do not retry it; find another way that stays "
+                "within the workspace and the allowed tools.",
             )
         else:
             if self.checkpoints is not None and is_mutating(call.name, call.arguments):
