@@ -8,7 +8,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 
-from clover_agent.errors import ExitCode
+from clover_agent.errors import ExitCode, SandboxUnavailable
 from clover_agent.settings import Settings
 
 
@@ -71,35 +71,25 @@ def check_triton() -> Check:
 
 
 def check_docker(image: str) -> list[Check]:
+    """Engine and image, through the same probes the Docker sandbox uses (same messages)."""
+    from clover_agent.sandboxes.docker import docker_client, require_image
+
+    blocks = "the Docker sandbox"
     try:
-        import docker
-        from docker.errors import DockerException, ImageNotFound
-    except ImportError as exc:
-        return [Check("docker", False, f"docker package missing ({exc})", "the Docker sandbox")]
-    try:
-        client = docker.from_env(timeout=5)
+        client = docker_client(timeout=5)
         version = client.version()
-    except DockerException as exc:
-        detail = f"no Docker engine answers ({exc.__class__.__name__}: {str(exc).splitlines()[0][:160]})"
-        blocks = "the Docker sandbox (start dockerd, or use --sandbox local)"
+    except SandboxUnavailable as exc:
         return [
-            Check("docker", False, detail, blocks),
+            Check("docker", False, exc.message, blocks),
             Check("sandbox-image", False, f"{image}: unknown (no engine)", blocks),
         ]
     checks = [Check("docker", True, f"engine {version.get('Version', '?')} ({client.api.base_url})")]
     try:
-        img = client.images.get(image)
-        checks.append(Check("sandbox-image", True, f"{image} ({img.short_id})"))
-    except ImageNotFound:
-        checks.append(
-            Check(
-                "sandbox-image",
-                False,
-                f"{image} is not built",
-                "the Docker sandbox (run `clover-agent sandbox build`, or use --sandbox local)",
-            )
-        )
-    return checks
+        require_image(client, image)
+    except SandboxUnavailable as exc:
+        return [*checks, Check("sandbox-image", False, exc.message, blocks)]
+    short_id = client.api.inspect_image(image)["Id"].split(":")[-1][:12]
+    return [*checks, Check("sandbox-image", True, f"{image} ({short_id})")]
 
 
 def run_checks(model: str | None = None) -> list[Check]:
