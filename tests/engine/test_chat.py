@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 import pytest
+
 from clover_agent.engine.chat import bundled_chat_template, load_chat_template, render_chat
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
