@@ -439,7 +439,8 @@ def parse_go_json(output: str, report: TestReport) -> None:
             report.outcomes[test_id] = {"pass": "passed", "fail": "failed", "skip": "skipped"}[action]
             if action == "fail":
                 text = "".join(test_output.get(test_id, []))
-                message = next((x.strip() for x in text.splitlines() if x.strip() and "---" not in x), "")
+                lines = [x.strip() for x in text.splitlines()]
+                message = next((x for x in lines if x and not x.startswith(("=== ", "--- "))), "")
                 report.failures.append(TestFailure(test_id, "failed", message, trim_traceback(text)))
     for outcome in report.outcomes.values():
         setattr(report, outcome, getattr(report, outcome) + 1)

@@ -3,6 +3,7 @@ in the sandbox), target selection, and framework detection."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,11 +12,11 @@ import pytest
 from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
-from clover_agent.tools.run_tests import detect_framework, run_tests_in
+from clover_agent.tools.run_tests import TestReport, detect_framework, parse_go_json, run_tests_in
 
 from .conftest import make_repo
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 TEST_MATH = """\
 import pytest
@@ -69,6 +70,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@in_module_loop
 async def test_full_run_structure(sandbox: Sandbox) -> None:
     report = await run_tests_in(sandbox)
     assert report.framework == "pytest" and report.structured and report.problem is None
@@ -91,6 +93,7 @@ async def test_full_run_structure(sandbox: Sandbox) -> None:
     assert "not_a_module_anywhere" in collection[0].traceback
 
 
+@in_module_loop
 @pytest.mark.slow
 async def test_tool_output_and_targets(sandbox: Sandbox) -> None:
     ctx = ToolContext(sandbox)
@@ -117,6 +120,7 @@ async def test_tool_output_and_targets(sandbox: Sandbox) -> None:
     assert (nothing.passed, nothing.errors) == (0, 1) and not nothing.all_passed
 
 
+@in_module_loop
 async def test_runs_leave_the_workspace_clean(sandbox: Sandbox) -> None:
     await run_tests_in(sandbox, "tests/test_math.py::test_pass")
     status = await sandbox.exec("git status --porcelain --ignored", cwd="/workspace")
@@ -129,6 +133,7 @@ async def start(repo: Path, **spec: object) -> Sandbox:
     return sb
 
 
+@in_module_loop
 async def test_unittest_without_pytest(tmp_path: Path) -> None:
     project = make_repo(
         tmp_path / "ut",
@@ -195,6 +200,7 @@ async def test_detection(tmp_path: Path, files: dict[str, str], expected: str) -
         await sb.close()
 
 
+@in_module_loop
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm not installed")
 async def test_npm_node_test_tap(tmp_path: Path) -> None:
     project = make_repo(
@@ -220,6 +226,7 @@ async def test_npm_node_test_tap(tmp_path: Path) -> None:
         await sb.close()
 
 
+@in_module_loop
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo not installed")
 async def test_cargo(tmp_path: Path) -> None:
@@ -244,3 +251,40 @@ async def test_cargo(tmp_path: Path) -> None:
         assert "math is off" in report.failures[0].traceback
     finally:
         await sb.close()
+
+
+def test_go_json_events_parse() -> None:
+    """``go test -json`` is exact; go is not installed here, so this checks the parse on its event format."""
+    events = [
+        {"Action": "start", "Package": "ex.com/m"},
+        {"Action": "run", "Package": "ex.com/m", "Test": "TestOk"},
+        {"Action": "output", "Package": "ex.com/m", "Test": "TestOk", "Output": "=== RUN   TestOk\n"},
+        {"Action": "pass", "Package": "ex.com/m", "Test": "TestOk", "Elapsed": 0},
+        {"Action": "run", "Package": "ex.com/m", "Test": "TestBad"},
+        {"Action": "output", "Package": "ex.com/m", "Test": "TestBad", "Output": "=== RUN   TestBad\n"},
+        {
+            "Action": "output",
+            "Package": "ex.com/m",
+            "Test": "TestBad",
+            "Output": "    m_test.go:9: got 1, want 2\n",
+        },
+        {
+            "Action": "output",
+            "Package": "ex.com/m",
+            "Test": "TestBad",
+            "Output": "--- FAIL: TestBad (0.00s)\n",
+        },
+        {"Action": "fail", "Package": "ex.com/m", "Test": "TestBad", "Elapsed": 0},
+        {"Action": "skip", "Package": "ex.com/m", "Test": "TestLater", "Elapsed": 0},
+        {"Action": "fail", "Package": "ex.com/m", "Elapsed": 0.01},
+    ]
+    report = TestReport(framework="go", command="go test -json ./...", target=None, exit_code=1)
+    parse_go_json("\n".join(json.dumps(e) for e in events) + "\nnot json\n", report)
+    assert (report.passed, report.failed, report.skipped) == (1, 1, 1)
+    assert report.outcomes == {
+        "ex.com/m.TestOk": "passed",
+        "ex.com/m.TestBad": "failed",
+        "ex.com/m.TestLater": "skipped",
+    }
+    assert report.failures[0].test_id == "ex.com/m.TestBad"
+    assert report.failures[0].message == "m_test.go:9: got 1, want 2"

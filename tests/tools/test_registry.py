@@ -1,0 +1,103 @@
+"""Specs the model sees, argument validation, and ``execute`` never raising."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.tools.base import ToolContext
+from clover_agent.tools.registry import TOOLS, execute, get_tool, tool_specs
+
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+# Names and parameters fixed by DESIGN.md ("extend, don't rename").
+DESIGNED = {
+    "editor": {
+        "command",
+        "path",
+        "file_text",
+        "old_str",
+        "new_str",
+        "insert_line",
+        "view_range",
+        "replace_all",
+    },
+    "shell": {"command", "timeout"},
+    "run_tests": {"target"},
+    "search": {"pattern", "path", "glob"},
+    "finish": {"summary"},
+}
+
+
+def test_specs_are_openai_style_with_valid_schemas() -> None:
+    specs = tool_specs()
+    assert [s["function"]["name"] for s in specs] == list(DESIGNED)
+    for spec in specs:
+        assert spec["type"] == "function"
+        function = spec["function"]
+        assert function["description"].strip()
+        jsonschema.Draft202012Validator.check_schema(function["parameters"])
+        assert set(function["parameters"]["properties"]) == DESIGNED[function["name"]]
+    assert tool_specs(["finish", "shell"]) == [TOOLS["finish"].spec(), TOOLS["shell"].spec()]
+    assert get_tool("editor") is TOOLS["editor"]
+    with pytest.raises(KeyError, match="known tools: editor, shell"):
+        get_tool("nope")
+
+
+@in_module_loop
+async def test_bad_calls_come_back_as_tool_errors(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    unknown = await execute("browser", {"url": "x"}, ctx)
+    assert not unknown.ok
+    assert (
+        unknown.output == "Unknown tool `browser`. Available tools: editor, shell, run_tests, search, finish."
+    )
+    missing = await execute("editor", {"command": "view"}, ctx)
+    assert missing.output == "Invalid arguments for tool `editor`: 'path' is a required property"
+    wrong_type = await execute("editor", {"command": "view", "path": "/workspace", "view_range": "1-2"}, ctx)
+    assert (
+        wrong_type.output == "Invalid arguments for tool `editor`: `view_range`: '1-2' is not of type 'array'"
+    )
+    extra = await execute("shell", {"command": "true", "cwd": "/"}, ctx)
+    assert "Additional properties are not allowed ('cwd' was unexpected)" in extra.output
+    not_object = await execute("finish", ["done"], ctx)  # type: ignore[arg-type]
+    assert not_object.output == "Invalid arguments for tool `finish`: expected a JSON object, got list."
+    bad_json = await execute("finish", '{"summary": ', ctx)
+    assert not bad_json.ok and "not valid JSON" in bad_json.output
+    good_json = await execute("finish", '{"summary": "all green"}', ctx)
+    assert good_json.ok and good_json.ends_task and good_json.data["summary"] == "all green"
+
+
+@in_module_loop
+async def test_context_follows_the_sandbox(sandbox: Sandbox) -> None:
+    """Passing the sandbox itself keeps edit history and the shell session between calls."""
+    await sandbox.write_file("/workspace/ctx.txt", b"one\n")
+    await execute(
+        "editor",
+        {"command": "str_replace", "path": "/workspace/ctx.txt", "old_str": "one", "new_str": "two"},
+        sandbox,
+    )
+    undo = await execute("editor", {"command": "undo_edit", "path": "/workspace/ctx.txt"}, sandbox)
+    assert undo.ok and await sandbox.read_file("/workspace/ctx.txt") == b"one\n"
+    await execute("shell", {"command": "cd src"}, sandbox)
+    assert (await execute("shell", {"command": "pwd"}, sandbox)).output == "/workspace/src\n[exit code: 0]"
+    assert ToolContext.of(sandbox) is ToolContext.of(sandbox)
+
+
+@in_module_loop
+async def test_a_broken_sandbox_never_raises(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    await sb.start()
+    await sb.close()  # every tool call now meets a dead sandbox
+    for name, args in [
+        ("editor", {"command": "view", "path": "/workspace"}),
+        ("shell", {"command": "true"}),
+        ("search", {"pattern": "x"}),
+        ("run_tests", {}),
+    ]:
+        result = await execute(name, args, sb)
+        assert not result.ok and f"The tool `{name}` failed unexpectedly" in result.output
