@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",
     "clover_agent.cli.sandbox",
+    "clover_agent.cli.tool",
 )
 
 

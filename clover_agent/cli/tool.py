@@ -1,0 +1,83 @@
+"""``clover-agent tool NAME 'JSON-ARGS'``: run one tool call in a sandbox and print its result.
+
+The sandbox works on a private copy of ``--workdir``; the folder itself is never changed. After the
+call, the changes the tool made to the copy (if any) are printed as a diff, so an edit can be
+checked and applied by hand (``git apply``). Exit 0 when the call succeeded, 1 on a tool error
+(including a shell command that exited non-zero or failing tests), 2 on bad arguments, 4 when the
+sandbox is unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from clover_agent.errors import ExitCode, UsageError
+
+
+async def run_tool_call(
+    name: str, args: dict[str, Any], kind: str, workdir: Path, image: str | None
+) -> tuple[Any, str]:
+    """(ToolResult, diff of the sandbox copy) for one call in a fresh sandbox over ``workdir``."""
+    from clover_agent.sandboxes import SandboxSpec, create_sandbox
+    from clover_agent.tools.registry import execute
+
+    async with create_sandbox(kind, SandboxSpec(repo=str(workdir), image=image)) as sandbox:
+        result = await execute(name, args, sandbox)
+        return result, await sandbox.diff()
+
+
+def _tool(args: argparse.Namespace) -> int:
+    try:
+        call_args = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f'ARGS is not valid JSON ({exc}); e.g. \'{{"command": "ls"}}\'') from None
+    if not isinstance(call_args, dict):
+        raise UsageError('ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
+    workdir = Path(args.workdir).expanduser().resolve()
+    if not workdir.is_dir():
+        raise UsageError(f"--workdir {args.workdir} is not a folder")
+    result, diff = asyncio.run(run_tool_call(args.name, call_args, args.sandbox, workdir, args.image))
+    if args.json:
+        payload = {
+            "tool": args.name,
+            "ok": result.ok,
+            "output": result.output,
+            "data": result.data,
+            "ends_task": result.ends_task,
+            "diff": diff,
+        }
+        print(json.dumps(payload, indent=2, default=str))
+    else:
+        print(result.output.rstrip("\n"))
+        if diff:
+            print(f"\n--- changes made in the sandbox's copy ({workdir} itself is unchanged) ---")
+            print(diff.rstrip("\n"))
+    return ExitCode.OK if result.ok else ExitCode.FAILURE
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from clover_agent.tools.registry import TOOLS
+
+    p = sub.add_parser(
+        "tool",
+        help="run one tool call (editor, shell, run_tests, search, finish) in a sandbox",
+        description="Run one tool call in a sandbox over a private copy of --workdir and print the result, "
+        "then the diff of what it changed in the copy (the folder itself is never modified). "
+        "Exit 0 on success, 1 on a tool error, 2 on bad arguments, 4 when the sandbox is unavailable.",
+        epilog="""example: clover-agent tool editor '{"command": "view", "path": "/workspace"}' --sandbox local""",
+    )
+    p.add_argument("name", choices=list(TOOLS), metavar="NAME", help=f"the tool: {', '.join(TOOLS)}")
+    p.add_argument("arguments", metavar="ARGS", help="the call's arguments as a JSON object")
+    p.add_argument(
+        "--sandbox", choices=["docker", "local"], default="docker", help="where to run it (default: docker)"
+    )
+    p.add_argument(
+        "--workdir", default=".", metavar="DIR", help="repository to copy into /workspace (default: .)"
+    )
+    p.add_argument("--image", metavar="IMG", help="Docker image (default: the configured sandbox image)")
+    p.add_argument("--json", action="store_true", help="print the result (and diff) as JSON")
+    p.set_defaults(func=_tool)
