@@ -38,6 +38,11 @@ from clover_agent.sandboxes.workspace import write_workspace_tar
 if TYPE_CHECKING:
     import docker
 
+try:
+    from docker.errors import DockerException
+except ImportError:  # reported by docker_client() when a sandbox is started
+    DockerException = OSError  # type: ignore[assignment,misc]
+
 log = logging.getLogger(__name__)
 
 SANDBOX_UID = 1000
@@ -54,7 +59,6 @@ def docker_client(timeout: float = 10) -> docker.DockerClient:
     """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it."""
     try:
         import docker
-        from docker.errors import DockerException
     except ImportError as exc:
         raise SandboxUnavailable(
             f"the `docker` Python package is missing ({exc}): reinstall clover-agent "
@@ -65,13 +69,17 @@ def docker_client(timeout: float = 10) -> docker.DockerClient:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except (DockerException, OSError) as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise SandboxUnavailable(
-            f"no Docker engine answers at {where} ({reason}). Install Docker and start it "
+            f"no Docker engine answers at {where} ({_short(exc)}). Install Docker and start it "
             "(e.g. `sudo systemctl start docker`), give your user access to its socket, or point "
             f"DOCKER_HOST at a running engine; {_LOCAL_HINT}"
         ) from None
     return client
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def require_image(client: docker.DockerClient, image: str) -> None:
@@ -133,14 +141,21 @@ class DockerSandbox(SessionSandbox):
         self.image = spec.image
         self._client = client = await asyncio.to_thread(docker_client)
         await asyncio.to_thread(require_image, client, spec.image)
-        reaped = await asyncio.to_thread(remove_containers, client, stale_containers(client))
+        reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
         if reaped:
             log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
         # Registered here, on the event loop's thread (normally the main thread, where signal
         # handlers can be installed), before the container exists.
         self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
         try:
-            await asyncio.to_thread(self._create_and_attach, spec)
+            try:
+                await asyncio.to_thread(self._create_and_attach, spec)
+            except DockerException as exc:
+                raise SandboxUnavailable(
+                    f"could not start a sandbox container from {spec.image}: {_short(exc)}. The image "
+                    f"needs python3 and bash; build it with `clover-agent sandbox build` or FROM "
+                    f"clover-agent-sandbox:latest; {_LOCAL_HINT}"
+                ) from None
             assert self._runner is not None
             await asyncio.to_thread(self._runner.start)
             self._session = self._runner

@@ -7,7 +7,8 @@ the agent works on a copy in a temporary folder, removed on close.
 Paths: the model still sees ``/workspace``. File operations map ``/workspace/...`` to the copy.
 Commands run with ``bash -c`` in the copy (the default working folder) and see its real host path,
 also exported as ``$WORKSPACE``; a literal ``/workspace`` in a command (``cd /workspace/src``) is
-rewritten to the copy's path, and the copy's path in the output is shown as ``/workspace``. The
+rewritten to the copy's path (likewise in ``env`` values), and the copy's path in the output is
+shown as ``/workspace``. The
 network and set-up network settings of :class:`SandboxSpec` cannot be enforced here and are ignored.
 """
 
@@ -97,6 +98,8 @@ class LocalSandbox(SessionSandbox):
     ) -> ExecResult:
         host = str(self.host_workspace)
         command = _WORKSPACE_WORD.sub(lambda _: host, command)
+        if env:
+            env = {name: _WORKSPACE_WORD.sub(lambda _: host, value) for name, value in env.items()}
         result = await super().exec(command, timeout=timeout, env=env, cwd=cwd)
         result.output = result.output.replace(host, WORKSPACE)
         return result

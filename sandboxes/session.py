@@ -89,7 +89,7 @@ class RunnerSession:
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         for loop, future in pending.values():
-            loop.call_soon_threadsafe(_fail, future, SandboxError(reason))
+            _call_soon(loop, _fail, future, SandboxError(reason))
 
     def _dispatch(self, message: dict) -> None:
         if message.get("id") == 0:
@@ -99,7 +99,7 @@ class RunnerSession:
             waiter = self._pending.pop(message.get("id"), None)
         if waiter is not None:
             loop, future = waiter
-            loop.call_soon_threadsafe(_resolve, future, message)
+            _call_soon(loop, _resolve, future, message)
 
     # --- caller side ----------------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -169,6 +169,13 @@ class RunnerSession:
 
     async def realpath(self, path: str) -> str:
         return (await self.request("realpath", path=path))["path"]
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, *args: object) -> None:
+    try:
+        loop.call_soon_threadsafe(*args)  # type: ignore[arg-type]
+    except RuntimeError:
+        pass  # the waiting event loop is closed: nobody is left to tell
 
 
 def _resolve(future: asyncio.Future, message: dict) -> None:

@@ -3,7 +3,9 @@ ignored files, and sandboxes of each kind started over it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -40,6 +42,25 @@ def repo(tmp_path: Path) -> Path:
     (root / "run.sh").write_text("#!/bin/sh\necho run\n")
     (root / "run.sh").chmod(0o755)
     return root
+
+
+HOLD = Path(__file__).with_name("hold_sandbox.py")
+
+
+def start_holder(kind: str, repo: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start a child process holding a sandbox (see ``hold_sandbox.py``); return it and the
+    sandbox's identity (container id, or the local copy's host path) once it runs."""
+    child = subprocess.Popen(
+        [sys.executable, str(HOLD), kind, str(repo), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    line = child.stdout.readline()
+    if not line:
+        raise AssertionError(f"holder failed: {child.stderr.read()}")
+    return child, json.loads(line)["ready"]
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from clover_agent.sandboxes import SandboxLimits, SandboxSpec
+from clover_agent.sandboxes import SandboxError, SandboxLimits, SandboxSpec
 from clover_agent.sandboxes.docker import DockerSandbox
 
 pytestmark = pytest.mark.docker
@@ -91,3 +91,12 @@ async def test_setup_commands_get_the_network_then_lose_it(repo: Path) -> None:
         assert interfaces((await sandbox.exec("cat /proc/net/dev")).output) == ["lo"]
         # What set-up made is part of the starting state, not of the agent's diff.
         assert await sandbox.diff() == ""
+
+
+async def test_a_dead_runner_is_reported_not_hung(small: DockerSandbox) -> None:
+    """If the container's main process dies (here: killed from inside), requests fail at once with
+    the container's state instead of waiting forever."""
+    with pytest.raises(SandboxError, match=r"sandbox container stopped .*exit code 137"):
+        await small.exec("kill -9 $PPID; sleep 30", timeout=60)
+    with pytest.raises(SandboxError):
+        await small.exec("true")

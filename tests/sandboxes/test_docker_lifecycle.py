@@ -3,10 +3,8 @@ next start. Each case drives a real child process holding a real container."""
 
 from __future__ import annotations
 
-import json
+import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -15,27 +13,13 @@ import pytest
 from clover_agent.sandboxes import SandboxSpec
 from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox
 
-pytestmark = pytest.mark.docker
+from .conftest import start_holder
 
-HOLD = Path(__file__).with_name("hold_sandbox.py")
+pytestmark = pytest.mark.docker
 
 
 def container_exists(container_id: str) -> bool:
     return bool(docker.from_env().api.containers(all=True, filters={"id": container_id}))
-
-
-def start_holder(repo: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    child = subprocess.Popen(
-        [sys.executable, str(HOLD), "docker", str(repo), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None and child.stderr is not None
-    line = child.stdout.readline()
-    if not line:
-        raise AssertionError(f"holder failed: {child.stderr.read()}")
-    return child, json.loads(line)["ready"]
 
 
 async def test_normal_exit_removes_the_container(repo: Path) -> None:
@@ -44,13 +28,13 @@ async def test_normal_exit_removes_the_container(repo: Path) -> None:
         assert container_id and container_exists(container_id)
         labels = docker.from_env().api.inspect_container(container_id)["Config"]["Labels"]
         assert labels["clover-agent"] == "1" and labels[LABEL_RUN_ID] == sandbox.run_id
-        assert labels[LABEL_OWNER_PID] == str(__import__("os").getpid())
+        assert labels[LABEL_OWNER_PID] == str(os.getpid())
     assert not container_exists(container_id)
     await sandbox.close()  # a second close is harmless
 
 
 def test_exception_removes_the_container(repo: Path) -> None:
-    child, container_id = start_holder(repo, "raise")
+    child, container_id = start_holder("docker", repo, "raise")
     assert child.wait(timeout=30) == 1
     assert "boom inside the sandbox block" in child.stderr.read()
     assert not container_exists(container_id)
@@ -58,7 +42,7 @@ def test_exception_removes_the_container(repo: Path) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> None:
-    child, container_id = start_holder(repo)
+    child, container_id = start_holder("docker", repo)
     assert container_exists(container_id)
     child.send_signal(signum)
     assert child.wait(timeout=30) != 0
@@ -66,7 +50,7 @@ def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> Non
 
 
 async def test_sigkill_leftover_is_reaped_by_the_next_start(repo: Path) -> None:
-    child, container_id = start_holder(repo)
+    child, container_id = start_holder("docker", repo)
     child.kill()
     child.wait(timeout=30)
     assert container_exists(container_id)  # a killed process cannot clean up

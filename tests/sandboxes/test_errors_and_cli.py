@@ -17,7 +17,8 @@ from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
-from .test_docker_lifecycle import container_exists, start_holder
+from .conftest import start_holder
+from .test_docker_lifecycle import container_exists
 
 CLI = [sys.executable, "-m", "clover_agent"]
 
@@ -92,7 +93,7 @@ def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(re
     assert build.returncode == 0, build.stderr
     assert f"built {DEFAULT_SANDBOX_IMAGE}" in build.stdout
     assert docker.from_env().images.get(DEFAULT_SANDBOX_IMAGE)
-    child, container_id = start_holder(repo)
+    child, container_id = start_holder("docker", repo)
     child.kill()
     child.wait(timeout=30)
     assert container_exists(container_id)

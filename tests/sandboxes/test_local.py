@@ -3,10 +3,7 @@ removal on close, on an exception, on signals, and (after SIGKILL) at the next s
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from clover_agent.sandboxes import SandboxSpec
 from clover_agent.sandboxes.local import LocalSandbox, reap_stale_copies
 
-HOLD = Path(__file__).with_name("hold_sandbox.py")
+from .conftest import start_holder
 
 
 async def test_warns_and_translates_paths(repo: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -49,23 +46,10 @@ async def test_failing_setup_command_stops_the_start(repo: Path) -> None:
     assert sandbox.host_workspace is not None and not sandbox.host_workspace.exists()
 
 
-def _start_holder(repo: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
-    child = subprocess.Popen(
-        [sys.executable, str(HOLD), "local", str(repo), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if not line:
-        raise AssertionError(f"holder failed: {child.stderr.read() if child.stderr else ''}")
-    return child, Path(json.loads(line)["ready"])
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
-    child, host = _start_holder(repo)
+    child, ident = start_holder("local", repo)
+    host = Path(ident)
     assert host.is_dir()
     child.send_signal(signum)
     assert child.wait(timeout=20) != 0
@@ -73,7 +57,8 @@ def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
 
 
 def test_sigkill_leftover_is_reaped_at_next_start(repo: Path) -> None:
-    child, host = _start_holder(repo)
+    child, ident = start_holder("local", repo)
+    host = Path(ident)
     child.kill()
     child.wait(timeout=20)
     assert host.exists()  # nothing could run in the killed process
