@@ -31,7 +31,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ _PARAMETER_CLOSE = re.compile(r"</parameter(?:\w*>|(?=\s)|$)")
 _TOOL_CALL_CLOSE_AFTER = re.compile(r"\s*</tool_call>")
 _PARAMETER_MARKER = re.compile(r"</parameter|<parameter=")
 _SPACE = re.compile(r"\s*")
+_CALL_TAGS = re.compile(r"<function=|</function>|<tool_call>|</tool_call>")
 _OPENERS = re.compile(r"<tool_call>|<function=")
 # Names with braces, quotes, spaces or angle brackets are template residue ("{{ tc.name }}"), not calls.
 _NAME = re.compile(r"[\w.:\-]+")
@@ -75,8 +76,9 @@ _TYPE_ALIASES = {
     "dict": "object",
     "list": "array",
 }
-#: How many ``</function>`` positions are tried as the end of one call (bounds the work on
-#: pathological text; real calls need one, or two when a value quotes a call).
+#: How many ``</function>`` positions (of each kind: with and without a ``</tool_call>`` after) are
+#: tried as the end of one call; bounds the work on pathological text. Real calls need one, or two
+#: when a value quotes a whole call.
 _MAX_END_CANDIDATES = 64
 
 
@@ -276,6 +278,7 @@ def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
 class _Call:
     name: str
     raw_arguments: list[tuple[str, str]]
+    residue: int = 0  # close tags in its values with no opener before them (see _unopened_closes)
 
 
 @dataclass
@@ -300,6 +303,22 @@ def _strays(text: str) -> int:
     return len(_PARAMETER_CLOSE.findall(text)) + text.count(FUNCTION_CLOSE)
 
 
+def _unopened_closes(value: str) -> int:
+    """``</function>`` / ``</tool_call>`` in a value with no matching opener before them: a quoted
+    call is balanced, the tail of a call the value swallowed is not."""
+    depth = {FUNCTION_CLOSE: 0, TOOL_CALL_CLOSE: 0}
+    unopened = 0
+    for tag in _CALL_TAGS.findall(value):
+        close = FUNCTION_CLOSE if "function" in tag else TOOL_CALL_CLOSE
+        if tag != close:
+            depth[close] += 1
+        elif depth[close]:
+            depth[close] -= 1
+        else:
+            unopened += 1
+    return unopened
+
+
 def _strip_framing(value: str) -> str:
     """Remove the one newline the format puts after ``<parameter=...>`` and the one before the close;
     any other whitespace belongs to the value."""
@@ -314,9 +333,11 @@ class _Scanner:
     """Splits a text into plain text, calls and broken blocks.
 
     A value may quote the format itself (a file holding ``</parameter>`` or a whole call), so the end
-    of a call is not simply the first ``</function>``: every ``</function>`` is a candidate, and the
-    first one after which the rest of the text reads cleanly (no stray ``</parameter>`` or
-    ``</function>`` left outside a call) wins. Inside a call, a parameter ends at a close marker or a
+    of a call is not simply the first ``</function>``: every ``</function>`` is a candidate (those
+    followed by ``</tool_call>`` first), and the first one after which the text reads cleanly wins:
+    no stray ``</parameter>`` or ``</function>`` left outside a call, and no value holding a
+    ``</function>`` or ``</tool_call>`` it did not open (the tail of another call it swallowed);
+    when none does, the one with the fewest such strays. Inside a call, a parameter ends at a close marker or a
     ``<parameter=NAME>`` only when NAME is a parameter of the tool not given yet.
     """
 
@@ -350,6 +371,8 @@ class _Scanner:
             strays += _strays(before)
             if isinstance(item, _Broken) and item.in_content:
                 strays += _strays(item.text)
+            if isinstance(item, _Call):
+                strays += item.residue
             result = (([before] if before else []) + [item, *rest], strays)
         self._memo[pos] = result
         return result
@@ -397,25 +420,16 @@ class _Scanner:
         if schema is not None and isinstance(schema.get("properties"), Mapping):
             known = set(schema["properties"])
         body_start = header.end()
-        best: tuple[tuple[int, int], _Call, int] | None = None
-        search = body_start
-        for _ in range(_MAX_END_CANDIDATES):
-            close = text.find(FUNCTION_CLOSE, search)
-            if close < 0:
-                break
-            search = close + len(FUNCTION_CLOSE)
+        best: tuple[int, _Call, int] | None = None
+        for close, end in self._function_ends(body_start):
             arguments = self._arguments(text[body_start:close], known)
             if arguments is None:
                 continue
-            end = search
-            tail = _TOOL_CALL_CLOSE_AFTER.match(text, end)
-            if tail:
-                end = tail.end()
-            strays = self._from(end)[1]
-            score = (strays, 0 if tail else 1)
-            if best is None or score < best[0]:
-                best = (score, _Call(name, arguments), end)
-            if score == (0, 0):
+            call = _Call(name, arguments, sum(_unopened_closes(value) for _, value in arguments))
+            strays = call.residue + self._from(end)[1]
+            if best is None or strays < best[0]:
+                best = (strays, call, end)
+            if strays == 0:
                 break
         if best is not None:
             return start, best[1], best[2]
@@ -423,6 +437,27 @@ class _Scanner:
             return None
         end = self._block_end(start)
         return start, _Broken(text[start:end], f"<function={name}> is not closed with </function>"), end
+
+    def _function_ends(self, body_start: int) -> Iterator[tuple[int, int]]:
+        """``(position of </function>, end of the call)`` candidates after ``body_start``: those
+        followed by ``</tool_call>`` (a value quoting "</function>" rarely quotes both), then the
+        others, at most :data:`_MAX_END_CANDIDATES` of each; then the last one in the text."""
+        text = self.text
+        for with_tail in (True, False):
+            search, given = body_start, 0
+            while given < _MAX_END_CANDIDATES:
+                close = text.find(FUNCTION_CLOSE, search)
+                if close < 0:
+                    break
+                search = close + len(FUNCTION_CLOSE)
+                tail = _TOOL_CALL_CLOSE_AFTER.match(text, search)
+                if bool(tail) == with_tail:
+                    given += 1
+                    yield close, tail.end() if tail else search
+        last = text.rfind(FUNCTION_CLOSE)
+        if last >= body_start:
+            tail = _TOOL_CALL_CLOSE_AFTER.match(text, last + len(FUNCTION_CLOSE))
+            yield last, tail.end() if tail else last + len(FUNCTION_CLOSE)
 
     @staticmethod
     def _arguments(body: str, known: set[str] | None) -> list[tuple[str, str]] | None:

@@ -370,3 +370,40 @@ def test_format_assistant_text_round_trips() -> None:
         "Done soon.",
         _plain(calls),
     )
+
+
+def _editor_call(path: str, text: str) -> str:
+    return format_assistant_text("", None, [ToolCall("editor", {"path": path, "file_text": text})])
+
+
+EDITOR_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "editor",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "file_text": {"type": "string"}},
+            },
+        },
+    }
+]
+
+
+def test_values_quoting_several_calls_stay_whole() -> None:
+    """A file that documents the format (two complete calls in it) is one value, and a real call
+    after it is still a call."""
+    quoted = f"Examples:\n{_editor_call('a', 'one')}\nand\n{_editor_call('b', 'two')}\nend"
+    text = _editor_call("docs.md", quoted) + "\n" + _editor_call("next.txt", "x")
+    content, calls = parse_tool_calls(text, EDITOR_TOOLS)
+    assert content == ""
+    assert _plain(calls) == [
+        {"name": "editor", "arguments": {"path": "docs.md", "file_text": quoted}},
+        {"name": "editor", "arguments": {"path": "next.txt", "file_text": "x"}},
+    ]
+
+
+def test_a_large_value_full_of_close_tags_stays_whole() -> None:
+    quoted = "s = '</parameter>\\n</function>'\n" * 3000 + "</parameter>\n</function>\n" * 500
+    _, calls = parse_tool_calls(_editor_call("big.py", quoted), EDITOR_TOOLS)
+    assert _plain(calls) == [{"name": "editor", "arguments": {"path": "big.py", "file_text": quoted}}]
