@@ -19,6 +19,8 @@ from clover_agent.events import (
     Event,
     ModelDelta,
     ModelResponded,
+    TaskStarted,
+    TestsRun,
     ToolCallFinished,
     ToolCallStarted,
 )
@@ -63,6 +65,16 @@ class ConsoleRenderer:
             self._line(f"  budget: {event.resource} at {event.used:g} of {event.limit:g}")
         elif isinstance(event, ErrorReported) and not event.fatal:
             self._line(f"  ! {event.kind}: {_trim(event.message, lines=2)}")
+        elif isinstance(event, TaskStarted):
+            self._line(
+                f"clover-agent {event.command} {event.target!r} in {event.repo} ({event.sandbox} sandbox)"
+            )
+        elif isinstance(event, TestsRun):
+            r = event.report
+            what = f"tests {event.phase.replace('_', ' ')}"
+            self._line(
+                f"{what}: {r.get('passed', 0)} passed, {r.get('failed', 0)} failed, {r.get('errors', 0)} errors"
+            )
         elif isinstance(event, Done):
             self._line(f"agent {event.outcome}: {event.summary or event.message}")
         self.out.flush()

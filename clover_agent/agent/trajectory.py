@@ -78,7 +78,10 @@ class ResumeState:
 
 
 def load_trajectory(path: Path) -> ResumeState:
-    """Rebuild the conversation (and the budget spent) from a trajectory file."""
+    """Rebuild the conversation (and the budget spent) from a trajectory file.
+
+    Raises :class:`ValueError` when the file holds no agent run (e.g. ``fix`` stopped before it).
+    """
     state: ResumeState | None = None
     started_at = 0.0
     for event in read_events(path):
@@ -87,8 +90,8 @@ def load_trajectory(path: Path) -> ResumeState:
                 state = ResumeState(run_id=event.run_id, task=event.task)
             started_at = event.time
             continue
-        if state is None:
-            raise ValueError(f"{path} does not start with a run_started event")
+        if state is None:  # the front end's own events before the agent started (test runs, ...)
+            continue
         if isinstance(event, MessageAdded):
             state.messages.append(event.message)
         elif isinstance(event, ContextCondensed):

@@ -1,0 +1,215 @@
+"""``clover-agent fix`` end to end on a real git repository (a copy of examples/calculator).
+
+The replay backend stands in for the model (examples/calculator/replay-fix.jsonl: recorded turns,
+not a model); everything else is real: the sandbox, the tools, pytest runs, git apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clover_agent.agent import load_trajectory
+from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE, FixReport
+from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
+from clover_agent.agent.trajectory import read_events
+from clover_agent.cli import main
+from clover_agent.cli.fix import _hand_back
+from clover_agent.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "calculator"
+REPLAY = EXAMPLE / "replay-fix.jsonl"
+pytestmark = pytest.mark.slow
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def calculator_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "calculator"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns(".clover", "__pycache__", ".pytest_cache"))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "calculator with a bug")
+    return repo
+
+
+def run_dirs(repo: Path) -> list[Path]:
+    return sorted(p for p in (repo / ".clover" / "runs").iterdir() if p.is_dir())
+
+
+def suite_passes(repo: Path) -> bool:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    return proc.returncode == 0
+
+
+def assert_fixed(repo: Path) -> Path:
+    assert "return a + b" in (repo / "calculator.py").read_text()
+    assert suite_passes(repo)
+    (run,) = run_dirs(repo)
+    assert "+    return a + b" in (run / PATCH_FILE).read_text()
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert (
+        summary["fixed"]
+        and summary["files_changed"] == ["calculator.py"]
+        and summary["test_files_changed"] == []
+    )
+    assert summary["tests"]["suite_before"]["failed"] == 1 and summary["tests"]["suite_after"]["passed"] == 5
+    state = load_trajectory(run / "trajectory.jsonl")
+    assert state.last_outcome == "submitted" and state.steps == 5
+    assert git(repo, "status", "--porcelain") == " M calculator.py\n"  # run records are git-ignored
+    return run
+
+
+def test_fix_repairs_the_calculator_with_a_local_sandbox(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
+         "--replay", str(REPLAY), "--sandbox", "local", "--yes"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "FIXED" in proc.stdout and "replayed turns, not a model" in proc.stdout
+    assert "→ editor command=str_replace" in proc.stdout  # the console renderer showed the calls
+    assert "Applied to" in proc.stdout
+    assert_fixed(repo)
+
+
+@pytest.mark.docker
+def test_fix_repairs_the_calculator_in_docker(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "tests/test_calculator.py::test_add", "--repo", str(repo), "--backend", "replay",
+                 "--replay", str(REPLAY), "--sandbox", "docker", "--yes"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert "(node id)" in out.out
+    assert_fixed(repo)
+
+
+def test_dry_run_keeps_the_patch_and_applying_respects_local_changes(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "adding numbers is wrong", "--repo", str(repo), "--backend", "replay",
+                 "--replay", str(REPLAY), "--sandbox", "local", "--dry-run"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "-k test_add (free text)" in out and "Dry run" in out
+    assert "return a - b" in (repo / "calculator.py").read_text()  # not applied
+    (run,) = run_dirs(repo)
+    patch = run / PATCH_FILE
+    assert json.loads((run / SUMMARY_FILE).read_text())["fixed"]
+
+    # Never over uncommitted changes to the same file.
+    original = (repo / "calculator.py").read_text()
+    (repo / "calculator.py").write_text(original + "\n# my own work\n")
+    with pytest.raises(PatchNotApplied) as info:
+        apply_patch(repo, patch)
+    assert "calculator.py" in info.value.message and "git -C" in info.value.message
+    assert (repo / "calculator.py").read_text().endswith("# my own work\n")
+
+    (repo / "calculator.py").write_text(original)
+    assert apply_patch(repo, patch) == ["calculator.py"]
+    assert suite_passes(repo)
+
+
+def test_no_terminal_without_yes_does_not_apply(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    run = repo / ".clover" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / PATCH_FILE).write_text("")
+    report = FixReport("r1", run, exit_code=ExitCode.OK)
+    args = argparse.Namespace(yes=False, dry_run=False)
+    if sys.stdin.isatty():
+        pytest.skip("stdin is a terminal here")
+    assert _hand_back(report, repo, args) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "No terminal to confirm" in out and f"git -C {repo} apply {run / PATCH_FILE}" in out
+
+
+def test_patch_helpers() -> None:
+    patch = "diff --git a/src/x.py b/src/x.py\n--- a/src/x.py\n+++ b/src/x.py\ndiff --git a/tests/test_x.py b/tests/test_x.py\n"
+    assert changed_files(patch) == ["src/x.py", "tests/test_x.py"]
+    assert [f for f in changed_files(patch) if is_test_file(f)] == ["tests/test_x.py"]
+    assert (
+        is_test_file("conftest.py") and is_test_file("web/app.spec.ts") and not is_test_file("src/testing.py")
+    )
+
+
+# --- error paths: a clear message, a saved trajectory, a documented exit code, no traceback -----
+
+
+def fix_error(repo: Path, capsys, *args: str) -> tuple[int, str, list]:
+    code = main(["fix", *args, "--repo", str(repo), "--sandbox", "local", "--yes"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (run,) = run_dirs(repo)
+    events = read_events(run / "trajectory.jsonl")
+    assert events[-1].type == "done" and events[-1].exit_code == code
+    assert json.loads((run / SUMMARY_FILE).read_text())["exit_code"] == code
+    return code, err, events
+
+
+def test_nothing_failing_stops_with_exit_5(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code, err, events = fix_error(
+        repo, capsys, "test_subtract", "--backend", "replay", "--replay", str(REPLAY)
+    )
+    assert code == ExitCode.NOTHING_TO_FIX
+    assert "nothing to fix" in err and "none fails" in err
+    assert not any(e.type == "run_started" for e in events)  # the model was never asked
+
+
+def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code, err, _ = fix_error(
+        repo, capsys, "zebra quantum flux", "--backend", "replay", "--replay", str(REPLAY)
+    )
+    assert code == ExitCode.USAGE and "no test matches" in err
+
+
+def test_unreachable_backend_exits_3(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    code, err, events = fix_error(
+        repo, capsys, "test_add", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1"
+    )
+    assert code == ExitCode.MODEL_UNAVAILABLE
+    assert f"127.0.0.1:{port}" in err
+    assert any(e.type == "run_started" for e in events)
+
+
+def test_replay_exhausted_and_budget_exhausted(tmp_path: Path, capsys) -> None:
+    short = tmp_path / "short.jsonl"
+    short.write_text(REPLAY.read_text().splitlines()[0] + "\n")
+    repo = calculator_repo(tmp_path)
+    code, err, _ = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(short))
+    assert code == ExitCode.AGENT_ERROR and "no turn left" in err
+    assert "return a - b" in (repo / "calculator.py").read_text()
+
+    repo2 = calculator_repo(tmp_path / "second")
+    code, err, _ = fix_error(
+        repo2, capsys, "test_add", "--backend", "replay", "--replay", str(REPLAY), "--max-steps", "2"
+    )
+    assert code == ExitCode.BUDGET_EXHAUSTED and "step budget exhausted" in err
