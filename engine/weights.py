@@ -248,20 +248,28 @@ def load_model(
     device = torch.device(device)
     config = CloverConfig.from_file(model_dir / "config.json")
     plan = plan_load(read_tensor_index(model_dir))
-    if plan.unknown:
-        raise CheckpointError(
-            "checkpoint tensors that do not fit the model layout:\n"
-            + "\n".join(f"  {e.name} ({e.file.name}, shape {list(e.shape)})" for e in plan.unknown)
-        )
     if plan.bidirectional and not config.bidirectional_gdn:
-        config = config.with_overrides(bidirectional_gdn=True)
+        # Tensors without the config flag: bidirectional, with the kernel size the tensors have.
+        kernel = next(
+            (e.shape[-1] for e in plan.entries if e.name.endswith(".conv1d_right.weight")),
+            config.right_conv_kernel_size,
+        )
+        config = config.with_overrides(bidirectional_gdn=True, right_conv_kernel_size=kernel)
 
     with torch.device("meta"):
-        model = CloverModel(config, kernels=kernels)
-    model = model.to_empty(device=device).to(dtype)
+        model = CloverModel(config, kernels=kernels).to(dtype)
+    model = model.to_empty(device=device)  # the only allocation: parameters in the target dtype
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     params = dict(model.named_parameters(remove_duplicate=False))
+    unknown = plan.unknown + [
+        e for e in plan.entries if e.name in plan.targets and plan.targets[e.name].param not in params
+    ]
+    if unknown:
+        raise CheckpointError(
+            f"{model_dir}: checkpoint tensors that do not fit the model layout:\n"
+            + "\n".join(f"  {e.name} ({e.file.name}, shape {list(e.shape)})" for e in unknown)
+        )
     _check_targets(plan, params, config, model_dir)
 
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -289,21 +297,27 @@ def _check_targets(
     for name, target in plan.targets.items():
         entry = entries[name]
         where = f"{name} ({entry.file.name})"
-        param = params.get(target.param)
-        if param is None:
-            problems.append(f"{where}: no such parameter in the model layout")
+        param = params[target.param]
+        if target.expert is not None and target.expert >= param.shape[0]:
+            problems.append(f"{where}: expert {target.expert} does not exist (num_experts={param.shape[0]})")
             continue
         expected = _expected_shape(param, target)
         if entry.shape != expected:
             problems.append(f"{where}: shape {list(entry.shape)}, expected {list(expected)}")
         if entry.dtype not in _DTYPES:
             problems.append(f"{where}: dtype {entry.dtype} is not a floating-point weight type")
-        covered.add((target.param, target.expert, target.half))
+        key = (target.param, target.expert, target.half)
+        if key in covered:
+            problems.append(f"{where}: another tensor already holds these weights")
+        covered.add(key)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    per_expert = {key[0] for key in covered if key[1] is not None}
     for pname, param in params.items():
         if pname in tied:
             continue
         if (pname, None, None) in covered:
+            if pname in per_expert:
+                problems.append(f"{_checkpoint_name(pname, [])}: present both fused and per expert")
             continue
         if pname.endswith("mlp.experts.gate_up_proj"):
             missing = [e for e in range(param.shape[0]) for h in (0, 1) if (pname, e, h) not in covered]
@@ -321,7 +335,7 @@ def _check_targets(
 
 
 def _checkpoint_name(param: str, experts: list[int | None]) -> str:
-    name = "model." + param.replace(".bidirectional.", ".")
+    name = param if param == "lm_head.weight" else "model." + param.replace(".bidirectional.", ".")
     if experts and experts[0] is not None:
         unique = sorted({e for e in experts if e is not None})
         name += f" (experts {unique[:8]}{' …' if len(unique) > 8 else ''}, fused or per expert)"
