@@ -35,6 +35,22 @@ class ToolResult:
     ends_task: bool = False
 
 
+#: The model sees the first and last this many bytes of a long output; ``data`` keeps all of it.
+OUTPUT_HEAD_BYTES = 8 * 1024
+OUTPUT_TAIL_BYTES = 8 * 1024
+
+
+def head_tail(text: str, head: int = OUTPUT_HEAD_BYTES, tail: int = OUTPUT_TAIL_BYTES) -> str:
+    """``text`` cut to its first ``head`` and last ``tail`` bytes (UTF-8), the cut noted."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= head + tail:
+        return text
+    omitted = len(data) - head - tail
+    first = data[:head].decode("utf-8", "ignore")
+    last = data[-tail:].decode("utf-8", "ignore")
+    return f"{first}\n[... {omitted} bytes omitted; the output was {len(data)} bytes in total ...]\n{last}"
+
+
 class ToolError(Exception):
     """A bad call (wrong arguments, refused path, missing file): its message goes to the model."""
 

@@ -235,13 +235,13 @@ class EditorTool(Tool):
             cut = body.rfind("\n", 0, MAX_VIEW_CHARS)
             shown_last = first + body.count("\n", 0, cut)
             body = body[:cut] + (
-                f"\n[... output cut: showing lines {first}-{shown_last - 1} of {len(lines)}. Use `view_range` "
+                f"\n[... output cut: showing lines {first}-{shown_last} of {len(lines)}. Use `view_range` "
                 "to see the rest, or the search tool to find the line numbers you need.]"
             )
         return ToolResult(
             True,
             f"Here's the result of running `cat -n` on {path}:\n{body}\n",
-            {"path": path, "content": tf.text, "encoding": tf.encoding, "view_range": [first, last]},
+            {"path": path, "lines": len(lines), "encoding": tf.encoding, "view_range": [first, last]},
         )
 
     async def _write(

@@ -36,8 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from clover_agent.sandboxes.base import WORKSPACE, ExecResult, Sandbox
-from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
-from clover_agent.tools.shell import head_tail
+from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult, head_tail
 
 DEFAULT_TIMEOUT_S = 600.0
 TRACEBACK_MAX_LINES = 30

@@ -18,13 +18,10 @@ from __future__ import annotations
 import shlex
 from typing import Any, ClassVar
 
-from clover_agent.tools.base import Tool, ToolContext, ToolResult
+from clover_agent.tools.base import Tool, ToolContext, ToolResult, head_tail
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 3600.0
-#: The model sees the first and last this many bytes of a long output; ``data`` has all of it.
-OUTPUT_HEAD_BYTES = 8 * 1024
-OUTPUT_TAIL_BYTES = 8 * 1024
 STATE_DIR = "/tmp/.clover-shell"
 STATE_HEADER = "# clover-shell-state v1"
 _NOTICE = "__clover_shell_notice__:"
@@ -71,17 +68,6 @@ def shell_script(state_file: str, command: str) -> str:
     """The ``bash -c`` line that runs ``command`` inside the saved session."""
     body = _SCRIPT.replace("@HEADER@", STATE_HEADER).replace("@NOTICE@", _NOTICE)
     return f"__clover_state={shlex.quote(state_file)}\n__clover_command={shlex.quote(command)}\n{body}"
-
-
-def head_tail(text: str, head: int = OUTPUT_HEAD_BYTES, tail: int = OUTPUT_TAIL_BYTES) -> str:
-    """``text`` cut to its first ``head`` and last ``tail`` bytes (UTF-8), the cut noted."""
-    data = text.encode("utf-8", "surrogateescape")
-    if len(data) <= head + tail:
-        return text
-    omitted = len(data) - head - tail
-    first = data[:head].decode("utf-8", "ignore")
-    last = data[-tail:].decode("utf-8", "ignore")
-    return f"{first}\n[... {omitted} bytes omitted; the output was {len(data)} bytes in total ...]\n{last}"
 
 
 class ShellTool(Tool):

@@ -6,6 +6,7 @@ import pytest
 
 from clover_agent.sandboxes import Sandbox
 from clover_agent.tools.base import ToolContext
+from clover_agent.tools.editor import MAX_VIEW_CHARS
 from clover_agent.tools.registry import execute
 from clover_agent.tools.textfile import MAX_TEXT_BYTES
 
@@ -248,3 +249,19 @@ async def test_missing_paths_and_directories(sandbox: Sandbox) -> None:
     assert on_dir.output == (
         "The path /workspace/src is a directory and only the `view` command can be used on directories."
     )
+
+
+async def test_long_view_is_cut_with_a_note(sandbox: Sandbox) -> None:
+    text = "".join(f"row {i:05d} {'x' * 30}\n" for i in range(1, 5001))
+    await sandbox.write_file("/workspace/long.txt", text.encode())
+    result = await edit(ToolContext(sandbox), command="view", path="/workspace/long.txt")
+    assert result.ok and len(result.output) < MAX_VIEW_CHARS + 500
+    body = result.output.splitlines()
+    last_shown = int(body[-2].split("\t")[0])
+    assert body[-2] == f"{last_shown:6}\trow {last_shown:05d} {'x' * 30}"
+    assert body[-1] == (
+        f"[... output cut: showing lines 1-{last_shown} of 5000. Use `view_range` to see the rest, "
+        "or the search tool to find the line numbers you need.]"
+    )
+    tail = await edit(ToolContext(sandbox), command="view", path="/workspace/long.txt", view_range=[4999, -1])
+    assert tail.output.splitlines()[1:] == [f"  4999\trow 04999 {'x' * 30}", f"  5000\trow 05000 {'x' * 30}"]

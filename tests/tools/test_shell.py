@@ -7,9 +7,9 @@ import time
 import pytest
 
 from clover_agent.sandboxes import Sandbox
-from clover_agent.tools.base import ToolContext
+from clover_agent.tools.base import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, ToolContext
 from clover_agent.tools.registry import execute
-from clover_agent.tools.shell import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, STATE_DIR
+from clover_agent.tools.shell import STATE_DIR
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
