@@ -33,7 +33,7 @@ import re
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 
@@ -513,6 +513,47 @@ def split_thinking(text: str) -> tuple[str | None, str]:
     if text.lstrip().startswith(THINK_OPEN):
         return text.lstrip().removeprefix(THINK_OPEN).strip(), ""
     return None, text
+
+
+class ThinkingSplitter:
+    """Splits streamed text into ``("reasoning", piece)`` until ``</think>`` and ``("text", piece)``
+    after it, whatever the piece boundaries (a partly written ``</think>`` is held back). ``thinking``:
+    the prompt opened ``<think>``, so the text starts as reasoning."""
+
+    def __init__(self, thinking: bool) -> None:
+        self.thinking = thinking
+        self.pending = ""
+        self.answer_started = not thinking  # the newlines after </think> are not part of the answer
+
+    def feed(self, text: str) -> list[tuple[Literal["reasoning", "text"], str]]:
+        if not self.thinking:
+            return self._answer(text)
+        self.pending += text
+        head, closed, tail = self.pending.partition(THINK_CLOSE)
+        if closed:
+            self.thinking = False
+            self.pending = ""
+            return ([("reasoning", head)] if head else []) + self._answer(tail)
+        # hold back what could be the start of "</think>"
+        keep = next(
+            (n for n in range(len(THINK_CLOSE) - 1, 0, -1) if self.pending.endswith(THINK_CLOSE[:n])), 0
+        )
+        ready, self.pending = (
+            self.pending[: len(self.pending) - keep],
+            self.pending[len(self.pending) - keep :],
+        )
+        return [("reasoning", ready)] if ready else []
+
+    def flush(self) -> list[tuple[Literal["reasoning", "text"], str]]:
+        """What is held back, at the end of the stream."""
+        held, self.pending = self.pending, ""
+        return [("reasoning", held)] if held else []
+
+    def _answer(self, text: str) -> list[tuple[Literal["reasoning", "text"], str]]:
+        if not self.answer_started:
+            text = text.lstrip("\n")
+            self.answer_started = bool(text)
+        return [("text", text)] if text else []
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.protocol import (
     FORMAT_REMINDER,
+    ThinkingSplitter,
     ToolCall,
     ToolCallFormatError,
     convert_value,
@@ -407,3 +408,22 @@ def test_a_large_value_full_of_close_tags_stays_whole() -> None:
     quoted = "s = '</parameter>\\n</function>'\n" * 3000 + "</parameter>\n</function>\n" * 500
     _, calls = parse_tool_calls(_editor_call("big.py", quoted), EDITOR_TOOLS)
     assert _plain(calls) == [{"name": "editor", "arguments": {"path": "big.py", "file_text": quoted}}]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 100])
+def test_thinking_splitter_across_any_piece_boundaries(size: int) -> None:
+    text = "plan: use </thi tags carefully\n</think>\n\nThe answer.\n"
+    splitter = ThinkingSplitter(thinking=True)
+    out = [item for i in range(0, len(text), size) for item in splitter.feed(text[i : i + size])]
+    out += splitter.flush()
+    reasoning = "".join(piece for kind, piece in out if kind == "reasoning")
+    answer = "".join(piece for kind, piece in out if kind == "text")
+    assert (reasoning, answer) == ("plan: use </thi tags carefully\n", "The answer.\n")
+    assert [kind for kind, _ in out] == sorted((kind for kind, _ in out), key=["reasoning", "text"].index)
+
+
+def test_thinking_splitter_without_thinking_and_unfinished_thinking() -> None:
+    assert ThinkingSplitter(thinking=False).feed("</think> is text") == [("text", "</think> is text")]
+    splitter = ThinkingSplitter(thinking=True)
+    assert splitter.feed("still thinking </th") == [("reasoning", "still thinking ")]
+    assert splitter.flush() == [("reasoning", "</th")]
