@@ -337,8 +337,8 @@ class _Scanner:
     followed by ``</tool_call>`` first), and the first one after which the text reads cleanly wins:
     no stray ``</parameter>`` or ``</function>`` left outside a call, and no value holding a
     ``</function>`` or ``</tool_call>`` it did not open (the tail of another call it swallowed);
-    when none does, the one with the fewest such strays. Inside a call, a parameter ends at a close marker or a
-    ``<parameter=NAME>`` only when NAME is a parameter of the tool not given yet.
+    when none does, the one with the fewest such strays. Inside a call, a parameter ends at a close
+    marker or a ``<parameter=NAME>`` only when NAME is a parameter of the tool not given yet.
     """
 
     def __init__(self, text: str, parameters: Mapping[str, dict[str, Any] | None]) -> None:

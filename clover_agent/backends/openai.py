@@ -51,6 +51,9 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 class _StatusError(Exception):
+    """The server answered with an error: an HTTP status, or (status 200) an error event or an
+    answer that is not a chat completion."""
+
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
@@ -65,7 +68,7 @@ def iter_sse_data(lines: Iterator[bytes]) -> Iterator[str]:
     comments, ``event:`` and ``id:`` fields skipped)."""
     data: list[str] = []
     for raw in lines:
-        line = raw.decode("utf-8").rstrip("\r\n")
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if not line:
             if data:
                 yield "\n".join(data)
@@ -103,55 +106,53 @@ class ChatCompletionAccumulator:
             raise _StatusError(200, _describe_error(chunk["error"]))
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        for choice in _objects(chunk.get("choices")):
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            delta = _object(choice.get("delta"))
+            reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"))
             if reasoning:
                 self.reasoning += reasoning
                 if on_event:
                     on_event(BackendEvent(kind="reasoning", text=reasoning))
-            if delta.get("content"):
-                self.content += delta["content"]
+            content = _text(delta.get("content"))
+            if content:
+                self.content += content
                 if on_event:
-                    on_event(BackendEvent(kind="text", text=delta["content"]))
-            for position, call_delta in enumerate(delta.get("tool_calls") or []):
+                    on_event(BackendEvent(kind="text", text=content))
+            for position, call_delta in enumerate(_objects(delta.get("tool_calls"))):
                 index = call_delta.get("index", position)
-                partial = self.calls.setdefault(index, _PartialCall())
-                partial.id = call_delta.get("id") or partial.id
-                function = call_delta.get("function") or {}
-                partial.name += function.get("name") or ""
-                arguments = function.get("arguments")
-                partial.arguments += arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+                partial = self.calls.setdefault(index if isinstance(index, int) else position, _PartialCall())
+                partial.id = _text(call_delta.get("id")) or partial.id
+                function = _object(call_delta.get("function"))
+                partial.name += _text(function.get("name"))
+                partial.arguments += _arguments_text(function.get("arguments"))
             if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                self.finish_reason = str(choice["finish_reason"])
 
     def add_message(self, response: dict[str, Any]) -> None:
         if isinstance(response.get("usage"), dict):
             self.usage = response["usage"]
-        choices = response.get("choices") or []
+        choices = _objects(response.get("choices"))
         if not choices:
-            raise _StatusError(200, f"the response has no choices: {json.dumps(response)[:300]}")
-        choice = choices[0]
-        message = choice.get("message") or {}
-        self.content = message.get("content") or ""
-        self.reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-        for index, call in enumerate(message.get("tool_calls") or []):
-            function = call.get("function") or {}
-            arguments = function.get("arguments")
+            raise _StatusError(200, f"the answer has no choices: {json.dumps(response)[:300]}")
+        message = _object(choices[0].get("message"))
+        self.content = _text(message.get("content"))
+        self.reasoning = _text(message.get("reasoning_content") or message.get("reasoning"))
+        for index, call in enumerate(_objects(message.get("tool_calls"))):
+            function = _object(call.get("function"))
             self.calls[index] = _PartialCall(
-                id=call.get("id"),
-                name=function.get("name") or "",
-                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+                id=_text(call.get("id")) or None,
+                name=_text(function.get("name")),
+                arguments=_arguments_text(function.get("arguments")),
             )
-        self.finish_reason = choice.get("finish_reason")
+        self.finish_reason = _text(choices[0].get("finish_reason")) or None
 
     def turn(self, tools: list[dict[str, Any]], prompt_estimate: int) -> ModelTurn:
         """The assistant turn: structured calls when the server sent any, else calls parsed from the text."""
-        prompt_tokens = int(self.usage.get("prompt_tokens") or prompt_estimate)
-        completion_tokens = int(
-            self.usage.get("completion_tokens") or estimate_tokens(self.reasoning + self.content)
+        prompt_tokens = _count(self.usage.get("prompt_tokens")) or prompt_estimate
+        completion_tokens = _count(self.usage.get("completion_tokens")) or estimate_tokens(
+            self.reasoning + self.content
         )
         finish: FinishReason = "length" if self.finish_reason == "length" else "stop"
         if not self.calls:
@@ -194,6 +195,30 @@ class ChatCompletionAccumulator:
             completion_tokens=completion_tokens,
             finish_reason="tool_calls" if not problems and finish == "stop" else finish,
         )
+
+
+# Servers differ and some send odd shapes; these readers take what is usable and ignore the rest.
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _arguments_text(value: Any) -> str:
+    """Tool-call arguments as JSON text (some servers send an object instead of a string)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False) if value is not None else ""
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _describe_error(error: Any) -> str:

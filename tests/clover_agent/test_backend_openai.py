@@ -400,3 +400,32 @@ def test_sse_framing() -> None:
         b"\r\n",
     ]
     assert list(iter_sse_data(iter(lines))) == ['{"a":\n1}', "[DONE]"]
+
+
+async def test_an_answer_that_is_not_a_chat_completion(server: ChatServer) -> None:
+    server.replies.append({"json": {"object": "list", "data": []}})
+    with pytest.raises(BackendUnavailable, match="answered an error: the answer has no choices"):
+        await OpenAIBackend(server.base_url, stream=False).complete(MESSAGES, TOOLS)
+
+
+async def test_odd_shapes_are_read_leniently(server: ChatServer) -> None:
+    """Arguments sent as an object, a null delta and a non-dict choice do not break the stream."""
+    server.replies.append(
+        {
+            "sse": [
+                {"choices": ["junk", {"index": 0, "delta": None}]},
+                _chunk(
+                    {
+                        "tool_calls": [
+                            {"index": 0, "function": {"name": "finish", "arguments": {"summary": "ok"}}}
+                        ]
+                    }
+                ),
+                _chunk({}, finish="tool_calls"),
+                "[DONE]",
+            ]
+        }
+    )
+    turn = await OpenAIBackend(server.base_url).complete(MESSAGES, TOOLS)
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("finish", {"summary": "ok"})]
+    assert turn.tool_calls[0].id.startswith("call_")
