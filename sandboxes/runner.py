@@ -144,15 +144,26 @@ def op_exec(req: dict) -> dict:
     oom_before = _counter(MEMORY_EVENTS, "oom_kill")
     pids_before = _counter(PIDS_EVENTS, "max")
     start = time.monotonic()
-    proc = subprocess.Popen(
-        ["bash", "-c", req["command"]],
-        cwd=host_path(req.get("cwd") or WORKSPACE),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            ["bash", "-c", req["command"]],
+            cwd=host_path(req.get("cwd") or WORKSPACE),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except BlockingIOError as exc:  # EAGAIN from fork: every process slot is taken
+        return {
+            "exit_code": None,
+            "output": f"could not start the command: {exc.strerror}",
+            "timed_out": False,
+            "duration_s": time.monotonic() - start,
+            "oom_killed": False,
+            "pid_limit_hit": True,
+            "killed_reason": "process limit reached: the command could not start",
+        }
     pgid = proc.pid
     with _groups_lock:
         _running_groups.add(pgid)

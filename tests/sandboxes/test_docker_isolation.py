@@ -3,6 +3,7 @@ the network checks only read the interface table."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -100,3 +101,33 @@ async def test_a_dead_runner_is_reported_not_hung(small: DockerSandbox) -> None:
         await small.exec("kill -9 $PPID; sleep 30", timeout=60)
     with pytest.raises(SandboxError):
         await small.exec("true")
+
+
+FILL_PROCESS_TABLE = """
+import os, time
+ready_r, ready_w = os.pipe()
+if os.fork() == 0:
+    os.setsid()  # leave the command's process group, so the filler outlives the command
+    told = False
+    while True:  # take every process slot, and every slot freed later
+        try:
+            if os.fork() == 0:
+                time.sleep(120)
+                os._exit(0)
+        except BlockingIOError:
+            if not told:
+                os.write(ready_w, b"x")
+                told = True
+            time.sleep(0.001)
+os.read(ready_r, 1)
+"""
+
+
+async def test_no_process_slot_left_is_reported(small: DockerSandbox) -> None:
+    await small.write_file("/tmp/fill.py", FILL_PROCESS_TABLE.encode())
+    filled = await small.exec("python3 /tmp/fill.py", timeout=30)
+    assert filled.exit_code == 0 and filled.pid_limit_hit
+    await asyncio.sleep(0.3)  # the filler takes back the slots its parent and our thread freed
+    result = await small.exec("echo hi")
+    assert result.exit_code is None and result.pid_limit_hit
+    assert result.killed_reason == "process limit reached: the command could not start"
