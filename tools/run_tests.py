@@ -201,14 +201,22 @@ async def detect_framework(sandbox: Sandbox) -> str:
 # --- pytest ----------------------------------------------------------------------------------
 
 
+def _looks_like_path(word: str) -> bool:
+    return "::" in word or word.endswith(".py") or "/" in word
+
+
 def pytest_args(target: str | None, existing: bool) -> list[str]:
-    """Command-line selection for ``target``: a ``-k`` expression, a node id or path, or all."""
+    """Command-line selection for ``target``: a ``-k`` expression, node ids or paths (several may be
+    given, separated by spaces), or all. A bare word that is no existing path is a ``-k`` expression."""
     if not target:
         return []
     if target.startswith("-k "):
         return ["-k", target[3:].strip()]
-    if existing or "::" in target or target.endswith(".py") or "/" in target:
+    if existing:
         return [target]
+    words = target.split()
+    if all(_looks_like_path(w) for w in words):
+        return words
     return ["-k", target]
 
 
@@ -257,9 +265,8 @@ def parse_junit_xml(xml_text: str, report: TestReport) -> None:
 
 
 async def _run_pytest(sandbox: Sandbox, target: str | None, timeout: float) -> TestReport:
-    existing = (
-        bool(target) and await sandbox.stat(posixpath.join(WORKSPACE, target.split("::")[0])) is not None
-    )
+    single = bool(target) and len(target.split()) == 1
+    existing = single and await sandbox.stat(posixpath.join(WORKSPACE, target.split("::")[0])) is not None
     xml_path = f"{REPORT_DIR}/{uuid.uuid4().hex}.xml"
     args = pytest_args(target, existing)
     shown = shlex.join(["python", "-m", "pytest", *args])

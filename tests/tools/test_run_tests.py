@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,8 @@ async def test_tool_output_and_targets(sandbox: Sandbox) -> None:
     assert absolute.ok and list(absolute.data["report"]["outcomes"]) == [
         "tests/test_math.py::TestGroup::test_in_class"
     ]
+    two = await run_tests_in(sandbox, "tests/test_math.py::test_pass tests/test_math.py::test_skip")
+    assert (two.passed, two.skipped, two.total) == (1, 1, 2)
     file_report = await run_tests_in(sandbox, "tests/test_math.py")
     assert file_report.total == 7 and file_report.errors == 1
     k_expr = await run_tests_in(sandbox, "-k param")
@@ -148,8 +151,12 @@ async def test_unittest_without_pytest(tmp_path: Path) -> None:
             )
         },
     )
-    plain_python = Path("/usr/bin/python3")
-    if not plain_python.exists() or shutil.which("python3", path="/usr/bin") is None:
+    plain = (
+        subprocess.run(["/usr/bin/python3", "-c", "import pytest"], capture_output=True)
+        if Path("/usr/bin/python3").exists()
+        else None
+    )
+    if plain is None or plain.returncode == 0:
         pytest.skip("needs a system python3 without pytest at /usr/bin/python3")
     sb = await start(project, env={"PATH": "/usr/bin:/bin"})
     try:
