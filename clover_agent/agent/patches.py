@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -61,6 +62,22 @@ def local_changes(repo: Path, files: list[str]) -> list[str]:
     return sorted(d for d in dirty if d)
 
 
+def apply_command(repo: Path, patch_file: Path) -> list[str]:
+    """The ``git apply`` command for a patch made in a copy of ``repo``.
+
+    ``repo`` may be a folder inside a larger git work tree (e.g. ``examples/calculator``): the patch's
+    paths are relative to ``repo``, and ``git apply`` reads them from the work tree's top, so
+    ``--directory`` puts the prefix back (without it git silently skips the files).
+    """
+    prefix = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--show-prefix"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    command = ["git", "-C", str(repo), "apply"]
+    if prefix:
+        command.append(f"--directory={prefix.rstrip('/')}")
+    return [*command, str(patch_file)]
+
+
 def apply_patch(repo: Path, patch_file: Path) -> list[str]:
     """Apply ``patch_file`` to ``repo``'s working tree; returns the files changed.
 
@@ -68,7 +85,8 @@ def apply_patch(repo: Path, patch_file: Path) -> list[str]:
     changes or the patch does not apply cleanly.
     """
     files = changed_files(patch_file.read_text(encoding="utf-8", errors="replace"))
-    how = f"review it and apply it yourself with `git -C {repo} apply {patch_file}`"
+    command = apply_command(repo, patch_file)
+    how = f"review it and apply it yourself with `{shlex.join(command)}`"
     dirty = local_changes(repo, files)
     if dirty:
         raise PatchNotApplied(
@@ -76,14 +94,9 @@ def apply_patch(repo: Path, patch_file: Path) -> list[str]:
             f"changes. Commit or stash your changes, then {how}."
         )
     check = subprocess.run(
-        ["git", "-C", str(repo), "apply", "--check", str(patch_file)],
-        capture_output=True,
-        text=True,
-        check=False,
+        [*command[:-1], "--check", command[-1]], capture_output=True, text=True, check=False
     )
     if check.returncode != 0:
         raise PatchNotApplied(f"the patch does not apply to {repo}: {check.stderr.strip()}; {how}")
-    subprocess.run(
-        ["git", "-C", str(repo), "apply", str(patch_file)], capture_output=True, text=True, check=True
-    )
+    subprocess.run(command, capture_output=True, text=True, check=True)
     return files

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.console import ConsoleRenderer
 from clover_agent.agent.fix_task import FixReport, FixRequest, run_fix
-from clover_agent.agent.patches import PatchNotApplied, apply_patch
+from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_patch
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.backends import create_backend
 from clover_agent.backends.base import ModelBackend
@@ -69,9 +71,15 @@ def _check_arguments(args: argparse.Namespace) -> Path:
     repo = Path(args.repo).resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
-    if not (repo / ".git").exists():
+    inside = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if inside.stdout.strip() != "true":
         raise UsageError(
-            f"{repo} is not the root of a git repository (fix hands back a git patch); run `git init`"
+            f"{repo} is not in a git repository (fix hands back a git patch); run `git init` there"
         )
     return repo
 
@@ -133,7 +141,7 @@ def print_summary(report: FixReport, repo: Path) -> None:
 
 def _hand_back(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
     """Apply the patch when the user agrees; the exit code of the whole command."""
-    how = f"git -C {repo} apply {report.patch_path}"
+    how = shlex.join(apply_command(repo, report.patch_path))
     if args.dry_run:
         print(f"Dry run: the patch was not applied. To apply it: {how}")
         return ExitCode.OK
@@ -190,20 +198,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
         help="make a failing test pass and hand back a patch",
-        description="Reproduce the failure of TARGET in a sandbox, repair it with the agent, verify (the target "
-        "passes, nothing that passed before fails), and keep the patch under .clover/runs/<id>/. TARGET is a test "
-        "node id, a test file, a -k keyword expression, or free text matched against test names.",
+        description="Reproduce the failure of TARGET in a sandbox, repair it with the agent, verify\n"
+        "(the target passes, nothing that passed before fails), and keep the patch under\n"
+        ".clover/runs/<id>/. TARGET is a test node id, a test file, a -k keyword expression,\n"
+        "or free text matched against test names.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", help="test node id, test file, keyword, or a free-text description")
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
-    p.add_argument("--backend", choices=("engine", "openai", "replay"), default="engine")
+    p.add_argument(
+        "--backend",
+        choices=("engine", "openai", "replay"),
+        default="engine",
+        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
+        "replay: recorded turns (tests and demos, not a model)",
+    )
     p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
     p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server (openai backend)")
     p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
     p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
-    p.add_argument("--sandbox", choices=("docker", "local"), default="docker")
+    p.add_argument(
+        "--sandbox",
+        choices=("docker", "local"),
+        default="docker",
+        help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
+    )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")

@@ -40,12 +40,15 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-def calculator_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "calculator"
+def calculator_repo(tmp_path: Path, *, nested: bool = False) -> Path:
+    """A git repository holding a copy of the example; ``nested`` puts it in a subfolder of the
+    repository (as examples/calculator is in this one)."""
+    root = tmp_path / "project"
+    repo = root / "examples" / "calculator" if nested else root
     shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns(".clover", "__pycache__", ".pytest_cache"))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "calculator with a bug")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "calculator with a bug")
     return repo
 
 
@@ -63,7 +66,7 @@ def suite_passes(repo: Path) -> bool:
     return proc.returncode == 0
 
 
-def assert_fixed(repo: Path) -> Path:
+def assert_fixed(repo: Path, changed: str = "calculator.py") -> Path:
     assert "return a + b" in (repo / "calculator.py").read_text()
     assert suite_passes(repo)
     (run,) = run_dirs(repo)
@@ -77,12 +80,12 @@ def assert_fixed(repo: Path) -> Path:
     assert summary["tests"]["suite_before"]["failed"] == 1 and summary["tests"]["suite_after"]["passed"] == 5
     state = load_trajectory(run / "trajectory.jsonl")
     assert state.last_outcome == "submitted" and state.steps == 5
-    assert git(repo, "status", "--porcelain") == " M calculator.py\n"  # run records are git-ignored
+    assert git(repo, "status", "--porcelain") == f" M {changed}\n"  # run records are git-ignored
     return run
 
 
 def test_fix_repairs_the_calculator_with_a_local_sandbox(tmp_path: Path) -> None:
-    repo = calculator_repo(tmp_path)
+    repo = calculator_repo(tmp_path, nested=True)
     proc = subprocess.run(
         [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
          "--replay", str(REPLAY), "--sandbox", "local", "--yes"],
@@ -93,7 +96,7 @@ def test_fix_repairs_the_calculator_with_a_local_sandbox(tmp_path: Path) -> None
     assert "FIXED" in proc.stdout and "replayed turns, not a model" in proc.stdout
     assert "→ editor command=str_replace" in proc.stdout  # the console renderer showed the calls
     assert "Applied to" in proc.stdout
-    assert_fixed(repo)
+    assert_fixed(repo, changed="examples/calculator/calculator.py")
 
 
 @pytest.mark.docker
