@@ -25,6 +25,7 @@ MAX_LINE_CHARS = 300
 FALLBACK_MAX_FILE_BYTES = 1_000_000
 FALLBACK_MAX_DEPTH = 64
 _TOTAL_MARK = "__clover_search_total__ "
+_ERROR_MARK = "__clover_search_error__ "
 
 
 def _clip(line: str) -> str:
@@ -33,8 +34,8 @@ def _clip(line: str) -> str:
 
 async def search_with_ripgrep(
     sandbox: Sandbox, pattern: str, real: str, glob: str | None
-) -> tuple[list[str], int]:
-    """(first matching lines, total count) using ``rg`` in the sandbox.
+) -> tuple[list[str], int, list[str]]:
+    """(first matching lines, total count, problems such as unreadable files) using ``rg``.
 
     rg runs in the searched folder (a file's folder) so that a glob with ``/`` is relative to it.
     """
@@ -45,21 +46,27 @@ async def search_with_ripgrep(
     if glob:
         cmd += ["--glob", glob]
     cmd += ["--", "." if is_dir else posixpath.basename(real)]
+    # rg's messages go through a file so that they never mix with the matches.
     line = (
-        " ".join(shlex.quote(c) for c in cmd)
+        "errors=$(mktemp) && "
+        + " ".join(shlex.quote(c) for c in cmd)
+        + ' 2>"$errors"'
         + f" | awk -v max={MAX_MATCHES} 'NR <= max {{ print }} END {{ print \"{_TOTAL_MARK}\" NR }}'"
-        + "; exit ${PIPESTATUS[0]}"
+        + f'; status=${{PIPESTATUS[0]}}; sed "s/^/{_ERROR_MARK}/" "$errors"; rm -f "$errors"; exit $status'
     )
     result = await sandbox.exec(line, timeout=120, cwd=folder)
-    lines = result.output.splitlines()
-    total = 0
-    if lines and lines[-1].startswith(_TOTAL_MARK):
-        total = int(lines.pop()[len(_TOTAL_MARK) :])
-    if result.exit_code not in (0, 1):
-        raise ToolError(
-            f"The search failed (rg exit code {result.exit_code}): {result.output.strip()[:2000]}"
-        )
-    return [_clip(f"{folder.rstrip('/')}/{x.removeprefix('./')}") for x in lines], total
+    matches, errors, total = [], [], 0
+    for text in result.output.splitlines():
+        if text.startswith(_TOTAL_MARK):
+            total = int(text[len(_TOTAL_MARK) :])
+        elif text.startswith(_ERROR_MARK):
+            errors.append(text[len(_ERROR_MARK) :])
+        else:
+            matches.append(_clip(f"{folder.rstrip('/')}/{text.removeprefix('./')}"))
+    if result.exit_code not in (0, 1) and not matches:
+        detail = "\n".join(errors) or result.output.strip()
+        raise ToolError(f"The search failed (rg exit code {result.exit_code}): {detail[:2000]}")
+    return matches, total, errors
 
 
 def _glob_matches(glob: str, rel: str) -> bool:
@@ -72,8 +79,8 @@ def _glob_matches(glob: str, rel: str) -> bool:
 
 async def search_with_python(
     sandbox: Sandbox, pattern: str, real: str, glob: str | None
-) -> tuple[list[str], int]:
-    """(first matching lines, total count) reading files through the sandbox interface."""
+) -> tuple[list[str], int, list[str]]:
+    """(first matching lines, total count, unreadable files) reading files through the sandbox."""
     try:
         regex = re.compile(pattern)
     except re.error as exc:
@@ -85,6 +92,7 @@ async def search_with_python(
     else:
         base, paths = posixpath.dirname(real) + "/", [real]
     shown: list[str] = []
+    problems: list[str] = []
     total = 0
     for path in paths:
         rel = path[len(base) :]
@@ -92,7 +100,11 @@ async def search_with_python(
             continue
         if glob and not _glob_matches(glob, rel):
             continue
-        data = await sandbox.read_file(path)
+        try:
+            data = await sandbox.read_file(path)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            continue
         if len(data) > FALLBACK_MAX_FILE_BYTES or is_binary(data):
             continue
         for number, text in enumerate(decode_text(data, path).text.splitlines(), start=1):
@@ -100,7 +112,7 @@ async def search_with_python(
                 total += 1
                 if len(shown) < MAX_MATCHES:
                     shown.append(_clip(f"{path}:{number}:{text}"))
-    return shown, total
+    return shown, total, problems
 
 
 async def has_ripgrep(sandbox: Sandbox) -> bool:
@@ -146,10 +158,8 @@ class SearchTool(Tool):
         if use_rg is None:
             use_rg = await has_ripgrep(ctx.sandbox)
         engine = "ripgrep" if use_rg else "python"
-        if use_rg:
-            lines, total = await search_with_ripgrep(ctx.sandbox, pattern, real, glob)
-        else:
-            lines, total = await search_with_python(ctx.sandbox, pattern, real, glob)
+        search = search_with_ripgrep if use_rg else search_with_python
+        lines, total, problems = await search(ctx.sandbox, pattern, real, glob)
         where = f"{path}" + (f" (files matching {glob})" if glob else "")
         if total == 0:
             output = f"No matches found for pattern {pattern!r} in {where}."
@@ -158,6 +168,17 @@ class SearchTool(Tool):
             output += "\n".join(lines)
             if total > len(lines):
                 output += f"\n[... {total - len(lines)} more matching lines omitted; narrow the pattern, path or glob ...]"
+        if problems:
+            output += f"\n[{len(problems)} files could not be searched: " + "; ".join(problems[:5]) + "]"
         return ToolResult(
-            True, output, {"matches": lines, "total": total, "engine": engine, "path": path, "glob": glob}
+            True,
+            output,
+            {
+                "matches": lines,
+                "total": total,
+                "engine": engine,
+                "path": path,
+                "glob": glob,
+                "problems": problems,
+            },
         )

@@ -75,7 +75,8 @@ class ShellTool(Tool):
     description = (
         "Run a bash command in the workspace (a persistent session that starts in /workspace: `cd` and "
         "`export` carry over to later calls). No input can be given to the command (stdin is empty), so use "
-        "non-interactive flags (e.g. `-y`, `--no-pager`). A long output is cut to its beginning and end. "
+        "non-interactive flags (e.g. `-y`, `--no-pager`). Background processes end with the command. "
+        "A long output is cut to its beginning and end. "
         f"The command is killed, with everything it started, after `timeout` seconds (default {DEFAULT_TIMEOUT_S:g})."
     )
     parameters: ClassVar[dict[str, Any]] = {

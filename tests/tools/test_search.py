@@ -89,3 +89,19 @@ async def test_default_engine_and_registry_call(sandbox: Sandbox) -> None:
     assert result.data["matches"] == ["/workspace/src/calc.py:1:def add(a, b):"]
     bad = await execute("search", {"pattern": ""}, ToolContext(sandbox))
     assert not bad.ok and "`pattern`" in bad.output
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_unreadable_files_are_reported_not_fatal(sandbox: Sandbox, engine: str) -> None:
+    if (await sandbox.exec("id -u")).output.strip() == "0":
+        pytest.skip("the sandbox user is root here: nothing is unreadable")
+    await sandbox.write_file("/workspace/locked/open.txt", b"needle open\n")
+    await sandbox.write_file("/workspace/locked/closed.txt", b"needle closed\n")
+    await sandbox.exec("chmod 000 locked/closed.txt", cwd="/workspace")
+    try:
+        result = await search(sandbox, engine, pattern="needle", path="/workspace/locked")
+    finally:
+        await sandbox.exec("chmod 644 locked/closed.txt", cwd="/workspace")
+    assert result.ok and result.data["matches"] == ["/workspace/locked/open.txt:1:needle open"]
+    assert len(result.data["problems"]) == 1 and "closed.txt" in result.data["problems"][0]
+    assert "[1 files could not be searched: " in result.output
