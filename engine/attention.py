@@ -7,16 +7,8 @@ from torch import nn
 
 from clover_agent.engine.cache import AttentionKV
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.norms import ZeroCentredRmsNorm
 from clover_agent.engine.ops import Ops
-
-
-class ZeroCentredRmsNorm(nn.Module):
-    """Holds the weight of an RMSNorm that scales by ``1 + weight`` (weights stored around zero)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
-        self.eps = eps
 
 
 class RotaryEmbedding:

@@ -25,11 +25,6 @@ from clover_agent.engine.ops import Ops
 CHECKPOINT_TENSORS = ("conv1d_right.weight", "bidir_mix_logits")
 
 
-def block_spans(num_tokens: int, block_size: int) -> list[tuple[int, int]]:
-    """[start, end) of each block among ``num_tokens`` new tokens that begin on a block boundary."""
-    return [(start, min(start + block_size, num_tokens)) for start in range(0, num_tokens, block_size)]
-
-
 class BidirectionalGdn(nn.Module):
     """The right convolution and the branch mixing weights of one GDN layer."""
 

@@ -9,6 +9,7 @@ from torch import nn
 from clover_agent.engine.bidirectional_gdn import BidirectionalGdn
 from clover_agent.engine.cache import GdnState
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.norms import GatedRmsNorm
 from clover_agent.engine.ops import Ops
 
 
@@ -16,13 +17,6 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + eps)`` over the last dim, in float32."""
     x = x.float()
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
-
-
-class GatedRmsNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
 
 
 class GatedDeltaNet(nn.Module):

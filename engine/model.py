@@ -23,11 +23,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from clover_agent.engine.attention import GatedAttention, RotaryEmbedding, ZeroCentredRmsNorm
+from clover_agent.engine.attention import GatedAttention, RotaryEmbedding
 from clover_agent.engine.cache import GdnState, LayerState, ModelCache
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.gdn import GatedDeltaNet
 from clover_agent.engine.moe import SparseMoe
+from clover_agent.engine.norms import ZeroCentredRmsNorm
 from clover_agent.engine.ops import Ops, resolve_ops
 
 AttentionRule = Literal["block", "causal"]
@@ -91,19 +92,21 @@ class CloverModel(nn.Module):
     @torch.no_grad()
     def forward(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | list[int],
         cache: ModelCache,
         *,
         attention: AttentionRule,
         commit: bool | int = False,
     ) -> torch.Tensor:
-        """Logits [T, vocab] (float32) for ``input_ids`` [T] after the committed tokens of ``cache``."""
+        """Logits [T, vocab] (float32) for ``input_ids`` [T] (tensor or list) after ``cache``'s tokens."""
+        input_ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.embed_tokens.weight.device)
         if input_ids.dim() != 1 or input_ids.numel() == 0:
             raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")
+        if bool(((input_ids < 0) | (input_ids >= self.config.vocab_size)).any()):
+            raise ValueError(f"input_ids outside the vocabulary [0, {self.config.vocab_size})")
         steps, past = input_ids.shape[0], cache.length
         commit_count = self._commit_count(commit, steps, attention)
-        device = self.embed_tokens.weight.device
-        input_ids = input_ids.to(device)
+        device = input_ids.device
         positions = torch.arange(past, past + steps, device=device)
         if attention == "block":
             block_size = self.config.block_size

@@ -14,6 +14,7 @@ parameters on the target device, so host memory holds about one tensor beyond th
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import time
@@ -29,6 +30,8 @@ from clover_agent.engine.bidirectional_gdn import CHECKPOINT_TENSORS as BIDIRECT
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.errors import CheckpointError
 from clover_agent.engine.model import CloverModel
+
+logger = logging.getLogger(__name__)
 
 INDEX_FILE = "model.safetensors.index.json"
 MODEL_PREFIXES = ("model.language_model.", "model.")
@@ -224,7 +227,12 @@ def memory_plan(plan: LoadPlan, model_bytes: int, device: torch.device, dtype: t
                 f"warning: the parameters need {_human(model_bytes)} but only {_human(free)} is free"
             )
     if plan.ignored:
-        lines.append(f"skipping {len(plan.ignored)} tensor(s) of parts the engine does not run (vision, mtp)")
+        groups: dict[str, int] = {}
+        for name in plan.ignored:
+            group = next(p for p in IGNORED_PREFIXES if name.startswith(p)).rstrip(".")
+            groups[group] = groups.get(group, 0) + 1
+        summary = ", ".join(f"{group}.* ({count})" for group, count in sorted(groups.items()))
+        lines.append(f"skipping {len(plan.ignored)} tensor(s) of parts the engine does not run: {summary}")
     if plan.bidirectional:
         lines.append("bidirectional GDN tensors found: in-block backward branch enabled")
     return lines
@@ -272,6 +280,10 @@ def load_model(
         )
     _check_targets(plan, params, config, model_dir)
 
+    if plan.ignored:
+        logger.info(
+            "skipped checkpoint tensors (vision / multi-token prediction): %s", ", ".join(plan.ignored)
+        )
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if progress is not None:
         for line in memory_plan(plan, model_bytes, device, dtype):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def test_sharded_bfloat16_checkpoint_converts_to_float32(
 
 
 def test_vision_and_mtp_tensors_are_skipped_and_reported(
-    reference: tuple[Path, torch.nn.Module], tmp_path: Path
+    reference: tuple[Path, torch.nn.Module], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     source, model = reference
     folder = convert_checkpoint(source, tmp_path / "vl", prefix="model.language_model.", nested_config=True)
@@ -83,8 +84,13 @@ def test_vision_and_mtp_tensors_are_skipped_and_reported(
         {"model.visual.blocks.0.attn.qkv.weight": torch.zeros(6, 2), "mtp.fc.weight": torch.zeros(2, 2)},
     )
     stream = io.StringIO()
-    engine = Engine.from_pretrained(folder, progress=stream)
-    assert "skipping 2 tensor(s)" in stream.getvalue()
+    with caplog.at_level(logging.INFO, logger="clover_agent.engine.weights"):
+        engine = Engine.from_pretrained(folder, progress=stream)
+    assert (
+        "skipping 2 tensor(s) of parts the engine does not run: model.visual.* (1), mtp.* (1)"
+        in stream.getvalue()
+    )
+    assert "model.visual.blocks.0.attn.qkv.weight, mtp.fc.weight" in caplog.text
     ids = list(range(30))
     with torch.no_grad():
         expected = model(torch.tensor([ids])).logits[0]
