@@ -67,15 +67,20 @@ class ToolContext:
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     edit_history: dict[str, list[bytes | None]] = field(default_factory=dict)
 
-    _by_sandbox: ClassVar[weakref.WeakKeyDictionary[Sandbox, ToolContext]] = weakref.WeakKeyDictionary()
+    # Keyed weakly by sandbox; the values must not refer to the sandbox, or it would never be freed.
+    _state_by_sandbox: ClassVar[
+        weakref.WeakKeyDictionary[Sandbox, tuple[str, dict[str, list[bytes | None]]]]
+    ] = weakref.WeakKeyDictionary()
 
     @classmethod
     def of(cls, sandbox: Sandbox) -> ToolContext:
-        """The context of ``sandbox``, created on first use and kept while the sandbox lives."""
-        ctx = cls._by_sandbox.get(sandbox)
-        if ctx is None:
-            ctx = cls._by_sandbox[sandbox] = cls(sandbox)
-        return ctx
+        """The context of ``sandbox``: the same session and edit history on every call while it lives."""
+        state = cls._state_by_sandbox.get(sandbox)
+        if state is None:
+            ctx = cls(sandbox)
+            cls._state_by_sandbox[sandbox] = (ctx.session_id, ctx.edit_history)
+            return ctx
+        return cls(sandbox, *state)
 
 
 class Tool(abc.ABC):

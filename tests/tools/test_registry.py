@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import jsonschema
@@ -84,7 +86,20 @@ async def test_context_follows_the_sandbox(sandbox: Sandbox) -> None:
     assert undo.ok and await sandbox.read_file("/workspace/ctx.txt") == b"one\n"
     await execute("shell", {"command": "cd src"}, sandbox)
     assert (await execute("shell", {"command": "pwd"}, sandbox)).output == "/workspace/src\n[exit code: 0]"
-    assert ToolContext.of(sandbox) is ToolContext.of(sandbox)
+    first, again = ToolContext.of(sandbox), ToolContext.of(sandbox)
+    assert first.session_id == again.session_id and first.edit_history is again.edit_history
+
+
+@in_module_loop
+async def test_contexts_do_not_keep_sandboxes_alive(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    async with sb:
+        assert (await execute("shell", {"command": "true"}, sb)).ok
+    gone = weakref.ref(sb)
+    del sb
+    gc.collect()
+    assert gone() is None
 
 
 @in_module_loop
