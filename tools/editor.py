@@ -159,6 +159,8 @@ class EditorTool(Tool):
                     f"File already exists at: {path}. Cannot overwrite files using command `create`."
                 )
             return await self._create(ctx, path, real, _required(args, "file_text", command))
+        if command == "undo_edit":  # also when the file was deleted since the edit
+            return await self._undo(ctx, path, real)
         if kind == "missing":
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         if kind == "dir":
@@ -178,13 +180,14 @@ class EditorTool(Tool):
             return await self._str_replace(
                 ctx, path, real, old_str, args.get("new_str", ""), bool(args.get("replace_all", False))
             )
-        if command == "insert":
-            line = _required(args, "insert_line", command)
-            return await self._insert(ctx, path, real, line, _required(args, "new_str", command))
-        return await self._undo(ctx, path, real)
+        line = _required(args, "insert_line", command)
+        return await self._insert(ctx, path, real, line, _required(args, "new_str", command))
 
     async def _read(self, sandbox: Sandbox, path: str, real: str) -> tuple[bytes, TextFile]:
-        data = await sandbox.read_file(real)
+        try:
+            data = await sandbox.read_file(real)
+        except OSError as exc:
+            raise ToolError(f"Could not read {path}: {exc.strerror or exc}.") from None
         return data, decode_text(data, path)
 
     async def _view_dir(self, sandbox: Sandbox, path: str, real: str) -> ToolResult:
@@ -247,7 +250,10 @@ class EditorTool(Tool):
     async def _write(
         self, ctx: ToolContext, path: str, real: str, before: bytes | None, after: bytes
     ) -> None:
-        await ctx.sandbox.write_file(real, after)
+        try:
+            await ctx.sandbox.write_file(real, after)
+        except OSError as exc:
+            raise ToolError(f"Could not write {path}: {exc.strerror or exc}. Nothing was changed.") from None
         ctx.edit_history.setdefault(real, []).append(before)
 
     async def _create(self, ctx: ToolContext, path: str, real: str, file_text: str) -> ToolResult:
@@ -361,9 +367,11 @@ class EditorTool(Tool):
         history = ctx.edit_history.get(real)
         if not history:
             raise ToolError(f"No edit history found for {path}.")
-        current = await ctx.sandbox.read_file(real)
+        try:
+            current_text = decode_text(await ctx.sandbox.read_file(real), path).text
+        except FileNotFoundError:
+            current_text = ""
         previous = history.pop()
-        current_text = decode_text(current, path).text
         if previous is None:
             rel = workspace_relative(real)
             result = await ctx.sandbox.exec(f"rm -f -- {shlex.quote(rel)}", cwd=WORKSPACE)

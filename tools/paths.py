@@ -68,7 +68,10 @@ async def resolve_workspace_path(sandbox: Sandbox, path: str) -> str:
 
 async def path_kind(sandbox: Sandbox, real: str) -> str:
     """``"dir"``, ``"file"`` or ``"missing"`` for a resolved sandbox path."""
-    entry = await sandbox.stat(real)
+    try:
+        entry = await sandbox.stat(real)
+    except NotADirectoryError:  # a parent is a file
+        return "missing"
     if entry is None:
         return "missing"
     return "dir" if entry.is_dir else "file"

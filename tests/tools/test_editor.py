@@ -265,3 +265,15 @@ async def test_long_view_is_cut_with_a_note(sandbox: Sandbox) -> None:
     )
     tail = await edit(ToolContext(sandbox), command="view", path="/workspace/long.txt", view_range=[4999, -1])
     assert tail.output.splitlines()[1:] == [f"  4999\trow 04999 {'x' * 30}", f"  5000\trow 05000 {'x' * 30}"]
+
+
+async def test_undo_restores_a_deleted_file_and_write_errors_are_clear(sandbox: Sandbox) -> None:
+    ctx = ToolContext(sandbox)
+    await sandbox.write_file("/workspace/gone.txt", b"v1\n")
+    await edit(ctx, command="str_replace", path="/workspace/gone.txt", old_str="v1", new_str="v2")
+    await sandbox.exec("rm gone.txt", cwd="/workspace")
+    undone = await edit(ctx, command="undo_edit", path="/workspace/gone.txt")
+    assert undone.ok and await sandbox.read_file("/workspace/gone.txt") == b"v1\n"
+    blocked = await edit(ctx, command="create", path="/workspace/gone.txt/child.txt", file_text="x")
+    assert not blocked.ok and blocked.output.startswith("Could not write /workspace/gone.txt/child.txt: ")
+    assert blocked.output.endswith("Nothing was changed.")
