@@ -36,18 +36,24 @@ class ConsoleRenderer:
     def __init__(self, out: TextIO | None = None, *, show_reasoning: bool = False) -> None:
         self.out = out or sys.stdout
         self.show_reasoning = show_reasoning
-        self._turn_text = ""  # text streamed so far in the current model turn
+        self._kind = ""  # what is streaming now: "text" or "reasoning"
+        self._turn_text = ""  # streamed so far of that kind, in the current model turn
         self._shown = 0  # how much of it was written
+        self._text_streamed = False  # the turn's visible text came as deltas (do not repeat it)
         self._at_line_start = True
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ModelDelta):
             if event.kind == "text" or self.show_reasoning:
+                if event.kind != self._kind:
+                    self._end_line()
+                    self._kind, self._turn_text, self._shown = event.kind, "", 0
+                self._text_streamed |= event.kind == "text"
                 self._stream(event.text)
         elif isinstance(event, ModelResponded):
-            if not self._turn_text and event.content.strip():
+            if not self._text_streamed and event.content.strip():
                 self._line(event.content.strip())
-            self._turn_text, self._shown = "", 0
+            self._kind, self._turn_text, self._shown, self._text_streamed = "", "", 0, False
             self._end_line()
         elif isinstance(event, ToolCallStarted):
             self._line(f"→ {event.name} {_arguments(event.arguments)}")

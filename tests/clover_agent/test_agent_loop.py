@@ -180,6 +180,19 @@ async def test_policy_denials_and_asks_without_terminal_are_recorded(repo: Path,
     denied = next(e for e in events if isinstance(e, ToolCallFinished))
     assert denied.is_error and "not allowed" in denied.output
 
+    asked_about = []
+
+    async def approve(name: str, arguments: dict, reason: str) -> bool:
+        asked_about.append(arguments["command"])
+        return True
+
+    turns = [call("shell", command="git push --dry-run origin main || true"), FINISH]
+    result, events = await run_agent(repo, tmp_path / "yes", turns, approver=approve)
+    assert asked_about == ["git push --dry-run origin main || true"]
+    (decided,) = [e for e in events if isinstance(e, ApprovalDecided)]
+    assert decided.approved and decided.decided_by == "user"
+    assert [e.type for e in events].count("checkpoint_taken") == 1  # it ran, after a snapshot
+
     turns = [call("editor", command="create", path="/workspace/new.py", file_text="x = 1"), FINISH]
     result, events = await run_agent(repo, tmp_path / "ro", turns, policy=preset("read-only"))
     assert result.patch == ""  # nothing was written

@@ -76,3 +76,31 @@ def test_system_prompt_names_facts_and_instruction_paths() -> None:
         < prompt.index("/workspace/src/CLOVER.md")
     )
     assert "applies to /workspace/src/" in prompt
+
+
+async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> None:
+    import subprocess
+
+    from clover_agent.agent.context import gather_facts
+    from clover_agent.sandboxes import SandboxSpec, create_sandbox
+
+    repo = tmp_path / "repo"
+    (repo / "pkg" / "sub").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "AGENTS.md").write_text("Root rule.")
+    (repo / "pkg" / "sub" / "CLOVER.md").write_text("Deep rule.")
+    (repo / "pkg" / "AGENTS.md").write_text("Package rule.")
+    for name in ("pkg/a.py", "pkg/sub/b.py", "tests/test_a.py", "web.ts", "ignored.log"):
+        (repo / name).write_text("x\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+        facts = await gather_facts(sandbox)
+    assert dict(facts.languages) == {"Python": 3, "Markdown": 3, "TypeScript": 1}
+    assert facts.test_command == "python -m pytest"
+    assert facts.top_level == ["pkg/", "tests/", ".gitignore", "AGENTS.md", "web.ts"]
+    assert facts.instructions == [
+        ("/workspace/AGENTS.md", "Root rule."),
+        ("/workspace/pkg/AGENTS.md", "Package rule."),
+        ("/workspace/pkg/sub/CLOVER.md", "Deep rule."),
+    ]
