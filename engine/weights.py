@@ -229,10 +229,10 @@ def memory_plan(plan: LoadPlan, model_bytes: int, device: torch.device, dtype: t
     if plan.ignored:
         groups: dict[str, int] = {}
         for name in plan.ignored:
-            group = next(p for p in IGNORED_PREFIXES if name.startswith(p)).rstrip(".")
+            group = next((p + "*" for p in IGNORED_PREFIXES if name.startswith(p)), name)
             groups[group] = groups.get(group, 0) + 1
-        summary = ", ".join(f"{group}.* ({count})" for group, count in sorted(groups.items()))
-        lines.append(f"skipping {len(plan.ignored)} tensor(s) of parts the engine does not run: {summary}")
+        summary = ", ".join(f"{group} ({count})" for group, count in sorted(groups.items()))
+        lines.append(f"skipping {len(plan.ignored)} tensor(s) the engine does not use: {summary}")
     if plan.bidirectional:
         lines.append("bidirectional GDN tensors found: in-block backward branch enabled")
     return lines
@@ -263,6 +263,11 @@ def load_model(
             config.right_conv_kernel_size,
         )
         config = config.with_overrides(bidirectional_gdn=True, right_conv_kernel_size=kernel)
+
+    if config.tie_word_embeddings and "lm_head.weight" in plan.targets:
+        # The head is the embedding matrix; a stored copy would silently overwrite it.
+        del plan.targets["lm_head.weight"]
+        plan.ignored.append("lm_head.weight")
 
     with torch.device("meta"):
         model = CloverModel(config, kernels=kernels).to(dtype)

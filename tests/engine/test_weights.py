@@ -86,10 +86,7 @@ def test_vision_and_mtp_tensors_are_skipped_and_reported(
     stream = io.StringIO()
     with caplog.at_level(logging.INFO, logger="clover_agent.engine.weights"):
         engine = Engine.from_pretrained(folder, progress=stream)
-    assert (
-        "skipping 2 tensor(s) of parts the engine does not run: model.visual.* (1), mtp.* (1)"
-        in stream.getvalue()
-    )
+    assert "skipping 2 tensor(s) the engine does not use: model.visual.* (1), mtp.* (1)" in stream.getvalue()
     assert "model.visual.blocks.0.attn.qkv.weight, mtp.fc.weight" in caplog.text
     ids = list(range(30))
     with torch.no_grad():
@@ -259,3 +256,17 @@ def test_bad_config_named(
         Engine.from_pretrained(folder, progress=None)
     assert str(folder / "config.json") in str(error.value)
     assert message in str(error.value)
+
+
+def test_tied_checkpoint_ignores_a_stored_head_copy(tmp_path: Path) -> None:
+    folder = tmp_path / "tied"
+    model = save_reference_checkpoint(folder, seed=6, tie_word_embeddings=True)
+    rewrite(folder, {"lm_head.weight": torch.randn(512, 64)})
+    stream = io.StringIO()
+    engine = Engine.from_pretrained(folder, progress=stream)
+    assert "lm_head.weight (1)" in stream.getvalue()
+    assert engine.model.lm_head.weight is engine.model.embed_tokens.weight
+    ids = list(range(20))
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0]
+    assert relative_error(engine.logits(ids), expected) <= 1e-4
