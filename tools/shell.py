@@ -32,7 +32,8 @@ NOTICES = {
     "cwd_gone": "[The session's working directory no longer exists; this command ran in /workspace.]",
 }
 
-# The state file is sourced at top level (inside a function
+# The EXIT trap covers `exit` and `set -e` inside the command; the explicit save after it covers a
+# command that replaced the trap with its own. The state file is sourced at top level (inside a function
 # `declare -x` would make locals). `export -p` quotes values so that sourcing restores them.
 _SCRIPT = r"""
 __clover_notice=
@@ -61,6 +62,9 @@ __clover_save() {
 trap __clover_save EXIT
 exec </dev/null
 eval "$__clover_command"
+__clover_status=$?
+__clover_save
+exit $__clover_status
 """
 
 

@@ -38,6 +38,10 @@ async def test_session_keeps_cwd_and_exports(sandbox: Sandbox) -> None:
     assert not third.ok and third.output == "[exit code: 3]" and third.data["exit_code"] == 3
     fourth = await shell(ctx, 'pwd; printf "%s|" "$MULTI"')
     assert fourth.output == "/workspace/deep\nline1\nline2|\n[exit code: 0]"
+    # A command with its own EXIT trap still has its `cd` kept (and its trap runs).
+    trapped = await shell(ctx, "trap 'echo bye' EXIT; cd er")
+    assert trapped.output == "bye\n[exit code: 0]"
+    assert (await shell(ctx, "pwd")).output == "/workspace/deep/er\n[exit code: 0]"
     # Another task's session starts fresh.
     other = await shell(ToolContext(sandbox), 'pwd; echo "[$GREETING]"')
     assert other.output == "/workspace\n[]\n[exit code: 0]"
