@@ -295,3 +295,17 @@ def test_go_json_events_parse() -> None:
     }
     assert report.failures[0].test_id == "ex.com/m.TestBad"
     assert report.failures[0].message == "m_test.go:9: got 1, want 2"
+
+
+async def test_timed_out_run_is_reported(tmp_path: Path) -> None:
+    project = make_repo(
+        tmp_path / "slow", {"test_slow.py": "import time\n\ndef test_sleeps():\n    time.sleep(60)\n"}
+    )
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb, timeout=2)
+        assert report.timed_out and report.exit_code is None and not report.all_passed
+        assert report.problem and "timed out" in report.problem
+        assert "The test run timed out after 2 s and was killed." in report.summary()
+    finally:
+        await sb.close()
