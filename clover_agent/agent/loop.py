@@ -193,10 +193,12 @@ class Agent:
     async def _step(self) -> None:
         step = self.budget.steps + 1
         self._condense(step)
-        for resource, used, limit in self.budget.check(self.backend.count_tokens(self.messages, self.tools)):
+        prompt_tokens = self.backend.count_tokens(self.messages, self.tools)
+        for resource, used, limit in self.budget.check(prompt_tokens):
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
         turn = await self._complete(step)
-        self.budget.record_call(turn.prompt_tokens, turn.completion_tokens)
+        # Servers that report no usage get the local estimate, so the token budget still holds.
+        self.budget.record_call(turn.prompt_tokens or prompt_tokens, turn.completion_tokens)
         self.bus.emit(
             ModelResponded(
                 step=step,

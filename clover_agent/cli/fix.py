@@ -16,8 +16,8 @@ from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_pat
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.backends import create_backend
 from clover_agent.backends.base import ModelBackend
-from clover_agent.engine.readiness import check_engine
-from clover_agent.errors import CloverError, ExitCode, ModelUnavailable, UsageError
+from clover_agent.backends.engine import choose_device
+from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import EventBus
 from clover_agent.settings import Settings
 
@@ -37,10 +37,12 @@ Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>
 
 
 def require_engine(model: str | None) -> None:
-    """Fail within seconds, with the ways forward, when the embedded engine cannot serve."""
-    report = check_engine(model, Settings.load().model_path)
-    if not report.ready:
-        raise ModelUnavailable(report.explain())
+    """Fail within seconds, with the ways forward, when the embedded engine cannot serve.
+
+    The same check the engine backend makes before loading (a GPU with room for the weights; small
+    test checkpoints may run on the CPU), made before any sandbox or test run starts.
+    """
+    choose_device(model, Settings.load().model_path)
 
 
 def backend_factory(args: argparse.Namespace) -> Any:

@@ -216,3 +216,30 @@ def test_replay_exhausted_and_budget_exhausted(tmp_path: Path, capsys) -> None:
         repo2, capsys, "test_add", "--backend", "replay", "--replay", str(REPLAY), "--max-steps", "2"
     )
     assert code == ExitCode.BUDGET_EXHAUSTED and "step budget exhausted" in err
+
+
+@pytest.mark.docker
+def test_edits_to_test_files_are_flagged(tmp_path: Path, capsys) -> None:
+    def call(name: str, **params: str) -> str:
+        body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+        return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+    turns = [
+        call("editor", command="str_replace", path="/workspace/calculator.py", old_str="return a - b\n\n\ndef subtract",
+             new_str="return a + b\n\n\ndef subtract"),
+        call("editor", command="insert", path="/workspace/tests/test_calculator.py", insert_line="9",
+             new_str="    assert add(0, 0) == 0"),
+        call("finish", summary="Fixed add and added a check."),
+    ]  # fmt: skip
+    replay = tmp_path / "edits-tests.jsonl"
+    replay.write_text("".join(json.dumps({"content": t}) + "\n" for t in turns))
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
+                 "--sandbox", "docker", "--dry-run"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "WARNING     test files changed: tests/test_calculator.py" in out
+    (run,) = run_dirs(repo)
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["files_changed"] == ["calculator.py", "tests/test_calculator.py"]
+    assert summary["test_files_changed"] == ["tests/test_calculator.py"]
