@@ -198,7 +198,8 @@ class Agent:
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
         turn = await self._complete(step)
         # Servers that report no usage get the local estimate, so the token budget still holds.
-        self.budget.record_call(turn.prompt_tokens or prompt_tokens, turn.completion_tokens)
+        prompt_tokens = turn.prompt_tokens or prompt_tokens
+        self.budget.record_call(prompt_tokens, turn.completion_tokens)
         self.bus.emit(
             ModelResponded(
                 step=step,
@@ -207,7 +208,7 @@ class Agent:
                 reasoning=turn.reasoning,
                 tool_calls=[call.to_message() for call in turn.tool_calls],
                 format_error=turn.format_error,
-                prompt_tokens=turn.prompt_tokens,
+                prompt_tokens=prompt_tokens,
                 completion_tokens=turn.completion_tokens,
                 finish_reason=turn.finish_reason,
             )
