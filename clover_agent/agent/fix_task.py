@@ -238,8 +238,10 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport) -> None:
         report.regressions = regressions(report.suite_before, report.suite_after)
         if not report.target_after.all_passed:
             report.exit_code = ExitCode.FAILURE
-            report.message = (
-                f"the agent finished, but the target still fails: {report.target_after.summary()}"
+            after = report.target_after
+            still = [t for t, outcome in after.outcomes.items() if outcome in ("failed", "error")]
+            report.message = "the agent finished, but the target still fails: " + (
+                ", ".join(still[:10]) or after.problem or f"exit code {after.exit_code}"
             )
         elif report.regressions:
             report.exit_code = ExitCode.FAILURE

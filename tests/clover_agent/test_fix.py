@@ -243,3 +243,20 @@ def test_edits_to_test_files_are_flagged(tmp_path: Path, capsys) -> None:
     summary = json.loads((run / SUMMARY_FILE).read_text())
     assert summary["files_changed"] == ["calculator.py", "tests/test_calculator.py"]
     assert summary["test_files_changed"] == ["tests/test_calculator.py"]
+
+
+@pytest.mark.docker
+def test_finishing_without_a_fix_is_not_success(tmp_path: Path, capsys) -> None:
+    replay = tmp_path / "gives-up.jsonl"
+    finish = "<tool_call>\n<function=finish>\n<parameter=summary>\nLooks fine to me.\n</parameter>\n</function>\n</tool_call>"
+    replay.write_text(json.dumps({"content": finish}) + "\n")
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
+                 "--sandbox", "docker", "--yes"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == ExitCode.FAILURE
+    assert "target still fails: tests/test_calculator.py::test_add" in captured.err
+    assert "NOT FIXED (exit 1)" in captured.out
+    assert "return a - b" in (repo / "calculator.py").read_text()  # nothing applied
+    (run,) = run_dirs(repo)
+    assert (run / PATCH_FILE).read_text() == ""
