@@ -1,0 +1,155 @@
+"""Block-diffusion decoding against the full-recompute oracle, plus the causal modes against
+``transformers``' greedy ``generate`` and the state-commit accounting."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from clover_agent.engine.cache import ModelCache
+from clover_agent.engine.decoding import BlockDecoder, CommittedBlock, Done, ProvisionalBlock
+from clover_agent.engine.model import CloverModel
+from clover_agent.engine.sampling import SamplingParams
+from tests.engine.decoding_helpers import (
+    BLOCK,
+    EOS_ID,
+    MASK_ID,
+    clover_from_hf,
+    reference_diffusion_decode,
+    tiny_hf_model,
+)
+
+
+@functools.cache
+def models(seed: int = 0):
+    hf = tiny_hf_model(seed, lm_scale=10.0)
+    return hf, clover_from_hf(hf)
+
+
+def prompt_of(length: int, seed: int = 1) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(1, MASK_ID, (length,), generator=generator).tolist()
+
+
+@pytest.mark.parametrize("prompt_length", [32, 40, 71])
+@pytest.mark.parametrize("threshold", [0.95, 0.5])
+def test_greedy_diffusion_equals_full_recompute(prompt_length: int, threshold: float) -> None:
+    hf, model = models()
+    prompt = prompt_of(prompt_length)
+    max_new = 70  # not a multiple of 32: the last block is decoded whole and trimmed
+    result = BlockDecoder(model).generate(prompt, SamplingParams(max_new_tokens=max_new, threshold=threshold))
+    expected, reference_steps = reference_diffusion_decode(hf, prompt, max_new, threshold=threshold)
+    assert result.token_ids == expected
+    assert result.finish_reason == ("length" if len(expected) == max_new else "stop")
+    # Every block but the last (which may end early, once the positions within the limit are decided)
+    # took as many passes as in the reference.
+    assert result.steps_per_block[:-1] == reference_steps[: len(result.steps_per_block) - 1]
+    # Peaked distributions: some passes fill several positions at once.
+    slots = [BLOCK - prompt_length % BLOCK] + [BLOCK] * (len(result.steps_per_block) - 1)
+    assert any(steps < n for steps, n in zip(result.steps_per_block, slots, strict=True))
+    assert result.forwards == sum(result.steps_per_block) + len(result.steps_per_block) - 1 + (
+        prompt_length >= BLOCK
+    )
+
+
+def test_stop_token_mid_block_ends_the_output() -> None:
+    hf, model = models()
+    prompt = prompt_of(40)
+    free, _ = reference_diffusion_decode(hf, prompt, 96)
+    # A token whose first occurrence is in the middle of a block (generated index 30 is position 70).
+    index = next(
+        i for i in range(len(free)) if 4 <= (40 + i) % BLOCK <= 28 and free[i] not in free[:i] and i > 24
+    )
+    stop = free[index]
+    params = SamplingParams(max_new_tokens=96, stop_token_ids=(stop,))
+    result = BlockDecoder(model).generate(prompt, params)
+    expected, _ = reference_diffusion_decode(hf, prompt, 96, stop_ids=(EOS_ID, stop))
+    assert result.token_ids == expected == free[:index]
+    assert result.finish_reason == "stop"
+    assert stop not in result.token_ids
+
+
+def test_one_commit_per_committed_block_and_none_while_denoising() -> None:
+    _, model = models()
+    prompt = prompt_of(70)  # two whole prompt blocks (one prefill commit) and a 6-token tail
+    calls: list[tuple[int, bool | int]] = []
+    original = CloverModel.forward
+
+    decoder = BlockDecoder(model)
+    events = []
+    cache_commits: list[int] = []
+
+    def counting_forward(self, input_ids, cache: ModelCache, *, attention, commit=False):
+        before = cache.commits
+        logits = original(self, input_ids, cache, attention=attention, commit=commit)
+        calls.append((cache.commits - before, commit))
+        cache_commits.append(cache.commits)
+        return logits
+
+    model.forward = counting_forward.__get__(model)  # observe the real forward; nothing is replaced
+    try:
+        for event in decoder.stream(prompt, SamplingParams(max_new_tokens=100)):
+            events.append(event)
+    finally:
+        del model.forward
+    result = events[-1].result
+    committed_blocks = [e for e in events if isinstance(e, CommittedBlock)]
+    # Prefill: one commit; denoise passes: none; each finished block but the last: exactly one.
+    denoise = [delta for delta, commit in calls if commit is False]
+    assert denoise and all(delta == 0 for delta in denoise)
+    assert [delta for delta, commit in calls if commit is not False] == [1] * (1 + len(committed_blocks) - 1)
+    assert result.commits == 1 + len(committed_blocks) - 1
+    assert result.forwards == len(calls)
+    provisional = [e for e in events if isinstance(e, ProvisionalBlock)]
+    assert len(provisional) == sum(result.steps_per_block)
+    assert all(e.token_ids[i] != MASK_ID for e in provisional for i, f in enumerate(e.filled) if f)
+
+
+@pytest.mark.slow
+def test_causal_modes_equal_transformers_greedy_generate() -> None:
+    hf, model = models()
+    decoder = BlockDecoder(model)
+    # 32: the pending prompt tail fills a block (draft the next one); 45: a 13-token tail.
+    for prompt_length in (32, 45):
+        prompt = prompt_of(prompt_length, seed=prompt_length)
+        ids = torch.tensor([prompt])
+        expected = hf.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=44, do_sample=False, eos_token_id=None
+        )[0, prompt_length:].tolist()
+        for mode in ("self_speculative", "autoregressive"):
+            result = decoder.generate(prompt, SamplingParams(max_new_tokens=44, mode=mode, stop_token_ids=()))
+            assert result.token_ids == expected[: len(result.token_ids)], mode
+            if EOS_ID not in expected:
+                assert result.token_ids == expected
+            assert 0 < result.tokens_per_forward <= BLOCK
+        assert result.forwards == len(result.token_ids) + (prompt_length > BLOCK)  # autoregressive
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varies_across_seeds() -> None:
+    _, model = models()
+    decoder = BlockDecoder(model)
+    prompt = prompt_of(40)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, top_p=0.95, top_k=20, seed=7)
+    first = decoder.generate(prompt, params).token_ids
+    assert decoder.generate(prompt, params).token_ids == first
+    others = {tuple(decoder.generate(prompt, params.with_changes(seed=s)).token_ids) for s in (8, 9)}
+    assert len(others | {tuple(first)}) > 1
+    greedy = decoder.generate(prompt, SamplingParams(max_new_tokens=24)).token_ids
+    assert first != greedy
+    assert MASK_ID not in first
+
+
+def test_stream_reports_text_free_events_and_final_statistics() -> None:
+    _, model = models()
+    events = list(BlockDecoder(model).stream(prompt_of(33), SamplingParams(max_new_tokens=40)))
+    assert isinstance(events[-1], Done)
+    result = events[-1].result
+    streamed = [t for e in events if isinstance(e, CommittedBlock) for t in e.token_ids]
+    assert streamed == result.token_ids
+    stats = result.stats()
+    assert stats["tokens"] == len(result.token_ids)
+    assert stats["forwards"] == result.forwards
+    assert stats["tokens_per_forward"] == pytest.approx(len(result.token_ids) / result.forwards, abs=1e-4)
+    assert 0.0 <= stats["fallback_rate"] <= 1.0
