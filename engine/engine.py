@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import torch
 
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.decoding import BlockDecoder, StreamEvent
 from clover_agent.engine.model import CloverModel
+from clover_agent.engine.prefix_cache import PrefixCache
+from clover_agent.engine.sampling import GenerationResult, SamplingParams
 from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
 from clover_agent.engine.weights import load_model
 
@@ -32,6 +36,9 @@ class Engine:
         weight = model.embed_tokens.weight
         self.device: torch.device = weight.device
         self.dtype: torch.dtype = weight.dtype
+        #: Committed state of earlier calls, reused when a prompt extends one (see prefix_cache.py).
+        self.prefix_cache = PrefixCache()
+        self.decoder = BlockDecoder(model, tokenizer, self.prefix_cache)
 
     @classmethod
     def from_pretrained(
@@ -55,3 +62,13 @@ class Engine:
         """Float32 logits [T, vocab] of a plain causal forward over ``input_ids`` from an empty cache."""
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         return self.model(ids, self.model.new_cache(), attention="causal")
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
+        """Decode after ``prompt_ids`` (see decoding.py); ``params`` defaults to ``SamplingParams()``."""
+        return self.decoder.generate(prompt_ids, params if params is not None else SamplingParams())
+
+    def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams | None = None
+    ) -> Iterator[StreamEvent]:
+        """Events of one call: ``ProvisionalBlock``, ``CommittedBlock``, then ``Done``."""
+        return self.decoder.stream(prompt_ids, params if params is not None else SamplingParams())

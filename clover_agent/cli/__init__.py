@@ -22,6 +22,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.model",
     "clover_agent.cli.sandbox",
     "clover_agent.cli.tool",
+    "clover_agent.cli.generate",
 )
 
 
