@@ -2,8 +2,8 @@
 
 TARGET is tried as, in order: a test node id (``tests/test_x.py::test_y``), a test file or folder
 of the repository, a ``-k`` keyword expression (``test_add``, ``add and not big``), and finally free
-text, matched against the names of the tests the suite has ("addition is wrong" finds
-``test_add``). The result is a target string the ``run_tests`` tool understands.
+text, matched against the ids of the tests the suite has ("addition is wrong" finds
+``tests/test_calc.py::test_add``). The result is a target string the ``run_tests`` tool understands.
 """
 
 from __future__ import annotations
@@ -95,14 +95,17 @@ async def select_tests(
         if how != "keyword":
             raise UsageError(f"{text!r} selects no tests ({how}): {report.problem or report.summary()}")
     suite = suite or await run_tests_in(sandbox, None)
-    names = match_test_names(text, list(suite.outcomes))
-    if not names:
+    matches = match_tests(text, list(suite.outcomes))
+    if not matches:
         raise UsageError(
             f"no test matches {text!r}: not a node id, file or -k keyword, and no test name shares a word "
             f"with it ({len(suite.outcomes)} tests looked at). Give a test node id such as "
             "tests/test_x.py::test_y."
         )
-    target = "-k " + " or ".join(names)
+    if any(len(test_id.split()) > 1 for test_id in matches):  # a parameter id with spaces: select by name
+        target = "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in matches}))
+    else:
+        target = " ".join(matches)
     return TestSelection(target, "free text", await run_tests_in(sandbox, target))
 
 
@@ -117,24 +120,30 @@ def _looks_like_keyword(text: str) -> bool:
     )
 
 
-def match_test_names(text: str, test_ids: list[str], limit: int = 5) -> list[str]:
-    """Test function names sharing the most words with ``text`` (prefixes count: "addition" ~ "add")."""
+def match_tests(text: str, test_ids: list[str], limit: int = 5) -> list[str]:
+    """The test ids whose names share the most words with ``text`` (prefixes count: "addition"
+    matches "add", "division" matches "divide"); at most ``limit`` of them, in suite order."""
     words = {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS and len(w) > 1}
-    scored: dict[str, int] = {}
+    scores: dict[str, int] = {}
     for test_id in test_ids:
-        name = re.sub(r"\[.*\]$", "", test_id.split("::")[-1])
-        tokens = {t for t in re.findall(r"[a-z0-9]+", test_id.lower()) if t not in ("test", "tests", "py")}
+        # Words of the id, CamelCase split: "TestParser::test_reads" -> parser, reads.
+        parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", test_id)
+        tokens = {p.lower() for p in parts} - {"test", "tests", "py"}
         score = sum(1 for w in words if any(_related(w, t) for t in tokens))
         if score:
-            scored[name] = max(score, scored.get(name, 0))
-    if not scored:
+            scores[test_id] = score
+    if not scores:
         return []
-    best = max(scored.values())
-    return sorted(name for name, score in scored.items() if score == best)[:limit]
+    best = max(scores.values())
+    return [t for t, score in scores.items() if score == best][:limit]
 
 
 def _related(word: str, token: str) -> bool:
+    """Same word, one a prefix of the other ("add" ~ "adding"), or a shared stem ("division" ~ "divide")."""
     if word == token:
         return True
     shorter, longer = sorted((word, token), key=len)
-    return len(shorter) >= 3 and longer.startswith(shorter)
+    if len(shorter) >= 3 and longer.startswith(shorter):
+        return True
+    stem = next((i for i, (a, b) in enumerate(zip(word, token, strict=False)) if a != b), len(shorter))
+    return stem >= 4

@@ -19,6 +19,7 @@ import pytest
 from clover_agent.agent import load_trajectory
 from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE, FixReport
 from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
+from clover_agent.agent.targets import match_tests
 from clover_agent.agent.trajectory import read_events
 from clover_agent.cli import main
 from clover_agent.cli.fix import _hand_back
@@ -116,7 +117,7 @@ def test_dry_run_keeps_the_patch_and_applying_respects_local_changes(tmp_path: P
                  "--replay", str(REPLAY), "--sandbox", "local", "--dry-run"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "-k test_add (free text)" in out and "Dry run" in out
+    assert "tests/test_calculator.py::test_add (free text)" in out and "Dry run" in out
     assert "return a - b" in (repo / "calculator.py").read_text()  # not applied
     (run,) = run_dirs(repo)
     patch = run / PATCH_FILE
@@ -260,3 +261,16 @@ def test_finishing_without_a_fix_is_not_success(tmp_path: Path, capsys) -> None:
     assert "return a - b" in (repo / "calculator.py").read_text()  # nothing applied
     (run,) = run_dirs(repo)
     assert (run / PATCH_FILE).read_text() == ""
+
+
+def test_free_text_matches_test_ids() -> None:
+    ids = [
+        "tests/test_calc.py::test_add",
+        "tests/test_calc.py::test_divide",
+        "tests/test_calc.py::test_divide_by_zero",
+        "tests/test_io.py::TestParser::test_reads_numbers",
+    ]
+    assert match_tests("division by zero crashes", ids) == ["tests/test_calc.py::test_divide_by_zero"]
+    assert match_tests("adding is broken", ids) == ["tests/test_calc.py::test_add"]
+    assert match_tests("the parser", ids) == ["tests/test_io.py::TestParser::test_reads_numbers"]
+    assert match_tests("quantum flux", ids) == []
