@@ -265,13 +265,14 @@ def _describe_message(messages: list[dict[str, Any]], index: int) -> str:
 
 
 def _oldest_turn(messages: list[dict[str, Any]], start: int, stop: int) -> tuple[int, int] | None:
-    """The oldest removable span: an assistant message with its tool results, or a lone message."""
+    """The oldest removable span: an assistant message with everything that answers it (tool
+    results, format-error feedback, nudges) up to the next assistant message, or a lone message."""
     if start >= stop:
         return None
     end = start + 1
     if messages[start].get("role") == "assistant":
-        while end < len(messages) and messages[end].get("role") == "tool":
+        while end < len(messages) and messages[end].get("role") != "assistant":
             end += 1
-    if end > stop:  # its tool results reach into the pinned recent messages
+    if end > stop:  # the span reaches into the pinned recent messages
         return None
     return start, end
