@@ -7,6 +7,7 @@ import asyncio
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def require_engine(model: str | None) -> None:
     choose_device(model, Settings.load().model_path)
 
 
-def backend_factory(args: argparse.Namespace) -> Any:
+def backend_factory(args: argparse.Namespace) -> Callable[[], ModelBackend]:
     """A function making the chosen backend (called only once a failure is confirmed)."""
     settings = Settings.load()
 
@@ -68,6 +69,8 @@ def backend_factory(args: argparse.Namespace) -> Any:
 def _check_arguments(args: argparse.Namespace) -> Path:
     if args.backend == "replay" and not args.replay:
         raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
+    if args.replay and not Path(args.replay).is_file():
+        raise UsageError(f"--replay {args.replay}: no such file")
     if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
         raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
     repo = Path(args.repo).resolve()
