@@ -251,3 +251,27 @@ async def test_a_resumed_run_continues_the_conversation_and_the_workspace(repo: 
     assert resumed.messages[: len(state.messages)] == state.messages
     assert len(resumed.messages) == len(state.messages) + 4
     assert [e.type for e in events].count("run_started") == 2
+
+
+async def test_time_budget_cuts_a_model_call_that_hangs(repo: Path, tmp_path: Path) -> None:
+    import socket
+
+    from clover_agent.backends import create_backend
+
+    with socket.socket() as server:  # accepts connections (backlog) and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        backend = create_backend(
+            "openai", base_url=f"http://127.0.0.1:{server.getsockname()[1]}/v1", retries=0
+        )
+        bus = EventBus()
+        events: list = []
+        bus.subscribe(events.append)
+        started = time.monotonic()
+        async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+            agent = Agent(backend, sandbox, bus, run_id="hang", budget=Budget(max_time_s=1.5))
+            result = await agent.run("Say hello properly.", "You are a test agent.")
+        await backend.close()
+    assert time.monotonic() - started < 15
+    assert result.outcome == "budget_exhausted" and "during a model call" in result.message
+    assert isinstance(events[-1], Done) and events[-1].exit_code == ExitCode.BUDGET_EXHAUSTED
