@@ -1,6 +1,6 @@
 """``clover-agent fix`` end to end on a real git repository (a copy of examples/calculator).
 
-The replay backend stands in for the model (examples/calculator/replay-fix.jsonl: recorded turns,
+The replay backend stands in for the model (examples/calculator-fix.replay.jsonl: recorded turns,
 not a model); everything else is real: the sandbox, the tools, pytest runs, git apply.
 """
 
@@ -27,7 +27,8 @@ from clover_agent.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "calculator"
-REPLAY = EXAMPLE / "replay-fix.jsonl"
+#: Outside the project folder, so a real model working on the example cannot read the answer.
+REPLAY = ROOT / "examples" / "calculator-fix.replay.jsonl"
 pytestmark = pytest.mark.slow
 
 
