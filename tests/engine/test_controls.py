@@ -1,0 +1,171 @@
+"""Each logits control changes decoding the way it promises, and only in its phase."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from clover_agent.engine.controls import ControlTokens, LogitsControls
+from clover_agent.engine.decoding import BlockDecoder, _filtered
+from clover_agent.engine.sampling import SamplingParams
+from tests.engine.decoding_helpers import EOS_ID, VOCAB, clover_from_hf, tiny_hf_model
+
+PROMPT = list(range(5, 45))
+
+
+@functools.cache
+def decoder(seed: int = 0, lm_scale: float = 10.0, init_std: float = 0.15) -> BlockDecoder:
+    return BlockDecoder(clover_from_hf(tiny_hf_model(seed, lm_scale=lm_scale, init_std=init_std)))
+
+
+def test_default_parameters_leave_logits_untouched() -> None:
+    controls = LogitsControls(
+        SamplingParams(), ControlTokens(think_end=7, response_end=0), VOCAB, torch.device("cpu")
+    )
+    controls.observe([3, 3, 9])
+    logits = torch.randn(4, VOCAB)
+    assert not controls.active
+    assert controls.apply(logits, [0, 1, 2, 3]) is logits
+
+
+def test_repetition_penalty_matches_transformers_semantics() -> None:
+    generated = [5, 9, 9, 200, 31]
+    decided = [(5, 77)]
+    logits = torch.randn(3, VOCAB) * 4
+    params = SamplingParams(repetition_penalty=1.7)
+    controls = LogitsControls(params, ControlTokens(None, None), VOCAB, torch.device("cpu"))
+    controls.observe(generated)
+    ours = controls.apply(logits, [6, 7, 8], decided)
+    history = torch.tensor([[*generated, 77]] * 3)
+    theirs = RepetitionPenaltyLogitsProcessor(1.7)(history, logits.clone())
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_presence_and_frequency_penalties_subtract_per_generated_token() -> None:
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    controls = LogitsControls(params, ControlTokens(None, None), VOCAB, torch.device("cpu"))
+    controls.observe([4, 4, 4, 8])
+    logits = torch.zeros(1, VOCAB)
+    out = controls.apply(logits, [4], [(4, 8)])
+    assert out[0, 4] == pytest.approx(-(0.5 + 3 * 0.25))
+    assert out[0, 8] == pytest.approx(-(0.5 + 2 * 0.25))
+    assert out[0, 5] == 0.0
+
+
+def test_top_k_and_top_p_filters_match_transformers_warpers() -> None:
+    logits = torch.randn(5, VOCAB) * 3
+    params = SamplingParams(temperature=0.6, top_k=20, top_p=0.9)
+    ours = torch.softmax(_filtered(logits, params), dim=-1)
+    ids = torch.zeros(5, 1, dtype=torch.long)
+    theirs = torch.softmax(TopPLogitsWarper(0.9)(ids, TopKLogitsWarper(20)(ids, logits.clone())), dim=-1)
+    torch.testing.assert_close(ours, theirs)
+
+
+def repeats(tokens: list[int]) -> int:
+    """Positions holding a token generated earlier in the output."""
+    return len(tokens) - len(set(tokens))
+
+
+def test_penalties_change_repeated_choices() -> None:
+    # Autoregressive: every choice sees all earlier tokens, so a penalty removes repeats.
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=48, mode="autoregressive")).token_ids
+    assert repeats(plain) > 0
+    penalized = (
+        decoder()
+        .generate(PROMPT, SamplingParams(max_new_tokens=48, mode="autoregressive", repetition_penalty=3.0))
+        .token_ids
+    )
+    assert repeats(penalized) < repeats(plain)
+    # Diffusion: a pass sees the tokens decided before it (positions filled in the same pass can
+    # still agree with each other), so penalties change the choices and reduce repeats.
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=96)).token_ids
+    assert repeats(plain) > 0
+    frequency = decoder().generate(PROMPT, SamplingParams(max_new_tokens=96, frequency_penalty=5.0)).token_ids
+    assert repeats(frequency) < repeats(plain)
+    repetition = (
+        decoder().generate(PROMPT, SamplingParams(max_new_tokens=96, repetition_penalty=3.0)).token_ids
+    )
+    assert repetition != plain
+
+
+def test_thinking_budget_ramp_closes_thinking_by_the_budget() -> None:
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=80))
+    think_end = Counter(plain.token_ids).most_common(1)[0][0]  # a token the model emits often
+    base = SamplingParams(max_new_tokens=80, thinking=True, think_end_token_id=think_end)
+    # Thinking without a budget: at most one </think>.
+    once = decoder().generate(PROMPT, base).token_ids
+    assert once.count(think_end) <= 1
+    # A token the model never emits here: the hard close puts it exactly at the budget...
+    rare = next(t for t in range(1, VOCAB - 1) if t not in plain.token_ids)
+    hard = (
+        decoder()
+        .generate(
+            PROMPT, base.with_changes(think_end_token_id=rare, thinking_budget=40, thinking_ramp_strength=0.0)
+        )
+        .token_ids
+    )
+    assert hard.count(rare) == 1 and hard.index(rare) == 40
+    # ...and a strong ramp from the start of the budget closes earlier, still only once.
+    ramped = (
+        decoder()
+        .generate(
+            PROMPT,
+            base.with_changes(
+                think_end_token_id=rare,
+                thinking_budget=40,
+                thinking_ramp_start=0.0,
+                thinking_ramp_strength=40.0,
+            ),
+        )
+        .token_ids
+    )
+    assert ramped.count(rare) == 1 and ramped.index(rare) < 40
+
+
+def test_end_bias_closes_the_answer_before_the_limit() -> None:
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=96))
+    assert plain.finish_reason == "length"
+    biased = decoder().generate(
+        PROMPT, SamplingParams(max_new_tokens=96, end_bias_start=0.5, end_bias_strength=40.0)
+    )
+    assert biased.finish_reason == "stop"  # the end token (config eos) was chosen
+    assert 48 <= len(biased.token_ids) < 96
+    # Blocks that end before the ramp starts (generated 0-23: the prompt's shared block) are untouched.
+    assert biased.token_ids[:24] == plain.token_ids[:24]
+
+
+def test_loop_detection_stops_or_penalizes_a_repeated_block() -> None:
+    looping = decoder(seed=3, lm_scale=8.0, init_std=0.3)
+    plain = looping.generate(PROMPT, SamplingParams(max_new_tokens=184))
+    blocks = [tuple(plain.token_ids[i : i + 32]) for i in range(24, 184 - 31, 32)]
+    first_repeat = next(i for i, block in enumerate(blocks) if block in blocks[:i])
+    stopped = looping.generate(PROMPT, SamplingParams(max_new_tokens=184, loop_action="stop"))
+    assert stopped.finish_reason == "loop"
+    assert stopped.token_ids == plain.token_ids[: 24 + 32 * (first_repeat + 1)]
+    penalized = looping.generate(PROMPT, SamplingParams(max_new_tokens=184, loop_action="penalize"))
+    cut = 24 + 32 * (first_repeat + 1)
+    assert penalized.token_ids[:cut] == plain.token_ids[:cut]
+    assert penalized.token_ids[cut:] != plain.token_ids[cut:]
+
+
+def test_controls_apply_in_the_causal_modes_too() -> None:
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=40, mode="autoregressive"))
+    for mode in ("autoregressive", "self_speculative"):
+        penalized = decoder().generate(
+            PROMPT, SamplingParams(max_new_tokens=40, mode=mode, repetition_penalty=3.0)
+        )
+        assert penalized.token_ids != plain.token_ids
+    # Lossless: self-speculative with controls equals autoregressive with the same controls.
+    params = SamplingParams(max_new_tokens=40, repetition_penalty=3.0, stop_token_ids=(EOS_ID,))
+    assert (
+        decoder().generate(PROMPT, params.with_changes(mode="self_speculative")).token_ids
+        == decoder().generate(PROMPT, params.with_changes(mode="autoregressive")).token_ids
+    )
