@@ -19,11 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.run_tests import detect_framework
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLOVER.md")
 #: Characters of one instruction file put in the prompt (the rest is named, not inlined).
 MAX_INSTRUCTION_CHARS = 12_000
 MAX_TREE_ENTRIES = 50
+
+#: What to tell the model about running tests, by the framework ``run_tests`` detects.
+TEST_COMMANDS = {
+    "pytest": "python -m pytest",
+    "unittest": "python -m unittest",
+    "npm": "npm test",
+    "go": "go test ./...",
+    "cargo": "cargo test",
+}
 
 LANGUAGES = {
     ".py": "Python",
@@ -113,27 +123,10 @@ async def gather_facts(sandbox: Sandbox) -> RepositoryFacts:
         instructions.append((path, text))
     return RepositoryFacts(
         languages=counts.most_common(),
-        test_command=detect_test_command(files),
+        test_command=TEST_COMMANDS.get(await detect_framework(sandbox)),
         top_level=sorted(top, key=lambda n: (not n.endswith("/"), n)),
         instructions=instructions,
     )
-
-
-def detect_test_command(files: list[str]) -> str | None:
-    names = {posixpath.basename(p) for p in files}
-    python_tests = any(
-        (posixpath.basename(p).startswith("test_") and p.endswith(".py")) or p.endswith("_test.py")
-        for p in files
-    )
-    if names & {"pytest.ini", "conftest.py", "tox.ini"} or python_tests:
-        return "python -m pytest"
-    if "package.json" in names:
-        return "npm test"
-    if "go.mod" in names:
-        return "go test ./..."
-    if "Cargo.toml" in names:
-        return "cargo test"
-    return None
 
 
 def system_prompt(facts: RepositoryFacts) -> str:

@@ -93,12 +93,13 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
     for name in ("pkg/a.py", "pkg/sub/b.py", "tests/test_a.py", "web.ts", "ignored.log"):
         (repo / name).write_text("x\n")
     (repo / ".gitignore").write_text("*.log\n")
+    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
         facts = await gather_facts(sandbox)
-    assert dict(facts.languages) == {"Python": 3, "Markdown": 3, "TypeScript": 1}
+    assert dict(facts.languages) == {"Python": 3, "Markdown": 3, "TypeScript": 1, "TOML": 1}
     assert facts.test_command == "python -m pytest"
-    assert facts.top_level == ["pkg/", "tests/", ".gitignore", "AGENTS.md", "web.ts"]
+    assert facts.top_level == ["pkg/", "tests/", ".gitignore", "AGENTS.md", "pyproject.toml", "web.ts"]
     assert facts.instructions == [
         ("/workspace/AGENTS.md", "Root rule."),
         ("/workspace/pkg/AGENTS.md", "Package rule."),
