@@ -24,6 +24,7 @@ from clover_agent.agent.trajectory import read_events
 from clover_agent.cli import main
 from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
+from tests.clover_agent.test_agent_loop import call, write_replay
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "calculator"
@@ -222,10 +223,6 @@ def test_replay_exhausted_and_budget_exhausted(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.docker
 def test_edits_to_test_files_are_flagged(tmp_path: Path, capsys) -> None:
-    def call(name: str, **params: str) -> str:
-        body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
-        return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
-
     turns = [
         call("editor", command="str_replace", path="/workspace/calculator.py", old_str="return a - b\n\n\ndef subtract",
              new_str="return a + b\n\n\ndef subtract"),
@@ -233,8 +230,7 @@ def test_edits_to_test_files_are_flagged(tmp_path: Path, capsys) -> None:
              new_str="    assert add(0, 0) == 0"),
         call("finish", summary="Fixed add and added a check."),
     ]  # fmt: skip
-    replay = tmp_path / "edits-tests.jsonl"
-    replay.write_text("".join(json.dumps({"content": t}) + "\n" for t in turns))
+    replay = write_replay(tmp_path / "edits-tests.jsonl", turns)
     repo = calculator_repo(tmp_path)
     code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
                  "--sandbox", "docker", "--dry-run"])  # fmt: skip
@@ -249,9 +245,7 @@ def test_edits_to_test_files_are_flagged(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.docker
 def test_finishing_without_a_fix_is_not_success(tmp_path: Path, capsys) -> None:
-    replay = tmp_path / "gives-up.jsonl"
-    finish = "<tool_call>\n<function=finish>\n<parameter=summary>\nLooks fine to me.\n</parameter>\n</function>\n</tool_call>"
-    replay.write_text(json.dumps({"content": finish}) + "\n")
+    replay = write_replay(tmp_path / "gives-up.jsonl", [call("finish", summary="Looks fine to me.")])
     repo = calculator_repo(tmp_path)
     code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
                  "--sandbox", "docker", "--yes"])  # fmt: skip
