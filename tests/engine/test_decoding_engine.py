@@ -1,0 +1,95 @@
+"""``Engine.generate`` / ``Engine.stream`` on a checkpoint folder with a tokenizer, and parameter
+validation with clear messages."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import pytest
+
+from clover_agent.engine.decoding import CommittedBlock, Done, ProvisionalBlock
+from clover_agent.engine.engine import Engine
+from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.tiny import write_tiny_checkpoint
+
+
+@functools.cache
+def engine(folder: Path) -> Engine:
+    return Engine.from_pretrained(folder, progress=None)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", peaked=True, seed=3)
+
+
+def test_engine_generates_text_and_streams_the_same_tokens(checkpoint: Path) -> None:
+    clover = engine(checkpoint)
+    tokenizer = clover.tokenizer
+    assert tokenizer is not None
+    prompt = tokenizer.encode(
+        tokenizer.render_chat([{"role": "user", "content": "def add(a, b):"}], add_generation_prompt=True)
+    )
+    params = SamplingParams(max_new_tokens=50)
+    result = clover.generate(prompt, params)
+    assert result.text == tokenizer.decode(result.token_ids)
+    assert tokenizer.im_end_id not in result.token_ids  # <|im_end|> is a stop token
+    events = list(clover.stream(prompt, params))
+    assert isinstance(events[-1], Done) and events[-1].result.token_ids == result.token_ids
+    pieces = [e.text for e in events if isinstance(e, CommittedBlock)]
+    assert result.text.startswith("".join(pieces))
+    assert any(isinstance(e, ProvisionalBlock) for e in events)
+    assert clover.generate(prompt).token_ids  # default parameters
+    # The second identical call reuses the prompt's whole blocks from the engine's prefix cache.
+    assert clover.generate(prompt, params).reused_tokens == len(prompt) // 32 * 32
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"threshold": 0.0}, "threshold must be in \\(0, 1\\]"),
+        ({"threshold": 1.5}, "threshold must be in \\(0, 1\\]"),
+        ({"threshold": math.nan}, "threshold must be in \\(0, 1\\]"),
+        ({"presence_penalty": -1.0}, "presence_penalty must be a finite number >= 0"),
+        ({"frequency_penalty": -0.1}, "frequency_penalty must be a finite number >= 0"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
+        ({"repetition_penalty": -2.0}, "repetition_penalty must be a finite number > 0"),
+        ({"temperature": -0.5}, "temperature must be"),
+        ({"top_p": 0.0}, "top_p must be in \\(0, 1\\]"),
+        ({"top_k": -1}, "top_k must be >= 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be at least 1"),
+        ({"mode": "beam"}, "mode must be one of"),
+        ({"thinking_budget": 10}, "thinking_budget needs thinking=True"),
+    ],
+)
+def test_bad_sampling_parameters_raise_clear_errors(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**changes)
+
+
+def test_bad_calls_raise_clear_errors(checkpoint: Path) -> None:
+    clover = engine(checkpoint)
+    assert SamplingParams(threshold=1.0).threshold == 1.0  # the closed end of (0, 1]
+    with pytest.raises(ValueError, match="prompt is empty"):
+        clover.generate([], SamplingParams())
+    window = clover.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"context window is {window}"):
+        clover.generate([1] * window, SamplingParams())
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        clover.stream([clover.config.vocab_size], SamplingParams())
+    with pytest.raises(ValueError, match="differs from the checkpoint's block_size"):
+        clover.generate([1, 2], SamplingParams(block_size=16))
+
+
+def test_a_checkpoint_without_mask_token_only_decodes_autoregressively(tmp_path: Path) -> None:
+    folder = write_tiny_checkpoint(tmp_path / "plain", peaked=True, tokenizer=False)
+    config = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(config.replace('"mask_token_id"', '"unused_mask_token_id"'))
+    plain = Engine.from_pretrained(folder, progress=None)
+    assert plain.config.mask_token_id is None
+    with pytest.raises(ValueError, match="no mask_token_id"):
+        plain.generate([1, 2, 3], SamplingParams())
+    result = plain.generate([1, 2, 3], SamplingParams(max_new_tokens=5, mode="autoregressive"))
+    assert result.text is None and 0 < len(result.token_ids) <= 5
