@@ -40,4 +40,8 @@ def create_backend(kind: str, **options: Any) -> ModelBackend:
         from clover_agent.backends.openai import OpenAIBackend
 
         return OpenAIBackend(**options)
+    if kind == "engine":
+        from clover_agent.backends.engine import EngineBackend
+
+        return EngineBackend(**options)
     raise UsageError(f"unknown backend {kind!r}; choose one of: {', '.join(BACKEND_KINDS)}")

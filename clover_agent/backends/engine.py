@@ -1,0 +1,261 @@
+"""The ``engine`` backend: Clover decoded in this process by ``clover_agent.engine``.
+
+The checkpoint is loaded once, on the first call, in a worker thread. Each call renders the
+conversation with the checkpoint's own chat template (tools included), decodes with
+``Engine.stream`` and parses the output with the Qwen3.6 protocol. While it decodes, the block being
+denoised is streamed as ``BackendEvent(kind="block")`` and committed text as ``"reasoning"`` (before
+``</think>``) then ``"text"``.
+
+Where it runs. An explicit ``device`` is used as given. Otherwise a CUDA GPU with room for the
+weights is used; without one, the CPU is used only for small checkpoints (at most
+:data:`CPU_MAX_WEIGHT_BYTES` and a quarter of the machine's memory: test and debugging models). The
+full Clover on a machine with no suitable GPU fails at once with the readiness report
+(:func:`clover_agent.engine.readiness.check_engine`) instead of after a 69 GB load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from clover_agent.backends.base import (
+    BackendEvent,
+    BackendUnavailable,
+    EventCallback,
+    ModelBackend,
+    ModelTurn,
+)
+from clover_agent.backends.threads import call_soon, run_in_daemon_thread
+from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
+from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.protocol import THINK_OPEN, ThinkingSplitter, render_prompt
+
+if TYPE_CHECKING:
+    import torch
+
+#: Largest checkpoint (bytes of weights) the engine backend runs on a CPU without being told to.
+CPU_MAX_WEIGHT_BYTES = 2 * GiB
+#: Tokens an answer may take when the caller sets no limit (reasoning included).
+DEFAULT_MAX_NEW_TOKENS = 8192
+
+ZERO_WIDTH_SPACE = "\u200b"
+
+_END = object()
+
+
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def choose_device(report: EngineReadiness) -> str:
+    """Where to run the checkpoint the readiness report found, or :class:`BackendUnavailable` with
+    the report when this machine cannot run it."""
+    if report.ready:
+        return "cuda"
+    weights = report.weights_bytes or 0
+    memory = _physical_memory_bytes()
+    small = weights <= CPU_MAX_WEIGHT_BYTES and (memory == 0 or weights * 4 <= memory)
+    if report.model.path is not None and not report.gpu.available and small:
+        return "cpu"
+    raise BackendUnavailable(report.explain())
+
+
+class EngineBackend(ModelBackend):
+    """Clover in this process. ``sampling`` is a :class:`clover_agent.engine.sampling.SamplingParams`
+    (default: ``SamplingParams.coding()``); ``max_new_tokens`` caps each answer and the context
+    window caps it further."""
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        kernels: str = "auto",
+        configured_model: str | None = None,
+        sampling: SamplingParams | None = None,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        enable_thinking: bool = True,
+        progress: TextIO | None = sys.stderr,
+    ) -> None:
+        report = check_engine(str(model_dir) if model_dir is not None else None, configured_model)
+        if report.model.path is None:
+            raise BackendUnavailable(report.explain())
+        self.model_dir: Path = report.model.path
+        self.device = device if device is not None else choose_device(report)
+        self.dtype = dtype
+        self.kernels = kernels
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        self.enable_thinking = enable_thinking
+        self.progress = progress
+        tokenizer = load_tokenizer(self.model_dir)
+        if tokenizer is None or tokenizer.chat_template is None:
+            raise BackendUnavailable(
+                f"The checkpoint at {self.model_dir} has no tokenizer.json or no chat template "
+                "(chat_template.jinja or tokenizer_config.json); the agent needs both to write prompts."
+            )
+        self.tokenizer = tokenizer
+        self.chat_template = tokenizer.chat_template
+        # Longest first, so no token's text is split by defusing a shorter one.
+        self._special_texts = sorted(
+            filter(None, (tokenizer.id_to_token(i) for i in tokenizer.special_ids)), key=len, reverse=True
+        )
+        self.name = f"engine:{self.model_dir.name}@{self.device}"
+        self.context_window = CloverConfig.from_file(self.model_dir).max_position_embeddings
+        self._engine: Any = None
+        self._load_lock = asyncio.Lock()
+
+    # -- loading -------------------------------------------------------------------------------------
+
+    def load_now(self) -> Any:
+        """Load the checkpoint (blocking; the first :meth:`complete` does it in a thread)."""
+        if self._engine is not None:
+            return self._engine
+        import torch
+
+        from clover_agent.engine.engine import Engine
+
+        dtype = self.dtype
+        if dtype is None:
+            dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        try:
+            engine = Engine.from_pretrained(
+                self.model_dir, device=self.device, dtype=dtype, kernels=self.kernels, progress=self.progress
+            )
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise BackendUnavailable(
+                f"The engine cannot load the checkpoint at {self.model_dir}: {exc}"
+            ) from exc
+        self._engine = engine
+        return engine
+
+    async def load(self) -> None:
+        async with self._load_lock:
+            if self._engine is None:
+                await run_in_daemon_thread(self.load_now, name="clover-engine-load")
+
+    # -- generation ----------------------------------------------------------------------------------
+
+    def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        """The prompt text, rendered with the checkpoint's own chat template.
+
+        Special-token text inside message contents (a file or a tool output holding
+        ``<|im_end|>``) gets a zero-width space after its first character, so it is read as text and
+        can never end a turn or forge one."""
+        safe = [self._defused(message) for message in messages]
+        return render_prompt(safe, tools, self.chat_template, enable_thinking=self.enable_thinking)
+
+    def _defused(self, message: dict[str, Any]) -> dict[str, Any]:
+        content = message.get("content")
+        if not isinstance(content, str) or not any(s in content for s in self._special_texts):
+            return message
+        for special in self._special_texts:
+            content = content.replace(special, special[0] + ZERO_WIDTH_SPACE + special[1:])
+        return {**message, "content": content}
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        return self.tokenizer.encode(self.prompt(messages, tools))
+
+    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        return len(self.prompt_ids(messages, tools))
+
+    def _params(self, prompt_length: int) -> SamplingParams:
+        room = self.context_window - prompt_length
+        if room <= 0:
+            raise BackendUnavailable(
+                f"The prompt has {prompt_length} tokens, more than the model's context window "
+                f"({self.context_window}); condense the conversation."
+            )
+        base = self.sampling if self.sampling is not None else SamplingParams.coding()
+        return base.with_changes(max_new_tokens=min(self.max_new_tokens, room), thinking=self.enable_thinking)
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_event: EventCallback | None = None,
+    ) -> ModelTurn:
+        await self.load()
+        engine = self._engine
+        prompt_ids = self.prompt_ids(messages, tools)
+        params = self._params(len(prompt_ids))
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def decode() -> None:
+            try:
+                for event in engine.stream(prompt_ids, params):
+                    call_soon(loop, queue.put_nowait, event)
+                    if stop.is_set():
+                        break
+            except BaseException as exc:
+                call_soon(loop, queue.put_nowait, exc)
+            call_soon(loop, queue.put_nowait, _END)
+
+        from clover_agent.engine.decoding import CommittedBlock, Done, ProvisionalBlock
+
+        threading.Thread(target=decode, daemon=True, name="clover-engine-decode").start()
+        splitter = ThinkingSplitter(self.enable_thinking)
+        result = None
+        try:
+            while (event := await queue.get()) is not _END:
+                if isinstance(event, BaseException):
+                    raise event
+                if isinstance(event, Done):
+                    result = event.result
+                elif on_event is None:
+                    continue
+                elif isinstance(event, ProvisionalBlock):
+                    on_event(_block_event(self.tokenizer, event))
+                elif isinstance(event, CommittedBlock):
+                    text = event.text if event.text is not None else self.tokenizer.decode(event.token_ids)
+                    for kind, piece in splitter.feed(text):
+                        on_event(BackendEvent(kind=kind, text=piece))
+        finally:
+            stop.set()
+        if result is None:
+            raise BackendUnavailable("The engine stopped without finishing the answer.")
+        if on_event is not None:
+            for kind, piece in splitter.flush():
+                on_event(BackendEvent(kind=kind, text=piece))
+        text = self.tokenizer.decode(result.token_ids)
+        # The prompt opened <think>; put it back so the raw text stands alone (replay files, trajectories).
+        raw = f"{THINK_OPEN}\n{text}" if self.enable_thinking else text
+        return ModelTurn.from_text(
+            raw,
+            tools,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(result.token_ids),
+            # "length" and "loop" both mean the answer was cut, not finished
+            finish_reason=None if result.finish_reason == "stop" else "length",
+        )
+
+    async def close(self) -> None:
+        self._engine = None
+
+
+def _block_event(tokenizer: Any, event: Any) -> BackendEvent:
+    """A provisional block for a live view: its tokens, which are decided, and the decided text."""
+    decided = [t for t, filled in zip(event.token_ids, event.filled, strict=True) if filled]
+    return BackendEvent(
+        kind="block",
+        block={
+            "filled": list(event.filled),
+            "tokens": list(event.token_ids),
+            "text": tokenizer.decode(decided),
+            "position": event.position,
+            "step": event.step,
+        },
+    )
