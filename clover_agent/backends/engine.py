@@ -56,17 +56,30 @@ def _physical_memory_bytes() -> int:
         return 0
 
 
-def choose_device(report: EngineReadiness) -> str:
-    """Where to run the checkpoint the readiness report found, or :class:`BackendUnavailable` with
-    the report when this machine cannot run it."""
+def _located(model_dir: str | Path | None, configured: str | None) -> EngineReadiness:
+    """The readiness report, or :class:`BackendUnavailable` with it when no weights are found."""
+    report = check_engine(str(model_dir) if model_dir is not None else None, configured)
+    if report.model.path is None:
+        raise BackendUnavailable(report.explain())
+    return report
+
+
+def _device_for(report: EngineReadiness) -> str:
     if report.ready:
         return "cuda"
     weights = report.weights_bytes or 0
     memory = _physical_memory_bytes()
     small = weights <= CPU_MAX_WEIGHT_BYTES and (memory == 0 or weights * 4 <= memory)
-    if report.model.path is not None and not report.gpu.available and small:
+    if not report.gpu.available and small:
         return "cpu"
     raise BackendUnavailable(report.explain())
+
+
+def choose_device(model_dir: str | Path | None, configured: str | None = None) -> tuple[Path, str]:
+    """The checkpoint folder and the device to run it on, or :class:`BackendUnavailable` with the
+    readiness report when this machine cannot run it (the check ``fix`` makes before any work)."""
+    report = _located(model_dir, configured)
+    return report.model.path, _device_for(report)  # type: ignore[return-value]  # located: not None
 
 
 class EngineBackend(ModelBackend):
@@ -87,11 +100,9 @@ class EngineBackend(ModelBackend):
         enable_thinking: bool = True,
         progress: TextIO | None = sys.stderr,
     ) -> None:
-        report = check_engine(str(model_dir) if model_dir is not None else None, configured_model)
-        if report.model.path is None:
-            raise BackendUnavailable(report.explain())
-        self.model_dir: Path = report.model.path
-        self.device = device if device is not None else choose_device(report)
+        report = _located(model_dir, configured_model)
+        self.model_dir: Path = report.model.path  # type: ignore[assignment]  # located: not None
+        self.device = device if device is not None else _device_for(report)
         self.dtype = dtype
         self.kernels = kernels
         self.sampling = sampling
