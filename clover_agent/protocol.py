@@ -611,7 +611,8 @@ def tool_call_problem(
     name: str, arguments: Mapping[str, Any], parameters: Mapping[str, dict[str, Any] | None]
 ) -> str | None:
     """Why a call cannot run (unknown tool, arguments its JSON schema rejects), for the model; None
-    when it can. ``parameters`` is :func:`tool_parameters` of the tools offered."""
+    when it can. ``parameters`` is :func:`tool_parameters` of the tools offered. A schema that is not
+    valid JSON Schema is not held against the model: those arguments are not checked here."""
     if name not in parameters:
         available = ", ".join(sorted(parameters)) or "(none)"
         return f"there is no tool named `{name}`; the available tools are: {available}"
@@ -619,7 +620,10 @@ def tool_call_problem(
     if schema is None:
         return None
     validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.UnknownType):
+        return None  # the tool's schema is broken (e.g. "type": "float"): not the model's fault
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)

@@ -427,3 +427,15 @@ def test_thinking_splitter_without_thinking_and_unfinished_thinking() -> None:
     splitter = ThinkingSplitter(thinking=True)
     assert splitter.feed("still thinking </th") == [("reasoning", "still thinking ")]
     assert splitter.flush() == [("reasoning", "</th")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_strict_reader_never_crashes_on_the_cases(case: dict[str, Any]) -> None:
+    """Every case is a turn or a format error, even with schemas that are not valid JSON Schema
+    (``"type": "float"``): a broken tool spec is not the model's fault and skips validation."""
+    try:
+        turn = parse_assistant(_case_text(case), _tools(case["tools"]))
+    except ToolCallFormatError as error:
+        assert error.problems
+    else:
+        assert all(call.name in case["tools"] for call in turn.tool_calls)
