@@ -201,7 +201,7 @@ def _load_structured(text: str) -> Any:
     """JSON first; then a Python literal (models write ``{'a': 'b'}`` or ``True``); else ``_FAILED``."""
     try:
         return json.loads(text, strict=False, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         return _as_json_value(ast.literal_eval(text))
@@ -217,19 +217,20 @@ def _convert_structured(text: str, kind: type) -> Any:
 
 
 def _convert_integer(text: str) -> Any:
-    if _INTEGER.fullmatch(text):
-        return int(text)
     number = _convert_number(text)
     if isinstance(number, float) and number.is_integer():
         return int(number)
-    return _FAILED
+    return number if isinstance(number, int) else _FAILED
 
 
 def _convert_number(text: str) -> Any:
-    if _INTEGER.fullmatch(text):
-        return int(text)
-    if _NUMBER.fullmatch(text):
-        return float(text)
+    try:  # int() refuses more than 4300 digits; float() overflows to inf
+        if _INTEGER.fullmatch(text):
+            return int(text)
+        if _NUMBER.fullmatch(text) and math.isfinite(value := float(text)):
+            return value
+    except ValueError:
+        pass
     return _FAILED
 
 

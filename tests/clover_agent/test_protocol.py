@@ -144,6 +144,9 @@ def test_split_thinking_without_close_tag() -> None:
         ("3.0", {"type": "integer"}, 3),
         ("1e3", {"type": "number"}, 1000.0),
         ("NaN", {"type": "number"}, "NaN"),
+        ("1e999", {"type": "number"}, "1e999"),  # not finite
+        ("9" * 5000, {"type": "integer"}, "9" * 5000),  # past Python's digit limit: kept as text
+        ("[" * 100_000, {"type": "array"}, "[" * 100_000),  # nesting too deep: kept as text
         ("None", {"type": ["integer", "null"]}, None),
         ("None", {"type": "string"}, "None"),
         ("[1, 2]", {}, "[1, 2]"),  # no type information: the text as written
