@@ -4,6 +4,7 @@ reader's format errors, thinking, and prompts rendered by the chat template."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -442,3 +443,35 @@ def test_strict_reader_never_crashes_on_the_cases(case: dict[str, Any]) -> None:
         assert error.problems
     else:
         assert all(call.name in case["tools"] for call in turn.tool_calls)
+
+
+def test_random_tag_soup_never_crashes() -> None:
+    """Seeded fuzzing with the format's own tags: every text is a turn or a format error."""
+    pieces = [
+        "<tool_call>",
+        "</tool_call>",
+        "<function=shell>",
+        "<function=",
+        "</function>",
+        "<parameter=command>",
+    ]
+    pieces += [
+        "<parameter=timeout>",
+        "<parameter=",
+        "</parameter>",
+        "</parameter",
+        "</parameter1>",
+        "<think>",
+    ]
+    pieces += ["</think>", "\n", "  ", "ls", "42", "{", "}", "'", '"', ">", "<", "=", "x"]
+    rng = random.Random(7)
+    outcomes = set()
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        try:
+            turn = parse_assistant(text, SHELL_TOOLS)
+            outcomes.add("turn with calls" if turn.tool_calls else "turn")
+        except ToolCallFormatError:
+            outcomes.add("format error")
+        parse_tool_calls(text, SHELL_TOOLS)
+    assert outcomes == {"turn", "turn with calls", "format error"}
