@@ -389,7 +389,7 @@ class _Scanner:
         end = self._block_end(start)
         block = self.text[start:end]
         if "<function=" in block:
-            return start, _Broken(block, "text between <tool_call> and <function=NAME>"), end
+            return start, _Broken(block, "unexpected text between <tool_call> and <function=NAME>"), end
         return (
             start,
             _Broken(block, "a <tool_call> block without <function=NAME> inside", in_content=True),
@@ -422,7 +422,9 @@ class _Scanner:
             known = set(schema["properties"])
         body_start = header.end()
         best: tuple[int, _Call, int] | None = None
+        closed = False
         for close, end in self._function_ends(body_start):
+            closed = True
             arguments = self._arguments(text[body_start:close], known)
             if arguments is None:
                 continue
@@ -437,7 +439,11 @@ class _Scanner:
         if not wrapped:
             return None
         end = self._block_end(start)
-        return start, _Broken(text[start:end], f"<function={name}> is not closed with </function>"), end
+        if closed:
+            problem = f"inside <function={name}> there must be only <parameter=NAME>VALUE</parameter> blocks"
+        else:
+            problem = f"<function={name}> is not closed with </function>"
+        return start, _Broken(text[start:end], problem), end
 
     def _function_ends(self, body_start: int) -> Iterator[tuple[int, int]]:
         """``(position of </function>, end of the call)`` candidates after ``body_start``: those

@@ -475,3 +475,12 @@ def test_random_tag_soup_never_crashes() -> None:
             outcomes.add("format error")
         parse_tool_calls(text, SHELL_TOOLS)
     assert outcomes == {"turn", "turn with calls", "format error"}
+
+
+def test_strict_function_body_that_is_not_parameters() -> None:
+    error = _strict_error("<tool_call>\n<function=shell>\nls -la\n</function>\n</tool_call>")
+    assert error.problems == [
+        "inside <function=shell> there must be only <parameter=NAME>VALUE</parameter> blocks"
+    ]
+    junk = _strict_error("<tool_call>\nshell:\n<function=shell>\n</function>\n</tool_call>")
+    assert junk.problems == ["unexpected text between <tool_call> and <function=NAME>"]
