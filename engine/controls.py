@@ -117,9 +117,7 @@ class LogitsControls:
                 ids = torch.tensor([t for _, t in decided], device=counts.device)
                 counts.index_add_(0, ids, torch.ones_like(ids, dtype=counts.dtype))
             self._penalize(out, counts)
-        think_end_at = self._think_end_at(decided)
-        for row, position in enumerate(positions):
-            self._steer(out[row], position, think_end_at)
+        self._steer(out, positions, self._think_end_at(decided))
         return out
 
     def _penalize(self, logits: torch.Tensor, counts: torch.Tensor) -> None:
@@ -140,34 +138,49 @@ class LogitsControls:
             at.append(self.think_end_at)
         return min(at) if at else None
 
-    def _steer(self, row: torch.Tensor, position: int, think_end_at: int | None) -> None:
+    def _steer(self, logits: torch.Tensor, positions: Sequence[int], think_end_at: int | None) -> None:
+        """Thinking and end-of-response biases; per-row numbers in Python, then one update per column."""
         p = self.params
-        think_end = self.tokens.think_end
+        think_end, response_end = self.tokens.think_end, self.tokens.response_end
         thinking = p.thinking and think_end is not None
-        if thinking and think_end_at is not None:
-            row[think_end] = float("-inf")  # at most one </think>
-        elif thinking and p.thinking_budget is not None:
-            budget = p.thinking_budget
-            if position == budget:  # the hard close
-                row.fill_(float("-inf"))
-                row[think_end] = 0.0
-            elif position > budget:
-                row[think_end] = float("-inf")
+        think_bias, end_bias, forced = [], [], []
+        for row, position in enumerate(positions):
+            bias = 0.0
+            if thinking and think_end_at is not None:
+                bias = float("-inf")  # at most one </think>
+            elif thinking and p.thinking_budget is not None:
+                budget = p.thinking_budget
+                if position == budget:
+                    forced.append(row)  # the hard close
+                elif position > budget:
+                    bias = float("-inf")
+                else:
+                    bias = _ramp(
+                        position, int(p.thinking_ramp_start * budget), budget, p.thinking_ramp_strength
+                    )
+            think_bias.append(bias)
+            if not thinking:
+                answering = True
+            elif think_end_at is not None:
+                answering = position > think_end_at
             else:
-                row[think_end] += _ramp(
-                    position, int(p.thinking_ramp_start * budget), budget, p.thinking_ramp_strength
+                answering = p.thinking_budget is not None and position > p.thinking_budget
+            ending = answering and p.end_bias_start is not None and response_end is not None
+            end_bias.append(
+                _ramp(
+                    position, int(p.end_bias_start * p.max_new_tokens), p.max_new_tokens, p.end_bias_strength
                 )
-        if not thinking:
-            answering = True
-        elif think_end_at is not None:
-            answering = position > think_end_at
-        else:
-            answering = p.thinking_budget is not None and position > p.thinking_budget
-        if answering and p.end_bias_start is not None and self.tokens.response_end is not None:
-            limit = p.max_new_tokens
-            row[self.tokens.response_end] += _ramp(
-                position, int(p.end_bias_start * limit), limit, p.end_bias_strength
+                if ending
+                else 0.0
             )
+        if thinking and any(think_bias):
+            logits[:, think_end] += torch.tensor(think_bias, device=logits.device, dtype=logits.dtype)
+        if any(end_bias):
+            logits[:, response_end] += torch.tensor(end_bias, device=logits.device, dtype=logits.dtype)
+        if forced:
+            rows = torch.tensor(forced, device=logits.device)
+            logits[rows] = float("-inf")
+            logits[rows, think_end] = 0.0
 
 
 def _ramp(position: int, start: int, end: int, strength: float) -> float:
