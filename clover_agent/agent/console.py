@@ -82,7 +82,7 @@ class ConsoleRenderer:
                 f"{what}: {r.get('passed', 0)} passed, {r.get('failed', 0)} failed, {r.get('errors', 0)} errors"
             )
         elif isinstance(event, Done):
-            self._line(f"agent {event.outcome}: {event.summary or event.message}")
+            self._line(f"done ({event.outcome.replace('_', ' ')}): {event.summary or event.message}")
         self.out.flush()
 
     def _stream(self, text: str) -> None:

@@ -157,10 +157,9 @@ class Agent:
     async def _finish(self, result: RunResult) -> RunResult:
         try:
             result.patch = await self.sandbox.diff()
-        except CloverError as exc:
-            result.message += f" (and the workspace diff could not be read: {exc.message})"
-        except OSError as exc:
-            result.message += f" (and the workspace diff could not be read: {exc})"
+        except (CloverError, OSError) as exc:
+            if result.outcome != "interrupted":  # an interrupt closes the sandbox: expected, not news
+                result.message += f" (and the workspace diff could not be read: {exc})"
         result.stats = {
             "steps": self.budget.steps,
             "tokens": self.budget.tokens,

@@ -113,7 +113,12 @@ def print_summary(report: FixReport, repo: Path) -> None:
         except ValueError:
             return str(path)
 
-    status = "FIXED" if report.fixed else f"NOT FIXED (exit {int(report.exit_code)})"
+    if report.fixed:
+        status = "FIXED"
+    elif report.exit_code == ExitCode.NOTHING_TO_FIX:
+        status = "NOTHING TO FIX (exit 5)"
+    else:
+        status = f"NOT FIXED (exit {int(report.exit_code)})"
     lines = [f"\nclover-agent fix: {status} — {report.message}"]
     if report.selection:
         lines.append(f"  target      {report.selection}")
@@ -188,10 +193,6 @@ def _fix(args: argparse.Namespace) -> int:
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
-    if args.sandbox == "local":
-        print(
-            "warning: --sandbox local does not isolate: commands run on this machine as you", file=sys.stderr
-        )
     report = asyncio.run(run_fix(request, bus))
     print_summary(report, repo)
     if not report.fixed:

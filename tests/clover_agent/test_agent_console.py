@@ -36,7 +36,7 @@ def test_streamed_text_stops_at_the_tool_call_even_when_the_tag_is_split() -> No
     assert shown.startswith("Listing the files.\n→ shell command=ls\n")
     assert "<tool" not in shown and "hidden thoughts" not in shown
     assert "  ✓ f0\n" in shown and "f7" in shown and "f8\n" not in shown and "… 22 more lines" in shown
-    assert shown.endswith("agent submitted: all done\n")
+    assert shown.endswith("done (submitted): all done\n")
 
 
 def test_unstreamed_content_is_printed_once_and_reasoning_on_request() -> None:

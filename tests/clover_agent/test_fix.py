@@ -269,3 +269,33 @@ def test_free_text_matches_test_ids() -> None:
     assert match_tests("adding is broken", ids) == ["tests/test_calc.py::test_add"]
     assert match_tests("the parser", ids) == ["tests/test_io.py::TestParser::test_reads_numbers"]
     assert match_tests("quantum flux", ids) == []
+
+
+def test_ctrl_c_ends_with_130_and_a_closed_trajectory(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "sleeps.jsonl", [call("shell", command="sleep 60")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
+         "--replay", str(replay), "--sandbox", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    trajectory = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((repo / ".clover" / "runs").glob("*/trajectory.jsonl"))
+        if found and "tool_call_started" in found[0].read_text():
+            trajectory = found[0]
+            break
+        time.sleep(0.2)
+    assert trajectory is not None, proc.communicate()
+    time.sleep(0.3)  # the shell command is running now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == ExitCode.INTERRUPTED, out + err
+    assert "Traceback" not in err and "interrupted" in err
+    events = read_events(trajectory)
+    assert events[-1].type == "done" and events[-1].outcome == "interrupted" and events[-1].exit_code == 130
+    assert json.loads((trajectory.parent / SUMMARY_FILE).read_text())["run_id"] == trajectory.parent.name
