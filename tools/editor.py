@@ -94,6 +94,18 @@ def unified_diff(path: str, old: str, new: str) -> str:
     )
 
 
+def edit_data(path: str, old: str | None, new: str | None, **extra: Any) -> dict[str, Any]:
+    """The result data of an edit for the trajectory and the UI: both contents (None = no file) and
+    the unified diff between them."""
+    return {
+        "path": path,
+        **extra,
+        "old_content": old,
+        "new_content": new,
+        "diff": unified_diff(path, old or "", new or ""),
+    }
+
+
 def _snippet(text: str, first: int, last: int) -> tuple[str, int]:
     """Lines ``first..last`` (1-based) of ``text`` widened by the context lines, and the start."""
     lines = display_lines(text)
@@ -262,12 +274,7 @@ class EditorTool(Tool):
         return ToolResult(
             True,
             f"File created successfully at: {path}",
-            {
-                "path": path,
-                "old_content": None,
-                "new_content": file_text,
-                "diff": unified_diff(path, "", file_text),
-            },
+            edit_data(path, None, file_text),
         )
 
     async def _str_replace(
@@ -314,14 +321,7 @@ class EditorTool(Tool):
         return ToolResult(
             True,
             output,
-            {
-                "path": path,
-                "rung": rung,
-                "replacements": len(matches),
-                "old_content": text,
-                "new_content": new_text,
-                "diff": unified_diff(path, text, new_text),
-            },
+            edit_data(path, text, new_text, rung=rung, replacements=len(matches)),
         )
 
     async def _insert(
@@ -352,16 +352,7 @@ class EditorTool(Tool):
             "Review the changes and make sure they are as expected (correct indentation, no duplicate lines, "
             "etc). Edit the file again if necessary."
         )
-        return ToolResult(
-            True,
-            output,
-            {
-                "path": path,
-                "old_content": text,
-                "new_content": new_text,
-                "diff": unified_diff(path, text, new_text),
-            },
-        )
+        return ToolResult(True, output, edit_data(path, text, new_text))
 
     async def _undo(self, ctx: ToolContext, path: str, real: str) -> ToolResult:
         history = ctx.edit_history.get(real)
@@ -369,7 +360,7 @@ class EditorTool(Tool):
             raise ToolError(f"No edit history found for {path}.")
         try:
             current_text = decode_text(await ctx.sandbox.read_file(real), path).text
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # deleted, or a folder on its path is now a file
             current_text = ""
         previous = history.pop()
         if previous is None:
@@ -381,25 +372,21 @@ class EditorTool(Tool):
             return ToolResult(
                 True,
                 f"Last edit to {path} undone successfully. The file was created by that edit and has been removed.",
-                {
-                    "path": path,
-                    "old_content": current_text,
-                    "new_content": None,
-                    "diff": unified_diff(path, current_text, ""),
-                },
+                edit_data(path, current_text, None),
             )
-        await ctx.sandbox.write_file(real, previous)
+        try:
+            await ctx.sandbox.write_file(real, previous)
+        except OSError as exc:
+            history.append(previous)
+            raise ToolError(
+                f"Could not undo the last edit to {path}: {exc.strerror or exc}. Nothing was changed."
+            ) from None
         previous_text = decode_text(previous, path).text
         body = cat_n("\n".join(display_lines(previous_text)))
         return ToolResult(
             True,
             f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n{body}\n",
-            {
-                "path": path,
-                "old_content": current_text,
-                "new_content": previous_text,
-                "diff": unified_diff(path, current_text, previous_text),
-            },
+            edit_data(path, current_text, previous_text),
         )
 
 

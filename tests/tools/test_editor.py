@@ -277,3 +277,16 @@ async def test_undo_restores_a_deleted_file_and_write_errors_are_clear(sandbox: 
     blocked = await edit(ctx, command="create", path="/workspace/gone.txt/child.txt", file_text="x")
     assert not blocked.ok and blocked.output.startswith("Could not write /workspace/gone.txt/child.txt: ")
     assert blocked.output.endswith("Nothing was changed.")
+    # A failed undo says why, changes nothing and keeps the edit undoable.
+    await sandbox.write_file("/workspace/nest/f.txt", b"v1\n")
+    await edit(ctx, command="str_replace", path="/workspace/nest/f.txt", old_str="v1", new_str="v2")
+    await sandbox.exec("rm -rf nest && echo file > nest", cwd="/workspace")
+    failed = await edit(ctx, command="undo_edit", path="/workspace/nest/f.txt")
+    assert not failed.ok and failed.output.startswith(
+        "Could not undo the last edit to /workspace/nest/f.txt: "
+    )
+    assert failed.output.endswith("Nothing was changed.")
+    assert await sandbox.read_file("/workspace/nest") == b"file\n"
+    await sandbox.exec("rm nest", cwd="/workspace")
+    retried = await edit(ctx, command="undo_edit", path="/workspace/nest/f.txt")
+    assert retried.ok and await sandbox.read_file("/workspace/nest/f.txt") == b"v1\n"
