@@ -108,9 +108,6 @@ class Policy:
         strictest = max(matching, key=lambda rule: rule.decision)
         return Verdict(strictest.decision, f"policy {self.name!r}: {strictest.describe()}")
 
-    def with_rules(self, *rules: Rule) -> Policy:
-        return Policy(self.name, self.rules + rules, self.default)
-
 
 #: Paths outside the workspace are refused (the tools refuse them too; this says why, earlier).
 _DENY_OUTSIDE = (Rule(Decision.DENY, tool="*", path="!/workspace/*"),)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from clover_agent.events import (
-    CheckpointTaken,
     ContextCondensed,
     Done,
     Event,
@@ -73,7 +72,6 @@ class ResumeState:
     tokens: int = 0
     elapsed_s: float = 0.0
     patch: str = ""
-    checkpoints: list[CheckpointTaken] = field(default_factory=list)
     last_outcome: str | None = None
 
 
@@ -99,8 +97,6 @@ def load_trajectory(path: Path) -> ResumeState:
         elif isinstance(event, ModelResponded):
             state.steps += 1
             state.tokens += event.prompt_tokens + event.completion_tokens
-        elif isinstance(event, CheckpointTaken):
-            state.checkpoints.append(event)
         elif isinstance(event, Done):
             state.patch = event.patch
             state.last_outcome = event.outcome
