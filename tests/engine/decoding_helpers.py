@@ -130,3 +130,22 @@ def reference_diffusion_decode(
                 return generated[:i], steps_per_block
         if len(generated) >= max_new_tokens:
             return generated[:max_new_tokens], steps_per_block
+
+
+def chain_hf_model(first: int = 5, last: int = 24, lm_scale: float = 2.0) -> Qwen3_5MoeForCausalLM:
+    """A tiny model that is nearly a bigram table: token x in [first, last) is followed by x + 1,
+    ``last`` and the mask token by ``last``. Embeddings of these tokens are large orthogonal
+    vectors and the LM head reads them back, while the (small, random) layers add a little
+    context-dependent noise. Its diffusion drafts (masks predict ``last``) agree with its causal
+    choices once the chain reaches ``last``, so speculative drafts get accepted."""
+    model = tiny_hf_model(0, lm_scale=1.0, init_std=0.02)
+    hidden = model.config.hidden_size
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        chain = [*range(first, last + 1), MASK_ID]
+        for axis, token in enumerate(chain):
+            model.model.embed_tokens.weight[token] = 0.0
+            model.model.embed_tokens.weight[token, axis % hidden] = 8.0
+            following = token + 1 if first <= token < last else last
+            model.lm_head.weight[following, axis % hidden] = lm_scale
+    return model

@@ -16,6 +16,7 @@ from tests.engine.decoding_helpers import (
     BLOCK,
     EOS_ID,
     MASK_ID,
+    chain_hf_model,
     clover_from_hf,
     reference_diffusion_decode,
     tiny_hf_model,
@@ -125,6 +126,23 @@ def test_causal_modes_equal_transformers_greedy_generate() -> None:
                 assert result.token_ids == expected
             assert 0 < result.tokens_per_forward <= BLOCK
         assert result.forwards == len(result.token_ids) + (prompt_length > BLOCK)  # autoregressive
+
+
+@pytest.mark.parametrize("prompt", [[5, 6, 7, 8], [*range(5, 25), *range(5, 25), 5, 5, 5]])
+def test_self_speculative_accepts_agreeing_drafts_and_stays_lossless(prompt: list[int]) -> None:
+    hf = chain_hf_model()
+    ids = torch.tensor([prompt])
+    expected = hf.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=100, do_sample=False, eos_token_id=None
+    )[0, len(prompt) :].tolist()
+    decoder = BlockDecoder(clover_from_hf(hf))
+    result = decoder.generate(prompt, SamplingParams(max_new_tokens=100, mode="self_speculative"))
+    assert result.token_ids == expected
+    assert result.tokens_per_forward > 2.0  # whole drafts were accepted once the chain settled
+    # State advanced over accepted tokens only, in whole blocks: never past what is known.
+    assert result.commits == (len(prompt) + len(expected) - 1) // BLOCK - (len(prompt) - 1) // BLOCK + (
+        len(prompt) > BLOCK
+    )
 
 
 def test_sampling_is_reproducible_with_a_seed_and_varies_across_seeds() -> None:
