@@ -74,16 +74,12 @@ def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
         raise FileNotFoundError(f"repository folder not found: {root}")
     listed = _git_files(root)
     if listed is None:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            base = Path(dirpath)
-            for name in dirnames + sorted(filenames):
-                path = base / name
-                yield path, path.relative_to(root).as_posix()
+        yield from _walk_below(root, root)
         return
     git_dir = root / ".git"
     if git_dir.is_dir() and not git_dir.is_symlink():
-        yield from _walk_all(root, git_dir)
+        yield git_dir, ".git"
+        yield from _walk_below(root, git_dir)
     seen_dirs: set[str] = set()
     for rel in listed:
         path = root / rel
@@ -98,14 +94,13 @@ def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
         if path.is_dir() and not path.is_symlink():  # a submodule: copy it whole
             seen_dirs.add(rel)
             yield path, rel
-            yield from _walk_all(root, path)
+            yield from _walk_below(root, path)
         else:
             yield path, rel
 
 
-def _walk_all(root: Path, top: Path) -> Iterator[tuple[Path, str]]:
-    if top.name == ".git":
-        yield top, top.relative_to(root).as_posix()
+def _walk_below(root: Path, top: Path) -> Iterator[tuple[Path, str]]:
+    """Everything under ``top`` (not ``top`` itself), parents first, paths relative to ``root``."""
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
         base = Path(dirpath)

@@ -64,3 +64,18 @@ def test_sigkill_leftover_is_reaped_at_next_start(repo: Path) -> None:
     assert host.exists()  # nothing could run in the killed process
     assert host.parent in reap_stale_copies()
     assert not host.exists()
+
+
+async def test_a_folder_that_is_not_a_git_repository_is_copied_whole(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    (folder / "pkg" / "sub").mkdir(parents=True)
+    (folder / "pkg" / "sub" / "mod.py").write_text("X = 1\n")
+    (folder / "top.txt").write_text("top\n")
+    async with LocalSandbox(SandboxSpec(repo=str(folder))) as sandbox:
+        listed = {e.path for e in await sandbox.list_files("/workspace", max_depth=3)}
+        assert {"/workspace/pkg/sub/mod.py", "/workspace/top.txt"} <= listed
+        assert await sandbox.read_file("/workspace/pkg/sub/mod.py") == b"X = 1\n"
+        assert await sandbox.diff() == ""  # the copy got a starting commit of its own
+        await sandbox.write_file("/workspace/top.txt", b"changed\n")
+        assert "-top\n+changed" in await sandbox.diff()
+    assert not (folder / ".git").exists()
