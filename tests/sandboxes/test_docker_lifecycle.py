@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import docker
@@ -56,3 +57,29 @@ async def test_sigkill_leftover_is_reaped_by_the_next_start(repo: Path) -> None:
     assert container_exists(container_id)  # a killed process cannot clean up
     async with DockerSandbox(SandboxSpec(repo=str(repo))):
         assert not container_exists(container_id)
+
+
+def exec_events(container_id: str, since: float) -> list[str]:
+    """The engine's exec_* events for the container since ``since`` (exec_create, exec_start, ...)."""
+    events = docker.from_env().api.events(
+        since=int(since), until=int(time.time()) + 1, decode=True, filters={"container": container_id}
+    )
+    return [e["Action"] for e in events if e.get("Action", "").startswith("exec_")]
+
+
+async def test_commands_go_through_one_session_not_docker_exec(repo: Path) -> None:
+    """Every command, file operation and the diff travel over the runner attached at start; the
+    engine's event log shows no `docker exec` for the container."""
+    since = time.time() - 1
+    async with DockerSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+        assert sandbox.container_id is not None
+        for n in range(5):
+            assert (await sandbox.exec(f"echo {n}")).output == f"{n}\n"
+        await sandbox.write_file("/workspace/one.txt", b"1\n")
+        assert await sandbox.read_file("/workspace/one.txt") == b"1\n"
+        assert "+1" in await sandbox.diff()
+        assert exec_events(sandbox.container_id, since) == []
+        # The probe itself sees a real `docker exec`.
+        api = docker.from_env().api
+        api.exec_start(api.exec_create(sandbox.container_id, "true"))
+        assert "exec_die" in exec_events(sandbox.container_id, since)
