@@ -267,6 +267,9 @@ class DockerSandbox(SessionSandbox):
                 sock.close()
             except OSError:
                 pass
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()  # its pooled HTTP connections to the engine
 
     def _remove_with_fresh_client(self) -> None:
         """Cleanup for signal handlers and exit: a new client, since the signal may have interrupted
@@ -274,7 +277,11 @@ class DockerSandbox(SessionSandbox):
         self._closing = True
         container_id = self.container_id
         if container_id is not None:
-            remove_containers(docker_client(timeout=10), [{"Id": container_id}])
+            client = docker_client(timeout=10)
+            try:
+                remove_containers(client, [{"Id": container_id}])
+            finally:
+                client.close()
 
 
 def _pump_frames(sock: Any, session: RunnerSession) -> None:
