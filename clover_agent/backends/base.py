@@ -8,6 +8,7 @@ so the agent loop can resume from a trajectory with any backend.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -130,9 +131,12 @@ class ModelBackend(abc.ABC):
     ) -> ModelTurn:
         """The next assistant turn for ``messages``; ``on_event`` sees the text as it is written."""
 
-    @abc.abstractmethod
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        """Prompt size in tokens (an estimate where the backend has no tokenizer)."""
+        """Prompt size in tokens. This default estimates it from the characters of the messages and
+        tools, for backends with no tokenizer at hand; one that has the tokenizer counts exactly."""
+        return estimate_tokens(
+            json.dumps(messages, ensure_ascii=False) + json.dumps(tools, ensure_ascii=False)
+        )
 
     async def close(self) -> None:
         """Release what the backend holds (connections, the model). Safe to call twice."""

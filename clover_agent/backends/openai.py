@@ -476,11 +476,6 @@ class OpenAIBackend(ModelBackend):
             if "connection" in holder:
                 holder["connection"].close()
 
-    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        """An estimate from the characters of the messages and tools (the server has the tokenizer)."""
-        text = json.dumps(messages, ensure_ascii=False) + json.dumps(tools, ensure_ascii=False)
-        return estimate_tokens(text)
-
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:
     out = {key: value for key, value in message.items() if value is not None}

@@ -82,8 +82,3 @@ class ReplayBackend(ModelBackend):
             prompt_tokens=self.count_tokens(messages, tools),
             completion_tokens=estimate_tokens(text),
         )
-
-    def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        return estimate_tokens(
-            json.dumps(messages, ensure_ascii=False) + json.dumps(tools, ensure_ascii=False)
-        )
