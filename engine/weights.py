@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -43,6 +44,21 @@ _BIDIRECTIONAL = re.compile(
     r"^(layers\.\d+\.linear_attn)\.(" + "|".join(map(re.escape, BIDIRECTIONAL_TENSORS)) + ")$"
 )
 
+#: Bytes of one element per safetensors dtype code.
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+}
+
 _DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
@@ -61,12 +77,12 @@ class TensorEntry:
     dtype: str  # safetensors dtype code, e.g. "BF16"
 
     @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
     def nbytes(self) -> int:
-        size = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1}
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count * size.get(self.dtype, 1)
+        return self.numel * DTYPE_BYTES.get(self.dtype, 1)
 
 
 @dataclass(frozen=True)

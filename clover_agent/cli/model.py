@@ -14,18 +14,6 @@ from clover_agent.settings import HF_REPO_ID
 
 #: Network libraries under huggingface_hub whose exceptions mean "the hub could not be reached".
 _NETWORK_MODULES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
-#: Bytes of one element per safetensors dtype code.
-_DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "I64": 8,
-    "I32": 4,
-    "U8": 1,
-}
 _DTYPE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
@@ -96,13 +84,6 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 # ---- info ------------------------------------------------------------------------------------
-def _count(numbers: list[int]) -> int:
-    out = 1
-    for n in numbers:
-        out *= n
-    return out
-
-
 def _human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
@@ -144,9 +125,8 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     by_dtype: dict[str, dict[str, int]] = {}
     for entry in entries:
         slot = by_dtype.setdefault(_DTYPE_NAMES.get(entry.dtype, entry.dtype), {"parameters": 0, "bytes": 0})
-        count = _count(list(entry.shape))
-        slot["parameters"] += count
-        slot["bytes"] += count * _DTYPE_BYTES.get(entry.dtype, 1)
+        slot["parameters"] += entry.numel
+        slot["bytes"] += entry.nbytes
     extra = sorted(name for name, target in plan.targets.items() if ".bidirectional." in target.param)
     layer_counts = Counter(config.layer_types)
     readiness = check_engine(str(model_dir))
