@@ -25,7 +25,11 @@ def _build(args: argparse.Namespace) -> int:
     elif not image_exists(client, base):
         from clover_agent.errors import SandboxUnavailable
 
-        raise SandboxUnavailable(f"base image {base} is not on this Docker engine (no registry is used)")
+        raise SandboxUnavailable(
+            f"the base image {base} is not on this Docker engine and no registry is used to fetch it: "
+            "build or `docker import` it first, or leave out --base to make "
+            f"{DEFAULT_BASE_IMAGE} with debootstrap"
+        )
     print(f"building {args.tag} FROM {base}", flush=True)
     image_id = build_sandbox_image(
         client, base=base, tag=args.tag, progress=(lambda _line: None) if args.quiet else print

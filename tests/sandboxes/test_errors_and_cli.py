@@ -100,3 +100,11 @@ def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(re
     prune = run_cli("sandbox", "prune")
     assert prune.returncode == 0 and "removed" in prune.stdout
     assert not container_exists(container_id)
+
+
+@pytest.mark.docker
+def test_cli_build_from_a_missing_base_says_how_to_get_one() -> None:
+    build = run_cli("sandbox", "build", "--base", "clover-agent-test-no-such-base:never", "--tag", "unused:x")
+    assert build.returncode == ExitCode.SANDBOX_UNAVAILABLE
+    assert "clover-agent-test-no-such-base:never is not on this Docker engine" in build.stderr
+    assert "leave out --base" in build.stderr and "Traceback" not in build.stderr
