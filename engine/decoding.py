@@ -352,8 +352,9 @@ class _Run:
                 )
                 fill, fallback = low_confidence_fill(confidence, self.threshold)
                 self.fallback_steps += fallback
+                chosen_ids = chosen.tolist()  # one device sync per pass
                 for j in torch.nonzero(fill).flatten().tolist():
-                    tokens[open_slots[j]] = int(chosen[j])
+                    tokens[open_slots[j]] = chosen_ids[j]
                     decided[open_slots[j]] = True
                 yield ProvisionalBlock(block, cache.length + len(fixed), steps, list(tokens), list(decided))
                 finish = self._diffusion_finish(tokens, decided, remaining)
@@ -395,11 +396,11 @@ class _Run:
         block = 0
         while True:
             committable = len(pending) // size * size
-            draft = yield from self._draft(block, cache, pending, size - len(pending) % size)
+            draft, draft_passes = yield from self._draft(block, cache, pending, size - len(pending) % size)
             logits = self.forward(pending + draft, cache, "causal", commit=committable or False)
             accepted = self._verify(logits[len(pending) - 1 :], draft)
             pending = pending[committable:] + accepted
-            self.steps_per_block.append(self.params.draft_steps + 1)
+            self.steps_per_block.append(draft_passes + 1)
             room = self.limit - len(self.generated)
             stop = self.first_stop(accepted)
             if stop is not None and stop < room:
@@ -417,9 +418,10 @@ class _Run:
 
     def _draft(
         self, block: int, cache: ModelCache, pending: list[int], length: int
-    ) -> Generator[StreamEvent, None, list[int]]:
+    ) -> Generator[StreamEvent, None, tuple[list[int], int]]:
         """Draft ``length`` tokens after ``pending`` by diffusion on top of the causal cache: LowConfidence
-        for ``draft_steps - 1`` passes, then every remaining mask from the last pass."""
+        for ``draft_steps - 1`` passes, then every remaining mask from the last pass. Returns the draft and
+        the number of passes it took."""
         tokens = [self.mask] * length
         decided = [False] * length
         base = len(self.generated)  # pending ends at the last known token
@@ -435,13 +437,14 @@ class _Run:
                 fill = torch.ones_like(confidence, dtype=torch.bool)
             else:
                 fill = low_confidence_fill(confidence, self.threshold)[0]
+            chosen_ids = chosen.tolist()
             for j in torch.nonzero(fill).flatten().tolist():
-                tokens[open_slots[j]] = int(chosen[j])
+                tokens[open_slots[j]] = chosen_ids[j]
                 decided[open_slots[j]] = True
             yield ProvisionalBlock(block, cache.length + len(pending), step + 1, list(tokens), list(decided))
             if all(decided):
                 break
-        return tokens
+        return tokens, step + 1
 
     def _verify(self, rows: torch.Tensor, draft: list[int]) -> list[int]:
         """The accepted draft prefix plus the causal choice after it; ``rows[j]`` predicts ``draft[j]``."""
