@@ -8,7 +8,9 @@ Paths: the model still sees ``/workspace``. File operations map ``/workspace/...
 Commands run with ``bash -c`` in the copy (the default working folder) and see its real host path,
 also exported as ``$WORKSPACE``; a literal ``/workspace`` in a command (``cd /workspace/src``) is
 rewritten to the copy's path (likewise in ``env`` values), and the copy's path in the output is
-shown as ``/workspace``. The
+shown as ``/workspace``. Commands get a private ``$TMPDIR`` beside the copy, removed with it, so
+what tools keep in temporary files (the shell session's state holds the exported variables) never
+stays behind in the machine's ``/tmp``. The
 network and set-up network settings of :class:`SandboxSpec` cannot be enforced here and are ignored.
 """
 
@@ -60,10 +62,12 @@ class LocalSandbox(SessionSandbox):
         self._cleanup_token = cleanup.register(self._close_now)
         workspace = self._folder / "workspace"
         workspace.mkdir()
+        private_tmp = self._folder / "tmp"
+        private_tmp.mkdir(mode=0o700)
         self.host_workspace = workspace
         try:
             await asyncio.to_thread(copy_workspace, spec.repo, workspace)
-            env = {**os.environ, **spec.env, "WORKSPACE": str(workspace)}
+            env = {**os.environ, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", BOOTSTRAP, str(workspace)],
                 stdin=subprocess.PIPE,

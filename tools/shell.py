@@ -1,7 +1,9 @@
 """``shell``: bash commands in a persistent session (``cd`` and ``export`` carry over).
 
 Each call runs in a fresh ``bash`` through ``Sandbox.exec``; the session lives in a state file
-(``/tmp/.clover-shell/<session>``) holding the working directory and the exported variables.
+(``$TMPDIR/.clover-shell/<session>``, ``/tmp`` when ``TMPDIR`` is unset; readable by its owner only)
+holding the working directory and the exported variables. The state stays inside the sandbox: the
+container's tmpfs, or the local sandbox's private temporary folder, removed on close.
 The command runs after the state is restored, and an ``EXIT`` trap saves it again, so a command
 that calls ``exit`` still keeps its ``cd``. Why not one long-lived bash: a timeout then kills the
 command's whole process group (the sandbox's job) and nothing stays wedged; the next call simply
@@ -22,7 +24,8 @@ from clover_agent.tools.base import Tool, ToolContext, ToolResult, head_tail
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 3600.0
-STATE_DIR = "/tmp/.clover-shell"
+#: The state files' folder, under the sandbox's ``$TMPDIR`` (default ``/tmp``).
+STATE_SUBDIR = ".clover-shell"
 STATE_HEADER = "# clover-shell-state v1"
 _NOTICE = "__clover_shell_notice__:"
 
@@ -52,12 +55,15 @@ fi
 unset __clover_cwd
 [ -n "$__clover_notice" ] && printf '@NOTICE@%s\n' "$__clover_notice"
 __clover_save() {
-  {
-    printf '%s\n' "@HEADER@"
-    export -p
-    printf '__clover_cwd=%q\n' "$PWD"
-    printf '# end\n'
-  } > "$__clover_state.tmp" 2>/dev/null && mv -f "$__clover_state.tmp" "$__clover_state"
+  (
+    umask 077
+    {
+      printf '%s\n' "@HEADER@"
+      export -p
+      printf '__clover_cwd=%q\n' "$PWD"
+      printf '# end\n'
+    } > "$__clover_state.tmp"
+  ) 2>/dev/null && mv -f "$__clover_state.tmp" "$__clover_state"
 }
 trap __clover_save EXIT
 exec </dev/null
@@ -68,10 +74,11 @@ exit $__clover_status
 """
 
 
-def shell_script(state_file: str, command: str) -> str:
-    """The ``bash -c`` line that runs ``command`` inside the saved session."""
+def shell_script(session_id: str, command: str) -> str:
+    """The ``bash -c`` line that runs ``command`` inside the saved session ``session_id``."""
     body = _SCRIPT.replace("@HEADER@", STATE_HEADER).replace("@NOTICE@", _NOTICE)
-    return f"__clover_state={shlex.quote(state_file)}\n__clover_command={shlex.quote(command)}\n{body}"
+    state_file = shlex.quote(f"{STATE_SUBDIR}/{session_id}")
+    return f'__clover_state="${{TMPDIR:-/tmp}}"/{state_file}\n__clover_command={shlex.quote(command)}\n{body}'
 
 
 class ShellTool(Tool):
@@ -100,8 +107,7 @@ class ShellTool(Tool):
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         timeout = float(args.get("timeout", DEFAULT_TIMEOUT_S))
-        state_file = f"{STATE_DIR}/{ctx.session_id}"
-        result = await ctx.sandbox.exec(shell_script(state_file, args["command"]), timeout=timeout)
+        result = await ctx.sandbox.exec(shell_script(ctx.session_id, args["command"]), timeout=timeout)
         output = result.output
         notice = ""
         if output.startswith(_NOTICE):

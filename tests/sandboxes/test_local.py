@@ -26,7 +26,10 @@ async def test_warns_and_translates_paths(repo: Path, caplog: pytest.LogCaptureF
         # The copy is real: the command ran in the host folder the file tools map /workspace to.
         await sandbox.exec("echo made > /workspace/made.txt")
         assert (host / "made.txt").read_text() == "made\n"
-    assert not host.exists()
+        # Temporary files stay private to the sandbox too.
+        tmp = Path((await sandbox.exec('touch "$TMPDIR/scratch"; printf %s "$TMPDIR"')).output)
+        assert tmp.parent == host.parent and (tmp / "scratch").is_file()
+    assert not host.exists() and not tmp.exists()
 
 
 async def test_close_is_idempotent_and_removes_the_copy_after_an_exception(repo: Path) -> None:

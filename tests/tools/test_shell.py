@@ -9,7 +9,7 @@ import pytest
 from clover_agent.sandboxes import Sandbox
 from clover_agent.tools.base import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, ToolContext
 from clover_agent.tools.registry import execute
-from clover_agent.tools.shell import STATE_DIR
+from clover_agent.tools.shell import STATE_SUBDIR
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -24,6 +24,12 @@ async def shell(ctx: ToolContext, command: str, **extra: object):
 async def count_processes(sandbox: Sandbox, needle: str) -> int:
     listing = await sandbox.exec(ALL_COMMAND_LINES)
     return sum(1 for line in listing.output.splitlines() if line.strip() == needle)
+
+
+async def state_file(sandbox: Sandbox, ctx: ToolContext) -> str:
+    """Where the shell tool keeps ``ctx``'s session: under the sandbox's ``$TMPDIR`` (default /tmp)."""
+    tmp = (await sandbox.exec('printf %s "${TMPDIR:-/tmp}"')).output
+    return f"{tmp}/{STATE_SUBDIR}/{ctx.session_id}"
 
 
 async def test_session_keeps_cwd_and_exports(sandbox: Sandbox) -> None:
@@ -97,7 +103,7 @@ async def test_long_output_cut_head_and_tail(sandbox: Sandbox) -> None:
 async def test_corrupt_state_replaces_session_and_says_so(sandbox: Sandbox) -> None:
     ctx = ToolContext(sandbox)
     await shell(ctx, "mkdir -p corrupt-dir && cd corrupt-dir && export KEEP=1")
-    await sandbox.write_file(f"{STATE_DIR}/{ctx.session_id}", b"garbage that is not a state file\n")
+    await sandbox.write_file(await state_file(sandbox, ctx), b"garbage that is not a state file\n")
     result = await shell(ctx, 'pwd; echo "[$KEEP]"')
     assert result.data["session_reset"]
     assert result.output.startswith("[The shell session's saved state could not be read")
@@ -122,3 +128,17 @@ async def test_bad_arguments(sandbox: Sandbox) -> None:
     assert "Invalid arguments for tool `shell`" in (await execute("shell", {}, ctx)).output
     negative = await execute("shell", {"command": "true", "timeout": -1}, ctx)
     assert not negative.ok and "`timeout`" in negative.output
+
+
+async def test_session_state_is_private_and_inside_the_sandbox(sandbox: Sandbox) -> None:
+    """The state file holds the exported environment: only its owner may read it, and it lives in
+    the sandbox's own temporary folder (the container's tmpfs, or the local sandbox's private
+    folder), never in the machine's shared /tmp."""
+    ctx = ToolContext(sandbox)
+    assert (await shell(ctx, "export TOKENISH=abc")).ok
+    path = await state_file(sandbox, ctx)
+    mode = await sandbox.exec(f"stat -c %a {path}")
+    assert mode.output == "600\n"
+    assert "TOKENISH" in (await sandbox.read_file(path)).decode()
+    if sandbox.warning is not None:  # local: beside the private copy, removed with it
+        assert "/clover-agent-local-" in path and not path.startswith(f"/tmp/{STATE_SUBDIR}")
