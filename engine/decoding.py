@@ -237,7 +237,8 @@ class _Run:
         self.fallback_steps = 0
         self.reused = 0
         self.commits_before = 0
-        self.text = ""
+        self.text = ""  # text of generated[text_offset:] already streamed
+        self.text_offset = 0
         self.chunks_seen = 0
 
     # ---- shared pieces -----------------------------------------------------------------------
@@ -279,10 +280,14 @@ class _Run:
         text = None
         tokenizer = self.decoder.tokenizer
         if tokenizer is not None:
-            full = tokenizer.decode(self.generated)
-            stable = full.rstrip("\ufffd")  # an incomplete UTF-8 sequence waits for its next token
+            # Decode only since the last clean boundary (the output may be long); an incomplete
+            # UTF-8 sequence at the end waits for the tokens that complete it.
+            full = tokenizer.decode(self.generated[self.text_offset :])
+            stable = full.rstrip("\ufffd")
             text = stable[len(self.text) :] if stable.startswith(self.text) else stable
             self.text = stable
+            if stable == full:
+                self.text_offset, self.text = len(self.generated), ""
         return CommittedBlock(block=block, token_ids=tokens, text=text)
 
     def first_stop(self, tokens: Sequence[int]) -> int | None:
