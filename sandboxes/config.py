@@ -44,6 +44,8 @@ def repo_sandbox_config(repo: str | Path) -> RepoSandboxConfig:
             table = tomllib.load(f).get("sandbox", {})
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [sandbox] must be a table")
     image, setup, network = table.get("image"), table.get("setup", []), table.get("setup_network", False)
     if image is not None and not isinstance(image, str):
         raise UsageError(f"{path}: [sandbox] image must be a string")

@@ -76,6 +76,9 @@ def test_config_defaults_and_errors(repo: Path, monkeypatch: pytest.MonkeyPatch)
     (repo / ".clover" / "config.toml").write_text("[sandbox\n")
     with pytest.raises(UsageError, match="invalid TOML"):
         effective_spec(SandboxSpec(repo=str(repo)))
+    (repo / ".clover" / "config.toml").write_text('sandbox = "docker"\n')
+    with pytest.raises(UsageError, match=r"\[sandbox\] must be a table"):
+        effective_spec(SandboxSpec(repo=str(repo)))
 
 
 async def test_repository_setup_commands_run_before_the_baseline(repo: Path) -> None:
