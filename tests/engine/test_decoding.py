@@ -8,9 +8,7 @@ import functools
 import pytest
 import torch
 
-from clover_agent.engine.cache import ModelCache
 from clover_agent.engine.decoding import BlockDecoder, CommittedBlock, Done, ProvisionalBlock
-from clover_agent.engine.model import CloverModel
 from clover_agent.engine.sampling import SamplingParams
 from tests.engine.decoding_helpers import (
     BLOCK,
@@ -75,33 +73,31 @@ def test_stop_token_mid_block_ends_the_output() -> None:
 def test_one_commit_per_committed_block_and_none_while_denoising() -> None:
     _, model = models()
     prompt = prompt_of(70)  # two whole prompt blocks (one prefill commit) and a 6-token tail
-    calls: list[tuple[int, bool | int]] = []
-    original = CloverModel.forward
+    calls: list[tuple[int, bool | int]] = []  # (commits the pass made, its commit argument)
+    before: list[int] = []
 
-    decoder = BlockDecoder(model)
-    events = []
-    cache_commits: list[int] = []
+    def pre_hook(module, args, kwargs):
+        before.append(args[1].commits)
 
-    def counting_forward(self, input_ids, cache: ModelCache, *, attention, commit=False):
-        before = cache.commits
-        logits = original(self, input_ids, cache, attention=attention, commit=commit)
-        calls.append((cache.commits - before, commit))
-        cache_commits.append(cache.commits)
-        return logits
+    def hook(module, args, kwargs, output):
+        calls.append((args[1].commits - before[-1], kwargs.get("commit", False)))
 
-    model.forward = counting_forward.__get__(model)  # observe the real forward; nothing is replaced
+    handles = [
+        model.register_forward_pre_hook(pre_hook, with_kwargs=True),
+        model.register_forward_hook(hook, with_kwargs=True),
+    ]
     try:
-        for event in decoder.stream(prompt, SamplingParams(max_new_tokens=100)):
-            events.append(event)
+        events = list(BlockDecoder(model).stream(prompt, SamplingParams(max_new_tokens=100)))
     finally:
-        del model.forward
+        for handle in handles:
+            handle.remove()
     result = events[-1].result
     committed_blocks = [e for e in events if isinstance(e, CommittedBlock)]
     # Prefill: one commit; denoise passes: none; each finished block but the last: exactly one.
     denoise = [delta for delta, commit in calls if commit is False]
     assert denoise and all(delta == 0 for delta in denoise)
-    assert [delta for delta, commit in calls if commit is not False] == [1] * (1 + len(committed_blocks) - 1)
-    assert result.commits == 1 + len(committed_blocks) - 1
+    assert [delta for delta, commit in calls if commit is not False] == [1] * len(committed_blocks)
+    assert result.commits == len(committed_blocks)
     assert result.forwards == len(calls)
     provisional = [e for e in events if isinstance(e, ProvisionalBlock)]
     assert len(provisional) == sum(result.steps_per_block)
