@@ -42,9 +42,13 @@ async def resolve_workspace_path(sandbox: Sandbox, path: str) -> str:
         )
     if not path.startswith("/"):
         suggested = posixpath.normpath(posixpath.join(WORKSPACE, path))
+        hint = (
+            f"maybe you meant {suggested}?"
+            if is_inside_workspace(suggested)
+            else f"it must be inside {WORKSPACE}."
+        )
         raise ToolError(
-            f"The path {path} is not an absolute path, it should start with `/`. "
-            f"Use an absolute path: maybe you meant {suggested}?"
+            f"The path {path} is not an absolute path, it should start with `/`. Use an absolute path: {hint}"
         )
     normalised = posixpath.normpath(path)
     if normalised.startswith("//"):  # POSIX keeps a leading "//"; it means "/" here

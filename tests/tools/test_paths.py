@@ -111,6 +111,11 @@ async def test_messages_say_why(sandbox: Sandbox) -> None:
         "The path src/calc.py is not an absolute path, it should start with `/`. "
         "Use an absolute path: maybe you meant /workspace/src/calc.py?"
     )
+    climbing = await execute("editor", {"command": "view", "path": "../etc/passwd"}, ctx)
+    assert climbing.output == (
+        "The path ../etc/passwd is not an absolute path, it should start with `/`. "
+        "Use an absolute path: it must be inside /workspace."
+    )
     # Inside stays fine: `..` that does not leave, and a symlink to a workspace file.
     await sandbox.exec("ln -sfn src/calc.py calclink", cwd="/workspace")
     inside = await execute("editor", {"command": "view", "path": "/workspace/src/../src/calc.py"}, ctx)
