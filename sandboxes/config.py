@@ -57,7 +57,10 @@ def repo_sandbox_config(repo: str | Path) -> RepoSandboxConfig:
 
 
 def effective_spec(spec: SandboxSpec) -> SandboxSpec:
-    """``spec`` with the repository's configuration and the user's settings filled in."""
+    """``spec`` with the repository's configuration and the user's settings filled in; a
+    repository folder that does not exist is a :class:`UsageError`, before any sandbox is made."""
+    if not Path(spec.repo).is_dir():
+        raise UsageError(f"the repository folder {spec.repo} does not exist or is not a folder")
     repo_config = repo_sandbox_config(spec.repo)
     image = spec.image or repo_config.image or Settings.load().sandbox_image
     if spec.setup_commands:

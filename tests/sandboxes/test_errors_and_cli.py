@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from clover_agent.errors import ExitCode, SandboxUnavailable, UsageError
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.config import effective_spec
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
@@ -111,3 +111,9 @@ def test_cli_build_from_a_missing_base_says_how_to_get_one() -> None:
     assert build.returncode == ExitCode.SANDBOX_UNAVAILABLE
     assert "clover-agent-test-no-such-base:never is not on this Docker engine" in build.stderr
     assert "leave out --base" in build.stderr and "Traceback" not in build.stderr
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_a_missing_repository_is_a_usage_error(kind: str, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"repository folder .*nowhere does not exist"):
+        await create_sandbox(kind, SandboxSpec(repo=str(tmp_path / "nowhere"))).start()
