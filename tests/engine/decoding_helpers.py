@@ -15,6 +15,7 @@ LowConfidence written out independently of ``clover_agent.engine.decoding``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -94,27 +95,32 @@ def reference_logits(hf: Qwen3_5MoeForCausalLM, tokens: list[int], block: int = 
 
 
 def reference_diffusion_decode(
-    hf: Qwen3_5MoeForCausalLM,
+    hf: Qwen3_5MoeForCausalLM | Callable[[list[int]], torch.Tensor],
     prompt: list[int],
     max_new_tokens: int,
     *,
     threshold: float = 0.95,
     stop_ids: tuple[int, ...] = (EOS_ID,),
     block: int = BLOCK,
+    mask_id: int = MASK_ID,
 ) -> tuple[list[int], list[int]]:
-    """(generated tokens, steps per block) by full recompute; every block decoded to the end."""
+    """(generated tokens, steps per block) by full recompute; every block decoded to the end.
+
+    ``hf`` is the transformers model, or any function from the whole token sequence to its
+    block-causal logits (for checkpoints transformers cannot run)."""
+    logits_of = hf if not isinstance(hf, torch.nn.Module) else lambda tokens: reference_logits(hf, tokens, block)
     sequence = list(prompt)
     steps_per_block = []
     while True:
         start = len(sequence)
         end = (start // block + 1) * block
-        sequence += [MASK_ID] * (end - start)
+        sequence += [mask_id] * (end - start)
         steps = 0
-        while MASK_ID in sequence[start:end]:
-            logits = reference_logits(hf, sequence, block)[start:end]
-            logits[:, MASK_ID] = float("-inf")
+        while mask_id in sequence[start:end]:
+            logits = logits_of(sequence)[start:end]
+            logits[:, mask_id] = float("-inf")
             probs = torch.softmax(logits, dim=-1)
-            masked = [i for i in range(end - start) if sequence[start + i] == MASK_ID]
+            masked = [i for i in range(end - start) if sequence[start + i] == mask_id]
             best = [(float(probs[i].max()), i) for i in masked]
             chosen = [i for conf, i in best if conf > threshold]
             if not chosen:

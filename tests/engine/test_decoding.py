@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from clover_agent.engine.decoding import BlockDecoder, CommittedBlock, Done, ProvisionalBlock
+from clover_agent.engine.engine import Engine
 from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.tiny import write_tiny_checkpoint
 from tests.engine.decoding_helpers import (
     BLOCK,
     EOS_ID,
@@ -167,3 +169,34 @@ def test_stream_reports_text_free_events_and_final_statistics() -> None:
     assert stats["forwards"] == result.forwards
     assert stats["tokens_per_forward"] == pytest.approx(len(result.token_ids) / result.forwards, abs=1e-4)
     assert 0.0 <= stats["fallback_rate"] <= 1.0
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_cached_decoding_equals_cache_free_recompute_on_written_checkpoints(
+    bidirectional: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Checkpoints with the bidirectional GDN tensors are beyond transformers; the oracle here is the
+    engine's own model re-run over the whole sequence from an empty cache at every step, which
+    checks everything the caches and commit passes add."""
+    folder = write_tiny_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "tiny",
+        peaked=True,
+        seed=8,
+        bidirectional=bidirectional,
+        tokenizer=False,
+    )
+    engine = Engine.from_pretrained(folder, progress=None)
+    model, config = engine.model, engine.config
+    assert config.bidirectional_gdn is bidirectional
+
+    def full_recompute(tokens: list[int]) -> torch.Tensor:
+        return model(torch.tensor(tokens), model.new_cache(), attention="block")
+
+    prompt = torch.randint(1, 500, (45,), generator=torch.Generator().manual_seed(4)).tolist()
+    stops = tuple(config.eos_token_id)
+    result = engine.generate(prompt, SamplingParams(max_new_tokens=60))
+    expected, _ = reference_diffusion_decode(
+        full_recompute, prompt, 60, stop_ids=stops, mask_id=config.mask_token_id
+    )
+    assert result.token_ids == expected
+    assert len(result.steps_per_block) >= 2  # at least one commit pass was relied on
