@@ -108,7 +108,9 @@ def reference_diffusion_decode(
 
     ``hf`` is the transformers model, or any function from the whole token sequence to its
     block-causal logits (for checkpoints transformers cannot run)."""
-    logits_of = hf if not isinstance(hf, torch.nn.Module) else lambda tokens: reference_logits(hf, tokens, block)
+    logits_of = (
+        hf if not isinstance(hf, torch.nn.Module) else lambda tokens: reference_logits(hf, tokens, block)
+    )
     sequence = list(prompt)
     steps_per_block = []
     while True:
