@@ -13,13 +13,14 @@ an interrupted agent never waits on a socket and no dependency is added.
 from __future__ import annotations
 
 import asyncio
+import functools
 import http.client
 import json
 import os
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,39 @@ class _StatusError(Exception):
 
 
 _END = object()
+
+
+class _HangUp:
+    """Closes one request's connection from the awaiting side at any moment: before it exists (then
+    as soon as it does), while the reader thread waits for the answer, or after it is read. Shutting
+    the socket down wakes a thread blocked on it and tells the server to stop generating."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connection: http.client.HTTPConnection | None = None
+        self._done = False
+
+    def connected(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._connection, done = connection, self._done
+        if done:
+            _close(connection)
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._done, connection = True, self._connection
+        if connection is not None:
+            _close(connection)
+
+
+def _close(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the other side
+    connection.close()
 
 
 def iter_sse_data(lines: Iterator[bytes]) -> Iterator[str]:
@@ -334,8 +368,14 @@ class OpenAIBackend(ModelBackend):
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _open(self, payload: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Connect, send, and return the response once its status is 200 (blocking)."""
+    def _open(
+        self,
+        payload: bytes,
+        on_connected: Callable[[http.client.HTTPConnection], None] | None = None,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Connect, send, and return the response once its status is 200 (blocking).
+        ``on_connected`` gets the connection before the request is sent, so another thread can close
+        it (which ends the wait for the answer)."""
         connection_type = (
             http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         )
@@ -345,6 +385,8 @@ class OpenAIBackend(ModelBackend):
         except OSError as exc:
             connection.close()
             raise BackendUnavailable(self._unreachable(_why_unreachable(exc, self.connect_timeout))) from exc
+        if on_connected is not None:
+            on_connected(connection)
         try:
             connection.sock.settimeout(self.timeout)
             connection.request("POST", self._path, body=payload, headers=self._headers())
@@ -401,25 +443,29 @@ class OpenAIBackend(ModelBackend):
         attempt = 0
         while True:
             accumulator = ChatCompletionAccumulator()
+            hang_up = _HangUp()
             try:
                 if self.stream:
-                    await self._read_stream(payload, accumulator, on_event)
+                    await self._read_stream(payload, accumulator, on_event, hang_up)
                 else:
                     accumulator.add_message(
                         await run_in_daemon_thread(
-                            lambda: self._read_whole(payload), name="clover-openai-request"
+                            functools.partial(self._read_whole, payload, hang_up),
+                            name="clover-openai-request",
                         )
                     )
                 break
             except _StatusError as error:
                 if error.status not in RETRYABLE_STATUSES or attempt >= self.retries:
                     raise BackendUnavailable(self._status_message(error)) from None
+            finally:
+                hang_up()  # done, failed or cancelled: the connection is not needed any more
             await asyncio.sleep(self.retry_delay * 2**attempt)
             attempt += 1
         return accumulator.turn(tools, self.count_tokens(messages, tools))
 
-    def _read_whole(self, payload: bytes) -> dict[str, Any]:
-        connection, response = self._open(payload)
+    def _read_whole(self, payload: bytes, hang_up: _HangUp) -> dict[str, Any]:
+        connection, response = self._open(payload, hang_up.connected)
         try:
             body = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -435,19 +481,21 @@ class OpenAIBackend(ModelBackend):
         return parsed
 
     async def _read_stream(
-        self, payload: bytes, accumulator: ChatCompletionAccumulator, on_event: EventCallback | None
+        self,
+        payload: bytes,
+        accumulator: ChatCompletionAccumulator,
+        on_event: EventCallback | None,
+        hang_up: _HangUp,
     ) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        holder: dict[str, http.client.HTTPConnection] = {}
 
         def push(item: Any) -> None:
             call_soon(loop, queue.put_nowait, item)
 
         def pump() -> None:
             try:
-                connection, response = self._open(payload)
-                holder["connection"] = connection
+                _, response = self._open(payload, hang_up.connected)
                 for data in iter_sse_data(iter(response.readline, b"")):
                     push(data)
                 push(_END)
@@ -457,24 +505,20 @@ class OpenAIBackend(ModelBackend):
                 push(exc)
 
         threading.Thread(target=pump, daemon=True, name="clover-openai-stream").start()
-        try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                if item.strip() == "[DONE]":
-                    return
-                try:
-                    chunk = json.loads(item)
-                except ValueError:
-                    raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
-                if isinstance(chunk, dict):
-                    accumulator.add_chunk(chunk, on_event)
-        finally:
-            if "connection" in holder:
-                holder["connection"].close()
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            if item.strip() == "[DONE]":
+                return
+            try:
+                chunk = json.loads(item)
+            except ValueError:
+                raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
+            if isinstance(chunk, dict):
+                accumulator.add_chunk(chunk, on_event)
 
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ statuses, a server that stops answering, and a port nobody listens on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -60,11 +61,13 @@ MESSAGES: list[dict[str, Any]] = [
 class ChatServer:
     """A chat-completions server answering each POST with the next scripted reply:
     ``{"status": int, "json": obj}``, ``{"sse": [chunk, ...]}`` (dicts as JSON, strings as written)
-    or ``{"hang": seconds}``. Every request is recorded with its headers."""
+    or ``{"hang": seconds}``, or ``{"until_hung_up": seconds}`` (answer nothing; set ``hung_up`` when
+    the client closes the connection). Every request is recorded with its headers."""
 
     def __init__(self) -> None:
         self.replies: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.hung_up = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,6 +84,18 @@ class ChatServer:
                 reply = server.replies.popleft()
                 if "hang" in reply:
                     time.sleep(reply["hang"])
+                    return
+                if "until_hung_up" in reply:
+                    self.connection.settimeout(reply["until_hung_up"])
+                    try:
+                        closed = self.connection.recv(1) == b""
+                    except ConnectionResetError:
+                        closed = True
+                    except TimeoutError:
+                        closed = False
+                    if closed:
+                        server.hung_up.set()
+                    self.close_connection = True
                     return
                 if "sse" in reply:
                     self.send_response(200)
@@ -382,6 +397,20 @@ async def test_a_server_that_stops_answering_times_out(server: ChatServer) -> No
     with pytest.raises(BackendUnavailable, match=r"stopped answering: no data for 0\.3 s"):
         await OpenAIBackend(server.base_url, timeout=0.3).complete(MESSAGES, TOOLS)
     assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_cancelling_a_call_hangs_up_on_the_server(server: ChatServer, stream: bool) -> None:
+    """An interrupted agent must not leave the server generating: cancelling the call closes the
+    connection at once, even while the answer has not started."""
+    server.replies.append({"until_hung_up": 10})
+    task = asyncio.create_task(OpenAIBackend(server.base_url, stream=stream).complete(MESSAGES, TOOLS))
+    while not server.requests:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(server.hung_up.wait, 3)
 
 
 def test_base_url_must_be_http() -> None:
