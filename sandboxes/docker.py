@@ -140,14 +140,14 @@ class DockerSandbox(SessionSandbox):
         spec = effective_spec(self.spec)
         self.image = spec.image
         self._client = client = await asyncio.to_thread(docker_client)
-        await asyncio.to_thread(require_image, client, spec.image)
-        reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
-        if reaped:
-            log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
-        # Registered here, on the event loop's thread (normally the main thread, where signal
-        # handlers can be installed), before the container exists.
-        self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
         try:
+            await asyncio.to_thread(require_image, client, spec.image)
+            reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
+            if reaped:
+                log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
+            # Registered here, on the event loop's thread (normally the main thread, where signal
+            # handlers can be installed), before the container exists.
+            self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
             try:
                 await asyncio.to_thread(self._create_and_attach, spec)
             except DockerException as exc:
