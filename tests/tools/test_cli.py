@@ -90,6 +90,8 @@ def test_docker_unreachable_exit_4(project: Path) -> None:
     )
     assert done.returncode == 4, done.stderr
     assert done.stderr.startswith("clover-agent: ") and "Traceback" not in done.stderr
+    assert "no Docker engine answers at unix:///nonexistent/clover-test.sock" in done.stderr
+    assert "--sandbox local" in done.stderr  # the way out is named
 
 
 @pytest.mark.docker
