@@ -117,3 +117,15 @@ def test_cli_build_from_a_missing_base_says_how_to_get_one() -> None:
 async def test_a_missing_repository_is_a_usage_error(kind: str, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"repository folder .*nowhere does not exist"):
         await create_sandbox(kind, SandboxSpec(repo=str(tmp_path / "nowhere"))).start()
+
+
+def test_docker_package_missing_is_one_clear_error() -> None:
+    """Without the `docker` Python package (blocked in a fresh interpreter), the CLI says how to fix it."""
+    code = (
+        "import sys; sys.modules['docker'] = None; "
+        "from clover_agent.cli import main; sys.exit(main(['sandbox', 'prune']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == ExitCode.SANDBOX_UNAVAILABLE
+    assert "the `docker` Python package is missing" in result.stderr and "--sandbox local" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
