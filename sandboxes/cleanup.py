@@ -3,7 +3,8 @@ leftovers of killed runs (their owner process is gone) from live ones.
 
 Each started sandbox registers a synchronous cleanup function. On SIGINT or SIGTERM the handler
 runs every registered cleanup, then hands the signal to whatever handled it before (so Ctrl-C still
-raises ``KeyboardInterrupt`` and SIGTERM still ends the process). Handlers are installed on the first
+raises ``KeyboardInterrupt``, SIGTERM still ends the process with its status, and a Python handler
+still runs). A signal the process ignores is left ignored. Handlers are installed on the first
 registration, from the main thread only (Python delivers signals there). A SIGKILL cannot be caught:
 those leftovers are reaped by the next start (see :func:`owner_alive`) or ``clover-agent sandbox
 prune``.
@@ -76,13 +77,16 @@ def run_all() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    run_all()
-    previous = _previous.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    """Close every sandbox, then do what the signal did before we took it over."""
+    try:
+        run_all()
+    finally:
+        previous = _previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_DFL (ignored and unknown dispositions are never taken over, see _install)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
 
 def _install() -> None:
@@ -93,6 +97,11 @@ def _install() -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread; a later start may do it
     for signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(signum) is not _on_signal:
-            _previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, _on_signal)
+        current = signal.getsignal(signum)
+        # An ignored signal (a background job of a non-interactive shell, nohup) must stay
+        # ignored: closing the sandboxes of a process that carries on would leave it with dead
+        # ones. None is a handler set outside Python that we could not hand the signal back to.
+        if current is _on_signal or current is None or current == signal.SIG_IGN:
+            continue
+        _previous[signum] = current
+        signal.signal(signum, _on_signal)

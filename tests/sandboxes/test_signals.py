@@ -1,0 +1,48 @@
+"""Our SIGINT/SIGTERM cleanup handler keeps the process's previous disposition: an ignored signal
+stays ignored (the sandboxes stay up and the process carries on), a default one still ends the
+process with that signal, and a Python handler still runs after the sandboxes are closed. Each case
+drives a real child process holding a real local sandbox."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import start_holder
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_ignored_signal_stays_ignored(repo: Path, signum: signal.Signals) -> None:
+    child, ident = start_holder("local", repo, f"ignore-{signum.name}")
+    host = Path(ident)
+    other = signal.SIGTERM if signum == signal.SIGINT else signal.SIGINT
+    try:
+        child.send_signal(signum)
+        time.sleep(1.0)
+        assert child.poll() is None, "an ignored signal ended the process"
+        assert host.is_dir(), "an ignored signal closed the sandbox of a process that carries on"
+        child.send_signal(other)  # still ours: it closes the sandbox and ends the process
+        assert child.wait(timeout=20) == -other
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=20)
+    assert not host.exists()
+
+
+def test_default_sigterm_still_terminates_with_its_status(repo: Path) -> None:
+    child, ident = start_holder("local", repo)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == -signal.SIGTERM
+    assert not Path(ident).exists()
+
+
+def test_a_previous_python_handler_still_runs_after_cleanup(repo: Path) -> None:
+    child, ident = start_holder("local", repo, "handle-SIGTERM")
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == 3
+    assert child.stdout is not None and "previous handler ran" in child.stdout.read()
+    assert not Path(ident).exists()
