@@ -2,7 +2,10 @@
 
 ``execute`` never raises: a bad call (unknown tool, arguments that break the schema, refused
 path, missing file) and an unexpected failure both come back as ``ToolResult(ok=False, ...)``
-with a message the model can act on.
+with a message the model can act on. A sandbox that stopped working (its runner or container died)
+is marked in the result's data under :data:`SANDBOX_LOST`, so callers can end the run with a
+:class:`SandboxError` instead of carrying on with a dead sandbox. Failures are logged as one warning
+line; the traceback is logged at debug level only, since the result already carries the failure.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxError
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from clover_agent.tools.editor import EditorTool
 from clover_agent.tools.finish import FinishTool
@@ -21,6 +24,9 @@ from clover_agent.tools.search import SearchTool
 from clover_agent.tools.shell import ShellTool
 
 log = logging.getLogger(__name__)
+
+#: Key in :attr:`ToolResult.data` holding why the sandbox stopped working during the call.
+SANDBOX_LOST = "sandbox_lost"
 
 TOOLS: dict[str, Tool] = {
     tool.name: tool for tool in (EditorTool(), ShellTool(), RunTestsTool(), SearchTool(), FinishTool())
@@ -64,8 +70,17 @@ async def execute(name: str, args: dict[str, Any] | str, sandbox: Sandbox | Tool
         result = await tool.run(args, ctx)
     except ToolError as exc:
         result = ToolResult(False, str(exc))
+    except SandboxError as exc:
+        log.warning("tool %s: the sandbox stopped working: %s", name, exc)
+        log.debug("tool %s: traceback of the sandbox failure", name, exc_info=True)
+        result = ToolResult(
+            False,
+            f"The tool `{name}` failed because the sandbox stopped working: {exc}",
+            {SANDBOX_LOST: str(exc)},
+        )
     except Exception as exc:
-        log.exception("tool %s failed", name)
+        log.warning("tool %s failed unexpectedly: %s: %s", name, type(exc).__name__, exc)
+        log.debug("tool %s: traceback of the failure", name, exc_info=True)
         result = ToolResult(
             False,
             f"The tool `{name}` failed unexpectedly: {type(exc).__name__}: {exc}",

@@ -51,7 +51,7 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.protocol import ToolCall
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxError
 from clover_agent.tools import registry
 from clover_agent.tools.base import ToolResult
 
@@ -323,6 +323,10 @@ class Agent:
             )
         )
         self._add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.output})
+        if registry.SANDBOX_LOST in result.data:  # every later call would fail the same way
+            raise SandboxError(
+                f"the sandbox stopped working during the {call.name} call: {result.data[registry.SANDBOX_LOST]}"
+            )
         if result.ends_task:
             raise Submitted(str(result.data.get("summary", "")))
         self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))

@@ -4,7 +4,7 @@ The sandbox works on a private copy of ``--workdir``; the folder itself is never
 call, the changes the tool made to the copy (if any) are printed as a diff, so an edit can be
 checked and applied by hand (``git apply``). Exit 0 when the call succeeded, 1 on a tool error
 (including a shell command that exited non-zero or failing tests), 2 on bad arguments, 4 when the
-sandbox is unavailable.
+sandbox is unavailable or stops working during the call.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ async def run_tool_call(
     name: str, args: dict[str, Any], kind: str, workdir: Path, image: str | None
 ) -> tuple[Any, str]:
     """(ToolResult, diff of the sandbox copy) for one call in a fresh sandbox over ``workdir``."""
-    from clover_agent.sandboxes import SandboxSpec, create_sandbox
-    from clover_agent.tools.registry import execute
+    from clover_agent.sandboxes import SandboxError, SandboxSpec, create_sandbox
+    from clover_agent.tools.registry import SANDBOX_LOST, execute
 
     async with create_sandbox(kind, SandboxSpec(repo=str(workdir), image=image)) as sandbox:
         result = await execute(name, args, sandbox)
+        if SANDBOX_LOST in result.data:
+            raise SandboxError(
+                f"the sandbox stopped working during the {name} call: {result.data[SANDBOX_LOST]}"
+            )
         return result, await sandbox.diff()
 
 

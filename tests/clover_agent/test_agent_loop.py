@@ -162,6 +162,15 @@ async def test_replay_exhausted_is_an_agent_error(repo: Path, tmp_path: Path) ->
     assert fatal and fatal[0].exit_code == ExitCode.AGENT_ERROR
 
 
+async def test_a_sandbox_dying_mid_call_ends_the_run_with_exit_4(repo: Path, tmp_path: Path) -> None:
+    turns = [call("shell", command="kill -9 $PPID; sleep 30"), VIEW, FINISH]  # the first kills the runner
+    result, events = await run_agent(repo, tmp_path, turns)
+    assert result.outcome == "error" and result.exit_code == ExitCode.SANDBOX_UNAVAILABLE
+    assert result.message.startswith("the sandbox stopped working during the shell call")
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]  # no call after the loss
+    assert finished.is_error and "sandbox stopped working" in finished.output
+
+
 async def test_repeating_the_same_call_gets_one_nudge_then_stops(repo: Path, tmp_path: Path) -> None:
     result, events = await run_agent(repo, tmp_path, [VIEW] * 6)
     assert result.outcome == "stuck" and result.exit_code == ExitCode.AGENT_ERROR

@@ -94,6 +94,17 @@ def test_docker_unreachable_exit_4(project: Path) -> None:
     assert "--sandbox local" in done.stderr  # the way out is named
 
 
+def test_sandbox_dying_mid_call_is_one_clear_message_exit_4(project: Path) -> None:
+    done = clover(
+        "shell", '{"command": "kill -9 $PPID; sleep 30"}', "--sandbox", "local", "--workdir", str(project)
+    )
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("clover-agent: the sandbox stopped working during the shell call: "), done.stderr
+    assert done.stdout == ""
+
+
 @pytest.mark.docker
 def test_docker_call(project: Path) -> None:
     before = snapshot(project)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import weakref
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
 from clover_agent.tools.base import ToolContext
-from clover_agent.tools.registry import TOOLS, execute, get_tool, tool_specs
+from clover_agent.tools.registry import SANDBOX_LOST, TOOLS, execute, get_tool, tool_specs
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
@@ -115,4 +116,23 @@ async def test_a_broken_sandbox_never_raises(tmp_path: Path) -> None:
         ("run_tests", {}),
     ]:
         result = await execute(name, args, sb)
-        assert not result.ok and f"The tool `{name}` failed unexpectedly" in result.output
+        assert not result.ok and f"The tool `{name}` failed" in result.output
+
+
+@in_module_loop
+async def test_a_sandbox_dying_mid_call_is_one_warning_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The result tells the model and marks the loss; the log gets one line, the traceback only at
+    debug level (no traceback reaches a user's terminal)."""
+    (tmp_path / "r").mkdir()
+    caplog.set_level(logging.DEBUG, logger="clover_agent.tools.registry")
+    async with create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r"))) as sb:
+        result = await execute("shell", {"command": "kill -9 $PPID; sleep 30"}, sb)  # kills the runner
+    assert not result.ok and "the sandbox stopped working" in result.output
+    assert "runner exited" in result.data[SANDBOX_LOST]
+    records = [r for r in caplog.records if r.name == "clover_agent.tools.registry"]
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].exc_info is None
+    assert "\n" not in warnings[0].getMessage()
+    assert [r.levelno for r in records if r.exc_info] == [logging.DEBUG]
