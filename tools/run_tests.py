@@ -5,7 +5,8 @@ The framework is found from the workspace's files, in this order:
 1. ``pytest``: ``pytest.ini``, ``conftest.py``, ``[tool.pytest...]`` in ``pyproject.toml``,
    ``[tool:pytest]`` in ``setup.cfg`` or ``[pytest]`` in ``tox.ini`` — or Python test files
    (``test_*.py``, ``*_test.py``) when pytest is installed in the sandbox. Results come from the
-   JUnit XML file pytest writes under ``/tmp`` (``--junitxml``), never from its console output.
+   JUnit XML file pytest writes into a private temporary folder of the sandbox (``--junitxml``;
+   the folder is removed after every run), never from its console output.
 2. ``unittest``: Python test files without pytest. Best effort: ``python -m unittest -v`` output
    is parsed (per-test ``... ok|FAIL|ERROR|skipped`` lines and the failure sections).
 3. ``npm``: a ``test`` script in ``package.json``. Best effort: TAP summary lines (``# pass N``,
@@ -30,19 +31,18 @@ import posixpath
 import re
 import shlex
 import tomllib
-import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from clover_agent.sandboxes.base import WORKSPACE, ExecResult, Sandbox
+from clover_agent.sandboxes.tempdir import private_temp_dir
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult, head_tail
 
 DEFAULT_TIMEOUT_S = 600.0
 TRACEBACK_MAX_LINES = 30
 TRACEBACK_MAX_CHARS = 3000
 FAILURES_SHOWN = 10
-REPORT_DIR = "/tmp/.clover-tests"
 _PYTHON_TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 # Pick the first Python that has pytest (or, for unittest, the first Python at all).
 _FIND_PYTHON = (
@@ -267,30 +267,32 @@ def parse_junit_xml(xml_text: str, report: TestReport) -> None:
 async def _run_pytest(sandbox: Sandbox, target: str | None, timeout: float) -> TestReport:
     single = bool(target) and len(target.split()) == 1
     existing = single and await sandbox.stat(posixpath.join(WORKSPACE, target.split("::")[0])) is not None
-    xml_path = f"{REPORT_DIR}/{uuid.uuid4().hex}.xml"
     args = pytest_args(target, existing)
     shown = shlex.join(["python", "-m", "pytest", *args])
-    command = (
-        f"mkdir -p {REPORT_DIR} && {_FIND_PYTHON}; "
-        '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '
-        + '"$__py" '
-        + shlex.join(
-            [
-                *("-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"),
-                "--continue-on-collection-errors",
-                f"--junitxml={xml_path}",
-                *args,
-            ]
+    async with private_temp_dir(sandbox) as folder:
+        xml_path = f"{folder}/junit.xml"
+        command = (
+            f"{_FIND_PYTHON}; "
+            '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '
+            + '"$__py" '
+            + shlex.join(
+                [
+                    *("-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"),
+                    "--continue-on-collection-errors",
+                    f"--junitxml={xml_path}",
+                    *args,
+                ]
+            )
         )
-    )
-    result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"})
-    report = _report("pytest", shown, target, result)
-    try:
-        xml_text = (await sandbox.read_file(xml_path)).decode("utf-8", "replace")
-    except FileNotFoundError:
-        report.problem = _no_results(result, "pytest wrote no JUnit XML report")
-        return report
-    await sandbox.exec(f"rm -f {xml_path}", timeout=30)
+        result = await sandbox.exec(
+            command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"}
+        )
+        report = _report("pytest", shown, target, result)
+        try:
+            xml_text = (await sandbox.read_file(xml_path)).decode("utf-8", "replace")
+        except FileNotFoundError:
+            report.problem = _no_results(result, "pytest wrote no JUnit XML report")
+            return report
     try:
         parse_junit_xml(xml_text, report)
     except ET.ParseError as exc:

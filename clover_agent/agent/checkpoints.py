@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from clover_agent.errors import CloverError
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.tempdir import private_temp_dir
 
 _IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost"
 
@@ -103,11 +104,17 @@ class Checkpoints:
 
 
 async def restore_workspace(sandbox: Sandbox, patch: str) -> None:
-    """Re-apply a run's final diff to a fresh sandbox (resuming a run in a new sandbox)."""
+    """Re-apply a run's final diff to a fresh sandbox (resuming a run in a new sandbox).
+
+    The patch goes through a private temporary folder in the sandbox, removed afterwards.
+    """
     if not patch.strip():
         return
-    path = "/tmp/clover-resume.patch"
-    await sandbox.write_file(path, patch.encode("utf-8"))
-    result = await sandbox.exec(f"git apply --whitespace=nowarn {path}", cwd=WORKSPACE, timeout=120)
+    async with private_temp_dir(sandbox) as folder:
+        patch_path = f"{folder}/resume.patch"
+        await sandbox.write_file(patch_path, patch.encode("utf-8"))
+        result = await sandbox.exec(
+            f"git apply --whitespace=nowarn {shlex.quote(patch_path)}", cwd=WORKSPACE, timeout=120
+        )
     if result.exit_code != 0:
         raise CheckpointError(f"could not restore the workspace of the resumed run: {result.output.strip()}")

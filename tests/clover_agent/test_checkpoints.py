@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
-from clover_agent.agent.checkpoints import Checkpoints
+from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 
 
@@ -73,3 +74,31 @@ async def test_diff_sees_changes_made_after_a_snapshot(sandbox) -> None:
     await sandbox.write_file("/workspace/a.py", b"A = 3\n")
     diff = await sandbox.diff()
     assert "-A = 1" in diff and "+A = 3" in diff
+
+
+def host_tmp_files_containing(marker: str) -> list[Path]:
+    """Files directly in the host's shared /tmp that hold ``marker``."""
+    found = []
+    for path in Path("/tmp").iterdir():
+        try:
+            small_file = path.is_file() and not path.is_symlink() and path.stat().st_size < 1 << 20
+            if small_file and marker.encode() in path.read_bytes():
+                found.append(path)
+        except OSError:
+            continue  # another user's file, or gone meanwhile
+    return found
+
+
+async def test_resuming_applies_the_patch_through_a_private_temporary_file(sandbox, tmp_path: Path) -> None:
+    """The patch never lands in a shared, predictably named place (the local sandbox's /tmp is the
+    host's), and nothing of it stays behind in the sandbox's temporary folder."""
+    marker = uuid.uuid4().hex
+    await sandbox.write_file("/workspace/a.py", f"A = '{marker}'\n".encode())
+    patch = await sandbox.diff()
+    async with type(sandbox)(SandboxSpec(repo=str(tmp_path / "repo"))) as fresh:
+        await restore_workspace(fresh, patch)
+        assert await read(fresh, "a.py") == f"A = '{marker}'\n"
+        assert await fresh.diff() == patch
+        left = await fresh.exec(f'grep -rl {marker} "${{TMPDIR:-/tmp}}" .git || true', cwd="/workspace")
+        assert left.output.strip() == ""
+    assert host_tmp_files_containing(marker) == []

@@ -297,6 +297,33 @@ def test_go_json_events_parse() -> None:
     assert report.failures[0].message == "m_test.go:9: got 1, want 2"
 
 
+RECORD_REPORT_PATH = """
+def test_records_where_its_report_goes(request):
+    with open("report-path.txt", "w") as out:
+        out.write(request.config.option.xmlpath)
+"""
+
+
+def leftover_temp_folders(sb: Sandbox) -> list[Path]:
+    """What is left in the local sandbox's private $TMPDIR (beside its copy of the repository)."""
+    assert sb.host_workspace is not None
+    return sorted((sb.host_workspace.parent / "tmp").iterdir())
+
+
+async def test_the_junit_report_goes_to_a_private_folder_removed_after_the_run(tmp_path: Path) -> None:
+    project = make_repo(tmp_path / "where", {"test_where.py": RECORD_REPORT_PATH})
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb)
+        assert report.structured and report.passed == 1
+        xml_path = Path((await sb.read_file("/workspace/report-path.txt")).decode())
+        assert sb.host_workspace is not None
+        assert xml_path.is_relative_to(sb.host_workspace.parent / "tmp")  # not the host's shared /tmp
+        assert not xml_path.parent.exists() and leftover_temp_folders(sb) == []
+    finally:
+        await sb.close()
+
+
 async def test_timed_out_run_is_reported(tmp_path: Path) -> None:
     project = make_repo(
         tmp_path / "slow", {"test_slow.py": "import time\n\ndef test_sleeps():\n    time.sleep(60)\n"}
@@ -307,5 +334,6 @@ async def test_timed_out_run_is_reported(tmp_path: Path) -> None:
         assert report.timed_out and report.exit_code is None and not report.all_passed
         assert report.problem and "timed out" in report.problem
         assert "The test run timed out after 2 s and was killed." in report.summary()
+        assert leftover_temp_folders(sb) == []  # no report was written, and the folder is gone anyway
     finally:
         await sb.close()
