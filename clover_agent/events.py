@@ -71,6 +71,19 @@ class TestsRun(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TaskFinished(Event):
+    """A front end's task ended: its verdict (which may differ from the agent's ``Done``: ``fix``
+    checks the tests after the agent finished) and the exit code the command ends with."""
+
+    type: ClassVar[str] = "task_finished"
+    run_id: str
+    command: str
+    exit_code: int
+    message: str
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     """A run (or the resumption of one) begins."""
 

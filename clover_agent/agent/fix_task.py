@@ -13,6 +13,7 @@ to the working tree is the caller's decision (see :mod:`clover_agent.agent.patch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -30,7 +31,7 @@ from clover_agent.agent.targets import TestSelection, select_tests
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.events import Done, ErrorReported, EventBus, TaskStarted, TestsRun
+from clover_agent.events import Done, ErrorReported, EventBus, TaskFinished, TaskStarted, TestsRun
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
@@ -159,7 +160,8 @@ def regressions(before: TestReport, after: TestReport) -> list[str]:
 
 async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
     """The whole workflow (see the module docstring). Never raises :class:`CloverError` once the run
-    folder exists: failures end up in the report, the summary file and a ``Done`` event."""
+    folder exists: failures end up in the report, the summary file and the trajectory, whose last
+    event is a ``TaskFinished`` holding the same verdict and exit code as the summary file."""
     started = time.monotonic()
     run_id = new_run_id()
     report = FixReport(run_id, runs_dir(request.repo) / run_id)
@@ -182,12 +184,26 @@ async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
         bus.emit(ErrorReported(kind=outcome, message=exc.message, fatal=True, exit_code=int(exc.exit_code)))
         if report.agent is None:  # the loop emits its own Done
             bus.emit(Done(outcome=outcome, exit_code=int(exc.exit_code), message=exc.message))
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        report.exit_code, report.message = ExitCode.INTERRUPTED, "interrupted"
+        raise
     finally:
         report.elapsed_s = time.monotonic() - started
+        summary = report.to_dict()
+        # The last line of the trajectory is the task's verdict, the same as the summary file's.
+        bus.emit(
+            TaskFinished(
+                run_id=run_id,
+                command="fix",
+                exit_code=int(report.exit_code),
+                message=report.message,
+                report=summary,
+            )
+        )
         await bus.drain()
         unsubscribe()
         writer.close()
-        (report.run_dir / SUMMARY_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        (report.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return report
 
 

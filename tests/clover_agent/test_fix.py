@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -98,6 +99,14 @@ def test_fix_repairs_the_calculator_with_a_local_sandbox(tmp_path: Path) -> None
     assert "Traceback" not in proc.stderr
     assert "FIXED" in proc.stdout and "replayed turns, not a model" in proc.stdout
     assert "→ editor command=str_replace" in proc.stdout  # the console renderer showed the calls
+    # The summary: tests before and after, files changed, steps, tokens, time.
+    assert "  before      target: 0 passed, 1 failed; suite: 4 passed, 1 failed\n" in proc.stdout
+    assert "  after       target: 1 passed, 0 failed; suite: 5 passed, 0 failed\n" in proc.stdout
+    assert "  changed     calculator.py\n" in proc.stdout
+    assert re.search(
+        r"^  agent       submitted; 5 steps, [1-9]\d* tokens, \d+\.\d s; backend replay", proc.stdout, re.M
+    )
+    assert re.search(r"^  time        \d+\.\d s$", proc.stdout, re.M)
     assert "Applied to" in proc.stdout
     assert_fixed(repo, changed="examples/calculator/calculator.py")
 
@@ -170,8 +179,11 @@ def fix_error(repo: Path, capsys, *args: str) -> tuple[int, str, list]:
     assert "Traceback" not in err
     (run,) = run_dirs(repo)
     events = read_events(run / "trajectory.jsonl")
-    assert events[-1].type == "done" and events[-1].exit_code == code
-    assert json.loads((run / SUMMARY_FILE).read_text())["exit_code"] == code
+    assert any(e.type == "done" for e in events)
+    # The trajectory ends with the command's verdict: its exit code and message, as in the summary.
+    assert events[-1].type == "task_finished" and events[-1].exit_code == code
+    assert events[-1].message and events[-1].message in err
+    assert json.loads((run / SUMMARY_FILE).read_text()) == events[-1].report
     return code, err, events
 
 
@@ -297,5 +309,90 @@ def test_ctrl_c_ends_with_130_and_a_closed_trajectory(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in err and "interrupted" in err
     events = read_events(trajectory)
-    assert events[-1].type == "done" and events[-1].outcome == "interrupted" and events[-1].exit_code == 130
-    assert json.loads((trajectory.parent / SUMMARY_FILE).read_text())["run_id"] == trajectory.parent.name
+    done, finished = events[-2:]
+    assert done.type == "done" and done.outcome == "interrupted" and done.exit_code == 130
+    assert finished.type == "task_finished" and finished.exit_code == 130
+    summary = json.loads((trajectory.parent / SUMMARY_FILE).read_text())
+    assert summary["run_id"] == trajectory.parent.name and summary["exit_code"] == 130
+
+
+def test_tool_errors_are_fed_back_recorded_and_the_fix_still_lands(tmp_path: Path, capsys) -> None:
+    """A malformed call, an unknown tool, invalid arguments and a tool timeout each reach the model as
+    a clear error, are kept in the trajectory, and do not end the run."""
+    unclosed = "<tool_call>\n<function=editor>\n<parameter=command>\nview\n"
+    fix_add = call("editor", command="str_replace", path="/workspace/calculator.py",
+                   old_str="    return a - b\n\n\ndef subtract", new_str="    return a + b\n\n\ndef subtract")  # fmt: skip
+    turns = [
+        unclosed,
+        call("delete_everything", path="/"),
+        call("editor", command="explode", path="/workspace/calculator.py"),
+        call("shell", command="sleep 30", timeout=1),
+        fix_add,
+        call("finish", summary="Fixed add."),
+    ]
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "errors.jsonl", turns)
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
+                 "--sandbox", "local", "--yes"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == ExitCode.OK, out.out + out.err
+    assert "Traceback" not in out.err + out.out
+    assert "return a + b" in (repo / "calculator.py").read_text()
+    (run,) = run_dirs(repo)
+    events = read_events(run / "trajectory.jsonl")
+    assert events[-1].type == "task_finished" and events[-1].exit_code == ExitCode.OK
+    format_errors = [e.message for e in events if e.type == "error" and e.kind == "format"]
+    assert len(format_errors) == 3 and not any(e.fatal for e in events if e.type == "error")
+    assert "is not closed" in format_errors[0]
+    assert "there is no tool named `delete_everything`" in format_errors[1]
+    assert "invalid arguments for `editor`" in format_errors[2] and "explode" in format_errors[2]
+    # Each error went back to the model as the next user message.
+    user_messages = [
+        e.message["content"] for e in events if e.type == "message_added" and e.message["role"] == "user"
+    ]
+    assert all(message in user_messages for message in format_errors)
+    (timed_out,) = [e for e in events if e.type == "tool_call_finished" and e.name == "shell"]
+    assert timed_out.is_error and "timed out after 1 s" in timed_out.output
+
+
+def test_repeating_a_malformed_call_is_stuck_exit_7(tmp_path: Path, capsys) -> None:
+    unclosed = "<tool_call>\n<function=editor>\n<parameter=command>\nview\n"
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "stuck.jsonl", [unclosed] * 6)
+    code, err, events = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(replay))
+    assert code == ExitCode.AGENT_ERROR
+    assert "clover-agent: " in err and "stuck" in err.lower()
+    nudges = [e for e in events if e.type == "error" and e.kind == "stuck" and not e.fatal]
+    assert len(nudges) == 1  # one nudge, then stop
+    assert sum(1 for e in events if e.type == "model_responded") == 4
+
+
+def test_a_fix_that_breaks_another_test_is_not_success(tmp_path: Path, capsys) -> None:
+    breaks_subtract = call("editor", command="str_replace", path="/workspace/calculator.py",
+                           old_str="    return a - b\n", new_str="    return a + b\n", replace_all="true")  # fmt: skip
+    replay = write_replay(tmp_path / "breaks.jsonl", [breaks_subtract, call("finish", summary="Fixed add.")])
+    repo = calculator_repo(tmp_path)
+    code, err, events = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(replay))
+    assert code == ExitCode.FAILURE
+    assert "tests that passed before fail: tests/test_calculator.py::test_subtract" in err
+    assert "return a - b" in (repo / "calculator.py").read_text()  # not applied
+    (run,) = run_dirs(repo)
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["regressions"] == ["tests/test_calculator.py::test_subtract"]
+    assert summary["tests"]["target_after"]["passed"] == 1 and not summary["fixed"]
+    assert [e.phase for e in events if e.type == "tests_run"][-2:] == ["target_after", "suite_after"]
+
+
+def test_yes_never_applies_over_uncommitted_changes_to_the_same_file(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    mine = (repo / "calculator.py").read_text() + "\n# my own work\n"
+    (repo / "calculator.py").write_text(mine)
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(REPLAY),
+                 "--sandbox", "local", "--yes"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == ExitCode.FAILURE
+    assert "Traceback" not in captured.err
+    assert "uncommitted changes to calculator.py" in captured.err and "git -C" in captured.err
+    assert (repo / "calculator.py").read_text() == mine  # untouched
+    (run,) = run_dirs(repo)
+    assert "+    return a + b" in (run / PATCH_FILE).read_text()  # the patch is kept
