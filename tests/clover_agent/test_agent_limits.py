@@ -33,6 +33,17 @@ def test_token_budget_counts_the_prompt_about_to_be_sent() -> None:
     assert "700 tokens used" in info.value.message and "--max-tokens" in info.value.message
 
 
+def test_token_and_time_warnings_come_once_at_the_warning_fraction() -> None:
+    budget = Budget(max_steps=None, max_time_s=100, max_tokens=1000, elapsed_before_s=10)
+    assert budget.check(next_prompt_tokens=700) == []  # 70 % of the tokens, 10 % of the time
+    budget.record_call(700, 50)
+    ((resource, used, limit),) = budget.check(next_prompt_tokens=60)  # 810 of 1000
+    assert (resource, used, limit) == ("tokens", 810.0, 1000.0)
+    assert budget.check(next_prompt_tokens=100) == []  # warned once
+    budget.elapsed_before_s = 85
+    assert [w[0] for w in budget.check()] == ["time_s"]
+
+
 def test_time_budget_includes_resumed_time() -> None:
     budget = Budget(max_steps=None, max_time_s=10, elapsed_before_s=9.99)
     time.sleep(0.02)

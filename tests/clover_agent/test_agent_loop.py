@@ -284,3 +284,17 @@ async def test_time_budget_cuts_a_model_call_that_hangs(repo: Path, tmp_path: Pa
     assert time.monotonic() - started < 15
     assert result.outcome == "budget_exhausted" and "during a model call" in result.message
     assert isinstance(events[-1], Done) and events[-1].exit_code == ExitCode.BUDGET_EXHAUSTED
+
+
+async def test_the_model_sees_head_and_tail_and_the_trajectory_keeps_everything(
+    repo: Path, tmp_path: Path
+) -> None:
+    loud = call("shell", command="seq 1 20000")  # ~108 KB of output
+    result, events = await run_agent(repo, tmp_path, [loud, FINISH])
+    assert result.submitted
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinished) and e.name == "shell"]
+    assert "bytes omitted" in finished.output and "\n10000\n" not in finished.output
+    assert finished.output.startswith("1\n2\n3\n") and "\n20000\n" in finished.output
+    assert finished.full_output == "".join(f"{i}\n" for i in range(1, 20001))  # full fidelity
+    (tool_message,) = [m for m in messages_of(events) if m["role"] == "tool" and m["name"] == "shell"]
+    assert tool_message["content"] == finished.output  # what the model was given
