@@ -74,6 +74,9 @@ class FixReport:
     backend: str = ""
     files_changed: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: What became of the patch in the user's working tree (set by the caller that hands it back):
+    #: None until then, e.g. "applied", "dry run", "declined", "refused: <why>".
+    hand_back: str | None = None
 
     @property
     def fixed(self) -> bool:
@@ -117,9 +120,16 @@ class FixReport:
             else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
             "backend": self.backend,
             "elapsed_s": round(self.elapsed_s, 3),
+            "hand_back": self.hand_back,
             "patch": str(self.patch_path),
             "trajectory": str(self.trajectory_path),
         }
+
+    def write_summary(self) -> dict[str, Any]:
+        """Write ``summary.json`` (again, once the patch was handed back); returns what was written."""
+        summary = self.to_dict()
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
 
 
 def new_run_id() -> str:
@@ -189,7 +199,7 @@ async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
         raise
     finally:
         report.elapsed_s = time.monotonic() - started
-        summary = report.to_dict()
+        summary = report.write_summary()
         # The last line of the trajectory is the task's verdict, the same as the summary file's.
         bus.emit(
             TaskFinished(
@@ -203,7 +213,6 @@ async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
         await bus.drain()
         unsubscribe()
         writer.close()
-        (report.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return report
 
 

@@ -34,7 +34,8 @@ exit codes:
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
   7  agent error: stuck repeating itself, replay file exhausted
   130 interrupted (Ctrl-C)
-Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/."""
+Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
+summary.json's hand_back says what became of the patch (applied, dry run, declined, refused)."""
 
 
 def require_engine(model: str | None) -> None:
@@ -150,25 +151,38 @@ def print_summary(report: FixReport, repo: Path) -> None:
 
 
 def _hand_back(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
-    """Apply the patch when the user agrees; the exit code of the whole command."""
+    """Apply the patch when the user agrees, and record what happened in the run's summary.json;
+    the exit code of the whole command."""
+    try:
+        return _apply_if_accepted(report, repo, args)
+    finally:
+        report.write_summary()
+
+
+def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
     how = shlex.join(apply_command(repo, report.patch_path))
     if args.dry_run:
+        report.hand_back = "dry run"
         print(f"Dry run: the patch was not applied. To apply it: {how}")
         return ExitCode.OK
     if not args.yes:
         if not sys.stdin.isatty():
+            report.hand_back = "no terminal to confirm"
             print(
                 f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
             )
             return ExitCode.OK
         answer = input(f"Apply the patch to {repo}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
+            report.hand_back = "declined"
             print(f"Not applied. To apply it later: {how}")
             return ExitCode.OK
     try:
         files = apply_patch(repo, report.patch_path)
     except PatchNotApplied as exc:
+        report.hand_back = f"refused: {exc.message}"
         raise CloverError(exc.message) from None
+    report.hand_back = "applied"
     print(f"Applied to {repo}: {', '.join(files)}")
     return ExitCode.OK
 

@@ -80,6 +80,7 @@ def assert_fixed(repo: Path, changed: str = "calculator.py") -> Path:
         summary["fixed"]
         and summary["files_changed"] == ["calculator.py"]
         and summary["test_files_changed"] == []
+        and summary["hand_back"] == "applied"
     )
     assert summary["tests"]["suite_before"]["failed"] == 1 and summary["tests"]["suite_after"]["passed"] == 5
     state = load_trajectory(run / "trajectory.jsonl")
@@ -132,7 +133,8 @@ def test_dry_run_keeps_the_patch_and_applying_respects_local_changes(tmp_path: P
     assert "return a - b" in (repo / "calculator.py").read_text()  # not applied
     (run,) = run_dirs(repo)
     patch = run / PATCH_FILE
-    assert json.loads((run / SUMMARY_FILE).read_text())["fixed"]
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["fixed"] and summary["hand_back"] == "dry run"
 
     # Never over uncommitted changes to the same file.
     original = (repo / "calculator.py").read_text()
@@ -159,6 +161,7 @@ def test_no_terminal_without_yes_does_not_apply(tmp_path: Path, capsys) -> None:
     assert _hand_back(report, repo, args) == ExitCode.OK
     out = capsys.readouterr().out
     assert "No terminal to confirm" in out and f"git -C {repo} apply {run / PATCH_FILE}" in out
+    assert json.loads((run / SUMMARY_FILE).read_text())["hand_back"] == "no terminal to confirm"
 
 
 def test_patch_helpers() -> None:
@@ -396,3 +399,5 @@ def test_yes_never_applies_over_uncommitted_changes_to_the_same_file(tmp_path: P
     assert (repo / "calculator.py").read_text() == mine  # untouched
     (run,) = run_dirs(repo)
     assert "+    return a + b" in (run / PATCH_FILE).read_text()  # the patch is kept
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["fixed"] and summary["hand_back"].startswith("refused: the patch was not applied")
