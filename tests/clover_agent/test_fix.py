@@ -362,8 +362,11 @@ def test_repeating_a_malformed_call_is_stuck_exit_7(tmp_path: Path, capsys) -> N
     unclosed = "<tool_call>\n<function=editor>\n<parameter=command>\nview\n"
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "stuck.jsonl", [unclosed] * 6)
-    code, err, events = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(replay))
+    code, err, events = fix_error(
+        repo, capsys, "tests/test_calculator.py", "--backend", "replay", "--replay", str(replay)
+    )
     assert code == ExitCode.AGENT_ERROR
+    assert events[-1].report["target"] == "tests/test_calculator.py (file)"  # TARGET as a test file
     assert "clover-agent: " in err and "stuck" in err.lower()
     nudges = [e for e in events if e.type == "error" and e.kind == "stuck" and not e.fatal]
     assert len(nudges) == 1  # one nudge, then stop
