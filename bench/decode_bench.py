@@ -31,7 +31,6 @@ import torch
 
 from clover_agent.engine.decoding import CommittedBlock, Done
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 
 SECTION_START = "<!-- decode-bench:start -->"
@@ -55,7 +54,7 @@ def block_times(
 
     Blocks 1..n-1 are timed: block 0 follows the prefill and the last (one token) has no commit."""
     size = engine.config.block_size
-    params = SamplingParams(max_new_tokens=blocks * size + 1, stop_token_ids=(), threshold=threshold)
+    params = engine.default_params(max_new_tokens=blocks * size + 1, stop_token_ids=(), threshold=threshold)
     engine.prefix_cache.clear()
     stamps: list[float] = []
     forwards: list[int] = []
@@ -86,7 +85,9 @@ def context_comparison(
 
 def mode_stats(engine: Engine, mode: str, prompt: list[int], new_tokens: int) -> dict[str, float]:
     engine.prefix_cache.clear()
-    result = engine.generate(prompt, SamplingParams(max_new_tokens=new_tokens, mode=mode, stop_token_ids=()))
+    result = engine.generate(
+        prompt, engine.default_params(max_new_tokens=new_tokens, mode=mode, stop_token_ids=())
+    )
     size = engine.config.block_size
     return {
         "tokens": len(result.token_ids),

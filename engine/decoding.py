@@ -209,9 +209,11 @@ class _Run:
                 f"the prompt has {len(prompt)} tokens but the context window is "
                 f"{config.max_position_embeddings} (leave room for at least one generated token)"
             )
-        if params.block_size is not None and params.block_size != config.block_size:
+        if params.block_size != config.block_size:
             raise ValueError(
-                f"block_size {params.block_size} differs from the checkpoint's block_size {config.block_size}"
+                f"block_size {params.block_size} differs from the checkpoint's block_size "
+                f"{config.block_size} (build the parameters with SamplingParams.for_model(config) or "
+                "Engine.default_params() to use the checkpoint's values)"
             )
         if params.mode != "autoregressive" and config.mask_token_id is None:
             raise ValueError(
@@ -219,7 +221,7 @@ class _Run:
                 "mask_token_id (use mode='autoregressive' for a plain causal checkpoint)"
             )
         self.block_size = config.block_size
-        self.threshold = params.threshold if params.threshold is not None else config.threshold
+        self.threshold = params.threshold
         self.mask = config.mask_token_id
         self.stops = decoder.stop_token_ids(params)
         self.controls = LogitsControls(

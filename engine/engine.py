@@ -63,12 +63,17 @@ class Engine:
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         return self.model(ids, self.model.new_cache(), attention="causal")
 
+    def default_params(self, **overrides: object) -> SamplingParams:
+        """The contract's parameters with this checkpoint's block size and threshold, then
+        ``overrides`` (see :meth:`SamplingParams.for_model`)."""
+        return SamplingParams.for_model(self.config, **overrides)
+
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
-        """Decode after ``prompt_ids`` (see decoding.py); ``params`` defaults to ``SamplingParams()``."""
-        return self.decoder.generate(prompt_ids, params if params is not None else SamplingParams())
+        """Decode after ``prompt_ids`` (see decoding.py); ``params`` defaults to :meth:`default_params`."""
+        return self.decoder.generate(prompt_ids, params if params is not None else self.default_params())
 
     def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Iterator[StreamEvent]:
         """Events of one call: ``ProvisionalBlock``, ``CommittedBlock``, then ``Done``."""
-        return self.decoder.stream(prompt_ids, params if params is not None else SamplingParams())
+        return self.decoder.stream(prompt_ids, params if params is not None else self.default_params())

@@ -1,18 +1,24 @@
 """What one generation call asks for (:class:`SamplingParams`) and what it returns
 (:class:`GenerationResult`).
 
-Defaults are the bare decoding contract of ``DESIGN.md``: greedy, LowConfidence at the checkpoint's
-threshold, no penalties, no thinking or end-of-response controls, no loop action. Every control is
+Defaults are the bare decoding contract of ``DESIGN.md``: blocks of 32, LowConfidence at 0.95,
+greedy, no penalties, no thinking or end-of-response controls, no loop action. Every control is
 off until a field turns it on, so ``SamplingParams(max_new_tokens=n)`` decodes exactly as the
-contract says. ``SamplingParams.coding()`` is the recommended setting for agent work (Qwen's
-thinking-mode coding settings); ``SamplingParams.greedy()`` is the same with greedy draws.
+contract says. A checkpoint may override the contract's block size and threshold in its
+``config.json``: :meth:`SamplingParams.for_model` (and ``Engine.default_params``) build parameters
+with the checkpoint's values, which is what every caller without explicit values uses.
+``SamplingParams.coding()`` is the recommended setting for agent work (Qwen's thinking-mode coding
+settings); ``SamplingParams.greedy()`` is the same with greedy draws; both take ``config=`` too.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from clover_agent.engine.config import CloverConfig
 
 Mode = Literal["diffusion", "self_speculative", "autoregressive"]
 MODES: tuple[str, ...] = ("diffusion", "self_speculative", "autoregressive")
@@ -25,10 +31,10 @@ FinishReason = Literal["stop", "length", "loop"]
 class SamplingParams:
     """Parameters of one ``Engine.generate`` / ``Engine.stream`` call.
 
-    ``block_size`` and ``threshold`` default to None: the checkpoint's ``config.json`` value, which
-    itself defaults to the contract's 32 and 0.95. ``block_size`` must equal the checkpoint's (blocks
-    are aligned to absolute positions the model was trained with); it is a field so a caller can
-    state what it expects.
+    ``block_size`` and ``threshold`` default to the contract's 32 and 0.95; :meth:`for_model` takes
+    them from a checkpoint's config instead. ``block_size`` must equal the checkpoint's (blocks are
+    aligned to absolute positions the model was trained with; a call with another one is a
+    ValueError); it is a field so a caller states what it expects.
 
     Sampling: ``temperature=0`` is greedy (the commit confidence of a position is the top-1
     probability of its controlled logits). With ``temperature>0`` each masked position draws a
@@ -44,8 +50,8 @@ class SamplingParams:
     """
 
     max_new_tokens: int = 256
-    block_size: int | None = None
-    threshold: float | None = None
+    block_size: int = 32
+    threshold: float = 0.95
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0  # 0: no top-k filter
@@ -81,9 +87,9 @@ class SamplingParams:
         out: list[str] = []
         if self.max_new_tokens < 1:
             out.append(f"max_new_tokens must be at least 1 (got {self.max_new_tokens})")
-        if self.block_size is not None and self.block_size < 1:
+        if self.block_size < 1:
             out.append(f"block_size must be positive (got {self.block_size})")
-        if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
+        if not 0.0 < self.threshold <= 1.0:
             out.append(f"threshold must be in (0, 1] (got {self.threshold})")
         if not self.temperature >= 0.0 or math.isinf(self.temperature):
             out.append(f"temperature must be a finite number >= 0 (got {self.temperature})")
@@ -132,9 +138,20 @@ class SamplingParams:
         return replace(self, **changes)
 
     @classmethod
-    def coding(cls, **overrides: object) -> SamplingParams:
+    def for_model(cls, config: CloverConfig | None, **overrides: object) -> SamplingParams:
+        """The contract's defaults with the checkpoint's ``block_size`` and ``threshold`` (from its
+        ``config.json``), then ``overrides``. ``config=None`` keeps the contract's values."""
+        values: dict[str, object] = {}
+        if config is not None:
+            values = {"block_size": config.block_size, "threshold": config.threshold}
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def coding(cls, config: CloverConfig | None = None, **overrides: object) -> SamplingParams:
         """Qwen's thinking-mode settings for coding: temperature 0.6, top_p 0.95, top_k 20, thinking
-        on; a repeated block raises the repetition penalty for what follows."""
+        on; a repeated block raises the repetition penalty for what follows. ``config``: take the
+        block size and threshold from that checkpoint (see :meth:`for_model`)."""
         values: dict[str, object] = {
             "temperature": 0.6,
             "top_p": 0.95,
@@ -144,14 +161,14 @@ class SamplingParams:
             "max_new_tokens": 4096,
         }
         values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls.for_model(config, **values)
 
     @classmethod
-    def greedy(cls, **overrides: object) -> SamplingParams:
+    def greedy(cls, config: CloverConfig | None = None, **overrides: object) -> SamplingParams:
         """``coding()`` with greedy draws (temperature 0): reproducible without a seed."""
         values: dict[str, object] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
         values.update(overrides)
-        return cls.coding(**values)
+        return cls.coding(config, **values)
 
 
 @dataclass

@@ -93,3 +93,28 @@ def test_a_checkpoint_without_mask_token_only_decodes_autoregressively(tmp_path:
         plain.generate([1, 2, 3], SamplingParams())
     result = plain.generate([1, 2, 3], SamplingParams(max_new_tokens=5, mode="autoregressive"))
     assert result.text is None and 0 < len(result.token_ids) <= 5
+
+
+def test_contract_defaults_and_a_checkpoint_that_overrides_them(tmp_path: Path) -> None:
+    params = SamplingParams()
+    assert (params.block_size, params.threshold, params.temperature) == (32, 0.95, 0.0)
+    # A checkpoint whose config.json sets block_size 16 and threshold 1.0 (nothing is strictly above
+    # 1.0, so every pass is a fallback that fills one position).
+    folder = write_tiny_checkpoint(
+        tmp_path / "b16", peaked=True, tokenizer=False, overrides={"block_size": 16, "threshold": 1.0}
+    )
+    clover = Engine.from_pretrained(folder, progress=None)
+    assert (clover.default_params().block_size, clover.default_params().threshold) == (16, 1.0)
+    coding = SamplingParams.coding(clover.config, max_new_tokens=9)
+    assert (coding.block_size, coding.threshold, coding.temperature, coding.max_new_tokens) == (
+        16,
+        1.0,
+        0.6,
+        9,
+    )
+    assert SamplingParams.for_model(clover.config, threshold=0.5).threshold == 0.5  # explicit values win
+    result = clover.generate([5, 6, 7])  # no parameters: the checkpoint's
+    assert result.steps_per_block[0] == 16 - 3 or result.finish_reason == "stop"
+    assert result.fallback_steps == sum(result.steps_per_block) > 0
+    with pytest.raises(ValueError, match="block_size 32 differs from the checkpoint's block_size 16"):
+        clover.generate([5, 6, 7], SamplingParams(max_new_tokens=4))
