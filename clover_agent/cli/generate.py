@@ -10,15 +10,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from clover_agent.errors import ExitCode, UsageError
+from clover_agent.engine.sampling import MODES
+from clover_agent.errors import ExitCode, ModelUnavailable, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from clover_agent.engine.tokenizer import Tokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "generate",
         help="decode a prompt with the in-process engine",
-        description="Decode one prompt with the in-process block-diffusion engine and print the answer.",
+        description="Decode one prompt with the in-process block-diffusion engine and print the answer. "
+        "Block size and threshold come from the checkpoint's config.json unless given.",
+        epilog="Exit codes: 0 done, 2 bad arguments (or --chat on a checkpoint without a chat template), "
+        "3 the checkpoint cannot be loaded or the device is not available.",
     )
     parser.add_argument(
         "--model", required=True, type=Path, help="checkpoint folder (config.json, *.safetensors)"
@@ -27,26 +37,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--prompt", help="prompt text (needs the checkpoint's tokenizer)")
     source.add_argument("--ids", help="prompt token ids, comma separated (e.g. 1,2,3)")
     parser.add_argument(
-        "--chat", action="store_true", help="wrap --prompt as a user turn with the chat template"
+        "--chat",
+        action="store_true",
+        help="wrap --prompt as a user turn with the checkpoint's chat template",
     )
     parser.add_argument("--thinking", action="store_true", help="with --chat: open a <think> section")
     parser.add_argument(
-        "--mode", choices=["diffusion", "self_speculative", "autoregressive"], default="diffusion"
+        "--mode",
+        choices=list(MODES),
+        default="diffusion",
+        help="diffusion: block diffusion (default); self_speculative: diffusion drafts verified "
+        "causally (equals greedy autoregressive output); autoregressive: one token per forward",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="most tokens to generate, stop token excluded (default: 256; the context window caps it)",
+    )
     parser.add_argument(
         "--greedy",
         action="store_true",
         help="greedy draws (default: Qwen's coding settings, temperature 0.6, top_p 0.95, top_k 20)",
     )
-    parser.add_argument("--threshold", type=float, help="LowConfidence threshold (default: the checkpoint's)")
-    parser.add_argument("--seed", type=int, help="seed of the sampling draws")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1...)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        help="LowConfidence threshold in (0, 1] (default: the checkpoint's, else 0.95)",
+    )
+    parser.add_argument("--seed", type=int, help="seed of the sampling draws (default: 0)")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1...; default: cpu)")
     parser.add_argument("--json", action="store_true", help="print tokens, text and statistics as JSON")
     parser.set_defaults(func=run)
 
 
-def _prompt_ids(args: argparse.Namespace, tokenizer) -> list[int]:
+def _prompt_ids(args: argparse.Namespace, tokenizer: Tokenizer | None) -> list[int]:
     if args.ids is not None:
         try:
             ids = [int(part) for part in args.ids.split(",") if part.strip()]
@@ -59,9 +85,28 @@ def _prompt_ids(args: argparse.Namespace, tokenizer) -> list[int]:
         raise UsageError(f"{args.model} has no tokenizer.json: pass --ids instead of --prompt")
     text = args.prompt
     if args.chat:
+        if tokenizer.chat_template is None:
+            raise UsageError(
+                f"{args.model} has no chat template (chat_template.jinja or tokenizer_config.json): "
+                "drop --chat to decode the --prompt text as it is"
+            )
         messages = [{"role": "user", "content": text}]
         text = tokenizer.render_chat(messages, add_generation_prompt=True, enable_thinking=args.thinking)
     return tokenizer.encode(text)
+
+
+def _device(name: str) -> torch.device:
+    """The torch device named by ``--device``: a usage error when the name is not one, model
+    unavailable when it names a CUDA GPU this machine does not have."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise UsageError(f"--device {name!r} is not a torch device (cpu, cuda, cuda:1...)") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelUnavailable(f"--device {name}: no CUDA GPU is visible to torch here; use --device cpu")
+    return device
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,27 +114,34 @@ def run(args: argparse.Namespace) -> int:
     from clover_agent.engine.engine import Engine
     from clover_agent.engine.sampling import SamplingParams
 
-    engine = Engine.from_pretrained(
-        args.model, device=args.device, progress=None if args.json else sys.stderr
-    )
-    prompt = _prompt_ids(args, engine.tokenizer)
-    thinking = bool(args.chat and args.thinking)
-    options = {"max_new_tokens": args.max_new_tokens, "mode": args.mode, "thinking": thinking}
+    if args.thinking and not args.chat:
+        raise UsageError("--thinking needs --chat (it opens <think> in the chat template's assistant turn)")
+    device = _device(args.device)
+    try:
+        engine = Engine.from_pretrained(args.model, device=device, progress=None if args.json else sys.stderr)
+    except RuntimeError as exc:  # the device cannot hold or run the model
+        raise ModelUnavailable(f"cannot load {args.model} on {device}: {exc}") from exc
+    options: dict[str, object] = {
+        "max_new_tokens": args.max_new_tokens,
+        "mode": args.mode,
+        "thinking": args.thinking,
+    }
     if args.threshold is not None:
         options["threshold"] = args.threshold
     if args.seed is not None:
         options["seed"] = args.seed
     try:
-        params = SamplingParams.greedy(**options) if args.greedy else SamplingParams.coding(**options)
-        events = engine.stream(prompt, params)
+        prompt = _prompt_ids(args, engine.tokenizer)
+        preset = SamplingParams.greedy if args.greedy else SamplingParams.coding
+        params = preset(engine.config, **options)
         result = None
-        for event in events:
+        for event in engine.stream(prompt, params):
             if isinstance(event, CommittedBlock) and not args.json:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
                 print(piece, end="", file=sys.stderr, flush=True)
             elif isinstance(event, Done):
                 result = event.result
-    except ValueError as exc:
+    except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)
         raise UsageError(str(exc)) from exc
     assert result is not None
     if args.json:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from clover_agent.cli import main
+from clover_agent.cli import build_parser, main
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
 
 
@@ -79,3 +84,73 @@ def test_usage_errors_exit_2_with_a_message(
     bare = write_tiny_checkpoint(tmp_path / "bare", tokenizer=False)
     assert main(["generate", "--model", str(bare), "--prompt", "hi"]) == ExitCode.USAGE
     assert "no tokenizer.json" in capsys.readouterr().err
+
+
+def test_user_errors_are_messages_with_their_exit_code_never_tracebacks(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the command as a user runs it: one line on stderr, the documented exit code."""
+    templateless = tmp_path / "templateless"
+    shutil.copytree(checkpoint, templateless)
+    (templateless / "chat_template.jinja").unlink()
+    config = json.loads((templateless / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (templateless / "tokenizer_config.json").write_text(json.dumps(config))
+    assert load_tokenizer(templateless).chat_template is None
+    in_subprocess = [
+        (["--model", str(templateless), "--prompt", "hi", "--chat"], ExitCode.USAGE, "no chat template"),
+        (
+            ["--model", str(checkpoint), "--ids", "1,2", "--device", "gpu0"],
+            ExitCode.USAGE,
+            "not a torch device",
+        ),
+    ]
+    for args, code, message in in_subprocess:
+        command = [sys.executable, "-m", "clover_agent", "generate", *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in done.stderr, args
+        assert (done.returncode, message in done.stderr) == (code, True), (args, done.stderr)
+        # loading progress may come first; the error is one line at the end
+        assert done.stderr.splitlines()[-1].startswith("clover-agent: ") and done.stdout == ""
+    in_process = [
+        (["--model", str(checkpoint), "--ids", "1,2", "--max-new-tokens", "0"], ExitCode.USAGE, "at least 1"),
+        (["--model", str(checkpoint), "--ids", ","], ExitCode.USAGE, "prompt is empty"),
+        (["--model", str(checkpoint), "--ids", "1", "--thinking"], ExitCode.USAGE, "--thinking needs --chat"),
+        (["--model", str(tmp_path / "missing"), "--ids", "1"], ExitCode.MODEL_UNAVAILABLE, "not found"),
+    ]
+    for args, code, message in in_process:
+        assert main(["generate", *args]) == code, args
+        assert message in capsys.readouterr().err, args
+
+
+def test_every_option_has_help_text() -> None:
+    parser = build_parser()
+    generate = next(
+        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+    ).choices["generate"]
+    for action in generate._actions:
+        assert action.help, action.option_strings
+
+
+def test_block_size_and_threshold_come_from_the_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_tiny_checkpoint(
+        tmp_path / "b16", peaked=True, tokenizer=False, overrides={"block_size": 16, "threshold": 1.0}
+    )
+    args = [
+        "generate",
+        "--model",
+        str(folder),
+        "--ids",
+        "5,6,7",
+        "--greedy",
+        "--max-new-tokens",
+        "20",
+        "--json",
+    ]
+    assert main(args) == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    # threshold 1.0: every pass fills one position; block 16: the first block has 13 slots
+    assert report["fallback_rate"] == 1.0
+    assert report["steps_per_block"][0] == 13 or report["finish_reason"] == "stop"
