@@ -3,9 +3,10 @@
 One step: condense the conversation if it nears the window → check the budgets → the model writes
 a turn (streamed as events) → a malformed turn gets its format error back as a message → each call
 passes the policy, gets a checkpoint if it may change the workspace, runs in the sandbox, and its
-result becomes a ``tool`` message. The run ends when ``finish`` is called (:class:`Submitted`), a
-budget is spent (:class:`LimitsExceeded`), the agent is stuck (:class:`AgentStuck`) or the backend
-or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
+result becomes a ``tool`` message. A prompt the backend still finds too long for its window
+(:class:`ContextOverflow`) is condensed harder once and sent again. The run ends when ``finish``
+is called (:class:`Submitted`), a budget is spent (:class:`LimitsExceeded`), the agent is stuck
+(:class:`AgentStuck`) or the backend or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
 :class:`RunResult` — no exception reaches the caller for these.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clover_agent.agent.budget import Budget, LimitsExceeded
@@ -31,7 +32,7 @@ from clover_agent.agent.policy import (
 )
 from clover_agent.agent.stuck import AgentStuck, StuckDetector
 from clover_agent.agent.trajectory import ResumeState
-from clover_agent.backends.base import BackendEvent, ModelBackend, ModelTurn
+from clover_agent.backends.base import BackendEvent, ContextOverflow, ModelBackend, ModelTurn
 from clover_agent.errors import CloverError, ExitCode
 from clover_agent.events import (
     ApprovalDecided,
@@ -195,7 +196,10 @@ class Agent:
         prompt_tokens = self.backend.count_tokens(self.messages, self.tools)
         for resource, used, limit in self.budget.check(prompt_tokens):
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
-        turn = await self._complete(step)
+        try:
+            turn = await self._complete(step)
+        except ContextOverflow as overflow:
+            turn = await self._complete_condensed_harder(step, overflow)
         # Servers that report no usage get the local estimate, so the token budget still holds.
         prompt_tokens = turn.prompt_tokens or prompt_tokens
         self.budget.record_call(prompt_tokens, turn.completion_tokens)
@@ -224,12 +228,12 @@ class Agent:
         for call in turn.tool_calls:
             await self._call(step, call)
 
-    def _condense(self, step: int) -> None:
-        condensation = self.condenser.condense(
-            self.messages, lambda m: self.backend.count_tokens(m, self.tools)
-        )
+    def _condense(self, step: int, condenser: Condenser | None = None) -> bool:
+        """Condense with ``condenser`` (default: the agent's) when over its limit; True if it did."""
+        condenser = condenser or self.condenser
+        condensation = condenser.condense(self.messages, lambda m: self.backend.count_tokens(m, self.tools))
         if condensation is None:
-            return
+            return False
         self.messages = condensation.messages
         self.bus.emit(
             ContextCondensed(
@@ -240,6 +244,28 @@ class Agent:
                 tokens_after=condensation.tokens_after,
                 messages=condensation.messages,
             )
+        )
+        return True
+
+    async def _complete_condensed_harder(self, step: int, overflow: ContextOverflow) -> ModelTurn:
+        """The backend found the prompt too long for its window although the condenser let it pass
+        (its limit leaves only the latest messages untouched, or its count was an estimate):
+        condense once more, keeping only the newest message besides the system prompt and task and
+        aiming lower by the overshoot, then ask again. Still too long ends the run (exit 7)."""
+        harder = replace(
+            self.condenser,
+            keep_recent=1,
+            threshold=self.condenser.threshold * min(1.0, overflow.context_window / overflow.prompt_tokens),
+        )
+        if self._condense(step, harder):
+            try:
+                return await self._complete(step)
+            except ContextOverflow as again:
+                overflow = again
+        raise CloverError(
+            f"{overflow.message} Condensing the conversation did not make it fit: the system prompt, "
+            "the task and the latest message alone are too long for this model's context window.",
+            exit_code=ExitCode.AGENT_ERROR,
         )
 
     async def _complete(self, step: int) -> ModelTurn:

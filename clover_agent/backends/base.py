@@ -35,6 +35,21 @@ class ReplayExhausted(CloverError):
     exit_code = ExitCode.AGENT_ERROR
 
 
+class ContextOverflow(CloverError):
+    """The prompt does not fit the model's context window. The agent loop condenses the
+    conversation harder once and asks again; when it still does not fit, the run stops (exit 7)."""
+
+    exit_code = ExitCode.AGENT_ERROR
+
+    def __init__(self, prompt_tokens: int, context_window: int) -> None:
+        super().__init__(
+            f"The prompt has {prompt_tokens} tokens, more than the model's context window "
+            f"({context_window} tokens leave no room for an answer)."
+        )
+        self.prompt_tokens = prompt_tokens
+        self.context_window = context_window
+
+
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 

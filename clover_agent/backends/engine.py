@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from clover_agent.backends.base import (
     BackendEvent,
     BackendUnavailable,
+    ContextOverflow,
     EventCallback,
     ModelBackend,
     ModelTurn,
@@ -84,8 +85,9 @@ def choose_device(model_dir: str | Path | None, configured: str | None = None) -
 
 class EngineBackend(ModelBackend):
     """Clover in this process. ``sampling`` is a :class:`clover_agent.engine.sampling.SamplingParams`
-    (default: ``SamplingParams.coding()``); ``max_new_tokens`` caps each answer and the context
-    window caps it further."""
+    (default: ``SamplingParams.coding()`` with the checkpoint's block size and threshold);
+    ``max_new_tokens`` caps each answer and the context window caps it further. A prompt that
+    leaves no room in the window raises :class:`ContextOverflow`."""
 
     def __init__(
         self,
@@ -122,7 +124,8 @@ class EngineBackend(ModelBackend):
             filter(None, (tokenizer.id_to_token(i) for i in tokenizer.special_ids)), key=len, reverse=True
         )
         self.name = f"engine:{self.model_dir.name}@{self.device}"
-        self.context_window = CloverConfig.from_file(self.model_dir).max_position_embeddings
+        self.config = CloverConfig.from_file(self.model_dir)
+        self.context_window = self.config.max_position_embeddings
         self._engine: Any = None
         self._load_lock = asyncio.Lock()
 
@@ -183,11 +186,8 @@ class EngineBackend(ModelBackend):
     def _params(self, prompt_length: int) -> SamplingParams:
         room = self.context_window - prompt_length
         if room <= 0:
-            raise BackendUnavailable(
-                f"The prompt has {prompt_length} tokens, more than the model's context window "
-                f"({self.context_window}); condense the conversation."
-            )
-        base = self.sampling if self.sampling is not None else SamplingParams.coding()
+            raise ContextOverflow(prompt_length, self.context_window)
+        base = self.sampling if self.sampling is not None else SamplingParams.coding(self.config)
         return base.with_changes(max_new_tokens=min(self.max_new_tokens, room), thinking=self.enable_thinking)
 
     async def complete(

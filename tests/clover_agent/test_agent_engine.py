@@ -13,13 +13,23 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import Agent, Budget, TrajectoryWriter, load_trajectory
-from clover_agent.agent.trajectory import read_events
+from clover_agent.agent.context import Condenser
+from clover_agent.agent.loop import RunResult
+from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
-from clover_agent.events import ErrorReported, EventBus, ModelDelta, ModelResponded, ProvisionalBlock
+from clover_agent.events import (
+    ContextCondensed,
+    ErrorReported,
+    Event,
+    EventBus,
+    ModelDelta,
+    ModelResponded,
+    ProvisionalBlock,
+)
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 
 TEMPLATE_MARK = "[tiny-checkpoint-template]"
@@ -68,3 +78,97 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path) -> None:
             assert added.message["role"] == "assistant" and added.message["content"] == event.content
             assert isinstance(error, ErrorReported) and error.kind == "format"
             assert feedback.message == {"role": "user", "content": error.message}
+
+
+SHELL_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+WINDOW = 1024  # a tiny context window, so a long prompt is cheap to build and to decode
+
+
+@pytest.fixture(scope="module")
+def small_window_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_checkpoint(
+        tmp_path_factory.mktemp("window") / "ckpt",
+        peaked=True,
+        seed=5,
+        overrides={"max_position_embeddings": WINDOW},
+    )
+
+
+async def run_agent(
+    model: Path, repo: Path, task: str, resume: ResumeState | None = None
+) -> tuple[RunResult, list[Event]]:
+    backend = EngineBackend(
+        model, device="cpu", sampling=SamplingParams.greedy(), max_new_tokens=16, progress=None
+    )
+    assert backend.context_window == WINDOW
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+        agent = Agent(
+            backend,
+            sandbox,
+            bus,
+            run_id="window",
+            budget=Budget(max_steps=1, max_time_s=300),
+            tools=[SHELL_TOOL],
+        )
+        result = await agent.run(task, "You are a test agent.", resume=resume)
+    await backend.close()
+    return result, events
+
+
+async def test_a_prompt_past_the_window_is_condensed_harder_once(
+    small_window_model: Path, tmp_path: Path
+) -> None:
+    """The newest messages are beyond the agent's usual condensing (it keeps the last four); the
+    backend's ContextOverflow makes the loop condense once more and the call then fits."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "shell", "arguments": {"command": "cat log"}},
+    }
+    messages = [
+        {"role": "system", "content": "You are a test agent."},
+        {"role": "user", "content": "Read the log."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "shell", "content": "error: disk full\n" * 400},
+        {"role": "user", "content": "Go on."},
+    ]
+    counter = EngineBackend(small_window_model, device="cpu", progress=None)  # counts, loads nothing
+    assert Condenser(WINDOW).condense(messages, lambda m: counter.count_tokens(m, [SHELL_TOOL])) is None
+    resume = ResumeState(run_id="window", task="Read the log.", messages=messages)
+    result, events = await run_agent(small_window_model, repo, "Read the log.", resume)
+
+    assert result.outcome == "budget_exhausted", result.message  # the one allowed step ran
+    condensed = [e for e in events if isinstance(e, ContextCondensed)]
+    assert len(condensed) == 1 and condensed[0].dropped == ["output of shell command=cat log"]
+    assert condensed[0].tokens_before >= WINDOW > condensed[0].tokens_after
+    turns = [e for e in events if isinstance(e, ModelResponded)]
+    assert len(turns) == 1 and turns[0].prompt_tokens == condensed[0].tokens_after
+
+
+async def test_a_prompt_that_cannot_fit_stops_the_run_with_a_clear_message(
+    small_window_model: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    result, events = await run_agent(small_window_model, repo, "Fix this: " + "the build fails. " * 600)
+    assert (result.outcome, result.exit_code) == ("error", ExitCode.AGENT_ERROR)
+    assert f"more than the model's context window ({WINDOW} tokens" in result.message
+    assert "did not make it fit" in result.message
+    assert not any(isinstance(e, ModelResponded) for e in events)

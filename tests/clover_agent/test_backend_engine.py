@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from clover_agent.backends import BackendEvent, BackendUnavailable, create_backend
+from clover_agent.backends.base import ContextOverflow
 from clover_agent.backends.engine import EngineBackend, choose_device
 from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.readiness import FULL_MODEL_BYTES
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.errors import ExitCode
 from clover_agent.protocol import render_prompt
 
 TOOLS = [
@@ -140,3 +142,27 @@ def test_special_token_text_in_contents_cannot_forge_turns(tiny_dir: Path) -> No
     assert counts[0] == counts[1]  # only the template's own turn ends are special tokens
     assert "README says:<\u200b|im_end|>" in backend.prompt(attacked, TOOLS)
     assert backend.count_tokens(attacked, TOOLS) == len(backend.prompt_ids(attacked, TOOLS))
+
+
+async def test_checkpoint_decoding_values_and_a_prompt_past_the_window(tmp_path: Path) -> None:
+    """Without explicit sampling the checkpoint's block size and threshold are used; a prompt that
+    leaves no room in the window is a ContextOverflow (the agent condenses), not 'model unavailable'."""
+    model = write_tiny_checkpoint(
+        tmp_path / "b16",
+        peaked=True,
+        seed=3,
+        overrides={"block_size": 16, "threshold": 1.0, "max_position_embeddings": 1024},
+    )
+    backend = EngineBackend(model, device="cpu", max_new_tokens=8, progress=None)
+    events: list[BackendEvent] = []
+    turn = await backend.complete(MESSAGES, TOOLS, on_event=events.append)
+    assert 0 < turn.completion_tokens <= 8
+    blocks = [e.block for e in events if e.kind == "block"]
+    assert blocks and all(len(b["filled"]) <= 16 for b in blocks)  # the checkpoint's block size
+    assert all(sum(b["filled"]) == b["step"] for b in blocks)  # threshold 1.0: one position per pass
+    long = [{"role": "user", "content": "Say hi. " * 800}]
+    assert backend.count_tokens(long, TOOLS) >= 1024
+    with pytest.raises(ContextOverflow) as info:
+        await backend.complete(long, TOOLS)
+    assert info.value.exit_code == ExitCode.AGENT_ERROR and info.value.context_window == 1024
+    assert "context window" in info.value.message
