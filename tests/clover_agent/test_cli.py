@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -36,12 +37,47 @@ def test_version_and_help(capsys) -> None:
         assert name.rsplit(".", 1)[1].replace("_", "-") in proc.stdout
 
 
-def test_every_subcommand_has_help() -> None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    for name, p in sub.choices.items():
-        assert p.format_help().startswith("usage: "), name
-        assert p.description or p.format_help(), name
+def missing_help(parser: argparse.ArgumentParser) -> list[str]:
+    """What ``--help`` leaves unexplained, at every level: a subcommand without a line in its
+    parent's listing or without a description, an option or argument without help text
+    (``argparse.SUPPRESS``, a deliberately hidden option, counts as explained)."""
+    problems = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not (listed.get(name) or "").strip():
+                    problems.append(f"{sub.prog}: no help line in the command listing")
+                if not (sub.description or "").strip():
+                    problems.append(f"{sub.prog}: no description")
+                problems += missing_help(sub)
+        elif action.help is not argparse.SUPPRESS and not (action.help or "").strip():
+            problems.append(
+                f"{parser.prog}: {'/'.join(action.option_strings) or action.dest} has no help text"
+            )
+    return problems
+
+
+def test_every_subcommand_and_option_has_help() -> None:
+    assert missing_help(build_parser()) == []
+
+
+def test_missing_help_finds_what_is_unexplained() -> None:
+    parser = argparse.ArgumentParser(prog="demo")
+    sub = parser.add_subparsers(dest="command")
+    bare = sub.add_parser("bare")
+    bare.add_argument("--flag", action="store_true")
+    bare.add_argument("path")
+    bare.add_argument("--hidden", help=argparse.SUPPRESS)
+    nested = sub.add_parser("outer", help="has a line", description="has a description")
+    nested.add_subparsers().add_parser("inner", help="listed")
+    assert missing_help(parser) == [
+        "demo bare: no help line in the command listing",
+        "demo bare: no description",
+        "demo bare: --flag has no help text",
+        "demo bare: path has no help text",
+        "demo outer inner: no description",
+    ]
 
 
 def test_doctor_json_names_missing_gpu_and_weights(tmp_path: Path) -> None:
