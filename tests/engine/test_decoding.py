@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
@@ -200,3 +201,76 @@ def test_cached_decoding_equals_cache_free_recompute_on_written_checkpoints(
     )
     assert result.token_ids == expected
     assert len(result.steps_per_block) >= 2  # at least one commit pass was relied on
+
+
+def test_blocks_are_aligned_and_the_last_is_decoded_whole_then_trimmed() -> None:
+    _, model = models()
+    prompt = prompt_of(40)  # 8 prompt tokens share the first block with 24 generated slots
+    max_new = 24 + 32 + 5  # the third block is the last: all 32 slots decoded, 5 kept
+    events = list(
+        BlockDecoder(model).stream(prompt, SamplingParams(max_new_tokens=max_new, stop_token_ids=()))
+    )
+    result = events[-1].result
+    first_pass = {}  # block -> its first provisional state
+    for event in events:
+        if isinstance(event, ProvisionalBlock):
+            first_pass.setdefault(event.block, event)
+    assert (first_pass[0].position, len(first_pass[0].token_ids)) == (40, 24)
+    # block 0 covers positions 32-63; each later one starts at the next multiple of 32
+    assert all(first_pass[b].position == BLOCK * (b + 1) for b in first_pass if b > 0)
+    if result.finish_reason == "length":  # the tiny model did not end the answer on its own
+        assert sorted(first_pass) == [0, 1, 2]
+        assert len(first_pass[2].token_ids) == 32  # decoded whole, as in training
+        assert len(result.token_ids) == max_new
+
+
+def test_a_decided_stop_ends_the_call_at_once_without_a_commit_pass() -> None:
+    """As soon as a stop token and every position before it are decided, the call ends: later
+    positions of the block may still be masked, and that block is never committed."""
+    _, model = models()
+    prompt = prompt_of(40)
+    free = (
+        BlockDecoder(model).generate(prompt, SamplingParams(max_new_tokens=96, stop_token_ids=())).token_ids
+    )
+    index = next(i for i in range(30, len(free)) if free[i] not in free[:i] and (40 + i) % BLOCK < BLOCK - 4)
+    stop = free[index]
+    events = list(
+        BlockDecoder(model).stream(prompt, SamplingParams(max_new_tokens=96, stop_token_ids=(stop,)))
+    )
+    result = events[-1].result
+    assert result.token_ids == free[:index] and result.finish_reason == "stop"
+    last_block = [e for e in events if isinstance(e, ProvisionalBlock) and e.block == events[-2].block]
+
+    def settled(event: ProvisionalBlock) -> bool:
+        k = next((i for i, t in enumerate(event.token_ids) if event.filled[i] and t == stop), None)
+        return k is not None and all(event.filled[:k])
+
+    assert settled(last_block[-1]) and not any(settled(e) for e in last_block[:-1])
+    assert not all(last_block[-1].filled)  # here a position after the stop was still masked
+    # Commits: the prefill and each block before the last; none for the block holding the stop.
+    assert result.commits == 1 + (len(result.steps_per_block) - 1)
+    assert result.forwards == sum(result.steps_per_block) + result.commits
+
+
+def test_im_end_from_the_tokenizer_is_a_stop_token(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A checkpoint whose config.json lists only <|endoftext|> still stops at <|im_end|>: the engine
+    adds it from the tokenizer. Shown by steering the answer to <|im_end|> with the end bias."""
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("imend") / "tiny", peaked=True, seed=3)
+    endoftext = Engine.from_pretrained(folder, progress=None).tokenizer.token_id("<|endoftext|>")
+    config = folder / "config.json"
+    config.write_text(config.read_text().replace('"eos_token_id"', '"unused_eos"'))
+    data = json.loads(config.read_text())
+    data["eos_token_id"] = [endoftext]
+    config.write_text(json.dumps(data))
+    engine = Engine.from_pretrained(folder, progress=None)
+    im_end = engine.tokenizer.im_end_id
+    assert engine.config.eos_token_id == [endoftext] and im_end is not None
+    steer = {"max_new_tokens": 40, "end_bias_start": 0.0, "end_bias_strength": 1e4}
+    # Without a tokenizer the decoder knows <|im_end|> only when told; the engine knows it by itself.
+    told = BlockDecoder(engine.model).generate(
+        [5, 6, 7], engine.default_params(stop_token_ids=(im_end,), **steer)
+    )
+    by_itself = engine.generate([5, 6, 7], engine.default_params(**steer))
+    assert told.finish_reason == by_itself.finish_reason == "stop"
+    assert by_itself.token_ids == told.token_ids and im_end not in by_itself.token_ids
+    assert len(told.token_ids) < 40

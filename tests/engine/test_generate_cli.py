@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.cli import build_parser, main
+from clover_agent.cli import main
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
@@ -121,15 +120,6 @@ def test_user_errors_are_messages_with_their_exit_code_never_tracebacks(
     for args, code, message in in_process:
         assert main(["generate", *args]) == code, args
         assert message in capsys.readouterr().err, args
-
-
-def test_every_option_has_help_text() -> None:
-    parser = build_parser()
-    generate = next(
-        action for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-    ).choices["generate"]
-    for action in generate._actions:
-        assert action.help, action.option_strings
 
 
 def test_block_size_and_threshold_come_from_the_checkpoint(
