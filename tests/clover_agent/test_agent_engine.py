@@ -7,6 +7,7 @@ as events, and turns without a usable tool call are fed back to the model instea
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from clover_agent.agent.loop import RunResult
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.decoding import Done as EngineDone
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
@@ -37,7 +39,7 @@ STEPS = 3
 
 
 @pytest.mark.slow
-async def test_engine_drives_a_bounded_loop(tmp_path: Path) -> None:
+async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = write_tiny_checkpoint(tmp_path / "ckpt", peaked=True, seed=5)
     (model / "chat_template.jinja").write_text(TEMPLATE_MARK + bundled_chat_template(), encoding="utf-8")
     repo = tmp_path / "repo"
@@ -48,6 +50,17 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path) -> None:
     backend = EngineBackend(
         model, device="cpu", sampling=SamplingParams.greedy(), max_new_tokens=40, progress=None
     )
+    engine = backend.load_now()
+    decoded: list[tuple[int, int]] = []  # (prompt tokens, tokens whose state came from the prefix cache)
+    real_stream = engine.stream
+
+    def recording_stream(prompt_ids, params):
+        for event in real_stream(prompt_ids, params):
+            if isinstance(event, EngineDone):
+                decoded.append((len(prompt_ids), event.result.reused_tokens))
+            yield event
+
+    monkeypatch.setattr(engine, "stream", recording_stream)
     bus = EventBus()
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
     bus.subscribe(writer)
@@ -64,6 +77,11 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path) -> None:
     assert any(isinstance(e, ProvisionalBlock) for e in events)
     assert any(isinstance(e, ModelDelta) for e in events)
     assert all(0 < t.completion_tokens <= 40 for t in turns)
+    # Each turn re-sends the growing conversation; the engine continues from the previous prompt's
+    # committed blocks instead of recomputing them (the prefix cache, end to end).
+    assert len(decoded) == len(turns) >= 2 and decoded[0][1] == 0
+    for (previous, _), (_, reused) in itertools.pairwise(decoded):
+        assert reused >= previous // 32 * 32
 
     # The first prompt is the checkpoint's template rendering of the loop's first two messages.
     state = load_trajectory(tmp_path / "trajectory.jsonl")
