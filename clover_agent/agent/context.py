@@ -94,7 +94,7 @@ class RepositoryFacts:
 async def gather_facts(sandbox: Sandbox) -> RepositoryFacts:
     """Look at the workspace through the sandbox (so it works the same for Docker and local)."""
     listing = await sandbox.exec(
-        "git ls-files -co --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*' | sed 's|^./||'",
+        "git -c core.quotepath=off ls-files -co --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*' | sed 's|^./||'",
         cwd=WORKSPACE,
         timeout=30,
     )

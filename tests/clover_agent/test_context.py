@@ -90,6 +90,8 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
     (repo / "AGENTS.md").write_text("Root rule.")
     (repo / "pkg" / "sub" / "CLOVER.md").write_text("Deep rule.")
     (repo / "pkg" / "AGENTS.md").write_text("Package rule.")
+    (repo / "données").mkdir()  # git quotes such paths unless told not to
+    (repo / "données" / "CLOVER.md").write_text("Data rule.")
     for name in ("pkg/a.py", "pkg/sub/b.py", "tests/test_a.py", "web.ts", "ignored.log"):
         (repo / name).write_text("x\n")
     (repo / ".gitignore").write_text("*.log\n")
@@ -97,11 +99,20 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
         facts = await gather_facts(sandbox)
-    assert dict(facts.languages) == {"Python": 3, "Markdown": 3, "TypeScript": 1, "TOML": 1}
+    assert dict(facts.languages) == {"Python": 3, "Markdown": 4, "TypeScript": 1, "TOML": 1}
     assert facts.test_command == "python -m pytest"
-    assert facts.top_level == ["pkg/", "tests/", ".gitignore", "AGENTS.md", "pyproject.toml", "web.ts"]
+    assert facts.top_level == [
+        "données/",
+        "pkg/",
+        "tests/",
+        ".gitignore",
+        "AGENTS.md",
+        "pyproject.toml",
+        "web.ts",
+    ]
     assert facts.instructions == [
         ("/workspace/AGENTS.md", "Root rule."),
+        ("/workspace/données/CLOVER.md", "Data rule."),
         ("/workspace/pkg/AGENTS.md", "Package rule."),
         ("/workspace/pkg/sub/CLOVER.md", "Deep rule."),
     ]
