@@ -38,6 +38,25 @@ git rev-parse HEAD
 """
 
 
+def copy_index_command(source: str, dest: str) -> str:
+    """Shell command copying the git index ``source`` to ``dest`` (shell words) for a throwaway
+    ``git add -A``, such that git compares the content of every file it caches, never trusting the
+    cached stat data; without an index to copy, ``dest`` is removed (git starts from an empty one).
+
+    Why: git's stat data has whole-second times, so a file rewritten with the same size in the
+    second its entry was cached still matches it. Git guards against that ("racily clean" entries)
+    by comparing content for entries not older than the index file itself, but a plain copy gets
+    a fresh time and loses the guard, and so would miss the change. Dating the copy to second 1
+    of 1970 makes every entry racily clean. Not second 0: git reads a zero index time as unknown
+    and then skips the guard altogether. Not ``cp -p`` (keeping the guard as git has it): that
+    still trusts stat for entries older than the index, which a tool restoring old times (tar,
+    ``cp -p``, rsync) can fool. Not an empty index: it would drop tracked files that match
+    ``.gitignore``. Cost, measured on 2,000 files (8 MB): ~35 ms per ``git add -A`` instead of ~7;
+    it grows with the bytes tracked (~2 ms per MB), small next to a model turn.
+    """
+    return f"{{ cp {source} {dest} && TZ=UTC0 touch -t 197001010000.01 {dest}; }} 2>/dev/null || rm -f {dest}"
+
+
 def diff_script(base: str) -> str:
     """Shell script printing the binary-safe diff of the workspace against ``base``, new files
     included, through a throwaway index so the agent's own staging is left alone."""
@@ -45,7 +64,7 @@ def diff_script(base: str) -> str:
 cd "$WORKSPACE"
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
-cp .git/index "$index" 2>/dev/null || true
+{copy_index_command(".git/index", '"$index"')}
 GIT_INDEX_FILE=$index git add -A
 GIT_INDEX_FILE=$index git diff --cached --binary {base}
 """

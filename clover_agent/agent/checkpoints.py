@@ -1,7 +1,8 @@
 """Workspace snapshots before every mutating tool call, and undo to any earlier turn.
 
 A snapshot is a git commit of the whole workspace (tracked and untracked files, ``.gitignore``
-respected) made with plumbing commands on a private index file, and kept on a private ref
+respected) made with plumbing commands on a private copy of the index (one that makes git compare
+every file's content, see :func:`copy_index_command`), and kept on a private ref
 ``refs/clover/<run>/turn-<N>-<k>``. The workspace's own index, HEAD and branches are never touched,
 so the sandbox's diff against its starting commit stays correct. It runs inside the sandbox with
 its own git, so it works the same in Docker and locally.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from clover_agent.errors import CloverError
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
+from clover_agent.sandboxes.workspace import copy_index_command
 
 _IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost"
 
@@ -24,7 +26,7 @@ _SNAPSHOT = """\
 set -e
 gitdir=$(git rev-parse --absolute-git-dir)
 export GIT_INDEX_FILE="$gitdir/clover-checkpoint.index"
-cp "$gitdir/index" "$GIT_INDEX_FILE" 2>/dev/null || rm -f "$GIT_INDEX_FILE"
+{copy_index}
 git add -A .
 tree=$(git write-tree)
 parent=$(git rev-parse -q --verify HEAD || true)
@@ -70,7 +72,12 @@ class Checkpoints:
         """Snapshot the workspace as it is now, before ``tool`` runs in ``turn``."""
         ref = f"refs/clover/{self.run_id}/turn-{turn}-{len(self.taken)}"
         message = f"clover-agent checkpoint: turn {turn}, before {tool}"
-        script = _SNAPSHOT.format(identity=_IDENTITY, message=shlex.quote(message), ref=shlex.quote(ref))
+        script = _SNAPSHOT.format(
+            identity=_IDENTITY,
+            message=shlex.quote(message),
+            ref=shlex.quote(ref),
+            copy_index=copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"'),
+        )
         result = await self.sandbox.exec(script, cwd=WORKSPACE, timeout=120)
         commit = result.output.strip().splitlines()[-1] if result.output.strip() else ""
         if result.exit_code != 0 or len(commit) < 40:

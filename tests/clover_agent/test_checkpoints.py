@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import uuid
 from pathlib import Path
@@ -102,3 +103,34 @@ async def test_resuming_applies_the_patch_through_a_private_temporary_file(sandb
         left = await fresh.exec(f'grep -rl {marker} "${{TMPDIR:-/tmp}}" .git || true', cwd="/workspace")
         assert left.output.strip() == ""
     assert host_tmp_files_containing(marker) == []
+
+
+# In one second: write a.py, stage it (the index caches its size and times), rewrite it in place
+# with content of the same size. Git's stat data has whole-second times, so the cached entry still
+# matches the file; only the index file's own time (same second: "racily clean") tells git to
+# compare content. Then wait a second, so a copy of the index made with a fresh time would hide it.
+RACY_REWRITE = """
+import subprocess, time
+while time.time() % 1 > 0.3:
+    time.sleep(0.01)
+with open("a.py", "w") as f:
+    f.write("A = 7\\n")
+subprocess.run(["git", "add", "a.py"], check=True)
+with open("a.py", "r+") as f:
+    f.write("A = 8\\n")
+time.sleep(1.2)
+"""
+
+
+async def test_a_same_size_rewrite_in_the_second_the_index_was_written_is_seen(sandbox) -> None:
+    # A file staged although ignored: kept only when the snapshot starts from the workspace's index.
+    staged = "echo kept > kept.log && git add -f kept.log && "
+    setup = await sandbox.exec(staged + f"python3 -c {shlex.quote(RACY_REWRITE)}", cwd="/workspace")
+    assert setup.exit_code == 0, setup.output
+    checkpoint = await Checkpoints(sandbox, "racy").snapshot(1, "shell")
+    snapshotted = await sandbox.exec(
+        f"git show {checkpoint.commit}:a.py {checkpoint.commit}:kept.log", cwd="/workspace"
+    )
+    assert snapshotted.output == "A = 8\nkept\n"
+    diff = await sandbox.diff()
+    assert "+A = 8" in diff and "+kept" in diff
