@@ -68,6 +68,13 @@ def test_non_editable_install_maps_subpackages(tmp_path: Path) -> None:
     for name in SIBLINGS:
         assert not (site / name).exists(), f"generic top-level package {name!r} installed"
         assert (site / "clover_agent" / name / "__init__.py").is_file()
+    # Data files the installed package needs at run time travel with it.
+    for data in (
+        "engine/templates/qwen3.6-chat-template.jinja",
+        "sandboxes/images/Dockerfile",
+        "sandboxes/images/make-base-image.sh",
+    ):
+        assert (site / "clover_agent" / data).is_file(), f"{data} missing from the installed package"
     code = (
         "import importlib.util, clover_agent.engine, clover_agent.kernels, clover_agent.tools, "
         "clover_agent.sandboxes, clover_agent\n"
