@@ -60,6 +60,22 @@ class TaskStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TaskResumed(Event):
+    """A stopped task continues (``fix --resume``), appending to the same trajectory: the boundary
+    between two segments, with what ended the previous one."""
+
+    type: ClassVar[str] = "task_resumed"
+    run_id: str
+    command: str
+    segment: int  # 2 for the first resumption
+    previous_exit_code: int | None  # None when the previous segment left no verdict (killed)
+    previous_outcome: str  # the agent's outcome (budget_exhausted, interrupted, error, ...)
+    previous_message: str
+    repo: str
+    sandbox: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class TestsRun(Event):
     """A test run made by the front end itself (not by the agent): before or after the agent's work."""
 
@@ -129,6 +145,7 @@ class ModelResponded(Event):
     prompt_tokens: int
     completion_tokens: int
     finish_reason: str
+    prompt_messages: int = 0  # messages in the conversation the model was given
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +178,17 @@ class ToolCallFinished(Event):
     full_output: str = ""
     data: dict[str, Any] | None = None
     duration_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceChanged(Event):
+    """The workspace diff after a mutating call changed it: where a resumed run restarts from,
+    even when the run was interrupted or killed before it could read the diff at the end."""
+
+    type: ClassVar[str] = "workspace_changed"
+    step: int
+    call_id: str
+    patch: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,7 +259,8 @@ class ErrorReported(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Done(Event):
-    """The run ended. ``patch`` is the workspace diff at the end (resuming re-applies it)."""
+    """The run ended. ``patch`` is the workspace diff at the end (resuming re-applies it); when the
+    diff could not be read (an interrupt closes the sandbox) it is the last one recorded."""
 
     type: ClassVar[str] = "done"
     outcome: str

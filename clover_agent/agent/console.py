@@ -19,6 +19,7 @@ from clover_agent.events import (
     Event,
     ModelDelta,
     ModelResponded,
+    TaskResumed,
     TaskStarted,
     TestsRun,
     ToolCallFinished,
@@ -74,6 +75,13 @@ class ConsoleRenderer:
         elif isinstance(event, TaskStarted):
             self._line(
                 f"clover-agent {event.command} {event.target!r} in {event.repo} ({event.sandbox} sandbox)"
+            )
+        elif isinstance(event, TaskResumed):
+            code = "" if event.previous_exit_code is None else f", exit {event.previous_exit_code}"
+            self._line(
+                f"clover-agent {event.command} resumes run {event.run_id} (segment {event.segment}) in "
+                f"{event.repo} ({event.sandbox} sandbox); it stopped: {event.previous_outcome}{code}: "
+                f"{event.previous_message}"
             )
         elif isinstance(event, TestsRun):
             r = event.report

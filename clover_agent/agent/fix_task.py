@@ -6,6 +6,11 @@
 4. Re-run the target, then the whole suite. Success means the target passes and no test that
    passed before fails (or vanished) now.
 
+A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
+and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
+workspace is restored in a fresh sandbox, and the agent carries on with the recorded conversation
+and a fresh budget, appending to the same trajectory after a ``TaskResumed`` event; then step 4.
+
 Everything lands in ``<repo>/.clover/runs/<id>/``: ``trajectory.jsonl`` (every event),
 ``patch.diff`` (the sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch
 to the working tree is the caller's decision (see :mod:`clover_agent.agent.patches`).
@@ -27,12 +32,22 @@ from clover_agent.agent.context import gather_facts, system_prompt
 from clover_agent.agent.loop import Agent, RunResult
 from clover_agent.agent.patches import changed_files, is_test_file
 from clover_agent.agent.policy import Approver, Policy
+from clover_agent.agent.resume import StoppedRun
 from clover_agent.agent.targets import TestSelection, select_tests
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.events import Done, ErrorReported, EventBus, TaskFinished, TaskStarted, TestsRun
+from clover_agent.events import (
+    Done,
+    ErrorReported,
+    EventBus,
+    TaskFinished,
+    TaskResumed,
+    TaskStarted,
+    TestsRun,
+)
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
 RUNS_DIR = Path(".clover") / "runs"
@@ -168,26 +183,41 @@ def regressions(before: TestReport, after: TestReport) -> list[str]:
     )
 
 
-async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
-    """The whole workflow (see the module docstring). Never raises :class:`CloverError` once the run
-    folder exists: failures end up in the report, the summary file and the trajectory, whose last
-    event is a ``TaskFinished`` holding the same verdict and exit code as the summary file."""
+async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | None = None) -> FixReport:
+    """The whole workflow (see the module docstring); ``resume`` continues that stopped run. Never
+    raises :class:`CloverError` once the run folder exists: failures end up in the report, the
+    summary file and the trajectory, whose last event is a ``TaskFinished`` holding the same verdict
+    and exit code as the summary file."""
     started = time.monotonic()
-    run_id = new_run_id()
-    report = FixReport(run_id, runs_dir(request.repo) / run_id)
+    run_id = resume.run_id if resume else new_run_id()
+    report = FixReport(run_id, resume.run_dir if resume else runs_dir(request.repo) / run_id)
     writer = TrajectoryWriter(report.trajectory_path)
     unsubscribe = bus.subscribe(writer)
-    bus.emit(
-        TaskStarted(
-            run_id=run_id,
-            command="fix",
-            target=request.target,
-            repo=str(request.repo),
-            sandbox=request.sandbox_kind,
+    if resume is None:
+        bus.emit(
+            TaskStarted(
+                run_id=run_id,
+                command="fix",
+                target=request.target,
+                repo=str(request.repo),
+                sandbox=request.sandbox_kind,
+            )
         )
-    )
+    else:
+        bus.emit(
+            TaskResumed(
+                run_id=run_id,
+                command="fix",
+                segment=resume.segments + 1,
+                previous_exit_code=resume.exit_code,
+                previous_outcome=resume.outcome,
+                previous_message=resume.message,
+                repo=str(request.repo),
+                sandbox=request.sandbox_kind,
+            )
+        )
     try:
-        await _fix(request, bus, report)
+        await _fix(request, bus, report, resume)
     except CloverError as exc:
         report.exit_code, report.message = exc.exit_code, exc.message
         outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
@@ -216,21 +246,15 @@ async def run_fix(request: FixRequest, bus: EventBus) -> FixReport:
     return report
 
 
-async def _fix(request: FixRequest, bus: EventBus, report: FixReport) -> None:
+async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
     sandbox = create_sandbox(request.sandbox_kind, SandboxSpec(repo=str(request.repo), image=request.image))
     async with sandbox:
-        selection = await select_tests(sandbox, request.target, request.repo)
-        report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
-        bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
-        if selection.report.all_passed:
-            raise NothingToFix(
-                f"nothing to fix: {request.target!r} selects {selection.report.total} tests and none fails "
-                f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
-            )
-        if selection.report.problem and not selection.report.outcomes:
-            raise CloverError(f"the target tests could not be run: {selection.report.problem}")
-        report.suite_before = await run_tests_in(sandbox, None)
-        bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+        if resume is None:
+            selection = await _reproduce(request, sandbox, bus, report)
+            target_tests = selection.target
+        else:
+            report.selection, target_tests = resume.selection, resume.target_tests
+            report.target_before, report.suite_before = resume.target_before, resume.suite_before
 
         backend = request.make_backend()
         report.backend = backend.name
@@ -244,37 +268,63 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport) -> None:
                 approver=request.approver,
                 budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
             )
-            facts = await gather_facts(sandbox)
-            report.agent = await agent.run(task_text(selection), system_prompt(facts))
+            if resume is None:
+                facts = await gather_facts(sandbox)
+                report.agent = await agent.run(task_text(selection), system_prompt(facts))
+            else:  # the system prompt and the task are in the recorded conversation
+                report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
         finally:
             await backend.close()
-        report.patch_path.write_text(report.agent.patch, encoding="utf-8")
-        report.files_changed = changed_files(report.agent.patch)
-        if not report.agent.submitted:
-            report.exit_code, report.message = report.agent.exit_code, report.agent.message
-            return
+        await _verify(sandbox, bus, report, target_tests)
 
-        report.target_after = await run_tests_in(sandbox, selection.target)
-        bus.emit(
-            TestsRun(phase="target_after", target=selection.target, report=report.target_after.to_dict())
+
+async def _reproduce(
+    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
+) -> TestSelection:
+    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
+    selection = await select_tests(sandbox, request.target, request.repo)
+    report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
+    bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+    if selection.report.all_passed:
+        raise NothingToFix(
+            f"nothing to fix: {request.target!r} selects {selection.report.total} tests and none fails "
+            f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
         )
-        report.suite_after = await run_tests_in(sandbox, None)
-        bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
-        report.regressions = regressions(report.suite_before, report.suite_after)
-        if not report.target_after.all_passed:
-            report.exit_code = ExitCode.FAILURE
-            after = report.target_after
-            still = [t for t, outcome in after.outcomes.items() if outcome in ("failed", "error")]
-            report.message = "the agent finished, but the target still fails: " + (
-                ", ".join(still[:10]) or after.problem or f"exit code {after.exit_code}"
-            )
-        elif report.regressions:
-            report.exit_code = ExitCode.FAILURE
-            report.message = "the target passes now, but tests that passed before fail: " + ", ".join(
-                report.regressions
-            )
-        elif not report.files_changed:
-            report.exit_code = ExitCode.FAILURE
-            report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
-        else:
-            report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"
+    if selection.report.problem and not selection.report.outcomes:
+        raise CloverError(f"the target tests could not be run: {selection.report.problem}")
+    report.suite_before = await run_tests_in(sandbox, None)
+    bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+    return selection
+
+
+async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """Step 4: keep the patch; when the agent finished, re-run the target and the suite."""
+    assert report.agent is not None and report.suite_before is not None
+    report.patch_path.write_text(report.agent.patch, encoding="utf-8")
+    report.files_changed = changed_files(report.agent.patch)
+    if not report.agent.submitted:
+        report.exit_code, report.message = report.agent.exit_code, report.agent.message
+        return
+
+    report.target_after = await run_tests_in(sandbox, target_tests)
+    bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
+    report.suite_after = await run_tests_in(sandbox, None)
+    bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
+    report.regressions = regressions(report.suite_before, report.suite_after)
+    if not report.target_after.all_passed:
+        report.exit_code = ExitCode.FAILURE
+        after = report.target_after
+        still = [t for t, outcome in after.outcomes.items() if outcome in ("failed", "error")]
+        report.message = "the agent finished, but the target still fails: " + (
+            ", ".join(still[:10]) or after.problem or f"exit code {after.exit_code}"
+        )
+    elif report.regressions:
+        report.exit_code = ExitCode.FAILURE
+        report.message = "the target passes now, but tests that passed before fail: " + ", ".join(
+            report.regressions
+        )
+    elif not report.files_changed:
+        report.exit_code = ExitCode.FAILURE
+        report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
+    else:
+        report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"

@@ -50,6 +50,7 @@ from clover_agent.events import (
     RunStarted,
     ToolCallFinished,
     ToolCallStarted,
+    WorkspaceChanged,
 )
 from clover_agent.protocol import ToolCall
 from clover_agent.sandboxes.base import Sandbox, SandboxError
@@ -59,6 +60,10 @@ from clover_agent.tools.base import ToolResult
 NO_TOOL_CALL = (
     "Your reply contained no tool call. Every reply must call a tool: continue the work with one, "
     "or call `finish` with a summary if the task is done."
+)
+INTERRUPTED_CALL = (
+    "This call did not complete: the run stopped while it ran and was resumed later in a fresh "
+    "sandbox. The workspace is as it was before this call; run it again if it is still needed."
 )
 CUT_OFF = (
     "Your reply was cut off at the output length limit before it contained a complete tool call. "
@@ -118,9 +123,17 @@ class Agent:
         self.tools = tools if tools is not None else registry.tool_specs()
         self.condenser = condenser or Condenser(backend.context_window)
         self.messages: list[dict[str, Any]] = []
+        self._last_patch = ""  # the workspace diff as last read (recorded as WorkspaceChanged)
+        self._spent_before = ResumeState(run_id, "")  # steps/tokens/time of earlier segments, when
+        # they are not counted in the budget (a resumption with a fresh budget)
 
-    async def run(self, task: str, system: str, *, resume: ResumeState | None = None) -> RunResult:
-        """Run until the task ends one way or another. ``resume`` continues an earlier run."""
+    async def run(
+        self, task: str, system: str, *, resume: ResumeState | None = None, fresh_budget: bool = False
+    ) -> RunResult:
+        """Run until the task ends one way or another. ``resume`` continues an earlier run: its
+        workspace patch is applied to this (fresh) sandbox and its conversation continues. The
+        earlier run's steps, tokens and time count against this budget unless ``fresh_budget``
+        (they still count in the stats and the step numbers either way)."""
         self.bus.emit(
             RunStarted(
                 run_id=self.run_id,
@@ -134,9 +147,14 @@ class Agent:
         try:
             if resume is not None:
                 await restore_workspace(self.sandbox, resume.patch)
+                self._last_patch = resume.patch
                 self.messages = [dict(m) for m in resume.messages]
-                self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
-                self.budget.elapsed_before_s = resume.elapsed_s
+                self._close_interrupted_calls()
+                if fresh_budget:
+                    self._spent_before = resume
+                else:
+                    self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
+                    self.budget.elapsed_before_s = resume.elapsed_s
             else:
                 self._add({"role": "system", "content": system})
                 self._add({"role": "user", "content": task})
@@ -159,12 +177,17 @@ class Agent:
         try:
             result.patch = await self.sandbox.diff()
         except (CloverError, OSError) as exc:
+            result.patch = self._last_patch
             if result.outcome != "interrupted":  # an interrupt closes the sandbox: expected, not news
-                result.message += f" (and the workspace diff could not be read: {exc})"
+                result.message += (
+                    f" (and the workspace diff could not be read: {exc}; the patch kept is the one "
+                    "recorded after the last change)"
+                )
+        before = self._spent_before
         result.stats = {
-            "steps": self.budget.steps,
-            "tokens": self.budget.tokens,
-            "elapsed_s": round(self.budget.elapsed_s, 3),
+            "steps": before.steps + self.budget.steps,
+            "tokens": before.tokens + self.budget.tokens,
+            "elapsed_s": round(before.elapsed_s + self.budget.elapsed_s, 3),
             "checkpoints": len(self.checkpoints.taken) if self.checkpoints else 0,
         }
         if not result.submitted:
@@ -190,8 +213,29 @@ class Agent:
         self.messages.append(message)
         self.bus.emit(MessageAdded(message=message))
 
+    def _close_interrupted_calls(self) -> None:
+        """Answer the calls of the last assistant turn that got no result (the run stopped while they
+        ran), so the resumed conversation is well formed: every call followed by its result."""
+        last = next(
+            (i for i in range(len(self.messages) - 1, -1, -1) if self.messages[i]["role"] == "assistant"),
+            None,
+        )
+        if last is None:
+            return
+        answered = {m.get("tool_call_id") for m in self.messages[last + 1 :] if m["role"] == "tool"}
+        for call in self.messages[last].get("tool_calls") or []:
+            if call["id"] not in answered:
+                self._add(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "content": INTERRUPTED_CALL,
+                    }
+                )
+
     async def _step(self) -> None:
-        step = self.budget.steps + 1
+        step = self._spent_before.steps + self.budget.steps + 1
         self._condense(step)
         prompt_tokens = self.backend.count_tokens(self.messages, self.tools)
         for resource, used, limit in self.budget.check(prompt_tokens):
@@ -214,6 +258,7 @@ class Agent:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=turn.completion_tokens,
                 finish_reason=turn.finish_reason,
+                prompt_messages=len(self.messages),
             )
         )
         self._add(turn.to_message())
@@ -353,9 +398,22 @@ class Agent:
             raise SandboxError(
                 f"the sandbox stopped working during the {call.name} call: {result.data[registry.SANDBOX_LOST]}"
             )
+        if approval.approved and is_mutating(call.name, call.arguments):
+            await self._record_workspace(step, call.id)
         if result.ends_task:
             raise Submitted(str(result.data.get("summary", "")))
         self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))
+
+    async def _record_workspace(self, step: int, call_id: str) -> None:
+        """Record the workspace diff when a call changed it: the trajectory then always holds the
+        state to resume from, even if the run is interrupted or killed before its end."""
+        try:
+            patch = await self.sandbox.diff()
+        except OSError as exc:
+            raise SandboxError(f"the workspace diff could not be read: {exc}") from exc
+        if patch != self._last_patch:
+            self._last_patch = patch
+            self.bus.emit(WorkspaceChanged(step=step, call_id=call_id, patch=patch))
 
     def _nudge(self, message: str | None) -> None:
         if message is not None:

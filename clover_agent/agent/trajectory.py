@@ -19,6 +19,7 @@ from clover_agent.events import (
     MessageAdded,
     ModelResponded,
     RunStarted,
+    WorkspaceChanged,
     event_from_dict,
 )
 
@@ -45,19 +46,37 @@ class TrajectoryWriter:
             self._file = None
 
 
+class TrajectoryError(ValueError):
+    """A trajectory file cannot be read back: ``str()`` names the file and line."""
+
+
 def read_events(path: Path) -> list[Event]:
-    """Every event in a trajectory file, in order (a torn last line from a killed run is skipped)."""
+    """Every event in a trajectory file, in order (a torn last line from a killed run is skipped).
+
+    Raises :class:`TrajectoryError` naming the line that is not an event.
+    """
     events = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrajectoryError(f"cannot read {path}: {exc}") from exc
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            events.append(event_from_dict(json.loads(line)))
-        except json.JSONDecodeError:
-            if number == len(lines):
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not line.endswith("}"):  # torn by a kill mid-write
                 break
-            raise
+            raise TrajectoryError(
+                f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
+            ) from exc
+        try:
+            events.append(event_from_dict(data))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise TrajectoryError(
+                f"{path}:{number}: not a trajectory event ({type(exc).__name__}: {exc})"
+            ) from exc
     return events
 
 
@@ -76,9 +95,12 @@ class ResumeState:
 
 
 def load_trajectory(path: Path) -> ResumeState:
-    """Rebuild the conversation (and the budget spent) from a trajectory file.
+    """Rebuild the conversation, the budget spent and the workspace patch from a trajectory file.
 
-    Raises :class:`ValueError` when the file holds no agent run (e.g. ``fix`` stopped before it).
+    The patch is the last one recorded (the final ``Done``, or a ``WorkspaceChanged`` after it when
+    a resumed segment was cut off), so a run killed before its end resumes from its last change.
+    Raises :class:`ValueError` when the file holds no agent run (e.g. ``fix`` stopped before it),
+    :class:`TrajectoryError` (a ``ValueError``) when a line is not an event.
     """
     state: ResumeState | None = None
     started_at = 0.0
@@ -94,6 +116,8 @@ def load_trajectory(path: Path) -> ResumeState:
             state.messages.append(event.message)
         elif isinstance(event, ContextCondensed):
             state.messages = list(event.messages)
+        elif isinstance(event, WorkspaceChanged):
+            state.patch = event.patch
         elif isinstance(event, ModelResponded):
             state.steps += 1
             state.tokens += event.prompt_tokens + event.completion_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import subprocess
 import sys
@@ -12,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.console import ConsoleRenderer
-from clover_agent.agent.fix_task import FixReport, FixRequest, run_fix
+from clover_agent.agent.fix_task import RUNS_DIR, FixReport, FixRequest, run_fix
 from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_patch
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
+from clover_agent.agent.resume import LATEST, StoppedRun, find_run, load_stopped_run
 from clover_agent.backends import create_backend
 from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.engine import choose_device
@@ -35,7 +37,13 @@ exit codes:
   7  agent error: stuck repeating itself, replay file exhausted
   130 interrupted (Ctrl-C)
 Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
-summary.json's hand_back says what became of the patch (applied, dry run, declined, refused)."""
+summary.json's hand_back says what became of the patch (applied, dry run, declined, refused).
+
+resuming: a run that stopped on a budget (6), an interrupt (130), an unavailable model (3) or
+sandbox (4), or a stuck agent (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
+the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
+recorded conversation with the budgets given now, the same trajectory grows, and the result is
+verified and handed back as usual. TARGET may be left out (it is the recorded one)."""
 
 
 def require_engine(model: str | None) -> None:
@@ -187,14 +195,42 @@ def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) 
     return ExitCode.OK
 
 
+def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
+    """The repository and the stopped run ``--resume`` names (an id or ``last`` under ``--repo``,
+    or the path of a run folder, whose repository is the one it lies in)."""
+    ref = args.resume
+    given_as_path = ref != LATEST and (os.sep in ref or "/" in ref)
+    if given_as_path:
+        folder = Path(ref).resolve()
+        if not folder.is_dir() or len(folder.parents) < 3 or folder.parent != folder.parents[2] / RUNS_DIR:
+            raise UsageError(f"--resume {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
+        if args.repo != "." and Path(args.repo).resolve() != folder.parents[2]:
+            raise UsageError(f"--resume {ref} is a run of {folder.parents[2]}, not of --repo {args.repo}")
+        args.repo = str(folder.parents[2])
+    repo = _check_arguments(args)
+    run_dir = repo / RUNS_DIR / folder.name if given_as_path else find_run(repo / RUNS_DIR, ref)
+    stopped = load_stopped_run(run_dir)
+    if args.target is not None and args.target != stopped.target:
+        raise UsageError(
+            f"TARGET {args.target!r} differs from the target of run {stopped.run_id} ({stopped.target!r}); "
+            "leave TARGET out when resuming"
+        )
+    return repo, stopped
+
+
 def _fix(args: argparse.Namespace) -> int:
+    if args.target is None and args.resume is None:
+        raise UsageError("fix needs a TARGET (a test, test file, keyword or description), or --resume RUN_ID")
     if args.backend == "engine":
         require_engine(args.model)
-    repo = _check_arguments(args)
+    if args.resume is not None:
+        repo, stopped = _resolve_resume(args)
+    else:
+        repo, stopped = _check_arguments(args), None
     policy = preset(args.policy)
     interactive = sys.stdin.isatty()
     request = FixRequest(
-        target=args.target,
+        target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(args),
         sandbox_kind=args.sandbox,
@@ -207,7 +243,7 @@ def _fix(args: argparse.Namespace) -> int:
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
-    report = asyncio.run(run_fix(request, bus))
+    report = asyncio.run(run_fix(request, bus, resume=stopped))
     print_summary(report, repo)
     if not report.fixed:
         raise CloverError(report.message, exit_code=report.exit_code)
@@ -225,7 +261,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", help="test node id, test file, keyword, or a free-text description")
+    p.add_argument(
+        "target",
+        nargs="?",
+        help="test node id, test file, keyword, or a free-text description (optional with --resume)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        help="continue a stopped run (budget, interrupt, outage): its id under <repo>/.clover/runs, "
+        "`last` for the newest, or the run's folder; backend, sandbox and budget options apply anew",
+    )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     p.add_argument(
         "--backend",
