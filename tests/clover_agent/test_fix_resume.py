@@ -1,0 +1,209 @@
+"""``clover-agent fix --resume``: a stopped run continues in a fresh sandbox and ends like any fix.
+
+Real git repositories (copies of examples/calculator), real sandboxes and pytest runs; the replay
+backend stands in for the model (recorded turns, not a model), each segment reading its own file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clover_agent.agent import load_trajectory
+from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.agent.loop import INTERRUPTED_CALL
+from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
+from clover_agent.cli import main
+from clover_agent.errors import ExitCode
+from tests.clover_agent.test_agent_loop import call, write_replay
+from tests.clover_agent.test_fix import REPLAY, calculator_repo, run_dirs, suite_passes
+
+pytestmark = pytest.mark.slow
+
+#: The recorded calculator fix: run the test, view the file, fix `add`, run the suite, finish.
+TURNS = REPLAY.read_text().splitlines()
+FIX_ADD = call("editor", command="str_replace", path="/workspace/calculator.py",
+               old_str="    return a - b\n\n\ndef subtract", new_str="    return a + b\n\n\ndef subtract")  # fmt: skip
+
+
+def replay_file(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def fix(repo: Path, capsys, *args: str, sandbox: str = "local") -> tuple[int, str, str]:
+    code = main(["fix", *args, "--repo", str(repo), "--backend", "replay", "--sandbox", sandbox, "--yes"])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return code, out.out, out.err
+
+
+def stopped_on_the_step_budget(tmp_path: Path, capsys) -> tuple[Path, Path]:
+    """A run that stopped (exit 6) after the first two recorded turns: the fix not yet made."""
+    repo = calculator_repo(tmp_path)
+    code, _, err = fix(repo, capsys, "test_add", "--replay", str(REPLAY), "--max-steps", "2")
+    assert code == ExitCode.BUDGET_EXHAUSTED and "step budget exhausted" in err
+    (run,) = run_dirs(repo)
+    return repo, run
+
+
+def test_a_run_stopped_on_its_step_budget_resumes_to_a_fix(tmp_path: Path, capsys) -> None:
+    repo, run = stopped_on_the_step_budget(tmp_path, capsys)
+    assert "return a - b" in (repo / "calculator.py").read_text()
+    before = read_events(run / TRAJECTORY_FILE)
+    messages_at_stop = sum(e.type == "message_added" for e in before)
+
+    rest = replay_file(tmp_path / "rest.jsonl", TURNS[2:])
+    # --max-steps 3 is exactly the turns left: the budget is the new invocation's, not what remains
+    # of the old one (2 of 3 would already be spent).
+    code, out, err = fix(repo, capsys, "--resume", run.name, "--replay", str(rest), "--max-steps", "3")
+    assert code == ExitCode.OK, out + err
+    assert f"resumes run {run.name} (segment 2)" in out and "budget_exhausted, exit 6" in out
+    assert "FIXED" in out and "Applied to" in out
+    assert "  before      target: 0 passed, 1 failed; suite: 4 passed, 1 failed\n" in out  # the baseline
+    assert "  after       target: 1 passed, 0 failed; suite: 5 passed, 0 failed\n" in out
+    assert "return a + b" in (repo / "calculator.py").read_text() and suite_passes(repo)
+    assert run_dirs(repo) == [run]  # no new run folder
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert (
+        summary["fixed"]
+        and summary["hand_back"] == "applied"
+        and summary["files_changed"] == ["calculator.py"]
+    )
+    assert summary["agent"]["steps"] == 5  # both segments
+    assert "+    return a + b" in (run / PATCH_FILE).read_text()
+
+    # One trajectory, both segments in order, the boundary marked with why the first one stopped.
+    events = read_events(run / TRAJECTORY_FILE)
+    assert events[: len(before)] == before  # appended, not rewritten
+    kinds = [e.type for e in events]
+    boundary = kinds.index("task_resumed")
+    assert boundary == len(before) and kinds.count("task_started") == 1
+    assert kinds[:boundary].count("run_started") == 1 and kinds[boundary + 1] == "run_started"
+    resumed = events[boundary]
+    assert (resumed.segment, resumed.previous_exit_code, resumed.previous_outcome) == (
+        2,
+        6,
+        "budget_exhausted",
+    )
+    assert "step budget exhausted" in resumed.previous_message
+    assert events[boundary + 1].resumed
+    assert [e.outcome for e in events if e.type == "done"] == ["budget_exhausted", "submitted"]
+    assert [e.exit_code for e in events if e.type == "task_finished"] == [6, 0]
+    assert [e.phase for e in events if e.type == "tests_run"] == [
+        "target_before", "suite_before", "target_after", "suite_after",
+    ]  # fmt: skip
+
+    # The model was given the earlier turns on resuming: the conversation continued where it stopped.
+    responded = [e for e in events if e.type == "model_responded"]
+    assert [e.step for e in responded] == [1, 2, 3, 4, 5]
+    assert responded[2].prompt_messages == messages_at_stop == 6  # system, task, 2 x (call, result)
+    assert responded[2].prompt_tokens > responded[1].prompt_tokens
+    state = load_trajectory(run / TRAJECTORY_FILE)
+    assert state.steps == 5 and state.last_outcome == "submitted"
+    assert [m["role"] for m in state.messages[:6]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+
+
+def test_an_interrupted_run_resumes_from_its_last_change(tmp_path: Path, capsys) -> None:
+    """Ctrl-C while a call runs: the sandbox is gone before the final diff can be read, yet the
+    edit made before it is restored, and the cut-off call gets a result saying what happened."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "edit-then-hang.jsonl", [FIX_ADD, call("shell", command="sleep 60")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
+         "--replay", str(replay), "--sandbox", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}"))
+        if found and '"name": "shell"' in found[0].read_text():
+            break
+        time.sleep(0.2)
+    time.sleep(0.3)  # the shell command is running now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, out + err
+    (run,) = run_dirs(repo)
+    assert [e.type for e in read_events(run / TRAJECTORY_FILE)].count("workspace_changed") == 1
+
+    finish = write_replay(tmp_path / "finish.jsonl", [call("finish", summary="Fixed add.")])
+    code, out, err = fix(repo, capsys, "test_add", "--resume", "last", "--replay", str(finish))
+    assert code == ExitCode.OK, out + err
+    assert "interrupted, exit 130" in out
+    assert "return a + b" in (repo / "calculator.py").read_text() and suite_passes(repo)
+    events = read_events(run / TRAJECTORY_FILE)
+    boundary = [e.type for e in events].index("task_resumed")
+    answered, finished = [
+        e.message for e in events[boundary:] if e.type == "message_added" and e.message["role"] == "tool"
+    ]
+    assert answered["name"] == "shell" and answered["content"] == INTERRUPTED_CALL
+    last_call = [e.message for e in events[:boundary] if e.type == "message_added"][-1]
+    assert answered["tool_call_id"] == last_call["tool_calls"][0]["id"] and finished["name"] == "finish"
+
+
+@pytest.mark.docker
+def test_a_run_stopped_locally_resumes_in_docker(tmp_path: Path, capsys) -> None:
+    repo, run = stopped_on_the_step_budget(tmp_path, capsys)
+    rest = replay_file(tmp_path / "rest.jsonl", TURNS[2:])
+    code, out, err = fix(repo, capsys, "--resume", str(run), "--replay", str(rest), sandbox="docker")
+    assert code == ExitCode.OK, out + err
+    assert "(docker sandbox)" in out and "return a + b" in (repo / "calculator.py").read_text()
+    assert [e.sandbox for e in read_events(run / TRAJECTORY_FILE) if e.type == "task_resumed"] == ["docker"]
+
+
+def test_runs_that_cannot_be_resumed_are_refused_clearly(tmp_path: Path, capsys) -> None:
+    repo, run = stopped_on_the_step_budget(tmp_path, capsys)
+    rest = str(replay_file(tmp_path / "rest.jsonl", TURNS[2:]))
+    recorded = (run / TRAJECTORY_FILE).read_text()
+
+    def refused(*args: str) -> str:
+        code, _, err = fix(repo, capsys, *args, "--replay", rest)
+        assert code == ExitCode.USAGE, err
+        return err
+
+    err = refused("--resume", "20200101-000000-abcdef")
+    assert "no such run under" in err and run.name in err  # names the runs there are
+    assert "differs from the target" in refused("test_subtract", "--resume", run.name)
+    assert "needs a TARGET" in refused()
+    assert "no run folder there" in refused("--resume", str(tmp_path / "nowhere"))
+
+    damaged = run.parent / "20200101-000000-damage"
+    shutil.copytree(run, damaged)
+    lines = recorded.splitlines(keepends=True)
+    lines[3] = '{"type": "tests_run", "time": 1, "phase": "suite_bef\n'
+    (damaged / TRAJECTORY_FILE).write_text("".join(lines))
+    err = refused("--resume", damaged.name)
+    assert "the trajectory is damaged" in err and f"{TRAJECTORY_FILE}:4: not valid JSON" in err
+    lines[3] = '{"type": "no_such_event", "time": 1}\n'
+    (damaged / TRAJECTORY_FILE).write_text("".join(lines))
+    assert f"{TRAJECTORY_FILE}:4: not a trajectory event" in refused("--resume", damaged.name)
+    shutil.rmtree(damaged)
+
+    assert (run / TRAJECTORY_FILE).read_text() == recorded  # refusals leave the run alone
+    code, out, err = fix(repo, capsys, "--resume", run.name, "--replay", rest)
+    assert code == ExitCode.OK, out + err
+    err = refused("--resume", run.name)
+    assert f"run {run.name} already finished successfully" in err and PATCH_FILE in err
+
+
+def test_a_run_that_never_reached_the_agent_is_not_resumed(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code, _, _ = fix(repo, capsys, "test_subtract", "--replay", str(REPLAY))
+    assert code == ExitCode.NOTHING_TO_FIX
+    code, _, err = fix(repo, capsys, "--resume", "last", "--replay", str(REPLAY))
+    assert code == ExitCode.USAGE and "stopped before the agent started" in err and "nothing to fix" in err
