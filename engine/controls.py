@@ -29,6 +29,7 @@ answer is supposed to quote.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,10 +157,10 @@ class LogitsControls:
                     bias = float("-inf")
                 else:
                     bias = _ramp(
-                        position, int(p.thinking_ramp_start * budget), budget, p.thinking_ramp_strength
+                        position, _ramp_start(p.thinking_ramp_start, budget), budget, p.thinking_ramp_strength
                     )
             think_bias.append(bias)
-            if not thinking:
+            if not p.thinking:
                 answering = True
             elif think_end_at is not None:
                 answering = position > think_end_at
@@ -168,7 +169,10 @@ class LogitsControls:
             ending = answering and p.end_bias_start is not None and response_end is not None
             end_bias.append(
                 _ramp(
-                    position, int(p.end_bias_start * p.max_new_tokens), p.max_new_tokens, p.end_bias_strength
+                    position,
+                    _ramp_start(p.end_bias_start, p.max_new_tokens),
+                    p.max_new_tokens,
+                    p.end_bias_strength,
                 )
                 if ending
                 else 0.0
@@ -181,6 +185,12 @@ class LogitsControls:
             rows = torch.tensor(forced, device=logits.device)
             logits[rows] = float("-inf")
             logits[rows, think_end] = 0.0
+
+
+def _ramp_start(fraction: float, total: int) -> int:
+    """The first position at or after ``fraction * total`` (rounded first: 0.57 * 100 is 56.99...
+    in floating point, and the ramp must not start a position early)."""
+    return math.ceil(round(fraction * total, 6))
 
 
 def _ramp(position: int, start: int, end: int, strength: float) -> float:

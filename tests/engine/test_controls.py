@@ -169,3 +169,144 @@ def test_controls_apply_in_the_causal_modes_too() -> None:
         decoder().generate(PROMPT, params.with_changes(mode="self_speculative")).token_ids
         == decoder().generate(PROMPT, params.with_changes(mode="autoregressive")).token_ids
     )
+
+
+# ---- phases: a control changes nothing outside its phase ------------------------------------
+THINK_END, RESPONSE_END = 7, 0
+CPU = torch.device("cpu")
+
+
+def controlled(
+    params: SamplingParams,
+    logits: torch.Tensor,
+    *,
+    tokens: ControlTokens = ControlTokens(THINK_END, RESPONSE_END),
+    observed: list[int] | None = None,
+    decided: list[tuple[int, int]] | None = None,
+) -> torch.Tensor:
+    """``logits`` [n, V] for generated positions 0..n-1 after the controls of ``params``."""
+    controls = LogitsControls(params, tokens, VOCAB, CPU)
+    controls.observe(observed or [])
+    return controls.apply(logits, list(range(logits.shape[0])), decided or [])
+
+
+@pytest.mark.parametrize(
+    ("fraction", "budget", "start"),
+    [(0.5, 40, 20), (0.75, 10, 8), (0.57, 100, 57)],  # 0.75 * 10 = 7.5; 0.57 * 100 is 56.99... in floats
+)
+def test_think_end_ramp_has_no_effect_before_its_start(fraction: float, budget: int, start: int) -> None:
+    params = SamplingParams(thinking=True, thinking_budget=budget, thinking_ramp_start=fraction)
+    logits = torch.randn(budget, VOCAB)
+    out = controlled(params, logits)
+    assert torch.equal(out[:start], logits[:start])  # bit-identical to no control at all
+    assert bool((out[start:, THINK_END] > logits[start:, THINK_END]).all())
+    others = torch.arange(VOCAB) != THINK_END
+    assert torch.equal(out[:, others], logits[:, others])
+    assert float(out[-1, THINK_END] - logits[-1, THINK_END]) == pytest.approx(params.thinking_ramp_strength)
+
+
+def test_end_of_response_bias_does_not_act_inside_thinking() -> None:
+    # The end ramp starts at position 0 at full strength, so it would change every answer row.
+    ending = {"end_bias_start": 0.0, "end_bias_strength": 30.0, "max_new_tokens": 64}
+    logits = torch.randn(64, VOCAB)
+    biased = controlled(SamplingParams(**ending), logits)
+    assert bool((biased[:, RESPONSE_END] > logits[:, RESPONSE_END]).all())
+    # No </think> yet: every position is thinking.
+    assert torch.equal(controlled(SamplingParams(thinking=True, **ending), logits), logits)
+    # Thinking is over after a </think> (decided in this block, or already output) or after the
+    # budget's hard close: only later rows get the end bias. The thinking controls' own effect is
+    # the same with and without the end bias, so compare with the same thinking settings.
+    cases = [
+        ({"thinking": True}, {"decided": [(20, THINK_END)]}, 20),
+        ({"thinking": True}, {"observed": [3] * 12 + [THINK_END]}, 12),
+        ({"thinking": True, "thinking_budget": 30, "thinking_ramp_strength": 0.0}, {}, 30),
+    ]
+    for thinking, history, think_end_at in cases:
+        without = controlled(SamplingParams(**thinking, max_new_tokens=64), logits, **history)
+        with_end = controlled(SamplingParams(**thinking, **ending), logits, **history)
+        assert torch.equal(with_end[: think_end_at + 1], without[: think_end_at + 1]), thinking
+        answer = with_end[think_end_at + 1 :, RESPONSE_END] > without[think_end_at + 1 :, RESPONSE_END]
+        assert bool(answer.all()), thinking
+    # A prompt that opened <think> on a vocabulary without </think>: the answer never provably
+    # starts, so the end bias never acts.
+    no_think_end = ControlTokens(think_end=None, response_end=RESPONSE_END)
+    assert torch.equal(
+        controlled(SamplingParams(thinking=True, **ending), logits, tokens=no_think_end), logits
+    )
+
+
+def test_penalties_at_their_neutral_values_leave_logits_bit_identical() -> None:
+    history = [3, 3, 3, 9, 250, 9]
+    logits = torch.randn(6, VOCAB) * 5
+    # The end ramp is switched on but starts after the last position, so apply() runs its full path.
+    neutral = SamplingParams(
+        repetition_penalty=1.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        loop_action="penalize",
+        loop_penalty=1.0,
+        end_bias_start=1.0,
+        max_new_tokens=6,
+    )
+    controls = LogitsControls(neutral, ControlTokens(THINK_END, RESPONSE_END), VOCAB, CPU)
+    assert controls.active
+    controls.observe(history)
+    for _ in range(3):  # a repeated block raises nothing at loop_penalty 1
+        controls.observe_block(history)
+    assert controls.repeats == 2
+    out = controls.apply(logits, list(range(6, 12)), [(6, 9), (7, 40)])
+    assert out is not logits and torch.equal(out, logits)
+    # loop_action="none" only counts repeats; "penalize" (default factor 1.3) changes repeated tokens.
+    for action, changes in (("none", False), ("penalize", True)):
+        controls = LogitsControls(SamplingParams(loop_action=action), ControlTokens(None, None), VOCAB, CPU)
+        controls.observe(history)
+        controls.observe_block(history)
+        controls.observe_block(history)
+        assert controls.repeats == 1
+        assert (not torch.equal(controls.apply(logits[:1], [6]), logits[:1])) == changes
+
+
+@pytest.mark.parametrize("mode", ["diffusion", "self_speculative", "autoregressive"])
+def test_default_greedy_decode_equals_every_control_switched_off(mode: str) -> None:
+    """The bare contract: default parameters, and every control switched on at a strength that
+    does nothing, decode the same tokens in the same passes."""
+    default = SamplingParams(max_new_tokens=56, mode=mode)
+    switched_off = SamplingParams(
+        max_new_tokens=56,
+        mode=mode,
+        repetition_penalty=1.0,
+        presence_penalty=0.0,
+        frequency_penalty=0.0,
+        end_bias_start=0.0,
+        end_bias_strength=0.0,
+        loop_action="penalize",
+        loop_penalty=1.0,
+        thinking=False,
+        thinking_budget=None,
+        stop_token_ids=(),
+    )
+    assert switched_off != default
+    plain, off = decoder().generate(PROMPT, default), decoder().generate(PROMPT, switched_off)
+    assert plain.token_ids == off.token_ids and len(plain.token_ids) > 32
+    assert (plain.forwards, plain.steps_per_block, plain.fallback_steps, plain.finish_reason) == (
+        off.forwards,
+        off.steps_per_block,
+        off.fallback_steps,
+        off.finish_reason,
+    )
+
+
+def test_thinking_controls_leave_a_decode_untouched_before_their_phase() -> None:
+    plain = decoder().generate(PROMPT, SamplingParams(max_new_tokens=96)).token_ids
+    rare = next(t for t in range(1, VOCAB - 1) if t not in plain)  # a </think> the model never writes
+    thinking = SamplingParams(max_new_tokens=96, thinking=True, think_end_token_id=rare)
+    # Thinking without </think>: a strong end ramp from position 0 changes nothing.
+    ended = decoder().generate(PROMPT, thinking.with_changes(end_bias_start=0.0, end_bias_strength=40.0))
+    assert ended.token_ids == plain
+    # The </think> ramp starts at generated position 60 (block 56-87): earlier blocks are untouched.
+    ramped = decoder().generate(
+        PROMPT,
+        thinking.with_changes(thinking_budget=80, thinking_ramp_start=0.75, thinking_ramp_strength=40.0),
+    )
+    assert ramped.token_ids[:56] == plain[:56]
+    assert rare in ramped.token_ids and 60 <= ramped.token_ids.index(rare) <= 80
