@@ -8,6 +8,11 @@ result becomes a ``tool`` message. A prompt the backend still finds too long for
 is called (:class:`Submitted`), a budget is spent (:class:`LimitsExceeded`), the agent is stuck
 (:class:`AgentStuck`) or the backend or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
 :class:`RunResult` — no exception reaches the caller for these.
+
+After each mutating call that changed the workspace, its diff is recorded (``WorkspaceChanged``), so
+the trajectory always holds the workspace to resume from, even when the run is interrupted or killed
+before its final diff is read. A resumed run restores that diff in a fresh sandbox, answers the calls
+the stop cut off, and continues the recorded conversation.
 """
 
 from __future__ import annotations
@@ -124,6 +129,7 @@ class Agent:
         self.condenser = condenser or Condenser(backend.context_window)
         self.messages: list[dict[str, Any]] = []
         self._last_patch = ""  # the workspace diff as last read (recorded as WorkspaceChanged)
+        self._workspace_known = True  # False while a resumed run's patch is not yet restored
         self._spent_before = ResumeState(run_id, "")  # steps/tokens/time of earlier segments, when
         # they are not counted in the budget (a resumption with a fresh budget)
 
@@ -146,8 +152,9 @@ class Agent:
         )
         try:
             if resume is not None:
+                self._last_patch, self._workspace_known = resume.patch, False
                 await restore_workspace(self.sandbox, resume.patch)
-                self._last_patch = resume.patch
+                self._workspace_known = True
                 self.messages = [dict(m) for m in resume.messages]
                 self._close_interrupted_calls()
                 if fresh_budget:
@@ -175,7 +182,8 @@ class Agent:
 
     async def _finish(self, result: RunResult) -> RunResult:
         try:
-            result.patch = await self.sandbox.diff()
+            # A workspace the resumed patch could not be restored to is not the run's: keep the patch.
+            result.patch = await self.sandbox.diff() if self._workspace_known else self._last_patch
         except (CloverError, OSError) as exc:
             result.patch = self._last_patch
             if result.outcome != "interrupted":  # an interrupt closes the sandbox: expected, not news

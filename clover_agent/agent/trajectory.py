@@ -103,7 +103,7 @@ def load_trajectory(path: Path) -> ResumeState:
     :class:`TrajectoryError` (a ``ValueError``) when a line is not an event.
     """
     state: ResumeState | None = None
-    started_at = 0.0
+    started_at: float | None = None  # of the agent run going on; None between runs
     for event in read_events(path):
         if isinstance(event, RunStarted):
             if state is None or not event.resumed:
@@ -112,6 +112,8 @@ def load_trajectory(path: Path) -> ResumeState:
             continue
         if state is None:  # the front end's own events before the agent started (test runs, ...)
             continue
+        if isinstance(event, Done) and started_at is None:
+            continue  # a front end's verdict when no agent ran (e.g. the sandbox failed to start)
         if isinstance(event, MessageAdded):
             state.messages.append(event.message)
         elif isinstance(event, ContextCondensed):
@@ -125,6 +127,7 @@ def load_trajectory(path: Path) -> ResumeState:
             state.patch = event.patch
             state.last_outcome = event.outcome
             state.elapsed_s += event.time - started_at
+            started_at = None
     if state is None:
         raise ValueError(f"{path} holds no run")
     return state

@@ -39,8 +39,8 @@ exit codes:
 Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
 summary.json's hand_back says what became of the patch (applied, dry run, declined, refused).
 
-resuming: a run that stopped on a budget (6), an interrupt (130), an unavailable model (3) or
-sandbox (4), or a stuck agent (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
+resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unavailable model
+(3), a lost sandbox (4) or being stuck (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with the budgets given now, the same trajectory grows, and the result is
 verified and handed back as usual. TARGET may be left out (it is the recorded one)."""

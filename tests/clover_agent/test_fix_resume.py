@@ -207,3 +207,23 @@ def test_a_run_that_never_reached_the_agent_is_not_resumed(tmp_path: Path, capsy
     assert code == ExitCode.NOTHING_TO_FIX
     code, _, err = fix(repo, capsys, "--resume", "last", "--replay", str(REPLAY))
     assert code == ExitCode.USAGE and "stopped before the agent started" in err and "nothing to fix" in err
+
+
+def test_a_resumption_that_fails_to_start_keeps_the_run_resumable(tmp_path: Path, capsys) -> None:
+    """A resumption whose sandbox cannot start (exit 4) records its verdict but not an empty
+    workspace: the next resumption still starts from the change the first segment made."""
+    repo = calculator_repo(tmp_path)
+    code, _, _ = fix(repo, capsys, "test_add", "--replay", str(REPLAY), "--max-steps", "3")
+    assert code == ExitCode.BUDGET_EXHAUSTED  # after the third turn: `add` fixed in the sandbox
+    (run,) = run_dirs(repo)
+    rest = str(replay_file(tmp_path / "rest.jsonl", TURNS[3:]))
+
+    code, _, err = fix(repo, capsys, "--resume", run.name, "--replay", rest, "--image", "clover-no-such-image:0",
+                       sandbox="docker")  # fmt: skip
+    assert code == ExitCode.SANDBOX_UNAVAILABLE, err
+    assert "+    return a + b" in load_trajectory(run / TRAJECTORY_FILE).patch
+
+    code, out, err = fix(repo, capsys, "--resume", run.name, "--replay", rest)
+    assert code == ExitCode.OK, out + err
+    assert "segment 3" in out and "exit 4" in out
+    assert "return a + b" in (repo / "calculator.py").read_text() and suite_passes(repo)
