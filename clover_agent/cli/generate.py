@@ -1,12 +1,15 @@
 """``clover-agent generate``: one decoding call on the in-process engine (no agent, no tools).
 
 Committed text is written to stderr as it is decided (live progress) and the answer to stdout;
-``--json`` prints the tokens, text and statistics as one JSON object instead.
+``--json`` prints the tokens, text, statistics and the sampling parameters used as one JSON object
+instead. Without ``--greedy`` the parameters are ``SamplingParams.coding()`` (Qwen's thinking-mode
+coding settings); ``--greedy`` is ``SamplingParams.greedy()``, the same with temperature 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -68,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, help="seed of the sampling draws (default: 0)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1...; default: cpu)")
-    parser.add_argument("--json", action="store_true", help="print tokens, text and statistics as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print tokens, text, statistics and sampling parameters as JSON"
+    )
     parser.set_defaults(func=run)
 
 
@@ -145,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     assert result is not None
     if args.json:
-        print(json.dumps({"token_ids": result.token_ids, "text": result.text, **result.stats()}))
+        report = {"token_ids": result.token_ids, "text": result.text, **result.stats()}
+        print(json.dumps(report | {"params": dataclasses.asdict(params)}))
         return int(ExitCode.OK)
     stats = result.stats()
     print(

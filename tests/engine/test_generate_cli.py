@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -144,3 +145,43 @@ def test_block_size_and_threshold_come_from_the_checkpoint(
     # threshold 1.0: every pass fills one position; block 16: the first block has 13 slots
     assert report["fallback_rate"] == 1.0
     assert report["steps_per_block"][0] == 13 or report["finish_reason"] == "stop"
+
+
+def test_sampling_uses_the_coding_preset_and_greedy_is_one_flag_away(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(*flags: str) -> dict:
+        args = [
+            "generate",
+            "--model",
+            str(checkpoint),
+            "--ids",
+            "5,6,7,8",
+            "--max-new-tokens",
+            "40",
+            "--json",
+        ]
+        assert main([*args, *flags]) == ExitCode.OK
+        return json.loads(capsys.readouterr().out)
+
+    engine = Engine.from_pretrained(checkpoint, progress=None)
+    sampled = run()
+    coding = SamplingParams.coding(engine.config, max_new_tokens=40, thinking=False)
+    assert {name: sampled["params"][name] for name in ("temperature", "top_p", "top_k")} == {
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "top_k": 20,
+    }
+    assert sampled["params"] == json.loads(json.dumps(dataclasses.asdict(coding)))
+    # The reported parameters are the ones that decoded: the engine with them draws the same tokens.
+    assert sampled["token_ids"] == engine.generate([5, 6, 7, 8], coding).token_ids
+    other_seed = run("--seed", "1")
+    assert other_seed["params"]["seed"] == 1
+    assert other_seed["token_ids"] == engine.generate([5, 6, 7, 8], coding.with_changes(seed=1)).token_ids
+    # --greedy: the same preset with greedy draws, nothing else changed.
+    greedy = run("--greedy")
+    assert greedy["params"] == sampled["params"] | {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    greedy_params = SamplingParams.greedy(engine.config, max_new_tokens=40, thinking=False)
+    assert greedy["token_ids"] == engine.generate([5, 6, 7, 8], greedy_params).token_ids
+    # Sampling at temperature 0.6 is not greedy decoding in disguise on this checkpoint.
+    assert greedy["token_ids"] not in (sampled["token_ids"], other_seed["token_ids"])
