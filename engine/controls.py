@@ -15,12 +15,14 @@ answer is supposed to quote.
   token and ``frequency`` times its count.
 - Thinking (``thinking=True``: the prompt opened ``<think>``): at most one ``</think>``; once one is
   decided anywhere, it is forbidden elsewhere. With ``thinking_budget=N`` (N counted in generated
-  tokens) and no ``</think>`` yet, positions from ``thinking_ramp_start * N`` get a bias on
-  ``</think>`` growing linearly to ``thinking_ramp_strength`` at position N-1; position N is forced
-  to ``</think>`` (a hard close) and later positions may not hold it.
-- End of response: in the answer phase (after ``</think>``, or everywhere without thinking), the end
+  tokens) and no ``</think>`` yet, positions from ``thinking_ramp_start * N`` (rounded up) get a bias
+  on ``</think>`` growing linearly to ``thinking_ramp_strength`` at position N-1; position N is
+  forced to ``</think>`` (a hard close) and later positions may not hold it.
+- End of response: in the answer phase (after ``</think>``, after the hard close, or everywhere
+  without thinking; never when thinking is on and the vocabulary has no ``</think>``), the end
   token (``<|im_end|>``, else the first stop token) gets a bias growing linearly from position
-  ``end_bias_start * max_new_tokens`` to ``end_bias_strength`` at the last allowed position.
+  ``end_bias_start * max_new_tokens`` (rounded up) to ``end_bias_strength`` at the last allowed
+  position.
 - Loops: a finished block whose generated tokens equal an earlier block of the call is a repeat.
   ``loop_action="penalize"`` multiplies the repetition penalty by ``loop_penalty`` for the rest of
   the call, per repeat; ``"stop"`` ends the call with ``finish_reason="loop"`` after that block;

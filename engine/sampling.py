@@ -43,37 +43,42 @@ class SamplingParams:
     that filtered, renormalised distribution. Draws come from a ``torch.Generator`` seeded with
     ``seed`` (0 when None), so equal parameters give equal outputs on the same device.
 
-    Controls (see ``controls.py``) act on the logits of every masked position before confidence:
-    penalties over the generated tokens (committed plus already decided in the current block),
-    the thinking budget (when ``thinking``), the end-of-response ramp (when ``end_bias_start`` is
-    set), and loop handling (``loop_action``).
+    Controls (see ``controls.py``) act on the logits of every masked position before temperature
+    and confidence, each only in its phase: penalties over the generated tokens (committed plus
+    already decided in the current block; never the prompt), the thinking controls (when
+    ``thinking``) before ``</think>``, the end-of-response ramp (when ``end_bias_start`` is set)
+    after it, and loop handling (``loop_action``) after a repeated block. At their defaults every
+    control is off and decoding is the bare contract. ``docs/decoding.md`` describes each field.
     """
 
     max_new_tokens: int = 256
     block_size: int = 32
     threshold: float = 0.95
     temperature: float = 0.0
-    top_p: float = 1.0
+    top_p: float = 1.0  # 1: no nucleus filter
     top_k: int = 0  # 0: no top-k filter
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     # Thinking: the prompt opened a <think> section (chat template enable_thinking=True).
     thinking: bool = False
-    thinking_budget: int | None = None  # generated tokens by which </think> must have appeared
+    # </think> is forced at this generated position (0-based) unless written earlier: at most
+    # thinking_budget thinking tokens. None: no budget (still at most one </think>).
+    thinking_budget: int | None = None
     thinking_ramp_start: float = 0.75  # fraction of the budget where the </think> bias starts
     thinking_ramp_strength: float = 8.0  # logit bias on </think> reached at the budget
     think_end_token_id: int | None = None  # None: the tokenizer's </think>
-    # End of response: a bias towards the end token (<|im_end|>, else the first stop id) that grows
-    # from end_bias_start * max_new_tokens to end_bias_strength at the last allowed token.
+    # End of response, in the answer phase only (after </think>, or everywhere without thinking): a
+    # bias towards the end token (<|im_end|>, else the first stop id) that grows from position
+    # end_bias_start * max_new_tokens to end_bias_strength at the last allowed token. None: off.
     end_bias_start: float | None = None
     end_bias_strength: float = 8.0
-    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # added to the config's eos ids and <|im_end|>
     mode: Mode = "diffusion"
-    seed: int | None = None
+    seed: int | None = None  # seed of the sampling draws; None: 0
     # Loop detection: a finished block whose generated tokens repeat an earlier block of the call.
     loop_action: LoopAction = "none"
-    loop_penalty: float = 1.3  # "penalize": repetition penalty factor added per detected repeat
+    loop_penalty: float = 1.3  # "penalize": the repetition penalty is multiplied by this per repeat
     # self_speculative: denoising passes per draft (1: every mask filled from one diffusion pass).
     draft_steps: int = 1
 
@@ -150,8 +155,9 @@ class SamplingParams:
     @classmethod
     def coding(cls, config: CloverConfig | None = None, **overrides: object) -> SamplingParams:
         """Qwen's thinking-mode settings for coding: temperature 0.6, top_p 0.95, top_k 20, thinking
-        on; a repeated block raises the repetition penalty for what follows. ``config``: take the
-        block size and threshold from that checkpoint (see :meth:`for_model`)."""
+        on (no budget), up to 4096 new tokens; a repeated block raises the repetition penalty for
+        what follows (``loop_action="penalize"``). ``config``: take the block size and threshold
+        from that checkpoint (see :meth:`for_model`)."""
         values: dict[str, object] = {
             "temperature": 0.6,
             "top_p": 0.95,
@@ -165,7 +171,8 @@ class SamplingParams:
 
     @classmethod
     def greedy(cls, config: CloverConfig | None = None, **overrides: object) -> SamplingParams:
-        """``coding()`` with greedy draws (temperature 0): reproducible without a seed."""
+        """``coding()`` with greedy draws (temperature 0, no top-p / top-k filter): reproducible
+        without a seed."""
         values: dict[str, object] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
         values.update(overrides)
         return cls.coding(config, **values)
