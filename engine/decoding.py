@@ -415,11 +415,8 @@ class _Run:
                 yield self.finish("stop", cache, started, "causal")
                 return
             yield self.emit(block, accepted[:room])
-            if len(self.generated) >= self.limit:
-                yield self.finish("length", cache, started, "causal")
-                return
-            if self._observe_chunks() and self.params.loop_action == "stop":
-                yield self.finish("loop", cache, started, "causal")
+            if (done := self._causal_done(cache, started)) is not None:
+                yield done
                 return
             block += 1
 
@@ -472,6 +469,15 @@ class _Run:
                 break
         return accepted
 
+    def _causal_done(self, cache: ModelCache, started: float) -> Done | None:
+        """After a causal emit: the Done event when the output reached its limit, or repeats itself
+        and ``loop_action`` is ``stop``; None to go on."""
+        if len(self.generated) >= self.limit:
+            return self.finish("length", cache, started, "causal")
+        if self._observe_chunks() and self.params.loop_action == "stop":
+            return self.finish("loop", cache, started, "causal")
+        return None
+
     def _observe_chunks(self) -> bool:
         """Loop detection over whole ``block_size`` chunks of the output (causal modes)."""
         size = self.block_size
@@ -496,10 +502,7 @@ class _Run:
                 yield self.finish("stop", cache, started, "causal")
                 return
             yield self.emit(len(self.generated) // size, [token])
-            if len(self.generated) >= self.limit:
-                yield self.finish("length", cache, started, "causal")
-                return
-            if self._observe_chunks() and self.params.loop_action == "stop":
-                yield self.finish("loop", cache, started, "causal")
+            if (done := self._causal_done(cache, started)) is not None:
+                yield done
                 return
             logits = self.forward([token], cache, "causal", commit=True)
