@@ -21,20 +21,9 @@ from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
 from clover_agent.protocol import render_prompt
+from tests.clover_agent.tool_specs import FINISH_TOOL
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "parameters": {
-                "type": "object",
-                "properties": {"summary": {"type": "string"}},
-                "required": ["summary"],
-            },
-        },
-    }
-]
+TOOLS = [FINISH_TOOL]
 MESSAGES = [{"role": "user", "content": "Say hi."}]
 #: A mark the test puts in the checkpoint's template, so the prompt provably comes from it.
 TEMPLATE_MARK = "[tiny-checkpoint-template]"

@@ -20,32 +20,9 @@ from clover_agent.backends import BackendEvent, BackendUnavailable, create_backe
 from clover_agent.backends.openai import OpenAIBackend, iter_sse_data
 from clover_agent.errors import ExitCode, UsageError
 from clover_agent.protocol import ToolCall
+from tests.clover_agent.tool_specs import SHELL_AND_FINISH
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "shell",
-            "description": "Run a command.",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
-                "required": ["command"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "parameters": {
-                "type": "object",
-                "properties": {"summary": {"type": "string"}},
-                "required": ["summary"],
-            },
-        },
-    },
-]
+TOOLS = SHELL_AND_FINISH
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": "Run the tests."},

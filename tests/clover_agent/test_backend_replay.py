@@ -10,20 +10,9 @@ import pytest
 from clover_agent.backends import BackendEvent, ReplayExhausted, create_backend
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.errors import ExitCode, UsageError
+from tests.clover_agent.tool_specs import SHELL_TOOL
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "shell",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}},
-                "required": ["command"],
-            },
-        },
-    }
-]
+TOOLS = [SHELL_TOOL]
 FIRST = (
     "The tests live in tests/.\n</think>\n\nLet me run them.\n<tool_call>\n<function=shell>\n"
     "<parameter=command>\npytest -q\n</parameter>\n<parameter=timeout>\n60\n</parameter>\n</function>\n</tool_call>"

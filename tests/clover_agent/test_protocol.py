@@ -23,6 +23,7 @@ from clover_agent.protocol import (
     render_prompt,
     split_thinking,
 )
+from tests.clover_agent.tool_specs import SHELL_AND_FINISH
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SHARED_REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
@@ -170,37 +171,10 @@ def test_value_framing_keeps_inner_and_extra_whitespace() -> None:
 
 # -- the strict reader -----------------------------------------------------------------------------
 
-SHELL_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "shell",
-            "description": "Run a command.",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}, "timeout": {"type": "integer", "minimum": 1}},
-                "required": ["command"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "parameters": {
-                "type": "object",
-                "properties": {"summary": {"type": "string"}},
-                "required": ["summary"],
-            },
-        },
-    },
-]
-
 
 def _strict_error(text: str) -> ToolCallFormatError:
     with pytest.raises(ToolCallFormatError) as info:
-        parse_assistant(text, SHELL_TOOLS)
+        parse_assistant(text, SHELL_AND_FINISH)
     message = str(info.value)
     assert message.startswith("Your tool call could not be used")
     assert FORMAT_REMINDER in message
@@ -209,7 +183,7 @@ def _strict_error(text: str) -> ToolCallFormatError:
 
 def test_strict_accepts_a_good_turn() -> None:
     text = "Checking.\n</think>\n\nRunning it.\n<tool_call>\n<function=shell>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>"
-    turn = parse_assistant(text, SHELL_TOOLS)
+    turn = parse_assistant(text, SHELL_AND_FINISH)
     assert turn.reasoning == "Checking."
     assert turn.content == "Running it."
     assert _plain(turn.tool_calls) == [{"name": "shell", "arguments": {"command": "ls -la", "timeout": 30}}]
@@ -262,18 +236,18 @@ def test_truncation_anywhere_never_crashes() -> None:
     """Every prefix of a real turn (a model cut off mid-call) is either a turn or a format error."""
     text = render_prompt(
         [{"role": "user", "content": "u"}, _assistant_with_calls()],
-        SHELL_TOOLS,
+        SHELL_AND_FINISH,
         TEMPLATE,
         add_generation_prompt=False,
     ).split("<|im_start|>assistant\n", 1)[1]
     outcomes = set()
     for end in range(len(text) + 1):
         try:
-            parse_assistant(text[:end], SHELL_TOOLS)
+            parse_assistant(text[:end], SHELL_AND_FINISH)
             outcomes.add("turn")
         except ToolCallFormatError:
             outcomes.add("format error")
-        parse_tool_calls(text[:end], SHELL_TOOLS)
+        parse_tool_calls(text[:end], SHELL_AND_FINISH)
     assert outcomes == {"turn", "format error"}
 
 
@@ -305,10 +279,10 @@ def _conversation() -> list[dict[str, Any]]:
 
 
 def test_render_prompt_places_tools_calls_and_results() -> None:
-    prompt = render_prompt(_conversation(), SHELL_TOOLS, TEMPLATE)
+    prompt = render_prompt(_conversation(), SHELL_AND_FINISH, TEMPLATE)
     system = prompt.split("<|im_end|>", 1)[0]
     assert system.startswith("<|im_start|>system\n# Tools")
-    assert json.dumps(SHELL_TOOLS[0], ensure_ascii=False) in system
+    assert json.dumps(SHELL_AND_FINISH[0], ensure_ascii=False) in system
     assert system.endswith("You are a coding agent.")
     assert (
         "<think>\nThe user wants a listing.\n</think>\n\nI will list the files.\n\n"
@@ -320,7 +294,7 @@ def test_render_prompt_places_tools_calls_and_results() -> None:
         in prompt
     )
     assert prompt.endswith("<|im_start|>assistant\n<think>\n")
-    assert render_prompt(_conversation(), SHELL_TOOLS, TEMPLATE, enable_thinking=False).endswith(
+    assert render_prompt(_conversation(), SHELL_AND_FINISH, TEMPLATE, enable_thinking=False).endswith(
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
 
@@ -334,16 +308,16 @@ def test_render_prompt_accepts_json_string_arguments() -> None:
     message = _assistant_with_calls()
     for call in message["tool_calls"]:
         call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
-    with_strings = render_prompt([{"role": "user", "content": "q"}, message], SHELL_TOOLS, TEMPLATE)
+    with_strings = render_prompt([{"role": "user", "content": "q"}, message], SHELL_AND_FINISH, TEMPLATE)
     assert with_strings == render_prompt(
-        [{"role": "user", "content": "q"}, _assistant_with_calls()], SHELL_TOOLS, TEMPLATE
+        [{"role": "user", "content": "q"}, _assistant_with_calls()], SHELL_AND_FINISH, TEMPLATE
     )
 
 
 def test_round_trip_rendered_calls_parse_back_to_the_same_calls() -> None:
-    prompt = render_prompt(_conversation()[:3], SHELL_TOOLS, TEMPLATE, add_generation_prompt=False)
+    prompt = render_prompt(_conversation()[:3], SHELL_AND_FINISH, TEMPLATE, add_generation_prompt=False)
     assistant_text = prompt.split("<|im_start|>assistant\n", 1)[1].removesuffix("<|im_end|>\n")
-    turn = parse_assistant(assistant_text, SHELL_TOOLS)
+    turn = parse_assistant(assistant_text, SHELL_AND_FINISH)
     assert turn.reasoning == "The user wants a listing."
     assert turn.content == "I will list the files."
     assert _plain(turn.tool_calls) == [
@@ -369,7 +343,7 @@ def test_format_assistant_text_round_trips() -> None:
         ToolCall("finish", {"summary": ""}),
     ]
     text = format_assistant_text("Done soon.", "thinking", calls)
-    turn = parse_assistant(text, SHELL_TOOLS)
+    turn = parse_assistant(text, SHELL_AND_FINISH)
     assert (turn.reasoning, turn.content, _plain(turn.tool_calls)) == (
         "thinking",
         "Done soon.",
@@ -469,11 +443,11 @@ def test_random_tag_soup_never_crashes() -> None:
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
         try:
-            turn = parse_assistant(text, SHELL_TOOLS)
+            turn = parse_assistant(text, SHELL_AND_FINISH)
             outcomes.add("turn with calls" if turn.tool_calls else "turn")
         except ToolCallFormatError:
             outcomes.add("format error")
-        parse_tool_calls(text, SHELL_TOOLS)
+        parse_tool_calls(text, SHELL_AND_FINISH)
     assert outcomes == {"turn", "turn with calls", "format error"}
 
 
