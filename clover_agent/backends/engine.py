@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import threading
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -30,7 +30,7 @@ from clover_agent.backends.base import (
     ModelBackend,
     ModelTurn,
 )
-from clover_agent.backends.threads import call_soon, run_in_daemon_thread
+from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
 from clover_agent.engine.sampling import SamplingParams
@@ -46,8 +46,6 @@ CPU_MAX_WEIGHT_BYTES = 2 * GiB
 DEFAULT_MAX_NEW_TOKENS = 8192
 
 ZERO_WIDTH_SPACE = "\u200b"
-
-_END = object()
 
 
 def _physical_memory_bytes() -> int:
@@ -201,29 +199,15 @@ class EngineBackend(ModelBackend):
         engine = self._engine
         prompt_ids = self.prompt_ids(messages, tools)
         params = self._params(len(prompt_ids))
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        stop = threading.Event()
-
-        def decode() -> None:
-            try:
-                for event in engine.stream(prompt_ids, params):
-                    call_soon(loop, queue.put_nowait, event)
-                    if stop.is_set():
-                        break
-            except BaseException as exc:
-                call_soon(loop, queue.put_nowait, exc)
-            call_soon(loop, queue.put_nowait, _END)
-
         from clover_agent.engine.decoding import CommittedBlock, Done, ProvisionalBlock
 
-        threading.Thread(target=decode, daemon=True, name="clover-engine-decode").start()
         splitter = ThinkingSplitter(self.enable_thinking)
         result = None
-        try:
-            while (event := await queue.get()) is not _END:
-                if isinstance(event, BaseException):
-                    raise event
+        events = iterate_in_daemon_thread(
+            lambda: engine.stream(prompt_ids, params), name="clover-engine-decode"
+        )
+        async with aclosing(events):
+            async for event in events:
                 if isinstance(event, Done):
                     result = event.result
                 elif on_event is None:
@@ -234,8 +218,6 @@ class EngineBackend(ModelBackend):
                     text = event.text if event.text is not None else self.tokenizer.decode(event.token_ids)
                     for kind, piece in splitter.feed(text):
                         on_event(BackendEvent(kind=kind, text=piece))
-        finally:
-            stop.set()
         if result is None:
             raise BackendUnavailable("The engine stopped without finishing the answer.")
         if on_event is not None:

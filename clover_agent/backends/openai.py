@@ -21,6 +21,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,7 +35,7 @@ from clover_agent.backends.base import (
     ModelTurn,
     estimate_tokens,
 )
-from clover_agent.backends.threads import call_soon, run_in_daemon_thread
+from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.errors import UsageError
 from clover_agent.protocol import (
     ToolCall,
@@ -59,9 +60,6 @@ class _StatusError(Exception):
         super().__init__(f"HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
-
-
-_END = object()
 
 
 class _HangUp:
@@ -487,38 +485,25 @@ class OpenAIBackend(ModelBackend):
         on_event: EventCallback | None,
         hang_up: _HangUp,
     ) -> None:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
 
-        def push(item: Any) -> None:
-            call_soon(loop, queue.put_nowait, item)
-
-        def pump() -> None:
+        def events() -> Iterator[str]:
             try:
                 _, response = self._open(payload, hang_up.connected)
-                for data in iter_sse_data(iter(response.readline, b"")):
-                    push(data)
-                push(_END)
+                yield from iter_sse_data(iter(response.readline, b""))
             except (OSError, http.client.HTTPException) as exc:
-                push(BackendUnavailable(self._stopped(exc)))
-            except BaseException as exc:
-                push(exc)
+                raise BackendUnavailable(self._stopped(exc)) from None
 
-        threading.Thread(target=pump, daemon=True, name="clover-openai-stream").start()
-        while True:
-            item = await queue.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            if item.strip() == "[DONE]":
-                return
-            try:
-                chunk = json.loads(item)
-            except ValueError:
-                raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
-            if isinstance(chunk, dict):
-                accumulator.add_chunk(chunk, on_event)
+        data = iterate_in_daemon_thread(events, name="clover-openai-stream")
+        async with aclosing(data):
+            async for item in data:
+                if item.strip() == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(item)
+                except ValueError:
+                    raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
+                if isinstance(chunk, dict):
+                    accumulator.add_chunk(chunk, on_event)
 
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:

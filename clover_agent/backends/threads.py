@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_END = object()  # the producer thread is done
 
 
 async def run_in_daemon_thread(work: Callable[[], T], *, name: str = "clover-backend") -> T:
@@ -36,6 +37,35 @@ async def run_in_daemon_thread(work: Callable[[], T], *, name: str = "clover-bac
 
     threading.Thread(target=run, daemon=True, name=name).start()
     return await future
+
+
+async def iterate_in_daemon_thread(items: Callable[[], Iterable[T]], *, name: str) -> AsyncIterator[T]:
+    """The items of ``items()``, produced in a new daemon thread and handed over as they come (its
+    exception re-raised here). Once the consumer stops (close the iterator: ``contextlib.aclosing``),
+    the thread stops after its next item."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for item in items():
+                call_soon(loop, queue.put_nowait, item)
+                if stop.is_set():
+                    break
+        except BaseException as exc:
+            failure.append(exc)
+        call_soon(loop, queue.put_nowait, _END)
+
+    threading.Thread(target=produce, daemon=True, name=name).start()
+    try:
+        while (item := await queue.get()) is not _END:
+            yield item
+    finally:
+        stop.set()
+    if failure:
+        raise failure[0]
 
 
 def call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
