@@ -7,7 +7,6 @@ the last line of the trajectory, and no exception out of ``Agent.run``.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from clover_agent.events import (
     ToolCallFinished,
 )
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from tests.git_repos import git, make_repo
 
 
 def call(name: str, **params: object) -> str:
@@ -50,15 +50,7 @@ def write_replay(path: Path, turns: list[str]) -> Path:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "greet.py").write_text("def greet(name):\n    return 'hello ' + name\n")
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=repo, check=True
-    )
-    return repo
+    return make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
 
 
 async def run_agent(repo: Path, tmp_path: Path, turns: list[str], *, resume=None, **options):
@@ -211,10 +203,8 @@ async def test_policy_denials_and_asks_without_terminal_are_recorded(repo: Path,
 
 async def test_condensation_in_the_loop_drops_old_outputs_with_a_note(repo: Path, tmp_path: Path) -> None:
     (repo / "big.txt").write_text("".join(f"line {i} of a long file\n" for i in range(400)))
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "big"], cwd=repo, check=True
-    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "big")
     view_big = call("editor", command="view", path="/workspace/big.txt")
     view_small = VIEW
     backend = ReplayBackend(write_replay(tmp_path / "sizes.jsonl", [FINISH]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -11,23 +10,12 @@ import pytest
 
 from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir()
-    (path / "a.py").write_text("A = 1\n")
-    (path / ".gitignore").write_text("*.log\n")
-    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], cwd=path, check=True
-    )
-    return path
+from tests.git_repos import make_repo
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 async def sandbox(request, tmp_path: Path):
-    repo = make_repo(tmp_path / "repo")
+    repo = make_repo(tmp_path / "repo", {"a.py": "A = 1\n", ".gitignore": "*.log\n"})
     async with create_sandbox(request.param, SandboxSpec(repo=str(repo))) as box:
         yield box
 

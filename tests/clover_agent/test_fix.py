@@ -26,22 +26,13 @@ from clover_agent.cli import main
 from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
 from tests.clover_agent.test_agent_loop import call, write_replay
+from tests.git_repos import git
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "calculator"
 #: Outside the project folder, so a real model working on the example cannot read the answer.
 REPLAY = ROOT / "examples" / "calculator-fix.replay.jsonl"
 pytestmark = pytest.mark.slow
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 def calculator_repo(tmp_path: Path, *, nested: bool = False) -> Path:

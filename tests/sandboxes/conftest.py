@@ -12,10 +12,7 @@ from pathlib import Path
 import pytest
 
 from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+from tests.git_repos import git
 
 
 @pytest.fixture

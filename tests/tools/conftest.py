@@ -8,7 +8,6 @@ fresh shell session or edit history.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,28 +15,9 @@ import pytest
 import pytest_asyncio
 
 from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from tests.git_repos import make_repo
 
 SANDBOX_KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
-    """A git repository at ``root`` with ``files`` committed."""
-    root.mkdir(parents=True)
-    git(root, "init", "-q", "-b", "main")
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=Test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "initial")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import make_repo
+from tests.git_repos import make_repo
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

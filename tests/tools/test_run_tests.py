@@ -14,8 +14,7 @@ from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
 from clover_agent.tools.run_tests import TestReport, detect_framework, parse_go_json, run_tests_in
-
-from .conftest import make_repo
+from tests.git_repos import make_repo
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
