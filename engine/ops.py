@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from clover_agent.errors import UsageError
 
-KernelChoice = Literal["auto", "torch", "triton"]
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "torch", "triton")
 OP_NAMES = ("rms_norm", "gated_rms_norm", "causal_conv1d", "gated_delta_rule", "attention", "moe_experts")
 
