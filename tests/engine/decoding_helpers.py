@@ -14,9 +14,7 @@ LowConfidence written out independently of ``clover_agent.engine.decoding``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
@@ -70,13 +68,6 @@ def clover_from_hf(hf: Qwen3_5MoeForCausalLM) -> CloverModel:
     state = {name.removeprefix("model."): tensor for name, tensor in hf.state_dict().items()}
     model.load_state_dict(state, strict=True)
     return model.eval()
-
-
-def save_checkpoint(hf: Qwen3_5MoeForCausalLM, folder: Path) -> Path:
-    """A checkpoint folder (safetensors + config.json with Clover's decoding fields)."""
-    hf.save_pretrained(folder)
-    (folder / "config.json").write_text(json.dumps(clover_config_dict(hf), indent=1))
-    return folder
 
 
 def block_causal_mask(length: int, block: int) -> torch.Tensor:
