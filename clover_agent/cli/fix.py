@@ -21,7 +21,7 @@ from clover_agent.backends import create_backend
 from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.engine import choose_device
 from clover_agent.errors import CloverError, ExitCode, UsageError
-from clover_agent.events import EventBus
+from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.settings import Settings
 
 EXIT_CODES = """\
@@ -243,11 +243,44 @@ def _fix(args: argparse.Namespace) -> int:
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
-    report = asyncio.run(run_fix(request, bus, resume=stopped))
+    progress = _RunProgress()
+    bus.subscribe(progress)
+    try:
+        report = asyncio.run(run_fix(request, bus, resume=stopped))
+    except KeyboardInterrupt:
+        hint = progress.resume_hint(repo)
+        raise CloverError(
+            f"interrupted{'; ' + hint if hint else ''}", exit_code=ExitCode.INTERRUPTED
+        ) from None
     print_summary(report, repo)
     if not report.fixed:
-        raise CloverError(report.message, exit_code=report.exit_code)
+        hint = progress.resume_hint(repo)
+        raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
     return _hand_back(report, repo, args)
+
+
+class _RunProgress:
+    """How far a fix run got, from its events: whether it can be resumed, and under which id."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.agent_started = False
+        self.agent_outcome: str | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, (TaskStarted, TaskResumed)):
+            self.run_id = event.run_id
+        # A resumed run reached its agent before, even if this segment stops before it starts.
+        if isinstance(event, (TaskResumed, RunStarted)):
+            self.agent_started = True
+        elif isinstance(event, Done):
+            self.agent_outcome = event.outcome
+
+    def resume_hint(self, repo: Path) -> str | None:
+        """How to continue the run, when it stopped in its agent (``fix --resume`` refuses the rest)."""
+        if self.run_id is None or not self.agent_started or self.agent_outcome == "submitted":
+            return None
+        return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

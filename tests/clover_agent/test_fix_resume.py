@@ -51,6 +51,7 @@ def stopped_on_the_step_budget(tmp_path: Path, capsys) -> tuple[Path, Path]:
     code, _, err = fix(repo, capsys, "test_add", "--replay", str(REPLAY), "--max-steps", "2")
     assert code == ExitCode.BUDGET_EXHAUSTED and "step budget exhausted" in err
     (run,) = run_dirs(repo)
+    assert f"continue it with: clover-agent fix --resume {run.name} --repo {repo}" in err
     return repo, run
 
 
@@ -139,6 +140,8 @@ def test_an_interrupted_run_resumes_from_its_last_change(tmp_path: Path, capsys)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED, out + err
     (run,) = run_dirs(repo)
+    assert "Traceback" not in err
+    assert f"interrupted; continue it with: clover-agent fix --resume {run.name} --repo {repo}" in err
     assert [e.type for e in read_events(run / TRAJECTORY_FILE)].count("workspace_changed") == 1
 
     finish = write_replay(tmp_path / "finish.jsonl", [call("finish", summary="Fixed add.")])
@@ -203,8 +206,8 @@ def test_runs_that_cannot_be_resumed_are_refused_clearly(tmp_path: Path, capsys)
 
 def test_a_run_that_never_reached_the_agent_is_not_resumed(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
-    code, _, _ = fix(repo, capsys, "test_subtract", "--replay", str(REPLAY))
-    assert code == ExitCode.NOTHING_TO_FIX
+    code, _, err = fix(repo, capsys, "test_subtract", "--replay", str(REPLAY))
+    assert code == ExitCode.NOTHING_TO_FIX and "--resume" not in err  # nothing to continue
     code, _, err = fix(repo, capsys, "--resume", "last", "--replay", str(REPLAY))
     assert code == ExitCode.USAGE and "stopped before the agent started" in err and "nothing to fix" in err
 
@@ -221,6 +224,7 @@ def test_a_resumption_that_fails_to_start_keeps_the_run_resumable(tmp_path: Path
     code, _, err = fix(repo, capsys, "--resume", run.name, "--replay", rest, "--image", "clover-no-such-image:0",
                        sandbox="docker")  # fmt: skip
     assert code == ExitCode.SANDBOX_UNAVAILABLE, err
+    assert f"--resume {run.name}" in err
     assert "+    return a + b" in load_trajectory(run / TRAJECTORY_FILE).patch
 
     code, out, err = fix(repo, capsys, "--resume", run.name, "--replay", rest)
