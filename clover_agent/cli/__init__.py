@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,7 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
         func = default
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # here, so that a reader gone away is caught below
+        return code
+    except BrokenPipeError:
+        # The reader of stdout left early (`clover-agent doctor --json | head -3`): the output was
+        # cut short, no more. stdout goes to /dev/null so the interpreter's last flush fails quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.FAILURE)
     except CloverError as exc:
         print(f"clover-agent: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)

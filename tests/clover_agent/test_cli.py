@@ -136,3 +136,17 @@ def test_fix_with_engine_stops_fast_with_ways_forward(tmp_path: Path) -> None:
 
 def test_main_returns_usage_without_command(capsys) -> None:
     assert main([]) == ExitCode.USAGE
+
+
+def test_a_reader_leaving_early_gets_no_traceback() -> None:
+    """`clover-agent doctor --json | head -1`: the pipe closes before the output is written."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", "doctor", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader is gone before the report is printed
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == ExitCode.FAILURE
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
