@@ -14,6 +14,7 @@ Stable helpers (other engine tests reuse them):
 * :func:`add_bidirectional_tensors` — writes random Clover bidirectional GDN tensors into a
   checkpoint folder (an extra shard) and sets ``bidirectional_gdn`` in its config.
 * :func:`read_tensors` / :func:`write_tensors` — whole-checkpoint tensor dicts (tiny sizes only).
+* :func:`relative_error` — how far a result is from the oracle's, relative to the oracle's largest value.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def save_reference_checkpoint(out_dir: Path, *, seed: int = 0, noise: float = 0.
             param.add_(torch.randn_like(param) * noise)
     model.save_pretrained(out_dir)
     return model
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Largest absolute difference over the largest absolute expected value (in float64)."""
+    return ((actual.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
 
 
 def read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:

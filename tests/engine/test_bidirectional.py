@@ -21,14 +21,11 @@ from tests.engine.checkpoints import (
     add_bidirectional_tensors,
     convert_checkpoint,
     read_tensors,
+    relative_error,
     save_reference_checkpoint,
     tiny_text_config,
     write_tensors,
 )
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual.double() - expected.double()).abs().max() / expected.double().abs().max()).item()
 
 
 def reference_layer(

@@ -11,11 +11,7 @@ import torch
 from clover_agent.engine.cache import ModelCache
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.model import CloverModel
-from tests.engine.checkpoints import save_reference_checkpoint
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
+from tests.engine.checkpoints import relative_error, save_reference_checkpoint
 
 
 def assert_same_state(a: ModelCache, b: ModelCache) -> None:

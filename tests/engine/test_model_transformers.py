@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from clover_agent.engine.engine import Engine
-from tests.engine.checkpoints import convert_checkpoint, save_reference_checkpoint
+from tests.engine.checkpoints import convert_checkpoint, relative_error, save_reference_checkpoint
 
 LAYOUTS = [
     ("per_expert", "model."),
@@ -18,10 +18,6 @@ LAYOUTS = [
     ("per_expert", "model.language_model."),
     ("fused", "model.language_model."),
 ]
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,10 @@ from clover_agent.engine.weights import load_model
 from tests.engine.checkpoints import (
     convert_checkpoint,
     read_tensors,
+    relative_error,
     save_reference_checkpoint,
     write_tensors,
 )
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
 @pytest.fixture(scope="module")
