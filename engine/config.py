@@ -111,6 +111,8 @@ class CloverConfig:
             out.append("num_experts_per_tok must be between 1 and num_experts")
         if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim:
             out.append(f"partial_rotary_factor {self.partial_rotary_factor} gives an unusable rotary size")
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
+            out.append(f"mask_token_id {self.mask_token_id} is outside the vocabulary [0, {self.vocab_size})")
         if self.block_size < 1:
             out.append("block_size must be positive")
         if self.right_conv_kernel_size < 1:
@@ -168,11 +170,16 @@ class CloverConfig:
                 "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)
             ]
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise ValueError(f"rope_parameters must be a JSON object (got {rope!r})")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
             raise ValueError(f"rope_type {rope_type!r} is not supported (only 'default')")
         eos = merged.get("eos_token_id")
-        eos_ids = [] if eos is None else [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+        eos_list = [] if eos is None else eos if isinstance(eos, list) else [eos]
+        if not all(isinstance(e, int) and not isinstance(e, bool) for e in eos_list):
+            raise ValueError(f"eos_token_id must be a token id or a list of token ids (got {eos!r})")
+        eos_ids = list(eos_list)
         heads = int(text["num_attention_heads"])
         values: dict[str, Any] = {
             "vocab_size": int(text["vocab_size"]),

@@ -90,6 +90,10 @@ def test_diffusion_fields_inside_text_config_and_old_rope_keys() -> None:
         ({"rope_parameters": {"rope_type": "yarn", "factor": 4}}, "rope_type 'yarn'"),
         ({"layer_types": ["linear_attention"] * 39 + ["sliding"]}, "unknown layer types ['sliding']"),
         ({"num_experts_per_tok": 300}, "num_experts_per_tok"),
+        ({"rope_parameters": "default"}, "rope_parameters must be a JSON object (got 'default')"),
+        ({"mask_token_id": 248320}, "mask_token_id 248320 is outside the vocabulary [0, 248320)"),
+        ({"eos_token_id": "<|im_end|>"}, "eos_token_id must be a token id or a list of token ids"),
+        ({"eos_token_id": [1, "2"]}, "eos_token_id must be a token id or a list of token ids"),
     ],
 )
 def test_bad_configs_are_explained(change: dict, message: str) -> None:
