@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,18 +12,9 @@ from pathlib import Path
 from clover_agent import __version__
 from clover_agent.cli import COMMANDS, build_parser, main
 from clover_agent.errors import ExitCode
+from tests.cli_process import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clover_agent", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-    )
 
 
 def test_version_and_help(capsys) -> None:

@@ -4,9 +4,6 @@ tiny checkpoints written to disk."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,16 +13,7 @@ from safetensors.torch import save_file
 
 from clover_agent.cli import main
 from clover_agent.engine.tiny import write_tiny_checkpoint
-
-
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clover_agent", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=60,
-    )
+from tests.cli_process import run_cli
 
 
 def test_pull_says_plainly_when_the_hub_is_unreachable(tmp_path: Path) -> None:

@@ -16,15 +16,10 @@ from clover_agent.sandboxes.config import effective_spec
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from tests.cli_process import run_cli
 
 from .conftest import start_holder
 from .test_docker_lifecycle import container_exists
-
-CLI = [sys.executable, "-m", "clover_agent"]
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 async def test_docker_not_running_is_one_clear_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

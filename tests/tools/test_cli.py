@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_process import run_cli
 from tests.git_repos import make_repo
 
 
@@ -22,16 +20,6 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def clover(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "clover_agent", "tool", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "proj", {"app.py": "def greet():\n    return 'helo'\n"})
@@ -40,7 +28,7 @@ def project(tmp_path: Path) -> Path:
 def test_edit_prints_result_and_diff_and_leaves_the_folder_alone(project: Path) -> None:
     before = snapshot(project)
     args = {"command": "str_replace", "path": "/workspace/app.py", "old_str": "'helo'", "new_str": "'hello'"}
-    done = clover("editor", json.dumps(args), "--sandbox", "local", "--workdir", str(project))
+    done = run_cli("tool", "editor", json.dumps(args), "--sandbox", "local", "--workdir", str(project))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("The file /workspace/app.py has been edited.")
     assert f"--- changes made in the sandbox's copy ({project} itself is unchanged) ---" in done.stdout
@@ -49,14 +37,22 @@ def test_edit_prints_result_and_diff_and_leaves_the_folder_alone(project: Path) 
 
 
 def test_json_output_and_tool_error_exit_code(project: Path) -> None:
-    done = clover(
-        "shell", '{"command": "echo hi; exit 7"}', "--sandbox", "local", "--workdir", str(project), "--json"
+    done = run_cli(
+        "tool",
+        "shell",
+        '{"command": "echo hi; exit 7"}',
+        "--sandbox",
+        "local",
+        "--workdir",
+        str(project),
+        "--json",
     )
     assert done.returncode == 1
     payload = json.loads(done.stdout)
     assert payload["ok"] is False and payload["data"]["exit_code"] == 7
     assert payload["output"] == "hi\n[exit code: 7]" and payload["diff"] == ""
-    refused = clover(
+    refused = run_cli(
+        "tool",
         "editor",
         '{"command": "view", "path": "/etc/passwd"}',
         "--sandbox",
@@ -68,18 +64,19 @@ def test_json_output_and_tool_error_exit_code(project: Path) -> None:
 
 
 def test_usage_errors_exit_2(project: Path) -> None:
-    bad_json = clover("shell", "{nope", "--sandbox", "local", "--workdir", str(project))
+    bad_json = run_cli("tool", "shell", "{nope", "--sandbox", "local", "--workdir", str(project))
     assert bad_json.returncode == 2 and "ARGS is not valid JSON" in bad_json.stderr
-    unknown = clover("browser", "{}", "--sandbox", "local", "--workdir", str(project))
+    unknown = run_cli("tool", "browser", "{}", "--sandbox", "local", "--workdir", str(project))
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
-    no_dir = clover(
-        "shell", '{"command": "true"}', "--sandbox", "local", "--workdir", str(project / "missing")
+    no_dir = run_cli(
+        "tool", "shell", '{"command": "true"}', "--sandbox", "local", "--workdir", str(project / "missing")
     )
     assert no_dir.returncode == 2 and "is not a folder" in no_dir.stderr
 
 
 def test_docker_unreachable_exit_4(project: Path) -> None:
-    done = clover(
+    done = run_cli(
+        "tool",
         "shell",
         '{"command": "true"}',
         "--sandbox",
@@ -95,8 +92,14 @@ def test_docker_unreachable_exit_4(project: Path) -> None:
 
 
 def test_sandbox_dying_mid_call_is_one_clear_message_exit_4(project: Path) -> None:
-    done = clover(
-        "shell", '{"command": "kill -9 $PPID; sleep 30"}', "--sandbox", "local", "--workdir", str(project)
+    done = run_cli(
+        "tool",
+        "shell",
+        '{"command": "kill -9 $PPID; sleep 30"}',
+        "--sandbox",
+        "local",
+        "--workdir",
+        str(project),
     )
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr
@@ -108,7 +111,8 @@ def test_sandbox_dying_mid_call_is_one_clear_message_exit_4(project: Path) -> No
 @pytest.mark.docker
 def test_docker_call(project: Path) -> None:
     before = snapshot(project)
-    done = clover(
+    done = run_cli(
+        "tool",
         "shell",
         '{"command": "id -u; pwd; echo x >> app.py"}',
         "--sandbox",
