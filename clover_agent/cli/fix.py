@@ -283,6 +283,20 @@ class _RunProgress:
         return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
+    after the tests were set up, with a budget error instead of a usage error."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
+    return parse
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
@@ -327,12 +341,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
-    p.add_argument("--max-steps", type=int, default=50, metavar="N", help="model calls at most (default 50)")
     p.add_argument(
-        "--max-time", type=float, default=1800.0, metavar="S", help="seconds at most (default 1800)"
+        "--max-steps", type=_positive(int), default=50, metavar="N", help="model calls at most (default 50)"
     )
     p.add_argument(
-        "--max-tokens", type=int, metavar="N", help="tokens read and written at most (default: no limit)"
+        "--max-time",
+        type=_positive(float),
+        default=1800.0,
+        metavar="S",
+        help="seconds at most (default 1800)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=_positive(int),
+        metavar="N",
+        help="tokens read and written at most (default: no limit)",
     )
     p.add_argument("--policy", choices=tuple(PRESETS), default=DEFAULT_PRESET, help="tool policy preset")
     p.add_argument("-v", "--verbose", action="store_true", help="also stream the model's reasoning")

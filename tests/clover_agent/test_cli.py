@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from clover_agent import __version__
 from clover_agent.cli import COMMANDS, build_parser, main
 from clover_agent.errors import ExitCode
@@ -140,3 +142,14 @@ def test_a_reader_leaving_early_gets_no_traceback() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == ExitCode.FAILURE
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_fix_refuses_budgets_of_zero_or_less_up_front(capsys) -> None:
+    for option, value in [("--max-steps", "0"), ("--max-time", "-5"), ("--max-tokens", "0")]:
+        with pytest.raises(SystemExit) as stop:
+            main(["fix", "test_add", "--repo", str(REPO / "examples" / "calculator"), option, value])
+        assert stop.value.code == ExitCode.USAGE
+        assert f"argument {option}: must be above 0 (got {value})" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fix", "test_add", "--max-steps", "many"])
+    assert "argument --max-steps: invalid int value: 'many'" in capsys.readouterr().err
