@@ -10,9 +10,11 @@ import argparse
 import json
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from clover_agent.agent import load_trajectory
 from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE, FixReport
 from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
 from clover_agent.agent.targets import match_tests
-from clover_agent.agent.trajectory import read_events
+from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
@@ -45,6 +47,30 @@ def calculator_repo(tmp_path: Path, *, nested: bool = False) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "calculator with a bug")
     return repo
+
+
+def interrupt_fix(repo: Path, replay: Path, *, running: str) -> tuple[Path, int, str, str]:
+    """Run ``clover-agent fix test_add`` on ``replay`` in its own process and press Ctrl-C once the
+    trajectory holds ``running`` (a call is under way). Returns the trajectory, the exit code, stdout
+    and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
+         "--replay", str(replay), "--sandbox", "local"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    trajectory = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}"))
+        if found and running in found[0].read_text():
+            trajectory = found[0]
+            break
+        time.sleep(0.2)
+    assert trajectory is not None, proc.communicate()
+    time.sleep(0.3)  # the call is running now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return trajectory, proc.returncode, out, err
 
 
 def run_dirs(repo: Path) -> list[Path]:
@@ -278,29 +304,10 @@ def test_free_text_matches_test_ids() -> None:
 
 
 def test_ctrl_c_ends_with_130_and_a_closed_trajectory(tmp_path: Path) -> None:
-    import signal
-    import time
-
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "sleeps.jsonl", [call("shell", command="sleep 60")])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
-         "--replay", str(replay), "--sandbox", "local"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    trajectory = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((repo / ".clover" / "runs").glob("*/trajectory.jsonl"))
-        if found and "tool_call_started" in found[0].read_text():
-            trajectory = found[0]
-            break
-        time.sleep(0.2)
-    assert trajectory is not None, proc.communicate()
-    time.sleep(0.3)  # the shell command is running now
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == ExitCode.INTERRUPTED, out + err
+    trajectory, code, out, err = interrupt_fix(repo, replay, running="tool_call_started")
+    assert code == ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in err and "interrupted" in err
     events = read_events(trajectory)
     done, finished = events[-2:]

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +19,7 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
 from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.clover_agent.test_fix import REPLAY, calculator_repo, run_dirs, suite_passes
+from tests.clover_agent.test_fix import REPLAY, calculator_repo, interrupt_fix, run_dirs, suite_passes
 
 pytestmark = pytest.mark.slow
 
@@ -124,21 +120,8 @@ def test_an_interrupted_run_resumes_from_its_last_change(tmp_path: Path, capsys)
     edit made before it is restored, and the cut-off call gets a result saying what happened."""
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "edit-then-hang.jsonl", [FIX_ADD, call("shell", command="sleep 60")])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
-         "--replay", str(replay), "--sandbox", "local"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}"))
-        if found and '"name": "shell"' in found[0].read_text():
-            break
-        time.sleep(0.2)
-    time.sleep(0.3)  # the shell command is running now
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == ExitCode.INTERRUPTED, out + err
+    _, code, out, err = interrupt_fix(repo, replay, running='"name": "shell"')
+    assert code == ExitCode.INTERRUPTED, out + err
     (run,) = run_dirs(repo)
     assert "Traceback" not in err
     assert f"interrupted; continue it with: clover-agent fix --resume {run.name} --repo {repo}" in err
