@@ -109,7 +109,7 @@ class TestReport:
                 "from `go test -json`" if self.structured else "parsed from the console output (best effort)"
             )
         )
-        lines = [f"$ {self.command}"]
+        lines = [f"$ {self.command}"] if self.command else []  # no command: no framework was found
         if self.timed_out:
             lines.append(f"The test run timed out after {self.duration_s:.0f} s and was killed.")
         if self.problem:
@@ -125,7 +125,9 @@ class TestReport:
                 lines.append(failure.traceback)
         if len(self.failures) > FAILURES_SHOWN:
             lines.append(f"\n[... {len(self.failures) - FAILURES_SHOWN} more failing tests not shown ...]")
-        if self.problem or (not self.structured and (self.failed or self.errors or self.exit_code)):
+        if self.output and (
+            self.problem or (not self.structured and (self.failed or self.errors or self.exit_code))
+        ):
             lines.append("\nOutput:\n" + head_tail(self.output, 4096, 4096))
         return "\n".join(lines)
 

@@ -198,6 +198,7 @@ async def test_detection(tmp_path: Path, files: dict[str, str], expected: str) -
         if expected == "none":
             report = await run_tests_in(sb)
             assert report.problem and "No test framework found" in report.problem
+            assert report.summary() == report.problem  # no empty `$ ` command line, no empty output
         if "pytest.ini" in files:  # pytest configured, but no tests at all
             report = await run_tests_in(sb)
             assert report.exit_code == 5 and report.problem and "collected no tests" in report.problem
