@@ -95,6 +95,12 @@ async def select_tests(
         if how != "keyword":
             raise UsageError(f"{text!r} selects no tests ({how}): {report.problem or report.summary()}")
     suite = suite or await run_tests_in(sandbox, None)
+    if not suite.outcomes:  # nothing to match against: say so rather than "no test matches"
+        if suite.framework == "none":
+            why = "no pytest or unittest files, package.json test script, go.mod or Cargo.toml"
+        else:
+            why = suite.problem or suite.summary()
+        raise UsageError(f"found no tests in {repo} ({why}); fix works from a failing test")
     matches = match_tests(text, list(suite.outcomes))
     if not matches:
         raise UsageError(

@@ -28,7 +28,7 @@ from clover_agent.cli import main
 from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
 from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.git_repos import git
+from tests.git_repos import git, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "calculator"
@@ -223,6 +223,12 @@ def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> Non
         repo, capsys, "zebra quantum flux", "--backend", "replay", "--replay", str(REPLAY)
     )
     assert code == ExitCode.USAGE and "no test matches" in err
+
+
+def test_a_repository_without_tests_is_named_as_such(tmp_path: Path, capsys) -> None:
+    repo = make_repo(tmp_path / "no-tests", {"app.py": "x = 1\n"})
+    code, err, _ = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(REPLAY))
+    assert code == ExitCode.USAGE and f"found no tests in {repo} (no pytest or unittest files" in err
 
 
 def test_unreachable_backend_exits_3(tmp_path: Path, capsys) -> None:
