@@ -115,6 +115,7 @@ def _device(name: str) -> torch.device:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clover_agent.engine.config import CloverConfig
     from clover_agent.engine.decoding import CommittedBlock, Done
     from clover_agent.engine.engine import Engine
     from clover_agent.engine.sampling import SamplingParams
@@ -122,10 +123,6 @@ def run(args: argparse.Namespace) -> int:
     if args.thinking and not args.chat:
         raise UsageError("--thinking needs --chat (it opens <think> in the chat template's assistant turn)")
     device = _device(args.device)
-    try:
-        engine = Engine.from_pretrained(args.model, device=device, progress=None if args.json else sys.stderr)
-    except RuntimeError as exc:  # the device cannot hold or run the model
-        raise ModelUnavailable(f"cannot load {args.model} on {device}: {exc}") from exc
     options: dict[str, object] = {
         "max_new_tokens": args.max_new_tokens,
         "mode": args.mode,
@@ -135,10 +132,20 @@ def run(args: argparse.Namespace) -> int:
         options["threshold"] = args.threshold
     if args.seed is not None:
         options["seed"] = args.seed
+    # The arguments are checked before the weights load (minutes for Clover itself): the sampling
+    # parameters need only config.json, --ids no tokenizer.
+    preset = SamplingParams.greedy if args.greedy else SamplingParams.coding
     try:
-        prompt = _prompt_ids(args, engine.tokenizer)
-        preset = SamplingParams.greedy if args.greedy else SamplingParams.coding
-        params = preset(engine.config, **options)
+        params = preset(CloverConfig.from_file(args.model), **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    prompt = _prompt_ids(args, None) if args.ids is not None else None
+    try:
+        engine = Engine.from_pretrained(args.model, device=device, progress=None if args.json else sys.stderr)
+    except RuntimeError as exc:  # the device cannot hold or run the model
+        raise ModelUnavailable(f"cannot load {args.model} on {device}: {exc}") from exc
+    try:
+        prompt = prompt if prompt is not None else _prompt_ids(args, engine.tokenizer)
         result = None
         for event in engine.stream(prompt, params):
             if isinstance(event, CommittedBlock) and not args.json:

@@ -86,6 +86,27 @@ def test_usage_errors_exit_2_with_a_message(
     assert "no tokenizer.json" in capsys.readouterr().err
 
 
+def test_bad_arguments_are_found_before_the_weights_load(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Loading Clover itself takes minutes: arguments wrong on their face fail first. Here there
+    are no weights at all, so anything that tried to load them would exit 3 instead."""
+    weightless = tmp_path / "weightless"
+    shutil.copytree(checkpoint, weightless)
+    for tensors in weightless.glob("*.safetensors"):
+        tensors.unlink()
+    for args, message in [
+        (["--ids", "1,x"], "comma-separated integers"),
+        (["--ids", "1,2", "--threshold", "2"], "threshold must be in (0, 1]"),
+        (["--ids", "1,2", "--max-new-tokens", "0"], "at least 1"),
+        (["--prompt", "hi", "--threshold", "0"], "threshold must be in (0, 1]"),
+    ]:
+        assert main(["generate", "--model", str(weightless), *args]) == ExitCode.USAGE, args
+        err = capsys.readouterr().err
+        assert message in err and "loading weights" not in err, (args, err)
+    assert main(["generate", "--model", str(weightless), "--ids", "1,2"]) == ExitCode.MODEL_UNAVAILABLE
+
+
 def test_user_errors_are_messages_with_their_exit_code_never_tracebacks(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
