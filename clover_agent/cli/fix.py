@@ -115,7 +115,7 @@ def _counts(report: Any) -> str:
     return text
 
 
-def print_summary(report: FixReport, repo: Path) -> None:
+def print_summary(report: FixReport) -> None:
     def rel(path: Path) -> str:
         try:
             return str(path.relative_to(Path.cwd()))
@@ -252,7 +252,7 @@ def _fix(args: argparse.Namespace) -> int:
         raise CloverError(
             f"interrupted{'; ' + hint if hint else ''}", exit_code=ExitCode.INTERRUPTED
         ) from None
-    print_summary(report, repo)
+    print_summary(report)
     if not report.fixed:
         hint = progress.resume_hint(repo)
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
