@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-_GIT_IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost -c commit.gpgsign=false"
+#: Git options for the commits clover-agent makes in a workspace (baseline, checkpoints): its own
+#: identity, never signed.
+GIT_IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost -c commit.gpgsign=false"
 
 #: Prints the baseline commit of ``/workspace`` (creating the repository and commit if needed).
 BASELINE_SCRIPT = f"""set -e
@@ -32,7 +34,7 @@ fi
 [ -d .git ] || git init -q
 git add -A
 if ! git rev-parse -q --verify HEAD >/dev/null || ! git diff --cached --quiet; then
-  git {_GIT_IDENTITY} commit -q --no-verify --allow-empty -m "clover-agent: starting state"
+  git {GIT_IDENTITY} commit -q --no-verify --allow-empty -m "clover-agent: starting state"
 fi
 git rev-parse HEAD
 """

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from clover_agent.errors import CloverError
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
-from clover_agent.sandboxes.workspace import copy_index_command
-
-_IDENTITY = "-c user.name=clover-agent -c user.email=clover-agent@localhost"
+from clover_agent.sandboxes.workspace import GIT_IDENTITY, copy_index_command
 
 _SNAPSHOT = """\
 set -e
@@ -73,7 +71,7 @@ class Checkpoints:
         ref = f"refs/clover/{self.run_id}/turn-{turn}-{len(self.taken)}"
         message = f"clover-agent checkpoint: turn {turn}, before {tool}"
         script = _SNAPSHOT.format(
-            identity=_IDENTITY,
+            identity=GIT_IDENTITY,
             message=shlex.quote(message),
             ref=shlex.quote(ref),
             copy_index=copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"'),
