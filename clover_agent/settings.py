@@ -10,6 +10,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clover_agent.errors import UsageError
+
 #: Hugging Face repository of the Clover weights.
 HF_REPO_ID = "Diffuspace/Clover-35B-A3B-Preview"
 #: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses.
@@ -51,20 +53,37 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
+        """Raises :class:`UsageError` naming the file and the setting when the file is not valid."""
         path = _config_path()
         values: dict = {}
         if path.is_file():
-            with path.open("rb") as f:
-                values = tomllib.load(f)
+            try:
+                with path.open("rb") as f:
+                    values = tomllib.load(f)
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise UsageError(f"{path}: not a readable TOML file ({exc})") from exc
+
+        def text(table: str | None, key: str) -> str | None:
+            """The string at ``[table] key`` (a top-level key when ``table`` is None), if set."""
+            section = values if table is None else values.get(table, {})
+            if not isinstance(section, dict):
+                raise UsageError(f"{path}: {table} must be a table ([{table}])")
+            value = section.get(key)
+            if value is not None and not isinstance(value, str):
+                where = key if table is None else f"[{table}] {key}"
+                raise UsageError(f"{path}: {where} must be a string (got {value!r})")
+            return value
+
         env = os.environ
-        home = env.get("CLOVER_HOME") or values.get("home") or str(Path.home() / ".cache" / "clover-agent")
+        home = env.get("CLOVER_HOME") or text(None, "home") or str(Path.home() / ".cache" / "clover-agent")
         return cls(
             config_path=path,
-            model_path=values.get("model", {}).get("path") if isinstance(values.get("model"), dict) else None,
+            model_path=text("model", "path"),
             home=Path(home).expanduser(),
             sandbox_image=env.get("CLOVER_SANDBOX_IMAGE")
-            or values.get("sandbox", {}).get("image", DEFAULT_SANDBOX_IMAGE),
-            base_url=env.get("CLOVER_BASE_URL") or values.get("openai", {}).get("base_url"),
+            or text("sandbox", "image")
+            or DEFAULT_SANDBOX_IMAGE,
+            base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
             file_values=values,
         )
