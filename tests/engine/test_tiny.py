@@ -20,17 +20,10 @@ from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.tiny import PEAKED_LOGIT_STD, SMALL_MODEL_VOCAB_SIZE, write_tiny_checkpoint
 from clover_agent.engine.tiny import main as tiny_main
 from clover_agent.engine.tokenizer import load_tokenizer
+from tests.engine.checkpoints import read_tensors
 
 hf_logging.set_verbosity_error()
 PROBE = torch.tensor([[1, 5, 9, 33, 100, 200, 7, 8, 545, 514]])
-
-
-def read_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
-    out = {}
-    for path in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as handle:
-            out.update({name: handle.get_tensor(name) for name in handle.keys()})  # noqa: SIM118
-    return out
 
 
 def load_with_transformers(model_dir: Path) -> tuple[Qwen3_5MoeForCausalLM, dict]:
