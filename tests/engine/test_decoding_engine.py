@@ -20,11 +20,6 @@ def engine(folder: Path) -> Engine:
     return Engine.from_pretrained(folder, progress=None)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", peaked=True, seed=3)
-
-
 def test_engine_generates_text_and_streams_the_same_tokens(checkpoint: Path) -> None:
     clover = engine(checkpoint)
     tokenizer = clover.tokenizer

@@ -19,11 +19,6 @@ from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", peaked=True, seed=3)
-
-
 def test_json_output_matches_the_engine(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [
