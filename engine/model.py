@@ -39,7 +39,6 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: CloverConfig, layer_type: str) -> None:
         super().__init__()
-        self.layer_type = layer_type
         if layer_type == "linear_attention":
             self.linear_attn = GatedDeltaNet(config)
         else:
