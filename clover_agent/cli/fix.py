@@ -357,6 +357,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="tokens read and written at most (default: no limit)",
     )
-    p.add_argument("--policy", choices=tuple(PRESETS), default=DEFAULT_PRESET, help="tool policy preset")
+    p.add_argument(
+        "--policy",
+        choices=tuple(PRESETS),
+        default=DEFAULT_PRESET,
+        help=f"which tool calls may run (default {DEFAULT_PRESET}): read-only: view, search and run tests, "
+        "no edits or shell; workspace: anything inside /workspace, asking you first for network or "
+        "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal); "
+        "ci: the same, those commands refused",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="also stream the model's reasoning")
     p.set_defaults(func=_fix)

@@ -153,3 +153,13 @@ def test_fix_refuses_budgets_of_zero_or_less_up_front(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["fix", "test_add", "--max-steps", "many"])
     assert "argument --max-steps: invalid int value: 'many'" in capsys.readouterr().err
+
+
+def test_fix_help_says_what_each_policy_allows(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # no line breaks inside `read-only`
+    with pytest.raises(SystemExit):
+        main(["fix", "--help"])
+    policy_help = " ".join(capsys.readouterr().out.split("--policy {read-only,workspace,ci}")[-1].split())
+    assert "(default workspace)" in policy_help
+    for name in ("read-only:", "workspace:", "ci:"):
+        assert name in policy_help
