@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
+from tests.cli_process import run_cli
 
 
 def test_json_output_matches_the_engine(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,8 +121,7 @@ def test_user_errors_are_messages_with_their_exit_code_never_tracebacks(
         ),
     ]
     for args, code, message in in_subprocess:
-        command = [sys.executable, "-m", "clover_agent", "generate", *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        done = run_cli("generate", *args)
         assert "Traceback" not in done.stderr, args
         assert (done.returncode, message in done.stderr) == (code, True), (args, done.stderr)
         # loading progress may come first; the error is one line at the end
