@@ -84,6 +84,8 @@ async def select_tests(
         candidates.append((text, "node id"))
     elif (repo / text).exists() and not text.startswith("/"):
         candidates.append((text, "file"))
+    elif " " not in text and not text.startswith("/") and ("/" in text or text.endswith(".py")):
+        raise UsageError(f"TARGET {text!r} looks like a file, but {repo} has no such file")
     elif text.startswith("-k "):
         candidates.append((text, "keyword"))
     elif _looks_like_keyword(text):

@@ -225,6 +225,17 @@ def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> Non
     assert code == ExitCode.USAGE and "no test matches" in err
 
 
+def test_a_target_file_that_does_not_exist_is_named(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code, err, _ = fix_error(
+        repo, capsys, "tests/test_calculater.py", "--backend", "replay", "--replay", str(REPLAY)
+    )
+    assert (
+        code == ExitCode.USAGE
+        and f"TARGET 'tests/test_calculater.py' looks like a file, but {repo} has no such file" in err
+    )
+
+
 def test_a_repository_without_tests_is_named_as_such(tmp_path: Path, capsys) -> None:
     repo = make_repo(tmp_path / "no-tests", {"app.py": "x = 1\n"})
     code, err, _ = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(REPLAY))
