@@ -114,6 +114,10 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     from clover_agent.engine.tokenizer import load_tokenizer
     from clover_agent.engine.weights import plan_load, read_tensor_index
 
+    if model_dir.is_file():
+        raise ModelUnavailable(
+            f"{model_dir} is a file: give the checkpoint folder (config.json + *.safetensors)"
+        )
     if not model_dir.is_dir():
         raise ModelUnavailable(f"{model_dir}: checkpoint folder not found")
     config = CloverConfig.from_file(model_dir / "config.json")

@@ -104,6 +104,9 @@ def test_info_lists_tensors_the_engine_cannot_place(tmp_path: Path, capsys) -> N
 def test_info_on_a_missing_folder_and_bare_model_command(tmp_path: Path, capsys) -> None:
     assert main(["model", "info", str(tmp_path / "nowhere")]) == 3
     assert "checkpoint folder not found" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text("{}")  # the file given instead of its folder
+    assert main(["model", "info", str(tmp_path / "config.json")]) == 3
+    assert f"{tmp_path / 'config.json'} is a file: give the checkpoint folder" in capsys.readouterr().err
     (tmp_path / "broken").mkdir()
     assert main(["model", "info", str(tmp_path / "broken")]) == 3
     assert "config" in capsys.readouterr().err
