@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=list(MODES),
         default="diffusion",
         help="diffusion: block diffusion (default); self_speculative: diffusion drafts verified "
-        "causally (equals greedy autoregressive output); autoregressive: one token per forward",
+        "causally, lossless (with --greedy the output equals greedy autoregressive decoding; sampled, "
+        "it is distributed as autoregressive sampling); autoregressive: one token per forward",
     )
     parser.add_argument(
         "--max-new-tokens",

@@ -199,3 +199,15 @@ def test_sampling_uses_the_coding_preset_and_greedy_is_one_flag_away(
     assert greedy["token_ids"] == engine.generate([5, 6, 7, 8], greedy_params).token_ids
     # Sampling at temperature 0.6 is not greedy decoding in disguise on this checkpoint.
     assert greedy["token_ids"] not in (sampled["token_ids"], other_seed["token_ids"])
+
+
+def test_help_claims_greedy_equality_only_with_greedy(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --greedy, generate samples (temperature 0.6): self_speculative then equals
+    autoregressive sampling in distribution, not greedy decoding."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    mode_help = capsys.readouterr().out.split("--mode {diffusion,self_speculative,autoregressive}")[-1]
+    assert "with --greedy the output equals greedy autoregressive decoding" in mode_help
