@@ -286,8 +286,9 @@ async def _reproduce(
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
     if selection.report.all_passed:
+        total = selection.report.total
         raise NothingToFix(
-            f"nothing to fix: {request.target!r} selects {selection.report.total} tests and none fails "
+            f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none fails "
             f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
         )
     if selection.report.problem and not selection.report.outcomes:
