@@ -302,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = _write_from_args(args)
     except vocabularies.VocabularyUnavailable as exc:
         parser.exit(1, f"error: {exc}\n")
+    except OSError as exc:  # the folder cannot be made or written
+        parser.exit(1, f"error: cannot write {args.out_dir}: {exc.strerror or exc}\n")
     print(f"wrote {path}")
     return 0
 

@@ -171,6 +171,10 @@ def test_command_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         tiny_main([str(out), "--shards", "0"])
     assert exit_info.value.code == 2
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit) as exit_info:  # an output folder that cannot be made: a message
+        tiny_main([str(tmp_path / "a-file" / "tiny")])
+    assert exit_info.value.code == 1
 
 
 @pytest.mark.slow
