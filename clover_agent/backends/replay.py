@@ -30,6 +30,10 @@ def load_replay(path: Path) -> list[str]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UsageError(f"cannot read the replay file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path} is not a UTF-8 text file (JSON Lines); byte {exc.start} is not UTF-8"
+        ) from exc
     turns: list[str] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

@@ -96,6 +96,13 @@ def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
         create_backend("replay", path=tmp_path / "absent.jsonl")
 
 
+def test_a_binary_file_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b'{"content": "ok"}\n\xd0\x00\xff')
+    with pytest.raises(UsageError, match=f"{path} is not a UTF-8 text file"):
+        create_backend("replay", path=path)
+
+
 def test_unknown_backend_kind() -> None:
     with pytest.raises(UsageError, match="choose one of: engine, openai, replay"):
         create_backend("magic")
