@@ -26,6 +26,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from clover_agent.engine.errors import CheckpointError
+
 #: File name of the template in a checkpoint folder (preferred over ``tokenizer_config.json``).
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 #: The Qwen3.6 template shipped with this package (a copy of the published one).
@@ -146,7 +148,7 @@ def load_chat_template(model_dir: str | Path) -> str | None:
     model_dir = Path(model_dir)
     jinja_file = model_dir / CHAT_TEMPLATE_FILE
     if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
+        return _compiling(jinja_file.read_text(encoding="utf-8"), jinja_file)
     config_file = model_dir / "tokenizer_config.json"
     if not config_file.is_file():
         return None
@@ -154,7 +156,18 @@ def load_chat_template(model_dir: str | Path) -> str | None:
     if isinstance(entry, list):
         named = {item.get("name"): item.get("template") for item in entry if isinstance(item, Mapping)}
         entry = named.get("default") or next(iter(named.values()), None)
-    return entry if isinstance(entry, str) else None
+    return _compiling(entry, config_file) if isinstance(entry, str) else None
+
+
+def _compiling(source: str, origin: Path) -> str:
+    """``source``, once it compiles: a broken template is the checkpoint's fault, named with its file."""
+    try:
+        compile_template(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise CheckpointError(
+            f"{origin}: the chat template does not compile: {exc.message} (line {exc.lineno})"
+        ) from exc
+    return source
 
 
 def bundled_chat_template() -> str:

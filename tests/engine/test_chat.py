@@ -12,6 +12,7 @@ import jinja2
 import pytest
 
 from clover_agent.engine.chat import bundled_chat_template, load_chat_template, render_chat
+from clover_agent.engine.errors import CheckpointError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: The shared reference folder, when this checkout sits beside one (the fixture is a copy of it).
@@ -91,6 +92,19 @@ def test_load_chat_template_prefers_jinja_file(tmp_path: Path) -> None:
     assert load_chat_template(tmp_path) == "d"
     (tmp_path / "chat_template.jinja").write_text("from-file")
     assert load_chat_template(tmp_path) == "from-file"
+
+
+def test_a_template_that_does_not_compile_names_its_file(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% if %}"}))
+    with pytest.raises(
+        CheckpointError, match=f"{tmp_path / 'tokenizer_config.json'}: the chat template does not"
+    ):
+        load_chat_template(tmp_path)
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0] }")
+    with pytest.raises(
+        CheckpointError, match=f"{tmp_path / 'chat_template.jinja'}: the chat template does not"
+    ):
+        load_chat_template(tmp_path)
 
 
 def test_chat_module_does_not_import_torch() -> None:
