@@ -100,9 +100,12 @@ def _check_arguments(args: argparse.Namespace) -> Path:
 
 async def _approve_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> bool:
     shown = " ".join(f"{k}={v!r}" for k, v in arguments.items())
-    answer = await asyncio.to_thread(
-        input, f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y/N] "
-    )
+    try:
+        answer = await asyncio.to_thread(
+            input, f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y/N] "
+        )
+    except EOFError:  # Ctrl-D: no
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -180,7 +183,11 @@ def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) 
                 f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
             )
             return ExitCode.OK
-        answer = input(f"Apply the patch to {repo}? [y/N] ").strip().lower()
+        try:
+            answer = input(f"Apply the patch to {repo}? [y/N] ").strip().lower()
+        except EOFError:  # Ctrl-D: no
+            print()
+            answer = ""
         if answer not in ("y", "yes"):
             report.hand_back = "declined"
             print(f"Not applied. To apply it later: {how}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pty
 import re
 import shutil
 import signal
@@ -25,7 +27,7 @@ from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_fil
 from clover_agent.agent.targets import match_tests
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
-from clover_agent.cli.fix import _hand_back
+from clover_agent.cli.fix import _approve_at_terminal, _hand_back
 from clover_agent.errors import ExitCode
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
@@ -179,6 +181,32 @@ def test_no_terminal_without_yes_does_not_apply(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "No terminal to confirm" in out and f"git -C {repo} apply {run / PATCH_FILE}" in out
     assert json.loads((run / SUMMARY_FILE).read_text())["hand_back"] == "no terminal to confirm"
+
+
+def test_ctrl_d_at_the_apply_question_is_no(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal (a real pseudo-terminal) on which the user answers with Ctrl-D (end of input)."""
+    repo = calculator_repo(tmp_path)
+    run = repo / ".clover" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / PATCH_FILE).write_text("")
+    report = FixReport("r1", run, exit_code=ExitCode.OK)
+    main_fd, terminal_fd = pty.openpty()
+    with os.fdopen(terminal_fd, "r") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        os.write(main_fd, b"\x04")  # Ctrl-D at the start of a line: end of input
+        assert _hand_back(report, repo, argparse.Namespace(yes=False, dry_run=False)) == ExitCode.OK
+    os.close(main_fd)
+    assert "Not applied. To apply it later:" in capsys.readouterr().out
+    assert json.loads((run / SUMMARY_FILE).read_text())["hand_back"] == "declined"
+
+
+async def test_ctrl_d_at_an_approval_question_is_no(monkeypatch: pytest.MonkeyPatch) -> None:
+    main_fd, terminal_fd = pty.openpty()
+    with os.fdopen(terminal_fd, "r") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        os.write(main_fd, b"\x04")
+        assert await _approve_at_terminal("shell", {"command": "curl example.com"}, "network") is False
+    os.close(main_fd)
 
 
 def test_patch_helpers() -> None:
