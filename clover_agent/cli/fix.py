@@ -335,7 +335,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "replay: recorded turns (tests and demos, not a model)",
     )
     p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
-    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server (openai backend)")
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible server's API root, e.g. http://HOST:30000/v1 (openai backend; default "
+        "CLOVER_BASE_URL; the API key, if it needs one, comes from CLOVER_API_KEY or OPENAI_API_KEY)",
+    )
     p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
     p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
     p.add_argument(

@@ -163,3 +163,11 @@ def test_fix_help_says_what_each_policy_allows(capsys, monkeypatch: pytest.Monke
     assert "(default workspace)" in policy_help
     for name in ("read-only:", "workspace:", "ci:"):
         assert name in policy_help
+
+
+def test_fix_help_says_where_the_api_key_comes_from(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["fix", "--help"])
+    (base_url_help,) = [line for line in capsys.readouterr().out.splitlines() if "--base-url URL " in line]
+    assert "CLOVER_BASE_URL" in base_url_help and "CLOVER_API_KEY or OPENAI_API_KEY" in base_url_help
