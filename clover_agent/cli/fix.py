@@ -46,6 +46,18 @@ recorded conversation with the budgets given now, the same trajectory grows, and
 verified and handed back as usual. TARGET may be left out (it is the recorded one)."""
 
 
+#: Files that mark a project's root folder (a --repo that is a subfolder without any is likely a mistake).
+PROJECT_FILES = (
+    "pyproject.toml",
+    "setup.py",
+    "package.json",
+    "setup.cfg",
+    "go.mod",
+    "Cargo.toml",
+    "pytest.ini",
+)
+
+
 def require_engine(model: str | None) -> None:
     """Fail within seconds, with the ways forward, when the embedded engine cannot serve.
 
@@ -86,14 +98,23 @@ def _check_arguments(args: argparse.Namespace) -> Path:
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
     inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
+        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
         capture_output=True,
         text=True,
         check=False,
     )
-    if inside.stdout.strip() != "true":
+    answer = inside.stdout.splitlines()  # "true", then the top folder of the work tree
+    if len(answer) != 2 or answer[0] != "true":
         raise UsageError(
             f"{repo} is not in a git repository (fix hands back a git patch); run `git init` there"
+        )
+    top = Path(answer[1]).resolve()
+    if top != repo and not any((repo / name).exists() for name in PROJECT_FILES):
+        print(
+            f"note: only {repo} goes into the sandbox: a subfolder of the git repository {top}, with no "
+            f"project file of its own ({', '.join(PROJECT_FILES[:3])}...); for the whole project, pass "
+            f"--repo {shlex.quote(str(top))}",
+            file=sys.stderr,
         )
     return repo
 

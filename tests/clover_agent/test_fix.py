@@ -253,6 +253,19 @@ def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> Non
     assert code == ExitCode.USAGE and "no test matches" in err
 
 
+def test_a_subfolder_without_a_project_file_gets_a_note(tmp_path: Path, capsys) -> None:
+    """`cd tests && clover-agent fix test_add`: only tests/ would go into the sandbox."""
+    repo = calculator_repo(tmp_path)
+    code, err, _ = fix_error(
+        repo / "tests", capsys, "test_add", "--backend", "replay", "--replay", str(REPLAY)
+    )
+    assert code != ExitCode.OK
+    assert f"note: only {repo / 'tests'} goes into the sandbox" in err and f"--repo {repo}" in err
+    nested = calculator_repo(tmp_path / "nested", nested=True)  # a project in a subfolder: no note
+    code, err, _ = fix_error(nested, capsys, "test_subtract", "--backend", "replay", "--replay", str(REPLAY))
+    assert code == ExitCode.NOTHING_TO_FIX and "note:" not in err
+
+
 def test_a_target_file_that_does_not_exist_is_named(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
     code, err, _ = fix_error(
