@@ -304,7 +304,10 @@ async def _run_pytest(sandbox: Sandbox, target: str | None, timeout: float) -> T
     if result.exit_code == 5:
         report.problem = "pytest collected no tests (exit code 5): check the target."
     elif result.exit_code not in (0, 1) and report.total == 0:
-        report.problem = _no_results(result, f"pytest stopped with exit code {result.exit_code}")
+        # pytest's own complaint (a node id not found, a bad option) is the useful part.
+        said = [line for line in result.output.splitlines() if line.startswith("ERROR: ")][:3]
+        why = f" ({'; '.join(said)})" if said else ""
+        report.problem = _no_results(result, f"pytest stopped with exit code {result.exit_code}{why}")
     return report
 
 

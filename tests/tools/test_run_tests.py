@@ -120,6 +120,11 @@ async def test_tool_output_and_targets(sandbox: Sandbox) -> None:
     assert (bare.passed, bare.errors) == (1, 1)  # the broken module still fails to collect
     nothing = await run_tests_in(sandbox, "-k no_such_test_name")
     assert (nothing.passed, nothing.errors) == (0, 1) and not nothing.all_passed
+    missing = await run_tests_in(sandbox, "tests/test_math.py::test_no_such_node")
+    assert missing.total == 0 and missing.problem.startswith(
+        "pytest stopped with exit code 4 (ERROR: not found: "
+    )
+    assert "test_no_such_node" in missing.problem  # pytest's complaint, not just "see the output"
 
 
 @in_module_loop
