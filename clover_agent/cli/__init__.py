@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clover-agent",
         description="A coding agent on Clover-35B-A3B, a block-diffusion model you run yourself.",
-        epilog="Exit codes: see README.md. Run `clover-agent COMMAND --help` for each command.",
+        epilog="Exit codes: "
+        + ", ".join(f"{code.value} {code.name.lower().replace('_', ' ')}" for code in ExitCode)
+        + ". Run `clover-agent COMMAND --help` for each command and what its codes mean there.",
     )
     parser.add_argument("--version", action="version", version=f"clover-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

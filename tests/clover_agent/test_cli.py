@@ -171,3 +171,13 @@ def test_fix_help_says_where_the_api_key_comes_from(capsys, monkeypatch: pytest.
         main(["fix", "--help"])
     (base_url_help,) = [line for line in capsys.readouterr().out.splitlines() if "--base-url URL " in line]
     assert "CLOVER_BASE_URL" in base_url_help and "CLOVER_API_KEY or OPENAI_API_KEY" in base_url_help
+
+
+def test_top_level_help_lists_the_exit_codes(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user with only the installed command (no README at hand) can read what an exit code means."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "0 ok, 1 failure, 2 usage, 3 model unavailable, 4 sandbox unavailable, 5 nothing to fix" in out
+    assert "6 budget exhausted, 7 agent error, 130 interrupted" in out
