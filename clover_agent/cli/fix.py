@@ -317,7 +317,7 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
     def parse(text: str) -> Any:
         value = kind(text)
-        if value <= 0:
+        if not value > 0:  # also refuses nan
             raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
         return value
 

@@ -145,7 +145,12 @@ def test_a_reader_leaving_early_gets_no_traceback() -> None:
 
 
 def test_fix_refuses_budgets_of_zero_or_less_up_front(capsys) -> None:
-    for option, value in [("--max-steps", "0"), ("--max-time", "-5"), ("--max-tokens", "0")]:
+    for option, value in [
+        ("--max-steps", "0"),
+        ("--max-time", "-5"),
+        ("--max-time", "nan"),
+        ("--max-tokens", "0"),
+    ]:
         with pytest.raises(SystemExit) as stop:
             main(["fix", "test_add", "--repo", str(REPO / "examples" / "calculator"), option, value])
         assert stop.value.code == ExitCode.USAGE
