@@ -55,14 +55,19 @@ TMP_SIZE = "1g"
 _LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this machine)"
 
 
-def docker_client(timeout: float = 10) -> docker.DockerClient:
-    """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it."""
+def docker_client(timeout: float = 10, *, offer_local: bool = True) -> docker.DockerClient:
+    """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it.
+
+    ``offer_local`` adds "or run with ``--sandbox local``" to the fix: right for the commands that
+    take that option (``fix``, ``tool``), wrong for ``sandbox build|prune``, which need Docker itself.
+    """
+    way_out = f", {_LOCAL_HINT}" if offer_local else ""
     try:
         import docker
     except ImportError as exc:
         raise SandboxUnavailable(
             f"the `docker` Python package is missing ({exc}): reinstall clover-agent "
-            f"(`pip install clover-agent`), {_LOCAL_HINT}"
+            f"(`pip install clover-agent`){way_out}"
         ) from None
     where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
     try:
@@ -72,7 +77,7 @@ def docker_client(timeout: float = 10) -> docker.DockerClient:
         raise SandboxUnavailable(
             f"no Docker engine answers at {where} ({_short(exc)}). Install Docker and start it "
             "(e.g. `sudo systemctl start docker`), give your user access to its socket, or point "
-            f"DOCKER_HOST at a running engine; {_LOCAL_HINT}"
+            f"DOCKER_HOST at a running engine{way_out}"
         ) from None
     return client
 

@@ -17,7 +17,7 @@ def _build(args: argparse.Namespace) -> int:
         make_base_image,
     )
 
-    client = docker_client()
+    client = docker_client(offer_local=False)
     base = args.base or DEFAULT_BASE_IMAGE
     if args.base is None and not image_exists(client, base):
         print(f"base image {base} is missing: making it with debootstrap (a few minutes)", flush=True)
@@ -42,7 +42,7 @@ def _prune(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.docker import docker_client, remove_containers, stale_containers
     from clover_agent.sandboxes.local import reap_stale_copies
 
-    client = docker_client()
+    client = docker_client(offer_local=False)
     removed = remove_containers(client, stale_containers(client, everything=args.all))
     copies = reap_stale_copies()
     print(f"removed {len(removed)} sandbox container(s) and {len(copies)} local sandbox copy(ies)")

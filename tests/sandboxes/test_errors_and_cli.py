@@ -32,11 +32,15 @@ async def test_docker_not_running_is_one_clear_error(repo: Path, monkeypatch: py
     assert excinfo.value.exit_code == ExitCode.SANDBOX_UNAVAILABLE
 
 
-def test_cli_reports_docker_missing_without_traceback() -> None:
+@pytest.mark.parametrize("action", ["prune", "build"])
+def test_cli_reports_docker_missing_without_traceback(action: str) -> None:
+    """`sandbox build|prune` need Docker itself: the fix says how to reach it, and does not offer
+    `--sandbox local`, an option these commands do not take."""
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-    result = run_cli("sandbox", "prune", env=env)
+    result = run_cli("sandbox", action, env=env)
     assert result.returncode == ExitCode.SANDBOX_UNAVAILABLE
-    assert "no Docker engine answers" in result.stderr and "--sandbox local" in result.stderr
+    assert "no Docker engine answers" in result.stderr and "start docker" in result.stderr
+    assert "DOCKER_HOST" in result.stderr and "--sandbox local" not in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
@@ -122,5 +126,6 @@ def test_docker_package_missing_is_one_clear_error() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == ExitCode.SANDBOX_UNAVAILABLE
-    assert "the `docker` Python package is missing" in result.stderr and "--sandbox local" in result.stderr
+    assert "the `docker` Python package is missing" in result.stderr and "pip install" in result.stderr
+    assert "--sandbox local" not in result.stderr  # `sandbox prune` does not take it
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
