@@ -63,15 +63,24 @@ def _located(model_dir: str | Path | None, configured: str | None) -> EngineRead
     return report
 
 
-def _device_for(report: EngineReadiness) -> str:
+def serving_device(report: EngineReadiness) -> str | None:
+    """The device this backend runs the checkpoint on when none is given ("cuda" or "cpu"), or
+    None when this machine cannot serve it (see the module docstring for the rule)."""
     if report.ready:
         return "cuda"
     weights = report.weights_bytes or 0
     memory = _physical_memory_bytes()
     small = weights <= CPU_MAX_WEIGHT_BYTES and (memory == 0 or weights * 4 <= memory)
-    if not report.gpu.available and small:
+    if not report.gpu.available and small and report.model.path is not None:
         return "cpu"
-    raise BackendUnavailable(report.explain())
+    return None
+
+
+def _device_for(report: EngineReadiness) -> str:
+    device = serving_device(report)
+    if device is None:
+        raise BackendUnavailable(report.explain())
+    return device
 
 
 def choose_device(model_dir: str | Path | None, configured: str | None = None) -> tuple[Path, str]:

@@ -109,6 +109,7 @@ def _token_label(tokenizer: Any, token_id: int | None) -> str:
 
 def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     """Everything ``model info`` shows, as plain data (config, tensor headers, tokenizer, machine)."""
+    from clover_agent.backends.engine import serving_device
     from clover_agent.engine.config import CloverConfig
     from clover_agent.engine.readiness import check_engine
     from clover_agent.engine.tokenizer import load_tokenizer
@@ -135,6 +136,8 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     layer_counts = Counter(config.layer_types)
     readiness = check_engine(str(model_dir))
     gpu = readiness.gpu
+    # The engine backend's own rule (`fix --model DIR`), so the verdict matches what fix does.
+    device = serving_device(readiness)
     return {
         "path": str(model_dir),
         "architecture": (raw.get("architectures") or [None])[0],
@@ -188,8 +191,9 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
             "gpu": gpu.name if gpu.available else None,
             "gpu_memory_bytes": gpu.total_bytes,
             "checkpoint_bytes": readiness.weights_bytes,
-            "can_serve": readiness.ready,
-            "problems": list(readiness.problems),
+            "can_serve": device is not None,
+            "device": device,
+            "problems": [] if device is not None else list(readiness.problems),
         },
     }
 
@@ -248,10 +252,12 @@ def format_description(info: dict[str, Any]) -> str:
             else "no (id-level use only)"
         ),
     ]
-    if machine["can_serve"]:
+    if machine["device"] == "cuda":
         lines.append(
             f"this machine:  can serve it ({machine['gpu']}, {machine['gpu_memory_bytes'] / 1024**3:.1f} GiB)"
         )
+    elif machine["device"] == "cpu":
+        lines.append("this machine:  can serve it on the CPU (small enough; no CUDA GPU here)")
     else:
         lines.append("this machine:  cannot serve it: " + "; ".join(machine["problems"]))
     return "\n".join(lines)
