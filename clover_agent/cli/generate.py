@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine.from_pretrained(args.model, device=device, progress=None if args.json else sys.stderr)
     except RuntimeError as exc:  # the device cannot hold or run the model
         raise ModelUnavailable(f"cannot load {args.model} on {device}: {exc}") from exc
+    line_open = False  # committed text on stderr not yet ended by a newline
     try:
         prompt = prompt if prompt is not None else _prompt_ids(args, engine.tokenizer)
         result = None
@@ -152,10 +153,15 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(event, CommittedBlock) and not args.json:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
                 print(piece, end="", file=sys.stderr, flush=True)
+                line_open = line_open if not piece else not piece.endswith("\n")
             elif isinstance(event, Done):
                 result = event.result
     except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)
         raise UsageError(str(exc)) from exc
+    except KeyboardInterrupt:
+        if line_open:  # "interrupted" (printed by the CLI) goes on a line of its own
+            print(file=sys.stderr, flush=True)
+        raise
     assert result is not None
     if args.json:
         report = {"token_ids": result.token_ids, "text": result.text, **result.stats()}

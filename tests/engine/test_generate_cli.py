@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +215,27 @@ def test_help_claims_greedy_equality_only_with_greedy(
         main(["generate", "--help"])
     mode_help = capsys.readouterr().out.split("--mode {diffusion,self_speculative,autoregressive}")[-1]
     assert "with --greedy the output equals greedy autoregressive decoding" in mode_help
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_partial_line_before_interrupted(checkpoint: Path) -> None:
+    """SIGINT while text streams: "clover-agent: interrupted" is a line of its own, exit 130."""
+    command = [sys.executable, "-m", "clover_agent", "generate", "--model", str(checkpoint)]
+    command += ["--ids", "5,6,7,8", "--greedy", "--max-new-tokens", "2000"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    seen = b""
+    try:
+        # Past the weight-loading report, wait for committed text that has not ended its line.
+        while not (b"ETA" in seen and b"\n" in seen.split(b"ETA")[-1] and not seen.endswith(b"\n")):
+            chunk = os.read(child.stderr.fileno(), 4096)
+            assert chunk, f"generate ended before streaming text: {seen!r}"
+            seen += chunk
+        child.send_signal(signal.SIGINT)
+        _, rest = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    stderr = (seen + rest).decode(errors="replace")
+    assert child.returncode == ExitCode.INTERRUPTED
+    assert stderr.splitlines()[-1] == "clover-agent: interrupted", stderr[-300:]
+    assert "Traceback" not in stderr
