@@ -34,6 +34,7 @@ from clover_agent.sandboxes.base import WORKSPACE, SandboxSpec
 from clover_agent.sandboxes.config import effective_spec
 from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
 from clover_agent.sandboxes.workspace import write_workspace_tar
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
 if TYPE_CHECKING:
     import docker
@@ -94,9 +95,11 @@ def require_image(client: docker.DockerClient, image: str) -> None:
     try:
         client.api.inspect_image(image)
     except ImageNotFound:
+        build = "clover-agent sandbox build" + ("" if image == DEFAULT_SANDBOX_IMAGE else f" --tag {image}")
         raise SandboxUnavailable(
-            f"the sandbox image {image} is not on this Docker engine. Build it with "
-            "`clover-agent sandbox build` (no registry needed), or choose another with --image or "
+            f"the sandbox image {image} is not on this Docker engine. Build it with `{build}` (no "
+            "registry needed; add `--base IMAGE` to build FROM a local image instead of making a "
+            "Debian base with debootstrap), or choose another with --image, CLOVER_SANDBOX_IMAGE or "
             f"`[sandbox] image` in .clover/config.toml; {_LOCAL_HINT}"
         ) from None
 

@@ -186,3 +186,16 @@ def test_top_level_help_lists_the_exit_codes(capsys, monkeypatch: pytest.MonkeyP
     out = capsys.readouterr().out
     assert "0 ok, 1 failure, 2 usage, 3 model unavailable, 4 sandbox unavailable, 5 nothing to fix" in out
     assert "6 budget exhausted, 7 agent error, 130 interrupted" in out
+
+
+@pytest.mark.docker
+def test_doctor_says_how_to_build_a_missing_sandbox_image(tmp_path: Path) -> None:
+    image = "clover-agent-test-no-such-image:never"
+    proc = run_cli(
+        "doctor", env={"CLOVER_SANDBOX_IMAGE": image, "CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    )
+    line = next(line for line in proc.stdout.splitlines() if "sandbox-image" in line)
+    assert line.startswith("[MISS]") and f"{image} is not on this Docker engine" in line
+    # The command builds this very tag; --base is the option for building FROM a local image.
+    assert f"`clover-agent sandbox build --tag {image}`" in line and "--base IMAGE" in line
+    assert proc.returncode == ExitCode.FAILURE
