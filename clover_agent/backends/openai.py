@@ -132,6 +132,8 @@ class ChatCompletionAccumulator:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    #: Whether a streamed chunk carried the answer's choice (a usage-only chunk has ``choices: []``).
+    has_choice: bool = False
 
     def add_chunk(self, chunk: dict[str, Any], on_event: EventCallback | None) -> None:
         if isinstance(chunk.get("error"), dict | str):
@@ -141,6 +143,7 @@ class ChatCompletionAccumulator:
         for choice in _objects(chunk.get("choices")):
             if choice.get("index", 0) != 0:
                 continue
+            self.has_choice = True
             delta = _object(choice.get("delta"))
             reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"))
             if reasoning:
@@ -494,16 +497,21 @@ class OpenAIBackend(ModelBackend):
                 raise BackendUnavailable(self._stopped(exc)) from None
 
         data = iterate_in_daemon_thread(events, name="clover-openai-stream")
+        received: list[str] = []
         async with aclosing(data):
             async for item in data:
                 if item.strip() == "[DONE]":
-                    return
+                    break
+                received.append(item)
                 try:
                     chunk = json.loads(item)
                 except ValueError:
                     raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
                 if isinstance(chunk, dict):
                     accumulator.add_chunk(chunk, on_event)
+        if not accumulator.has_choice:  # not an empty answer: no answer at all
+            last = f"; the last: {received[-1][:300]}" if received else ""
+            raise _StatusError(200, f"the streamed answer has no choices ({len(received)} event(s){last})")
 
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -414,6 +414,20 @@ async def test_an_answer_that_is_not_a_chat_completion(server: ChatServer) -> No
         await OpenAIBackend(server.base_url, stream=False).complete(MESSAGES, TOOLS)
 
 
+async def test_a_stream_without_choices_is_a_server_error(server: ChatServer) -> None:
+    """Events whose ``choices`` are all empty carry no answer: a clear error naming the server,
+    not an empty turn (which the agent would take for a model that is stuck)."""
+    usage_only = {"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 9}}
+    server.replies.append({"sse": [{"object": "chat.completion.chunk", "choices": []}, usage_only, "[DONE]"]})
+    with pytest.raises(BackendUnavailable) as info:
+        await OpenAIBackend(server.base_url, retry_delay=0.01).complete(MESSAGES, TOOLS)
+    message = info.value.message
+    assert message.startswith(f"The model server at {server.base_url}/chat/completions answered an error")
+    assert "the streamed answer has no choices (2 event(s); the last: " in message
+    assert '"prompt_tokens": 9' in message and "Check the server's log" in message
+    assert len(server.requests) == 1  # not retried: the server answered, wrongly
+
+
 async def test_odd_shapes_are_read_leniently(server: ChatServer) -> None:
     """Arguments sent as an object, a null delta and a non-dict choice do not break the stream."""
     server.replies.append(
