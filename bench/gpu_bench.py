@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from clover_agent.engine import vocab as vocabularies
 from clover_agent.engine.cache import ModelCache
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.locate import locate_model
@@ -295,14 +296,22 @@ def load_engine(
             sys.exit(f"--model {args.model}: no checkpoint there\n{location.describe()}")
         preset = PRESETS[args.preset]
         start = time.perf_counter()
+        vocab = preset["vocab"]
+        if vocab == "real":
+            try:
+                vocabularies.qwen_tokenizer()
+            except vocabularies.VocabularyUnavailable as exc:
+                # A device session should still measure something: the small vocabulary, said so.
+                info["vocab_fallback"] = f"{exc}; the small vocabulary was used"
+                vocab = "small"
         path = write_tiny_checkpoint(
             folder / args.preset,
-            vocab=preset["vocab"],
+            vocab=vocab,
             bidirectional=True,
             peaked=True,
             seed=3,
             dtype=dtype,
-            tokenizer=preset["vocab"] == "real",
+            tokenizer=vocab == "real",
             overrides={**preset["overrides"], "max_position_embeddings": 16384},
         )
         info.update(
@@ -376,6 +385,7 @@ def markdown(report: dict[str, Any]) -> str:
         if model["source"] == "weights"
         else f"RANDOM checkpoint, preset `{model['preset']}` (written in {model['write_s']:.1f} s; "
         "no Clover weights found), so tokens per forward say nothing about the trained model"
+        + (f"; real vocabulary unavailable: {model['vocab_fallback']}" if "vocab_fallback" in model else "")
     )
     lines = [
         SECTION_START,
