@@ -347,7 +347,6 @@ def memory(device: torch.device) -> dict[str, float]:
     out = {"peak_rss_mib": rss_mib}
     if device.type == "cuda":
         out["cuda_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-        out["cuda_allocated_after_load_mib"] = torch.cuda.memory_allocated(device) / 2**20
     return out
 
 
