@@ -152,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
         for event in engine.stream(prompt, params):
             if isinstance(event, CommittedBlock) and not args.json:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
+                if piece:  # set before writing, so an interrupt during the write still ends the line
+                    line_open = not piece.endswith("\n")
                 print(piece, end="", file=sys.stderr, flush=True)
-                line_open = line_open if not piece else not piece.endswith("\n")
             elif isinstance(event, Done):
                 result = event.result
     except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)
