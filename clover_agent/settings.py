@@ -12,8 +12,6 @@ from pathlib import Path
 
 from clover_agent.errors import UsageError
 
-#: Hugging Face repository of the Clover weights.
-HF_REPO_ID = "Diffuspace/Clover-35B-A3B-Preview"
 #: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses.
 DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
 
@@ -49,7 +47,6 @@ class Settings:
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE
     base_url: str | None = None
     api_key: str | None = None
-    file_values: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls) -> Settings:
@@ -85,5 +82,4 @@ class Settings:
             or DEFAULT_SANDBOX_IMAGE,
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
-            file_values=values,
         )

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from clover_agent.engine.locate import HF_REPO_ID
 from clover_agent.errors import CloverError, ExitCode, ModelUnavailable, UsageError
-from clover_agent.settings import HF_REPO_ID
 
 #: Network libraries under huggingface_hub whose exceptions mean "the hub could not be reached".
 _NETWORK_MODULES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
