@@ -173,10 +173,14 @@ class Condenser:
         return int(self.threshold * (self.context_window - reply))
 
     def condense(
-        self, messages: list[dict[str, Any]], count: Callable[[list[dict[str, Any]]], int]
+        self,
+        messages: list[dict[str, Any]],
+        count: Callable[[list[dict[str, Any]]], int],
+        tokens: int | None = None,
     ) -> Condensation | None:
-        """A shorter conversation when ``messages`` is over the limit, else None."""
-        before = count(messages)
+        """A shorter conversation when ``messages`` is over the limit, else None. ``tokens`` is
+        ``count(messages)`` when the caller has it already (counting renders the whole prompt)."""
+        before = count(messages) if tokens is None else tokens
         if before <= self.limit:
             return None
         work = [dict(m) for m in messages]

@@ -25,7 +25,7 @@ from typing import Any
 
 from clover_agent.agent.budget import Budget, LimitsExceeded
 from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
-from clover_agent.agent.context import Condenser
+from clover_agent.agent.context import Condensation, Condenser
 from clover_agent.agent.policy import (
     DEFAULT_PRESET,
     Approver,
@@ -244,8 +244,11 @@ class Agent:
 
     async def _step(self) -> None:
         step = self._spent_before.steps + self.budget.steps + 1
-        self._condense(step)
+        # One count per step: the condenser reuses it, and a condensation reports its new size.
         prompt_tokens = self.backend.count_tokens(self.messages, self.tools)
+        condensation = self._condense(step, prompt_tokens)
+        if condensation is not None:
+            prompt_tokens = condensation.tokens_after
         for resource, used, limit in self.budget.check(prompt_tokens):
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
         try:
@@ -281,12 +284,17 @@ class Agent:
         for call in turn.tool_calls:
             await self._call(step, call)
 
-    def _condense(self, step: int, condenser: Condenser | None = None) -> bool:
-        """Condense with ``condenser`` (default: the agent's) when over its limit; True if it did."""
+    def _condense(
+        self, step: int, tokens: int | None = None, condenser: Condenser | None = None
+    ) -> Condensation | None:
+        """Condense with ``condenser`` (default: the agent's) when over its limit; the condensation
+        if it did. ``tokens``: the prompt's current size, when already counted."""
         condenser = condenser or self.condenser
-        condensation = condenser.condense(self.messages, lambda m: self.backend.count_tokens(m, self.tools))
+        condensation = condenser.condense(
+            self.messages, lambda m: self.backend.count_tokens(m, self.tools), tokens
+        )
         if condensation is None:
-            return False
+            return None
         self.messages = condensation.messages
         self.bus.emit(
             ContextCondensed(
@@ -298,7 +306,7 @@ class Agent:
                 messages=condensation.messages,
             )
         )
-        return True
+        return condensation
 
     async def _complete_condensed_harder(self, step: int, overflow: ContextOverflow) -> ModelTurn:
         """The backend found the prompt too long for its window although the condenser let it pass
@@ -310,7 +318,7 @@ class Agent:
             keep_recent=1,
             threshold=self.condenser.threshold * min(1.0, overflow.context_window / overflow.prompt_tokens),
         )
-        if self._condense(step, harder):
+        if self._condense(step, condenser=harder) is not None:
             try:
                 return await self._complete(step)
             except ContextOverflow as again:
