@@ -26,6 +26,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -35,6 +36,10 @@ DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 #: After the command's main process ends, how long to keep reading output from processes that left
 #: its process group and still hold the pipe.
 DRAIN_GRACE_S = 1.0
+
+#: Read once at start (``os.umask`` can only be read by setting it, which is not thread-safe).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 _write_lock = threading.Lock()
 _running_groups: set[int] = set()
@@ -297,12 +302,29 @@ def op_read(req: dict) -> dict:
 
 
 def op_write(req: dict) -> dict:
-    real = host_path(req["path"])
+    """Replace the file atomically (a temporary file renamed over it), so a failed write (a full
+    disk, bad data) leaves the old content whole. A symlink is written through to its target; an
+    existing file keeps its mode, a new one gets the usual ``0o666 & ~umask``."""
+    data = base64.b64decode(req["data"])
+    real = os.path.realpath(host_path(req["path"]))
     parent = os.path.dirname(real)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(real, "wb") as f:  # in place: an existing file keeps its mode
-        f.write(base64.b64decode(req["data"]))
+    os.makedirs(parent, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_UMASK
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".clover-write-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), mode)
+        os.replace(tmp, real)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return {}
 
 

@@ -89,6 +89,18 @@ async def test_file_operations(sandbox: Sandbox) -> None:
         await sandbox.list_files("/workspace/README.md")
 
 
+async def test_write_replaces_atomically_through_links(sandbox: Sandbox) -> None:
+    await sandbox.exec("ln -s src/calc.py link.py")
+    await sandbox.write_file("/workspace/link.py", b"Z = 3\n")
+    assert (await sandbox.stat("/workspace/link.py")).is_symlink  # the link is still a link
+    assert await sandbox.read_file("/workspace/src/calc.py") == b"Z = 3\n"
+    with pytest.raises(IsADirectoryError):
+        await sandbox.write_file("/workspace/src", b"not a folder\n")
+    leftovers = await sandbox.exec("find . -name '.clover-write-*' -not -path './.git/*'")
+    assert leftovers.exit_code == 0 and leftovers.output == ""  # the failed write's temporary file is gone
+    assert (await sandbox.stat("/workspace/src")).is_dir
+
+
 async def test_diff_shows_only_the_agents_changes(sandbox: Sandbox) -> None:
     assert await sandbox.diff() == ""
     await sandbox.write_file("/workspace/src/calc.py", b"def add(a, b):\n    return a + b\n")
