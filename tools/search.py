@@ -33,13 +33,12 @@ def _clip(line: str) -> str:
 
 
 async def search_with_ripgrep(
-    sandbox: Sandbox, pattern: str, real: str, glob: str | None
+    sandbox: Sandbox, pattern: str, real: str, is_dir: bool, glob: str | None
 ) -> tuple[list[str], int, list[str]]:
     """(first matching lines, total count, problems such as unreadable files) using ``rg``.
 
     rg runs in the searched folder (a file's folder) so that a glob with ``/`` is relative to it.
     """
-    is_dir = await path_kind(sandbox, real) == "dir"
     folder = real if is_dir else posixpath.dirname(real)
     cmd = ["rg", "--line-number", "--no-heading", "--with-filename", "--color", "never", "--sort", "path"]
     cmd += ["--max-columns", str(MAX_LINE_CHARS * 2), "--max-columns-preview", "--regexp", pattern]
@@ -78,14 +77,14 @@ def _glob_matches(glob: str, rel: str) -> bool:
 
 
 async def search_with_python(
-    sandbox: Sandbox, pattern: str, real: str, glob: str | None
+    sandbox: Sandbox, pattern: str, real: str, is_dir: bool, glob: str | None
 ) -> tuple[list[str], int, list[str]]:
     """(first matching lines, total count, unreadable files) reading files through the sandbox."""
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ToolError(f"Invalid regular expression {pattern!r}: {exc}") from None
-    if await path_kind(sandbox, real) == "dir":
+    if is_dir:
         base = real.rstrip("/") + "/"
         entries = await sandbox.list_files(real, max_depth=FALLBACK_MAX_DEPTH)
         paths = sorted(e.path for e in entries if not e.is_dir and not e.is_symlink)
@@ -152,14 +151,15 @@ class SearchTool(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         pattern, path, glob = args["pattern"], args.get("path") or WORKSPACE, args.get("glob")
         real = await resolve_workspace_path(ctx.sandbox, path)
-        if await path_kind(ctx.sandbox, real) == "missing":
+        kind = await path_kind(ctx.sandbox, real)
+        if kind == "missing":
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         use_rg = self.use_ripgrep
         if use_rg is None:
             use_rg = await has_ripgrep(ctx.sandbox)
         engine = "ripgrep" if use_rg else "python"
         search = search_with_ripgrep if use_rg else search_with_python
-        lines, total, problems = await search(ctx.sandbox, pattern, real, glob)
+        lines, total, problems = await search(ctx.sandbox, pattern, real, kind == "dir", glob)
         where = f"{path}" + (f" (files matching {glob})" if glob else "")
         if total == 0:
             output = f"No matches found for pattern {pattern!r} in {where}."
