@@ -38,6 +38,7 @@ import torch
 
 from clover_agent.engine import vocab as vocabularies
 from clover_agent.engine.cache import ModelCache
+from clover_agent.engine.config import full_size_config_json
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.locate import locate_model
 from clover_agent.engine.sampling import GenerationResult, SamplingParams
@@ -48,44 +49,31 @@ SECTION_END = "<!-- gpu-bench:end -->"
 MODES = ("diffusion", "self_speculative", "autoregressive")
 PREFILL_CHUNK = 4096  # the decoder's prefill chunk (engine/decoding.py)
 
+#: Text sizes of the ``small`` preset; ``full-layers`` takes the same fields from Clover's config.
+_SMALL_OVERRIDES: dict[str, Any] = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "linear_num_key_heads": 8,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "num_experts": 8,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+}
+_FULL_TEXT_CONFIG = full_size_config_json()["text_config"]
 #: Random-checkpoint scales: ``write_tiny_checkpoint`` overrides and vocabulary.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"vocab": "small", "overrides": {}},
-    "small": {
-        "vocab": "small",
-        "overrides": {
-            "hidden_size": 1024,
-            "num_hidden_layers": 8,
-            "num_attention_heads": 8,
-            "num_key_value_heads": 2,
-            "head_dim": 128,
-            "linear_num_key_heads": 8,
-            "linear_num_value_heads": 16,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "num_experts": 8,
-            "num_experts_per_tok": 4,
-            "moe_intermediate_size": 512,
-            "shared_expert_intermediate_size": 512,
-        },
-    },
+    "small": {"vocab": "small", "overrides": _SMALL_OVERRIDES},
     "full-layers": {
         "vocab": "real",
-        "overrides": {
-            "hidden_size": 2048,
-            "num_hidden_layers": 40,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 2,
-            "head_dim": 256,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "num_experts": 8,
-            "num_experts_per_tok": 8,
-            "moe_intermediate_size": 512,
-            "shared_expert_intermediate_size": 512,
-        },
+        # Clover's shape (the shipped full-size config) with 8 of its 256 experts, all 8 routed.
+        "overrides": {**{key: _FULL_TEXT_CONFIG[key] for key in _SMALL_OVERRIDES}, "num_experts": 8},
     },
 }
 CODE_PROMPT = (

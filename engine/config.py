@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from clover_agent.engine.errors import CheckpointError
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text", "clover", "clover_text")
 LAYER_TYPES = ("linear_attention", "full_attention")
+#: The published full-size config.json (package data under ``configs/``); see :func:`full_size_config_json`.
+FULL_SIZE_CONFIG_FILE = "clover-35b-a3b.json"
 
 #: Text fields that have no sensible default: a config without them describes no model.
 REQUIRED_FIELDS = (
@@ -223,3 +226,12 @@ class CloverConfig:
     def with_overrides(self, **changes: Any) -> CloverConfig:
         """A copy with some fields replaced (e.g. ``bidirectional_gdn`` detected from the tensors)."""
         return replace(self, **changes)
+
+
+def full_size_config_json() -> dict[str, Any]:
+    """The full-size Clover-35B-A3B ``config.json`` shipped with the package, as parsed JSON.
+
+    One source for the real model's shape: the meta-device size tests, the config tests and the GPU
+    benchmark's ``full-layers`` preset all read it."""
+    text = resources.files("clover_agent.engine").joinpath("configs", FULL_SIZE_CONFIG_FILE).read_text()
+    return json.loads(text)

@@ -1,8 +1,8 @@
 """The full-size Clover-35B-A3B configuration built on the meta device: parameter count and bf16
 bytes (about 69 GB) without allocating any of it.
 
-The fixture ``fixtures/clover-35b-a3b-config.json`` holds the published Qwen3.6-35B-A3B text shape
-(40 layers as 10 x (3 Gated DeltaNet + 1 gated attention), hidden 2048, 256 experts top-8 with
+``full_size_config_json()`` (engine/configs/clover-35b-a3b.json) holds the published Qwen3.6-35B-A3B
+text shape (40 layers as 10 x (3 Gated DeltaNet + 1 gated attention), hidden 2048, 256 experts top-8 with
 intermediate 512 plus a 512 shared expert, 16 q / 2 kv heads of 256 with 25% rotary, GDN 16 key /
 32 value heads of 128, vocabulary 248,320) and Clover's decoding contract with the bidirectional
 GDN flag (the mask id follows this project's ``<|mask|>`` convention; see engine/vocab.py).
@@ -10,20 +10,17 @@ GDN flag (the mask id follows this project's ``<|mask|>`` convention; see engine
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
-from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.config import CloverConfig, full_size_config_json
 from clover_agent.engine.model import CloverModel
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "clover-35b-a3b-config.json"
 BIDIRECTIONAL_PER_GDN_LAYER = 8192 * 4 + 32 * 2  # conv1d_right [conv_dim, 1, 4] + bidir_mix_logits [32, 2]
 
 
 def test_full_size_config_fields() -> None:
-    config = CloverConfig.from_file(FIXTURE)
+    config = CloverConfig.from_dict(full_size_config_json())
     assert config.num_hidden_layers == 40 and config.layer_types.count("full_attention") == 10
     assert config.layer_types[:4] == ("linear_attention",) * 3 + ("full_attention",)
     assert (config.hidden_size, config.vocab_size, config.num_experts, config.num_experts_per_tok) == (
@@ -39,7 +36,7 @@ def test_full_size_config_fields() -> None:
 
 
 def test_full_size_parameter_bytes_on_meta_device() -> None:
-    config = CloverConfig.from_file(FIXTURE)
+    config = CloverConfig.from_dict(full_size_config_json())
     with torch.device("meta"):
         model = CloverModel(config, kernels="torch")
     params = list(model.parameters())

@@ -7,39 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.config import CloverConfig, full_size_config_json
 from clover_agent.engine.errors import CheckpointError
 from tests.engine.checkpoints import tiny_text_config
 
-# The published sizes of the full model (DESIGN.md): 40 layers, 256 experts top-8, vocabulary 248,320.
-FULL_TEXT_CONFIG = {
-    "model_type": "qwen3_5_moe_text",
-    "vocab_size": 248320,
-    "hidden_size": 2048,
-    "num_hidden_layers": 40,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 256,
-    "num_experts_per_tok": 8,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-    "full_attention_interval": 4,
-    "max_position_embeddings": 262144,
-    "rope_parameters": {
-        "rope_type": "default",
-        "rope_theta": 10000000,
-        "partial_rotary_factor": 0.25,
-        "mrope_section": [11, 11, 10],
-        "mrope_interleaved": True,
-    },
-    "eos_token_id": 248044,
-}
+# The full model's text fields in the flat form, without layer_types (derived from full_attention_interval).
+FULL_TEXT_CONFIG = {k: v for k, v in full_size_config_json()["text_config"].items() if k != "layer_types"}
 
 
 def test_flat_text_config_with_defaults() -> None:
@@ -48,10 +21,10 @@ def test_flat_text_config_with_defaults() -> None:
     assert config.layer_types.count("full_attention") == 10
     assert config.conv_dim == 8192 and config.rotary_dim == 64
     assert config.rope_theta == 1e7
-    assert config.eos_token_id == [248044]
+    assert config.eos_token_id == [248046]
     assert config.mask_token_id is None and config.block_size == 32 and config.threshold == 0.95
     assert not config.bidirectional_gdn and config.right_conv_kernel_size == 4
-    assert config.max_position_embeddings == 262144
+    assert config.max_position_embeddings == 131072
 
 
 def test_nested_config_with_top_level_diffusion_fields() -> None:

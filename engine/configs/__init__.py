@@ -1,0 +1,1 @@
+"""Model configurations shipped with the engine (package data)."""
