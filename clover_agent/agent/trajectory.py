@@ -71,6 +71,8 @@ def read_events(path: Path) -> list[Event]:
             raise TrajectoryError(
                 f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
             ) from exc
+        if not isinstance(data, dict):
+            raise TrajectoryError(f"{path}:{number}: not a trajectory event (a JSON {type(data).__name__})")
         try:
             events.append(event_from_dict(data))
         except (KeyError, TypeError, AttributeError) as exc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from clover_agent.agent.trajectory import TrajectoryError, read_events
 from clover_agent.events import (
     EVENT_TYPES,
     Done,
@@ -68,3 +70,21 @@ def test_events_round_trip_through_dicts() -> None:
     assert {"model_delta", "provisional_block", "approval_requested", "checkpoint_taken", "done"} <= set(
         EVENT_TYPES
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('"just a string"', "not a trajectory event (a JSON str)"),
+        ("[1, 2]", "not a trajectory event (a JSON list)"),
+        ('{"type": "no_such_event"}', "not a trajectory event (KeyError"),
+        ('{"type": "done"}', "not a trajectory event (TypeError"),
+    ],
+)
+def test_a_trajectory_line_that_is_no_event_is_named(tmp_path, line: str, expected: str) -> None:
+    good = json.dumps(MessageAdded(message={"role": "user", "content": "hi"}).to_dict())
+    path = tmp_path / "trajectory.jsonl"
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    with pytest.raises(TrajectoryError) as caught:
+        read_events(path)
+    assert f"{path}:2: {expected}" in str(caught.value)
