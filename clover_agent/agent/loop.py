@@ -38,6 +38,7 @@ from clover_agent.agent.policy import (
 from clover_agent.agent.stuck import AgentStuck, StuckDetector
 from clover_agent.agent.trajectory import ResumeState
 from clover_agent.backends.base import BackendEvent, ContextOverflow, ModelBackend, ModelTurn
+from clover_agent.backends.threads import call_soon
 from clover_agent.errors import CloverError, ExitCode
 from clover_agent.events import (
     ApprovalDecided,
@@ -342,7 +343,7 @@ class Agent:
             if threading.get_ident() == loop_thread:
                 self.bus.emit(out)
             else:
-                loop.call_soon_threadsafe(self.bus.emit, out)
+                call_soon(loop, self.bus.emit, out)
 
         remaining = self.budget.remaining_time_s()
         try:
