@@ -183,9 +183,10 @@ class ChatCompletionAccumulator:
             )
         self.finish_reason = _text(choices[0].get("finish_reason")) or None
 
-    def turn(self, tools: list[dict[str, Any]], prompt_estimate: int) -> ModelTurn:
-        """The assistant turn: structured calls when the server sent any, else calls parsed from the text."""
-        prompt_tokens = _count(self.usage.get("prompt_tokens")) or prompt_estimate
+    def turn(self, tools: list[dict[str, Any]], estimate_prompt: Callable[[], int]) -> ModelTurn:
+        """The assistant turn: structured calls when the server sent any, else calls parsed from the
+        text. ``estimate_prompt`` is called only when the server reported no prompt size."""
+        prompt_tokens = _count(self.usage.get("prompt_tokens")) or estimate_prompt()
         completion_tokens = _count(self.usage.get("completion_tokens")) or estimate_tokens(
             self.reasoning + self.content
         )
@@ -463,7 +464,7 @@ class OpenAIBackend(ModelBackend):
                 hang_up()  # done, failed or cancelled: the connection is not needed any more
             await asyncio.sleep(self.retry_delay * 2**attempt)
             attempt += 1
-        return accumulator.turn(tools, self.count_tokens(messages, tools))
+        return accumulator.turn(tools, lambda: self.count_tokens(messages, tools))
 
     def _read_whole(self, payload: bytes, hang_up: _HangUp) -> dict[str, Any]:
         connection, response = self._open(payload, hang_up.connected)
