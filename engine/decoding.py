@@ -350,19 +350,7 @@ class _Run:
             while not all(decided):
                 logits = self.forward(fixed + tokens, cache, "block")[len(fixed) :]
                 steps += 1
-                open_slots = [i for i in range(slots) if not decided[i]]
-                base = len(self.generated)
-                chosen, confidence = self.choose(
-                    logits[open_slots],
-                    [base + i for i in open_slots],
-                    [(base + i, tokens[i]) for i in range(slots) if decided[i]],
-                )
-                fill, fallback = low_confidence_fill(confidence, self.threshold)
-                self.fallback_steps += fallback
-                chosen_ids = chosen.tolist()  # one device sync per pass
-                for j in torch.nonzero(fill).flatten().tolist():
-                    tokens[open_slots[j]] = chosen_ids[j]
-                    decided[open_slots[j]] = True
+                self.fallback_steps += self._denoise(logits, tokens, decided)
                 yield ProvisionalBlock(block, cache.length + len(fixed), steps, list(tokens), list(decided))
                 finish = self._diffusion_finish(tokens, decided, remaining)
                 if finish is not None:
@@ -379,6 +367,29 @@ class _Run:
                 yield self.finish("loop", cache, started, "block")
                 return
             block += 1
+
+    def _denoise(
+        self, logits: torch.Tensor, tokens: list[int], decided: list[bool], *, fill_all: bool = False
+    ) -> bool:
+        """One denoising pass over a block (``logits`` [len(tokens), V]), in place: choose a token for
+        every open slot and fill the confident ones (LowConfidence), or all of them with ``fill_all``.
+        Returns whether LowConfidence fell back to the single most confident slot."""
+        open_slots = [i for i, done in enumerate(decided) if not done]
+        base = len(self.generated)
+        chosen, confidence = self.choose(
+            logits[open_slots],
+            [base + i for i in open_slots],
+            [(base + i, token) for i, (token, done) in enumerate(zip(tokens, decided, strict=True)) if done],
+        )
+        if fill_all:
+            fill, fallback = torch.ones_like(confidence, dtype=torch.bool), False
+        else:
+            fill, fallback = low_confidence_fill(confidence, self.threshold)
+        for slot, token, take in zip(open_slots, chosen.tolist(), fill.tolist(), strict=True):
+            if take:
+                tokens[slot] = token
+                decided[slot] = True
+        return fallback
 
     def _diffusion_finish(
         self, tokens: list[int], decided: list[bool], remaining: int
@@ -428,23 +439,9 @@ class _Run:
         the number of passes it took."""
         tokens = [self.mask] * length
         decided = [False] * length
-        base = len(self.generated)  # pending ends at the last known token
         for step in range(self.params.draft_steps):
             logits = self.forward(pending + tokens, cache, "block")[len(pending) :]
-            open_slots = [i for i in range(length) if not decided[i]]
-            chosen, confidence = self.choose(
-                logits[open_slots],
-                [base + i for i in open_slots],
-                [(base + i, tokens[i]) for i in range(length) if decided[i]],
-            )
-            if step == self.params.draft_steps - 1:
-                fill = torch.ones_like(confidence, dtype=torch.bool)
-            else:
-                fill = low_confidence_fill(confidence, self.threshold)[0]
-            chosen_ids = chosen.tolist()
-            for j in torch.nonzero(fill).flatten().tolist():
-                tokens[open_slots[j]] = chosen_ids[j]
-                decided[open_slots[j]] = True
+            self._denoise(logits, tokens, decided, fill_all=step == self.params.draft_steps - 1)
             yield ProvisionalBlock(block, cache.length + len(pending), step + 1, list(tokens), list(decided))
             if all(decided):
                 break
