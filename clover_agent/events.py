@@ -167,7 +167,8 @@ class ToolCallStarted(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCallFinished(Event):
-    """A tool's result: ``output`` is what the model sees, ``full_output`` everything (untrimmed)."""
+    """A tool's result: ``output`` is what the model sees, ``full_output`` everything (untrimmed),
+    ``data`` the tool's structured result less its ``output`` (that is ``full_output``)."""
 
     type: ClassVar[str] = "tool_call_finished"
     step: int

@@ -398,6 +398,10 @@ class Agent:
                 )
             result = await registry.execute(call.name, call.arguments, self.sandbox)
         full = result.data.get("output")
+        if isinstance(full, str):  # kept once, as full_output (a shell's output can be megabytes)
+            data = {key: value for key, value in result.data.items() if key != "output"}
+        else:
+            full, data = result.output, result.data
         self.bus.emit(
             ToolCallFinished(
                 step=step,
@@ -405,8 +409,8 @@ class Agent:
                 name=call.name,
                 output=result.output,
                 is_error=not result.ok,
-                full_output=full if isinstance(full, str) else result.output,
-                data=result.data,
+                full_output=full,
+                data=data,
                 duration_s=round(time.monotonic() - started, 3),
             )
         )

@@ -286,5 +286,6 @@ async def test_the_model_sees_head_and_tail_and_the_trajectory_keeps_everything(
     assert "bytes omitted" in finished.output and "\n10000\n" not in finished.output
     assert finished.output.startswith("1\n2\n3\n") and "\n20000\n" in finished.output
     assert finished.full_output == "".join(f"{i}\n" for i in range(1, 20001))  # full fidelity
+    assert finished.data["exit_code"] == 0 and "output" not in finished.data  # kept once, not twice
     (tool_message,) = [m for m in messages_of(events) if m["role"] == "tool" and m["name"] == "shell"]
     assert tool_message["content"] == finished.output  # what the model was given
