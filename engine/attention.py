@@ -26,7 +26,9 @@ class RotaryEmbedding:
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin: [T, rotary_dim] (each frequency twice: first half, second half)."""
-        angles = positions.float()[:, None] * self.inv_freq.to(positions.device)[None, :]
+        if self.inv_freq.device != positions.device:  # moved once, not copied on every forward
+            self.inv_freq = self.inv_freq.to(positions.device)
+        angles = positions.float()[:, None] * self.inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
