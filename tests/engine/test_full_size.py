@@ -46,24 +46,9 @@ def test_full_size_parameter_bytes_on_meta_device() -> None:
     print(f"\nfull-size Clover (CloverModel, meta): {count:,} parameters = {bf16_bytes / 1e9:.2f} GB in bf16")
     assert 66e9 <= bf16_bytes <= 72e9
 
-    # Oracle: transformers' model of the same text shape, also on meta, plus the bidirectional tensors.
-    text = Qwen3_5MoeTextConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        layer_types=list(config.layer_types),
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        linear_num_key_heads=config.linear_num_key_heads,
-        linear_num_value_heads=config.linear_num_value_heads,
-        linear_key_head_dim=config.linear_key_head_dim,
-        linear_value_head_dim=config.linear_value_head_dim,
-        num_experts=config.num_experts,
-        num_experts_per_tok=config.num_experts_per_tok,
-        moe_intermediate_size=config.moe_intermediate_size,
-        shared_expert_intermediate_size=config.shared_expert_intermediate_size,
-    )
+    # Oracle: transformers' model of the same text config (read by transformers itself), also on meta,
+    # plus the bidirectional tensors.
+    text = Qwen3_5MoeTextConfig(**full_size_config_json()["text_config"])
     with torch.device("meta"):
         reference = Qwen3_5MoeForCausalLM(text)
     reference_count = sum(p.numel() for p in reference.parameters())
