@@ -39,6 +39,7 @@ import torch
 from clover_agent.engine import vocab as vocabularies
 from clover_agent.engine.cache import ModelCache
 from clover_agent.engine.config import full_size_config_json
+from clover_agent.engine.decoding import PREFILL_CHUNK_TOKENS
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.locate import locate_model
 from clover_agent.engine.sampling import GenerationResult, SamplingParams
@@ -47,7 +48,6 @@ from clover_agent.engine.tiny import write_tiny_checkpoint
 SECTION_START = "<!-- gpu-bench:start -->"
 SECTION_END = "<!-- gpu-bench:end -->"
 MODES = ("diffusion", "self_speculative", "autoregressive")
-PREFILL_CHUNK = 4096  # the decoder's prefill chunk (engine/decoding.py)
 
 #: Text sizes of the ``small`` preset; ``full-layers`` takes the same fields from Clover's config.
 _SMALL_OVERRIDES: dict[str, Any] = {
@@ -130,8 +130,8 @@ def timed_runs(
 def prefill(engine: Engine, ids: torch.Tensor) -> ModelCache:
     """Commit ``ids`` to a fresh cache in the decoder's chunks; return the cache."""
     cache = engine.model.new_cache()
-    for start in range(0, ids.numel(), PREFILL_CHUNK):
-        engine.model(ids[start : start + PREFILL_CHUNK], cache, attention="block", commit=True)
+    for start in range(0, ids.numel(), PREFILL_CHUNK_TOKENS):
+        engine.model(ids[start : start + PREFILL_CHUNK_TOKENS], cache, attention="block", commit=True)
     return cache
 
 
