@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from clover_agent.engine.decoding import CommittedBlock, Done
 from clover_agent.engine.engine import Engine
+from clover_agent.engine.stream import BlockCommitted, GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 
 SECTION_START = "<!-- decode-bench:start -->"
@@ -59,9 +59,9 @@ def block_times(
     stamps: list[float] = []
     forwards: list[int] = []
     for event in engine.stream(prompt, params):
-        if isinstance(event, CommittedBlock):
+        if isinstance(event, BlockCommitted):
             stamps.append(time.perf_counter())
-        elif isinstance(event, Done):
+        elif isinstance(event, GenerationDone):
             forwards = [steps + 1 for steps in event.result.steps_per_block[1:-1]]
     return [b - a for a, b in itertools.pairwise(stamps[:-1])], forwards
 

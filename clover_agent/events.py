@@ -124,11 +124,18 @@ class ModelDelta(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ProvisionalBlock(Event):
-    """A block-diffusion block being denoised: ``{"filled": [...], "tokens": [...], "text": str}``."""
+    """A block-diffusion block being denoised in the model call of ``step`` (engine backend): the
+    fields of :class:`clover_agent.backends.base.BlockView` (nothing here is final)."""
 
     type: ClassVar[str] = "provisional_block"
     step: int
-    block: dict[str, Any]
+    block: int
+    position: int
+    denoise_step: int
+    token_ids: list[int]
+    filled: list[bool]
+    newly_filled: list[int]
+    text: str
 
 
 @dataclass(frozen=True, kw_only=True)

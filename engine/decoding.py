@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -51,47 +50,11 @@ from clover_agent.engine.controls import ControlTokens, LogitsControls
 from clover_agent.engine.model import CloverModel
 from clover_agent.engine.prefix_cache import PrefixCache
 from clover_agent.engine.sampling import FinishReason, GenerationResult, SamplingParams
+from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone, StreamEvent
 from clover_agent.engine.tokenizer import Tokenizer
 
 #: Prefill runs in chunks of at most this many tokens (rounded down to whole blocks).
 PREFILL_CHUNK_TOKENS = 4096
-
-
-# ---- stream events ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ProvisionalBlock:
-    """State of the block being decoded after a pass (for a live view; nothing here is final).
-
-    ``position``: absolute position of the block's first generated slot; ``token_ids`` [slots]:
-    decided tokens, ``mask_token_id`` where ``filled`` is False. In ``self_speculative`` mode it is
-    the draft (``filled`` all True) before verification."""
-
-    block: int
-    position: int
-    step: int
-    token_ids: list[int]
-    filled: list[bool]
-
-
-@dataclass(frozen=True)
-class CommittedBlock:
-    """Tokens that became final output (stop token excluded, trimmed to the limit): one diffusion
-    block, one speculative round's accepted tokens, or one autoregressive token. ``text`` is the
-    text they add to the output (None without a tokenizer)."""
-
-    block: int
-    token_ids: list[int]
-    text: str | None
-
-
-@dataclass(frozen=True)
-class Done:
-    """The call's result and statistics (``result.stats()``)."""
-
-    result: GenerationResult
-
-
-StreamEvent = ProvisionalBlock | CommittedBlock | Done
 
 
 # ---- LowConfidence (pure tensor code) --------------------------------------------------------
@@ -166,9 +129,9 @@ class BlockDecoder:
 
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         for event in self.stream(prompt_ids, params):
-            if isinstance(event, Done):
+            if isinstance(event, GenerationDone):
                 return event.result
-        raise AssertionError("stream() ended without a Done event")
+        raise AssertionError("stream() ended without a GenerationDone event")
 
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams) -> Iterator[StreamEvent]:
         """Events of one call; validation errors are raised before the first event."""
@@ -275,7 +238,7 @@ class _Run:
         if prefix is not None and cache.length > self.reused:
             prefix.store(tokens, attention, cache.clone() if copy else cache)
 
-    def emit(self, block: int, tokens: list[int]) -> CommittedBlock:
+    def emit(self, block: int, tokens: list[int]) -> BlockCommitted:
         """Append final tokens to the output and build their event (with their text)."""
         self.generated.extend(tokens)
         self.controls.observe(tokens)
@@ -290,7 +253,7 @@ class _Run:
             self.text = stable
             if stable == full:
                 self.text_offset, self.text = len(self.generated), ""
-        return CommittedBlock(block=block, token_ids=tokens, text=text)
+        return BlockCommitted(block=block, token_ids=tokens, text=text)
 
     def first_stop(self, tokens: Sequence[int]) -> int | None:
         for i, token in enumerate(tokens):
@@ -298,9 +261,11 @@ class _Run:
                 return i
         return None
 
-    def finish(self, reason: FinishReason, cache: ModelCache, started: float, attention: str) -> Done:
-        """The Done event; hands the final committed state to the prefix cache first (a consumer may
-        stop iterating at Done)."""
+    def finish(
+        self, reason: FinishReason, cache: ModelCache, started: float, attention: str
+    ) -> GenerationDone:
+        """The GenerationDone event; hands the final committed state to the prefix cache first (a consumer may
+        stop iterating at GenerationDone)."""
         commits = cache.commits - self.commits_before
         self.remember(cache, attention, (self.prompt + self.generated)[: cache.length], copy=False)
         tokenizer = self.decoder.tokenizer
@@ -317,7 +282,7 @@ class _Run:
             mode=self.params.mode,
             text=tokenizer.decode(self.generated) if tokenizer is not None else None,
         )
-        return Done(result)
+        return GenerationDone(result)
 
     def events(self) -> Iterator[StreamEvent]:
         mode = self.params.mode
@@ -351,7 +316,7 @@ class _Run:
                 logits = self.forward(fixed + tokens, cache, "block")[len(fixed) :]
                 steps += 1
                 self.fallback_steps += self._denoise(logits, tokens, decided)
-                yield ProvisionalBlock(block, cache.length + len(fixed), steps, list(tokens), list(decided))
+                yield BlockProgress(block, cache.length + len(fixed), steps, list(tokens), list(decided))
                 finish = self._diffusion_finish(tokens, decided, remaining)
                 if finish is not None:
                     break
@@ -442,7 +407,7 @@ class _Run:
         for step in range(self.params.draft_steps):
             logits = self.forward(pending + tokens, cache, "block")[len(pending) :]
             self._denoise(logits, tokens, decided, fill_all=step == self.params.draft_steps - 1)
-            yield ProvisionalBlock(block, cache.length + len(pending), step + 1, list(tokens), list(decided))
+            yield BlockProgress(block, cache.length + len(pending), step + 1, list(tokens), list(decided))
             if all(decided):
                 break
         return tokens, step + 1
@@ -466,8 +431,8 @@ class _Run:
                 break
         return accepted
 
-    def _causal_done(self, cache: ModelCache, started: float) -> Done | None:
-        """After a causal emit: the Done event when the output reached its limit, or repeats itself
+    def _causal_done(self, cache: ModelCache, started: float) -> GenerationDone | None:
+        """After a causal emit: the GenerationDone event when the output reached its limit, or repeats itself
         and ``loop_action`` is ``stop``; None to go on."""
         if len(self.generated) >= self.limit:
             return self.finish("length", cache, started, "causal")

@@ -10,10 +10,11 @@ from typing import TextIO
 import torch
 
 from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.decoding import BlockDecoder, StreamEvent
+from clover_agent.engine.decoding import BlockDecoder
 from clover_agent.engine.model import CloverModel
 from clover_agent.engine.prefix_cache import PrefixCache
 from clover_agent.engine.sampling import GenerationResult, SamplingParams
+from clover_agent.engine.stream import StreamEvent
 from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
 from clover_agent.engine.weights import load_model
 
@@ -75,5 +76,5 @@ class Engine:
     def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams | None = None
     ) -> Iterator[StreamEvent]:
-        """Events of one call: ``ProvisionalBlock``, ``CommittedBlock``, then ``Done``."""
+        """Events of one call: ``BlockProgress``, ``BlockCommitted``, then ``GenerationDone``."""
         return self.decoder.stream(prompt_ids, params if params is not None else self.default_params())

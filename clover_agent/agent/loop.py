@@ -18,6 +18,7 @@ the stop cut off, and continues the recorded conversation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -335,8 +336,8 @@ class Agent:
         loop_thread = threading.get_ident()
 
         def forward(event: BackendEvent) -> None:
-            if event.kind == "block":
-                out = ProvisionalBlock(step=step, block=event.block or {"text": event.text})
+            if event.block is not None:
+                out = ProvisionalBlock(step=step, **dataclasses.asdict(event.block))
             else:
                 out = ModelDelta(step=step, kind=event.kind, text=event.text)
             # Backends may stream from a worker thread (the engine does); the bus lives on the loop.

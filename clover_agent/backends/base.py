@@ -116,14 +116,31 @@ class ModelTurn:
         return message
 
 
+@dataclass(frozen=True)
+class BlockView:
+    """The block-diffusion block being denoised, after one pass (engine backend only; nothing here
+    is final). ``block``: index of the block in this model call; ``position``: absolute position of
+    its first slot; ``denoise_step``: passes over this block so far; ``token_ids`` / ``filled`` per
+    slot (undecided slots hold the mask token); ``newly_filled``: slots decided by this pass;
+    ``text``: the text of the decided slots, in order."""
+
+    block: int
+    position: int
+    denoise_step: int
+    token_ids: list[int]
+    filled: list[bool]
+    newly_filled: list[int]
+    text: str
+
+
 @dataclass
 class BackendEvent:
     """Streamed while the model writes: committed text, reasoning text, or (engine only) the state of
-    the block being denoised: ``{"filled": [bool, ...], "tokens": [int, ...], "text": str}``."""
+    the block being denoised (``block``)."""
 
     kind: Literal["text", "reasoning", "block"]
     text: str = ""
-    block: dict[str, Any] | None = field(default=None)
+    block: BlockView | None = field(default=None)
 
 
 EventCallback = Callable[[BackendEvent], None]

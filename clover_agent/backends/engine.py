@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from clover_agent.backends.base import (
     BackendEvent,
     BackendUnavailable,
+    BlockView,
     ContextOverflow,
     EventCallback,
     ModelBackend,
@@ -208,22 +209,24 @@ class EngineBackend(ModelBackend):
         engine = self._engine
         prompt_ids = self.prompt_ids(messages, tools)
         params = self._params(len(prompt_ids))
-        from clover_agent.engine.decoding import CommittedBlock, Done, ProvisionalBlock
+        from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
 
         splitter = ThinkingSplitter(self.enable_thinking)
         result = None
+        previous: BlockProgress | None = None  # the last pass's state, to tell what this one decided
         events = iterate_in_daemon_thread(
             lambda: engine.stream(prompt_ids, params), name="clover-engine-decode"
         )
         async with aclosing(events):
             async for event in events:
-                if isinstance(event, Done):
+                if isinstance(event, GenerationDone):
                     result = event.result
                 elif on_event is None:
                     continue
-                elif isinstance(event, ProvisionalBlock):
-                    on_event(_block_event(self.tokenizer, event))
-                elif isinstance(event, CommittedBlock):
+                elif isinstance(event, BlockProgress):
+                    on_event(_block_event(self.tokenizer, event, previous))
+                    previous = event
+                elif isinstance(event, BlockCommitted):
                     text = event.text if event.text is not None else self.tokenizer.decode(event.token_ids)
                     for kind, piece in splitter.feed(text):
                         on_event(BackendEvent(kind=kind, text=piece))
@@ -248,16 +251,23 @@ class EngineBackend(ModelBackend):
         self._engine = None
 
 
-def _block_event(tokenizer: Any, event: Any) -> BackendEvent:
-    """A provisional block for a live view: its tokens, which are decided, and the decided text."""
+def _block_event(tokenizer: Any, event: Any, previous: Any) -> BackendEvent:
+    """A provisional block for a live view: its tokens, which are decided (and which just now), and
+    the decided text. ``previous`` is the pass before, if any (another block's does not count)."""
+    before = previous.filled if previous is not None and previous.block == event.block else None
+    if before is not None and len(before) != len(event.filled):
+        before = None  # a speculative draft of another length over the same block
+    newly = [i for i, filled in enumerate(event.filled) if filled and not (before and before[i])]
     decided = [t for t, filled in zip(event.token_ids, event.filled, strict=True) if filled]
     return BackendEvent(
         kind="block",
-        block={
-            "filled": list(event.filled),
-            "tokens": list(event.token_ids),
-            "text": tokenizer.decode(decided),
-            "position": event.position,
-            "step": event.step,
-        },
+        block=BlockView(
+            block=event.block,
+            position=event.position,
+            denoise_step=event.step,
+            token_ids=list(event.token_ids),
+            filled=list(event.filled),
+            newly_filled=newly,
+            text=tokenizer.decode(decided),
+        ),
     )

@@ -117,9 +117,9 @@ def _device(name: str) -> torch.device:
 
 def run(args: argparse.Namespace) -> int:
     from clover_agent.engine.config import CloverConfig
-    from clover_agent.engine.decoding import CommittedBlock, Done
     from clover_agent.engine.engine import Engine
     from clover_agent.engine.sampling import SamplingParams
+    from clover_agent.engine.stream import BlockCommitted, GenerationDone
 
     if args.thinking and not args.chat:
         raise UsageError("--thinking needs --chat (it opens <think> in the chat template's assistant turn)")
@@ -150,12 +150,12 @@ def run(args: argparse.Namespace) -> int:
         prompt = prompt if prompt is not None else _prompt_ids(args, engine.tokenizer)
         result = None
         for event in engine.stream(prompt, params):
-            if isinstance(event, CommittedBlock) and not args.json:
+            if isinstance(event, BlockCommitted) and not args.json:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
                 if piece:  # set before writing, so an interrupt during the write still ends the line
                     line_open = not piece.endswith("\n")
                 print(piece, end="", file=sys.stderr, flush=True)
-            elif isinstance(event, Done):
+            elif isinstance(event, GenerationDone):
                 result = event.result
     except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)
         raise UsageError(str(exc)) from exc

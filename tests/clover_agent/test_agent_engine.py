@@ -19,8 +19,8 @@ from clover_agent.agent.loop import RunResult
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.chat import bundled_chat_template
-from clover_agent.engine.decoding import Done as EngineDone
 from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.stream import GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
 from clover_agent.events import (
@@ -56,7 +56,7 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
 
     def recording_stream(prompt_ids, params):
         for event in real_stream(prompt_ids, params):
-            if isinstance(event, EngineDone):
+            if isinstance(event, GenerationDone):
                 decoded.append((len(prompt_ids), event.result.reused_tokens))
             yield event
 

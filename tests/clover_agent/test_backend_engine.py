@@ -100,8 +100,14 @@ async def test_bounded_generation_streams_and_parses(tiny_dir: Path) -> None:
     blocks = [e.block for e in events if e.kind == "block"]
     assert blocks, "provisional blocks are streamed"
     for block in blocks:
-        assert block is not None and 0 < len(block["filled"]) == len(block["tokens"]) <= 32
-        assert any(block["filled"])
+        assert block is not None and 0 < len(block.filled) == len(block.token_ids) <= 32
+        assert any(block.filled)
+        assert all(block.filled[i] for i in block.newly_filled)
+    # Each pass decides at least one more slot, and the first pass of a block decides all it shows.
+    for block in blocks:
+        assert block.newly_filled
+        if block.denoise_step == 1:
+            assert block.newly_filled == [i for i, f in enumerate(block.filled) if f]
     committed = "".join(e.text for e in events if e.kind in ("reasoning", "text"))
     if "</think>" not in turn.raw:
         # all of it is reasoning, streamed as it was committed; an incomplete UTF-8 sequence at the
@@ -147,8 +153,9 @@ async def test_checkpoint_decoding_values_and_a_prompt_past_the_window(tmp_path:
     turn = await backend.complete(MESSAGES, TOOLS, on_event=events.append)
     assert 0 < turn.completion_tokens <= 8
     blocks = [e.block for e in events if e.kind == "block"]
-    assert blocks and all(len(b["filled"]) <= 16 for b in blocks)  # the checkpoint's block size
-    assert all(sum(b["filled"]) == b["step"] for b in blocks)  # threshold 1.0: one position per pass
+    assert blocks and all(len(b.filled) <= 16 for b in blocks)  # the checkpoint's block size
+    assert all(sum(b.filled) == b.denoise_step for b in blocks)  # threshold 1.0: one position per pass
+    assert all(len(b.newly_filled) == 1 for b in blocks)
     long = [{"role": "user", "content": "Say hi. " * 800}]
     assert backend.count_tokens(long, TOOLS) >= 1024
     with pytest.raises(ContextOverflow) as info:

@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
-from clover_agent.engine.decoding import BlockDecoder, CommittedBlock, Done, ProvisionalBlock
+from clover_agent.engine.decoding import BlockDecoder
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from tests.engine.decoding_helpers import (
     BLOCK,
@@ -95,14 +96,14 @@ def test_one_commit_per_committed_block_and_none_while_denoising() -> None:
         for handle in handles:
             handle.remove()
     result = events[-1].result
-    committed_blocks = [e for e in events if isinstance(e, CommittedBlock)]
+    committed_blocks = [e for e in events if isinstance(e, BlockCommitted)]
     # Prefill: one commit; denoise passes: none; each finished block but the last: exactly one.
     denoise = [delta for delta, commit in calls if commit is False]
     assert denoise and all(delta == 0 for delta in denoise)
     assert [delta for delta, commit in calls if commit is not False] == [1] * len(committed_blocks)
     assert result.commits == len(committed_blocks)
     assert result.forwards == len(calls)
-    provisional = [e for e in events if isinstance(e, ProvisionalBlock)]
+    provisional = [e for e in events if isinstance(e, BlockProgress)]
     assert len(provisional) == sum(result.steps_per_block)
     assert all(e.token_ids[i] != MASK_ID for e in provisional for i, f in enumerate(e.filled) if f)
 
@@ -161,9 +162,9 @@ def test_sampling_is_reproducible_with_a_seed_and_varies_across_seeds() -> None:
 def test_stream_reports_text_free_events_and_final_statistics() -> None:
     _, model = models()
     events = list(BlockDecoder(model).stream(prompt_of(33), SamplingParams(max_new_tokens=40)))
-    assert isinstance(events[-1], Done)
+    assert isinstance(events[-1], GenerationDone)
     result = events[-1].result
-    streamed = [t for e in events if isinstance(e, CommittedBlock) for t in e.token_ids]
+    streamed = [t for e in events if isinstance(e, BlockCommitted) for t in e.token_ids]
     assert streamed == result.token_ids
     stats = result.stats()
     assert stats["tokens"] == len(result.token_ids)
@@ -213,7 +214,7 @@ def test_blocks_are_aligned_and_the_last_is_decoded_whole_then_trimmed() -> None
     result = events[-1].result
     first_pass = {}  # block -> its first provisional state
     for event in events:
-        if isinstance(event, ProvisionalBlock):
+        if isinstance(event, BlockProgress):
             first_pass.setdefault(event.block, event)
     assert (first_pass[0].position, len(first_pass[0].token_ids)) == (40, 24)
     # block 0 covers positions 32-63; each later one starts at the next multiple of 32
@@ -239,9 +240,9 @@ def test_a_decided_stop_ends_the_call_at_once_without_a_commit_pass() -> None:
     )
     result = events[-1].result
     assert result.token_ids == free[:index] and result.finish_reason == "stop"
-    last_block = [e for e in events if isinstance(e, ProvisionalBlock) and e.block == events[-2].block]
+    last_block = [e for e in events if isinstance(e, BlockProgress) and e.block == events[-2].block]
 
-    def settled(event: ProvisionalBlock) -> bool:
+    def settled(event: BlockProgress) -> bool:
         k = next((i for i, t in enumerate(event.token_ids) if event.filled[i] and t == stop), None)
         return k is not None and all(event.filled[:k])
 

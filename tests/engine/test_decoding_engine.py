@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.engine.decoding import CommittedBlock, Done, ProvisionalBlock
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 
 
@@ -32,10 +32,10 @@ def test_engine_generates_text_and_streams_the_same_tokens(checkpoint: Path) -> 
     assert result.text == tokenizer.decode(result.token_ids)
     assert tokenizer.im_end_id not in result.token_ids  # <|im_end|> is a stop token
     events = list(clover.stream(prompt, params))
-    assert isinstance(events[-1], Done) and events[-1].result.token_ids == result.token_ids
-    pieces = [e.text for e in events if isinstance(e, CommittedBlock)]
+    assert isinstance(events[-1], GenerationDone) and events[-1].result.token_ids == result.token_ids
+    pieces = [e.text for e in events if isinstance(e, BlockCommitted)]
     assert "".join(pieces) == result.text.rstrip("\ufffd")  # live text adds up to the answer
-    assert any(isinstance(e, ProvisionalBlock) for e in events)
+    assert any(isinstance(e, BlockProgress) for e in events)
     assert clover.generate(prompt).token_ids  # default parameters
     # The second identical call reuses the prompt's whole blocks from the engine's prefix cache.
     assert clover.generate(prompt, params).reused_tokens == len(prompt) // 32 * 32
