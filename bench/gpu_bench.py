@@ -44,6 +44,8 @@ from clover_agent.engine.engine import Engine
 from clover_agent.engine.locate import locate_model
 from clover_agent.engine.sampling import GenerationResult, SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.launch import model_sources
+from clover_agent.settings import Settings
 
 SECTION_START = "<!-- gpu-bench:start -->"
 SECTION_END = "<!-- gpu-bench:end -->"
@@ -274,7 +276,8 @@ def load_engine(
     args: argparse.Namespace, device: torch.device, dtype: torch.dtype, budget: Budget, folder: Path
 ) -> tuple[Engine, dict[str, Any]]:
     """The real weights when found, else a random checkpoint of ``args.preset`` written to ``folder``."""
-    location = locate_model(args.model)
+    settings = Settings.load()
+    location = locate_model(model_sources(settings, args.model))
     info: dict[str, Any] = {"dtype": str(dtype).removeprefix("torch.")}
     if location.path is not None:
         path = location.path
@@ -287,7 +290,7 @@ def load_engine(
         vocab = preset["vocab"]
         if vocab == "real":
             try:
-                vocabularies.qwen_tokenizer()
+                vocabularies.qwen_tokenizer(cache_dir=settings.vocab_cache)
             except vocabularies.VocabularyUnavailable as exc:
                 # A device session should still measure something: the small vocabulary, said so.
                 info["vocab_fallback"] = f"{exc}; the small vocabulary was used"
@@ -301,6 +304,7 @@ def load_engine(
             dtype=dtype,
             tokenizer=vocab == "real",
             overrides={**preset["overrides"], "max_position_embeddings": 16384},
+            vocab_cache=settings.vocab_cache,
         )
         info.update(
             source="random",

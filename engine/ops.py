@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from clover_agent.errors import UsageError
+from clover_agent.engine.errors import EngineArgumentError
 
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "torch", "triton")
 OP_NAMES = ("rms_norm", "gated_rms_norm", "causal_conv1d", "gated_delta_rule", "attention", "moe_experts")
@@ -60,12 +60,14 @@ def resolve_ops(kernels: str = "auto") -> Ops:
     ``"auto"`` is the PyTorch reference until Triton kernels are registered.
     """
     if kernels not in KERNEL_CHOICES:
-        raise UsageError(f"unknown kernels choice {kernels!r} (choose from {', '.join(KERNEL_CHOICES)})")
+        raise EngineArgumentError(
+            f"unknown kernels choice {kernels!r} (choose from {', '.join(KERNEL_CHOICES)})"
+        )
     backend = "torch" if kernels == "auto" else kernels
     table = _REGISTRY.get(backend, {})
     missing = [name for name in OP_NAMES if name not in table]
     if missing:
-        raise UsageError(
+        raise EngineArgumentError(
             f"kernels={kernels!r}: no {backend} implementation of {', '.join(missing)} is available in this "
             "build; use kernels='torch' (or 'auto')"
         )

@@ -1,22 +1,23 @@
 """Where tools run: Docker (default) and local (opt-in) (imports as ``clover_agent.sandboxes``).
 
 ``create_sandbox("docker" | "local", spec)`` builds one; use it as ``async with sandbox: ...``.
+The spec is complete (see :class:`SandboxSpec`); the errors are this package's own
+(:mod:`clover_agent.sandboxes.errors`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from clover_agent.errors import UsageError
 from clover_agent.sandboxes.base import (
     WORKSPACE,
     ExecResult,
     FileEntry,
     Sandbox,
-    SandboxError,
     SandboxLimits,
     SandboxSpec,
 )
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxError, SandboxUnavailable
 
 SandboxKind = Literal["docker", "local"]
 SANDBOX_KINDS: tuple[str, ...] = ("docker", "local")
@@ -27,10 +28,12 @@ __all__ = [
     "ExecResult",
     "FileEntry",
     "Sandbox",
+    "SandboxConfigError",
     "SandboxError",
     "SandboxKind",
     "SandboxLimits",
     "SandboxSpec",
+    "SandboxUnavailable",
     "create_sandbox",
 ]
 
@@ -45,4 +48,4 @@ def create_sandbox(kind: SandboxKind | str, spec: SandboxSpec) -> Sandbox:
         from clover_agent.sandboxes.docker import DockerSandbox
 
         return DockerSandbox(spec)
-    raise UsageError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")
+    raise SandboxConfigError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")

@@ -36,7 +36,7 @@ from clover_agent.agent.resume import StoppedRun
 from clover_agent.agent.targets import TestSelection, select_tests
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.events import (
     Done,
     ErrorReported,
@@ -64,8 +64,8 @@ class FixRequest:
     target: str
     repo: Path
     make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
+    sandbox: SandboxSpec  # complete (``clover_agent.launch.sandbox_spec``)
     sandbox_kind: str = "docker"
-    image: str | None = None
     policy: Policy | None = None
     approver: Approver | None = None
     max_steps: int | None = 50
@@ -185,7 +185,7 @@ def regressions(before: TestReport, after: TestReport) -> list[str]:
 
 async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | None = None) -> FixReport:
     """The whole workflow (see the module docstring); ``resume`` continues that stopped run. Never
-    raises :class:`CloverError` once the run folder exists: failures end up in the report, the
+    raises any layer's error (:data:`~clover_agent.errors.RUN_ERRORS`) once the run folder exists: failures end up in the report, the
     summary file and the trajectory, whose last event is a ``TaskFinished`` holding the same verdict
     and exit code as the summary file."""
     started = time.monotonic()
@@ -218,12 +218,13 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         )
     try:
         await _fix(request, bus, report, resume)
-    except CloverError as exc:
-        report.exit_code, report.message = exc.exit_code, exc.message
+    except RUN_ERRORS as exc:
+        report.exit_code, report.message = exit_code_for(exc), message_of(exc)
         outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
-        bus.emit(ErrorReported(kind=outcome, message=exc.message, fatal=True, exit_code=int(exc.exit_code)))
+        code = int(report.exit_code)
+        bus.emit(ErrorReported(kind=outcome, message=report.message, fatal=True, exit_code=code))
         if report.agent is None:  # the loop emits its own Done
-            bus.emit(Done(outcome=outcome, exit_code=int(exc.exit_code), message=exc.message))
+            bus.emit(Done(outcome=outcome, exit_code=code, message=report.message))
     except (asyncio.CancelledError, KeyboardInterrupt):
         report.exit_code, report.message = ExitCode.INTERRUPTED, "interrupted"
         raise
@@ -247,7 +248,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
-    sandbox = create_sandbox(request.sandbox_kind, SandboxSpec(repo=str(request.repo), image=request.image))
+    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)

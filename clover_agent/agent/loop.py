@@ -6,7 +6,8 @@ passes the policy, gets a checkpoint if it may change the workspace, runs in the
 result becomes a ``tool`` message. A prompt the backend still finds too long for its window
 (:class:`ContextOverflow`) is condensed harder once and sent again. The run ends when ``finish``
 is called (:class:`Submitted`), a budget is spent (:class:`LimitsExceeded`), the agent is stuck
-(:class:`AgentStuck`) or the backend or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
+(:class:`AgentStuck`) or the backend, the engine or the sandbox fails (any of
+:data:`~clover_agent.errors.RUN_ERRORS`); every ending emits one ``Done`` event and returns a
 :class:`RunResult` — no exception reaches the caller for these.
 
 After each mutating call that changed the workspace, its diff is recorded (``WorkspaceChanged``), so
@@ -40,7 +41,7 @@ from clover_agent.agent.stuck import AgentStuck, StuckDetector
 from clover_agent.agent.trajectory import ResumeState
 from clover_agent.backends.base import BackendEvent, ContextOverflow, ModelBackend, ModelTurn
 from clover_agent.backends.threads import call_soon
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -175,8 +176,8 @@ class Agent:
             result = RunResult("budget_exhausted", exc.exit_code, exc.message)
         except AgentStuck as exc:
             result = RunResult("stuck", exc.exit_code, exc.message)
-        except CloverError as exc:
-            result = RunResult("error", exc.exit_code, exc.message)
+        except RUN_ERRORS as exc:
+            result = RunResult("error", exit_code_for(exc), message_of(exc))
         except (asyncio.CancelledError, KeyboardInterrupt):
             await self._finish(RunResult("interrupted", ExitCode.INTERRUPTED, "interrupted"))
             raise
@@ -186,7 +187,7 @@ class Agent:
         try:
             # A workspace the resumed patch could not be restored to is not the run's: keep the patch.
             result.patch = await self.sandbox.diff() if self._workspace_known else self._last_patch
-        except (CloverError, OSError) as exc:
+        except (*RUN_ERRORS, OSError) as exc:
             result.patch = self._last_patch
             if result.outcome != "interrupted":  # an interrupt closes the sandbox: expected, not news
                 result.message += (

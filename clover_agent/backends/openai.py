@@ -16,7 +16,6 @@ import asyncio
 import functools
 import http.client
 import json
-import os
 import socket
 import ssl
 import threading
@@ -46,8 +45,6 @@ from clover_agent.protocol import (
     tool_parameters,
 )
 
-#: Environment variables holding the API key, first found wins.
-API_KEY_VARIABLES = ("CLOVER_API_KEY", "OPENAI_API_KEY")
 #: Statuses worth another try: rate limited, or the server (or a proxy) momentarily failing.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -288,13 +285,6 @@ def _why_unreachable(exc: BaseException, connect_timeout: float) -> str:
     return str(exc) or type(exc).__name__
 
 
-def api_key_from_env() -> str | None:
-    for variable in API_KEY_VARIABLES:
-        if os.environ.get(variable):
-            return os.environ[variable]
-    return None
-
-
 class OpenAIBackend(ModelBackend):
     """Chat completions against ``base_url`` (the API root, e.g. ``http://HOST:30000/v1``).
 
@@ -329,7 +319,7 @@ class OpenAIBackend(ModelBackend):
         self._scheme, self._host, self._port = parts.scheme, parts.hostname, parts.port
         self._path = f"{parts.path}/chat/completions"
         self.model_name = model_name
-        self.api_key = api_key if api_key is not None else api_key_from_env()
+        self.api_key = api_key  # from the settings (CLOVER_API_KEY, OPENAI_API_KEY); None: no key
         self.stream = stream
         self.timeout = timeout
         self.connect_timeout = connect_timeout

@@ -17,11 +17,9 @@ from clover_agent.agent.fix_task import RUNS_DIR, FixReport, FixRequest, run_fix
 from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_patch
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.agent.resume import LATEST, StoppedRun, find_run, load_stopped_run
-from clover_agent.backends import create_backend
-from clover_agent.backends.base import ModelBackend
-from clover_agent.backends.engine import choose_device
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
+from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
 EXIT_CODES = """\
@@ -58,42 +56,15 @@ PROJECT_FILES = (
 )
 
 
-def require_engine(model: str | None) -> None:
-    """Fail within seconds, with the ways forward, when the embedded engine cannot serve.
-
-    The same check the engine backend makes before loading (a GPU with room for the weights; small
-    test checkpoints may run on the CPU), made before any sandbox or test run starts.
-    """
-    choose_device(model, Settings.load().model_path)
+def backend_options(args: argparse.Namespace) -> BackendOptions:
+    """The backend the command line chose."""
+    return BackendOptions(
+        args.backend, model=args.model, base_url=args.base_url, model_name=args.model_name, replay=args.replay
+    )
 
 
-def backend_factory(args: argparse.Namespace) -> Callable[[], ModelBackend]:
-    """A function making the chosen backend (called only once a failure is confirmed)."""
-    settings = Settings.load()
-
-    def make() -> ModelBackend:
-        if args.backend == "replay":
-            return create_backend("replay", path=args.replay)
-        if args.backend == "openai":
-            options: dict[str, Any] = {
-                "base_url": args.base_url or settings.base_url,
-                "api_key": settings.api_key,
-            }
-            if args.model_name:
-                options["model_name"] = args.model_name
-            return create_backend("openai", **options)
-        return create_backend("engine", model_dir=args.model or settings.model_path)
-
-    return make
-
-
-def _check_arguments(args: argparse.Namespace) -> Path:
-    if args.backend == "replay" and not args.replay:
-        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
-    if args.replay and not Path(args.replay).is_file():
-        raise UsageError(f"--replay {args.replay}: no such file")
-    if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
-        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+def _check_repo(args: argparse.Namespace) -> Path:
+    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
     repo = Path(args.repo).resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
@@ -235,7 +206,7 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
         if args.repo != "." and Path(args.repo).resolve() != folder.parents[2]:
             raise UsageError(f"--resume {ref} is a run of {folder.parents[2]}, not of --repo {args.repo}")
         args.repo = str(folder.parents[2])
-    repo = _check_arguments(args)
+    repo = _check_repo(args)
     run_dir = repo / RUNS_DIR / folder.name if given_as_path else find_run(repo / RUNS_DIR, ref)
     stopped = load_stopped_run(run_dir)
     if args.target is not None and args.target != stopped.target:
@@ -249,20 +220,21 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
 def _fix(args: argparse.Namespace) -> int:
     if args.target is None and args.resume is None:
         raise UsageError("fix needs a TARGET (a test, test file, keyword or description), or --resume RUN_ID")
-    if args.backend == "engine":
-        require_engine(args.model)
+    settings = Settings.load()  # once per command; everything below gets its values passed in
+    options = backend_options(args)
+    check_backend_options(options, settings)
     if args.resume is not None:
         repo, stopped = _resolve_resume(args)
     else:
-        repo, stopped = _check_arguments(args), None
+        repo, stopped = _check_repo(args), None
     policy = preset(args.policy)
     interactive = sys.stdin.isatty()
     request = FixRequest(
         target=stopped.target if stopped else args.target,
         repo=repo,
-        make_backend=backend_factory(args),
+        make_backend=backend_factory(options, settings),
+        sandbox=sandbox_spec(settings, repo, image=args.image),
         sandbox_kind=args.sandbox,
-        image=args.image,
         policy=policy,
         approver=_approve_at_terminal if interactive and args.policy != "ci" else None,
         max_steps=args.max_steps,

@@ -32,7 +32,8 @@ from clover_agent.events import (
     ModelResponded,
     ProvisionalBlock,
 )
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes import create_sandbox
+from tests.sandbox_specs import sandbox_spec
 
 TEMPLATE_MARK = "[tiny-checkpoint-template]"
 STEPS = 3
@@ -64,7 +65,7 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
     bus = EventBus()
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
     bus.subscribe(writer)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(backend, sandbox, bus, run_id="engine", budget=Budget(max_steps=STEPS, max_time_s=600))
         result = await agent.run("Change A to 2 in /workspace/a.py.", "You are a test agent.")
     await backend.close()
@@ -132,7 +133,7 @@ async def run_agent(
     bus = EventBus()
     events: list[Event] = []
     bus.subscribe(events.append)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(
             backend,
             sandbox,

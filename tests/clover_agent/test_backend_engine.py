@@ -15,6 +15,7 @@ from clover_agent.backends import BackendEvent, BackendUnavailable, create_backe
 from clover_agent.backends.base import ContextOverflow
 from clover_agent.backends.engine import EngineBackend, choose_device
 from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.locate import ModelSources
 from clover_agent.engine.readiness import FULL_MODEL_BYTES
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
@@ -44,7 +45,7 @@ def no_gpu() -> None:
 
 
 def test_small_checkpoint_runs_on_the_cpu(tiny_dir: Path, no_gpu: None) -> None:
-    assert choose_device(tiny_dir) == (tiny_dir, "cpu")
+    assert choose_device(ModelSources(explicit=tiny_dir)) == (tiny_dir, "cpu")
     backend = create_backend("engine", model_dir=tiny_dir, progress=None)
     assert (backend.model_dir, backend.device) == (tiny_dir, "cpu")
 

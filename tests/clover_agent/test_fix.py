@@ -29,6 +29,7 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.cli.fix import _approve_at_terminal, _hand_back
 from clover_agent.errors import ExitCode
+from tests.cli_process import start_signalable
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
 
@@ -51,27 +52,27 @@ def calculator_repo(tmp_path: Path, *, nested: bool = False) -> Path:
     return repo
 
 
-def interrupt_fix(repo: Path, replay: Path, *, running: str) -> tuple[Path, int, str, str]:
-    """Run ``clover-agent fix test_add`` on ``replay`` in its own process and press Ctrl-C once the
-    trajectory holds ``running`` (a call is under way). Returns the trajectory, the exit code, stdout
-    and stderr."""
-    proc = subprocess.Popen(
+def hanging_call(marker: Path) -> str:
+    """A shell call that creates ``marker`` (on the host: the local sandbox runs there), then hangs."""
+    return call("shell", command=f"touch {marker} && sleep 60")
+
+
+def interrupt_fix(repo: Path, replay: Path, *, started: Path) -> tuple[Path, int, str, str]:
+    """Run ``clover-agent fix test_add`` on ``replay`` (local sandbox) in its own process and press
+    Ctrl-C once ``started`` exists (a :func:`hanging_call` is running). Returns the trajectory, the
+    exit code, stdout and stderr."""
+    proc = start_signalable(
         [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
          "--replay", str(replay), "--sandbox", "local"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    trajectory = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}"))
-        if found and running in found[0].read_text():
-            trajectory = found[0]
-            break
-        time.sleep(0.2)
-    assert trajectory is not None, proc.communicate()
-    time.sleep(0.3)  # the call is running now
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not started.exists():
+        time.sleep(0.1)
+    assert started.exists(), proc.communicate()
+    (trajectory,) = (repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     return trajectory, proc.returncode, out, err
 
 
@@ -363,8 +364,9 @@ def test_free_text_matches_test_ids() -> None:
 
 def test_ctrl_c_ends_with_130_and_a_closed_trajectory(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
-    replay = write_replay(tmp_path / "sleeps.jsonl", [call("shell", command="sleep 60")])
-    trajectory, code, out, err = interrupt_fix(repo, replay, running="tool_call_started")
+    started = tmp_path / "started"
+    replay = write_replay(tmp_path / "sleeps.jsonl", [hanging_call(started)])
+    trajectory, code, out, err = interrupt_fix(repo, replay, started=started)
     assert code == ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in err and "interrupted" in err
     events = read_events(trajectory)

@@ -10,9 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import SANDBOX_LOST, TOOLS, execute, get_tool, tool_specs
+from tests.sandbox_specs import sandbox_spec
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
@@ -94,7 +95,7 @@ async def test_context_follows_the_sandbox(sandbox: Sandbox) -> None:
 @in_module_loop
 async def test_contexts_do_not_keep_sandboxes_alive(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
-    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    sb = create_sandbox("local", sandbox_spec(tmp_path / "r"))
     async with sb:
         assert (await execute("shell", {"command": "true"}, sb)).ok
     gone = weakref.ref(sb)
@@ -106,7 +107,7 @@ async def test_contexts_do_not_keep_sandboxes_alive(tmp_path: Path) -> None:
 @in_module_loop
 async def test_a_broken_sandbox_never_raises(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
-    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    sb = create_sandbox("local", sandbox_spec(tmp_path / "r"))
     await sb.start()
     await sb.close()  # every tool call now meets a dead sandbox
     for name, args in [
@@ -127,7 +128,7 @@ async def test_a_sandbox_dying_mid_call_is_one_warning_line(
     debug level (no traceback reaches a user's terminal)."""
     (tmp_path / "r").mkdir()
     caplog.set_level(logging.DEBUG, logger="clover_agent.tools.registry")
-    async with create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r"))) as sb:
+    async with create_sandbox("local", sandbox_spec(tmp_path / "r")) as sb:
         result = await execute("shell", {"command": "kill -9 $PPID; sleep 30"}, sb)  # kills the runner
     assert not result.ok and "the sandbox stopped working" in result.output
     assert "runner exited" in result.data[SANDBOX_LOST]
