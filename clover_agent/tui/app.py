@@ -367,8 +367,9 @@ class CloverApp(App[int]):
         if self._closed or self.session is None:
             return
         self._closed = True
-        self.status_bar.sandbox = "closing"
-        self.status_bar.refresh_line()
+        for bar in self.query(StatusBar):
+            bar.sandbox = "closing"
+            bar.refresh_line()
         await asyncio.to_thread(self.session.close)
 
     async def on_unmount(self) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from clover_agent.backends.base import ModelBackend
-from clover_agent.backends.replay import ReplayBackend
+from clover_agent.backends.openai import OpenAIBackend
+from clover_agent.backends.replay import ReplayBackend, load_replay
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.store import SavedSession
+from tests.clover_agent.test_backend_openai import ChatServer
 from tests.git_repos import git
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
@@ -89,3 +91,31 @@ async def send(pilot: Pilot, text: str) -> None:
     app.prompt.focus()
     app.prompt.load_text(text)
     await pilot.press("end", "enter")
+
+
+class SlowReplay:
+    """A slow model: the turns of a replay file (read with the replay backend's own loader) streamed
+    by a real local chat-completions server, ``chunk`` characters every ``pauses[i]`` seconds for
+    turn ``i`` (the last pause for the rest), to the real openai backend."""
+
+    def __init__(self, replay: Path, pauses: list[float], chunk: int = 8) -> None:
+        self.server = ChatServer()
+        for index, text in enumerate(load_replay(replay)):
+            pieces = [text[i : i + chunk] for i in range(0, len(text), chunk)]
+            events: list[object] = [_delta({"content": p}) for p in pieces]
+            self.server.replies.append(
+                {"sse": [*events, _delta({}, "stop"), "[DONE]"], "pause": pauses[min(index, len(pauses) - 1)]}
+            )
+
+    def backend(self) -> OpenAIBackend:
+        return OpenAIBackend(self.server.base_url, api_key="", retries=0)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _delta(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }

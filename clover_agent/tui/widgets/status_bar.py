@@ -111,7 +111,7 @@ class StatusBar(Static):
         if max_steps:
             left.append(f"{max(0, max_steps - used)} steps")
         max_time = self.limits.get("max_time_s")
-        if max_time and self.turn_started is not None:
+        if max_time and self.turn_started is not None and self.busy:
             left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
         if left:
             parts.append(("left " + " ".join(left), ""))

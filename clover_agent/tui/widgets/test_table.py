@@ -36,14 +36,14 @@ def render_tests(report: dict[str, Any], before: dict[str, str] | None = None) -
             cells.append(_outcome(before.get(test)))
         cells.append(_outcome(outcomes[test]))
         table.add_row(*cells)
-    rest = len(outcomes) - len(rows)
+    rest = len(changed) + len(failing) - len(rows)
     summary = (
         f"{report.get('passed', 0)} passed, {report.get('failed', 0)} failed, "
         f"{report.get('errors', 0)} errors, {report.get('skipped', 0)} skipped"
     )
     if report.get("problem"):
         summary += f" — {report['problem']}"
-    label = Text(summary + (f" ({rest} more not shown)" if rest > 0 and rows else ""), style="bold")
+    label = Text(summary + (f" ({rest} more not shown)" if rest > 0 else ""), style="bold")
     table.add_row(label, *([Text("")] * (len(table.columns) - 1)))
     return table
 
