@@ -52,12 +52,11 @@ CLOVER = CloverSizes()
 @dataclass(frozen=True)
 class KernelCase:
     """One timed operator call. ``run`` cycles through ``copies`` input sets (so a small working set
-    is not served from L2 on every call); ``reference`` computes the first set with the PyTorch
-    reference, to be compared with ``run``'s result on the first set (``first``)."""
+    is not served from L2 on every call), starting with the first; ``reference`` computes the first
+    set with the PyTorch reference, so the result of the case's first ``run()`` is comparable."""
 
     name: str
     run: Callable[[], object]
-    first: Callable[[], object]
     reference: Callable[[], object]
     bytes_moved: int
     shape: str
@@ -96,12 +95,21 @@ def cases(
     dtype: torch.dtype = torch.bfloat16,
     sizes: CloverSizes = CLOVER,
     tokens: Sequence[int] = (32, 64),
+    prefill_tokens: Sequence[int] = (4096,),
 ) -> list[KernelCase]:
     """Every kernel's cases at the decoding step shapes (``tokens``: a 32-token block, the 64-token
-    fused commit + denoise step)."""
+    fused commit + denoise step) and at prompt prefill chunks (``prefill_tokens``)."""
+    from clover_agent.kernels.gated_delta_rule import benchmark as gdn_bench
     from clover_agent.kernels.moe import benchmark as moe_bench
+    from clover_agent.kernels.short_conv import benchmark as conv_bench
 
     built: list[KernelCase] = []
     for count in tokens:
-        built.append(moe_bench.case(count, device=device, dtype=dtype, sizes=sizes))
+        options = {"device": device, "dtype": dtype, "sizes": sizes}
+        built.append(moe_bench.case(count, **options))
+        built.append(conv_bench.case(count, **options))
+        built.append(gdn_bench.case(count, **options))
+        built.append(gdn_bench.case(count, commit=count, **options))
+    for count in prefill_tokens:
+        built.append(gdn_bench.case(count, commit=count, method="chunk", **options))
     return built

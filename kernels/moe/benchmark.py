@@ -61,7 +61,6 @@ def case(
     return KernelCase(
         name=f"moe[{tokens}]",
         run=cycling([functools.partial(call, sparse_moe, args) for args in inputs]),
-        first=functools.partial(call, sparse_moe, inputs[0]),
         reference=functools.partial(call, reference.sparse_moe, inputs[0]),
         bytes_moved=touched * expert_bytes + activations,
         shape=f"tokens={tokens} experts={e} top_k={sizes.top_k} touched={touched} hidden={h} inner={i}",

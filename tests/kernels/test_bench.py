@@ -22,8 +22,8 @@ TINY = CloverSizes(
     heads=4,
     kv_heads=2,
     head_dim=16,
-    gdn_key_heads=2,
-    gdn_value_heads=4,
+    gdn_key_heads=1,
+    gdn_value_heads=2,
     gdn_key_dim=16,
     gdn_value_dim=16,
     block_size=8,
@@ -60,10 +60,8 @@ def test_clover_sizes_are_the_shipped_config() -> None:
 
 @requires_triton
 def test_every_case_runs_and_matches_its_reference() -> None:
-    built = cases(device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(11,))
+    built = cases(device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(6,), prefill_tokens=(20,))
     assert built
     for case in built:
         assert case.bytes_moved > 0 and case.shape
-        case.run()
-        case.run()  # the second input set
-        assert relative_error(case.first(), case.reference()) < 1e-4, case.name
+        assert relative_error(case.run(), case.reference()) < 1e-4, case.name
