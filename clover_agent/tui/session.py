@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import re
 import threading
 import time
@@ -162,7 +163,8 @@ class TuiSession:
         self.queue: list[str] = []
         self._ready: asyncio.Future[bool] | None = None
         self._sending = False
-        self._started = self.thread.submit(self._start())
+        self._start_task: asyncio.Task[None] | None = None
+        self.thread.submit(self._start())
 
     # -- the UI's side (thread-safe) ---------------------------------------------------------------
 
@@ -197,6 +199,7 @@ class TuiSession:
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
+        self._start_task = asyncio.current_task()
         saved = self.options.resume
         try:
             self.backend = self.options.make_backend()
@@ -342,6 +345,13 @@ class TuiSession:
         )
 
     async def _close(self) -> None:
+        starting = self._start_task
+        if starting is not None and not starting.done():  # closed while the sandbox starts
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(False)
         if self.driver is not None and self.driver.busy:
             self.driver.interrupt()
             await asyncio.sleep(0)
