@@ -42,7 +42,7 @@ from clover_agent.tui.widgets.transcript import Transcript
 
 T = TypeVar("T")
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
-PLACEHOLDER = "Ask for a change, or /help · Enter sends · ctrl+j new line · @ completes a path"
+PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · /help"
 
 
 class AgentEvent(Message):
@@ -326,7 +326,7 @@ class CloverApp(App[int]):
         if self.session is not None:
             self.session.interrupt()
 
-    def action_copy_or_quit(self) -> None:
+    async def action_copy_or_quit(self) -> None:
         focused = self.focused
         selected = focused.selected_text if isinstance(focused, TextArea) else ""
         selected = selected or (self.screen.get_selected_text() or "")
@@ -334,7 +334,7 @@ class CloverApp(App[int]):
             self.copy_to_clipboard(selected)
             self.notify("Copied.", timeout=2)
             return
-        self.run_worker(self.action_quit(), exclusive=True, group="quit")
+        await self.action_quit()
 
     def action_toggle_thinking(self) -> None:
         self.transcript.set_show_thinking(not self.transcript.show_thinking)
