@@ -60,7 +60,9 @@ def test_clover_sizes_are_the_shipped_config() -> None:
 
 @requires_triton
 def test_every_case_runs_and_matches_its_reference() -> None:
-    built = cases(device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(6,), prefill_tokens=(20,))
+    built = cases(
+        device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(6,), prefill_tokens=(20,), context=21
+    )
     assert built
     for case in built:
         assert case.bytes_moved > 0 and case.shape
