@@ -66,4 +66,6 @@ def test_every_case_runs_and_matches_its_reference() -> None:
     assert built
     for case in built:
         assert case.bytes_moved > 0 and case.shape
-        assert relative_error(case.run(), case.reference()) < 1e-4, case.name
+        got = case.run()
+        if case.reference is not None:
+            assert relative_error(got, case.reference()) < 1e-4, case.name
