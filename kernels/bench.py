@@ -53,11 +53,12 @@ CLOVER = CloverSizes()
 class KernelCase:
     """One timed operator call. ``run`` cycles through ``copies`` input sets (so a small working set
     is not served from L2 on every call), starting with the first; ``reference`` computes the first
-    set with the PyTorch reference, so the result of the case's first ``run()`` is comparable."""
+    set with the PyTorch reference, so the result of the case's first ``run()`` is comparable (None
+    when no reference result is comparable: a sampled draw)."""
 
     name: str
     run: Callable[[], object]
-    reference: Callable[[], object]
+    reference: Callable[[], object] | None
     bytes_moved: int
     shape: str
 
@@ -96,20 +97,30 @@ def cases(
     sizes: CloverSizes = CLOVER,
     tokens: Sequence[int] = (32, 64),
     prefill_tokens: Sequence[int] = (4096,),
+    context: int = 4096,
+    copies: int = 2,
 ) -> list[KernelCase]:
     """Every kernel's cases at the decoding step shapes (``tokens``: a 32-token block, the 64-token
-    fused commit + denoise step) and at prompt prefill chunks (``prefill_tokens``)."""
+    fused commit + denoise step; attention after ``context`` committed tokens) and at prompt prefill
+    chunks (``prefill_tokens``). ``copies``: input sets each case cycles through."""
+    from clover_agent.kernels.attention import benchmark as attention_bench
     from clover_agent.kernels.gated_delta_rule import benchmark as gdn_bench
+    from clover_agent.kernels.low_confidence import benchmark as low_confidence_bench
     from clover_agent.kernels.moe import benchmark as moe_bench
     from clover_agent.kernels.short_conv import benchmark as conv_bench
 
     built: list[KernelCase] = []
     for count in tokens:
-        options = {"device": device, "dtype": dtype, "sizes": sizes}
+        options = {"device": device, "dtype": dtype, "sizes": sizes, "copies": copies}
         built.append(moe_bench.case(count, **options))
         built.append(conv_bench.case(count, **options))
         built.append(gdn_bench.case(count, **options))
         built.append(gdn_bench.case(count, commit=count, **options))
+        built.append(attention_bench.case(count, context=context, **options))
+        built.append(low_confidence_bench.case(count, **options))
+        built.append(low_confidence_bench.case(count, sampling=True, **options))
     for count in prefill_tokens:
-        built.append(gdn_bench.case(count, commit=count, method="chunk", **options))
+        built.append(
+            gdn_bench.case(count, commit=count, method="chunk", device=device, dtype=dtype, sizes=sizes)
+        )
     return built

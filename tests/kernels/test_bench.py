@@ -60,8 +60,12 @@ def test_clover_sizes_are_the_shipped_config() -> None:
 
 @requires_triton
 def test_every_case_runs_and_matches_its_reference() -> None:
-    built = cases(device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(6,), prefill_tokens=(20,))
+    built = cases(
+        device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(6,), prefill_tokens=(20,), context=21
+    )
     assert built
     for case in built:
         assert case.bytes_moved > 0 and case.shape
-        assert relative_error(case.run(), case.reference()) < 1e-4, case.name
+        got = case.run()
+        if case.reference is not None:
+            assert relative_error(got, case.reference()) < 1e-4, case.name
