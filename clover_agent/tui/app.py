@@ -74,7 +74,9 @@ class CloverApp(App[int]):
 
     TITLE = "clover-agent"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(key.keys, key.action, key.description, show=False, priority=key.action == "copy_or_quit")
+        # Escape stays below the dialogs' own bindings; the others win over the prompt's (ctrl+d there
+        # deletes forward, ctrl+c copies).
+        Binding(key.keys, key.action, key.description, show=False, priority=key.action != "interrupt")
         for key in KEYS
         if key.action and key.action != "scroll_transcript"
     ] + [
