@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from clover_agent.backends import create_backend
-from clover_agent.backends.base import ModelBackend
-from clover_agent.cli.fix import _positive, backend_factory, require_engine
+from clover_agent.cli.fix import _positive
 from clover_agent.errors import UsageError
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
 #: ``--resume`` given without an id: choose from a list.
@@ -23,21 +20,19 @@ def is_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _backend(args: argparse.Namespace) -> Callable[[], ModelBackend]:
-    """The backend factory; the engine loads without printing progress (the screen is the TUI's)."""
-    if args.backend != "engine":
-        return backend_factory(args)
-    model = args.model or Settings.load().model_path
-    return lambda: create_backend("engine", model_dir=model, progress=None)
+def _backend_options(args: argparse.Namespace) -> BackendOptions:
+    """The backend chosen; the engine loads without printing progress (the screen is the TUI's)."""
+    return BackendOptions(
+        args.backend,
+        model=args.model,
+        base_url=args.base_url,
+        model_name=args.model_name,
+        replay=args.replay,
+        engine_options={"progress": None},
+    )
 
 
 def _repository(args: argparse.Namespace) -> Path:
-    if args.backend == "replay" and not args.replay:
-        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
-    if args.replay and not Path(args.replay).is_file():
-        raise UsageError(f"--replay {args.replay}: no such file")
-    if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
-        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
     repo = Path(args.repo).resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
@@ -61,14 +56,15 @@ def _tui(args: argparse.Namespace) -> int:
     from clover_agent.tui.session import SessionOptions
     from clover_agent.tui.store import list_sessions, load_session
 
+    settings = Settings.load()  # once per command; everything below gets its values passed in
+    backend = _backend_options(args)
+    check_backend_options(backend, settings)
     repo = _repository(args)
-    if args.backend == "engine":
-        require_engine(args.model)
     options = SessionOptions(
         repo=repo,
-        make_backend=_backend(args),
+        make_backend=backend_factory(backend, settings),
         sandbox_kind=args.sandbox,
-        spec=SandboxSpec(repo=str(repo), image=args.image),
+        spec=sandbox_spec(settings, repo, image=args.image),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,

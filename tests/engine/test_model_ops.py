@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from clover_agent.engine import ops
-from clover_agent.errors import UsageError
+from clover_agent.engine.errors import EngineArgumentError
 
 
 def literal_delta_rule(q, k, v, g, beta, state, scale):  # type: ignore[no-untyped-def]
@@ -97,7 +97,7 @@ def test_rms_norms() -> None:
 def test_kernel_choices() -> None:
     assert ops.resolve_ops("auto").backend == "torch"
     assert ops.resolve_ops("torch").gated_delta_rule is ops.gated_delta_rule
-    with pytest.raises(UsageError, match="kernels='triton': no triton implementation"):
+    with pytest.raises(EngineArgumentError, match="kernels='triton': no triton implementation"):
         ops.resolve_ops("triton")
-    with pytest.raises(UsageError, match="unknown kernels choice 'cuda'"):
+    with pytest.raises(EngineArgumentError, match="unknown kernels choice 'cuda'"):
         ops.resolve_ops("cuda")
