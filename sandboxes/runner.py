@@ -8,7 +8,8 @@ image with a Python 3 interpreter works and the code always matches the host's v
 
 Protocol: request ``{"id": N, "op": OP, ...}``; response ``{"id": N, "ok": true, ...}`` or
 ``{"id": N, "ok": false, "error": EXCEPTION_NAME, "errno": E, "message": TEXT}``. Ops: ``exec``,
-``read``, ``write``, ``list``, ``stat``, ``realpath``. File data travels base64-encoded.
+``read``, ``write``, ``list``, ``stat``, ``realpath``, and ``cancel`` (``"target": N``: kill the
+processes of the ``exec`` request N, whose caller stopped waiting). File data travels base64-encoded.
 
 Paths in requests are sandbox paths: ``/workspace/...`` maps to the runner's workspace root
 (``sys.argv[1]``; the identity inside a container, the private copy for the local sandbox); other
@@ -44,6 +45,8 @@ os.umask(_UMASK)
 _write_lock = threading.Lock()
 _running_groups: set[int] = set()
 _groups_lock = threading.Lock()
+_group_of_request: dict[object, int] = {}  # exec request id -> its process group
+_cancelled: set[object] = set()  # exec request ids cancelled (maybe before they started)
 
 
 def host_path(path: str) -> str:
@@ -172,6 +175,10 @@ def op_exec(req: dict) -> dict:
     pgid = proc.pid
     with _groups_lock:
         _running_groups.add(pgid)
+        _group_of_request[req.get("id")] = pgid
+        cancelled = req.get("id") in _cancelled
+    if cancelled:
+        _kill_group(pgid)
     try:
         # Make the command, not the runner, the first choice of the out-of-memory killer.
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
@@ -238,12 +245,17 @@ def op_exec(req: dict) -> dict:
     returncode = proc.wait()
     with _groups_lock:
         _running_groups.discard(pgid)
+        _group_of_request.pop(req.get("id"), None)
+        cancelled = req.get("id") in _cancelled
+        _cancelled.discard(req.get("id"))
     duration = time.monotonic() - start
     oom = returncode == -signal.SIGKILL and _counter(MEMORY_EVENTS, "oom_kill") > oom_before
     pid_limit = _counter(PIDS_EVENTS, "max") > pids_before
     reason = None
     if timed_out:
         reason = f"timeout after {timeout:g} s"
+    elif cancelled:
+        reason = "cancelled: the caller stopped waiting"
     elif oom:
         reason = "out of memory: killed at the sandbox's memory limit"
     elif returncode < 0:
@@ -340,8 +352,18 @@ def op_realpath(req: dict) -> dict:
     return {"path": sandbox_path(os.path.realpath(host_path(req["path"])))}
 
 
+def op_cancel(req: dict) -> dict:
+    with _groups_lock:
+        _cancelled.add(req["target"])
+        pgid = _group_of_request.get(req["target"])
+    if pgid is not None:
+        _kill_group(pgid)
+    return {}
+
+
 OPS = {
     "exec": op_exec,
+    "cancel": op_cancel,
     "read": op_read,
     "write": op_write,
     "list": op_list,

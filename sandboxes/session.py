@@ -133,10 +133,26 @@ class RunnerSession:
             with self._pending_lock:
                 self._pending.pop(request_id, None)
             raise SandboxError(f"cannot reach the sandbox runner: {exc}") from exc
-        message = await future
+        try:
+            message = await future
+        except asyncio.CancelledError:
+            if op == "exec":  # nobody waits for the command any more: stop it, with what it started
+                self._cancel(request_id)
+            raise
         if not message.get("ok"):
             raise _error(message, fields.get("path"))
         return message
+
+    def _cancel(self, request_id: int) -> None:
+        """Ask the runner to kill the processes of exec request ``request_id`` (fire and forget)."""
+        if self._lost:
+            return
+        try:
+            self._write(
+                json.dumps({"id": next(self._ids), "op": "cancel", "target": request_id}).encode() + b"\n"
+            )
+        except OSError:
+            pass  # the runner is gone, and its commands with it
 
     # --- typed operations -----------------------------------------------------------------------
     async def exec(

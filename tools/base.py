@@ -1,9 +1,10 @@
 """What every tool shares: the result type, the per-task context and the ``Tool`` base class.
 
 A tool publishes an OpenAI-style function spec (name, description, JSON Schema of its
-parameters) and runs with ``await tool.run(args, ctx)``. Arguments are validated against the
+parameters), says what a call is for the policy (:meth:`Tool.action`, :meth:`Tool.mutates`,
+:meth:`Tool.command_line`) and runs with ``await tool.run(args, ctx)``. Arguments are validated against the
 schema first (:meth:`Tool.validate`); a tool signals a bad call by raising :class:`ToolError`,
-which :func:`clover_agent.tools.registry.execute` turns into ``ToolResult(ok=False, ...)`` so the
+which :func:`clover_agent.tools.registry.run_call` turns into ``ToolResult(ok=False, ...)`` so the
 model reads the message and the agent loop never sees an exception.
 """
 
@@ -108,6 +109,18 @@ class Tool(abc.ABC):
         if errors:
             lines = [_describe(e) for e in errors]
             raise ToolError(f"Invalid arguments for tool `{self.name}`: " + "; ".join(lines))
+
+    def action(self, args: dict[str, Any]) -> str:
+        """What a policy's ``tool`` pattern matches for this call (the editor: ``editor:<command>``)."""
+        return self.name
+
+    def mutates(self, args: dict[str, Any]) -> bool:
+        """Whether this call may change the workspace (the agent snapshots it first)."""
+        return False
+
+    def command_line(self, args: dict[str, Any]) -> str | None:
+        """The command line this call runs, if it runs one (a policy's ``command`` pattern matches it)."""
+        return None
 
     @abc.abstractmethod
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -141,6 +141,7 @@ class EngineBackend(ModelBackend):
         self.context_window = self.config.max_position_embeddings
         self._engine: Any = None
         self._load_lock = asyncio.Lock()
+        self._last_prompt: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]] | None = None
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -191,7 +192,14 @@ class EngineBackend(ModelBackend):
         return {**message, "content": content}
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-        return self.tokenizer.encode(self.prompt(messages, tools))
+        """The prompt's token ids. The last rendering is kept: the agent counts the prompt, then
+        asks for the turn of the same conversation, and that renders and tokenises it once."""
+        last = self._last_prompt
+        if last is not None and last[1] is tools and last[0] == messages:
+            return last[2]
+        ids = self.tokenizer.encode(self.prompt(messages, tools))
+        self._last_prompt = ([dict(m) for m in messages], tools, ids)
+        return ids
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         return len(self.prompt_ids(messages, tools))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import subprocess
 import sys
@@ -12,13 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clover_agent.agent.console import ConsoleRenderer
-from clover_agent.agent.fix_task import RUNS_DIR, FixReport, FixRequest, run_fix
-from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_patch
+from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
-from clover_agent.agent.resume import LATEST, StoppedRun, find_run, load_stopped_run
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
+from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
+from clover_agent.fix.patches import PatchNotApplied, apply_command, apply_patch
+from clover_agent.fix.resume import StoppedRun, load_stopped_run
+from clover_agent.fix.runs import locate_run
+from clover_agent.fix.task import FixReport, FixRequest, run_fix
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
@@ -88,17 +89,6 @@ def _check_repo(args: argparse.Namespace) -> Path:
             file=sys.stderr,
         )
     return repo
-
-
-async def _approve_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> bool:
-    shown = " ".join(f"{k}={v!r}" for k, v in arguments.items())
-    try:
-        answer = await asyncio.to_thread(
-            input, f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y/N] "
-        )
-    except EOFError:  # Ctrl-D: no
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 def _counts(report: Any) -> str:
@@ -197,24 +187,9 @@ def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) 
 def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
     """The repository and the stopped run ``--resume`` names (an id or ``last`` under ``--repo``,
     or the path of a run folder, whose repository is the one it lies in)."""
-    ref = args.resume
-    given_as_path = ref != LATEST and (os.sep in ref or "/" in ref)
-    if given_as_path:
-        folder = Path(ref).resolve()
-        if not folder.is_dir() or len(folder.parents) < 3 or folder.parent != folder.parents[2] / RUNS_DIR:
-            raise UsageError(f"--resume {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
-        if args.repo != "." and Path(args.repo).resolve() != folder.parents[2]:
-            raise UsageError(f"--resume {ref} is a run of {folder.parents[2]}, not of --repo {args.repo}")
-        args.repo = str(folder.parents[2])
-    repo = _check_repo(args)
-    run_dir = repo / RUNS_DIR / folder.name if given_as_path else find_run(repo / RUNS_DIR, ref)
-    stopped = load_stopped_run(run_dir)
-    if args.target is not None and args.target != stopped.target:
-        raise UsageError(
-            f"TARGET {args.target!r} differs from the target of run {stopped.run_id} ({stopped.target!r}); "
-            "leave TARGET out when resuming"
-        )
-    return repo, stopped
+    repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
+    args.repo = str(repo)
+    return _check_repo(args), load_stopped_run(run_dir, args.target)
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -228,7 +203,8 @@ def _fix(args: argparse.Namespace) -> int:
     else:
         repo, stopped = _check_repo(args), None
     policy = preset(args.policy)
-    interactive = sys.stdin.isatty()
+    # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
+    approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
     request = FixRequest(
         target=stopped.target if stopped else args.target,
         repo=repo,
@@ -236,13 +212,15 @@ def _fix(args: argparse.Namespace) -> int:
         sandbox=sandbox_spec(settings, repo, image=args.image),
         sandbox_kind=args.sandbox,
         policy=policy,
-        approver=_approve_at_terminal if interactive and args.policy != "ci" else None,
+        approvals=approvals,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
+    if approvals is not None:
+        bus.subscribe(TerminalApprover(approvals))
     progress = _RunProgress()
     bus.subscribe(progress)
     try:

@@ -69,7 +69,7 @@ def _tool(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tools.registry import TOOLS
+    from clover_agent.tools.registry import TOOL_NAMES
 
     p = sub.add_parser(
         "tool",
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Exit 0 on success, 1 on a tool error, 2 on bad arguments, 4 when the sandbox is unavailable.",
         epilog="""example: clover-agent tool editor '{"command": "view", "path": "/workspace"}' --sandbox local""",
     )
-    p.add_argument("name", choices=list(TOOLS), metavar="NAME", help=f"the tool: {', '.join(TOOLS)}")
+    p.add_argument("name", choices=TOOL_NAMES, metavar="NAME", help=f"the tool: {', '.join(TOOL_NAMES)}")
     p.add_argument("arguments", metavar="ARGS", help="the call's arguments as a JSON object")
     p.add_argument(
         "--sandbox", choices=["docker", "local"], default="docker", help="where to run it (default: docker)"

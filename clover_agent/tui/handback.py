@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.agent.checkpoints import Checkpoints
-from clover_agent.agent.patches import apply_command, local_changes
 from clover_agent.errors import CloverError
+from clover_agent.fix.patches import apply_command, local_changes
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 

@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import CheckpointError, restore_workspace
-from clover_agent.agent.context import gather_facts, system_prompt
 from clover_agent.agent.loop import Agent
-from clover_agent.agent.patches import changed_files
 from clover_agent.agent.policy import PRESETS, Policy
+from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, UsageError, message_of
 from clover_agent.events import Event, EventBus, TestsRun, WorkspaceChanged
+from clover_agent.fix.patches import changed_files
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox

@@ -10,11 +10,12 @@ from __future__ import annotations
 import itertools
 import subprocess
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from clover_agent.agent import Agent, Budget, TrajectoryWriter, load_trajectory
-from clover_agent.agent.context import Condenser
+from clover_agent.agent.condenser import Condenser
 from clover_agent.agent.loop import RunResult
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
@@ -33,6 +34,7 @@ from clover_agent.events import (
     ProvisionalBlock,
 )
 from clover_agent.sandboxes import create_sandbox
+from clover_agent.tools.shell import ShellTool
 from tests.sandbox_specs import sandbox_spec
 
 TEMPLATE_MARK = "[tiny-checkpoint-template]"
@@ -86,9 +88,9 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
 
     # The first prompt is the checkpoint's template rendering of the loop's first two messages.
     state = load_trajectory(tmp_path / "trajectory.jsonl")
-    first_prompt = backend.prompt(state.messages[:2], agent.tools)
+    first_prompt = backend.prompt(state.messages[:2], agent.tool_specs)
     assert first_prompt.startswith(TEMPLATE_MARK) and "You are a test agent." in first_prompt
-    assert turns[0].prompt_tokens == backend.count_tokens(state.messages[:2], agent.tools)
+    assert turns[0].prompt_tokens == backend.count_tokens(state.messages[:2], agent.tool_specs)
 
     # Noise is not a tool call: each such turn is answered with a message to the model, no crash.
     for i, event in enumerate(events):
@@ -99,17 +101,18 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
             assert feedback.message == {"role": "user", "content": error.message}
 
 
-SHELL_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "shell",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    },
-}
+class BareShell(ShellTool):
+    """The shell with a short spec, so prompts fit the tiny window below."""
+
+    description = "Run a command."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    }
+
+
+SHELL_TOOL = BareShell().spec()
 WINDOW = 1024  # a tiny context window, so a long prompt is cheap to build and to decode
 
 
@@ -140,7 +143,7 @@ async def run_agent(
             bus,
             run_id="window",
             budget=Budget(max_steps=1, max_time_s=300),
-            tools=[SHELL_TOOL],
+            tools=[BareShell()],
         )
         result = await agent.run(task, "You are a test agent.", resume=resume)
     await backend.close()

@@ -140,6 +140,19 @@ def test_special_token_text_in_contents_cannot_forge_turns(tiny_dir: Path) -> No
     assert backend.count_tokens(attacked, TOOLS) == len(backend.prompt_ids(attacked, TOOLS))
 
 
+def test_a_counted_prompt_is_not_rendered_again_for_its_call(tiny_dir: Path) -> None:
+    """The agent counts the prompt, then asks for the turn: one rendering and tokenisation."""
+    backend = EngineBackend(tiny_dir, device="cpu", progress=None)
+    conversation = [{"role": "user", "content": "Read it."}]
+    counted = backend.prompt_ids(conversation, TOOLS)
+    assert backend.prompt_ids(list(conversation), TOOLS) is counted  # the same rendering, kept
+    conversation.append({"role": "assistant", "content": "Reading."})
+    longer = backend.prompt_ids(conversation, TOOLS)
+    assert longer is not counted and len(longer) > len(counted)  # a changed conversation: rendered anew
+    conversation[-1]["content"] = "Reading it now."  # changed in place: seen too
+    assert backend.prompt_ids(conversation, TOOLS) != longer
+
+
 async def test_checkpoint_decoding_values_and_a_prompt_past_the_window(tmp_path: Path) -> None:
     """Without explicit sampling the checkpoint's block size and threshold are used; a prompt that
     leaves no room in the window is a ContextOverflow (the agent condenses), not 'model unavailable'."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from clover_agent.agent.context import DROPPED_OUTPUT, Condenser, RepositoryFacts, system_prompt
+from clover_agent.agent.condenser import DROPPED_OUTPUT, Condenser
+from clover_agent.agent.system_prompt import RepositoryFacts, system_prompt
 from tests.sandbox_specs import sandbox_spec
 
 
@@ -82,7 +83,7 @@ def test_system_prompt_names_facts_and_instruction_paths() -> None:
 async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> None:
     import subprocess
 
-    from clover_agent.agent.context import gather_facts
+    from clover_agent.agent.system_prompt import gather_facts
     from clover_agent.sandboxes import create_sandbox
 
     repo = tmp_path / "repo"

@@ -22,18 +22,20 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE, FixReport
-from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
-from clover_agent.agent.targets import match_tests
+from clover_agent.agent.approvals import Answer
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
-from clover_agent.cli.fix import _approve_at_terminal, _hand_back
+from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
+from clover_agent.fix.console import ask_at_terminal
+from clover_agent.fix.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
+from clover_agent.fix.targets import match_tests
+from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE, FixReport
 from tests.cli_process import start_signalable
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "calculator"
 #: Outside the project folder, so a real model working on the example cannot read the answer.
 REPLAY = ROOT / "examples" / "calculator-fix.replay.jsonl"
@@ -206,7 +208,7 @@ async def test_ctrl_d_at_an_approval_question_is_no(monkeypatch: pytest.MonkeyPa
     with os.fdopen(terminal_fd, "r") as terminal:
         monkeypatch.setattr(sys, "stdin", terminal)
         os.write(main_fd, b"\x04")
-        assert await _approve_at_terminal("shell", {"command": "curl example.com"}, "network") is False
+        assert await ask_at_terminal("shell", {"command": "curl example.com"}, "network") is Answer.DENY
     os.close(main_fd)
 
 

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE
-from clover_agent.agent.loop import INTERRUPTED_CALL
+from clover_agent.agent.notes import INTERRUPTED_CALL
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
-from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.clover_agent.test_fix import (
+from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from tests.clover_agent.fix.test_fix import (
     REPLAY,
     calculator_repo,
     hanging_call,
@@ -27,6 +26,7 @@ from tests.clover_agent.test_fix import (
     run_dirs,
     suite_passes,
 )
+from tests.clover_agent.test_agent_loop import call, write_replay
 
 pytestmark = pytest.mark.slow
 
