@@ -61,7 +61,7 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tui.session import POLICIES
+    from clover_agent.tui.driver import POLICIES
 
     p = sub.add_parser(
         "tui",

@@ -24,6 +24,7 @@ from textual.widgets import TextArea
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import CloverError
 from clover_agent.events import Event, ProvisionalBlock
+from clover_agent.tui.driver import POLICIES
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -32,7 +33,7 @@ from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import session_picker, undo_picker
-from clover_agent.tui.session import POLICIES, SessionOptions, TuiSession
+from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
