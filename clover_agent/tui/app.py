@@ -35,6 +35,7 @@ from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import session_picker, undo_picker
 from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
+from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
@@ -156,8 +157,9 @@ class CloverApp(App[int]):
 
     async def _show(self, event: Event) -> None:
         self.events.append(event)
-        await self.transcript.show(event)
-        self.status_bar.observe(event)
+        shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
+        await self.transcript.show(shown)
+        self.status_bar.observe(shown)
 
     async def on_agent_event(self, message: AgentEvent) -> None:
         event = message.event
@@ -170,7 +172,9 @@ class CloverApp(App[int]):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
             if card is not None:
                 card.note("waiting for your approval", "-waiting")
-            self.push_screen(ApprovalScreen(event), lambda choice: self._answer(event.call_id, choice))
+            self.push_screen(
+                ApprovalScreen(printable_event(event)), lambda choice: self._answer(event.call_id, choice)
+            )
 
     def _answer(self, call_id: str, choice: str | None) -> None:
         if self.session is not None:

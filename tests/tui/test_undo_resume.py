@@ -122,7 +122,7 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         repo, write_replay(tmp_path / "a.jsonl", [turn("", call("finish", summary="nothing to do"))])
     )
     async with first.run_test() as pilot:
-        await send(pilot, "hello")
+        await send(pilot, "[/] hello [b")  # a title that is not valid markup
         await wait_for(pilot, lambda: _done(first, 1), "the first session")
         await pilot.press("ctrl+q")
     replay = write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="again"))])
@@ -133,5 +133,5 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session is not None, "the resumed session")
         assert app.session.session_id == first.session.session_id
-        assert [m.text for m in app.query(UserMessage)] == ["hello"]
+        assert [m.text for m in app.query(UserMessage)] == ["[/] hello [b"]
         await pilot.press("ctrl+q")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -15,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from clover_agent.tui.session import Turn
 from clover_agent.tui.store import SessionInfo
+from clover_agent.tui.text import printable
 
 
 class PickerScreen(ModalScreen[str | None]):
@@ -37,7 +39,7 @@ class PickerScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.title_text)
-            yield OptionList(*(Option(label, id=key) for key, label in self.entries))
+            yield OptionList(*(Option(Text(printable(label)), id=key) for key, label in self.entries))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
