@@ -18,7 +18,7 @@ TINY = CloverSizes(
     top_k=2,
     moe_inner=40,
     shared_inner=40,
-    vocab=300,
+    vocab=100,
     heads=4,
     kv_heads=2,
     head_dim=16,
@@ -27,7 +27,7 @@ TINY = CloverSizes(
     gdn_key_dim=16,
     gdn_value_dim=16,
     block_size=8,
-    mask_token_id=299,
+    mask_token_id=99,
 )
 
 
