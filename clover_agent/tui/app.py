@@ -42,7 +42,7 @@ from clover_agent.tui.widgets.transcript import Transcript
 
 T = TypeVar("T")
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
-PLACEHOLDER = "Ask for a change, or /help · Enter sends · ctrl+j new line · @ completes a path"
+PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · /help"
 
 
 class AgentEvent(Message):
@@ -74,7 +74,9 @@ class CloverApp(App[int]):
 
     TITLE = "clover-agent"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(key.keys, key.action, key.description, show=False, priority=key.action == "copy_or_quit")
+        # Escape stays below the dialogs' own bindings; the others win over the prompt's (ctrl+d there
+        # deletes forward, ctrl+c copies).
+        Binding(key.keys, key.action, key.description, show=False, priority=key.action != "interrupt")
         for key in KEYS
         if key.action and key.action != "scroll_transcript"
     ] + [
@@ -326,7 +328,7 @@ class CloverApp(App[int]):
         if self.session is not None:
             self.session.interrupt()
 
-    def action_copy_or_quit(self) -> None:
+    async def action_copy_or_quit(self) -> None:
         focused = self.focused
         selected = focused.selected_text if isinstance(focused, TextArea) else ""
         selected = selected or (self.screen.get_selected_text() or "")
@@ -334,7 +336,7 @@ class CloverApp(App[int]):
             self.copy_to_clipboard(selected)
             self.notify("Copied.", timeout=2)
             return
-        self.run_worker(self.action_quit(), exclusive=True, group="quit")
+        await self.action_quit()
 
     def action_toggle_thinking(self) -> None:
         self.transcript.set_show_thinking(not self.transcript.show_thinking)

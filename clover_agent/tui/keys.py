@@ -41,7 +41,9 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("undo", "/undo [N]", "put the workspace back as it was before request N (default: the last)"),
+    Command(
+        "undo", "/undo [N]", "put the workspace back as it was before request N (no N: pick from a list)"
+    ),
     Command("diff", "/diff", "show every change the session made in its sandbox"),
     Command("apply", "/apply", "review the changes file by file and apply the accepted ones to your tree"),
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),

@@ -26,3 +26,13 @@ def test_tui_help_lists_the_options_fix_has() -> None:
     assert result.returncode == 0
     for option in ("--resume", "--backend", "--replay", "--sandbox", "--image", "--policy", "--max-steps"):
         assert option in result.stdout
+
+
+def test_the_readme_lists_every_key_and_command() -> None:
+    from clover_agent.tui.keys import COMMANDS, KEYS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for key in KEYS:
+        assert f"| `{key.keys.replace(',', '` / `')}` | {key.where} | {key.description} |" in readme, key
+    for command in COMMANDS:
+        assert f"| `{command.usage}` | {command.description} |" in readme, command

@@ -26,6 +26,7 @@ class ApplyScreen(ModalScreen[list[FileChange] | None]):
     ApplyScreen { align: center middle; }
     ApplyScreen > Vertical { width: 95%; height: 95%; border: round $accent; background: $surface; }
     ApplyScreen .title { text-style: bold; padding: 0 1; }
+    ApplyScreen #apply-count { color: $text-muted; padding: 0 1; }
     ApplyScreen SelectionList { height: auto; max-height: 8; }
     ApplyScreen VerticalScroll { height: 1fr; }
     """
@@ -37,14 +38,22 @@ class ApplyScreen(ModalScreen[list[FileChange] | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(
-                "Apply to your working tree — space: accept / reject the file, enter: apply the accepted, esc: cancel",
+                "Apply to your working tree · space: accept/reject · enter: apply · esc: cancel",
                 classes="title",
             )
             yield SelectionList[int](
                 *(Selection(self._label(c), index, True) for index, c in enumerate(self.changes)), id="files"
             )
+            yield Static(self._count(len(self.changes)), id="apply-count")
             with VerticalScroll():
                 yield DiffView(self.changes[0].patch if self.changes else "", id="file-diff")
+
+    def _count(self, accepted: int) -> str:
+        rejected = len(self.changes) - accepted
+        return f"{accepted} accepted, {rejected} rejected (the highlighted file's change below)"
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        self.query_one("#apply-count", Static).update(self._count(len(event.selection_list.selected)))
 
     @staticmethod
     def _label(change: FileChange) -> str:

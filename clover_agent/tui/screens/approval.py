@@ -57,9 +57,9 @@ class ApprovalScreen(ModalScreen[str]):
                 else:
                     yield Static(json.dumps(request.arguments, indent=2, ensure_ascii=False), markup=False)
             with Horizontal():
-                yield Button("Allow once [y]", id="once", variant="success")
-                yield Button("Always [a]", id="always", variant="primary")
-                yield Button("Deny [n]", id="deny", variant="error")
+                yield Button("Allow once (y)", id="once", variant="success")
+                yield Button("Always (a)", id="always", variant="primary")
+                yield Button("Deny (n)", id="deny", variant="error")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss({"once": ONCE, "always": ALWAYS}.get(event.button.id or "", DENY))

@@ -26,6 +26,8 @@ from clover_agent.tui.events import SandboxState, SessionStarted, TurnStarted
 def _short(count: float) -> str:
     if count >= 1_000_000:
         return f"{count / 1_000_000:.1f}M"
+    if count >= 100_000:
+        return f"{count / 1000:.0f}k"
     if count >= 1000:
         return f"{count / 1000:.1f}k"
     return f"{int(count)}"
@@ -97,26 +99,31 @@ class StatusBar(Static):
         self.refresh_line()
 
     def line(self) -> Text:
-        parts: list[tuple[str, str]] = [(self.backend, "bold")]
-        speed = f"{self.tokens_per_s:.1f} tok/s" if self.tokens_per_s is not None else "— tok/s"
+        """The line, most important first (a narrow terminal cuts the end)."""
+        state_style = {"ready": "green", "failed": "red bold", "starting": "yellow"}.get(self.sandbox, "")
+        parts: list[tuple[str, str]] = [
+            (self.backend, "bold"),
+            (f"{self.sandbox_kind or 'sandbox'} {self.sandbox}", state_style),
+        ]
+        max_steps = self.limits.get("max_steps")
+        if self.busy and self.turn_started is not None:
+            used = max(0, self.step - self.turn_first_step + 1)
+            parts.append((f"step {used}/{max_steps}" if max_steps else f"step {used}", ""))
+        else:
+            parts.append((f"{self.step} steps", ""))
+        window = f"/{_short(self.context_window)}" if self.context_window else ""
+        parts.append((f"ctx {_short(self.prompt_tokens)}{window}", ""))
+        speed = f"{self.tokens_per_s:.0f} tok/s" if self.tokens_per_s is not None else "— tok/s"
         if self.tokens_per_forward is not None:
             speed += f" {self.tokens_per_forward:.1f}/fwd"
         parts.append((speed, ""))
-        max_steps = self.limits.get("max_steps")
-        used = max(0, self.step - self.turn_first_step + 1) if self.turn_started is not None else 0
-        parts.append((f"step {self.step}" + (f" ({used}/{max_steps})" if max_steps else ""), ""))
-        window = f"/{_short(self.context_window)}" if self.context_window else ""
-        parts.append((f"ctx {_short(self.prompt_tokens)}{window}", ""))
-        left = []
-        if max_steps:
-            left.append(f"{max(0, max_steps - used)} steps")
         max_time = self.limits.get("max_time_s")
-        if max_time and self.turn_started is not None and self.busy:
-            left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
-        if left:
-            parts.append(("left " + " ".join(left), ""))
-        state_style = {"ready": "green", "failed": "red bold", "starting": "yellow"}.get(self.sandbox, "")
-        parts.append((f"{self.sandbox_kind or 'sandbox'} {self.sandbox}", state_style))
+        if self.busy and self.turn_started is not None:
+            left = [f"{max(0, max_steps - used)} steps"] if max_steps else []
+            if max_time:
+                left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
+            if left:
+                parts.append(("left " + " ".join(left), ""))
         if self.policy:
             parts.append((self.policy, ""))
         out = Text(no_wrap=True, overflow="ellipsis")
