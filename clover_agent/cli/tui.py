@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from clover_agent.backends import create_backend
 from clover_agent.backends.base import ModelBackend
-from clover_agent.cli.fix import _positive, backend_factory, require_engine
+from clover_agent.cli.fix import _check_arguments, _positive, backend_factory, require_engine
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes import SandboxSpec
 from clover_agent.settings import Settings
@@ -31,29 +29,6 @@ def _backend(args: argparse.Namespace) -> Callable[[], ModelBackend]:
     return lambda: create_backend("engine", model_dir=model, progress=None)
 
 
-def _repository(args: argparse.Namespace) -> Path:
-    if args.backend == "replay" and not args.replay:
-        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
-    if args.replay and not Path(args.replay).is_file():
-        raise UsageError(f"--replay {args.replay}: no such file")
-    if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
-        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
-    repo = Path(args.repo).resolve()
-    if not repo.is_dir():
-        raise UsageError(f"--repo {args.repo}: no such folder")
-    inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if inside.stdout.strip() != "true":
-        raise UsageError(
-            f"{repo} is not in a git repository (changes are handed back with git); run `git init` there"
-        )
-    return repo
-
-
 def _tui(args: argparse.Namespace) -> int:
     if not is_terminal():
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
@@ -61,7 +36,7 @@ def _tui(args: argparse.Namespace) -> int:
     from clover_agent.tui.session import SessionOptions
     from clover_agent.tui.store import list_sessions, load_session
 
-    repo = _repository(args)
+    repo = _check_arguments(args)  # as fix checks them: the backend's options, a git repository
     if args.backend == "engine":
         require_engine(args.model)
     options = SessionOptions(
@@ -86,7 +61,7 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tui.session import POLICIES
+    from clover_agent.tui.driver import POLICIES
 
     p = sub.add_parser(
         "tui",

@@ -24,6 +24,7 @@ from textual.widgets import TextArea
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import CloverError
 from clover_agent.events import Event, ProvisionalBlock
+from clover_agent.tui.driver import POLICIES
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -31,9 +32,8 @@ from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
-from clover_agent.tui.screens.sessions import SessionPicker
-from clover_agent.tui.screens.undo import UndoScreen
-from clover_agent.tui.session import POLICIES, SessionOptions, TuiSession
+from clover_agent.tui.screens.picker import session_picker, undo_picker
+from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
@@ -124,7 +124,7 @@ class CloverApp(App[int]):
         self.prompt.focus()
         self._load_files()
         if self.pick_from:
-            self.push_screen(SessionPicker(self.pick_from), self._picked)
+            self.push_screen(session_picker(self.pick_from), self._picked)
         else:
             await self.start_session()
 
@@ -269,11 +269,11 @@ class CloverApp(App[int]):
             await self._note("Nothing to undo: no request changed the workspace (since the sandbox started).")
             return
 
-        async def picked(turn: int | None) -> None:
+        async def picked(turn: str | None) -> None:
             if turn is not None:
-                await self._call(session.run(session.undo(turn)))
+                await self._call(session.run(session.undo(int(turn))))
 
-        self.push_screen(UndoScreen(turns), picked)
+        self.push_screen(undo_picker(turns), picked)
 
     async def _command_tests(self, argument: str) -> None:
         session = self.session

@@ -28,9 +28,9 @@ from typing import Any
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import Checkpoint
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Decision, Policy, Rule, call_action
+from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule, call_action
 from clover_agent.agent.trajectory import ResumeState
-from clover_agent.errors import ExitCode
+from clover_agent.errors import ExitCode, UsageError
 from clover_agent.events import (
     ContextCondensed,
     Done,
@@ -73,6 +73,17 @@ ASK_POLICY = Policy(
     ),
     default=Decision.ALLOW,
 )
+
+
+#: Policies the TUI offers: the core's presets and its own ``ask``.
+POLICIES: dict[str, Policy] = {**PRESETS, ASK_POLICY.name: ASK_POLICY}
+
+
+def policy_named(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
 
 
 def always_key(name: str, arguments: dict[str, Any]) -> str:
