@@ -264,17 +264,21 @@ class TuiSession:
             self._sending = False
 
     async def _turn(self, text: str) -> None:
-        try:
-            driver = await self._wait_ready()
-        except CloverError as exc:
-            self._emit(Notice(text=exc.message, level="error"))
-            return
-        turn = Turn(len(self.turns) + 1, text, driver.next_step)
+        saved = self.options.resume.state if self.options.resume else None
+        first_step = self.driver.next_step if self.driver else (saved.steps if saved else 0) + 1
+        turn = Turn(len(self.turns) + 1, text, first_step)
         self.turns.append(turn)
         self._emit(TurnStarted(turn=turn.turn, text=text, first_step=turn.first_step))
         self.info.title = self.info.title or " ".join(text.split())[:80]
         self.info.requests = len(self.turns)
         self._save_info()
+        if self.driver is None and self.status.sandbox == "starting":
+            self._emit(Notice(text="Waiting for the sandbox to start…"))
+        try:
+            driver = await self._wait_ready()
+        except CloverError as exc:
+            self._emit(Notice(text=exc.message, level="error"))
+            return
         try:
             await driver.run_turn(self.mention_paths(text))
         finally:

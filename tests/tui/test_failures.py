@@ -12,6 +12,7 @@ from clover_agent.events import ApprovalDecided, Done, ToolCallFinished
 from clover_agent.sandboxes import SandboxSpec
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.approval import ApprovalScreen
+from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.widgets.notice import NoticeLine
 from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay
@@ -94,3 +95,34 @@ async def test_copy_the_selection_and_switch_the_theme(tmp_path: Path) -> None:
         app.prompt.load_text("")
         await pilot.press("ctrl+c")  # nothing selected: quit
         await wait_for(pilot, lambda: not app.is_running, "the app to quit")
+
+
+@pytest.mark.slow
+async def test_the_app_answers_while_the_sandbox_starts(tmp_path: Path) -> None:
+    """A set-up command holds the sandbox's start; meanwhile the app takes keys and a request,
+    which runs once the sandbox is ready."""
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "go"
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran after the start"))])
+    setup = f"while [ ! -e {gate} ]; do sleep 0.1; done"  # the test decides when the start ends
+    options = SessionOptions(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        sandbox_kind="local",
+        spec=SandboxSpec(repo=str(repo), setup_commands=[setup]),
+    )
+    app = CloverApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "starting", "the start")
+        await send(pilot, "do it")
+        await wait_for(pilot, lambda: "Waiting for the sandbox to start…" in _notices(app), "the wait notice")
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)  # the UI answers while the sandbox starts
+        await pilot.press("escape")
+        assert app.status_bar.sandbox == "starting" and not any(isinstance(e, Done) for e in app.events)
+        gate.touch()
+        await wait_for(
+            pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request after the start"
+        )
+        assert "ran after the start" in _notices(app)
+        await pilot.press("ctrl+q")
