@@ -3,7 +3,7 @@
 Each operator folder has a ``benchmark.case(...)`` building random inputs on a device and
 returning a :class:`KernelCase`: the Triton call, the reference call on the same inputs, and the
 bytes the operator must move at least (inputs read once, outputs written once), so the timing
-script can report GB/s and the ratio to the measured copy bandwidth. Building a case does host
+script can report GB/s and the ratio to the measured copy bandwidth; :func:`measure` times one. Building a case does host
 work (it may read routing back to count touched experts); ``run`` does not.
 
 ``CLOVER`` repeats the numbers of ``engine/configs/clover-35b-a3b.json`` (kernels never import the
@@ -12,6 +12,8 @@ engine; tests/kernels/test_bench.py checks the two agree).
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +75,44 @@ def relative_error(got: object, want: object) -> float:
         scale = w.abs().max().item() or 1.0
         worst = max(worst, (g - w).abs().max().item() / scale)
     return worst
+
+
+def measure(case: KernelCase, *, warmup: int = 3, repeats: int = 20) -> dict[str, object]:
+    """Run a case: its error against the reference (first input set), then the median time of
+    ``repeats`` calls after ``warmup`` (CUDA events on a GPU, the wall clock elsewhere), and the
+    effective bandwidth ``bytes_moved / median``."""
+    first = case.run()
+    error = relative_error(first, case.reference()) if case.reference is not None else None
+    for _ in range(warmup):
+        case.run()
+    cuda = torch.cuda.is_available() and _on_cuda(first)
+    times: list[float] = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            case.run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            began = time.perf_counter()
+            case.run()
+            times.append(time.perf_counter() - began)
+    median = statistics.median(times)
+    return {
+        "name": case.name,
+        "shape": case.shape,
+        "median_ms": median * 1e3,
+        "bytes": case.bytes_moved,
+        "gb_per_s": case.bytes_moved / median / 1e9 if median > 0 else None,
+        "relative_error": error,
+    }
+
+
+def _on_cuda(result: object) -> bool:
+    tensors = result if isinstance(result, Sequence) else (result,)
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
 
 
 def cycling(calls: Sequence[Callable[[], object]]) -> Callable[[], object]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-from pathlib import Path
 
-from clover_agent.cli.fix import _positive
+from clover_agent.cli.fix import _check_repo, _positive
 from clover_agent.errors import UsageError
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
@@ -32,23 +30,6 @@ def _backend_options(args: argparse.Namespace) -> BackendOptions:
     )
 
 
-def _repository(args: argparse.Namespace) -> Path:
-    repo = Path(args.repo).resolve()
-    if not repo.is_dir():
-        raise UsageError(f"--repo {args.repo}: no such folder")
-    inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if inside.stdout.strip() != "true":
-        raise UsageError(
-            f"{repo} is not in a git repository (changes are handed back with git); run `git init` there"
-        )
-    return repo
-
-
 def _tui(args: argparse.Namespace) -> int:
     if not is_terminal():
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
@@ -58,8 +39,8 @@ def _tui(args: argparse.Namespace) -> int:
 
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = _backend_options(args)
-    check_backend_options(backend, settings)
-    repo = _repository(args)
+    check_backend_options(backend, settings)  # as fix checks them
+    repo = _check_repo(args)  # a git repository, as for fix
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
@@ -82,7 +63,7 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tui.session import POLICIES
+    from clover_agent.tui.driver import POLICIES
 
     p = sub.add_parser(
         "tui",

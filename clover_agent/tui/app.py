@@ -24,6 +24,7 @@ from textual.widgets import TextArea
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import Event, ProvisionalBlock
+from clover_agent.tui.driver import POLICIES
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -31,10 +32,10 @@ from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
-from clover_agent.tui.screens.sessions import SessionPicker
-from clover_agent.tui.screens.undo import UndoScreen
-from clover_agent.tui.session import POLICIES, SessionOptions, TuiSession
+from clover_agent.tui.screens.picker import session_picker, undo_picker
+from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
+from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
@@ -124,7 +125,7 @@ class CloverApp(App[int]):
         self.prompt.focus()
         self._load_files()
         if self.pick_from:
-            self.push_screen(SessionPicker(self.pick_from), self._picked)
+            self.push_screen(session_picker(self.pick_from), self._picked)
         else:
             await self.start_session()
 
@@ -156,8 +157,9 @@ class CloverApp(App[int]):
 
     async def _show(self, event: Event) -> None:
         self.events.append(event)
-        await self.transcript.show(event)
-        self.status_bar.observe(event)
+        shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
+        await self.transcript.show(shown)
+        self.status_bar.observe(shown)
 
     async def on_agent_event(self, message: AgentEvent) -> None:
         event = message.event
@@ -170,7 +172,9 @@ class CloverApp(App[int]):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
             if card is not None:
                 card.note("waiting for your approval", "-waiting")
-            self.push_screen(ApprovalScreen(event), lambda choice: self._answer(event.call_id, choice))
+            self.push_screen(
+                ApprovalScreen(printable_event(event)), lambda choice: self._answer(event.call_id, choice)
+            )
 
     def _answer(self, call_id: str, choice: str | None) -> None:
         if self.session is not None:
@@ -271,11 +275,11 @@ class CloverApp(App[int]):
             await self._note("Nothing to undo: no request changed the workspace (since the sandbox started).")
             return
 
-        async def picked(turn: int | None) -> None:
+        async def picked(turn: str | None) -> None:
             if turn is not None:
-                await self._call(session.run(session.undo(turn)))
+                await self._call(session.run(session.undo(int(turn))))
 
-        self.push_screen(UndoScreen(turns), picked)
+        self.push_screen(undo_picker(turns), picked)
 
     async def _command_tests(self, argument: str) -> None:
         session = self.session

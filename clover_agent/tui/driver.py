@@ -30,9 +30,9 @@ from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import Checkpoint
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Decision, Policy, Rule
+from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule
 from clover_agent.agent.trajectory import ResumeState
-from clover_agent.errors import ExitCode
+from clover_agent.errors import ExitCode, UsageError
 from clover_agent.events import (
     ApprovalRequested,
     ContextCondensed,
@@ -74,6 +74,17 @@ ASK_POLICY = Policy(
     ),
     default=Decision.ALLOW,
 )
+
+
+#: Policies the TUI offers: the core's presets and its own ``ask``.
+POLICIES: dict[str, Policy] = {**PRESETS, ASK_POLICY.name: ASK_POLICY}
+
+
+def policy_named(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
 
 
 @dataclass

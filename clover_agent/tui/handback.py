@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from clover_agent.agent.checkpoints import Checkpoints
 from clover_agent.errors import CloverError
-from clover_agent.fix.patches import apply_command, local_changes
+from clover_agent.fix.patches import apply_command, changed_files, local_changes
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 
@@ -158,3 +159,18 @@ class Handback:
             self.applied_digest[change.path] = _digest(self.repo / change.path)
             outcome.applied.append(change.path)
         return outcome
+
+
+def _sections(patch: str) -> dict[str, str]:
+    parts: dict[str, str] = {}
+    for section in re.split(r"(?m)^(?=diff --git )", patch):
+        names = changed_files(section)
+        if names:
+            parts[names[-1]] = section
+    return parts
+
+
+def files_differing(before: str, after: str) -> list[str]:
+    """The files whose part of two workspace diffs differs (what an undo put back)."""
+    old, new = _sections(before), _sections(after)
+    return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))

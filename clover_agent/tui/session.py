@@ -1,10 +1,8 @@
-"""A TUI session without the UI: its sandbox, backend and agent, on an event loop of their own.
+"""A TUI session without the UI: its sandbox, backend and agent, in an :class:`AgentThread`.
 
 Everything slow — starting the sandbox, loading and running the model, tools, git — happens in
-:class:`AgentThread`, a daemon thread with its own asyncio loop, so the UI's event loop only ever
-draws. (A Textual thread worker would hold a plain function; the agent is async, and a daemon
-thread cannot hold up the exit when a sandbox or a model call hangs.) The UI calls the session's
-methods from its own thread; each returns a :class:`concurrent.futures.Future` it can await with
+that thread, so the UI's event loop only ever draws. The UI calls the session's methods from its
+own thread; each returns a :class:`concurrent.futures.Future` it can await with
 ``asyncio.wrap_future``. Every event of the session — the agent's and the TUI's own
 (:mod:`clover_agent.tui.events`) — goes to the trajectory of the session folder first, then to
 ``deliver`` (the app posts it to itself; Textual's ``post_message`` is thread-safe).
@@ -19,7 +17,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import re
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -29,19 +26,19 @@ from typing import Any, TypeVar
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import CheckpointError, restore_workspace
 from clover_agent.agent.loop import Agent
-from clover_agent.agent.policy import PRESETS, Policy
+from clover_agent.agent.policy import Policy
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, CloverError, UsageError, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import Event, EventBus, TestsRun, WorkspaceChanged
-from clover_agent.fix.patches import changed_files
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.settings import Settings
 from clover_agent.tools.run_tests import TestReport, run_tests_in
-from clover_agent.tui.driver import ASK_POLICY, INTERACTIVE_NOTE, AgentDriver, PendingApproval
+from clover_agent.tui.agent_thread import AgentThread
+from clover_agent.tui.driver import INTERACTIVE_NOTE, AgentDriver, PendingApproval, policy_named
 from clover_agent.tui.events import (
     ApprovalNeeded,
     MessageQueued,
@@ -51,45 +48,13 @@ from clover_agent.tui.events import (
     TurnStarted,
     TurnsUndone,
 )
-from clover_agent.tui.handback import ApplyOutcome, FileChange, Handback
+from clover_agent.tui.handback import ApplyOutcome, FileChange, Handback, files_differing
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 
 T = TypeVar("T")
 
-#: Policies the TUI offers: the core's presets and its own ``ask``.
-POLICIES: dict[str, Policy] = {**PRESETS, ASK_POLICY.name: ASK_POLICY}
-
 _MENTION = re.compile(r"(?<![\w/])@([\w./-]+)")
-
-
-def policy_named(name: str) -> Policy:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
-
-
-class AgentThread:
-    """An asyncio loop running in a daemon thread (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="clover-tui-agent", daemon=True)
-        self._thread.start()
-
-    def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(work, self.loop)
-
-    def call(self, callback: Callable[..., Any], *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop is closed: the session is over
-            pass
-
-    def stop(self) -> None:
-        self.call(self.loop.stop)
-        self._thread.join(timeout=5)
 
 
 @dataclass
@@ -301,17 +266,21 @@ class TuiSession:
             self._sending = False
 
     async def _turn(self, text: str) -> None:
-        try:
-            driver = await self._wait_ready()
-        except CloverError as exc:
-            self._emit(Notice(text=exc.message, level="error"))
-            return
-        turn = Turn(len(self.turns) + 1, text, driver.next_step)
+        saved = self.options.resume.state if self.options.resume else None
+        first_step = self.driver.next_step if self.driver else (saved.steps if saved else 0) + 1
+        turn = Turn(len(self.turns) + 1, text, first_step)
         self.turns.append(turn)
         self._emit(TurnStarted(turn=turn.turn, text=text, first_step=turn.first_step))
         self.info.title = self.info.title or " ".join(text.split())[:80]
         self.info.requests = len(self.turns)
         self._save_info()
+        if self.driver is None and self.status.sandbox == "starting":
+            self._emit(Notice(text="Waiting for the sandbox to start…"))
+        try:
+            driver = await self._wait_ready()
+        except CloverError as exc:
+            self._emit(Notice(text=exc.message, level="error"))
+            return
         try:
             await driver.run_turn(self.mention_paths(text))
         finally:
@@ -425,7 +394,7 @@ class TuiSession:
         if await driver.undo_to_step(target.first_step) is None:
             raise CloverError(f"nothing changed in the workspace since request {turn}; nothing to undo")
         after = await self.sandbox.diff()
-        files = _files_differing(before, after)
+        files = files_differing(before, after)
         for t in self.turns:
             t.undone |= t.turn >= turn
         self._emit(TurnsUndone(turn=turn, files=files))
@@ -451,17 +420,3 @@ class TuiSession:
         driver = await self._wait_ready()
         driver.forget()
         return True
-
-
-def _sections(patch: str) -> dict[str, str]:
-    parts: dict[str, str] = {}
-    for section in re.split(r"(?m)^(?=diff --git )", patch):
-        names = changed_files(section)
-        if names:
-            parts[names[-1]] = section
-    return parts
-
-
-def _files_differing(before: str, after: str) -> list[str]:
-    old, new = _sections(before), _sections(after)
-    return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))

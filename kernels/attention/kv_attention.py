@@ -131,6 +131,7 @@ def block_attention(
         BLOCK_N=BLOCK_N,
         BLOCK_D=block_d,
         PRECISION=dot_precision(q.dtype),
+        num_warps=8,  # a [64, 256] float32 accumulator
     )
     if gate is not None and gate.stride(-1) != 1:
         gate = gate.contiguous()

@@ -12,7 +12,6 @@ if triton_problem() != "triton is not installed":
         MAX_TOP_K,
         choose_tokens,
         low_confidence_step,
-        unsupported,
     )
 
 __all__ = [
@@ -23,5 +22,4 @@ __all__ = [
     "available",
     "choose_tokens",
     "low_confidence_step",
-    "unsupported",
 ]

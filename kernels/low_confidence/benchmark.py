@@ -34,7 +34,7 @@ def case(
     gen = torch.Generator(device=device).manual_seed(seed)
     vocab = sizes.vocab
     counts = torch.zeros(vocab, device=device)
-    counts[torch.randint(0, vocab, (256,), generator=gen, device=device)] = 1.0
+    counts[torch.randint(0, vocab, (min(256, vocab),), generator=gen, device=device)] = 1.0
     adjust = LogitsAdjustment(counts=counts, repetition_penalty=1.05)
     choice = TokenChoice(mask_token_id=sizes.mask_token_id, **(CODING if sampling else {}))
     decided = torch.arange(tokens, device=device) % 4 == 0

@@ -17,24 +17,10 @@ from clover_agent.kernels.low_confidence.reference import (
     step_counts,
 )
 
-#: Largest top_k the fused sampler handles (its candidate list); see :func:`unsupported`.
+#: Largest top_k taken from the one-pass candidate list; a larger one is found by bisection.
 MAX_TOP_K = 256
 #: Vocabulary columns per tile.
 BLOCK_V = 2048
-
-
-def unsupported(choice: TokenChoice, vocab: int) -> str | None:
-    """Why the fused kernel cannot take ``choice`` (then use the reference), or None. The sampler
-    finds the top-k and top-p thresholds among the row's ``top_k`` largest logits, so a top-k filter
-    must keep at most MAX_TOP_K tokens and nucleus sampling needs one."""
-    if choice.greedy:
-        return None
-    top_k = 0 < choice.top_k < vocab
-    if top_k and choice.top_k > MAX_TOP_K:
-        return f"the fused sampler takes top_k <= {MAX_TOP_K} (got {choice.top_k}); use the reference"
-    if choice.top_p < 1.0 and not top_k:
-        return f"the fused sampler needs 0 < top_k <= {MAX_TOP_K} with top_p < 1 (got top_k={choice.top_k}); use the reference"
-    return None
 
 
 def choose_tokens(
@@ -57,9 +43,6 @@ def choose_tokens(
     [T] int64), decided rows are skipped: they get their token and confidence -inf.
     """
     rows, vocab = logits.shape
-    reason = unsupported(choice, vocab)
-    if reason is not None:
-        raise ValueError(reason)
     if not choice.greedy and (seed is None or seed.numel() != 1 or seed.dtype != torch.int64):
         raise ValueError("sampling needs seed: a one-element int64 tensor on the logits' device")
     if decided is not None and tokens is None:
@@ -81,7 +64,8 @@ def choose_tokens(
             raise ValueError(f"row_bias must be [{rows}, {num_bias}] for {num_bias} bias tokens")
         row_bias = adjustment.row_bias.float().contiguous()
     sampling_top_k = 0 < choice.top_k < vocab and not choice.greedy
-    top_k_block = triton.next_power_of_2(choice.top_k) if sampling_top_k else 0
+    bisect_k = sampling_top_k and choice.top_k > MAX_TOP_K
+    top_k_block = triton.next_power_of_2(choice.top_k) if sampling_top_k and not bisect_k else 0
     block_v = max(min(BLOCK_V, triton.next_power_of_2(vocab)), top_k_block, 16)
     anything = chosen
     tk.choose_kernel[(rows,)](
@@ -112,6 +96,7 @@ def choose_tokens(
         GREEDY=choice.greedy,
         TOP_K_BLOCK=top_k_block,
         TOP_P=choice.top_p < 1.0 and not choice.greedy,
+        BISECT_K=bisect_k,
         SGLANG=choice.confidence_rule == "sglang",
         BLOCK_V=block_v,
     )

@@ -4,8 +4,10 @@
 ever written). The controls are applied to each tile as it is loaded (:func:`_controlled`).
 Greedy: one pass (online max, lowest-index argmax, sum of exponentials). Sampling: pass 1 also
 keeps the TOP_K_BLOCK largest scaled logits (``tl.topk`` per tile, merged), which give the top-k
-threshold exactly and, sorted, the top-p threshold; an optional pass 2 sums the mass at or above
-the top-k threshold (ties included, as ``logits < kth`` is what the reference drops); the last pass
+threshold exactly and, sorted, the top-p threshold; a pass sums the mass at or above the top-k
+threshold (ties included, as ``logits < kth`` is what the reference drops). Without a candidate
+list (no top-k, or one longer than the list) the thresholds are found by bisection over the
+values' order keys, one pass per step (about 32 each), exact as well. The last pass
 draws by Gumbel-max over the kept tokens (``argmax z/T + G``, G from Philox noise keyed by the seed
 and the element index, an exact draw from the renormalised distribution) and sums the kept mass
 for the confidence.
@@ -57,6 +59,13 @@ def _controlled(
 
 
 @triton.jit
+def _order_key(z):
+    """int32 keys ordered as the float32 values (-inf lowest): the sign-magnitude bits, negatives flipped."""
+    bits = z.to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+@triton.jit
 def choose_kernel(
     logits_ptr,
     counts_ptr,
@@ -85,6 +94,7 @@ def choose_kernel(
     GREEDY: tl.constexpr,
     TOP_K_BLOCK: tl.constexpr,
     TOP_P: tl.constexpr,
+    BISECT_K: tl.constexpr,
     SGLANG: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
@@ -109,22 +119,7 @@ def choose_kernel(
         top = tl.full([TOP_K_BLOCK], float("-inf"), dtype=tl.float32)
     for start in range(0, vocab, BLOCK_V):
         cols = start + offs
-        z = _controlled(
-            logits_row,
-            counts_ptr,
-            bias_ids_ptr,
-            bias_row,
-            cols,
-            cols < vocab,
-            forced,
-            mask_token,
-            repetition,
-            presence,
-            frequency,
-            inv_temperature,
-            PENALIZE,
-            NUM_BIAS,
-        )
+        z = _controlled(logits_row, counts_ptr, bias_ids_ptr, bias_row, cols, cols < vocab, forced, mask_token, repetition, presence, frequency, inv_temperature, PENALIZE, NUM_BIAS)  # fmt: skip
         tile_best = tl.max(z, 0)
         tile_at = tl.min(tl.where(z == tile_best, cols, vocab), 0)
         new_best = tl.maximum(best, tile_best)
@@ -142,37 +137,53 @@ def choose_kernel(
         tl.store(confidence_ptr + row, 1.0 / mass)
         return
 
-    # the kept set: z >= cut
-    cut = float("-inf")
-    kept_mass = mass
+    # the kept set: order key >= cut (top-k, then top-p)
+    cut = tl.full([], -2147483648, tl.int64)
+    top_mass = mass
     if TOP_K_BLOCK > 0:
         rank = tl.arange(0, TOP_K_BLOCK)
-        cut = tl.max(tl.where(rank == top_k - 1, top, float("-inf")), 0)
-        if TOP_P:
-            kept_mass = 0.0
+        cut = _order_key(tl.max(tl.where(rank == top_k - 1, top, float("-inf")), 0)).to(tl.int64)
+    if BISECT_K:  # top_k past the candidate list: the k-th largest key by bisection, one pass a step
+        lo = cut
+        hi = _order_key(best).to(tl.int64)
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            count = 0
             for start in range(0, vocab, BLOCK_V):
                 cols = start + offs
-                z = _controlled(
-                    logits_row,
-                    counts_ptr,
-                    bias_ids_ptr,
-                    bias_row,
-                    cols,
-                    cols < vocab,
-                    forced,
-                    mask_token,
-                    repetition,
-                    presence,
-                    frequency,
-                    inv_temperature,
-                    PENALIZE,
-                    NUM_BIAS,
-                )
-                kept_mass += tl.sum(tl.where(z >= cut, tl.exp(z - best), 0.0), 0)
-            probs = tl.where(rank < top_k, tl.exp(top - best) / kept_mass, 0.0)
+                z = _controlled(logits_row, counts_ptr, bias_ids_ptr, bias_row, cols, cols < vocab, forced, mask_token, repetition, presence, frequency, inv_temperature, PENALIZE, NUM_BIAS)  # fmt: skip
+                count += tl.sum((_order_key(z).to(tl.int64) >= mid).to(tl.int32), 0)
+            lo = tl.where(count >= top_k, mid, lo)
+            hi = tl.where(count >= top_k, hi, mid - 1)
+        cut = lo
+    if TOP_P:
+        if (TOP_K_BLOCK > 0) | BISECT_K:
+            top_mass = 0.0
+            for start in range(0, vocab, BLOCK_V):
+                cols = start + offs
+                z = _controlled(logits_row, counts_ptr, bias_ids_ptr, bias_row, cols, cols < vocab, forced, mask_token, repetition, presence, frequency, inv_temperature, PENALIZE, NUM_BIAS)  # fmt: skip
+                top_mass += tl.sum(tl.where(_order_key(z).to(tl.int64) >= cut, tl.exp(z - best), 0.0), 0)
+        if TOP_K_BLOCK > 0:  # the nucleus among the sorted candidates
+            probs = tl.where(rank < top_k, tl.exp(top - best) / top_mass, 0.0)
             before = tl.cumsum(probs, 0) - probs
             nucleus = (rank < top_k) & (before < top_p)
-            cut = tl.maximum(cut, tl.min(tl.where(nucleus, top, float("inf")), 0))
+            smallest = tl.min(tl.where(nucleus, top, float("inf")), 0)
+            cut = tl.maximum(cut, _order_key(smallest).to(tl.int64))
+        else:  # the smallest key whose strictly larger kept mass is below top_p, by bisection
+            lo = cut
+            hi = _order_key(best).to(tl.int64)
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                above = 0.0
+                for start in range(0, vocab, BLOCK_V):
+                    cols = start + offs
+                    z = _controlled(logits_row, counts_ptr, bias_ids_ptr, bias_row, cols, cols < vocab, forced, mask_token, repetition, presence, frequency, inv_temperature, PENALIZE, NUM_BIAS)  # fmt: skip
+                    key = _order_key(z).to(tl.int64)
+                    above += tl.sum(tl.where((key > mid) & (key >= cut), tl.exp(z - best), 0.0), 0)
+                small = above < top_p * top_mass
+                hi = tl.where(small, mid, hi)
+                lo = tl.where(small, lo, mid + 1)
+            cut = lo
 
     # last pass: Gumbel-max draw over the kept tokens, and their mass
     seed = tl.load(seed_ptr)
@@ -182,23 +193,8 @@ def choose_kernel(
     kept_mass = 0.0
     for start in range(0, vocab, BLOCK_V):
         cols = start + offs
-        z = _controlled(
-            logits_row,
-            counts_ptr,
-            bias_ids_ptr,
-            bias_row,
-            cols,
-            cols < vocab,
-            forced,
-            mask_token,
-            repetition,
-            presence,
-            frequency,
-            inv_temperature,
-            PENALIZE,
-            NUM_BIAS,
-        )
-        kept = z >= cut
+        z = _controlled(logits_row, counts_ptr, bias_ids_ptr, bias_row, cols, cols < vocab, forced, mask_token, repetition, presence, frequency, inv_temperature, PENALIZE, NUM_BIAS)  # fmt: skip
+        kept = _order_key(z).to(tl.int64) >= cut
         kept_mass += tl.sum(tl.where(kept, tl.exp(z - best), 0.0), 0)
         noise = tl.rand(seed, (row * vocab + cols).to(tl.int32))
         key = tl.where(kept, z - tl.log(-tl.log(noise)), float("-inf"))

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from clover_agent.engine.config import CloverConfig, full_size_config_json
-from clover_agent.kernels.bench import CLOVER, CloverSizes, cases, relative_error
+from clover_agent.kernels.bench import CLOVER, CloverSizes, cases, measure, relative_error
 from tests.kernels.helpers import DEVICE, requires_triton
 
 #: Small enough for the interpreter, awkward enough to cross tiles.
@@ -18,7 +18,7 @@ TINY = CloverSizes(
     top_k=2,
     moe_inner=40,
     shared_inner=40,
-    vocab=300,
+    vocab=100,
     heads=4,
     kv_heads=2,
     head_dim=16,
@@ -27,7 +27,7 @@ TINY = CloverSizes(
     gdn_key_dim=16,
     gdn_value_dim=16,
     block_size=8,
-    mask_token_id=299,
+    mask_token_id=99,
 )
 
 
@@ -69,3 +69,13 @@ def test_every_case_runs_and_matches_its_reference() -> None:
         got = case.run()
         if case.reference is not None:
             assert relative_error(got, case.reference()) < 1e-4, case.name
+
+
+@requires_triton
+def test_measure_reports_error_time_and_bandwidth() -> None:
+    case = next(c for c in cases(device=DEVICE, dtype=torch.float32, sizes=TINY, tokens=(3,), prefill_tokens=())
+                if c.name.startswith("short_conv"))  # fmt: skip
+    row = measure(case, warmup=1, repeats=2)
+    assert row["name"] == case.name and row["bytes"] == case.bytes_moved
+    assert row["median_ms"] > 0 and row["gb_per_s"] > 0
+    assert row["relative_error"] < 1e-5

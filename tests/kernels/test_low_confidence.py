@@ -154,18 +154,28 @@ def test_sampling_keeps_the_filtered_set_and_reports_its_probability(
     torch.testing.assert_close(confidence, want, rtol=1e-5, atol=1e-6)
 
 
-def test_same_seed_same_draws_and_unsupported_settings() -> None:
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 0.6), (260, 0.9), (270, 1.0)])
+def test_sampling_thresholds_by_bisection(top_k: int, top_p: float, poisoned_allocations: None) -> None:
+    """No candidate list (no top-k, or one past MAX_TOP_K): the same kept set and probabilities."""
+    rows, vocab = 3, 300
+    logits = random_logits(rows, vocab, seed=top_k, scale=2.0)
+    choice = TokenChoice(temperature=1.3, top_k=top_k, top_p=top_p, mask_token_id=0)
+    chosen, confidence = lc.choose_tokens(logits, choice, seed=torch.tensor([2], device=DEVICE))
+    scaled = (
+        reference.adjust_logits(logits, None).index_fill(1, torch.tensor([0], device=DEVICE), float("-inf"))
+        / 1.3
+    )
+    probs = torch.softmax(reference.filtered(scaled, top_k, top_p), -1)
+    picked = probs.gather(1, chosen[:, None]).squeeze(1)
+    assert (picked > 0).all()
+    torch.testing.assert_close(confidence, picked, rtol=1e-5, atol=1e-6)
+
+
+def test_same_seed_same_draws_and_a_missing_seed() -> None:
     logits = random_logits(4, 40, seed=7)
     choice = TokenChoice(temperature=1.0, top_k=5)
     first = lc.choose_tokens(logits, choice, seed=torch.tensor([9], device=DEVICE))[0]
     again = lc.choose_tokens(logits, choice, seed=torch.tensor([9], device=DEVICE))[0]
     assert torch.equal(first, again)
-    assert lc.unsupported(TokenChoice(temperature=1.0, top_p=0.9), 40) is not None
-    assert lc.unsupported(TokenChoice(temperature=1.0, top_k=lc.MAX_TOP_K + 1), 10**6) is not None
-    assert lc.unsupported(TokenChoice(temperature=1.0, top_k=20, top_p=0.95), 10**6) is None
-    with pytest.raises(ValueError, match="top_k"):
-        lc.choose_tokens(
-            logits, TokenChoice(temperature=1.0, top_p=0.9), seed=torch.tensor([1], device=DEVICE)
-        )
     with pytest.raises(ValueError, match="seed"):
         lc.choose_tokens(logits, choice)

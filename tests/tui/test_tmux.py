@@ -104,3 +104,41 @@ def test_in_a_real_terminal(tmp_path: Path, size: tuple[int, int], quit_key: str
         assert "return a - b" in (repo / "calculator.py").read_text()  # nothing applied without /apply
     finally:
         tmux.close()
+
+
+def test_hostile_output_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """Escape sequences and markup written by the model and by a command are shown, not obeyed."""
+    repo = calculator_repo(tmp_path)
+    evil = "\x1b[2J\x1b[H\x1b[31m"
+    replay = write_replay(
+        tmp_path / "hostile.jsonl",
+        [
+            turn(
+                f"[bold red]markup[/] {evil}text [/]",
+                call("shell", command="printf '\\033[2J\\033[HEVIL [/] [b]x\\n'"),
+            ),
+            turn("", call("finish", summary=f"[/] done {evil}")),
+        ],
+    )
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+        tmux.type("[/] hostile [b request")
+        tmux.key("Enter")
+        shown = tmux.wait("done ␛[2J")
+        # the screen was not cleared: the request and the cards above the result are all still there
+        for text in (
+            "[/] hostile [b request",
+            "[bold red]markup[/]",
+            "▸ shell",
+            "␛[2J␛[HEVIL [/] [b]x",
+            "replay:hostile",
+        ):
+            assert text in shown, text
+        tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

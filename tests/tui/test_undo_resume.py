@@ -9,8 +9,7 @@ import pytest
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import Done
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.screens.sessions import SessionPicker
-from clover_agent.tui.screens.undo import UndoScreen
+from clover_agent.tui.screens.picker import PickerScreen
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.store import list_sessions, load_session
 from clover_agent.tui.widgets.tool_card import ToolCard
@@ -65,8 +64,8 @@ async def test_undo_to_an_earlier_request(tmp_path: Path) -> None:
         assert note["role"] == "user" and "undid the changes made since my request 2" in note["content"]
 
         await send(pilot, "/undo")  # no number: pick from the requests that can still be undone
-        await wait_for(pilot, lambda: isinstance(app.screen, UndoScreen), "the undo picker")
-        assert [t.turn for t in app.screen.turns] == [1]
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the undo picker")
+        assert [key for key, _ in app.screen.entries] == ["1"]
         await pilot.press("enter")
         await wait_for(pilot, lambda: _diff(app) == "", "the undo of request 1")
         assert "return a - b" in (repo / "calculator.py").read_text()  # the working tree never changed
@@ -123,16 +122,16 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         repo, write_replay(tmp_path / "a.jsonl", [turn("", call("finish", summary="nothing to do"))])
     )
     async with first.run_test() as pilot:
-        await send(pilot, "hello")
+        await send(pilot, "[/] hello [b")  # a title that is not valid markup
         await wait_for(pilot, lambda: _done(first, 1), "the first session")
         await pilot.press("ctrl+q")
     replay = write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="again"))])
     options = SessionOptions(repo=repo, make_backend=lambda: ReplayBackend(replay), sandbox_kind="local")
     app = CloverApp(options, pick_from=list_sessions(repo))
     async with app.run_test() as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SessionPicker), "the picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the picker")
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session is not None, "the resumed session")
         assert app.session.session_id == first.session.session_id
-        assert [m.text for m in app.query(UserMessage)] == ["hello"]
+        assert [m.text for m in app.query(UserMessage)] == ["[/] hello [b"]
         await pilot.press("ctrl+q")

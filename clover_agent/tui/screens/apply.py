@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
@@ -12,6 +13,7 @@ from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from clover_agent.tui.handback import FileChange
+from clover_agent.tui.text import printable
 from clover_agent.tui.widgets.diff_view import DiffView
 
 
@@ -56,9 +58,9 @@ class ApplyScreen(ModalScreen[list[FileChange] | None]):
         self.query_one("#apply-count", Static).update(self._count(len(event.selection_list.selected)))
 
     @staticmethod
-    def _label(change: FileChange) -> str:
+    def _label(change: FileChange) -> Text:
         again = ", changed since applied" if change.applied_before else ""
-        return f"{change.path}  ({change.status}, +{change.added} -{change.removed}{again})"
+        return Text(f"{printable(change.path)}  ({change.status}, +{change.added} -{change.removed}{again})")
 
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
         index = event.selection.value

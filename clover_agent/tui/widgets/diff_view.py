@@ -9,6 +9,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
+from clover_agent.tui.text import printable
+
 _FILE = re.compile(r"^\+\+\+ b/(.+)$|^diff --git a/\S+ b/(.+)$")
 TINTS = {
     True: {"+": "on #12361b", "-": "on #3d1518"},  # dark themes
@@ -23,7 +25,7 @@ def _lexer_for(path: str) -> str:
 
 def render_diff(diff: str, *, dark: bool = True, max_lines: int | None = None) -> Text:
     """The diff as styled text (see the module docstring)."""
-    lines = diff.splitlines()
+    lines = printable(diff).splitlines()
     shown = lines if max_lines is None else lines[:max_lines]
     theme = "ansi_dark" if dark else "ansi_light"
     tints = TINTS[dark]

@@ -14,13 +14,14 @@ from rich.text import Text
 from textual.widgets import Static
 
 from clover_agent.events import ProvisionalBlock
+from clover_agent.tui.text import printable
 
 UNDECIDED = "░"
 
 
 def slot_text(text: str) -> str:
     """A token's text as one visible run (line breaks and tabs shown, nothing empty)."""
-    return text.replace("\n", "⏎").replace("\t", "→") or "·"
+    return printable(text.replace("\n", "⏎").replace("\t", "→")) or "·"
 
 
 class DiffusionView(Static):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from clover_agent.tui.text import printable
 
 MAX_SHOWN = 6
 
@@ -27,7 +31,7 @@ class PathMenu(OptionList, can_focus=False):
 
     def show_matches(self, paths: list[str]) -> None:
         self.clear_options()
-        self.add_options(paths)
+        self.add_options([Option(Text(printable(p)), id=p) for p in paths])
         self.set_class(bool(paths), "-open")
         if paths:
             self.highlighted = 0
@@ -44,7 +48,7 @@ class PathMenu(OptionList, can_focus=False):
     def chosen(self) -> str | None:
         if not self.is_open or self.highlighted is None:
             return None
-        return str(self.get_option_at_index(self.highlighted).prompt)
+        return self.get_option_at_index(self.highlighted).id
 
     def move(self, delta: int) -> None:
         if self.option_count:

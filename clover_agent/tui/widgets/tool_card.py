@@ -67,6 +67,7 @@ class ToolCard(Vertical, can_focus=True):
         self.result: ToolCallFinished | None = None
         self.folded = True
         self.foldable = False
+        self.decision = ""  # e.g. "allowed by user"
         self._before_tests: dict[str, str] | None = None
         self._head = Static(
             Text.assemble((f"▸ {name} ", "bold"), summarize(name, arguments)), classes="card-head"
@@ -86,12 +87,19 @@ class ToolCard(Vertical, can_focus=True):
         if css_class:
             self.set_class(True, css_class)
 
+    def decided(self, approved: bool, by: str) -> None:
+        """The policy's or the person's decision on this call; it stays in the status line."""
+        self.decision = f"{'allowed' if approved else 'denied'} by {by}"
+        self.note(self.decision, None if approved else "-error")
+
     async def finish(self, result: ToolCallFinished, before_tests: dict[str, str] | None = None) -> None:
         self.result = result
         self.remove_class("-running", "-waiting")
         self.add_class("-error" if result.is_error else "-ok")
         data = result.data or {}
         parts = ["✗ failed" if result.is_error else "✓ done", f"{result.duration_s:.1f} s"]
+        if self.decision:
+            parts.insert(1, self.decision)
         if data.get("exit_code") is not None:
             parts.append(f"exit {data['exit_code']}")
         elif data.get("timed_out"):

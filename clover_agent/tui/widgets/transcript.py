@@ -100,8 +100,7 @@ class Transcript(VerticalScroll):
         elif isinstance(event, ApprovalDecided):
             card = self._cards.get(event.call_id)
             if card is not None:
-                verdict = "allowed" if event.approved else "denied"
-                card.note(f"{verdict} by {event.decided_by}", None if event.approved else "-error")
+                card.decided(event.approved, event.decided_by)
         elif isinstance(event, ToolCallFinished):
             card = self._cards.get(event.call_id)
             if card is not None:
