@@ -208,9 +208,9 @@ class Agent:
     def interrupt(self, message: str | None = None) -> bool:
         """Stop the model call or tool call under way at once; the interrupt is recorded in the
         conversation and the agent waits for a user message (``message``, or the next :meth:`send`)
-        before going on. The run does not end. False when no call was under way (the agent still
-        waits for a message at its next step)."""
-        return self.steering.interrupt(message)
+        before going on. The run does not end. False when no call was under way (a running agent
+        still waits for a message before its next model call; an idle one ignores it)."""
+        return self.running and self.steering.interrupt(message)
 
     def answer_approval(self, call_id: str, answer: Answer | str) -> bool:
         """Answer the approval request of ``call_id`` (once / always / deny); False when none waits."""
@@ -248,6 +248,7 @@ class Agent:
         if self.running:
             raise UsageError("the agent is already running")
         self.running = True
+        self.steering.resume()  # the request is the user's message: nothing more to wait for
         self.budget.resume()
         self.bus.emit(
             RunStarted(
@@ -353,9 +354,9 @@ class Agent:
             self.messages, prompt_tokens = condensation.messages, condensation.tokens_after
         for resource, used, limit in self.budget.check(prompt_tokens):
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
+        if self.steering.paused:  # interrupted between calls: wait for the user before asking the model
+            return
         try:
-            if self.steering.paused:  # interrupted since the step began: no call to make
-                raise Interrupted()
             turn, self.messages = await self.steering.interruptible(
                 lambda: self.model.complete(step, self.messages)
             )

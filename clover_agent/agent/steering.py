@@ -59,6 +59,10 @@ class Steering:
         current.cancel()
         return True
 
+    def resume(self) -> None:
+        """Go on without waiting for a message (a new request brings its own)."""
+        self._paused = False
+
     async def interruptible(self, work: Callable[[], Awaitable[T]]) -> T:
         """``await work()`` as the call an interrupt stops; raises :class:`Interrupted` when it did.
         Cancelling the awaiting task itself (Ctrl-C, a timeout) cancels the call as before."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
+from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
@@ -20,7 +21,7 @@ from clover_agent.fix.patches import PatchNotApplied, apply_command, apply_patch
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
-from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
 EXIT_CODES = """\
@@ -55,13 +56,6 @@ PROJECT_FILES = (
     "Cargo.toml",
     "pytest.ini",
 )
-
-
-def backend_options(args: argparse.Namespace) -> BackendOptions:
-    """The backend the command line chose."""
-    return BackendOptions(
-        args.backend, model=args.model, base_url=args.base_url, model_name=args.model_name, replay=args.replay
-    )
 
 
 def _check_repo(args: argparse.Namespace) -> Path:
@@ -298,29 +292,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`last` for the newest, or the run's folder; backend, sandbox and budget options apply anew",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
-    p.add_argument(
-        "--backend",
-        choices=("engine", "openai", "replay"),
-        default="engine",
-        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
-        "replay: recorded turns (tests and demos, not a model)",
-    )
-    p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
-    p.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="OpenAI-compatible server's API root, e.g. http://HOST:30000/v1 (openai backend; default "
-        "CLOVER_BASE_URL; the API key, if it needs one, comes from CLOVER_API_KEY or OPENAI_API_KEY)",
-    )
-    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
-    p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
-    p.add_argument(
-        "--sandbox",
-        choices=("docker", "local"),
-        default="docker",
-        help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
-    )
-    p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    add_backend_arguments(p)
+    add_sandbox_arguments(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")

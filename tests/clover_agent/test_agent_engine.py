@@ -7,8 +7,10 @@ as events, and turns without a usable tool call are fed back to the model instea
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,6 +19,7 @@ import pytest
 from clover_agent.agent import Agent, Budget, TrajectoryWriter, load_trajectory
 from clover_agent.agent.condenser import Condenser
 from clover_agent.agent.loop import RunResult
+from clover_agent.agent.notes import INTERRUPTED_REPLY
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.chat import bundled_chat_template
@@ -25,6 +28,7 @@ from clover_agent.engine.stream import GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
 from clover_agent.events import (
+    CallInterrupted,
     ContextCondensed,
     ErrorReported,
     Event,
@@ -194,3 +198,48 @@ async def test_a_prompt_that_cannot_fit_stops_the_run_with_a_clear_message(
     assert f"more than the model's context window ({WINDOW} tokens" in result.message
     assert "did not make it fit" in result.message
     assert not any(isinstance(e, ModelResponded) for e in events)
+
+
+def decode_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "clover-engine-decode" and t.is_alive()]
+
+
+@pytest.mark.slow
+async def test_an_interrupt_stops_the_engine_mid_block(tmp_path: Path) -> None:
+    """Interrupted while a block is being denoised: the call is cancelled, the decoding thread ends,
+    and the agent waits for the user's message, then goes on with the same engine."""
+    model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5)  # not peaked: about one slot per pass
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    backend = EngineBackend(
+        model, device="cpu", sampling=SamplingParams.greedy(), max_new_tokens=4096, progress=None
+    )
+    bus = EventBus()
+    events: list[Event] = []
+    blocks = asyncio.Event()
+
+    def record(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, ProvisionalBlock):
+            blocks.set()
+
+    bus.subscribe(record)
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        agent = Agent(backend, sandbox, bus, run_id="stop-engine", budget=Budget(max_steps=1, max_time_s=900))
+        run = asyncio.create_task(agent.run("Write a lot.", "You are a test agent."))
+        await asyncio.wait_for(blocks.wait(), 600)  # a block is being denoised
+        assert agent.interrupt()
+        async with asyncio.timeout(120):
+            while not any(isinstance(e, CallInterrupted) for e in events) or decode_threads():
+                await asyncio.sleep(0.05)
+        assert not run.done() and agent.steering.paused  # waiting for the user, not ended
+        assert not any(isinstance(e, ModelResponded) for e in events)
+        backend.max_new_tokens = 8  # the next answer is short
+        agent.send("Keep it short.")
+        result = await asyncio.wait_for(run, 600)
+    await backend.close()
+    assert result.outcome == "budget_exhausted", result.message  # the one allowed step was taken
+    assert sum(isinstance(e, ModelResponded) for e in events) == 1
+    users = [m["content"] for m in agent.messages if m["role"] == "user"]
+    assert users[1:3] == [INTERRUPTED_REPLY, "Keep it short."]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -137,7 +138,8 @@ async def test_no_one_to_ask_means_denied(sandbox: Sandbox, tmp_path: Path) -> N
 async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    hang = call("shell", command="touch /tmp/started-7 && sleep 600.7 && echo never")
+    marker = f"/tmp/started-{uuid.uuid4().hex}"  # the local sandbox's /tmp is the host's
+    hang = call("shell", command=f"touch {marker} && sleep 600.7 && echo never")
     backend = replay(tmp_path / "hang.jsonl", hang, VIEW, FINISH)
     bus = EventBus()
     seen = Recorder(bus)
@@ -145,7 +147,7 @@ async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
     run = asyncio.create_task(agent.run("Wait, then look.", "You are a test agent."))
     await seen.first(ToolCallStarted, name="shell")
     async with asyncio.timeout(DEADLINE_S):  # the command itself is running (its marker exists)
-        while (await sandbox.exec("test -e /tmp/started-7")).exit_code != 0:
+        while (await sandbox.exec(f"test -e {marker}")).exit_code != 0:
             await asyncio.sleep(0.1)
     assert agent.interrupt()
     interrupted = await seen.first(CallInterrupted)
@@ -154,6 +156,7 @@ async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
     # The command's processes are gone from the sandbox, and the run did not end: it waits.
     listing = await sandbox.exec("ps -eo args")
     assert "sleep 600.7" not in listing.output
+    await sandbox.exec(f"rm -f {marker}")
     await asyncio.sleep(0)
     assert not run.done() and agent.steering.paused
     agent.send("Do not wait; just look at the file.")

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from clover_agent.backends import BackendEvent, BackendUnavailable, create_backend
-from clover_agent.backends.openai import OpenAIBackend, iter_sse_data
+from clover_agent.backends.http_client import iter_sse_data
+from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.errors import ExitCode, UsageError
 from clover_agent.protocol import ToolCall
 from tests.clover_agent.tool_specs import SHELL_AND_FINISH

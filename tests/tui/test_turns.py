@@ -68,7 +68,7 @@ async def test_request_approvals_diff_and_apply(tmp_path: Path, sandbox: str) ->
         assert [(e.name, e.approved, e.decided_by) for e in decided] == [
             ("editor", True, "user"),
             ("shell", True, "user"),
-            ("shell", True, "user"),
+            ("shell", True, "remembered"),  # the core's memory of "always"
         ]
         done = next(e for e in app.events if isinstance(e, Done))
         assert done.outcome == "submitted", done.message
