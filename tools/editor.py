@@ -13,26 +13,48 @@ The ``str_replace`` matching ladder, tried in order; the first rung with any mat
 3. ``trailing_whitespace``: also ignoring spaces and tabs at the end of each line.
 
 One match at the deciding rung is replaced; several are an error listing their lines (unless
-``replace_all``). The result names the rung, so a non-exact match is never silent.
+``replace_all``). The result names the rung, so a non-exact match is never silent. A replacement
+that would leave the file as it was (``new_str`` equal to ``old_str``) is refused and records no
+undo step.
+
+Lines end at ``\n`` (a CR before it belongs to the line break), as for ``cat -n``, ``grep -n`` and
+tracebacks; form feeds and other Unicode line separators are ordinary characters.
+
+Limits, checked before content moves: a file over :data:`MAX_TEXT_BYTES` is never read whole
+(``view`` with ``view_range`` reads just those lines in the sandbox, at most
+:data:`MAX_RANGE_BYTES`), a view is cut at :data:`MAX_VIEW_CHARS` characters, and a folder view
+lists at most :data:`MAX_DIR_ENTRIES` entries. FIFOs, sockets and devices are refused.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, FileEntry, FileTooLargeError, Sandbox
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
-from clover_agent.tools.paths import path_kind, resolve_workspace_path, workspace_relative
-from clover_agent.tools.textfile import TextFile, decode_text
+from clover_agent.tools.paths import (
+    entry_kind,
+    path_entry,
+    printable_path,
+    resolve_workspace_path,
+    special_file_error,
+    workspace_relative,
+)
+from clover_agent.tools.textfile import MAX_TEXT_BYTES, TextFile, decode_bytes, decode_text
 
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 SNIPPET_CONTEXT_LINES = 4
 #: A view longer than this is cut, with a note telling the model how to see the rest.
 MAX_VIEW_CHARS = 40_000
+#: A folder view lists at most this many entries (two levels deep, hidden ones excluded).
+MAX_DIR_ENTRIES = 1_000
+#: The most ``view`` with ``view_range`` reads from a file over :data:`MAX_TEXT_BYTES`.
+MAX_RANGE_BYTES = 256 * 1024
 
 RUNG_NOTES = {
     "exact": "",
@@ -82,8 +104,16 @@ def cat_n(text: str, first_line: int = 1) -> str:
 
 
 def display_lines(text: str) -> list[str]:
-    """The file's lines as shown to the model (line breaks removed, CR of CRLF dropped)."""
-    return text.replace("\r\n", "\n").splitlines() or [""]
+    """The file's lines as shown to the model (split at ``\n``, CR of CRLF dropped)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def lines_with_ends(text: str) -> list[str]:
+    """The file's lines with their line breaks, split at ``\n`` like :func:`display_lines`."""
+    return [line for line in re.split(r"(?<=\n)", text) if line]
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -164,7 +194,8 @@ class EditorTool(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command, path = args["command"], args["path"]
         real = await resolve_workspace_path(ctx.sandbox, path)
-        kind = await path_kind(ctx.sandbox, real)
+        entry = await path_entry(ctx.sandbox, real)
+        kind = entry_kind(entry)
         if command == "create":
             if kind != "missing":
                 raise ToolError(
@@ -173,8 +204,10 @@ class EditorTool(Tool):
             return await self._create(ctx, path, real, _required(args, "file_text", command))
         if command == "undo_edit":  # also when the file was deleted since the edit
             return await self._undo(ctx, path, real)
-        if kind == "missing":
+        if entry is None:
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
+        if kind == "special":
+            raise special_file_error(path, entry)
         if kind == "dir":
             if command != "view":
                 raise ToolError(
@@ -186,7 +219,7 @@ class EditorTool(Tool):
                 )
             return await self._view_dir(ctx.sandbox, path, real)
         if command == "view":
-            return await self._view_file(ctx.sandbox, path, real, args.get("view_range"))
+            return await self._view_file(ctx.sandbox, path, real, entry, args.get("view_range"))
         if command == "str_replace":
             old_str = _required(args, "old_str", command)
             return await self._str_replace(
@@ -197,66 +230,113 @@ class EditorTool(Tool):
 
     async def _read(self, sandbox: Sandbox, path: str, real: str) -> tuple[bytes, TextFile]:
         try:
-            data = await sandbox.read_file(real)
+            data = await sandbox.read_file(real, max_bytes=MAX_TEXT_BYTES)
+        except FileTooLargeError as exc:
+            raise ToolError(_too_large_message(path, exc.size)) from None
         except OSError as exc:
             raise ToolError(f"Could not read {path}: {exc.strerror or exc}.") from None
         return data, decode_text(data, path)
 
     async def _view_dir(self, sandbox: Sandbox, path: str, real: str) -> ToolResult:
-        entries = await sandbox.list_files(real, max_depth=2)
-        base = real.rstrip("/")
-        shown = [path.rstrip("/") or "/"]
-        for entry in sorted(entries, key=lambda e: e.path):
-            rel = entry.path[len(base) + 1 :] if entry.path.startswith(base + "/") else ""
-            if not rel or any(part.startswith(".") for part in rel.split("/")):
-                continue
-            shown.append(f"{path.rstrip('/')}/{rel}" + ("/" if entry.is_dir else ""))
-        listing = "\n".join(shown)
+        """Two levels deep, hidden entries excluded; past :data:`MAX_DIR_ENTRIES` entries, the first
+        level only (as much of it as fits), with a notice of what was left out."""
+        listing = await sandbox.list_entries(real, 2, max_entries=MAX_DIR_ENTRIES, skip_hidden=True)
+        depth = 2
+        if listing.left_out or not listing.complete:
+            depth = 1
+            total, complete = listing.total, listing.complete
+            listing = await sandbox.list_entries(real, 1, max_entries=MAX_DIR_ENTRIES, skip_hidden=True)
+        base, top = real.rstrip("/"), path.rstrip("/")
+        shown = []
+        for entry in sorted(listing.entries, key=lambda e: e.path):
+            if entry.path.startswith(base + "/"):
+                rel = entry.path[len(base) + 1 :]
+                shown.append(printable_path(f"{top}/{rel}") + ("/" if entry.is_dir else ""))
+        listing_text, cut = _cut_lines(shown, MAX_VIEW_CHARS)
+        notice = ""
+        if depth == 1:
+            many = f"{total:,}" if complete else f"more than {total:,}"
+            notice = (
+                f"\n[The directory has {many} entries up to 2 levels deep, over the {MAX_DIR_ENTRIES:,} a "
+                f"view lists: showing {len(shown) - cut:,} of its {listing.total:,} first-level entries"
+                " (folders end with /). View a subfolder, or use the shell (find, ls) with a filter.]"
+            )
+        elif cut:
+            notice = (
+                f"\n[... {cut:,} more entries not shown: the listing is over {MAX_VIEW_CHARS:,} characters.]"
+            )
+        levels = "up to 2 levels deep" if depth == 2 else "1 level deep"
         return ToolResult(
             True,
-            f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n{listing}\n",
-            {"path": path, "entries": shown[1:]},
+            f"Here's the files and directories {levels} in {path}, excluding hidden items:\n"
+            f"{printable_path(top or '/')}\n{listing_text}{notice}\n",
+            {"path": path, "entries": shown, "depth": depth, "left_out": listing.left_out},
         )
 
     async def _view_file(
-        self, sandbox: Sandbox, path: str, real: str, view_range: list[int] | None
+        self, sandbox: Sandbox, path: str, real: str, entry: FileEntry, view_range: list[int] | None
     ) -> ToolResult:
+        if view_range is not None and len(view_range) != 2:
+            raise ToolError("Invalid `view_range`. It should be a list of two integers.")
+        if entry.size > MAX_TEXT_BYTES:
+            if view_range is None:
+                raise ToolError(
+                    _too_large_message(path, entry.size)
+                    + " To see part of it, give `view_range`, e.g. [1, 200]."
+                )
+            return await self._view_lines(sandbox, path, real, view_range)
         _, tf = await self._read(sandbox, path, real)
         lines = display_lines(tf.text)
         first, last = 1, len(lines)
         if view_range is not None:
-            if len(view_range) != 2:
-                raise ToolError("Invalid `view_range`. It should be a list of two integers.")
-            first, last = view_range
-            if not 1 <= first <= len(lines):
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its first element `{first}` should be within the "
-                    f"range of lines of the file: {[1, len(lines)]}"
-                )
-            if last == -1:
-                last = len(lines)
-            elif last > len(lines):
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be smaller than "
-                    f"the number of lines in the file: `{len(lines)}`"
-                )
-            elif last < first:
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be larger or "
-                    f"equal than its first `{first}`"
-                )
-        body = cat_n("\n".join(lines[first - 1 : last]), first)
-        if len(body) > MAX_VIEW_CHARS:
-            cut = body.rfind("\n", 0, MAX_VIEW_CHARS)
-            shown_last = first + body.count("\n", 0, cut)
-            body = body[:cut] + (
-                f"\n[... output cut: showing lines {first}-{shown_last} of {len(lines)}. Use `view_range` "
-                "to see the rest, or the search tool to find the line numbers you need.]"
-            )
+            first, last = _check_range(view_range, len(lines))
+        body = _cut_view(cat_n("\n".join(lines[first - 1 : last]), first), first, f"{len(lines)}")
         return ToolResult(
             True,
             f"Here's the result of running `cat -n` on {path}:\n{body}\n",
             {"path": path, "lines": len(lines), "encoding": tf.encoding, "view_range": [first, last]},
+        )
+
+    async def _view_lines(self, sandbox: Sandbox, path: str, real: str, view_range: list[int]) -> ToolResult:
+        """``view_range`` of a file too large to read whole: only those lines leave the sandbox."""
+        first, last = view_range
+        if first < 1 or (last != -1 and last < first):
+            _check_range(view_range, None)
+        try:
+            got = await sandbox.read_lines(real, first, last, max_bytes=MAX_RANGE_BYTES)
+        except OSError as exc:
+            raise ToolError(f"Could not read {path}: {exc.strerror or exc}.") from None
+        if got.binary:
+            raise ToolError(f"The file {path} appears to be binary; the editor only works on text files.")
+        total = got.total_lines
+        if total is not None:
+            _check_range(view_range, total)
+        elif got.last < first:
+            raise ToolError(
+                f"Could not reach line {first} of {path}: the file ({got.size:,} bytes) is too long to "
+                f"count that far. Use the shell, e.g. `sed -n '{first},{first + 99}p' {path}`."
+            )
+        text, encoding = decode_bytes(got.data, partial=got.truncated)
+        lines = display_lines(text)
+        if got.truncated:
+            lines = lines[:-1] or lines  # the last line was cut by the byte limit
+        of = f"{total}" if total is not None else f"more than {got.last}"
+        body = _cut_view(cat_n("\n".join(lines), first), first, of)
+        if got.truncated and len(body) <= MAX_VIEW_CHARS:
+            body += (
+                f"\n[... output cut at {MAX_RANGE_BYTES:,} bytes: showing lines {first}-{first + len(lines) - 1}"
+                f" of {of}. Ask for a later `view_range` to see more.]"
+            )
+        return ToolResult(
+            True,
+            f"Here's the result of running `cat -n` on {path}:\n{body}\n",
+            {
+                "path": path,
+                "lines": total,
+                "encoding": encoding,
+                "view_range": [first, first + len(lines) - 1],
+                "size": got.size,
+            },
         )
 
     async def _write(
@@ -265,7 +345,10 @@ class EditorTool(Tool):
         try:
             await ctx.sandbox.write_file(real, after)
         except OSError as exc:
-            raise ToolError(f"Could not write {path}: {exc.strerror or exc}. Nothing was changed.") from None
+            hint = _NO_SPACE_HINT if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+            raise ToolError(
+                f"Could not write {path}: {exc.strerror or exc}. Nothing was changed.{hint}"
+            ) from None
         ctx.edit_history.setdefault(real, []).append(before)
 
     async def _create(self, ctx: ToolContext, path: str, real: str, file_text: str) -> ToolResult:
@@ -285,6 +368,8 @@ class EditorTool(Tool):
                 "No replacement was performed: `old_str` is empty. Give the exact text to replace, "
                 "or use `insert` to add text at a line."
             )
+        if new_str == old_str:
+            raise ToolError("No replacement was performed. `new_str` and `old_str` must be different.")
         before, tf = await self._read(ctx.sandbox, path, real)
         text = tf.text
         rung, matches = find_matches(text, old_str, overlapping=not replace_all)
@@ -304,6 +389,11 @@ class EditorTool(Tool):
             pieces += [text[pos : m.start], replacement]
             pos = m.end
         new_text = "".join([*pieces, text[pos:]])
+        if new_text == text:  # e.g. a whitespace-insensitive match replaced by what was there
+            raise ToolError(
+                f"No replacement was performed: replacing the match of old_str in {path} by new_str "
+                "leaves the file as it is. Give the text that should change."
+            )
         await self._write(ctx, path, real, before, tf.encode(new_text, path))
 
         first_line = line_of(text, matches[0].start)
@@ -329,7 +419,7 @@ class EditorTool(Tool):
     ) -> ToolResult:
         before, tf = await self._read(ctx.sandbox, path, real)
         text = tf.text
-        lines = text.splitlines(keepends=True)
+        lines = lines_with_ends(text)
         if not 0 <= insert_line <= len(lines):
             raise ToolError(
                 f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of "
@@ -359,8 +449,10 @@ class EditorTool(Tool):
         if not history:
             raise ToolError(f"No edit history found for {path}.")
         try:
-            current_text = decode_text(await ctx.sandbox.read_file(real), path).text
+            current_text = decode_text(await ctx.sandbox.read_file(real, max_bytes=MAX_TEXT_BYTES), path).text
         except (FileNotFoundError, NotADirectoryError):  # deleted, or a folder on its path is now a file
+            current_text = ""
+        except (OSError, ToolError):  # now a FIFO, binary or huge: the undo still restores it
             current_text = ""
         previous = history.pop()
         if previous is None:
@@ -388,6 +480,68 @@ class EditorTool(Tool):
             f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n{body}\n",
             edit_data(path, current_text, previous_text),
         )
+
+
+_NO_SPACE_HINT = (
+    " The workspace is out of space: delete files you do not need (build output, caches, large "
+    "generated files) and try again."
+)
+
+
+def _too_large_message(path: str, size: int) -> str:
+    return (
+        f"The file {path} is {size:,} bytes, over the {MAX_TEXT_BYTES:,}-byte limit for the editor. "
+        "Use the shell (head, sed -n, grep -n) to work with it."
+    )
+
+
+def _check_range(view_range: list[int], count: int | None) -> tuple[int, int]:
+    """``view_range`` as (first, last) for a file of ``count`` lines (None: not known), or the
+    :class:`ToolError` saying what is wrong with it."""
+    first, last = view_range
+    if first < 1 or (count is not None and first > count):
+        known = f": {[1, count]}" if count is not None else ""
+        raise ToolError(
+            f"Invalid `view_range`: {view_range}. Its first element `{first}` should be within the "
+            f"range of lines of the file{known}"
+        )
+    if last == -1:
+        return first, count if count is not None else -1
+    if count is not None and last > count:
+        raise ToolError(
+            f"Invalid `view_range`: {view_range}. Its second element `{last}` should be smaller than "
+            f"the number of lines in the file: `{count}`"
+        )
+    if last < first:
+        raise ToolError(
+            f"Invalid `view_range`: {view_range}. Its second element `{last}` should be larger or "
+            f"equal than its first `{first}`"
+        )
+    return first, last
+
+
+def _cut_view(body: str, first: int, of: str) -> str:
+    """``body`` cut at :data:`MAX_VIEW_CHARS` on a line break, with a note saying how to see more."""
+    if len(body) <= MAX_VIEW_CHARS:
+        return body
+    cut = body.rfind("\n", 0, MAX_VIEW_CHARS)
+    if cut <= 0:  # one line longer than the whole limit
+        cut = MAX_VIEW_CHARS
+    shown_last = first + body.count("\n", 0, cut)
+    return body[:cut] + (
+        f"\n[... output cut: showing lines {first}-{shown_last} of {of}. Use `view_range` to see the "
+        "rest, or the search tool to find the line numbers you need.]"
+    )
+
+
+def _cut_lines(lines: list[str], limit: int) -> tuple[str, int]:
+    """``lines`` joined, as many as fit in ``limit`` characters, and how many were left out."""
+    size = 0
+    for i, line in enumerate(lines):
+        size += len(line) + 1
+        if size > limit:
+            return "\n".join(lines[:i]), len(lines) - i
+    return "\n".join(lines), 0
 
 
 def _required(args: dict[str, Any], name: str, command: str) -> Any:
