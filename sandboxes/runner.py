@@ -64,11 +64,17 @@ MAX_WALK_ENTRIES = 1_000_000
 #: ``read_lines`` stops counting a file's lines after this many bytes or seconds.
 MAX_SCAN_BYTES = 1 << 30
 MAX_SCAN_S = 20.0
-#: A response longer than this is replaced by an error (output and reads are capped well below).
-MAX_RESPONSE_CHARS = 160 * 1024 * 1024
+#: A response longer than this is replaced by an error (the largest real ones: a 64 MiB read,
+#: 86 MiB in base64; 16 MiB of output that is not UTF-8, at most 96 MiB escaped).
+MAX_RESPONSE_CHARS = 112 * 1024 * 1024
 SNIFF_BYTES = 8192
 #: What tools print when a write fails for lack of space (checked in a command's output).
-NO_SPACE_MESSAGES = (b"No space left on device", b"Disk quota exceeded", b"File too large")
+NO_SPACE_MESSAGES = (
+    b"No space left on device",
+    b"Disk quota exceeded",
+    b"File too large",
+    b"File size limit exceeded",
+)
 SPECIAL_KINDS = (
     (stat.S_ISFIFO, "FIFO (named pipe)"),
     (stat.S_ISSOCK, "socket"),
@@ -170,6 +176,14 @@ def space_note(said_no_space: bool) -> str | None:
             f"{label} {'is full: ' if nearly else 'has '}{_size_text(total - free)} of "
             f"{_size_text(total)} used"
         )
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if cap != resource.RLIM_INFINITY:
+            parts.append(f"each file may be at most {_size_text(cap)}")
+    except (ImportError, OSError):
+        pass
     if not (full or said_no_space) or not parts:
         return None
     return "; ".join(parts)
@@ -366,13 +380,16 @@ def op_exec(req: dict) -> dict:
     with _groups_lock:
         _running_groups.discard(pgid)
     duration = time.monotonic() - start
-    oom = returncode == -signal.SIGKILL and _counter(MEMORY_EVENTS, "oom_kill") > oom_before
+    # The main process, or any process it started (``git`` under a shell), killed out of memory.
+    oom = _counter(MEMORY_EVENTS, "oom_kill") > oom_before
     pid_limit = _counter(PIDS_EVENTS, "max") > pids_before
     reason = None
     if timed_out:
         reason = f"timeout after {timeout:g} s"
-    elif oom:
+    elif oom and returncode == -signal.SIGKILL:
         reason = "out of memory: killed at the sandbox's memory limit"
+    elif oom:
+        reason = "out of memory: a process it started was killed at the sandbox's memory limit"
     elif returncode == -signal.SIGXFSZ:
         reason = "killed by signal SIGXFSZ: a file grew past the sandbox's file size limit"
     elif returncode < 0:
@@ -465,7 +482,7 @@ def op_read(req: dict) -> dict:
 
 
 def op_read_lines(req: dict) -> dict:
-    """Lines ``first..last`` (1-based; ``last`` -1 = to the end; lines end at ``\n``), at most
+    """Lines ``first..last`` (1-based; ``last`` -1 = to the end; lines end at ``\\n``), at most
     ``max_bytes`` of them, and the file's line count (None past MAX_SCAN_BYTES / MAX_SCAN_S)."""
     first, last = max(1, int(req["first"])), int(req["last"])
     limit = min(int(req.get("max_bytes") or MAX_READ_BYTES), MAX_READ_BYTES)
@@ -609,7 +626,9 @@ OPS = {
 
 
 def respond(message: dict) -> None:
-    """Send one answer line: its MAC, a space, the JSON text (ASCII)."""
+    """Send one answer line: its MAC, a space, the JSON text (ASCII), ``id`` first (the host finds
+    an answer behind bytes a command wrote into the stream by its ``MAC {"id":``)."""
+    message = {"id": message.get("id"), **message}
     text = json.dumps(message, separators=(",", ":"))
     if len(text) > MAX_RESPONSE_CHARS:
         text = json.dumps(

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from clover_agent.sandboxes.arguments import check_fields
 from clover_agent.sandboxes.base import (
     MAX_READ_BYTES,
     ExecResult,
@@ -58,11 +59,10 @@ log = logging.getLogger(__name__)
 FILE_OP_TIMEOUT_S = 60.0
 #: Seconds past a command's own timeout before the host stops waiting for its answer.
 EXEC_GRACE_S = 60.0
+#: Longer than any answer (the runner caps them at 112 Mi characters): the host's buffer limit.
+MAX_LINE_BYTES = 128 * 1024 * 1024
 #: How many bytes of a sparse file's data one ``write_at`` request carries.
 WRITE_CHUNK_BYTES = 8 * 1024 * 1024
-
-#: What the request fields are called in error messages.
-_FIELD_NAMES = {"command": "the command", "path": "the path", "cwd": "the working folder"}
 
 _ERRORS: dict[str, type[OSError]] = {
     "FileNotFoundError": FileNotFoundError,
@@ -103,8 +103,10 @@ class RunnerSession:
         while True:
             end = self._buffer.find(b"\n", scan_from)
             if end < 0:
+                if len(self._buffer) > MAX_LINE_BYTES:  # no answer is this long: a flood
+                    del self._buffer[:-MAX_LINE_BYTES]  # an answer would be at its end: keep that
                 return
-            line = bytes(self._buffer[:end])
+            line = self._buffer[:end]
             del self._buffer[: end + 1]
             scan_from = 0
             if line.strip():
@@ -112,22 +114,41 @@ class RunnerSession:
                 if message is not None:
                     self._dispatch(message)
 
-    def _verify(self, line: bytes) -> dict | None:
+    def _verify(self, line: bytearray) -> dict | None:
         """The answer in ``line`` if its MAC is right; None (logged) for anything else, such as a
-        line written into the runner's stream by a process in the sandbox."""
-        mac, _, text = line.partition(b" ")
-        expected = hmac.new(self._key, text, hashlib.sha256).hexdigest().encode("ascii")
-        if hmac.compare_digest(mac, expected):
-            try:
-                message = json.loads(text)
-            except ValueError:
-                message = None
-            if isinstance(message, dict):
+        line written into the runner's stream by a process in the sandbox. Bytes written ahead of
+        an answer (with no line break of their own) are cut off: the answer is at the line's end."""
+        message = self._checked(line)
+        if message is not None:
+            return message
+        self._note_dropped()
+        end = len(line)
+        for _ in range(64):  # candidates from the end, each ``MAC {"id":...``; only a real one verifies
+            end = line.rfind(b' {"id":', 0, end)
+            if end < 64:
+                return None
+            message = self._checked(line[end - 64 :])
+            if message is not None:
                 return message
+        return None
+
+    def _checked(self, line: bytearray) -> dict | None:
+        sep = line.find(b" ")
+        if sep < 0:
+            return None
+        expected = hmac.new(self._key, memoryview(line)[sep + 1 :], hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(bytes(line[:sep]), expected.encode("ascii")):
+            return None
+        try:
+            message = json.loads(line[sep + 1 :])
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+    def _note_dropped(self) -> None:
         self.dropped_lines += 1
         if self.dropped_lines == 1:  # once per session: a hostile command may send thousands
             log.warning("dropped a line in the sandbox runner's output that the runner did not send")
-        return None
 
     def feed_stderr(self, data: bytes) -> None:
         self.stderr_tail += data
@@ -194,15 +215,21 @@ class RunnerSession:
             with self._pending_lock:
                 self._pending.pop(request_id, None)
             raise SandboxError(f"cannot reach the sandbox runner: {exc}") from exc
+        # Not asyncio.wait_for: up to Python 3.11 it can swallow a cancellation (Ctrl-C) that
+        # arrives as the answer does; awaiting the future itself keeps the cancellation.
+        timer = None if timeout is None else loop.call_later(timeout, _fail, future, _TimedOut())
         try:
-            message = await asyncio.wait_for(future, timeout)
-        except TimeoutError:
+            message = await future
+        except _TimedOut:
             with self._pending_lock:
                 self._pending.pop(request_id, None)
             what = f"the sandbox did not answer a `{op}` request within {timeout:g} s"
             if op == "exec":  # the runner enforces the command's timeout: its answer was lost
                 raise SandboxError(what) from None
             raise TimeoutError(errno_codes.ETIMEDOUT, what, fields.get("path")) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
         if not message.get("ok"):
             raise _error(message, fields.get("path"))
         return message
@@ -265,39 +292,8 @@ class RunnerSession:
         return (await self.request("realpath", path=path))["path"]
 
 
-def check_text(value: str, what: str) -> None:
-    """Raise :class:`SandboxArgumentError` when ``value`` cannot reach a program or a file name:
-    a NUL byte ends a C string; a lone surrogate (other than the ``surrogateescape`` form of an
-    undecodable byte, as file names arrive) is no character at all."""
-    nul = value.find("\0")
-    if nul >= 0:
-        raise SandboxArgumentError(
-            f"{what} contains a NUL byte (character {nul + 1}), which no command, file name or "
-            "environment variable can hold; remove it (in a command, write it as an escape such as "
-            "printf '\\0')"
-        )
-    try:
-        value.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError as exc:
-        raise SandboxArgumentError(
-            f"{what} contains a lone surrogate (\\u{ord(value[exc.start]):04x}, character "
-            f"{exc.start + 1}), which is not valid Unicode; remove it or write the character it was meant to be"
-        ) from None
-
-
-def check_fields(fields: dict[str, object]) -> None:
-    """:func:`check_text` on a request's text fields (``data`` is base64, always clean)."""
-    for name, value in fields.items():
-        if isinstance(value, str) and name != "data":
-            check_text(value, _FIELD_NAMES.get(name, f"the {name}"))
-        elif name == "env" and isinstance(value, dict):
-            for key, item in value.items():
-                check_text(str(key), "an environment variable's name")
-                if "=" in str(key) or not str(key):
-                    raise SandboxArgumentError(
-                        f"the environment variable name {key!s} is empty or contains `=`; use a plain name"
-                    )
-                check_text(str(item), f"the environment variable {key}")
+class _TimedOut(Exception):
+    """A request's answer did not come in time (set on its future by a timer)."""
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, *args: object) -> None:
@@ -355,8 +351,11 @@ class SessionSandbox(Sandbox):
                 status = result.killed_reason or f"exit {result.exit_code}"
                 raise SandboxError(f"set-up command failed ({status}): {command}\n{result.output[-2000:]}")
 
-    async def _record_baseline(self) -> None:
-        result = await self.exec(BASELINE_SCRIPT)
+    async def _record_baseline(self, keep_out: list[str]) -> None:
+        """Commit the starting state; ``keep_out``: gitignore patterns of files git must not read
+        (the untracked sparse files, see :mod:`~clover_agent.sandboxes.workspace`)."""
+        env = {"CLOVER_KEEP_OUT": "\n".join(keep_out)} if keep_out else None
+        result = await self.exec(BASELINE_SCRIPT, env=env)
         if result.exit_code != 0:
             raise SandboxError(f"could not record the workspace's starting commit:\n{result.output[-2000:]}")
         self.base_commit = result.output.strip().splitlines()[-1]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import shlex
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
-    make_report,
     no_results,
+    run_command,
     trim_traceback,
 )
 from clover_agent.tools.run_tests.targets import Target
@@ -45,9 +44,7 @@ def cargo_command(target: Target | None) -> list[str]:
 async def run_cargo(
     sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
 ) -> TestReport:
-    args = cargo_command(target)
-    result = await sandbox.exec(shlex.join(args), timeout=timeout, cwd=WORKSPACE)
-    report = make_report("cargo", shlex.join(args), shown_target, result)
+    report, result = await run_command(sandbox, "cargo", cargo_command(target), shown_target, timeout)
     parse_cargo_output(result.output, report)
     if report.total == 0:
         report.problem = no_results(result, "no `cargo test` results were found in the output")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import shlex
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
-    make_report,
     no_results,
+    run_command,
     trim_traceback,
 )
 from clover_agent.tools.run_tests.targets import Target
@@ -55,9 +54,7 @@ def go_command(target: Target | None) -> list[str]:
 async def run_go(
     sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
 ) -> TestReport:
-    args = go_command(target)
-    result = await sandbox.exec(shlex.join(args), timeout=timeout, cwd=WORKSPACE)
-    report = make_report("go", shlex.join(args), shown_target, result)
+    report, result = await run_command(sandbox, "go", go_command(target), shown_target, timeout)
     parse_go_json(result.output, report)
     report.structured = True
     if report.total == 0:

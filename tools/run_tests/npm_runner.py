@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import re
-import shlex
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import ToolError
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
-    make_report,
+    run_command,
     trim_traceback,
 )
 from clover_agent.tools.run_tests.targets import Target
@@ -49,9 +48,7 @@ def npm_command(target: Target | None) -> list[str]:
 async def run_npm(
     sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
 ) -> TestReport:
-    args = npm_command(target)
-    result = await sandbox.exec(shlex.join(args), timeout=timeout, cwd=WORKSPACE)
-    report = make_report("npm", shlex.join(args), shown_target, result)
+    report, result = await run_command(sandbox, "npm", npm_command(target), shown_target, timeout)
     if not parse_tap_output(result.output, report):
         report.problem = (
             f"`npm test` exited with code {result.exit_code}; its output has no TAP summary, so no counts "

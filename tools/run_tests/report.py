@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clover_agent.sandboxes.base import ExecResult
+from clover_agent.sandboxes.base import WORKSPACE, ExecResult, Sandbox
 from clover_agent.tools.base import head_tail
 
 TRACEBACK_MAX_LINES = 30
@@ -126,3 +127,13 @@ def no_results(result: ExecResult, what: str) -> str:
     if result.timed_out:
         return f"{what}: the run timed out."
     return f"{what}; see the output."
+
+
+async def run_command(
+    sandbox: Sandbox, framework: str, args: list[str], shown_target: str | None, timeout: float
+) -> tuple[TestReport, ExecResult]:
+    """Run ``args`` (an argument list, quoted here) in the workspace; the report to fill in and
+    the raw result."""
+    command = shlex.join(args)
+    result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE)
+    return make_report(framework, command, shown_target, result), result
