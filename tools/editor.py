@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from clover_agent.sandboxes.base import WORKSPACE
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
 from clover_agent.tools.editor_view import (
+    MAX_DIR_ENTRIES,
     cat_n,
     display_lines,
     lines_with_ends,
@@ -126,7 +127,8 @@ class EditorTool(Tool):
     description = (
         "View, create and edit files in the workspace.\n"
         "* `view` on a file prints it like `cat -n`; `view_range` [start, end] limits the lines (end -1 = "
-        "to the end of the file). `view` on a directory lists files two levels deep, hidden entries excluded.\n"
+        "to the end of the file; files over 10 MB can only be viewed with it). `view` on a directory lists "
+        f"files two levels deep, hidden entries excluded, at most {MAX_DIR_ENTRIES:,} entries.\n"
         "* `create` writes a new file with `file_text`; it refuses to overwrite an existing file.\n"
         "* `str_replace` replaces `old_str` by `new_str`; `old_str` must match exactly one place in the "
         "file (include enough surrounding lines to make it unique), or set `replace_all` to replace every "

@@ -58,8 +58,8 @@ class RunTestsTool(Tool):
     description = (
         "Run the project's tests (pytest, unittest, npm, go or cargo, detected from the workspace) and report "
         "passed / failed / errors / skipped with the failing tests' messages and tracebacks. `target` "
-        "selects tests: a pytest node id (`tests/test_x.py::test_y`), a file or directory, or `-k EXPRESSION`; "
-        "omit it to run everything."
+        "selects tests: pytest node ids (`tests/test_x.py::test_y`), files or directories separated by spaces, "
+        "or `-k EXPRESSION`; omit it to run everything. Other options are not accepted: use the shell for those."
     )
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
