@@ -10,30 +10,46 @@ from __future__ import annotations
 from typing import Literal
 
 from clover_agent.sandboxes.base import (
+    MAX_READ_BYTES,
     WORKSPACE,
     ExecResult,
     FileEntry,
+    FileTooLargeError,
+    LineRange,
+    Listing,
     Sandbox,
     SandboxLimits,
     SandboxSpec,
+    SpecialFileError,
 )
-from clover_agent.sandboxes.errors import SandboxConfigError, SandboxError, SandboxUnavailable
+from clover_agent.sandboxes.errors import (
+    SandboxArgumentError,
+    SandboxConfigError,
+    SandboxError,
+    SandboxUnavailable,
+)
 
 SandboxKind = Literal["docker", "local"]
 SANDBOX_KINDS: tuple[str, ...] = ("docker", "local")
 
 __all__ = [
+    "MAX_READ_BYTES",
     "SANDBOX_KINDS",
     "WORKSPACE",
     "ExecResult",
     "FileEntry",
+    "FileTooLargeError",
+    "LineRange",
+    "Listing",
     "Sandbox",
+    "SandboxArgumentError",
     "SandboxConfigError",
     "SandboxError",
     "SandboxKind",
     "SandboxLimits",
     "SandboxSpec",
     "SandboxUnavailable",
+    "SpecialFileError",
     "create_sandbox",
 ]
 

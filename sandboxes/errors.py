@@ -27,3 +27,9 @@ class SandboxUnavailable(SandboxError):
 class SandboxConfigError(SandboxError):
     """What the caller asked for is wrong: an unknown sandbox kind, a repository folder that does
     not exist, a spec that is not complete."""
+
+
+class SandboxArgumentError(ValueError):
+    """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
+    environment variable's name): refused before anything ran; the sandbox stays usable and the
+    message says what to change."""
