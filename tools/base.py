@@ -98,14 +98,17 @@ class Tool(abc.ABC):
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
-    def validate(self, args: object) -> None:
-        """Raise :class:`ToolError` with a readable message when ``args`` break the schema."""
+    def validate(self, args: object, *, schema_checked: bool = False) -> None:
+        """Raise :class:`ToolError` with a readable message when ``args`` break the schema or hold
+        strings no command or file can (``schema_checked``: the schema was checked already, by the
+        backend's parser; only the strings are)."""
         if not isinstance(args, dict):
             raise ToolError(
                 f"Invalid arguments for tool `{self.name}`: expected a JSON object, got {type(args).__name__}."
             )
         validator = jsonschema.Draft202012Validator(self.parameters)
-        errors = sorted(validator.iter_errors(args), key=lambda e: (list(e.absolute_path), e.message))
+        errors = [] if schema_checked else validator.iter_errors(args)
+        errors = sorted(errors, key=lambda e: (list(e.absolute_path), e.message))
         if errors:
             lines = [_describe(e) for e in errors]
             raise ToolError(f"Invalid arguments for tool `{self.name}`: " + "; ".join(lines))

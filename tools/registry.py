@@ -45,15 +45,14 @@ def tool_specs(tools: Sequence[Tool] | None = None) -> list[dict[str, Any]]:
 
 
 async def run_call(
-    tool: Tool, args: dict[str, Any], ctx: ToolContext, *, validated: bool = False
+    tool: Tool, args: dict[str, Any], ctx: ToolContext, *, schema_checked: bool = False
 ) -> ToolResult:
-    """Run one call of ``tool``. Never raises (except cancellation). ``validated``: the arguments
-    were already checked against the tool's schema (a backend's parser checks every call it
-    returns), so they are not checked twice."""
+    """Run one call of ``tool``. Never raises (except cancellation). ``schema_checked``: the
+    arguments were already checked against the tool's schema (a backend's parser checks every call
+    it returns), so that is not done twice."""
     started = time.monotonic()
     try:
-        if not validated:
-            tool.validate(args)
+        tool.validate(args, schema_checked=schema_checked)
         result = await tool.run(args, ctx)
     except ToolError as exc:
         result = ToolResult(False, str(exc))

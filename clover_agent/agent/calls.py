@@ -98,7 +98,7 @@ class ToolCaller:
                     )
                 ran = True
                 result = await self.steering.interruptible(
-                    lambda: run_call(tool, call.arguments, self.context, validated=True)
+                    lambda: run_call(tool, call.arguments, self.context, schema_checked=True)
                 )
             else:
                 result = ToolResult(False, approval.refusal(view))
