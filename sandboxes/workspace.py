@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -85,6 +86,12 @@ def _git_files(repo: Path) -> list[str] | None:
     return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
 
 
+def listed_files(repo: str | os.PathLike[str]) -> list[str] | None:
+    """The relative paths of the files a sandbox copy of ``repo`` holds besides ``.git`` (tracked
+    and untracked-but-not-ignored), or None when ``repo`` is not in a git work tree."""
+    return _git_files(Path(repo).resolve())
+
+
 def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
     """Yield ``(host path, relative path)`` for everything the sandbox copy holds, parents first.
 
@@ -144,9 +151,30 @@ def copy_workspace(repo: str | os.PathLike[str], dest: str | os.PathLike[str]) -
             shutil.copy2(path, out)
 
 
-def write_workspace_tar(repo: str | os.PathLike[str], out: BinaryIO, *, uid: int, gid: int) -> None:
+#: A copy this large is worth telling the user about (with the ``.git`` folder's share).
+LARGE_COPY_BYTES = 20 * 1024**2
+
+
+@dataclass
+class CopySize:
+    """How much a workspace copy holds, and how much of it is the ``.git`` folder."""
+
+    total_bytes: int = 0
+    git_bytes: int = 0
+    files: int = 0
+
+    def describe(self) -> str:
+        mb = 1024**2
+        return (
+            f"{self.total_bytes / mb:.0f} MB in {self.files} files (the .git folder: "
+            f"{self.git_bytes / mb:.0f} MB)"
+        )
+
+
+def write_workspace_tar(repo: str | os.PathLike[str], out: BinaryIO, *, uid: int, gid: int) -> CopySize:
     """Write an uncompressed tar of the workspace files of ``repo`` to ``out``, every entry owned by
-    ``uid:gid``."""
+    ``uid:gid``; return its size."""
+    size = CopySize()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path, rel in workspace_paths(repo):
             if not (path.is_symlink() or path.is_dir() or path.is_file()):
@@ -154,7 +182,12 @@ def write_workspace_tar(repo: str | os.PathLike[str], out: BinaryIO, *, uid: int
             info = tar.gettarinfo(str(path), arcname=rel)
             info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
             if info.isreg():
+                size.files += 1
+                size.total_bytes += info.size
+                if rel.startswith(".git/"):
+                    size.git_bytes += info.size
                 with path.open("rb") as f:
                     tar.addfile(info, f)
             else:
                 tar.addfile(info)
+    return size
