@@ -268,7 +268,7 @@ class CloverApp(App[int]):
                 return
             await self._call(session.run(session.undo(int(argument))))
             return
-        turns = session.undoable()
+        turns = await self._call(session.run(session.undoable()))
         if not turns:
             await self._note("Nothing to undo: no request changed the workspace (since the sandbox started).")
             return

@@ -71,8 +71,8 @@ class Notice(Event):
 @dataclass(frozen=True, kw_only=True)
 class ApprovalNeeded(Event):
     """A call waits for the person's decision (once / always / deny), with the change it would make
-    (``preview``: a unified diff for an edit, empty when there is nothing to show). Not saved: the
-    decision is (``ApprovalDecided``)."""
+    (``preview``: a unified diff for an edit, empty when there is nothing to show). A resumed
+    session does not ask again: the decision is ``ApprovalDecided``."""
 
     type: ClassVar[str] = "tui_approval_needed"
     call_id: str

@@ -371,7 +371,7 @@ class TuiSession:
         self._emit(TestsRun(phase="user", target=target or "", report=report.to_dict()))
         return report
 
-    def undoable(self) -> list[Turn]:
+    async def undoable(self) -> list[Turn]:
         """The requests whose changes can be undone now (newest first)."""
         if self.driver is None:
             return []

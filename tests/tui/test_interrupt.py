@@ -11,6 +11,8 @@ import pytest
 from clover_agent.events import Done, ModelDelta, ModelResponded, ToolCallStarted
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.driver import INTERRUPTED_BY_USER
+from clover_agent.tui.events import MessageQueued, TurnStarted
+from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import (
     FIX_ADD,
     SlowReplay,
@@ -104,3 +106,35 @@ async def test_interrupt_during_a_tool_call_then_a_correction(tmp_path: Path, sa
         assert conversation[cut + 1] == {"role": "user", "content": CORRECTION}
         assert "return a + b" in await_diff(app)
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_message_sent_while_the_agent_works_goes_next_and_esc_sends_it_at_once(
+    tmp_path: Path,
+) -> None:
+    repo = calculator_repo(tmp_path)
+    long_answer = turn("Let me think about this at length. " * 60, call("run_tests"))
+    replay = write_replay(tmp_path / "slow.jsonl", [long_answer, turn("", call("finish", summary="did B"))])
+    slow = SlowReplay(replay, pauses=[0.25, 0.0])
+    try:
+        app = make_app(repo, slow.backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await send(pilot, "do A")
+            await wait_for(pilot, lambda: _count(app, ModelDelta) >= 2, "the slow answer")
+            await send(pilot, "actually, do B")
+            await wait_for(pilot, lambda: _count(app, MessageQueued) == 1, "the queued message")
+            queued = [m for m in app.query(UserMessage) if m.has_class("-queued")]
+            assert [m.text for m in queued] == ["actually, do B"]
+            await pilot.press("escape")  # interrupt: the queued message goes at once
+            await wait_for(pilot, lambda: len(_done(app)) == 2, "the queued request")
+            assert [d.outcome for d in _done(app)] == ["interrupted", "submitted"]
+            turns = [e for e in app.events if isinstance(e, TurnStarted)]
+            assert [(t.turn, t.text) for t in turns] == [(1, "do A"), (2, "actually, do B")]
+            assert slow.server.requests[1]["body"]["messages"][-1] == {
+                "role": "user",
+                "content": "actually, do B",
+            }
+            assert not any(m.has_class("-queued") for m in app.query(UserMessage))
+            await pilot.press("ctrl+q")
+    finally:
+        slow.close()
