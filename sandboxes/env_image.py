@@ -94,12 +94,19 @@ async def run_setup(sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progr
     for line in recipe.found:
         progress(f"environment: {line}")
     env = recipe.setup_env()
-    check = await sandbox.exec(f"touch {_STARTED} && python3 -m venv {VENV}", timeout=300, env=env)
+    home = VENV.rsplit("/", 1)[0]
+    check = await sandbox.exec(
+        f"touch {_STARTED} && if [ ! -w {home} ]; then echo '{home} is missing or not writable'; exit 3; fi; "
+        f"python3 -m venv {VENV}",
+        timeout=300,
+        env=env,
+    )
     if check.exit_code != 0:
         raise SandboxSetupError(
-            "the sandbox image cannot make a virtual environment (`python3 -m venv` failed: "
-            f"{_tail(check.output, 600)}). Rebuild the sandbox image with `clover-agent sandbox build` "
-            '(its base needs python3-venv), or turn the environment off with `environment = "none"` '
+            "the sandbox image cannot hold a project environment (`python3 -m venv` in "
+            f"{home} failed: {_tail(check.output, 600)}): it was built by an older clover-agent. "
+            "Rebuild it with `clover-agent sandbox build` (the base needs python3-venv and the image "
+            f"a {home} owned by uid 1000), or turn the environment off with `environment = \"none\"` "
             "in .clover/config.toml's [sandbox] table"
         )
     for number, step in enumerate(recipe.steps, 1):

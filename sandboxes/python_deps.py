@@ -279,7 +279,7 @@ class _Findings:
         wheel_files = _wheel_files(options)
         plugins = self.plugins()
         if plugins:
-            self.lines.append(f"pytest plugins its configuration uses: {', '.join(plugins)}")
+            self.lines.append(f"what its pytest configuration needs: {', '.join(plugins)}")
         args: list[str] = []
         what: list[str] = []
         if self.installable:
