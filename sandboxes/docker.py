@@ -3,7 +3,9 @@
 One container per task, started from a locally built image (``clover-agent sandbox build``):
 
 - the repository is copied in (``put_archive`` of the workspace files into an anonymous volume at
-  ``/workspace``); the user's tree is never mounted;
+  ``/workspace``); the user's tree is never mounted. The volume is a size-limited tmpfs
+  (``SandboxLimits.disk_bytes``), the one disk limit a plain dockerd with overlay2 enforces (see
+  sandboxes/README.md): its files live in RAM and count toward the memory limit;
 - uid/gid 1000, all capabilities dropped, ``no-new-privileges``, read-only root file system with a
   tmpfs ``/tmp``, ``--network none`` (unless the spec asks otherwise), CPU, memory (no swap) and
   process limits, and an init process that reaps orphans;
@@ -38,8 +40,15 @@ from clover_agent.sandboxes import cleanup, env_image
 from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec
 from clover_agent.sandboxes.config import effective_spec
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
-from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
-from clover_agent.sandboxes.workspace import LARGE_COPY_BYTES, write_workspace_tar
+from clover_agent.sandboxes.session import BOOTSTRAP, WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.workspace import (
+    LARGE_COPY_BYTES,
+    SparseFile,
+    WorkspacePlan,
+    plan_workspace,
+    read_segment,
+    write_workspace_tar,
+)
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
 if TYPE_CHECKING:
@@ -149,6 +158,7 @@ class DockerSandbox(SessionSandbox):
         self._runner: RunnerSession | None = None  # connected; becomes ``_session`` once ready
         self._cleanup_token: int | None = None
         self._closing = False
+        self._sparse: list[SparseFile] = []  # copied in empty; their data goes in once the runner runs
 
     async def start(self) -> None:
         spec = effective_spec(self.spec)
@@ -158,27 +168,41 @@ class DockerSandbox(SessionSandbox):
             reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
             if reaped:
                 log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
+            plan = await asyncio.to_thread(plan_workspace, spec.repo)
+            plan.check_size(spec.limits.disk_bytes)
             self.image = spec.image
             if spec.environment is not None:
-                self.image = await self._environment_image(spec)
+                self.image = await self._environment_image(spec, plan)
             # Registered here, on the event loop's thread (normally the main thread, where signal
             # handlers can be installed), before the container exists.
             self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
-            await self._start_container(spec, self.image, setup=False)
+            if plan.size >= LARGE_COPY_BYTES:
+                (spec.progress or _log_progress)(
+                    f"copying the repository into the sandbox: {plan.describe()}"
+                )
+            await self._start_container(spec, plan, self.image, setup=False)
             if spec.environment is not None:
                 await self._unpack_overlay()
             await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
             if spec.setup_commands and spec.setup_network and not spec.network:
                 await asyncio.to_thread(self._disconnect_all_networks)
-            await self._record_baseline()
+            await self._record_baseline(plan.keep_out)
         except BaseException:
             await self.close()
             raise
 
-    async def _start_container(self, spec: SandboxSpec, image: str, *, setup: bool) -> None:
+    async def _start_container(
+        self, spec: SandboxSpec, plan: WorkspacePlan, image: str, *, setup: bool
+    ) -> None:
+        """A container from ``image`` with the workspace copied in and its runner started."""
         try:
-            await asyncio.to_thread(self._create_and_attach, spec, image, setup)
+            await asyncio.to_thread(self._create_and_attach, spec, plan, image, setup)
         except DockerException as exc:
+            if "no space left on device" in str(exc).lower():
+                raise SandboxUnavailable(
+                    f"the repository does not fit in the sandbox's disk limit of "
+                    f"{spec.limits.disk_bytes / 2**30:.2f} GiB; raise SandboxLimits.disk_bytes"
+                ) from None
             raise SandboxUnavailable(
                 f"could not start a sandbox container from {image}: {_short(exc)}. The image "
                 f"needs python3 and bash; build it with `clover-agent sandbox build` or FROM "
@@ -187,8 +211,9 @@ class DockerSandbox(SessionSandbox):
         assert self._runner is not None
         await asyncio.to_thread(self._runner.start)
         self._session = self._runner
+        await self._fill_sparse_files()
 
-    async def _environment_image(self, spec: SandboxSpec) -> str:
+    async def _environment_image(self, spec: SandboxSpec, plan: WorkspacePlan) -> str:
         """The tag of the spec's environment image, made first by a set-up container when it is
         not on the engine (see :mod:`clover_agent.sandboxes.env_image`)."""
         assert self._client is not None and spec.environment is not None and spec.image is not None
@@ -203,7 +228,7 @@ class DockerSandbox(SessionSandbox):
         builder._client = await asyncio.to_thread(docker_client)  # its own: closed with it
         builder._cleanup_token = cleanup.register(builder._remove_with_fresh_client)
         try:
-            await builder._start_container(spec, spec.image, setup=True)
+            await builder._start_container(spec, plan, spec.image, setup=True)
             await env_image.run_setup(builder, recipe, progress)
             assert builder.container_id is not None
             changes = env_image.commit_changes(str(Path(spec.repo).resolve()), base_id)
@@ -227,7 +252,7 @@ class DockerSandbox(SessionSandbox):
                 f"could not unpack the environment's workspace files:\n{result.output[-2000:]}"
             )
 
-    def _create_and_attach(self, spec: SandboxSpec, image: str, setup: bool) -> None:
+    def _create_and_attach(self, spec: SandboxSpec, plan: WorkspacePlan, image: str, setup: bool) -> None:
         """Create and start the container from ``image`` and copy the workspace in. ``setup``: an
         environment's set-up container (writable root file system, the recipe's network, its inputs
         in a volume at SETUP_DIR) instead of the sandbox itself."""
@@ -239,7 +264,25 @@ class DockerSandbox(SessionSandbox):
             networked = spec.environment.network
         else:
             networked = spec.network or (spec.setup_network and bool(spec.setup_commands))
+        from docker.types import DriverConfig, Mount
+
+        workspace = Mount(
+            target=WORKSPACE,
+            source=None,  # an anonymous volume: removed with the container
+            type="volume",
+            driver_config=DriverConfig(
+                "local",
+                {
+                    "type": "tmpfs",
+                    "device": "tmpfs",
+                    "o": f"size={limits.disk_bytes},uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755,nosuid,nodev",
+                },
+            ),
+        )
+        # The set-up's inputs: an anonymous volume too, so they are never part of the committed image.
+        mounts = [workspace, Mount(target=SETUP_DIR, source=None, type="volume")] if setup else [workspace]
         host_config = api.create_host_config(
+            mounts=mounts,
             network_mode="bridge" if networked else "none",
             read_only=not setup,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMP_SIZE}"},
@@ -258,7 +301,6 @@ class DockerSandbox(SessionSandbox):
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
             working_dir=WORKSPACE,
             environment=env,
-            volumes=[WORKSPACE, SETUP_DIR] if setup else [WORKSPACE],
             stdin_open=True,
             tty=False,
             labels={
@@ -278,11 +320,7 @@ class DockerSandbox(SessionSandbox):
         self._runner = session
         # The workspace goes in before the runner is told to start, so its first command sees it.
         with tempfile.TemporaryFile() as archive:
-            copied = write_workspace_tar(spec.repo, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
-            if copied.total_bytes >= LARGE_COPY_BYTES and not setup:
-                (spec.progress or _log_progress)(
-                    f"copying the repository into the sandbox: {copied.describe()}"
-                )
+            self._sparse = write_workspace_tar(plan, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
             archive.seek(0)
             api.start(self.container_id)
             api.put_archive(self.container_id, WORKSPACE, archive)
@@ -290,6 +328,17 @@ class DockerSandbox(SessionSandbox):
             assert spec.environment is not None
             inputs = env_image.setup_inputs_tar(spec.environment, uid=SANDBOX_UID, gid=SANDBOX_GID)
             api.put_archive(self.container_id, SETUP_DIR, inputs)
+
+    async def _fill_sparse_files(self) -> None:
+        """Write the data of the sparse files (copied in empty) at their offsets, holes left out."""
+        assert self._runner is not None
+        for sparse in self._sparse:
+            path = f"{WORKSPACE}/{sparse.rel}"
+            await self._runner.write_at(path, 0, b"", size=sparse.size, mode=sparse.mode)
+            for start, length in sparse.segments:
+                for offset, data in read_segment(sparse.path, start, length, WRITE_CHUNK_BYTES):
+                    await self._runner.write_at(path, offset, data, size=None, mode=sparse.mode)
+        self._sparse = []
 
     def _send(self, data: bytes) -> None:
         sock = self._socket

@@ -106,7 +106,7 @@ async def run_setup(sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progr
             "the sandbox image cannot hold a project environment (`python3 -m venv` in "
             f"{home} failed: {_tail(check.output, 600)}): it was built by an older clover-agent. "
             "Rebuild it with `clover-agent sandbox build` (the base needs python3-venv and the image "
-            f"a {home} owned by uid 1000), or turn the environment off with `environment = \"none\"` "
+            f'a {home} owned by uid 1000), or turn the environment off with `environment = "none"` '
             "in .clover/config.toml's [sandbox] table"
         )
     for number, step in enumerate(recipe.steps, 1):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.workspace import write_workspace_tar
+from clover_agent.sandboxes.workspace import plan_workspace, write_workspace_tar
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 from tests.git_repos import make_repo
 
@@ -33,11 +33,13 @@ def repo_with_ignored_venv(root: Path) -> Path:
 def test_the_tar_holds_tracked_and_unignored_files_only(tmp_path: Path) -> None:
     repo = repo_with_ignored_venv(tmp_path / "r")
     (repo / "notes.txt").write_text("untracked, not ignored\n")
+    plan = plan_workspace(repo)
     with (tmp_path / "copy.tar").open("wb") as out:
-        size = write_workspace_tar(repo, out, uid=1000, gid=1000)
-    assert size.total_bytes < MB  # the ignored 51 MB stayed behind
+        write_workspace_tar(plan, out, uid=1000, gid=1000)
+    assert plan.size < MB  # the ignored 51 MB stayed behind
     assert (tmp_path / "copy.tar").stat().st_size < 2 * MB
-    assert size.files >= 4 and 0 < size.git_bytes < size.total_bytes
+    assert plan.files >= 4 and 0 < plan.git_size < plan.size
+    assert not any(rel.startswith((".venv", "build")) for _, rel, _ in plan.entries)
 
 
 @pytest.mark.docker
