@@ -28,6 +28,7 @@ from clover_agent.sandboxes.env_image import (
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, host_package_index
+from clover_agent.tools.run_tests import run_tests_in
 from tests.git_repos import make_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow]
@@ -131,12 +132,22 @@ async def test_changed_dependency_files_make_a_new_environment_and_prune_removes
     repo = project(tmp_path / "demo")
     async with create_sandbox("docker", spec_for(repo)) as sb:
         first = sb.image
-    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text().replace("1.2.3", "1.2.4"))
-    (repo / "src" / "demo_env" / "__init__.py").write_text("__version__ = '1.2.3'\n")
+    # a new version, and a test extra with pytest-xdist: the regression runs can go in parallel
+    pyproject = (repo / "pyproject.toml").read_text().replace("1.2.3", "1.2.4")
+    (repo / "pyproject.toml").write_text(
+        pyproject + '[project.optional-dependencies]\ntest = ["pytest-xdist"]\n'
+    )
+    (repo / "tests" / "test_demo.py").write_text(
+        (repo / "tests" / "test_demo.py").read_text().replace("'1.2.3'", "'1.2.4'")
+    )
     async with create_sandbox("docker", spec_for(repo)) as sb:
         second = sb.image
         version = await sb.exec("python -c 'import importlib.metadata as m; print(m.version(\"demo-env\"))'")
         assert version.output.strip() == "1.2.4"
+        parallel = await run_tests_in(sb, None, workers=2)
+        assert parallel.passed == 2 and "2 workers" in parallel.output, parallel.summary()
+        serial = await run_tests_in(sb, None)
+        assert serial.passed == 2 and "workers" not in serial.output
     assert first != second
     client = docker_client()
     try:
