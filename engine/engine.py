@@ -61,6 +61,9 @@ class Engine:
 
     def logits(self, input_ids: list[int]) -> torch.Tensor:
         """Float32 logits [T, vocab] of a plain causal forward over ``input_ids`` from an empty cache."""
+        bad = [t for t in input_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"input_ids outside the vocabulary [0, {self.config.vocab_size}): {bad[:5]}")
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         return self.model(ids, self.model.new_cache(), attention="causal")
 

@@ -288,6 +288,7 @@ def load_model(
     with torch.device("meta"):
         model = CloverModel(config, kernels=kernels).to(dtype)
     model = model.to_empty(device=device)  # the only allocation: parameters in the target dtype
+    model.ops  # noqa: B018 - resolve the kernels for this device now: a bad choice fails before loading
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     params = dict(model.named_parameters(remove_duplicate=False))
