@@ -149,6 +149,14 @@ class ModelCache:
                 )
         return cls(layers)
 
+    def advance(self, tokens: int) -> None:
+        """Record a commit of ``tokens`` tokens (their state is already written in place)."""
+        self.length += tokens
+        self.commits += 1
+        for layer in self.layers:
+            if isinstance(layer, AttentionKV):
+                layer.length = self.length
+
     def reserve(self, rows: int) -> None:
         """Room for ``rows`` tokens of K/V in every attention layer (see :meth:`AttentionKV.reserve`)."""
         for layer in self.layers:

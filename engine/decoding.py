@@ -27,6 +27,7 @@ from clover_agent.engine.choice import choose_tokens, low_confidence_fill
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.controls import ControlTokens, LogitsControls
 from clover_agent.engine.diffusion import diffusion
+from clover_agent.engine.graphs import StepGraphs, StepShape
 from clover_agent.engine.model import AttentionRule, CloverModel
 from clover_agent.engine.prefix_cache import PrefixCache
 from clover_agent.engine.sampling import FinishReason, GenerationResult, SamplingParams
@@ -46,11 +47,15 @@ class BlockDecoder:
         model: CloverModel,
         tokenizer: Tokenizer | None = None,
         prefix_cache: PrefixCache | None = None,
+        *,
+        cuda_graphs: bool = False,
     ) -> None:
         self.model = model
         self.config: CloverConfig = model.config
         self.tokenizer = tokenizer
         self.prefix_cache = prefix_cache
+        #: Replay the fixed-shape steps as CUDA graphs (``graphs.py``); only on a CUDA model.
+        self.cuda_graphs = cuda_graphs and model.device.type == "cuda"
 
     @property
     def device(self) -> torch.device:
@@ -136,6 +141,7 @@ class DecodeCall:
         self.text = ""  # text of generated[text_offset:] already streamed
         self.text_offset = 0
         self.chunks_seen = 0
+        self.graphs: StepGraphs | None = None
 
     # ---- model passes ------------------------------------------------------------------------
     def forward(
@@ -150,6 +156,18 @@ class DecodeCall:
     ) -> torch.Tensor:
         self.forwards += 1
         ids = torch.tensor(list(tokens), dtype=torch.long, device=self.decoder.device)
+        if self.graphs is not None and len(ids) in (1, self.block_size, 2 * self.block_size):
+            count, rows = len(ids), len(ids) if logit_rows is None else logit_rows
+            # Few shapes: no logits, a block's, or every row's (sliced here).
+            shape = StepShape(
+                count,
+                attention,
+                count if commit is True else int(commit),
+                causal_prefix,
+                rows if rows in (0, self.block_size) else count,
+            )
+            if self.graphs.fits(shape):
+                return self.graphs(ids, shape)[shape.logit_rows - rows :]
         return self.model(
             ids, cache, attention=attention, commit=commit, logit_rows=logit_rows, causal_prefix=causal_prefix
         )
@@ -165,6 +183,8 @@ class DecodeCall:
             )
         if cache is None:
             cache = self.model.new_cache(capacity)
+        if self.decoder.cuda_graphs:
+            self.graphs = StepGraphs(self.model, cache)
         self.reused = cache.length
         self.commits_before = cache.commits
         return cache

@@ -24,7 +24,7 @@ class ForwardContext:
     """
 
     ops: Ops
-    past: int
+    past: int | torch.Tensor  # an int, or a 0-d device tensor (CUDA-graph steps)
     steps: int
     block_size: int
     block_from: int | None

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from clover_agent.engine.attention import GatedAttention, RotaryEmbedding
-from clover_agent.engine.cache import AttentionKV, GdnState, LayerState, ModelCache
+from clover_agent.engine.cache import GdnState, LayerState, ModelCache
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.forward import ForwardContext
 from clover_agent.engine.gdn import GatedDeltaNet
@@ -116,9 +116,13 @@ class CloverModel(nn.Module):
         commit: bool | int = False,
         causal_prefix: int = 0,
         logit_rows: int | None = None,
+        length: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Float32 logits [n, vocab] for the last n = ``logit_rows`` (None: all T) of ``input_ids`` [T]
-        (tensor or list of ids inside the vocabulary) after ``cache``'s tokens."""
+        (tensor or list of ids inside the vocabulary) after ``cache``'s tokens.
+
+        ``length``: ``cache.length`` as a 0-d int64 device tensor; positions and attention then read
+        the context length from device memory, so a captured CUDA graph replays at any length."""
         input_ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
         if input_ids.dim() != 1 or input_ids.numel() == 0:
             raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")
@@ -129,11 +133,14 @@ class CloverModel(nn.Module):
         if not 0 <= rows <= steps:
             raise ValueError(f"logit_rows must be in [0, {steps}] or None, got {logit_rows!r}")
 
-        positions = torch.arange(past, past + steps, device=input_ids.device)
+        if length is None:
+            positions = torch.arange(past, past + steps, device=input_ids.device)
+        else:
+            positions = length + torch.arange(steps, device=input_ids.device)
         hidden = self.embed_tokens(input_ids)
         ctx = ForwardContext(
             ops=self.ops,
-            past=past,
+            past=past if length is None else length,
             steps=steps,
             block_size=self.config.block_size,
             block_from=block_from,
@@ -144,11 +151,7 @@ class CloverModel(nn.Module):
         for layer, state in zip(self.layers, cache.layers, strict=True):
             hidden = layer(hidden, state, ctx)
         if commit_count:
-            cache.length += commit_count
-            cache.commits += 1
-            for state in cache.layers:
-                if isinstance(state, AttentionKV):
-                    state.length = cache.length
+            cache.advance(commit_count)
         if rows == 0:
             return hidden.new_zeros(0, self.config.vocab_size, dtype=torch.float32)
         hidden = self.ops.rms_norm(hidden[steps - rows :], self.norm.weight, self.norm.eps)

@@ -259,7 +259,7 @@ def attention(
     q: torch.Tensor,
     key_buffer: torch.Tensor,
     value_buffer: torch.Tensor,
-    past: int,
+    past: int | torch.Tensor,
     block_size: int,
     block_from: int | None,
     scale: float,
@@ -275,7 +275,13 @@ def attention(
     Each block of block rows is one unmasked call over the keys up to the end of its block (no
     mask: every block step); several causal rows (a speculative verify, a causal prefill) are one
     call with a [rows, past + rows] mask compared from positions.
+
+    ``past`` may be a 0-d device tensor instead (a CUDA-graph step, whose context length lives in
+    device memory): then the queries attend over the whole buffer under a mask computed on the
+    device (:func:`_attention_over_buffer`), with no host read and no shape that depends on it.
     """
+    if isinstance(past, torch.Tensor):
+        return _attention_over_buffer(q, key_buffer, value_buffer, past, block_size, block_from, scale)
     steps = q.shape[0]
     causal_rows = steps if block_from is None else block_from
     # [1, H, T, D] and [1, Hkv, capacity, D]: with the batch dimension SDPA takes its fused kernels.
@@ -309,6 +315,37 @@ def attention(
         row = block_end
     out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2)
     return out[0].transpose(0, 1)
+
+
+def _attention_over_buffer(
+    q: torch.Tensor,
+    key_buffer: torch.Tensor,
+    value_buffer: torch.Tensor,
+    past: torch.Tensor,
+    block_size: int,
+    block_from: int | None,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`attention` with the context length on the device: every buffer row is a key, masked
+    by the rule from positions (rows past the new tokens never match). Grouped heads are a reshape,
+    not a copy: the queries of a K/V head's group are its rows."""
+    steps, heads, dim = q.shape
+    capacity, kv_heads, _ = key_buffer.shape
+    group = heads // kv_heads
+    query_at = past + torch.arange(steps, device=q.device)  # [T]
+    key_at = torch.arange(capacity, device=q.device)  # [S]
+    allowed = key_at[None, :] <= query_at[:, None]
+    if block_from is not None:
+        same_block = (key_at[None, :] // block_size == query_at[:, None] // block_size) & (
+            key_at[None, :] < past + steps
+        )
+        allowed |= same_block & (torch.arange(steps, device=q.device)[:, None] >= block_from)
+    grouped = q.reshape(steps, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(kv_heads, group * steps, dim)
+    scores = (grouped.float() @ key_buffer.permute(1, 2, 0).float()) * scale  # [Hkv, G*T, S]
+    scores = scores.view(kv_heads, group, steps, capacity).masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).view(kv_heads, group * steps, capacity)
+    out = (probs @ value_buffer.transpose(0, 1).float()).view(kv_heads, group, steps, dim)
+    return out.permute(2, 0, 1, 3).reshape(steps, heads, dim).to(q.dtype)
 
 
 @register("moe_experts", "torch")

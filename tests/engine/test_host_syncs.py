@@ -120,8 +120,8 @@ def block_steps(model: CloverModel) -> dict[str, tuple[str, Callable[..., torch.
     two_blocks = torch.cat([torch.arange(40, 72), block])
 
     def run(rule: str, ids: torch.Tensor, **kwargs: object) -> Callable[..., torch.Tensor]:
-        def step(cache: ModelCache) -> torch.Tensor:
-            return model(ids, cache, attention=rule, **kwargs)  # type: ignore[arg-type]
+        def step(cache: ModelCache, length: torch.Tensor | None = None) -> torch.Tensor:
+            return model(ids, cache, attention=rule, length=length, **kwargs)  # type: ignore[arg-type]
 
         return step
 
@@ -207,6 +207,29 @@ def test_block_steps_are_capturable(model: CloverModel) -> None:
         assert traced_cache.length == eager_cache.length, name
         for got, want in zip(traced_cache.tensors(), eager_cache.tensors(), strict=True):
             torch.testing.assert_close(got, want, msg=name)
+    # ... and in the form a CUDA graph captures (the length in device memory).
+    rule, step = steps[CAPTURED[0]]
+    cache = caches[rule].clone(256)
+    traced = torch.compile(step, backend="eager", fullgraph=True)
+    torch.testing.assert_close(
+        traced(cache, length=torch.tensor(cache.length)), step(caches[rule].clone(256))
+    )
+
+
+def test_steps_reading_the_length_from_device_memory_match(model: CloverModel) -> None:
+    """The CUDA-graph form of each step (``length=`` a device tensor: positions, K/V rows and the
+    attention mask from device memory) computes what the host-length form does, without host reads."""
+    caches = {rule: committed_cache(model, rule) for rule in ("block", "causal")}
+    for name, (rule, step) in block_steps(model).items():
+        expected_cache, cache = caches[rule].clone(256), caches[rule].clone(256)
+        expected = step(expected_cache)
+        length = torch.tensor(cache.length)
+        with host_reads() as reads:
+            got = step(cache, length=length)
+        assert len(reads) == 0, f"{name}: {reads.where}"
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=name)
+        for a, b in zip(cache.tensors(), expected_cache.tensors(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
 
 
 @pytest.mark.slow
@@ -227,3 +250,18 @@ def test_short_prefill_needs_no_read(model: CloverModel) -> None:
     with host_reads() as reads:
         committed_cache(model, "block", 64)
     assert len(reads) == 0, reads.where
+
+
+def test_cuda_graphs_stay_off_without_cuda(model: CloverModel) -> None:
+    """The graph path (``graphs.py``) runs on CUDA only; asking for it on the CPU changes nothing."""
+    from clover_agent.engine.graphs import StepGraphs
+
+    decoder = BlockDecoder(model, cuda_graphs=True)
+    assert decoder.cuda_graphs is False
+    params = SamplingParams(max_new_tokens=40)
+    assert (
+        decoder.generate(list(range(5, 45)), params).token_ids
+        == BlockDecoder(model).generate(list(range(5, 45)), params).token_ids
+    )
+    with pytest.raises(ValueError, match="CUDA graphs need the model on a CUDA device"):
+        StepGraphs(model, model.new_cache())

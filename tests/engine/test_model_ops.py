@@ -88,6 +88,9 @@ def test_attention_on_the_cache_matches_explicit_softmax(
     expected = torch.einsum("hts,shd->thd", probs, vv)
     out = ops.attention(q, key_buffer, value_buffer, past, block_size, block_from, 0.5)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    # The context length read from device memory (a CUDA-graph step): every buffer row is masked.
+    on_device = ops.attention(q, key_buffer, value_buffer, torch.tensor(past), block_size, block_from, 0.5)
+    torch.testing.assert_close(on_device, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("tokens", "experts", "top_k"), [(11, 5, 2), (1, 16, 3), (3, 16, 2), (70, 6, 2)])
