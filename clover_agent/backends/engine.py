@@ -16,8 +16,10 @@ full Clover on a machine with no suitable GPU fails at once with the readiness r
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -32,11 +34,12 @@ from clover_agent.backends.base import (
     ModelTurn,
 )
 from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
+from clover_agent.engine.chat import render_chat
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tokenizer import load_tokenizer
-from clover_agent.protocol import THINK_OPEN, ThinkingSplitter, render_prompt
+from clover_agent.protocol import THINK_OPEN, ThinkingSplitter
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +50,41 @@ CPU_MAX_WEIGHT_BYTES = 2 * GiB
 DEFAULT_MAX_NEW_TOKENS = 8192
 
 ZERO_WIDTH_SPACE = "\u200b"
+
+
+def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as the template wants it: tool-call arguments as a dict, not a JSON string."""
+    out = dict(message)
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            call = dict(call)
+            function = dict(call.get("function", {}))
+            if isinstance(function.get("arguments"), str):
+                function["arguments"] = json.loads(function["arguments"] or "{}")
+            call["function"] = function
+            calls.append(call)
+        out["tool_calls"] = calls
+    return out
+
+
+def render_prompt(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    template: str,
+    *,
+    enable_thinking: bool = True,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The prompt text for ``messages`` with the model's chat template: tools in the system turn,
+    tool calls in the Qwen3.6 format, tool results as ``<tool_response>`` in a user turn."""
+    return render_chat(
+        template,
+        [_template_message(m) for m in messages],
+        tools=list(tools) if tools else None,
+        add_generation_prompt=add_generation_prompt,
+        enable_thinking=enable_thinking,
+    )
 
 
 def _physical_memory_bytes() -> int:

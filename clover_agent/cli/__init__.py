@@ -19,6 +19,7 @@ from clover_agent.errors import CloverError, ExitCode
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
+    "clover_agent.cli.tui",
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",
     "clover_agent.cli.sandbox",
@@ -46,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
+    if func is None and args.command is None and not list(argv if argv is not None else sys.argv[1:]):
+        from clover_agent.cli.tui import is_terminal
+
+        if is_terminal():  # plain `clover-agent` at a terminal opens the TUI; scripts get the help
+            args = parser.parse_args(["tui"])
+            func = args.func
     if func is None:
         default = getattr(args, "default_func", None)
         if default is None:

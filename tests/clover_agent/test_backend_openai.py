@@ -37,7 +37,8 @@ MESSAGES: list[dict[str, Any]] = [
 
 class ChatServer:
     """A chat-completions server answering each POST with the next scripted reply:
-    ``{"status": int, "json": obj}``, ``{"sse": [chunk, ...]}`` (dicts as JSON, strings as written)
+    ``{"status": int, "json": obj}``, ``{"sse": [chunk, ...]}`` (dicts as JSON, strings as written;
+    ``"pause": seconds`` between chunks makes a slow model; a client hanging up ends the stream)
     or ``{"hang": seconds}``, or ``{"until_hung_up": seconds}`` (answer nothing; set ``hung_up`` when
     the client closes the connection). Every request is recorded with its headers."""
 
@@ -81,8 +82,13 @@ class ChatServer:
                     self.end_headers()
                     for event in reply["sse"]:
                         data = event if isinstance(event, str) else json.dumps(event)
-                        self.wfile.write(f"data: {data}\n\n".encode())
-                        self.wfile.flush()
+                        try:
+                            self.wfile.write(f"data: {data}\n\n".encode())
+                            self.wfile.flush()
+                        except (BrokenPipeError, ConnectionResetError):
+                            server.hung_up.set()
+                            break
+                        time.sleep(reply.get("pause", 0))
                     self.close_connection = True
                     return
                 payload = json.dumps(reply["json"]).encode()

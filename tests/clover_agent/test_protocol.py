@@ -1,38 +1,40 @@
-"""The Qwen3.6 protocol: tool-call parsing (the serving engines' conformance cases), the strict
-reader's format errors, thinking, and prompts rendered by the chat template."""
+"""The Qwen3.6 protocol: tool-call parsing (the serving engines' conformance cases), where values
+end when they quote the format, the strict reader's format errors, and thinking. Values by schema:
+test_protocol_values.py; fuzzing: test_protocol_fuzz.py; prompts: test_render_prompt.py."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.protocol import (
     FORMAT_REMINDER,
     ThinkingSplitter,
     ToolCall,
     ToolCallFormatError,
-    convert_value,
     format_assistant_text,
+    format_tool_call,
     parse_assistant,
     parse_tool_calls,
-    render_prompt,
     split_thinking,
 )
 from tests.clover_agent.tool_specs import SHELL_AND_FINISH
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHARED_REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+#: The project's shared reference folder, beside the checkout (or a worktree's parent folders).
+SHARED_REFERENCE = next(
+    (
+        p / "shared" / "reference"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "reference").is_dir()
+    ),
+    Path("shared") / "reference",
+)
 CASES_FILE = json.loads((FIXTURES / "tool-call-parser-cases.json").read_text())
 CASES = CASES_FILE["cases"]
-GOLDEN = json.loads(
-    (Path(__file__).resolve().parents[1] / "engine" / "fixtures" / "qwen3.6-chat-golden.json").read_text()
-)
-TEMPLATE = bundled_chat_template()
 
 #: Cases where the engines disagree or leave the result open, with what docs/tool-call-parsing.md
 #: says we do: (content, calls). These are asserted exactly.
@@ -135,33 +137,6 @@ def test_split_thinking_without_close_tag() -> None:
     assert split_thinking("<think>\na\n</think>\n\nb") == ("a", "b")
 
 
-@pytest.mark.parametrize(
-    ("raw", "schema", "expected"),
-    [
-        ("True", {"type": "boolean"}, True),
-        ("false", {"type": "boolean"}, False),
-        # An engine maps any other text to false; we keep it, and validation reports it.
-        ("yes", {"type": "boolean"}, "yes"),
-        ("abc", {"type": "integer"}, "abc"),
-        ("3.0", {"type": "integer"}, 3),
-        ("1e3", {"type": "number"}, 1000.0),
-        ("NaN", {"type": "number"}, "NaN"),
-        ("1e999", {"type": "number"}, "1e999"),  # not finite
-        ("9" * 5000, {"type": "integer"}, "9" * 5000),  # past Python's digit limit: kept as text
-        ("[" * 100_000, {"type": "array"}, "[" * 100_000),  # nesting too deep: kept as text
-        ("None", {"type": ["integer", "null"]}, None),
-        ("None", {"type": "string"}, "None"),
-        ("[1, 2]", {}, "[1, 2]"),  # no type information: the text as written
-        ("(1, 'a')", {"type": "array"}, [1, "a"]),
-        ("{1: 2}", {"type": "object"}, "{1: 2}"),  # not a JSON object (integer key)
-        ("x", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, "x"),  # next type when the first fails
-        ("\n  indented\n", {"type": "string"}, "\n  indented\n"),  # strings are verbatim
-    ],
-)
-def test_convert_value(raw: str, schema: dict[str, Any], expected: Any) -> None:
-    assert convert_value(raw, schema) == expected
-
-
 def test_value_framing_keeps_inner_and_extra_whitespace() -> None:
     tools = _tools({"write": {"type": "object", "properties": {"text": {"type": "string"}}}})
     text = "<tool_call>\n<function=write>\n<parameter=text>\n\n  two blank edges\n\n\n</parameter>\n</function>\n</tool_call>"
@@ -232,111 +207,6 @@ def test_strict_reports_every_problem_and_runs_nothing() -> None:
     ]
 
 
-def test_truncation_anywhere_never_crashes() -> None:
-    """Every prefix of a real turn (a model cut off mid-call) is either a turn or a format error."""
-    text = render_prompt(
-        [{"role": "user", "content": "u"}, _assistant_with_calls()],
-        SHELL_AND_FINISH,
-        TEMPLATE,
-        add_generation_prompt=False,
-    ).split("<|im_start|>assistant\n", 1)[1]
-    outcomes = set()
-    for end in range(len(text) + 1):
-        try:
-            parse_assistant(text[:end], SHELL_AND_FINISH)
-            outcomes.add("turn")
-        except ToolCallFormatError:
-            outcomes.add("format error")
-        parse_tool_calls(text[:end], SHELL_AND_FINISH)
-    assert outcomes == {"turn", "format error"}
-
-
-# -- rendering ---------------------------------------------------------------------------------------
-
-
-def _assistant_with_calls() -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": "I will list the files.",
-        "reasoning_content": "The user wants a listing.",
-        "tool_calls": [
-            ToolCall("shell", {"command": "ls -la\n", "timeout": 30}, id="call_a").to_message(),
-            ToolCall(
-                "finish", {"summary": "\nvalue with </parameter> inside\n<parameter=x>"}, id="call_b"
-            ).to_message(),
-        ],
-    }
-
-
-def _conversation() -> list[dict[str, Any]]:
-    return [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": "What is here?"},
-        _assistant_with_calls(),
-        {"role": "tool", "tool_call_id": "call_a", "content": "a.txt\nb.txt"},
-        {"role": "tool", "tool_call_id": "call_b", "content": "ok"},
-    ]
-
-
-def test_render_prompt_places_tools_calls_and_results() -> None:
-    prompt = render_prompt(_conversation(), SHELL_AND_FINISH, TEMPLATE)
-    system = prompt.split("<|im_end|>", 1)[0]
-    assert system.startswith("<|im_start|>system\n# Tools")
-    assert json.dumps(SHELL_AND_FINISH[0], ensure_ascii=False) in system
-    assert system.endswith("You are a coding agent.")
-    assert (
-        "<think>\nThe user wants a listing.\n</think>\n\nI will list the files.\n\n"
-        "<tool_call>\n<function=shell>\n<parameter=command>\nls -la\n\n</parameter>\n<parameter=timeout>\n30\n"
-        "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=finish>\n"
-    ) in prompt
-    assert (
-        "<|im_start|>user\n<tool_response>\na.txt\nb.txt\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n"
-        in prompt
-    )
-    assert prompt.endswith("<|im_start|>assistant\n<think>\n")
-    assert render_prompt(_conversation(), SHELL_AND_FINISH, TEMPLATE, enable_thinking=False).endswith(
-        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    )
-
-
-def test_render_prompt_matches_the_golden_tool_round_trip() -> None:
-    case = next(c for c in GOLDEN["cases"] if c["name"] == "10_tool_round_trip")
-    assert render_prompt(case["inputs"]["messages"], case["inputs"]["tools"], TEMPLATE) == case["rendered"]
-
-
-def test_render_prompt_accepts_json_string_arguments() -> None:
-    message = _assistant_with_calls()
-    for call in message["tool_calls"]:
-        call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
-    with_strings = render_prompt([{"role": "user", "content": "q"}, message], SHELL_AND_FINISH, TEMPLATE)
-    assert with_strings == render_prompt(
-        [{"role": "user", "content": "q"}, _assistant_with_calls()], SHELL_AND_FINISH, TEMPLATE
-    )
-
-
-def test_round_trip_rendered_calls_parse_back_to_the_same_calls() -> None:
-    prompt = render_prompt(_conversation()[:3], SHELL_AND_FINISH, TEMPLATE, add_generation_prompt=False)
-    assistant_text = prompt.split("<|im_start|>assistant\n", 1)[1].removesuffix("<|im_end|>\n")
-    turn = parse_assistant(assistant_text, SHELL_AND_FINISH)
-    assert turn.reasoning == "The user wants a listing."
-    assert turn.content == "I will list the files."
-    assert _plain(turn.tool_calls) == [
-        {"name": "shell", "arguments": {"command": "ls -la\n", "timeout": 30}},
-        {"name": "finish", "arguments": {"summary": "\nvalue with </parameter> inside\n<parameter=x>"}},
-    ]
-
-
-def test_round_trip_golden_assistant_turn() -> None:
-    case = next(c for c in GOLDEN["cases"] if c["name"] == "10_tool_round_trip")
-    assistant = case["inputs"]["messages"][2]
-    text = case["rendered"].split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0]
-    turn = parse_assistant(text, case["inputs"]["tools"])
-    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
-        (c["function"]["name"], c["function"]["arguments"]) for c in assistant["tool_calls"]
-    ]
-    assert (turn.reasoning, turn.content) == (assistant["reasoning_content"], assistant["content"])
-
-
 def test_format_assistant_text_round_trips() -> None:
     calls = [
         ToolCall("shell", {"command": "echo '<tool_call>'", "timeout": 5}),
@@ -351,8 +221,8 @@ def test_format_assistant_text_round_trips() -> None:
     )
 
 
-def _editor_call(path: str, text: str) -> str:
-    return format_assistant_text("", None, [ToolCall("editor", {"path": path, "file_text": text})])
+def _editor(path: str, text: str) -> str:
+    return format_tool_call("editor", {"path": path, "file_text": text})
 
 
 EDITOR_TOOLS = [
@@ -372,8 +242,8 @@ EDITOR_TOOLS = [
 def test_values_quoting_several_calls_stay_whole() -> None:
     """A file that documents the format (two complete calls in it) is one value, and a real call
     after it is still a call."""
-    quoted = f"Examples:\n{_editor_call('a', 'one')}\nand\n{_editor_call('b', 'two')}\nend"
-    text = _editor_call("docs.md", quoted) + "\n" + _editor_call("next.txt", "x")
+    quoted = f"Examples:\n{_editor('a', 'one')}\nand\n{_editor('b', 'two')}\nend"
+    text = _editor("docs.md", quoted) + "\n" + _editor("next.txt", "x")
     content, calls = parse_tool_calls(text, EDITOR_TOOLS)
     assert content == ""
     assert _plain(calls) == [
@@ -384,7 +254,7 @@ def test_values_quoting_several_calls_stay_whole() -> None:
 
 def test_a_large_value_full_of_close_tags_stays_whole() -> None:
     quoted = "s = '</parameter>\\n</function>'\n" * 3000 + "</parameter>\n</function>\n" * 500
-    _, calls = parse_tool_calls(_editor_call("big.py", quoted), EDITOR_TOOLS)
+    _, calls = parse_tool_calls(_editor("big.py", quoted), EDITOR_TOOLS)
     assert _plain(calls) == [{"name": "editor", "arguments": {"path": "big.py", "file_text": quoted}}]
 
 
@@ -419,38 +289,6 @@ def test_strict_reader_never_crashes_on_the_cases(case: dict[str, Any]) -> None:
         assert all(call.name in case["tools"] for call in turn.tool_calls)
 
 
-def test_random_tag_soup_never_crashes() -> None:
-    """Seeded fuzzing with the format's own tags: every text is a turn or a format error."""
-    pieces = [
-        "<tool_call>",
-        "</tool_call>",
-        "<function=shell>",
-        "<function=",
-        "</function>",
-        "<parameter=command>",
-    ]
-    pieces += [
-        "<parameter=timeout>",
-        "<parameter=",
-        "</parameter>",
-        "</parameter",
-        "</parameter1>",
-        "<think>",
-    ]
-    pieces += ["</think>", "\n", "  ", "ls", "42", "{", "}", "'", '"', ">", "<", "=", "x"]
-    rng = random.Random(7)
-    outcomes = set()
-    for _ in range(3000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
-        try:
-            turn = parse_assistant(text, SHELL_AND_FINISH)
-            outcomes.add("turn with calls" if turn.tool_calls else "turn")
-        except ToolCallFormatError:
-            outcomes.add("format error")
-        parse_tool_calls(text, SHELL_AND_FINISH)
-    assert outcomes == {"turn", "turn with calls", "format error"}
-
-
 def test_strict_function_body_that_is_not_parameters() -> None:
     error = _strict_error("<tool_call>\n<function=shell>\nls -la\n</function>\n</tool_call>")
     assert error.problems == [
@@ -458,3 +296,111 @@ def test_strict_function_body_that_is_not_parameters() -> None:
     ]
     junk = _strict_error("<tool_call>\nshell:\n<function=shell>\n</function>\n</tool_call>")
     assert junk.problems == ["unexpected text between <tool_call> and <function=NAME>"]
+
+
+# -- where a value ends (docs/tool-call-parsing.md, "Structure") -----------------------------------
+
+
+def test_a_value_quoting_hundreds_of_calls_runs_none_of_them() -> None:
+    """A file of examples with 200 complete calls in it (64 were enough to have them run before) is
+    one value, and the real call after it still runs."""
+    examples = "\n".join(f"Example {i}:\n{_editor(f'/tmp/x{i}', 'rm -rf /')}" for i in range(200))
+    text = "Writing the examples.\n" + _editor("examples.md", examples) + "\n" + _editor("next.txt", "x")
+    turn = parse_assistant(text, EDITOR_TOOLS)
+    assert turn.content == "Writing the examples."
+    assert _plain(turn.tool_calls) == [
+        {"name": "editor", "arguments": {"path": "examples.md", "file_text": examples}},
+        {"name": "editor", "arguments": {"path": "next.txt", "file_text": "x"}},
+    ]
+
+
+def test_quoted_calls_nested_deep_stay_whole() -> None:
+    text = "innermost"
+    for depth in range(40):
+        text = _editor(f"level{depth}.md", f"level {depth}:\n{text}\n")
+    _, calls = parse_tool_calls(text + "\n" + _editor("after.txt", "y"), EDITOR_TOOLS)
+    assert [c.arguments["path"] for c in calls] == ["level39.md", "after.txt"]
+    assert format_tool_call("editor", calls[0].arguments) == text
+
+
+def test_a_value_with_a_call_header_it_never_closes() -> None:
+    """Parser tests quote headers alone ("<function=shell>" with no "</function>"): the value ends at
+    the last call end of the text, so a last call holding one is read whole; a call after it is
+    read into the value (data, never run), as docs/tool-call-parsing.md says."""
+    source = 'assert parse("<tool_call>\n<function=shell>\n<parameter=command>\nls") == []\n'
+    alone = parse_assistant(_editor("test_parse.py", source), EDITOR_TOOLS)
+    assert _plain(alone.tool_calls) == [
+        {"name": "editor", "arguments": {"path": "test_parse.py", "file_text": source}}
+    ]
+    followed = _editor("test_parse.py", source) + "\n" + _editor("next.txt", "x")
+    _, calls = parse_tool_calls(followed, EDITOR_TOOLS)
+    assert [c.arguments["path"] for c in calls] == ["test_parse.py"]
+    assert calls[0].arguments["file_text"].endswith("<parameter=file_text>\nx")
+
+
+def test_a_value_holding_the_close_sequence_before_a_call_ends_there() -> None:
+    """The one shape the format cannot tell apart: a value holding `</parameter>`, `</function>`,
+    `</tool_call>` with a call after them reads as two calls (then the tail is data)."""
+    value = "end of a call:\n</parameter>\n</function>\n</tool_call>\n" + _editor("b", "two") + "\nmore"
+    _, calls = parse_tool_calls(_editor("a", value), EDITOR_TOOLS)
+    assert [c.arguments["path"] for c in calls] == ["a", "b"]
+    assert calls[0].arguments["file_text"] == "end of a call:"
+    assert calls[1].arguments["file_text"].startswith("two\n</parameter>\n</function>\n</tool_call>\nmore")
+
+
+def test_close_tags_that_cannot_end_a_call_are_data() -> None:
+    """A `</function>` that is followed by a stray close tag, or by text and then a call (when it
+    is not the full close sequence), does not end the value."""
+    value = "a</function>\n</parameter>b\nc\n</parameter>\n</function>\nprose <function=x>d</function>"
+    text = _editor("f", value) + "\n" + _editor("g", "y")
+    _, calls = parse_tool_calls(text, EDITOR_TOOLS)
+    assert _plain(calls) == [
+        {"name": "editor", "arguments": {"path": "f", "file_text": value}},
+        {"name": "editor", "arguments": {"path": "g", "file_text": "y"}},
+    ]
+
+
+def test_a_left_out_close_ends_a_value_only_at_a_line_start() -> None:
+    """`<parameter=NAME>` with no `</parameter>` before it ends the value when it starts a line (the
+    model forgot the close), not when prose mentions it."""
+    mention = "<tool_call>\n<function=shell>\n<parameter=command>\necho use <parameter=timeout> for it\n</parameter>\n</function>\n</tool_call>"
+    assert parse_assistant(mention, SHELL_AND_FINISH).tool_calls[0].arguments == {
+        "command": "echo use <parameter=timeout> for it"
+    }
+    forgot = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n<parameter=timeout>\n5\n</parameter>\n</function>\n</tool_call>"
+    assert parse_assistant(forgot, SHELL_AND_FINISH).tool_calls[0].arguments == {
+        "command": "ls",
+        "timeout": 5,
+    }
+
+
+def test_stray_tags_after_a_call_do_not_undo_it() -> None:
+    call = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
+    turn = parse_assistant(call + "\n</tool_call>", SHELL_AND_FINISH)
+    assert (turn.content, _plain(turn.tool_calls)) == (
+        "</tool_call>",
+        [{"name": "shell", "arguments": {"command": "ls"}}],
+    )
+
+
+def test_crlf_text_keeps_its_carriage_returns() -> None:
+    """Only the newline the format puts around a value is removed; a `\\r` belongs to the value."""
+    text = "<tool_call>\r\n<function=finish>\r\n<parameter=summary>\r\nok\r\n</parameter>\r\n</function>\r\n</tool_call>"
+    assert parse_assistant(text, SHELL_AND_FINISH).tool_calls[0].arguments == {"summary": "\r\nok\r"}
+
+
+def test_a_bare_call_never_closed_is_text() -> None:
+    text = "Like this: <function=shell>\n<parameter=command>\nls"
+    assert parse_tool_calls(text, SHELL_AND_FINISH) == (text, [])
+    assert parse_assistant(text, SHELL_AND_FINISH).content == text
+
+
+def test_a_lossy_value_is_a_format_error_naming_the_parameter() -> None:
+    call = "<tool_call>\n<function=shell>\n<parameter=command>\nsleep 1\n</parameter>\n<parameter=timeout>\n{}\n</parameter>\n</function>\n</tool_call>"
+    for written, problem in [
+        ("1.5", "`1.5` is not a whole number"),
+        ("1.0000000000000001", "`1.0000000000000001` is not a whole number"),
+    ]:
+        error = _strict_error(call.format(written))
+        assert error.problems == [f"invalid arguments for `shell` at `timeout`: {problem}"]
+    assert parse_assistant(call.format("3.0"), SHELL_AND_FINISH).tool_calls[0].arguments["timeout"] == 3

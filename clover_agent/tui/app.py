@@ -1,0 +1,382 @@
+"""The Textual app: the transcript, the prompt, the status line, and the commands.
+
+"Attributes down, messages up": the session (:class:`~clover_agent.tui.session.TuiSession`, in its
+own thread) delivers every event as an :class:`AgentEvent` message; the app hands it to the
+transcript and the status bar, and opens the approval dialog when one is needed. What the person
+does goes back to the session as method calls that return futures; the app awaits them without
+ever blocking its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import subprocess
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import TextArea
+
+from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
+from clover_agent.errors import CloverError
+from clover_agent.events import Event, ProvisionalBlock
+from clover_agent.tui.driver import POLICIES
+from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
+from clover_agent.tui.export import transcript_markdown
+from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
+from clover_agent.tui.screens.apply import ApplyScreen
+from clover_agent.tui.screens.approval import ApprovalScreen
+from clover_agent.tui.screens.diff import DiffScreen
+from clover_agent.tui.screens.help import HelpScreen
+from clover_agent.tui.screens.picker import session_picker, undo_picker
+from clover_agent.tui.session import SessionOptions, TuiSession
+from clover_agent.tui.store import SessionInfo, load_session
+from clover_agent.tui.text import printable_event
+from clover_agent.tui.widgets.path_menu import PathMenu
+from clover_agent.tui.widgets.prompt import PromptBox
+from clover_agent.tui.widgets.status_bar import StatusBar
+from clover_agent.tui.widgets.transcript import Transcript
+
+T = TypeVar("T")
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · /help"
+
+
+class AgentEvent(Message):
+    """An event of the session, posted from its thread."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+def _repository_files(repo: Path) -> list[str]:
+    """The files ``@`` completes: tracked and untracked-but-not-ignored ones."""
+    listing = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-co", "--exclude-standard", "-z"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if listing.returncode != 0:
+        return sorted(
+            str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts
+        )
+    return sorted(p for p in listing.stdout.split("\0") if p and not p.startswith(".clover/"))
+
+
+class CloverApp(App[int]):
+    """The TUI. ``options``: the session to run; ``pick_from``: saved sessions to choose from
+    first (``--resume`` without an id; Esc in the picker starts a new session)."""
+
+    TITLE = "clover-agent"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Escape stays below the dialogs' own bindings; the others win over the prompt's (ctrl+d there
+        # deletes forward, ctrl+c copies).
+        Binding(key.keys, key.action, key.description, show=False, priority=key.action != "interrupt")
+        for key in KEYS
+        if key.action and key.action != "scroll_transcript"
+    ] + [
+        Binding("pageup", "scroll_transcript(-1)", "scroll up", show=False, priority=True),
+        Binding("pagedown", "scroll_transcript(1)", "scroll down", show=False, priority=True),
+    ]
+    CSS = """
+    Screen { layout: vertical; }
+    """
+
+    def __init__(
+        self, options: SessionOptions, *, pick_from: list[SessionInfo] | None = None, theme: str = "dark"
+    ) -> None:
+        super().__init__()
+        self.options = options
+        self.pick_from = pick_from or []
+        self.initial_theme = THEMES.get(theme, THEMES["dark"])
+        self.session: TuiSession | None = None
+        self.events: list[Event] = []  # every event shown, in order (tests and /export read them)
+        self._closed = False
+
+    # -- layout ----------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        menu = PathMenu(id="path-menu")
+        yield Transcript(id="transcript")
+        yield menu
+        yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
+        yield StatusBar()
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def prompt(self) -> PromptBox:
+        return self.query_one(PromptBox)
+
+    @property
+    def status_bar(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    async def on_mount(self) -> None:
+        self.theme = self.initial_theme
+        self.prompt.focus()
+        self._load_files()
+        if self.pick_from:
+            self.push_screen(session_picker(self.pick_from), self._picked)
+        else:
+            await self.start_session()
+
+    async def _picked(self, session_id: str | None) -> None:
+        if session_id is not None:
+            try:
+                self.options.resume = load_session(self.options.repo, session_id)
+            except CloverError as exc:
+                await self.transcript.show(Notice(text=exc.message, level="error"))
+        await self.start_session()
+
+    async def start_session(self) -> None:
+        """Start the session (its sandbox starts now, while the person types)."""
+        saved = self.options.resume
+        if saved is not None:
+            for event in saved.events:
+                if not isinstance(event, ProvisionalBlock | ApprovalNeeded):
+                    await self._show(event)
+            await self.transcript.show(Notice(text=f"Resumed session {saved.info.session_id}."))
+        self.session = TuiSession(self.options, lambda event: self.post_message(AgentEvent(event)))
+        self.sub_title = self.session.session_id
+
+    @work(thread=True, exclusive=True, group="files")
+    def _load_files(self) -> None:
+        files = _repository_files(self.options.repo)
+        self.call_from_thread(setattr, self.prompt, "files", files)
+
+    # -- events from the session -------------------------------------------------------------------
+
+    async def _show(self, event: Event) -> None:
+        self.events.append(event)
+        shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
+        await self.transcript.show(shown)
+        self.status_bar.observe(shown)
+
+    async def on_agent_event(self, message: AgentEvent) -> None:
+        event = message.event
+        if isinstance(event, SessionStarted) and self.session is not None:
+            tokenizer = getattr(self.session.backend, "tokenizer", None)
+            if tokenizer is not None:
+                self.transcript.token_text = lambda token: tokenizer.decode([token])
+        await self._show(event)
+        if isinstance(event, ApprovalNeeded):
+            card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
+            if card is not None:
+                card.note("waiting for your approval", "-waiting")
+            self.push_screen(
+                ApprovalScreen(printable_event(event)), lambda choice: self._answer(event.call_id, choice)
+            )
+
+    def _answer(self, call_id: str, choice: str | None) -> None:
+        if self.session is not None:
+            self.session.answer(call_id, choice or "deny")
+
+    # -- the prompt --------------------------------------------------------------------------------
+
+    async def on_prompt_box_submitted(self, message: PromptBox.Submitted) -> None:
+        command = parse_command(message.text)
+        if command is not None:
+            await self.run_command(*command)
+            return
+        if self.session is None:
+            await self.transcript.show(Notice(text="No session is running.", level="error"))
+            return
+        self._watch(self.session.send(message.text))
+
+    def _watch(self, future: concurrent.futures.Future[Any]) -> None:
+        """Report a failure of background work in the transcript."""
+
+        def done(f: concurrent.futures.Future[Any]) -> None:
+            if f.cancelled():
+                return
+            error = f.exception()
+            if error is not None:
+                text = error.message if isinstance(error, CloverError) else f"{type(error).__name__}: {error}"
+                self.post_message(AgentEvent(Notice(text=text, level="error")))
+
+        future.add_done_callback(done)
+
+    async def _call(self, future: concurrent.futures.Future[T]) -> T | None:
+        """Await work of the session; a :class:`CloverError` becomes a notice (and None)."""
+        try:
+            return await asyncio.wrap_future(future)
+        except CloverError as exc:
+            await self.transcript.show(Notice(text=exc.message, level="error"))
+            return None
+
+    async def _note(self, text: str, level: str = "info") -> None:
+        await self.transcript.show(Notice(text=text, level=level))
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    async def run_command(self, name: str, argument: str) -> None:
+        handler = getattr(self, f"_command_{name}", None)
+        if handler is None or name not in {c.name for c in COMMANDS}:
+            await self._note(f"Unknown command /{name}; /help lists them.", "error")
+            return
+        if self.session is None and name not in ("help", "quit"):
+            await self._note("No session is running.", "error")
+            return
+        await handler(argument)
+
+    async def _command_help(self, argument: str) -> None:
+        self.push_screen(HelpScreen())
+
+    async def _command_quit(self, argument: str) -> None:
+        await self.action_quit()
+
+    async def _command_diff(self, argument: str) -> None:
+        assert self.session is not None
+        diff = await self._call(self.session.run(self.session.diff()))
+        if diff is not None:
+            self.push_screen(DiffScreen(diff))
+
+    async def _command_apply(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        found = await self._call(session.run(session.changes()))
+        if found is None:
+            return
+        snapshot, changes = found
+        if not changes:
+            await self._note("Nothing to apply: the workspace has no change that is not in your tree yet.")
+            return
+
+        async def chosen(accepted: list | None) -> None:
+            if not accepted:
+                await self._note("Nothing applied.")
+                return
+            await self._call(session.run(session.apply(snapshot, accepted)))
+
+        self.push_screen(ApplyScreen(changes), chosen)
+
+    async def _command_undo(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        if argument:
+            if not argument.isdigit():
+                await self._note("/undo takes a request number, e.g. /undo 2", "error")
+                return
+            await self._call(session.run(session.undo(int(argument))))
+            return
+        turns = await self._call(session.run(session.undoable()))
+        if not turns:
+            await self._note("Nothing to undo: no request changed the workspace (since the sandbox started).")
+            return
+
+        async def picked(turn: str | None) -> None:
+            if turn is not None:
+                await self._call(session.run(session.undo(int(turn))))
+
+        self.push_screen(undo_picker(turns), picked)
+
+    async def _command_tests(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        await self._note(f"Running {argument or 'all tests'} in the sandbox…")
+        self._watch(session.run(session.run_tests(argument or None)))
+
+    async def _command_policy(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        if not argument:
+            await self._note(f"Policy: {session.policy.name} (choices: {', '.join(POLICIES)}).")
+            return
+        policy = await self._call(session.run(session.set_policy(argument)))
+        if policy is not None:
+            self.status_bar.set_policy(policy.name)
+
+    async def _command_model(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        status = session.status
+        window = f", context window {status.context_window} tokens" if status.context_window else ""
+        await self._note(f"Backend {status.backend or '(starting)'}{window}.")
+
+    async def _command_clear(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        if not await self._call(session.run(session.clear())):
+            return
+        await self.transcript.clear()
+        await self._note("New conversation; the workspace keeps its changes (/diff shows them).")
+
+    async def _command_export(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        target = Path(argument).expanduser() if argument else session.folder / "transcript.md"
+        trajectory = session.folder / TRAJECTORY_FILE
+
+        def write() -> None:
+            target.write_text(transcript_markdown(read_events(trajectory)), encoding="utf-8")
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as exc:
+            await self._note(f"Could not write {target}: {exc.strerror or exc}", "error")
+            return
+        await self._note(f"Transcript written to {target}.")
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def action_interrupt(self) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    async def action_copy_or_quit(self) -> None:
+        focused = self.focused
+        selected = focused.selected_text if isinstance(focused, TextArea) else ""
+        selected = selected or (self.screen.get_selected_text() or "")
+        if selected:
+            self.copy_to_clipboard(selected)
+            self.notify("Copied.", timeout=2)
+            return
+        await self.action_quit()
+
+    def action_toggle_thinking(self) -> None:
+        self.transcript.set_show_thinking(not self.transcript.show_thinking)
+
+    async def action_expand(self) -> None:
+        await self.transcript.expand_newest()
+
+    async def action_diff(self) -> None:
+        if self.session is not None:
+            await self._command_diff("")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES["light"] if self.current_theme.dark else THEMES["dark"]
+
+    def action_scroll_transcript(self, direction: int) -> None:
+        transcript = self.transcript
+        if direction < 0:
+            transcript.scroll_page_up()
+        else:
+            transcript.scroll_page_down()
+
+    async def action_quit(self) -> None:
+        await self._close_session()
+        self.exit(0)
+
+    async def _close_session(self) -> None:
+        if self._closed or self.session is None:
+            return
+        self._closed = True
+        for bar in self.query(StatusBar):
+            bar.sandbox = "closing"
+            bar.refresh_line()
+        await asyncio.to_thread(self.session.close)
+
+    async def on_unmount(self) -> None:
+        await self._close_session()

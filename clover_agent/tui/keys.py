@@ -1,0 +1,65 @@
+"""The TUI's key bindings and slash commands, listed once: the app binds them, ``/help`` and the
+README show them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # as Textual spells them, comma-separated
+    action: str  # the app's action ("" where a widget handles the key itself)
+    description: str
+    where: str = "anywhere"
+
+
+KEYS: tuple[Key, ...] = (
+    Key("enter", "", "send the request (or pick the highlighted @path)", "prompt"),
+    Key("ctrl+j,shift+enter,alt+enter", "", "new line", "prompt"),
+    Key("up,down", "", "previous / next request from history (on the first / last line)", "prompt"),
+    Key("tab", "", "complete the @path being typed", "prompt"),
+    Key("escape", "interrupt", "interrupt the agent (a queued message is sent at once)"),
+    Key("ctrl+c", "copy_or_quit", "copy the selected text; with nothing selected, quit"),
+    Key("ctrl+q", "quit", "quit (the sandbox is removed; the session stays saved)"),
+    Key("ctrl+t", "toggle_thinking", "show / fold the model's thinking"),
+    Key("ctrl+o", "expand", "expand / fold the focused or newest long output"),
+    Key("ctrl+d", "diff", "show the session's changes (/diff)"),
+    Key("pageup,pagedown", "scroll_transcript", "scroll the transcript"),
+    Key("f1", "help", "help: keys and commands (/help)"),
+    Key("f2", "toggle_theme", "switch between the dark and the light theme"),
+    Key("y / a / n", "", "allow once / always (this session) / deny", "approval"),
+    Key("space / enter", "", "accept or reject the file / apply the accepted files", "/apply"),
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    usage: str
+    description: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "undo", "/undo [N]", "put the workspace back as it was before request N (no N: pick from a list)"
+    ),
+    Command("diff", "/diff", "show every change the session made in its sandbox"),
+    Command("apply", "/apply", "review the changes file by file and apply the accepted ones to your tree"),
+    Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
+    Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
+    Command("model", "/model", "show the backend and the model"),
+    Command("clear", "/clear", "start a new conversation (the workspace keeps its changes)"),
+    Command("export", "/export [FILE]", "write the transcript as Markdown (default: in the session folder)"),
+    Command("help", "/help", "keys and commands"),
+    Command("quit", "/quit", "quit"),
+)
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``("name", "argument")`` for a slash command, None for a plain request."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    name, _, argument = stripped[1:].partition(" ")
+    return name.lower(), argument.strip()

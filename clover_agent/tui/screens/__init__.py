@@ -1,0 +1,1 @@
+"""The TUI's dialogs (modal screens), one per module."""

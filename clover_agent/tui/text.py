@@ -1,0 +1,50 @@
+"""Text from the model, the tools or the repository made safe to draw.
+
+A terminal acts on control characters: an escape sequence in a tool's output (``\\x1b[2J``) would
+clear the screen, move the cursor or change colours under the app. Every such character is shown
+as its visible picture instead (``␛`` for escape), tabs and line breaks excepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, TypeVar
+
+from clover_agent.events import Event
+
+EventT = TypeVar("EventT", bound=Event)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def _picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Control Pictures block: ␀ … ␟
+    return "␡" if code == 0x7F else "�"
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (but ``\\n`` and ``\\t``) replaced by visible ones."""
+    return _CONTROL.sub(_picture, text) if _CONTROL.search(text) else text
+
+
+def _printable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable_value(v) for v in value]
+    if isinstance(value, dict):
+        return {_printable_value(k): _printable_value(v) for k, v in value.items()}
+    return value
+
+
+def printable_event(event: EventT) -> EventT:
+    """A copy of ``event`` whose texts (nested in lists and dicts too) are :func:`printable`."""
+    changes = {
+        f.name: _printable_value(getattr(event, f.name))
+        for f in dataclasses.fields(event)
+        if isinstance(getattr(event, f.name), str | list | dict)
+    }
+    return dataclasses.replace(event, **changes)

@@ -1,0 +1,1 @@
+"""The TUI's widgets, one per module, each with its own ``DEFAULT_CSS``."""

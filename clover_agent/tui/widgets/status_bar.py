@@ -1,0 +1,137 @@
+"""The status line: backend and model, speed, step, context, budget, sandbox, policy.
+
+Everything is derived from the session's events and their own timestamps (never from a clock
+read while drawing), so a redrawn or recorded session shows the same figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from clover_agent.events import (
+    Done,
+    Event,
+    ModelDelta,
+    ModelResponded,
+    ProvisionalBlock,
+    RunStarted,
+    ToolCallFinished,
+)
+from clover_agent.tui.events import SandboxState, SessionStarted, TurnStarted
+
+
+def _short(count: float) -> str:
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f}M"
+    if count >= 100_000:
+        return f"{count / 1000:.0f}k"
+    if count >= 1000:
+        return f"{count / 1000:.1f}k"
+    return f"{int(count)}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{int(seconds // 60)}m" if seconds >= 60 else f"{int(seconds)}s"
+
+
+class StatusBar(Static):
+    """Observes events (:meth:`observe`) and draws one line."""
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.backend = "…"
+        self.context_window = 0
+        self.limits: dict[str, Any] = {}
+        self.sandbox = "starting"
+        self.sandbox_kind = ""
+        self.policy = ""
+        self.step = 0
+        self.turn_first_step = 1
+        self.turn_started: float | None = None
+        self.prompt_tokens = 0
+        self.tokens_per_s: float | None = None
+        self.tokens_per_forward: float | None = None
+        self.busy = False
+        self._call_started: float | None = None  # first streamed event of the model call going on
+        self._passes = 0  # denoising passes in that call
+        self._last_time = 0.0
+
+    def observe(self, event: Event) -> None:
+        self._last_time = event.time
+        if isinstance(event, SessionStarted):
+            self.backend, self.sandbox_kind, self.policy = event.backend, event.sandbox, event.policy
+            self.context_window = event.context_window
+        elif isinstance(event, SandboxState):
+            self.sandbox, self.sandbox_kind = event.state, event.kind
+        elif isinstance(event, RunStarted):
+            self.limits = event.limits
+            self.busy = True
+            self._call_started = event.time
+        elif isinstance(event, TurnStarted):
+            self.turn_first_step, self.turn_started = event.first_step, event.time
+        elif isinstance(event, ModelDelta | ProvisionalBlock):
+            if self._call_started is None:
+                self._call_started = event.time
+            if isinstance(event, ProvisionalBlock):
+                self._passes += 1
+        elif isinstance(event, ModelResponded):
+            self.step, self.prompt_tokens = event.step, event.prompt_tokens
+            if self._call_started is not None and event.time > self._call_started:
+                self.tokens_per_s = event.completion_tokens / (event.time - self._call_started)
+            self.tokens_per_forward = event.completion_tokens / self._passes if self._passes else None
+            self._call_started, self._passes = None, 0
+        elif isinstance(event, ToolCallFinished):
+            self._call_started = event.time  # the next model call starts about now
+        elif isinstance(event, Done):
+            self.busy = False
+            self._call_started = None
+        self.refresh_line()
+
+    def set_policy(self, name: str) -> None:
+        self.policy = name
+        self.refresh_line()
+
+    def line(self) -> Text:
+        """The line, most important first (a narrow terminal cuts the end)."""
+        state_style = {"ready": "green", "failed": "red bold", "starting": "yellow"}.get(self.sandbox, "")
+        parts: list[tuple[str, str]] = [
+            (self.backend, "bold"),
+            (f"{self.sandbox_kind or 'sandbox'} {self.sandbox}", state_style),
+        ]
+        max_steps = self.limits.get("max_steps")
+        if self.busy and self.turn_started is not None:
+            used = max(0, self.step - self.turn_first_step + 1)
+            parts.append((f"step {used}/{max_steps}" if max_steps else f"step {used}", ""))
+        else:
+            parts.append((f"{self.step} steps", ""))
+        window = f"/{_short(self.context_window)}" if self.context_window else ""
+        parts.append((f"ctx {_short(self.prompt_tokens)}{window}", ""))
+        speed = f"{self.tokens_per_s:.0f} tok/s" if self.tokens_per_s is not None else "— tok/s"
+        if self.tokens_per_forward is not None:
+            speed += f" {self.tokens_per_forward:.1f}/fwd"
+        parts.append((speed, ""))
+        max_time = self.limits.get("max_time_s")
+        if self.busy and self.turn_started is not None:
+            left = [f"{max(0, max_steps - used)} steps"] if max_steps else []
+            if max_time:
+                left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
+            if left:
+                parts.append(("left " + " ".join(left), ""))
+        if self.policy:
+            parts.append((self.policy, ""))
+        out = Text(no_wrap=True, overflow="ellipsis")
+        for index, (text, style) in enumerate(parts):
+            if index:
+                out.append(" │ ", style="dim")
+            out.append(text, style=style)
+        return out
+
+    def refresh_line(self) -> None:
+        self.update(self.line())

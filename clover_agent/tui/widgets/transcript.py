@@ -1,0 +1,216 @@
+"""The conversation as it happens: requests, thinking, replies, the diffusion view, tool cards.
+
+:meth:`Transcript.show` takes the session's events one by one, in order, and turns them into
+widgets; the same method redraws a resumed session from its saved events. The view stays scrolled
+to the newest content until the person scrolls up (Textual's anchor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.containers import VerticalScroll
+
+from clover_agent.events import (
+    ApprovalDecided,
+    ContextCondensed,
+    Done,
+    ErrorReported,
+    Event,
+    ModelDelta,
+    ModelResponded,
+    ProvisionalBlock,
+    TestsRun,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from clover_agent.tui.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
+from clover_agent.tui.widgets.agent_text import AgentText
+from clover_agent.tui.widgets.diffusion_view import DiffusionView
+from clover_agent.tui.widgets.notice import NoticeLine
+from clover_agent.tui.widgets.test_table import TestTable
+from clover_agent.tui.widgets.thinking import Thinking
+from clover_agent.tui.widgets.tool_card import ToolCard
+from clover_agent.tui.widgets.user_message import UserMessage
+
+
+class Transcript(VerticalScroll):
+    """See the module docstring. ``show_thinking`` keeps reasoning open once a turn completes."""
+
+    DEFAULT_CSS = """
+    Transcript { height: 1fr; padding: 0 1 1 0; scrollbar-size-vertical: 1; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.show_thinking = False
+        self.token_text: Callable[[int], str] | None = None
+        self._thinking: Thinking | None = None
+        self._text: AgentText | None = None
+        self._diffusion: DiffusionView | None = None
+        self._cards: dict[str, ToolCard] = {}
+        self._test_outcomes: dict[str, str] = {}  # the latest outcome of each test seen
+        self._queued: list[UserMessage] = []
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    @property
+    def cards(self) -> list[ToolCard]:
+        return list(self.query(ToolCard))
+
+    @property
+    def diffusion(self) -> DiffusionView | None:
+        return self._diffusion
+
+    async def show(self, event: Event) -> None:
+        """Draw ``event`` (events this view does not show are ignored)."""
+        if isinstance(event, TurnStarted):
+            await self._end_stream()
+            queued = next((m for m in self._queued if m.text == event.text), None)
+            if queued is not None:
+                self._queued.remove(queued)
+                queued.remove_class("-queued")
+                queued.update(event.text)
+                queued.turn = event.turn
+            else:
+                await self.mount(UserMessage(event.text, event.turn))
+        elif isinstance(event, MessageQueued):
+            message = UserMessage(
+                event.text + "  (queued: sent when the agent's turn ends; Esc sends it now)", queued=True
+            )
+            message.text = event.text
+            self._queued.append(message)
+            await self.mount(message)
+        elif isinstance(event, ModelDelta):
+            await self._delta(event)
+        elif isinstance(event, ProvisionalBlock):
+            if self._diffusion is None:
+                self._diffusion = DiffusionView(self.token_text)
+                await self.mount(self._diffusion)
+            elif self.children[-1] is not self._diffusion:
+                self.move_child(self._diffusion, after=self.children[-1])
+            self._diffusion.show_block(event)
+        elif isinstance(event, ModelResponded):
+            await self._responded(event)
+        elif isinstance(event, ToolCallStarted):
+            await self._end_stream()
+            card = ToolCard(event.call_id, event.name, event.arguments)
+            self._cards[event.call_id] = card
+            await self.mount(card)
+        elif isinstance(event, ApprovalDecided):
+            card = self._cards.get(event.call_id)
+            if card is not None:
+                card.decided(event.approved, event.decided_by)
+        elif isinstance(event, ToolCallFinished):
+            card = self._cards.get(event.call_id)
+            if card is not None:
+                report = (event.data or {}).get("report")
+                await card.finish(event, dict(self._test_outcomes) if report else None)
+                if isinstance(report, dict):
+                    self._test_outcomes.update(report.get("outcomes") or {})
+        elif isinstance(event, TestsRun):
+            await self.mount(NoticeLine(f"tests ({event.target or 'all'})"))
+            await self.mount(TestTable(event.report, dict(self._test_outcomes) or None))
+            self._test_outcomes.update(event.report.get("outcomes") or {})
+        elif isinstance(event, Notice):
+            await self.mount(NoticeLine(event.text, event.level))
+        elif isinstance(event, ErrorReported) and not event.fatal:
+            await self.mount(NoticeLine(f"{event.kind}: {event.message}", "warning"))
+        elif isinstance(event, ContextCondensed):
+            await self.mount(NoticeLine(f"context: {event.note}"))
+        elif isinstance(event, SandboxState) and event.state == "failed":
+            await self.mount(NoticeLine(f"The {event.kind} sandbox did not start: {event.message}", "error"))
+        elif isinstance(event, SandboxState) and event.state == "ready" and event.message:
+            await self.mount(NoticeLine(event.message, "warning"))
+        elif isinstance(event, TurnsUndone):
+            for message in self.query(UserMessage):
+                if message.turn is not None and message.turn >= event.turn:
+                    message.add_class("-undone")
+            files = ", ".join(event.files) or "no file"
+            await self.mount(NoticeLine(f"Undid request {event.turn} and later: {files} put back", "warning"))
+        elif isinstance(event, Done):
+            await self._end_stream()
+            for card in self._cards.values():
+                if card.result is None:
+                    card.note("interrupted", "-error")
+            text = event.summary or event.message
+            level = (
+                "done"
+                if event.outcome == "submitted"
+                else "error"
+                if event.outcome != "interrupted"
+                else "warning"
+            )
+            await self.mount(NoticeLine(text, level))
+
+    async def _delta(self, event: ModelDelta) -> None:
+        if self._diffusion is not None:
+            self._diffusion.commit()
+        if event.kind == "reasoning":
+            if self._thinking is None:
+                self._thinking = Thinking(keep_open=self.show_thinking)
+                await self._mount_before_diffusion(self._thinking)
+            self._thinking.feed(event.text)
+        else:
+            if self._text is None:
+                self._text = AgentText()
+                await self._mount_before_diffusion(self._text)
+            await self._text.feed(event.text)
+
+    async def _mount_before_diffusion(self, widget: Thinking | AgentText) -> None:
+        if self._diffusion is not None and self.children[-1] is self._diffusion:
+            await self.mount(widget, before=self._diffusion)
+        else:
+            await self.mount(widget)
+
+    async def _responded(self, event: ModelResponded) -> None:
+        if self._diffusion is not None:
+            self._diffusion.commit()
+        if event.reasoning and event.reasoning.strip():
+            if self._thinking is None:
+                self._thinking = Thinking(keep_open=self.show_thinking)
+                await self._mount_before_diffusion(self._thinking)
+            self._thinking.finish(event.reasoning)
+        elif self._thinking is not None:
+            self._thinking.finish(None)
+        if event.content.strip() or self._text is not None:
+            if self._text is None:
+                self._text = AgentText()
+                await self._mount_before_diffusion(self._text)
+            await self._text.finish(event.content)
+        self._thinking, self._text = None, None
+
+    async def _end_stream(self) -> None:
+        """A turn's streamed parts are complete (a tool call or the end came)."""
+        if self._text is not None:
+            await self._text.finish(self._text.shown)
+        if self._thinking is not None:
+            self._thinking.finish(None)
+        if self._diffusion is not None:
+            self._diffusion.commit()
+        self._thinking, self._text = None, None
+
+    def set_show_thinking(self, show: bool) -> None:
+        self.show_thinking = show
+        for thinking in self.query(Thinking):
+            thinking.keep_open = show
+            if thinking.title != "Thinking…":
+                thinking.collapsed = not show
+
+    async def expand_newest(self) -> None:
+        """Expand (or fold again) the newest card with a folded body."""
+        focused = self.app.focused
+        if isinstance(focused, ToolCard):
+            await focused.action_toggle_fold()
+            return
+        for card in reversed(self.cards):
+            if card.foldable:
+                await card.action_toggle_fold()
+                return
+
+    async def clear(self) -> None:
+        await self.remove_children()
+        self._thinking = self._text = self._diffusion = None
+        self._cards.clear()
+        self._queued.clear()

@@ -1,0 +1,166 @@
+"""Benchmark cases of the kernels at Clover-35B-A3B's sizes, for ``bench/gpu_bench.py``.
+
+Each operator folder has a ``benchmark.case(...)`` building random inputs on a device and
+returning a :class:`KernelCase`: the Triton call, the reference call on the same inputs, and the
+bytes the operator must move at least (inputs read once, outputs written once), so the timing
+script can report GB/s and the ratio to the measured copy bandwidth; :func:`measure` times one. Building a case does host
+work (it may read routing back to count touched experts); ``run`` does not.
+
+``CLOVER`` repeats the numbers of ``engine/configs/clover-35b-a3b.json`` (kernels never import the
+engine; tests/kernels/test_bench.py checks the two agree).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CloverSizes:
+    """The model dimensions the kernels see."""
+
+    hidden: int = 2048
+    experts: int = 256
+    top_k: int = 8
+    moe_inner: int = 512
+    shared_inner: int = 512
+    vocab: int = 248320
+    heads: int = 16
+    kv_heads: int = 2
+    head_dim: int = 256
+    gdn_key_heads: int = 16
+    gdn_value_heads: int = 32
+    gdn_key_dim: int = 128
+    gdn_value_dim: int = 128
+    conv_kernel: int = 4
+    right_conv_kernel: int = 4
+    block_size: int = 32
+    mask_token_id: int = 248077
+    rms_eps: float = 1e-6
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.gdn_key_heads * self.gdn_key_dim + self.gdn_value_heads * self.gdn_value_dim
+
+
+CLOVER = CloverSizes()
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """One timed operator call. ``run`` cycles through ``copies`` input sets (so a small working set
+    is not served from L2 on every call), starting with the first; ``reference`` computes the first
+    set with the PyTorch reference, so the result of the case's first ``run()`` is comparable (None
+    when no reference result is comparable: a sampled draw)."""
+
+    name: str
+    run: Callable[[], object]
+    reference: Callable[[], object] | None
+    bytes_moved: int
+    shape: str
+
+
+def relative_error(got: object, want: object) -> float:
+    """max |got - want| / max |want| over tensors (or matching tuples of tensors), in float64."""
+    gots = got if isinstance(got, Sequence) else (got,)
+    wants = want if isinstance(want, Sequence) else (want,)
+    worst = 0.0
+    for g, w in zip(gots, wants, strict=True):
+        g, w = g.double(), w.double()
+        scale = w.abs().max().item() or 1.0
+        worst = max(worst, (g - w).abs().max().item() / scale)
+    return worst
+
+
+def measure(case: KernelCase, *, warmup: int = 3, repeats: int = 20) -> dict[str, object]:
+    """Run a case: its error against the reference (first input set), then the median time of
+    ``repeats`` calls after ``warmup`` (CUDA events on a GPU, the wall clock elsewhere), and the
+    effective bandwidth ``bytes_moved / median``."""
+    first = case.run()
+    error = relative_error(first, case.reference()) if case.reference is not None else None
+    for _ in range(warmup):
+        case.run()
+    cuda = torch.cuda.is_available() and _on_cuda(first)
+    times: list[float] = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            case.run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            began = time.perf_counter()
+            case.run()
+            times.append(time.perf_counter() - began)
+    median = statistics.median(times)
+    return {
+        "name": case.name,
+        "shape": case.shape,
+        "median_ms": median * 1e3,
+        "bytes": case.bytes_moved,
+        "gb_per_s": case.bytes_moved / median / 1e9 if median > 0 else None,
+        "relative_error": error,
+    }
+
+
+def _on_cuda(result: object) -> bool:
+    tensors = result if isinstance(result, Sequence) else (result,)
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+
+
+def cycling(calls: Sequence[Callable[[], object]]) -> Callable[[], object]:
+    """A callable running ``calls`` in turn, one per call."""
+    state = {"next": 0}
+
+    def run() -> object:
+        i = state["next"]
+        state["next"] = (i + 1) % len(calls)
+        return calls[i]()
+
+    return run
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def cases(
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    sizes: CloverSizes = CLOVER,
+    tokens: Sequence[int] = (32, 64),
+    prefill_tokens: Sequence[int] = (4096,),
+    context: int = 4096,
+    copies: int = 2,
+) -> list[KernelCase]:
+    """Every kernel's cases at the decoding step shapes (``tokens``: a 32-token block, the 64-token
+    fused commit + denoise step; attention after ``context`` committed tokens) and at prompt prefill
+    chunks (``prefill_tokens``). ``copies``: input sets each case cycles through."""
+    from clover_agent.kernels.attention import benchmark as attention_bench
+    from clover_agent.kernels.gated_delta_rule import benchmark as gdn_bench
+    from clover_agent.kernels.low_confidence import benchmark as low_confidence_bench
+    from clover_agent.kernels.moe import benchmark as moe_bench
+    from clover_agent.kernels.short_conv import benchmark as conv_bench
+
+    built: list[KernelCase] = []
+    for count in tokens:
+        options = {"device": device, "dtype": dtype, "sizes": sizes, "copies": copies}
+        built.append(moe_bench.case(count, **options))
+        built.append(conv_bench.case(count, **options))
+        built.append(gdn_bench.case(count, **options))
+        built.append(gdn_bench.case(count, commit=count, **options))
+        built.append(attention_bench.case(count, context=context, **options))
+        built.append(low_confidence_bench.case(count, **options))
+        built.append(low_confidence_bench.case(count, sampling=True, **options))
+    for count in prefill_tokens:
+        built.append(
+            gdn_bench.case(count, commit=count, method="chunk", device=device, dtype=dtype, sizes=sizes)
+        )
+    return built

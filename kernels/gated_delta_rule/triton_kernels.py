@@ -1,0 +1,265 @@
+"""Triton kernels of the gated delta rule (launchers in ``gdn.py``).
+
+* ``recurrent_kernel``: step by step, for blocks of up to 64 tokens. One program per (value head,
+  column block of the state, direction): direction 0 scans left to right from the committed state
+  (only read; the state after ``store_at`` tokens goes to ``state_out``), direction 1 scans each
+  block right to left from a zero state (Clover's in-block backward branch). The delta rule is
+  independent per state column, so splitting the value dimension gives parallelism for free.
+* ``chunk_prepare_kernel`` / ``chunk_scan_kernel``: the chunked (WY) form for prompt prefill.
+  Per chunk, ``(I + A) U = beta V - (beta Γ K) S0`` with ``A[t, s] = beta_t Γ_t/Γ_s k_t·k_s`` for
+  s < t: the prepare kernel inverts the unit lower triangular ``I + A`` by forward substitution
+  (all chunks in parallel) and stores ``W = (I+A)^-1 beta Γ K`` and ``U0 = (I+A)^-1 beta V``; the
+  scan kernel walks the chunks in order with the state in registers. With ``LOCAL`` the prepare
+  kernel instead runs each block reversed from a zero state and writes its outputs directly (the
+  backward branch needs no state, so it is fully parallel).
+
+All arithmetic is float32; ``PRECISION`` is the ``tl.dot`` input precision.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import clover_agent.kernels.runtime  # noqa: F401  (decides interpretation before these kernels)
+
+
+@triton.jit
+def _load_qk(ptr, rows, ok, cols, cols_ok, stride_t, NORMALIZE: tl.constexpr):
+    """Rows of q or k [len(rows), BLOCK_K] in float32, L2-normalised (eps 1e-6) with NORMALIZE."""
+    x = tl.load(
+        ptr + rows[:, None] * stride_t + cols[None, :], mask=ok[:, None] & cols_ok[None, :], other=0.0
+    )
+    x = x.to(tl.float32)
+    if NORMALIZE:
+        x = x * tl.rsqrt(tl.sum(x * x, 1) + 1e-6)[:, None]
+    return x
+
+
+@triton.jit
+def recurrent_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    state_ptr,
+    out_ptr,
+    state_out_ptr,
+    steps,
+    block_size,
+    store_at,
+    scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_gt,
+    stride_bt,
+    stride_od,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    HEAD_V: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    h = tl.program_id(0)
+    direction = tl.program_id(2)
+    hk = h // GROUP
+    ks = tl.arange(0, BLOCK_K)
+    vs = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    k_ok = ks < HEAD_K
+    v_ok = vs < HEAD_V
+    state_offs = h.to(tl.int64) * HEAD_K * HEAD_V + ks[:, None] * HEAD_V + vs[None, :]
+    state_mask = k_ok[:, None] & v_ok[None, :]
+    s = tl.load(state_ptr + state_offs, mask=state_mask, other=0.0).to(tl.float32)
+    s = tl.where(direction == 0, s, 0.0)  # the backward branch starts each block from zero
+    for i in range(steps):
+        start = i // block_size * block_size
+        last = tl.minimum(start + block_size, steps) - 1
+        t = tl.where(direction == 0, i, last - (i - start))
+        s = tl.where((direction != 0) & (i == start), 0.0, s)
+        q = tl.load(q_ptr + t * stride_qt + hk * stride_qh + ks, mask=k_ok, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + t * stride_kt + hk * stride_kh + ks, mask=k_ok, other=0.0).to(tl.float32)
+        if NORMALIZE:
+            q = q * tl.rsqrt(tl.sum(q * q, 0) + 1e-6)
+            k = k * tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
+        v = tl.load(v_ptr + t * stride_vt + h * stride_vh + vs, mask=v_ok, other=0.0).to(tl.float32)
+        decay = tl.exp(tl.load(g_ptr + t * stride_gt + h).to(tl.float32))
+        beta = tl.load(beta_ptr + t * stride_bt + h).to(tl.float32)
+        s = s * decay
+        u = beta * (v - tl.sum(s * k[:, None], 0))
+        s = s + k[:, None] * u[None, :]
+        o = tl.sum(s * q[:, None], 0) * scale
+        tl.store(out_ptr + direction * stride_od + t * stride_ot + h * stride_oh + vs, o, mask=v_ok)
+        if (direction == 0) & (i + 1 == store_at):
+            tl.store(state_out_ptr + state_offs, s, mask=state_mask)
+
+
+@triton.jit
+def chunk_prepare_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    w_ptr,
+    u_ptr,
+    steps,
+    segment,
+    scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_gt,
+    stride_bt,
+    stride_wt,
+    stride_wh,
+    stride_ut,
+    stride_uh,
+    GROUP: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    HEAD_V: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+    LOCAL: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One segment (a chunk, or with LOCAL a block read in reverse) of one value head."""
+    start = tl.program_id(0) * segment
+    h = tl.program_id(1)
+    hk = h // GROUP
+    length = tl.minimum(segment, steps - start)
+    i = tl.arange(0, BLOCK_T)
+    ok = i < length
+    t = tl.where(ok, start + i, 0)
+    if LOCAL:
+        t = tl.where(ok, start + length - 1 - i, 0)
+    ks = tl.arange(0, BLOCK_K)
+    k_ok = ks < HEAD_K
+    vs = tl.arange(0, BLOCK_V)
+    v_ok = vs < HEAD_V
+    k = _load_qk(k_ptr + hk * stride_kh, t, ok, ks, k_ok, stride_kt, NORMALIZE)
+    v = tl.load(
+        v_ptr + t[:, None] * stride_vt + h * stride_vh + vs[None, :],
+        mask=ok[:, None] & v_ok[None, :],
+        other=0.0,
+    )
+    g = tl.load(g_ptr + t * stride_gt + h, mask=ok, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + t * stride_bt + h, mask=ok, other=0.0).to(tl.float32)
+    log_decay = tl.cumsum(g, 0)
+    lower = i[:, None] >= i[None, :]
+    decay = tl.exp(tl.where(lower, log_decay[:, None] - log_decay[None, :], float("-inf")))
+    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    a = tl.where(i[:, None] > i[None, :], beta[:, None] * kk * decay, 0.0)
+    # (I + a)^-1 by forward substitution: row r = e_r - a[r, :] @ inverse (rows < r final already)
+    inverse = tl.where(i[:, None] == i[None, :], 1.0, 0.0)
+    for r in range(1, BLOCK_T):
+        a_r = tl.sum(tl.where(i[:, None] == r, a, 0.0), 0)
+        row = tl.where(i == r, 1.0, 0.0) - tl.sum(a_r[:, None] * inverse, 0)
+        inverse = tl.where(i[:, None] == r, row[None, :], inverse)
+    u = tl.dot(inverse, v.to(tl.float32) * beta[:, None], input_precision=PRECISION)
+    if LOCAL:
+        q = _load_qk(q_ptr + hk * stride_qh, t, ok, ks, k_ok, stride_qt, NORMALIZE)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * decay
+        o = tl.dot(qk, u, input_precision=PRECISION) * scale
+        tl.store(
+            u_ptr + t[:, None] * stride_ut + h * stride_uh + vs[None, :], o, mask=ok[:, None] & v_ok[None, :]
+        )
+    else:
+        w = tl.dot(inverse, k * (beta * tl.exp(log_decay))[:, None], input_precision=PRECISION)
+        tl.store(
+            w_ptr + t[:, None] * stride_wt + h * stride_wh + ks[None, :], w, mask=ok[:, None] & k_ok[None, :]
+        )
+        tl.store(
+            u_ptr + t[:, None] * stride_ut + h * stride_uh + vs[None, :], u, mask=ok[:, None] & v_ok[None, :]
+        )
+
+
+@triton.jit
+def chunk_scan_kernel(
+    q_ptr,
+    k_ptr,
+    g_ptr,
+    w_ptr,
+    u_ptr,
+    state_ptr,
+    out_ptr,
+    state_out_ptr,
+    steps,
+    scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_gt,
+    stride_wt,
+    stride_wh,
+    stride_ut,
+    stride_uh,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_K: tl.constexpr,
+    HEAD_V: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+    STORE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The chunks of one (value head, state column block) in order: outputs, and the final state."""
+    h = tl.program_id(0)
+    hk = h // GROUP
+    i = tl.arange(0, BLOCK_T)
+    ks = tl.arange(0, BLOCK_K)
+    k_ok = ks < HEAD_K
+    vs = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    v_ok = vs < HEAD_V
+    state_offs = h.to(tl.int64) * HEAD_K * HEAD_V + ks[:, None] * HEAD_V + vs[None, :]
+    state_mask = k_ok[:, None] & v_ok[None, :]
+    s = tl.load(state_ptr + state_offs, mask=state_mask, other=0.0).to(tl.float32)
+    lower = i[:, None] >= i[None, :]
+    for start in range(0, steps, BLOCK_T):
+        t = start + i
+        ok = t < steps
+        q = _load_qk(q_ptr + hk * stride_qh, t, ok, ks, k_ok, stride_qt, NORMALIZE)
+        k = _load_qk(k_ptr + hk * stride_kh, t, ok, ks, k_ok, stride_kt, NORMALIZE)
+        g = tl.load(g_ptr + t * stride_gt + h, mask=ok, other=0.0).to(tl.float32)
+        w = tl.load(
+            w_ptr + t[:, None] * stride_wt + h * stride_wh + ks[None, :],
+            mask=ok[:, None] & k_ok[None, :],
+            other=0.0,
+        )
+        u = tl.load(
+            u_ptr + t[:, None] * stride_ut + h * stride_uh + vs[None, :],
+            mask=ok[:, None] & v_ok[None, :],
+            other=0.0,
+        )
+        log_decay = tl.cumsum(g, 0)
+        total = tl.sum(g, 0)
+        u = u - tl.dot(w, s, input_precision=PRECISION)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        qk = qk * tl.exp(tl.where(lower, log_decay[:, None] - log_decay[None, :], float("-inf")))
+        o = tl.dot(q * tl.exp(log_decay)[:, None], s, input_precision=PRECISION)
+        o = (o + tl.dot(qk, u, input_precision=PRECISION)) * scale
+        tl.store(
+            out_ptr + t[:, None] * stride_ot + h * stride_oh + vs[None, :],
+            o,
+            mask=ok[:, None] & v_ok[None, :],
+        )
+        k_to_end = k * tl.exp(total - log_decay)[:, None]
+        s = s * tl.exp(total) + tl.dot(tl.trans(k_to_end), u, input_precision=PRECISION)
+    if STORE:
+        tl.store(state_out_ptr + state_offs, s, mask=state_mask)

@@ -1,0 +1,89 @@
+"""Launchers of the RMS norm kernels. Each takes rows of the last dimension; inputs are read-only and
+the result is a new tensor. No host read-back (graph-safe)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from clover_agent.kernels.norms import triton_kernels as tk
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as [rows, D] with unit stride in D (a view when possible)."""
+    t = t.reshape(-1, t.shape[-1])
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zero-centred RMSNorm (contract of :func:`reference.rms_norm`): x [..., D], weight [D];
+    returns ``x / rms(x) * (1 + weight)`` in x's dtype, float32 inside."""
+    rows = _rows(x)
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        tk.rms_norm_kernel[(rows.shape[0],)](
+            rows,
+            weight,
+            out,
+            rows.shape[1],
+            rows.stride(0),
+            out.stride(0),
+            eps,
+            BLOCK_D=triton.next_power_of_2(rows.shape[1]),
+        )
+    return out.reshape(x.shape)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """GDN output norm (contract of :func:`reference.gated_rms_norm`): x, gate [..., D], weight [D];
+    returns ``weight * x / rms(x) * silu(gate)`` in x's dtype, float32 inside."""
+    return _gated(x, None, None, gate, weight, eps, x.dtype)
+
+
+def gdn_output(
+    forward_out: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    backward_out: torch.Tensor | None = None,
+    mix_logits: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Contract of :func:`reference.gdn_output`: branch mix (when ``backward_out`` is given) and gated
+    RMSNorm in one kernel. forward_out, backward_out, z: [T, Hv, Dv]; mix_logits [Hv, 2]; returns
+    [T, Hv, Dv] in z's dtype."""
+    return _gated(forward_out, backward_out, mix_logits, z, weight, eps, z.dtype)
+
+
+def _gated(
+    x: torch.Tensor,
+    x2: torch.Tensor | None,
+    mix_logits: torch.Tensor | None,
+    gate: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    rows, gates = _rows(x), _rows(gate)
+    second = _rows(x2) if x2 is not None else rows
+    mix = mix_logits.contiguous() if mix_logits is not None else weight
+    heads = x.shape[-2] if x.dim() > 1 else 1
+    out = torch.empty(rows.shape, dtype=dtype, device=x.device)
+    if rows.shape[0]:
+        tk.gated_norm_kernel[(rows.shape[0],)](
+            rows,
+            second,
+            mix,
+            gates,
+            weight,
+            out,
+            rows.shape[1],
+            heads,
+            rows.stride(0),
+            second.stride(0),
+            gates.stride(0),
+            out.stride(0),
+            eps,
+            MIX=x2 is not None,
+            BLOCK_D=triton.next_power_of_2(rows.shape[1]),
+        )
+    return out.reshape(x.shape)

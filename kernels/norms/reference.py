@@ -1,0 +1,49 @@
+"""Plain-PyTorch RMS norms of the model (the engine's ``ops.rms_norm`` / ``ops.gated_rms_norm``), and
+the Gated DeltaNet output epilogue: the bidirectional branch mix before the gated norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zero-centred RMSNorm: ``x / rms(x) * (1 + weight)``, computed in float32, returned in x's dtype.
+
+    x: [..., D]; weight: [D]. Read-only; returns a new tensor."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * (1.0 + weight.float())).to(x.dtype)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """GDN output norm: ``weight * x / rms(x) * silu(gate)`` (plain weight, norm before gate).
+
+    x, gate: [..., D]; weight: [D]. The normalised x is rounded to x's dtype before the gate, as the
+    model does. Read-only; returns a new tensor in x's dtype."""
+    x32 = x.float()
+    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return (weight * normed * F.silu(gate.float())).to(x.dtype)
+
+
+def mix_branches(
+    forward_out: torch.Tensor, backward_out: torch.Tensor, mix_logits: torch.Tensor
+) -> torch.Tensor:
+    """Per-head softmax mix of the bidirectional GDN branches ([T, Hv, Dv] each; mix_logits [Hv, 2]):
+    ``w0 * forward + w1 * backward`` with ``w = softmax(mix_logits[h])``, float32."""
+    weights = torch.softmax(mix_logits.float(), dim=-1)
+    return forward_out * weights[:, 0, None] + backward_out * weights[:, 1, None]
+
+
+def gdn_output(
+    forward_out: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    backward_out: torch.Tensor | None = None,
+    mix_logits: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The GDN layer after its scans: mix the branches (when ``backward_out`` is given), round to z's
+    dtype, gated RMSNorm with gate ``z``. forward_out, backward_out: [T, Hv, Dv] float32; z: [T, Hv, Dv]."""
+    out = forward_out if backward_out is None else mix_branches(forward_out, backward_out, mix_logits)
+    return gated_rms_norm(out.to(z.dtype), z, weight, eps)

@@ -1,0 +1,60 @@
+"""Triton kernels of the RMS norms (launchers in ``norms.py``): one program per row, float32 math."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import clover_agent.kernels.runtime  # noqa: F401  (decides interpretation before these kernels)
+
+
+@triton.jit
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, size, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+    """out = x / rms(x) * (1 + w) for one row."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < size
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    normed = x * tl.rsqrt(tl.sum(x * x, 0) / size + eps)
+    tl.store(out_ptr + row * stride_o + cols, (normed * (1.0 + w)).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def gated_norm_kernel(
+    x_ptr,
+    x2_ptr,
+    mix_ptr,
+    gate_ptr,
+    w_ptr,
+    out_ptr,
+    size,
+    heads,
+    stride_x,
+    stride_x2,
+    stride_g,
+    stride_o,
+    eps,
+    MIX: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """out = w * n(x) * silu(gate) for one row (one head of one token), n = x / rms(x); with MIX, x is
+    first ``softmax(mix[h])[0] * x + softmax(mix[h])[1] * x2`` (h = row % heads)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < size
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    if MIX:
+        head = row % heads
+        a = tl.load(mix_ptr + head * 2).to(tl.float32)
+        b = tl.load(mix_ptr + head * 2 + 1).to(tl.float32)
+        top = tl.maximum(a, b)
+        wa = tl.exp(a - top)
+        wb = tl.exp(b - top)
+        x2 = tl.load(x2_ptr + row * stride_x2 + cols, mask=ok, other=0.0).to(tl.float32)
+        x = (wa * x + wb * x2) / (wa + wb)
+    gate = tl.load(gate_ptr + row * stride_g + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    normed = x * tl.rsqrt(tl.sum(x * x, 0) / size + eps)
+    out = w * normed * gate * tl.sigmoid(gate)
+    tl.store(out_ptr + row * stride_o + cols, out.to(out_ptr.dtype.element_ty), mask=ok)

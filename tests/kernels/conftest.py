@@ -1,0 +1,37 @@
+"""Kernel tests run the Triton kernels in the CPU interpreter when no GPU is present.
+
+``TRITON_INTERPRET`` must be set before the kernels are decorated (at import), so it is set here,
+before any test module of this folder imports them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_INT_POISON = -(2**30) + 7
+
+
+def _poisoned(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.dtype.is_floating_point:
+        return tensor.fill_(float("nan"))
+    if tensor.dtype == torch.bool:
+        return tensor.fill_(True)
+    return tensor.fill_(_INT_POISON)
+
+
+@pytest.fixture
+def poisoned_allocations(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every ``torch.empty`` / ``torch.empty_like`` during the test comes back filled with NaN (or a
+    large negative integer, or True), so an output element a kernel never writes fails."""
+    empty, empty_like = torch.empty, torch.empty_like
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: _poisoned(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: _poisoned(empty_like(*a, **k)))
+    yield

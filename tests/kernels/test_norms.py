@@ -1,0 +1,50 @@
+"""The RMS norm kernels (zero-centred, gated, and the GDN branch-mix epilogue) against the PyTorch
+reference, on row sizes that are not powers of two."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from clover_agent.kernels import norms
+from clover_agent.kernels.norms import reference
+from tests.kernels.helpers import DEVICE, requires_triton
+
+pytestmark = requires_triton
+
+
+def rand(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+
+
+@pytest.mark.parametrize("shape", [(7, 3, 20), (1, 100), (5, 2048)])
+def test_rms_norm_matches_reference(shape: tuple[int, ...], poisoned_allocations: None) -> None:
+    x, w = rand(*shape, seed=1), rand(shape[-1], seed=2)
+    torch.testing.assert_close(
+        norms.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_rms_norm_strided_rows(poisoned_allocations: None) -> None:
+    """Per-head q norm on a view of a projection (rows not contiguous)."""
+    x, w = rand(6, 4, 2 * 24, seed=3)[..., :24], rand(24, seed=4)
+    torch.testing.assert_close(
+        norms.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_gated_rms_norm_matches_reference(poisoned_allocations: None) -> None:
+    x, gate, w = rand(9, 3, 36, seed=5), rand(9, 3, 36, seed=6), rand(36, seed=7)
+    got = norms.gated_rms_norm(x, gate, w, 1e-6)
+    torch.testing.assert_close(got, reference.gated_rms_norm(x, gate, w, 1e-6), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mix", [True, False])
+def test_gdn_output_matches_reference(mix: bool, poisoned_allocations: None) -> None:
+    forward, backward, z = rand(11, 5, 24, seed=8), rand(11, 5, 24, seed=9), rand(11, 5, 24, seed=10).half()
+    w, logits = rand(24, seed=11), rand(5, 2, seed=12)
+    extra = (backward, logits) if mix else ()
+    got = norms.gdn_output(forward, z, w, 1e-6, *extra)
+    want = reference.gdn_output(forward, z.float(), w, 1e-6, *extra)
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)

@@ -1,0 +1,128 @@
+"""What goes wrong is said in the transcript, and the app stays usable: a denied call, a sandbox
+that cannot start, a backend that cannot start; and copying text, switching the theme."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_agent.backends.replay import ReplayBackend
+from clover_agent.events import ApprovalDecided, Done, ToolCallFinished
+from clover_agent.sandboxes import SandboxSpec
+from clover_agent.tui.app import CloverApp
+from clover_agent.tui.screens.approval import ApprovalScreen
+from clover_agent.tui.screens.help import HelpScreen
+from clover_agent.tui.session import SessionOptions
+from clover_agent.tui.widgets.notice import NoticeLine
+from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay
+
+
+def _notices(app: CloverApp) -> str:
+    return "\n".join(n.text for n in app.query(NoticeLine))
+
+
+@pytest.mark.slow
+async def test_a_denied_call_is_reported_to_the_model(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "r.jsonl",
+        [
+            turn("", call("shell", command="rm -rf /workspace/tests")),
+            turn("", call("finish", summary="left them")),
+        ],
+    )
+    app = make_app(repo, replay, policy="ask")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "clean up")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the approval")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the end")
+        decided = next(e for e in app.events if isinstance(e, ApprovalDecided))
+        assert (decided.approved, decided.decided_by) == (False, "user")
+        result = next(e for e in app.events if isinstance(e, ToolCallFinished))
+        assert result.is_error and "was not allowed" in result.output
+        assert "denied by user" in str(app.transcript.cards[0]._status.render())
+        assert app.session.run(app.session.diff()).result(timeout=60) == ""  # nothing was removed
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.docker
+async def test_a_sandbox_that_cannot_start(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="never"))])
+    options = SessionOptions(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        sandbox_kind="docker",
+        spec=SandboxSpec(repo=str(repo), image="clover-agent-no-such-image:never"),
+    )
+    app = CloverApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "failed", "the failed start")
+        assert "The docker sandbox did not start" in _notices(app)
+        await send(pilot, "anything")
+        await wait_for(pilot, lambda: "the session cannot work" in _notices(app), "the refusal")
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_backend_that_cannot_start(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    app = make_app(repo, tmp_path / "missing.jsonl")  # the replay file is not there
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: "The model backend cannot start" in _notices(app), "the report")
+        assert "missing.jsonl" in _notices(app)
+        await send(pilot, "anything")
+        await wait_for(pilot, lambda: "the session cannot work" in _notices(app), "the refusal")
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_copy_the_selection_and_switch_the_theme(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    app = make_app(repo, write_replay(tmp_path / "r.jsonl", []))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.prompt.load_text("some words to copy")
+        app.prompt.select_all()
+        await pilot.press("ctrl+c")  # with a selection: copy, not quit
+        assert app.clipboard == "some words to copy" and app.is_running
+        assert app.current_theme.dark
+        await pilot.press("f2")
+        assert not app.current_theme.dark
+        await pilot.press("f2")
+        assert app.current_theme.dark
+        app.prompt.load_text("")
+        await pilot.press("ctrl+c")  # nothing selected: quit
+        await wait_for(pilot, lambda: not app.is_running, "the app to quit")
+
+
+@pytest.mark.slow
+async def test_the_app_answers_while_the_sandbox_starts(tmp_path: Path) -> None:
+    """A set-up command holds the sandbox's start; meanwhile the app takes keys and a request,
+    which runs once the sandbox is ready."""
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "go"
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran after the start"))])
+    setup = f"while [ ! -e {gate} ]; do sleep 0.1; done"  # the test decides when the start ends
+    options = SessionOptions(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        sandbox_kind="local",
+        spec=SandboxSpec(repo=str(repo), setup_commands=[setup]),
+    )
+    app = CloverApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "starting", "the start")
+        await send(pilot, "do it")
+        await wait_for(pilot, lambda: "Waiting for the sandbox to start…" in _notices(app), "the wait notice")
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)  # the UI answers while the sandbox starts
+        await pilot.press("escape")
+        assert app.status_bar.sandbox == "starting" and not any(isinstance(e, Done) for e in app.events)
+        gate.touch()
+        await wait_for(
+            pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request after the start"
+        )
+        assert "ran after the start" in _notices(app)
+        await pilot.press("ctrl+q")

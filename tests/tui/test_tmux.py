@@ -1,0 +1,144 @@
+"""The TUI in a real terminal: tmux at 100x30 and 80x24 runs ``clover-agent tui`` from a shell;
+a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c or
+ctrl+q quits, leaving the shell as it was (same terminal settings, commands run)."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.tui.helpers import FIX_ADD, calculator_repo, call, turn, write_replay
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+]
+CLI = Path(sys.executable).with_name("clover-agent")
+
+
+class Tmux:
+    """One tmux server of its own (``-L``) with one window running bash."""
+
+    def __init__(self, width: int, height: int, cwd: Path) -> None:
+        self.socket = f"clover-tui-{uuid.uuid4().hex[:8]}"
+        self.run(
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "-c",
+            str(cwd),
+            "env PS1='$ ' TERM=xterm-256color bash --norc --noprofile",
+        )
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    def type(self, text: str) -> None:
+        self.run("send-keys", "-t", "t", "-l", text)
+
+    def key(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "t", *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "t")
+
+    def wait(self, *texts: str, deadline_s: float = 120.0) -> str:
+        end = time.monotonic() + deadline_s
+        while True:
+            shown = self.screen()
+            if all(t in shown for t in texts):
+                return shown
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {texts!r}; the screen:\n{shown}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False, capture_output=True)
+
+
+@pytest.mark.parametrize(("size", "quit_key"), [((100, 30), "C-c"), ((80, 24), "C-q")])
+def test_in_a_real_terminal(tmp_path: Path, size: tuple[int, int], quit_key: str) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "fix.jsonl",
+        [
+            turn("Reading the code.", call("editor", command="view", path="/workspace/calculator.py")),
+            turn("Fixing add.", FIX_ADD),
+            turn("", call("finish", summary="add returns a + b now")),
+        ],
+    )
+    tmux = Tmux(*size, cwd=repo)
+    try:
+        tmux.type("stty -g > ../before.txt; clear")
+        tmux.key("Enter")
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+
+        tmux.type("fix the add function")
+        tmux.key("Enter")
+        shown = tmux.wait("add returns a + b now")
+        assert "▸ editor" in shown  # the tool cards
+        assert "✓ done" in shown
+
+        tmux.key(quit_key)
+        tmux.wait("EXIT=0", deadline_s=60)
+        tmux.type("stty -g > ../after.txt; cmp ../before.txt ../after.txt && echo SAME-$((6 * 7))")
+        tmux.key("Enter")
+        tmux.wait("SAME-42", deadline_s=30)  # the shell reads commands again, terminal settings restored
+        assert "return a - b" in (repo / "calculator.py").read_text()  # nothing applied without /apply
+    finally:
+        tmux.close()
+
+
+def test_hostile_output_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """Escape sequences and markup written by the model and by a command are shown, not obeyed."""
+    repo = calculator_repo(tmp_path)
+    evil = "\x1b[2J\x1b[H\x1b[31m"
+    replay = write_replay(
+        tmp_path / "hostile.jsonl",
+        [
+            turn(
+                f"[bold red]markup[/] {evil}text [/]",
+                call("shell", command="printf '\\033[2J\\033[HEVIL [/] [b]x\\n'"),
+            ),
+            turn("", call("finish", summary=f"[/] done {evil}")),
+        ],
+    )
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+        tmux.type("[/] hostile [b request")
+        tmux.key("Enter")
+        shown = tmux.wait("done ␛[2J")
+        # the screen was not cleared: the request and the cards above the result are all still there
+        for text in (
+            "[/] hostile [b request",
+            "[bold red]markup[/]",
+            "▸ shell",
+            "␛[2J␛[HEVIL [/] [b]x",
+            "replay:hostile",
+        ):
+            assert text in shown, text
+        tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

@@ -1,0 +1,137 @@
+"""/undo through the agent's checkpoints, and saved sessions resumed (by id and from the picker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_agent.backends.replay import ReplayBackend
+from clover_agent.events import Done
+from clover_agent.tui.app import CloverApp
+from clover_agent.tui.screens.picker import PickerScreen
+from clover_agent.tui.session import SessionOptions
+from clover_agent.tui.store import list_sessions, load_session
+from clover_agent.tui.widgets.tool_card import ToolCard
+from clover_agent.tui.widgets.user_message import UserMessage
+from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay
+
+DOC_SUBTRACT = call(
+    "editor",
+    command="str_replace",
+    path="/workspace/calculator.py",
+    old_str='    """Return a minus b."""',
+    new_str='    """Return a minus b (a - b)."""',
+)
+
+
+def _done(app: CloverApp, count: int) -> bool:
+    return sum(isinstance(e, Done) for e in app.events) >= count
+
+
+def _diff(app: CloverApp) -> str:
+    assert app.session is not None
+    return app.session.run(app.session.diff()).result(timeout=60)
+
+
+@pytest.mark.slow
+async def test_undo_to_an_earlier_request(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "two.jsonl",
+        [
+            turn("", FIX_ADD),
+            turn("", call("finish", summary="1")),
+            turn("", DOC_SUBTRACT),
+            turn("", call("finish", summary="2")),
+        ],
+    )
+    app = make_app(repo, replay)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "fix add")
+        await wait_for(pilot, lambda: _done(app, 1), "request 1")
+        await send(pilot, "document subtract")
+        await wait_for(pilot, lambda: _done(app, 2), "request 2")
+        assert "(a - b)" in _diff(app) and "return a + b" in _diff(app)
+
+        await send(pilot, "/undo 2")
+        await wait_for(pilot, lambda: "(a - b)" not in _diff(app), "the undo of request 2")
+        assert "return a + b" in _diff(app)  # request 1's change stays
+        messages = {m.turn: m for m in app.query(UserMessage)}
+        await wait_for(pilot, lambda: messages[2].has_class("-undone"), "request 2 marked undone")
+        assert not messages[1].has_class("-undone")
+        note = app.session.driver.conversation[-1]
+        assert note["role"] == "user" and "undid the changes made since my request 2" in note["content"]
+
+        await send(pilot, "/undo")  # no number: pick from the requests that can still be undone
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the undo picker")
+        assert [key for key, _ in app.screen.entries] == ["1"]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: _diff(app) == "", "the undo of request 1")
+        assert "return a - b" in (repo / "calculator.py").read_text()  # the working tree never changed
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_saved_session_resumes_with_its_transcript_workspace_and_conversation(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    first = make_app(
+        repo,
+        write_replay(
+            tmp_path / "a.jsonl", [turn("Fixing.", FIX_ADD), turn("", call("finish", summary="fixed add"))]
+        ),
+    )
+    async with first.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "fix add")
+        await wait_for(pilot, lambda: _done(first, 1), "the first session's request")
+        session_id = first.session.session_id
+        await pilot.press("ctrl+q")
+
+    saved = list_sessions(repo)
+    assert [(s.session_id, s.title, s.requests) for s in saved] == [(session_id, "fix add", 1)]
+    second = make_app(
+        repo,
+        write_replay(
+            tmp_path / "b.jsonl", [turn("", DOC_SUBTRACT), turn("", call("finish", summary="documented"))]
+        ),
+        resume=load_session(repo, session_id),
+    )
+    async with second.run_test(size=(100, 30)) as pilot:
+        # the transcript is redrawn from the saved events
+        assert [m.text for m in second.query(UserMessage)] == ["fix add"]
+        assert [c.tool for c in second.query(ToolCard)] == ["editor", "finish"]
+        await wait_for(pilot, lambda: second.session.driver is not None, "the resumed sandbox")
+        assert "return a + b" in _diff(second)  # the saved change is in the fresh sandbox
+
+        await send(pilot, "now document subtract")
+        await wait_for(pilot, lambda: _done(second, 2), "the resumed session's request")  # 1 redrawn + 1 new
+        conversation = second.session.driver.conversation
+        users = [m["content"] for m in conversation if m["role"] == "user"]
+        assert users == ["fix add", "now document subtract"]
+        diff = _diff(second)
+        assert "return a + b" in diff and "(a - b)" in diff
+        assert second.session.session_id == session_id
+        await pilot.press("ctrl+q")
+    assert list_sessions(repo)[0].requests == 2
+
+
+@pytest.mark.slow
+async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    first = make_app(
+        repo, write_replay(tmp_path / "a.jsonl", [turn("", call("finish", summary="nothing to do"))])
+    )
+    async with first.run_test() as pilot:
+        await send(pilot, "[/] hello [b")  # a title that is not valid markup
+        await wait_for(pilot, lambda: _done(first, 1), "the first session")
+        await pilot.press("ctrl+q")
+    replay = write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="again"))])
+    options = SessionOptions(repo=repo, make_backend=lambda: ReplayBackend(replay), sandbox_kind="local")
+    app = CloverApp(options, pick_from=list_sessions(repo))
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the picker")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session is not None, "the resumed session")
+        assert app.session.session_id == first.session.session_id
+        assert [m.text for m in app.query(UserMessage)] == ["[/] hello [b"]
+        await pilot.press("ctrl+q")
