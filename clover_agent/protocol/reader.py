@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 
@@ -75,8 +75,7 @@ def _problem(
     return f"invalid arguments for `{name}`" + (f" at `{where}`" if where else "") + f": {error.message}"
 
 
-@dataclass
-class _Call:
+class _Call(NamedTuple):
     name: str
     arguments: dict[str, Any]
     problem: str | None  # a value its schema could not hold without loss

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # One alternative per tag; the empty group at the end of each names its kind (``match.lastgroup``).
 # Names are at most 256 characters and hold no "<", ">" or newline, so no match looks far ahead.
@@ -49,16 +48,16 @@ _NAME = re.compile(r"[\w.:\-]+")
 _OPENERS = frozenset({"tc_open", "fn_open", "fn_bad"})
 
 
-@dataclass(frozen=True)
-class ScannedCall:
+# The scanner's results are tuples of strings: a reply of many thousands of calls then leaves little
+# for the garbage collector to walk, which kept its cost from growing faster than the reply.
+class ScannedCall(NamedTuple):
     """A call as written: the tool's name and its ``(parameter, raw value)`` pairs, in order."""
 
     name: str
-    arguments: list[tuple[str, str]]
+    arguments: tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class BrokenBlock:
+class BrokenBlock(NamedTuple):
     """A block that tried to be a call and could not be read. ``in_content``: the text stays in the
     content (it may be prose about the format), else it is taken out."""
 
@@ -76,8 +75,7 @@ def scan(text: str, parameters: Mapping[str, Mapping[str, Any] | None]) -> list[
     return _Scanner(text, parameters).scan()
 
 
-@dataclass
-class _ValueEnd:
+class _ValueEnd(NamedTuple):
     """Where a value ended (``value_end`` None: it never did) and what comes after it: the next
     parameter's opening tag, or the end of the call (``call_end``), or neither (the call is cut off)."""
 
@@ -110,6 +108,13 @@ class _Tokens:
 def _parameter_name(tag: re.Match[str]) -> str:
     """The name of a ``<parameter=NAME>`` tag ("" for any other tag)."""
     return tag.group("p_name").strip() if tag.lastgroup == "p_open" else ""
+
+
+def _is_next(tag: re.Match[str], known: set[str] | None, given: set[str]) -> bool:
+    """Whether ``tag`` opens the next parameter of a call: one of the tool's (any name when they are
+    unknown) not given yet."""
+    name = _parameter_name(tag)
+    return bool(name) and name not in given and (known is None or name in known)
 
 
 def _is_call_header(tag: re.Match[str]) -> bool:
@@ -224,7 +229,7 @@ class _Scanner:
         first = self._next_after_blank(header.end())
         if first is not None and first.lastgroup == "fn_close":
             self.tags.take()
-            return start, ScannedCall(name, []), self._after_close(first.end())[0]
+            return start, ScannedCall(name, ()), self._after_close(first.end())[0]
         if first is None or not _parameter_name(first):
             end, _, closed = self._skip_block()
             problem = (
@@ -243,7 +248,7 @@ class _Scanner:
             if ended.value_end is not None:
                 arguments.append((parameter, self._framed(opener.end(), ended.value_end)))
             if ended.call_end is not None:
-                return start, ScannedCall(name, arguments), ended.call_end
+                return start, ScannedCall(name, tuple(arguments)), ended.call_end
             opener = ended.next_parameter
         if not wrapped:
             return None
@@ -264,11 +269,6 @@ class _Scanner:
         text, tags = self.text, self.tags
         quoted = 0  # quoted calls open in the value
         last_close: tuple[int, int] | None = None  # (value end, call end) of the last close passed over
-
-        def is_next(tag: re.Match[str]) -> bool:
-            name = _parameter_name(tag)
-            return bool(name) and name not in given and (known is None or name in known)
-
         while (tag := tags.take()) is not None:
             kind = tag.lastgroup
             if kind == "fn_open":
@@ -276,7 +276,7 @@ class _Scanner:
                 continue
             if kind == "p_open":
                 at_line_start = tag.start() == value_start or text[tag.start() - 1] == "\n"
-                if not quoted and at_line_start and is_next(tag):
+                if not quoted and at_line_start and _is_next(tag, known, given):
                     return _ValueEnd(tag.start(), next_parameter=tag)
                 continue
             if kind == "p_close":
@@ -285,7 +285,7 @@ class _Scanner:
                     if not quoted and tags.peek() is None and self._blank(tag.end(), len(text)):
                         return _ValueEnd(tag.start())  # `</parameter>` and nothing after: cut off
                     continue
-                if not quoted and is_next(following):
+                if not quoted and _is_next(following, known, given):
                     tags.take()
                     return _ValueEnd(tag.start(), next_parameter=following)
                 if following.lastgroup != "fn_close":
