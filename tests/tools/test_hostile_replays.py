@@ -20,6 +20,7 @@ from clover_agent.events import Done, EventBus, ToolCallFinished
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec, create_sandbox
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo
+from tests.sandboxes.conftest import tree_snapshot
 
 KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 FINISH = call("finish", summary="done")
@@ -28,8 +29,9 @@ FINISH = call("finish", summary="done")
 async def replay(
     kind: str, repo: Path, tmp_path: Path, turns: list[str], *, spec: SandboxSpec | None = None, **options
 ):
-    """Run ``turns`` to the end; returns (result, finished tool calls, the workspace's final files
-    as {path: bytes} for ``keep``)."""
+    """Run ``turns`` to the end; returns (result, finished tool calls, the workspace's victim.py at
+    the end). The user's tree is checked to be untouched."""
+    before = tree_snapshot(repo)
     trajectory = tmp_path / f"run-{time.monotonic_ns()}" / "trajectory.jsonl"
     bus = EventBus()
     writer = TrajectoryWriter(trajectory)
@@ -44,6 +46,7 @@ async def replay(
     assert isinstance(events[-1], Done) and events[-1].exit_code == result.exit_code
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
     assert result.submitted and result.exit_code == ExitCode.OK, result.message
+    assert tree_snapshot(repo) == before
     return result, finished, victim
 
 
