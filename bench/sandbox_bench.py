@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import os
 import platform
 import statistics
 import subprocess
@@ -92,9 +93,16 @@ def machine_facts() -> list[str]:
     )
     nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
     version = docker.from_env().version()
+    commit = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     return [
-        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- nproc: {nproc}; CPU: {cpu}",
+        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit or 'unknown'}",
+        f"- nproc: {nproc}; CPU: {cpu}; load average at start: {load} (a shared machine: compare rows "
+        "of one run, not runs)",
         f"- Docker engine {version.get('Version')} (API {version.get('ApiVersion')}), kernel {platform.release()}",
     ]
 

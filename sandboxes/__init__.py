@@ -9,28 +9,40 @@ from typing import Literal
 
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes.base import (
+    MAX_READ_BYTES,
     WORKSPACE,
     ExecResult,
     FileEntry,
+    FileTooLargeError,
+    LineRange,
+    Listing,
     Sandbox,
+    SandboxArgumentError,
     SandboxError,
     SandboxLimits,
     SandboxSpec,
+    SpecialFileError,
 )
 
 SandboxKind = Literal["docker", "local"]
 SANDBOX_KINDS: tuple[str, ...] = ("docker", "local")
 
 __all__ = [
+    "MAX_READ_BYTES",
     "SANDBOX_KINDS",
     "WORKSPACE",
     "ExecResult",
     "FileEntry",
+    "FileTooLargeError",
+    "LineRange",
+    "Listing",
     "Sandbox",
+    "SandboxArgumentError",
     "SandboxError",
     "SandboxKind",
     "SandboxLimits",
     "SandboxSpec",
+    "SpecialFileError",
     "create_sandbox",
 ]
 

@@ -8,6 +8,7 @@ are paths in the sandbox's namespace (``/workspace/src/x.py``), never host paths
 from __future__ import annotations
 
 import abc
+import errno
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -26,6 +27,34 @@ class SandboxError(CloverError):
     exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
 
+class SandboxArgumentError(ValueError):
+    """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
+    environment variable's name): refused before anything ran; the sandbox stays usable and the
+    message says what to change."""
+
+
+class SpecialFileError(OSError):
+    """The path (or the file a symlink points to) is a FIFO, socket or device: file operations never
+    open those, since reading one can block forever or never end. ``kind`` names it ("FIFO", ...)."""
+
+    def __init__(self, kind: str, path: object) -> None:
+        super().__init__(errno.EINVAL, f"it is a {kind}, not a regular file", path)
+        self.kind = kind
+
+
+class FileTooLargeError(OSError):
+    """A read refused before any content moved: the file has ``size`` bytes, over ``limit``."""
+
+    def __init__(self, size: int, limit: int, path: object) -> None:
+        super().__init__(errno.EFBIG, f"the file is {size:,} bytes, over the {limit:,}-byte limit", path)
+        self.size = size
+        self.limit = limit
+
+
+#: The most a single ``read_file`` returns (reads of larger files are refused before anything moves).
+MAX_READ_BYTES = 64 * 1024 * 1024
+
+
 @dataclass
 class ExecResult:
     """Outcome of one command. ``output`` is stdout and stderr interleaved as produced."""
@@ -37,6 +66,7 @@ class ExecResult:
     oom_killed: bool = False
     killed_reason: str | None = None  # e.g. "timeout after 3.0 s", "out of memory", "pid limit"
     pid_limit_hit: bool = False  # some fork failed because the sandbox's process limit was reached
+    disk_full: str | None = None  # set when the workspace or /tmp ran out of space: usage in words
 
 
 @dataclass
@@ -45,6 +75,34 @@ class FileEntry:
     is_dir: bool
     size: int = 0
     is_symlink: bool = False
+    special: str | None = None  # "FIFO", "socket", "character device", "block device"; None otherwise
+
+
+@dataclass
+class Listing:
+    """What :meth:`Sandbox.list_entries` found: at most the entries asked for, and how many there
+    are in all (``complete`` False when the count stopped early, at a million)."""
+
+    entries: list[FileEntry]
+    total: int
+    complete: bool = True
+
+    @property
+    def left_out(self) -> int:
+        return self.total - len(self.entries)
+
+
+@dataclass
+class LineRange:
+    """Lines ``first..last`` (1-based) of a file, as read by :meth:`Sandbox.read_lines`."""
+
+    data: bytes  # the lines' bytes, line breaks included
+    first: int
+    last: int  # the last line in ``data`` (``first - 1`` when none)
+    total_lines: int | None  # None when the file was too long to count to its end
+    size: int  # the file's size in bytes
+    binary: bool  # a NUL byte in the file's first 8 KiB
+    truncated: bool  # ``data`` stopped before ``last`` because of the byte limit
 
 
 @dataclass
@@ -52,6 +110,9 @@ class SandboxLimits:
     cpus: float = 2.0
     memory_bytes: int = 4 * 1024**3
     pids: int = 512
+    #: Space for /workspace. Docker: a size-limited tmpfs (held in RAM, counted in ``memory_bytes``);
+    #: local: only the copy's size is checked and each file is capped (see sandboxes/README.md).
+    disk_bytes: int = 2 * 1024**3
 
 
 @dataclass
@@ -95,7 +156,15 @@ class Sandbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def read_file(self, path: str) -> bytes: ...
+    async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        """The file's bytes. Raises :class:`FileTooLargeError` (before reading) when it is over
+        ``max_bytes`` (at most :data:`MAX_READ_BYTES`), :class:`SpecialFileError` for a FIFO, socket
+        or device (never opened), and the usual ``OSError`` subclasses."""
+
+    @abc.abstractmethod
+    async def read_lines(self, path: str, first: int, last: int, *, max_bytes: int) -> LineRange:
+        """Lines ``first..last`` (1-based, ``last`` -1 = to the end) of a file of any size, read in
+        the sandbox so only those lines (at most ``max_bytes`` of them) move."""
 
     @abc.abstractmethod
     async def write_file(self, path: str, data: bytes) -> None:
@@ -103,8 +172,15 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
-        """Entries below ``path`` down to ``max_depth`` levels, sorted by path. ``.git`` and
-        symlinked folders are listed but not entered."""
+        """Entries below ``path`` down to ``max_depth`` levels, sorted by path (at most 100,000).
+        ``.git`` and symlinked folders are listed but not entered."""
+
+    @abc.abstractmethod
+    async def list_entries(
+        self, path: str, max_depth: int, *, max_entries: int, skip_hidden: bool = False
+    ) -> Listing:
+        """Like :meth:`list_files`, but at most ``max_entries`` entries move, with the total;
+        ``skip_hidden`` leaves out (and does not enter) names starting with ``.``."""
 
     @abc.abstractmethod
     async def stat(self, path: str) -> FileEntry | None:

@@ -3,7 +3,9 @@
 One container per task, started from a locally built image (``clover-agent sandbox build``):
 
 - the repository is copied in (``put_archive`` of the workspace files into an anonymous volume at
-  ``/workspace``); the user's tree is never mounted;
+  ``/workspace``); the user's tree is never mounted. The volume is a size-limited tmpfs
+  (``SandboxLimits.disk_bytes``), the one disk limit a plain dockerd with overlay2 enforces (see
+  sandboxes/README.md): its files live in RAM and count toward the memory limit;
 - uid/gid 1000, all capabilities dropped, ``no-new-privileges``, read-only root file system with a
   tmpfs ``/tmp``, ``--network none`` (unless the spec asks otherwise), CPU, memory (no swap) and
   process limits, and an init process that reaps orphans;
@@ -32,8 +34,14 @@ from clover_agent.errors import SandboxUnavailable
 from clover_agent.sandboxes import cleanup
 from clover_agent.sandboxes.base import WORKSPACE, SandboxSpec
 from clover_agent.sandboxes.config import effective_spec
-from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
-from clover_agent.sandboxes.workspace import write_workspace_tar
+from clover_agent.sandboxes.session import BOOTSTRAP, WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.workspace import (
+    SparseFile,
+    WorkspacePlan,
+    plan_workspace,
+    read_segment,
+    write_workspace_tar,
+)
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
 if TYPE_CHECKING:
@@ -143,6 +151,7 @@ class DockerSandbox(SessionSandbox):
         self._runner: RunnerSession | None = None  # connected; becomes ``_session`` once ready
         self._cleanup_token: int | None = None
         self._closing = False
+        self._sparse: list[SparseFile] = []  # copied in empty; their data goes in once the runner runs
 
     async def start(self) -> None:
         spec = effective_spec(self.spec)
@@ -156,9 +165,16 @@ class DockerSandbox(SessionSandbox):
             # Registered here, on the event loop's thread (normally the main thread, where signal
             # handlers can be installed), before the container exists.
             self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
+            plan = await asyncio.to_thread(plan_workspace, spec.repo)
+            plan.check_size(spec.limits.disk_bytes)
             try:
-                await asyncio.to_thread(self._create_and_attach, spec)
+                await asyncio.to_thread(self._create_and_attach, spec, plan)
             except DockerException as exc:
+                if "no space left on device" in str(exc).lower():
+                    raise SandboxUnavailable(
+                        f"the repository does not fit in the sandbox's disk limit of "
+                        f"{spec.limits.disk_bytes / 2**30:.2f} GiB; raise SandboxLimits.disk_bytes"
+                    ) from None
                 raise SandboxUnavailable(
                     f"could not start a sandbox container from {spec.image}: {_short(exc)}. The image "
                     f"needs python3 and bash; build it with `clover-agent sandbox build` or FROM "
@@ -167,20 +183,37 @@ class DockerSandbox(SessionSandbox):
             assert self._runner is not None
             await asyncio.to_thread(self._runner.start)
             self._session = self._runner
+            await self._fill_sparse_files()
             await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
             if spec.setup_commands and spec.setup_network and not spec.network:
                 await asyncio.to_thread(self._disconnect_all_networks)
-            await self._record_baseline()
+            await self._record_baseline(plan.keep_out)
         except BaseException:
             await self.close()
             raise
 
-    def _create_and_attach(self, spec: SandboxSpec) -> None:
+    def _create_and_attach(self, spec: SandboxSpec, plan: WorkspacePlan) -> None:
         assert self._client is not None
         api = self._client.api
         limits = spec.limits
         networked = spec.network or (spec.setup_network and bool(spec.setup_commands))
+        from docker.types import DriverConfig, Mount
+
+        workspace = Mount(
+            target=WORKSPACE,
+            source=None,  # an anonymous volume: removed with the container
+            type="volume",
+            driver_config=DriverConfig(
+                "local",
+                {
+                    "type": "tmpfs",
+                    "device": "tmpfs",
+                    "o": f"size={limits.disk_bytes},uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755,nosuid,nodev",
+                },
+            ),
+        )
         host_config = api.create_host_config(
+            mounts=[workspace],
             network_mode="bridge" if networked else "none",
             read_only=True,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMP_SIZE}"},
@@ -199,7 +232,6 @@ class DockerSandbox(SessionSandbox):
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
             working_dir=WORKSPACE,
             environment=env,
-            volumes=[WORKSPACE],
             stdin_open=True,
             tty=False,
             labels={
@@ -219,10 +251,21 @@ class DockerSandbox(SessionSandbox):
         self._runner = session
         # The workspace goes in before the runner is told to start, so its first command sees it.
         with tempfile.TemporaryFile() as archive:
-            write_workspace_tar(spec.repo, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
+            self._sparse = write_workspace_tar(plan, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
             archive.seek(0)
             api.start(self.container_id)
             api.put_archive(self.container_id, WORKSPACE, archive)
+
+    async def _fill_sparse_files(self) -> None:
+        """Write the data of the sparse files (copied in empty) at their offsets, holes left out."""
+        assert self._runner is not None
+        for sparse in self._sparse:
+            path = f"{WORKSPACE}/{sparse.rel}"
+            await self._runner.write_at(path, 0, b"", size=sparse.size, mode=sparse.mode)
+            for start, length in sparse.segments:
+                for offset, data in read_segment(sparse.path, start, length, WRITE_CHUNK_BYTES):
+                    await self._runner.write_at(path, offset, data, size=None, mode=sparse.mode)
+        self._sparse = []
 
     def _send(self, data: bytes) -> None:
         sock = self._socket

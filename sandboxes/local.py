@@ -12,6 +12,10 @@ shown as ``/workspace``. Commands get a private ``$TMPDIR`` beside the copy, rem
 what tools keep in temporary files (the shell session's state holds the exported variables) never
 stays behind in the machine's ``/tmp``. The
 network and set-up network settings of :class:`SandboxSpec` cannot be enforced here and are ignored.
+
+Disk: the copy's size is checked against ``SandboxLimits.disk_bytes`` before copying, and every
+file a command writes is capped at that size (``RLIMIT_FSIZE``: a bigger write fails with "File
+too large"), but nothing caps the total a command writes: the host's free space is the limit.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import logging
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,7 +36,7 @@ from clover_agent.sandboxes import cleanup
 from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec
 from clover_agent.sandboxes.config import effective_spec
 from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
-from clover_agent.sandboxes.workspace import copy_workspace
+from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,9 @@ class LocalSandbox(SessionSandbox):
         private_tmp.mkdir(mode=0o700)
         self.host_workspace = workspace
         try:
-            await asyncio.to_thread(copy_workspace, spec.repo, workspace)
+            plan = await asyncio.to_thread(plan_workspace, spec.repo)
+            plan.check_size(spec.limits.disk_bytes)
+            await asyncio.to_thread(copy_workspace, plan, workspace)
             env = {**os.environ, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", BOOTSTRAP, str(workspace)],
@@ -76,13 +83,14 @@ class LocalSandbox(SessionSandbox):
                 env=env,
                 start_new_session=True,  # Ctrl-C in the terminal reaches the agent, not the runner
             )
+            _cap_file_size(self._proc.pid, spec.limits.disk_bytes)
             session = RunnerSession(self._send)
             for stream, sink in ((self._proc.stdout, session.feed), (self._proc.stderr, session.feed_stderr)):
                 threading.Thread(target=_pump, args=(stream, sink, session), daemon=True).start()
             await asyncio.to_thread(session.start)
             self._session = session
             await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
-            await self._record_baseline()
+            await self._record_baseline(plan.keep_out)
         except BaseException:
             await self.close()
             raise
@@ -130,6 +138,15 @@ class LocalSandbox(SessionSandbox):
         folder, self._folder = self._folder, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cap_file_size(pid: int, limit: int) -> None:
+    """Cap every file the runner and its commands write at ``limit`` bytes (set before the runner
+    has read its source, so before any command; never raising a lower cap already in place)."""
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > cap:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (cap, hard))
 
 
 def _pump(stream, sink, session: RunnerSession) -> None:

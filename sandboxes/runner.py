@@ -6,9 +6,26 @@ standard-library only and never imports clover-agent: the host sends this file's
 first line of stdin to ``python3 -c BOOTSTRAP`` (see :mod:`clover_agent.sandboxes.session`), so any
 image with a Python 3 interpreter works and the code always matches the host's version.
 
-Protocol: request ``{"id": N, "op": OP, ...}``; response ``{"id": N, "ok": true, ...}`` or
-``{"id": N, "ok": false, "error": EXCEPTION_NAME, "errno": E, "message": TEXT}``. Ops: ``exec``,
-``read``, ``write``, ``list``, ``stat``, ``realpath``. File data travels base64-encoded.
+Protocol: the second stdin line is a hex key; then request ``{"id": N, "op": OP, ...}``; response
+``MAC {"id": N, "ok": true, ...}`` or ``MAC {"id": N, "ok": false, "error": NAME, "errno": E,
+"message": TEXT, ...}``, where MAC is the HMAC-SHA256 of the JSON text under the key. Ops: ``exec``,
+``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``. File data travels
+base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
+
+Hostile commands run beside the runner as the same user, so:
+
+- the runner makes itself non-dumpable (``PR_SET_DUMPABLE`` 0): its ``/proc/PID/fd`` and memory are
+  closed to them; the MAC key never appears on a command line. A process that writes into the
+  container's stdout through the init process's descriptors cannot forge an answer (the host drops
+  lines whose MAC is wrong); it can only garble or swallow lines, which the host's timeouts turn
+  into errors;
+- file operations never open a FIFO, socket or device (``stat`` first, then ``O_NONBLOCK`` and
+  ``fstat`` on what was opened; a symlink to one counts), so nothing blocks on them;
+- sizes are checked before content moves (``read`` refuses files over its limit, ``read_lines``
+  sends only the lines asked for, ``list`` stops at a number of entries, every response is capped);
+- a bad argument (a NUL byte, a lone surrogate) is an ``InvalidArgument`` answer, never a crash.
+
+Why one module over 400 lines: its source is sent to the sandbox as a single string.
 
 Paths in requests are sandbox paths: ``/workspace/...`` maps to the runner's workspace root
 (``sys.argv[1]``; the identity inside a container, the private copy for the local sandbox); other
@@ -18,6 +35,9 @@ absolute paths are used as they are; relative paths are relative to ``/workspace
 from __future__ import annotations
 
 import base64
+import errno
+import hashlib
+import hmac
 import json
 import os
 import posixpath
@@ -36,12 +56,38 @@ DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 #: After the command's main process ends, how long to keep reading output from processes that left
 #: its process group and still hold the pipe.
 DRAIN_GRACE_S = 1.0
+#: The most one ``read`` returns; the host's ``MAX_READ_BYTES`` (this file imports nothing of ours).
+MAX_READ_BYTES = 64 * 1024 * 1024
+#: ``list`` returns at most this many entries; it stops counting after :data:`MAX_WALK_ENTRIES`.
+MAX_LIST_ENTRIES = 100_000
+MAX_WALK_ENTRIES = 1_000_000
+#: ``read_lines`` stops counting a file's lines after this many bytes or seconds.
+MAX_SCAN_BYTES = 1 << 30
+MAX_SCAN_S = 20.0
+#: A response longer than this is replaced by an error (the largest real ones: a 64 MiB read,
+#: 86 MiB in base64; 16 MiB of output that is not UTF-8, at most 96 MiB escaped).
+MAX_RESPONSE_CHARS = 112 * 1024 * 1024
+SNIFF_BYTES = 8192
+#: What tools print when a write fails for lack of space (checked in a command's output).
+NO_SPACE_MESSAGES = (
+    b"No space left on device",
+    b"Disk quota exceeded",
+    b"File too large",
+    b"File size limit exceeded",
+)
+SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "FIFO (named pipe)"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
 
 #: Read once at start (``os.umask`` can only be read by setting it, which is not thread-safe).
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 _write_lock = threading.Lock()
+_key = b""  # the MAC key, read from stdin in main()
 _running_groups: set[int] = set()
 _groups_lock = threading.Lock()
 
@@ -61,6 +107,97 @@ def sandbox_path(real: str) -> str:
     if real == ROOT or real.startswith(ROOT.rstrip("/") + "/"):
         return WORKSPACE + real[len(ROOT) :]
     return real
+
+
+class Refused(Exception):
+    """A request refused with a named error and extra fields for the host (``size``, ``kind``)."""
+
+    def __init__(self, name: str, message: str, **fields: object) -> None:
+        super().__init__(message)
+        self.name = name
+        self.fields = fields
+
+
+def special_kind(mode: int) -> str | None:
+    """ "FIFO (named pipe)", "socket", ... for a special file's mode; None for files and folders."""
+    return next((kind for test, kind in SPECIAL_KINDS if test(mode)), None)
+
+
+def _refuse_special(st: os.stat_result, path: str) -> None:
+    kind = special_kind(st.st_mode)
+    if kind is not None:
+        raise Refused("SpecialFileError", f"{sandbox_path(path)} is a {kind}", kind=kind, errno=errno.EINVAL)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open a regular file for reading, or refuse: the target is stat'ed first (a symlink to a FIFO
+    counts), and opened non-blocking and checked again, so a FIFO swapped in between cannot block."""
+    _refuse_special(os.stat(path), path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        _refuse_special(st, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _too_large(size: int, limit: int) -> Refused:
+    return Refused(
+        "FileTooLargeError", f"the file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
+    )
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def space_note(said_no_space: bool) -> str | None:
+    """Usage of the workspace and temporary file systems, in words, when one is (nearly) full or a
+    command said it ran out of space; None otherwise."""
+    parts, full = [], False
+    for label, path in (("/workspace", ROOT), ("/tmp", tempfile.gettempdir())):
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        if total <= 0:
+            continue
+        nearly = free < max(1 << 20, min(total // 100, 64 << 20))
+        full = full or nearly
+        parts.append(
+            f"{label} {'is full: ' if nearly else 'has '}{_size_text(total - free)} of "
+            f"{_size_text(total)} used"
+        )
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if cap != resource.RLIM_INFINITY:
+            parts.append(f"each file may be at most {_size_text(cap)}")
+    except (ImportError, OSError):
+        pass
+    if not (full or said_no_space) or not parts:
+        return None
+    return "; ".join(parts)
+
+
+def _make_undumpable() -> bool:
+    """Close this process's /proc entries (fds, memory) to the commands, which run as the same
+    user; what they exec is dumpable again, so commands are unaffected."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        return False
 
 
 def _cgroup_files() -> tuple[str | None, str | None]:
@@ -129,6 +266,9 @@ class Capture:
                 del self.tail[:extra]
                 self.dropped += extra
 
+    def says(self, needles: tuple[bytes, ...]) -> bool:
+        return any(n in self.head or n in self.tail for n in needles)
+
     def text(self) -> str:
         middle = b"\n[... %d bytes of output omitted ...]\n" % self.dropped if self.dropped else b""
         return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", "replace")
@@ -144,7 +284,7 @@ def _kill_group(pgid: int) -> None:
 def op_exec(req: dict) -> dict:
     env = dict(os.environ)
     env.update(req.get("env") or {})
-    timeout = req.get("timeout")
+    timeout = req.get("timeout_s")
     capture = Capture(int(req.get("max_output") or DEFAULT_MAX_OUTPUT))
     oom_before = _counter(MEMORY_EVENTS, "oom_kill")
     pids_before = _counter(PIDS_EVENTS, "max")
@@ -168,6 +308,7 @@ def op_exec(req: dict) -> dict:
             "oom_killed": False,
             "pid_limit_hit": True,
             "killed_reason": "process limit reached: the command could not start",
+            "disk_full": None,
         }
     pgid = proc.pid
     with _groups_lock:
@@ -239,13 +380,18 @@ def op_exec(req: dict) -> dict:
     with _groups_lock:
         _running_groups.discard(pgid)
     duration = time.monotonic() - start
-    oom = returncode == -signal.SIGKILL and _counter(MEMORY_EVENTS, "oom_kill") > oom_before
+    # The main process, or any process it started (``git`` under a shell), killed out of memory.
+    oom = _counter(MEMORY_EVENTS, "oom_kill") > oom_before
     pid_limit = _counter(PIDS_EVENTS, "max") > pids_before
     reason = None
     if timed_out:
         reason = f"timeout after {timeout:g} s"
-    elif oom:
+    elif oom and returncode == -signal.SIGKILL:
         reason = "out of memory: killed at the sandbox's memory limit"
+    elif oom:
+        reason = "out of memory: a process it started was killed at the sandbox's memory limit"
+    elif returncode == -signal.SIGXFSZ:
+        reason = "killed by signal SIGXFSZ: a file grew past the sandbox's file size limit"
     elif returncode < 0:
         reason = f"killed by signal {signal.Signals(-returncode).name}"
     if pid_limit:
@@ -259,60 +405,165 @@ def op_exec(req: dict) -> dict:
         "oom_killed": oom,
         "pid_limit_hit": pid_limit,
         "killed_reason": reason,
+        "disk_full": space_note(capture.says(NO_SPACE_MESSAGES)),
     }
 
 
 def _entry(path: str, real: str) -> dict:
+    """``is_symlink`` is about ``real`` itself; ``is_dir``, ``size`` and ``special`` follow a link."""
     st = os.lstat(real)
     is_link = stat.S_ISLNK(st.st_mode)
-    is_dir = os.path.isdir(real)
-    return {"path": path, "is_dir": is_dir, "size": 0 if is_dir else st.st_size, "is_symlink": is_link}
+    if is_link:
+        try:
+            st = os.stat(real)
+        except OSError:  # a broken link (or a loop): it stands for nothing
+            return {"path": path, "is_dir": False, "size": 0, "is_symlink": True, "special": None}
+    is_dir = stat.S_ISDIR(st.st_mode)
+    return {
+        "path": path,
+        "is_dir": is_dir,
+        "size": 0 if is_dir else st.st_size,
+        "is_symlink": is_link,
+        "special": special_kind(st.st_mode),
+    }
 
 
 def op_list(req: dict) -> dict:
-    """Entries below ``path`` up to ``max_depth`` levels, sorted; ``.git`` and symlinked folders are
-    listed but not entered."""
+    """Entries below ``path`` up to ``max_depth`` levels, sorted, at most ``max_entries`` of them
+    (``total`` counts all, ``complete`` says whether the walk finished). ``.git`` and symlinked
+    folders are listed but not entered; with ``skip_hidden``, names starting with ``.`` are neither."""
     top = host_path(req["path"])
     if not os.path.isdir(top):
         os.listdir(top)  # raises the right error: FileNotFoundError / NotADirectoryError
     max_depth = int(req.get("max_depth", 2))
-    entries = []
+    limit = min(int(req.get("max_entries") or MAX_LIST_ENTRIES), MAX_LIST_ENTRIES)
+    skip_hidden = bool(req.get("skip_hidden"))
+    entries: list[dict] = []
+    total = 0
 
-    def walk(real: str, depth: int) -> None:
+    def walk(real: str, depth: int) -> bool:
+        nonlocal total
         for name in sorted(os.listdir(real)):
+            if skip_hidden and name.startswith("."):
+                continue
+            if total >= MAX_WALK_ENTRIES:
+                return False
             child = os.path.join(real, name)
             try:
                 e = _entry(sandbox_path(child), child)
             except OSError:
                 continue
-            entries.append(e)
+            total += 1
+            if len(entries) < limit:
+                entries.append(e)
             if e["is_dir"] and not e["is_symlink"] and name != ".git" and depth < max_depth:
                 try:
-                    walk(child, depth + 1)
+                    if not walk(child, depth + 1):
+                        return False
                 except OSError:
                     pass
+        return True
 
-    walk(top, 1)
-    return {"entries": entries}
+    complete = walk(top, 1)
+    return {"entries": entries, "total": total, "complete": complete}
 
 
 def op_read(req: dict) -> dict:
-    with open(host_path(req["path"]), "rb") as f:
-        return {"data": base64.b64encode(f.read()).decode()}
+    """The whole file, refused before reading when over ``max_bytes`` (at most MAX_READ_BYTES)."""
+    limit = min(int(req.get("max_bytes") or MAX_READ_BYTES), MAX_READ_BYTES)
+    fd, st = open_regular(host_path(req["path"]))
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > limit:
+            raise _too_large(st.st_size, limit)
+        data = f.read(limit + 1)  # files in /proc say 0 bytes; a file may grow while read
+    if len(data) > limit:
+        raise _too_large(max(st.st_size, len(data)), limit)
+    return {"data": base64.b64encode(data).decode()}
+
+
+def op_read_lines(req: dict) -> dict:
+    """Lines ``first..last`` (1-based; ``last`` -1 = to the end; lines end at ``\\n``), at most
+    ``max_bytes`` of them, and the file's line count (None past MAX_SCAN_BYTES / MAX_SCAN_S)."""
+    first, last = max(1, int(req["first"])), int(req["last"])
+    limit = min(int(req.get("max_bytes") or MAX_READ_BYTES), MAX_READ_BYTES)
+    fd, st = open_regular(host_path(req["path"]))
+    out = bytearray()
+    line, newlines, scanned = 1, 0, 0  # ``line``: the line the next byte belongs to
+    truncated, binary, ends_open, counted = False, False, False, True
+    deadline = time.monotonic() + MAX_SCAN_S
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            if scanned == 0:
+                binary = b"\0" in chunk[:SNIFF_BYTES]
+            scanned += len(chunk)
+            ends_open = not chunk.endswith(b"\n")
+            pos = 0
+            while pos < len(chunk):
+                wanted = not truncated and line >= first and (last == -1 or line <= last)
+                if not wanted:
+                    if line < first:  # skip whole lines up to ``first`` at C speed
+                        n = chunk.count(b"\n", pos)
+                        if line + n < first:
+                            line, newlines, pos = line + n, newlines + n, len(chunk)
+                            break
+                        while line < first:  # ``first`` starts in this chunk
+                            pos = chunk.find(b"\n", pos) + 1
+                            line, newlines = line + 1, newlines + 1
+                        continue
+                    else:  # past the range: only count
+                        n = chunk.count(b"\n", pos)
+                        line, newlines, pos = line + n, newlines + n, len(chunk)
+                        break
+                nl = chunk.find(b"\n", pos)
+                end = len(chunk) if nl < 0 else nl + 1
+                if wanted:
+                    piece = chunk[pos:end]
+                    room = limit - len(out)
+                    if len(piece) > room:
+                        out += piece[:room]
+                        truncated = True
+                    else:
+                        out += piece
+                pos = end
+                if nl >= 0:
+                    line += 1
+                    newlines += 1
+            if scanned >= MAX_SCAN_BYTES or time.monotonic() > deadline:
+                counted = False  # what is read so far is all there is to send
+                break
+    total = newlines + (1 if scanned and ends_open else 0)
+    got = out.count(b"\n") + (1 if out and not out.endswith(b"\n") else 0)
+    return {
+        "data": base64.b64encode(bytes(out)).decode(),
+        "first": first,
+        "last": first + got - 1,
+        "total_lines": total if counted else None,
+        "size": st.st_size,
+        "binary": binary,
+        "truncated": truncated,
+    }
 
 
 def op_write(req: dict) -> dict:
     """Replace the file atomically (a temporary file renamed over it), so a failed write (a full
     disk, bad data) leaves the old content whole. A symlink is written through to its target; an
-    existing file keeps its mode, a new one gets the usual ``0o666 & ~umask``."""
+    existing file keeps its mode, a new one gets the usual ``0o666 & ~umask``. A FIFO, socket or
+    device is refused."""
     data = base64.b64decode(req["data"])
     real = os.path.realpath(host_path(req["path"]))
     parent = os.path.dirname(real)
     os.makedirs(parent, exist_ok=True)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
+        st = os.stat(real)
     except FileNotFoundError:
         mode = 0o666 & ~_UMASK
+    else:
+        if special_kind(st.st_mode) is not None:
+            _refuse_special(st, real)
+        mode = stat.S_IMODE(st.st_mode)
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".clover-write-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -325,6 +576,28 @@ def op_write(req: dict) -> dict:
         except OSError:
             pass
         raise
+    return {}
+
+
+def op_write_at(req: dict) -> dict:
+    """Write ``data`` at ``offset`` of a regular file (created with ``mode`` if missing, never
+    through a symlink), after setting its length to ``size`` when given: how sparse files are
+    filled in without writing their holes."""
+    data = base64.b64decode(req["data"])
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(host_path(req["path"]), flags, int(req.get("mode") or 0o644))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _refuse_special(st, req["path"])
+        if req.get("size") is not None:
+            os.ftruncate(fd, int(req["size"]))
+        view, offset = memoryview(data), int(req.get("offset") or 0)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+    finally:
+        os.close(fd)
     return {}
 
 
@@ -343,7 +616,9 @@ def op_realpath(req: dict) -> dict:
 OPS = {
     "exec": op_exec,
     "read": op_read,
+    "read_lines": op_read_lines,
     "write": op_write,
+    "write_at": op_write_at,
     "list": op_list,
     "stat": op_stat,
     "realpath": op_realpath,
@@ -351,22 +626,40 @@ OPS = {
 
 
 def respond(message: dict) -> None:
-    line = json.dumps(message, separators=(",", ":")) + "\n"
+    """Send one answer line: its MAC, a space, the JSON text (ASCII), ``id`` first (the host finds
+    an answer behind bytes a command wrote into the stream by its ``MAC {"id":``)."""
+    message = {"id": message.get("id"), **message}
+    text = json.dumps(message, separators=(",", ":"))
+    if len(text) > MAX_RESPONSE_CHARS:
+        text = json.dumps(
+            {
+                "id": message.get("id"),
+                "ok": False,
+                "error": "ResponseTooLarge",
+                "message": f"the answer would be {len(text)} characters, over {MAX_RESPONSE_CHARS}",
+            }
+        )
+    data = text.encode("ascii")
+    mac = hmac.new(_key, data, hashlib.sha256).hexdigest().encode("ascii")
     with _write_lock:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        sys.stdout.buffer.write(mac + b" " + data + b"\n")
+        sys.stdout.buffer.flush()
 
 
 def handle(req: dict) -> None:
+    base = {"id": req.get("id"), "ok": False}
     try:
         result = OPS[req["op"]](req)
         result.update(id=req["id"], ok=True)
         respond(result)
+    except Refused as exc:
+        respond({**base, "error": exc.name, "message": str(exc), **exc.fields})
+    except ValueError as exc:  # a NUL byte, a lone surrogate, a bad name: the request, not the runner
+        respond({**base, "error": "InvalidArgument", "message": str(exc)})
     except Exception as exc:
         respond(
             {
-                "id": req.get("id"),
-                "ok": False,
+                **base,
                 "error": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
                 "message": str(exc),
@@ -375,18 +668,24 @@ def handle(req: dict) -> None:
 
 
 def main() -> None:
-    respond({"id": 0, "ok": True, "ready": True, "pid": os.getpid(), "root": ROOT})
+    global _key
+    _key = bytes.fromhex(sys.stdin.readline().strip())
+    undumpable = _make_undumpable()
+    respond({"id": 0, "ok": True, "ready": True, "pid": os.getpid(), "root": ROOT, "undumpable": undumpable})
     for line in sys.stdin:
         if not line.strip():
             continue
-        req = json.loads(line)
-        if req.get("op") == "exec":
-            try:
-                threading.Thread(target=handle, args=(req,), daemon=True).start()
-                continue
-            except RuntimeError:  # no thread left under the pid limit: run it here
-                pass
-        handle(req)
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("a request must be a JSON object")
+        except ValueError as exc:
+            respond({"id": None, "ok": False, "error": "InvalidArgument", "message": f"bad request: {exc}"})
+            continue
+        try:
+            threading.Thread(target=handle, args=(req,), daemon=True).start()
+        except RuntimeError:  # no thread left under the pid limit: run it here
+            handle(req)
     # The host went away (closed or killed): nothing started here may outlive it.
     with _groups_lock:
         for pgid in list(_running_groups):

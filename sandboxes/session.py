@@ -6,6 +6,15 @@ the backends only create the runner (a host subprocess or a container) and conne
 and matches responses by id, whatever carries the bytes: a local subprocess's pipes or a Docker
 attach socket. A reader thread turns incoming bytes into lines and hands each response to the event
 loop that is waiting for it, so many requests may be in flight at once.
+
+What the host checks, since the sandbox's side is untrusted:
+
+- every answer line carries an HMAC under a key sent at start; lines with a wrong one are dropped
+  (a command writing into the runner's output stream cannot forge results);
+- arguments that cannot cross into the sandbox (a NUL byte, a lone surrogate) are refused here with
+  :class:`SandboxArgumentError` before anything is sent;
+- every file operation has a timeout (:data:`FILE_OP_TIMEOUT_S`), and a command one past its own
+  (:data:`EXEC_GRACE_S`), so a lost or swallowed answer is an error, never a hang.
 """
 
 from __future__ import annotations
@@ -13,20 +22,47 @@ from __future__ import annotations
 import asyncio
 import base64
 import errno as errno_codes
+import hashlib
+import hmac
 import itertools
 import json
+import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from clover_agent.sandboxes.base import ExecResult, FileEntry, Sandbox, SandboxError
+from clover_agent.sandboxes.arguments import check_fields
+from clover_agent.sandboxes.base import (
+    MAX_READ_BYTES,
+    ExecResult,
+    FileEntry,
+    FileTooLargeError,
+    LineRange,
+    Listing,
+    Sandbox,
+    SandboxArgumentError,
+    SandboxError,
+    SpecialFileError,
+)
 from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, diff_script
 
 #: The runner's source, sent as the first stdin line to :data:`BOOTSTRAP`.
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
 #: ``python3 -c BOOTSTRAP WORKSPACE_ROOT`` starts a runner from the source on its first stdin line.
 BOOTSTRAP = "import sys,json;exec(compile(json.loads(sys.stdin.readline()),'clover-runner','exec'))"
+
+log = logging.getLogger(__name__)
+
+#: Seconds a file operation may take before it fails with ``TimeoutError``.
+FILE_OP_TIMEOUT_S = 60.0
+#: Seconds past a command's own timeout before the host stops waiting for its answer.
+EXEC_GRACE_S = 60.0
+#: Longer than any answer (the runner caps them at 112 Mi characters): the host's buffer limit.
+MAX_LINE_BYTES = 128 * 1024 * 1024
+#: How many bytes of a sparse file's data one ``write_at`` request carries.
+WRITE_CHUNK_BYTES = 8 * 1024 * 1024
 
 _ERRORS: dict[str, type[OSError]] = {
     "FileNotFoundError": FileNotFoundError,
@@ -56,19 +92,63 @@ class RunnerSession:
         self._buffer = bytearray()
         self._lost: str | None = None
         self._ready = threading.Event()
+        self._key = secrets.token_bytes(32)
+        self.dropped_lines = 0  # answer lines with a wrong MAC (forged or garbled)
         self.stderr_tail = bytearray()  # what the runner wrote to stderr, for error messages
 
     # --- transport side (reader thread) ---------------------------------------------------------
     def feed(self, data: bytes) -> None:
+        scan_from = len(self._buffer)  # bytes before this were already searched for a newline
         self._buffer += data
         while True:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", scan_from)
             if end < 0:
+                if len(self._buffer) > MAX_LINE_BYTES:  # no answer is this long: a flood
+                    del self._buffer[:-MAX_LINE_BYTES]  # an answer would be at its end: keep that
                 return
-            line = bytes(self._buffer[:end])
+            line = self._buffer[:end]
             del self._buffer[: end + 1]
+            scan_from = 0
             if line.strip():
-                self._dispatch(json.loads(line))
+                message = self._verify(line)
+                if message is not None:
+                    self._dispatch(message)
+
+    def _verify(self, line: bytearray) -> dict | None:
+        """The answer in ``line`` if its MAC is right; None (logged) for anything else, such as a
+        line written into the runner's stream by a process in the sandbox. Bytes written ahead of
+        an answer (with no line break of their own) are cut off: the answer is at the line's end."""
+        message = self._checked(line)
+        if message is not None:
+            return message
+        self._note_dropped()
+        end = len(line)
+        for _ in range(64):  # candidates from the end, each ``MAC {"id":...``; only a real one verifies
+            end = line.rfind(b' {"id":', 0, end)
+            if end < 64:
+                return None
+            message = self._checked(line[end - 64 :])
+            if message is not None:
+                return message
+        return None
+
+    def _checked(self, line: bytearray) -> dict | None:
+        sep = line.find(b" ")
+        if sep < 0:
+            return None
+        expected = hmac.new(self._key, memoryview(line)[sep + 1 :], hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(bytes(line[:sep]), expected.encode("ascii")):
+            return None
+        try:
+            message = json.loads(line[sep + 1 :])
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+    def _note_dropped(self) -> None:
+        self.dropped_lines += 1
+        if self.dropped_lines == 1:  # once per session: a hostile command may send thousands
+            log.warning("dropped a line in the sandbox runner's output that the runner did not send")
 
     def feed_stderr(self, data: bytes) -> None:
         self.stderr_tail += data
@@ -104,7 +184,7 @@ class RunnerSession:
     # --- caller side ----------------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
         """Send the runner's source and wait (blocking) for its ready line."""
-        self._write(json.dumps(RUNNER_SOURCE).encode() + b"\n")
+        self._write(json.dumps(RUNNER_SOURCE).encode() + b"\n" + self._key.hex().encode() + b"\n")
         if not self._ready.wait(timeout):
             raise SandboxError(f"the sandbox runner did not start within {timeout:g} s")
         if self._lost:
@@ -119,9 +199,11 @@ class RunnerSession:
         with self._send_lock:
             self._send(data)
 
-    async def request(self, op: str, **fields: object) -> dict:
+    async def request(self, op: str, *, timeout: float | None = FILE_OP_TIMEOUT_S, **fields: object) -> dict:
+        """Send one request and wait for its answer (at most ``timeout`` seconds, None = no limit)."""
         if self._lost:
             raise SandboxError(self._lost)
+        check_fields(fields)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         request_id = next(self._ids)
@@ -133,7 +215,21 @@ class RunnerSession:
             with self._pending_lock:
                 self._pending.pop(request_id, None)
             raise SandboxError(f"cannot reach the sandbox runner: {exc}") from exc
-        message = await future
+        # Not asyncio.wait_for: up to Python 3.11 it can swallow a cancellation (Ctrl-C) that
+        # arrives as the answer does; awaiting the future itself keeps the cancellation.
+        timer = None if timeout is None else loop.call_later(timeout, _fail, future, _TimedOut())
+        try:
+            message = await future
+        except _TimedOut:
+            with self._pending_lock:
+                self._pending.pop(request_id, None)
+            what = f"the sandbox did not answer a `{op}` request within {timeout:g} s"
+            if op == "exec":  # the runner enforces the command's timeout: its answer was lost
+                raise SandboxError(what) from None
+            raise TimeoutError(errno_codes.ETIMEDOUT, what, fields.get("path")) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
         if not message.get("ok"):
             raise _error(message, fields.get("path"))
         return message
@@ -142,7 +238,10 @@ class RunnerSession:
     async def exec(
         self, command: str, *, timeout: float | None, env: dict[str, str] | None, cwd: str | None
     ) -> ExecResult:
-        r = await self.request("exec", command=command, timeout=timeout, env=env or {}, cwd=cwd)
+        wait = None if timeout is None else timeout + EXEC_GRACE_S
+        r = await self.request(
+            "exec", timeout=wait, command=command, timeout_s=timeout, env=env or {}, cwd=cwd
+        )
         return ExecResult(
             exit_code=r["exit_code"],
             output=r["output"],
@@ -151,17 +250,39 @@ class RunnerSession:
             oom_killed=r["oom_killed"],
             killed_reason=r["killed_reason"],
             pid_limit_hit=r["pid_limit_hit"],
+            disk_full=r.get("disk_full"),
         )
 
-    async def read_file(self, path: str) -> bytes:
-        return base64.b64decode((await self.request("read", path=path))["data"])
+    async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        return base64.b64decode((await self.request("read", path=path, max_bytes=max_bytes))["data"])
+
+    async def read_lines(self, path: str, first: int, last: int, max_bytes: int) -> LineRange:
+        r = await self.request("read_lines", path=path, first=first, last=last, max_bytes=max_bytes)
+        return LineRange(
+            data=base64.b64decode(r["data"]),
+            first=r["first"],
+            last=r["last"],
+            total_lines=r["total_lines"],
+            size=r["size"],
+            binary=r["binary"],
+            truncated=r["truncated"],
+        )
 
     async def write_file(self, path: str, data: bytes) -> None:
         await self.request("write", path=path, data=base64.b64encode(data).decode())
 
-    async def list_files(self, path: str, max_depth: int) -> list[FileEntry]:
-        r = await self.request("list", path=path, max_depth=max_depth)
-        return [FileEntry(**e) for e in r["entries"]]
+    async def write_at(self, path: str, offset: int, data: bytes, *, size: int | None, mode: int) -> None:
+        await self.request(
+            "write_at", path=path, offset=offset, data=base64.b64encode(data).decode(), size=size, mode=mode
+        )
+
+    async def list_files(
+        self, path: str, max_depth: int, *, max_entries: int | None = None, skip_hidden: bool = False
+    ) -> Listing:
+        r = await self.request(
+            "list", path=path, max_depth=max_depth, max_entries=max_entries, skip_hidden=skip_hidden
+        )
+        return Listing([FileEntry(**e) for e in r["entries"]], r["total"], r["complete"])
 
     async def stat(self, path: str) -> FileEntry | None:
         entry = (await self.request("stat", path=path))["entry"]
@@ -169,6 +290,10 @@ class RunnerSession:
 
     async def realpath(self, path: str) -> str:
         return (await self.request("realpath", path=path))["path"]
+
+
+class _TimedOut(Exception):
+    """A request's answer did not come in time (set on its future by a timer)."""
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, *args: object) -> None:
@@ -189,14 +314,22 @@ def _fail(future: asyncio.Future, exc: BaseException) -> None:
 
 
 def _error(message: dict, path: object) -> Exception:
+    """The exception for a refused request. Only a lost runner is a :class:`SandboxError`: an
+    operation that failed while the runner lives is an ``OSError`` or a bad argument."""
     name = message.get("error", "Error")
     text = message.get("message", "")
     code = message.get("errno")
+    if name == "InvalidArgument":
+        return SandboxArgumentError(f"the sandbox refused the request: {text}")
+    if name == "SpecialFileError":
+        return SpecialFileError(str(message.get("kind", "special file")), path)
+    if name == "FileTooLargeError":
+        return FileTooLargeError(int(message.get("size", 0)), int(message.get("limit", 0)), path)
     cls = _ERRORS.get(name)
-    if cls is not None or (name == "OSError" and code):
+    if cls is not None or code:
         code = code or errno_codes.EIO
         return (cls or OSError)(code, os.strerror(code), path)
-    return SandboxError(f"sandbox runner error {name}: {text}")
+    return OSError(errno_codes.EIO, f"the sandbox runner failed: {name}: {text}", path)
 
 
 class SessionSandbox(Sandbox):
@@ -218,8 +351,11 @@ class SessionSandbox(Sandbox):
                 status = result.killed_reason or f"exit {result.exit_code}"
                 raise SandboxError(f"set-up command failed ({status}): {command}\n{result.output[-2000:]}")
 
-    async def _record_baseline(self) -> None:
-        result = await self.exec(BASELINE_SCRIPT)
+    async def _record_baseline(self, keep_out: list[str]) -> None:
+        """Commit the starting state; ``keep_out``: gitignore patterns of files git must not read
+        (the untracked sparse files, see :mod:`~clover_agent.sandboxes.workspace`)."""
+        env = {"CLOVER_KEEP_OUT": "\n".join(keep_out)} if keep_out else None
+        result = await self.exec(BASELINE_SCRIPT, env=env)
         if result.exit_code != 0:
             raise SandboxError(f"could not record the workspace's starting commit:\n{result.output[-2000:]}")
         self.base_commit = result.output.strip().splitlines()[-1]
@@ -234,14 +370,24 @@ class SessionSandbox(Sandbox):
     ) -> ExecResult:
         return await self._live_session().exec(command, timeout=timeout, env=env, cwd=cwd)
 
-    async def read_file(self, path: str) -> bytes:
-        return await self._live_session().read_file(path)
+    async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        return await self._live_session().read_file(path, max_bytes)
+
+    async def read_lines(self, path: str, first: int, last: int, *, max_bytes: int) -> LineRange:
+        return await self._live_session().read_lines(path, first, last, max_bytes)
 
     async def write_file(self, path: str, data: bytes) -> None:
         await self._live_session().write_file(path, data)
 
     async def list_files(self, path: str, max_depth: int = 2) -> list[FileEntry]:
-        return await self._live_session().list_files(path, max_depth)
+        return (await self._live_session().list_files(path, max_depth)).entries
+
+    async def list_entries(
+        self, path: str, max_depth: int, *, max_entries: int, skip_hidden: bool = False
+    ) -> Listing:
+        return await self._live_session().list_files(
+            path, max_depth, max_entries=max_entries, skip_hidden=skip_hidden
+        )
 
     async def stat(self, path: str) -> FileEntry | None:
         return await self._live_session().stat(path)

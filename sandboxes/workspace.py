@@ -7,17 +7,37 @@ repository is copied whole. The user's tree is only read, never written.
 
 Inside the sandbox a baseline commit records that starting state (only when it differs from
 ``HEAD``), so ``git diff BASE`` shows exactly what the agent changed, new files included.
+
+The copy never balloons: the repository is scanned once (:func:`plan_workspace`) and its size
+checked against the sandbox's disk limit before anything is copied, and sparse files (holes of at
+least :data:`SPARSE_MIN_HOLE` bytes in all) are copied sparse: the local copy writes only their
+data, and the Docker archive carries them empty, their data written in afterwards
+(:class:`SparseFile`), since Docker's archive extraction writes every hole out as zeros. Git reads
+a file it hashes whole (through ``mmap``, which on the Docker workspace's tmpfs allocates every hole
+it touches), so untracked sparse files are kept out of git in the sandbox (``.git/info/exclude``):
+the agent can use them, but they are not part of the starting commit or the patch. Tracked ones
+count whole against the limit. FIFOs, sockets and devices are never opened or copied.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from clover_agent.sandboxes.base import SandboxError
+
+#: A file whose holes add up to at least this is copied as a sparse file.
+SPARSE_MIN_HOLE = 1024 * 1024
+#: The sandbox's file systems allocate whole pages: how much a file of N bytes takes, roughly.
+_PAGE = 4096
 
 #: Git options for the commits clover-agent makes in a workspace (baseline, checkpoints): its own
 #: identity, never signed.
@@ -32,6 +52,11 @@ if [ ! -w . ]; then
   exit 3
 fi
 [ -d .git ] || git init -q
+if [ -n "${{CLOVER_KEEP_OUT:-}}" ]; then  # sparse files: git would read (and on tmpfs allocate) them whole
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  printf '%s\\n' "# clover-agent: sparse files of the workspace, kept out of git" "$CLOVER_KEEP_OUT" >> "$exclude"
+fi
 git add -A
 if ! git rev-parse -q --verify HEAD >/dev/null || ! git diff --cached --quiet; then
   git {GIT_IDENTITY} commit -q --no-verify --allow-empty -m "clover-agent: starting state"
@@ -72,17 +97,20 @@ GIT_INDEX_FILE=$index git diff --cached --binary {base}
 """
 
 
-def _git_files(repo: Path) -> list[str] | None:
-    """Tracked and untracked-but-not-ignored paths, or None when ``repo`` is not in a git work tree."""
+def _git_ls_files(repo: Path, *which: str) -> list[str] | None:
+    """``git ls-files`` paths (``--cached``, ``--others``), or None when ``repo`` is not in a git
+    work tree. The repository's fsmonitor hook is not run."""
+    command = ["git", "-c", "core.fsmonitor=false", "-C", str(repo), "ls-files", "-z", *which]
     try:
-        out = subprocess.run(
-            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=True,
-        ).stdout
+        out = subprocess.run([*command, "--exclude-standard"], capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+def _git_files(repo: Path) -> list[str] | None:
+    """Tracked and untracked-but-not-ignored paths, or None when ``repo`` is not in a git work tree."""
+    return _git_ls_files(repo, "--cached", "--others")
 
 
 def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
@@ -130,31 +158,175 @@ def _walk_below(root: Path, top: Path) -> Iterator[tuple[Path, str]]:
             yield path, path.relative_to(root).as_posix()
 
 
-def copy_workspace(repo: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
-    """Copy the workspace files of ``repo`` into the existing folder ``dest`` (symlinks kept)."""
+@dataclass
+class SparseFile:
+    """A sparse file of the workspace: its size and the ``(offset, length)`` runs holding data.
+    ``tracked`` ones are read whole by git anyway; untracked ones are kept out of git."""
+
+    rel: str
+    path: Path
+    size: int
+    mode: int
+    segments: list[tuple[int, int]]
+    tracked: bool = False
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(length for _, length in self.segments)
+
+
+def data_segments(fd: int, size: int) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` runs of ``fd`` that hold data (``SEEK_DATA``/``SEEK_HOLE``); the
+    whole file as one run where the file system cannot say."""
+    segments: list[tuple[int, int]] = []
+    pos = 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            segments.append((start, end - start))
+            pos = end
+    except (OSError, AttributeError):  # no SEEK_DATA here: treat the file as dense
+        return [(0, size)]
+    return segments
+
+
+def sparse_file(path: Path, rel: str, st: os.stat_result) -> SparseFile | None:
+    """The file as a :class:`SparseFile` when its holes add up to :data:`SPARSE_MIN_HOLE`, else None."""
+    if st.st_size <= SPARSE_MIN_HOLE or st.st_blocks * 512 >= st.st_size - SPARSE_MIN_HOLE:
+        return None  # allocated nearly whole: cannot have that much hole
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        segments = data_segments(fd, st.st_size)
+    finally:
+        os.close(fd)
+    found = SparseFile(rel, path, st.st_size, stat.S_IMODE(st.st_mode), segments)
+    return found if st.st_size - found.data_bytes >= SPARSE_MIN_HOLE else None
+
+
+def read_segment(path: Path, offset: int, length: int, chunk: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, bytes)`` pieces of at most ``chunk`` bytes covering ``length`` bytes at ``offset``."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        while length > 0:
+            data = f.read(min(chunk, length))
+            if not data:
+                return  # the file shrank meanwhile
+            yield offset, data
+            offset += len(data)
+            length -= len(data)
+
+
+@dataclass
+class WorkspacePlan:
+    """What the sandbox copy of a repository holds, scanned once before anything is copied."""
+
+    entries: list[tuple[Path, str, os.stat_result]]  # parents first; no FIFOs, sockets, devices
+    sparse: dict[str, SparseFile]  # by relative path
+    size: int  # bytes it takes in the sandbox, in whole pages (holes of untracked files not counted)
+    files: int
+
+    @property
+    def keep_out(self) -> list[str]:
+        """Patterns (for ``.git/info/exclude``) naming the untracked sparse files."""
+        return [
+            _exclude_pattern(s.rel)
+            for s in self.sparse.values()
+            if not s.tracked and "\n" not in s.rel and not s.rel.startswith(".git/")
+        ]
+
+    def check_size(self, limit: int) -> None:
+        """Raise :class:`SandboxError` when the copy would not fit in ``limit`` bytes."""
+        if self.size > limit:
+            raise SandboxError(
+                f"the repository's files ({self.files:,} files, {self.size / 2**30:.2f} GiB with the .git "
+                f"folder) do not fit in the sandbox's disk limit of {limit / 2**30:.2f} GiB; raise the "
+                "limit (SandboxLimits.disk_bytes) or make the work tree smaller (ignored files are not copied)"
+            )
+
+
+def _exclude_pattern(rel: str) -> str:
+    """A gitignore pattern matching exactly the file ``rel`` of the work tree."""
+    body = "".join("\\" + ch if ch in "\\*?[" else ch for ch in rel)
+    stripped = body.rstrip(" ")
+    return "/" + stripped + "\\ " * (len(body) - len(stripped))
+
+
+def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
+    """Scan ``repo`` for its workspace copy: entries, sparse files, and the size it takes. Git reads
+    tracked files whole (so they count whole); untracked sparse files count by their data."""
+    root = Path(repo).resolve()
+    listed = _git_ls_files(root, "--others")
+    untracked = None if listed is None else set(listed)
+    entries, sparse, size, files = [], {}, 0, 0
+    for path, rel in workspace_paths(root):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            continue  # sockets, fifos, devices
+        entries.append((path, rel, st))
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        files += 1
+        found = sparse_file(path, rel, st)
+        counted = st.st_size
+        if found is not None:
+            found.tracked = untracked is not None and rel not in untracked and not rel.startswith(".git/")
+            sparse[rel] = found
+            counted = st.st_size if found.tracked else found.data_bytes
+        size += -(-counted // _PAGE) * _PAGE
+    return WorkspacePlan(entries, sparse, size, files)
+
+
+def copy_workspace(plan: WorkspacePlan, dest: str | os.PathLike[str]) -> None:
+    """Copy the planned workspace into the existing folder ``dest`` (symlinks kept, sparse files
+    written sparse)."""
     target = Path(dest)
-    for path, rel in workspace_paths(repo):
+    for path, rel, st in plan.entries:
         out = target / rel
-        if path.is_symlink():
+        if stat.S_ISLNK(st.st_mode):
             out.symlink_to(os.readlink(path))
-        elif path.is_dir():
+        elif stat.S_ISDIR(st.st_mode):
             out.mkdir(exist_ok=True)
             shutil.copymode(path, out)
-        elif path.is_file():
+        elif rel not in plan.sparse:
             shutil.copy2(path, out)
+        else:
+            sparse = plan.sparse[rel]
+            with out.open("wb") as f:
+                f.truncate(sparse.size)
+                for start, length in sparse.segments:
+                    for offset, data in read_segment(path, start, length, 8 << 20):
+                        os.pwrite(f.fileno(), data, offset)
+            shutil.copystat(path, out)
 
 
-def write_workspace_tar(repo: str | os.PathLike[str], out: BinaryIO, *, uid: int, gid: int) -> None:
-    """Write an uncompressed tar of the workspace files of ``repo`` to ``out``, every entry owned by
-    ``uid:gid``."""
+def write_workspace_tar(plan: WorkspacePlan, out: BinaryIO, *, uid: int, gid: int) -> list[SparseFile]:
+    """Write an uncompressed tar of the planned workspace to ``out``, every entry owned by
+    ``uid:gid``; sparse files go in empty and are returned, for their data to be written in place."""
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, rel in workspace_paths(repo):
-            if not (path.is_symlink() or path.is_dir() or path.is_file()):
-                continue  # sockets, fifos, devices
-            info = tar.gettarinfo(str(path), arcname=rel)
+        for path, rel, _ in plan.entries:
+            try:
+                info = tar.gettarinfo(str(path), arcname=rel)
+            except OSError:
+                continue  # gone since the scan
             info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-            if info.isreg():
+            if info.isreg() and rel in plan.sparse:
+                info.size = 0
+                tar.addfile(info)
+            elif info.isreg():
                 with path.open("rb") as f:
                     tar.addfile(info, f)
             else:
                 tar.addfile(info)
+    return list(plan.sparse.values())

@@ -108,10 +108,64 @@ class Tool(abc.ABC):
         if errors:
             lines = [_describe(e) for e in errors]
             raise ToolError(f"Invalid arguments for tool `{self.name}`: " + "; ".join(lines))
+        for where, problem in _bad_strings(args, ""):
+            raise ToolError(f"Invalid arguments for tool `{self.name}`: `{where}` {problem}.")
 
     @abc.abstractmethod
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run one validated call. Raise :class:`ToolError` for a bad call."""
+
+
+def bad_text(value: str) -> str | None:
+    """Why ``value`` cannot be an argument, or None: a NUL byte (no command, path or environment
+    variable can hold one) or a lone surrogate (not a character at all)."""
+    nul = value.find("\0")
+    if nul >= 0:
+        return (
+            f"contains a NUL byte (character {nul + 1}), which no command, file name or text file can "
+            "hold; remove it (a command can still make one, e.g. with printf '\\0')"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"contains a lone surrogate (\\u{ord(value[exc.start]):04x}, character {exc.start + 1}), "
+            "which is not valid Unicode; write the character it was meant to be"
+        )
+    return None
+
+
+def _bad_strings(value: object, where: str) -> list[tuple[str, str]]:
+    """(argument path, problem) for each string in ``value`` that :func:`bad_text` refuses."""
+    if isinstance(value, str):
+        problem = bad_text(value)
+        return [] if problem is None else [(where, problem)]
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            name = f"{where}.{key}" if where else str(key)
+            found += _bad_strings(str(key), name) + _bad_strings(item, name)
+        return found
+    if isinstance(value, list):
+        return [f for i, item in enumerate(value) for f in _bad_strings(item, f"{where}[{i}]")]
+    return []
+
+
+def valid_unicode(value: Any) -> Any:
+    """``value`` with every string made encodable as UTF-8: lone surrogates (file names that are
+    not UTF-8 arrive in ``surrogateescape`` form) become ``\\udcxx`` escapes, so whatever writes a
+    result out (a terminal, a trajectory file) never fails on it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {valid_unicode(k): valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [valid_unicode(v) for v in value]
+    return value
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

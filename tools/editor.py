@@ -13,27 +13,45 @@ The ``str_replace`` matching ladder, tried in order; the first rung with any mat
 3. ``trailing_whitespace``: also ignoring spaces and tabs at the end of each line.
 
 One match at the deciding rung is replaced; several are an error listing their lines (unless
-``replace_all``). The result names the rung, so a non-exact match is never silent.
+``replace_all``). The result names the rung, so a non-exact match is never silent. A replacement
+that would leave the file as it was (``new_str`` equal to ``old_str``) is refused and records no
+undo step.
+
+``view`` and its limits are in :mod:`clover_agent.tools.editor_view`; files over 10 MB are never
+read whole, and FIFOs, sockets and devices are refused.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 import shlex
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
-from clover_agent.tools.paths import path_kind, resolve_workspace_path, workspace_relative
-from clover_agent.tools.textfile import TextFile, decode_text
+from clover_agent.tools.editor_view import (
+    MAX_DIR_ENTRIES,
+    cat_n,
+    display_lines,
+    lines_with_ends,
+    read_text,
+    view_dir,
+    view_file,
+)
+from clover_agent.tools.paths import (
+    entry_kind,
+    path_entry,
+    resolve_workspace_path,
+    special_file_error,
+    workspace_relative,
+)
+from clover_agent.tools.textfile import MAX_TEXT_BYTES, decode_text
 
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 SNIPPET_CONTEXT_LINES = 4
-#: A view longer than this is cut, with a note telling the model how to see the rest.
-MAX_VIEW_CHARS = 40_000
-
 RUNG_NOTES = {
     "exact": "",
     "line_endings": "Note: old_str matched only after treating LF and CRLF line breaks alike.",
@@ -76,16 +94,6 @@ def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
 
-def cat_n(text: str, first_line: int = 1) -> str:
-    """``cat -n`` style: each line as a 6-wide right-aligned number, a tab, the line."""
-    return "\n".join(f"{first_line + i:6}\t{line}" for i, line in enumerate(text.split("\n")))
-
-
-def display_lines(text: str) -> list[str]:
-    """The file's lines as shown to the model (line breaks removed, CR of CRLF dropped)."""
-    return text.replace("\r\n", "\n").splitlines() or [""]
-
-
 def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(
         difflib.unified_diff(
@@ -119,7 +127,8 @@ class EditorTool(Tool):
     description = (
         "View, create and edit files in the workspace.\n"
         "* `view` on a file prints it like `cat -n`; `view_range` [start, end] limits the lines (end -1 = "
-        "to the end of the file). `view` on a directory lists files two levels deep, hidden entries excluded.\n"
+        "to the end of the file; files over 10 MB can only be viewed with it). `view` on a directory lists "
+        f"files two levels deep, hidden entries excluded, at most {MAX_DIR_ENTRIES:,} entries.\n"
         "* `create` writes a new file with `file_text`; it refuses to overwrite an existing file.\n"
         "* `str_replace` replaces `old_str` by `new_str`; `old_str` must match exactly one place in the "
         "file (include enough surrounding lines to make it unique), or set `replace_all` to replace every "
@@ -164,7 +173,8 @@ class EditorTool(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command, path = args["command"], args["path"]
         real = await resolve_workspace_path(ctx.sandbox, path)
-        kind = await path_kind(ctx.sandbox, real)
+        entry = await path_entry(ctx.sandbox, real)
+        kind = entry_kind(entry)
         if command == "create":
             if kind != "missing":
                 raise ToolError(
@@ -173,8 +183,10 @@ class EditorTool(Tool):
             return await self._create(ctx, path, real, _required(args, "file_text", command))
         if command == "undo_edit":  # also when the file was deleted since the edit
             return await self._undo(ctx, path, real)
-        if kind == "missing":
+        if entry is None:
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
+        if kind == "special":
+            raise special_file_error(path, entry)
         if kind == "dir":
             if command != "view":
                 raise ToolError(
@@ -184,9 +196,9 @@ class EditorTool(Tool):
                 raise ToolError(
                     "The `view_range` parameter is not allowed when `path` points to a directory."
                 )
-            return await self._view_dir(ctx.sandbox, path, real)
+            return await view_dir(ctx.sandbox, path, real)
         if command == "view":
-            return await self._view_file(ctx.sandbox, path, real, args.get("view_range"))
+            return await view_file(ctx.sandbox, path, real, entry, args.get("view_range"))
         if command == "str_replace":
             old_str = _required(args, "old_str", command)
             return await self._str_replace(
@@ -195,77 +207,16 @@ class EditorTool(Tool):
         line = _required(args, "insert_line", command)
         return await self._insert(ctx, path, real, line, _required(args, "new_str", command))
 
-    async def _read(self, sandbox: Sandbox, path: str, real: str) -> tuple[bytes, TextFile]:
-        try:
-            data = await sandbox.read_file(real)
-        except OSError as exc:
-            raise ToolError(f"Could not read {path}: {exc.strerror or exc}.") from None
-        return data, decode_text(data, path)
-
-    async def _view_dir(self, sandbox: Sandbox, path: str, real: str) -> ToolResult:
-        entries = await sandbox.list_files(real, max_depth=2)
-        base = real.rstrip("/")
-        shown = [path.rstrip("/") or "/"]
-        for entry in sorted(entries, key=lambda e: e.path):
-            rel = entry.path[len(base) + 1 :] if entry.path.startswith(base + "/") else ""
-            if not rel or any(part.startswith(".") for part in rel.split("/")):
-                continue
-            shown.append(f"{path.rstrip('/')}/{rel}" + ("/" if entry.is_dir else ""))
-        listing = "\n".join(shown)
-        return ToolResult(
-            True,
-            f"Here's the files and directories up to 2 levels deep in {path}, excluding hidden items:\n{listing}\n",
-            {"path": path, "entries": shown[1:]},
-        )
-
-    async def _view_file(
-        self, sandbox: Sandbox, path: str, real: str, view_range: list[int] | None
-    ) -> ToolResult:
-        _, tf = await self._read(sandbox, path, real)
-        lines = display_lines(tf.text)
-        first, last = 1, len(lines)
-        if view_range is not None:
-            if len(view_range) != 2:
-                raise ToolError("Invalid `view_range`. It should be a list of two integers.")
-            first, last = view_range
-            if not 1 <= first <= len(lines):
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its first element `{first}` should be within the "
-                    f"range of lines of the file: {[1, len(lines)]}"
-                )
-            if last == -1:
-                last = len(lines)
-            elif last > len(lines):
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be smaller than "
-                    f"the number of lines in the file: `{len(lines)}`"
-                )
-            elif last < first:
-                raise ToolError(
-                    f"Invalid `view_range`: {view_range}. Its second element `{last}` should be larger or "
-                    f"equal than its first `{first}`"
-                )
-        body = cat_n("\n".join(lines[first - 1 : last]), first)
-        if len(body) > MAX_VIEW_CHARS:
-            cut = body.rfind("\n", 0, MAX_VIEW_CHARS)
-            shown_last = first + body.count("\n", 0, cut)
-            body = body[:cut] + (
-                f"\n[... output cut: showing lines {first}-{shown_last} of {len(lines)}. Use `view_range` "
-                "to see the rest, or the search tool to find the line numbers you need.]"
-            )
-        return ToolResult(
-            True,
-            f"Here's the result of running `cat -n` on {path}:\n{body}\n",
-            {"path": path, "lines": len(lines), "encoding": tf.encoding, "view_range": [first, last]},
-        )
-
     async def _write(
         self, ctx: ToolContext, path: str, real: str, before: bytes | None, after: bytes
     ) -> None:
         try:
             await ctx.sandbox.write_file(real, after)
         except OSError as exc:
-            raise ToolError(f"Could not write {path}: {exc.strerror or exc}. Nothing was changed.") from None
+            hint = _NO_SPACE_HINT if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+            raise ToolError(
+                f"Could not write {path}: {exc.strerror or exc}. Nothing was changed.{hint}"
+            ) from None
         ctx.edit_history.setdefault(real, []).append(before)
 
     async def _create(self, ctx: ToolContext, path: str, real: str, file_text: str) -> ToolResult:
@@ -285,7 +236,9 @@ class EditorTool(Tool):
                 "No replacement was performed: `old_str` is empty. Give the exact text to replace, "
                 "or use `insert` to add text at a line."
             )
-        before, tf = await self._read(ctx.sandbox, path, real)
+        if new_str == old_str:
+            raise ToolError("No replacement was performed. `new_str` and `old_str` must be different.")
+        before, tf = await read_text(ctx.sandbox, path, real)
         text = tf.text
         rung, matches = find_matches(text, old_str, overlapping=not replace_all)
         if not matches:
@@ -304,6 +257,11 @@ class EditorTool(Tool):
             pieces += [text[pos : m.start], replacement]
             pos = m.end
         new_text = "".join([*pieces, text[pos:]])
+        if new_text == text:  # e.g. a whitespace-insensitive match replaced by what was there
+            raise ToolError(
+                f"No replacement was performed: replacing the match of old_str in {path} by new_str "
+                "leaves the file as it is. Give the text that should change."
+            )
         await self._write(ctx, path, real, before, tf.encode(new_text, path))
 
         first_line = line_of(text, matches[0].start)
@@ -327,9 +285,9 @@ class EditorTool(Tool):
     async def _insert(
         self, ctx: ToolContext, path: str, real: str, insert_line: int, new_str: str
     ) -> ToolResult:
-        before, tf = await self._read(ctx.sandbox, path, real)
+        before, tf = await read_text(ctx.sandbox, path, real)
         text = tf.text
-        lines = text.splitlines(keepends=True)
+        lines = lines_with_ends(text)
         if not 0 <= insert_line <= len(lines):
             raise ToolError(
                 f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of "
@@ -359,8 +317,10 @@ class EditorTool(Tool):
         if not history:
             raise ToolError(f"No edit history found for {path}.")
         try:
-            current_text = decode_text(await ctx.sandbox.read_file(real), path).text
+            current_text = decode_text(await ctx.sandbox.read_file(real, max_bytes=MAX_TEXT_BYTES), path).text
         except (FileNotFoundError, NotADirectoryError):  # deleted, or a folder on its path is now a file
+            current_text = ""
+        except (OSError, ToolError):  # now a FIFO, binary or huge: the undo still restores it
             current_text = ""
         previous = history.pop()
         if previous is None:
@@ -388,6 +348,12 @@ class EditorTool(Tool):
             f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n{body}\n",
             edit_data(path, current_text, previous_text),
         )
+
+
+_NO_SPACE_HINT = (
+    " The workspace is out of space: delete files you do not need (build output, caches, large "
+    "generated files) and try again."
+)
 
 
 def _required(args: dict[str, Any], name: str, command: str) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, FileEntry, Sandbox
 from clover_agent.tools.base import ToolError
 
 
@@ -70,12 +70,46 @@ async def resolve_workspace_path(sandbox: Sandbox, path: str) -> str:
     return resolved
 
 
-async def path_kind(sandbox: Sandbox, real: str) -> str:
-    """``"dir"``, ``"file"`` or ``"missing"`` for a resolved sandbox path."""
+async def path_entry(sandbox: Sandbox, real: str) -> FileEntry | None:
+    """The entry of a resolved sandbox path, or None when nothing is there (or a parent is a file)."""
     try:
-        entry = await sandbox.stat(real)
-    except NotADirectoryError:  # a parent is a file
-        return "missing"
+        return await sandbox.stat(real)
+    except NotADirectoryError:
+        return None
+
+
+def entry_kind(entry: FileEntry | None) -> str:
+    """``"dir"``, ``"file"``, ``"special"`` (a FIFO, socket or device) or ``"missing"``."""
     if entry is None:
         return "missing"
+    if entry.special:
+        return "special"
     return "dir" if entry.is_dir else "file"
+
+
+async def path_kind(sandbox: Sandbox, real: str) -> str:
+    """:func:`entry_kind` of a resolved sandbox path."""
+    return entry_kind(await path_entry(sandbox, real))
+
+
+def special_file_error(path: str, entry: FileEntry) -> ToolError:
+    return ToolError(
+        f"The path {path} is a {entry.special}, not a regular file: the tools never open one (reading it "
+        "could block or never end). Use the shell if you really need it."
+    )
+
+
+def printable_path(path: str) -> str:
+    """``path`` as shown to the model: control characters as escapes (a newline in a file name must
+    not look like the next entry) and bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``."""
+    if path.isprintable():
+        return path
+    out = []
+    for ch in path:
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)

@@ -15,8 +15,8 @@ import logging
 import time
 from typing import Any
 
-from clover_agent.sandboxes.base import Sandbox, SandboxError
-from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
+from clover_agent.sandboxes.base import Sandbox, SandboxArgumentError, SandboxError
+from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult, valid_unicode
 from clover_agent.tools.editor import EditorTool
 from clover_agent.tools.finish import FinishTool
 from clover_agent.tools.run_tests import RunTestsTool
@@ -70,6 +70,11 @@ async def execute(name: str, args: dict[str, Any] | str, sandbox: Sandbox | Tool
         result = await tool.run(args, ctx)
     except ToolError as exc:
         result = ToolResult(False, str(exc))
+    except SandboxArgumentError as exc:  # refused before it reached the sandbox, which lives on
+        result = ToolResult(False, f"The tool `{name}` could not run: {exc}.")
+    except OSError as exc:  # a file operation failed while the sandbox lives (a timeout, a FIFO, ...)
+        where = f" ({exc.filename})" if exc.filename else ""
+        result = ToolResult(False, f"The tool `{name}` failed{where}: {exc.strerror or exc}.")
     except SandboxError as exc:
         log.warning("tool %s: the sandbox stopped working: %s", name, exc)
         log.debug("tool %s: traceback of the sandbox failure", name, exc_info=True)
@@ -86,5 +91,7 @@ async def execute(name: str, args: dict[str, Any] | str, sandbox: Sandbox | Tool
             f"The tool `{name}` failed unexpectedly: {type(exc).__name__}: {exc}",
             {"exception": repr(exc)},
         )
+    result.output = valid_unicode(result.output)
+    result.data = valid_unicode(result.data)
     result.data.setdefault("duration_s", round(time.monotonic() - started, 3))
     return result

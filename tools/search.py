@@ -1,29 +1,29 @@
 """``search``: a regular expression over the workspace's files, as ``path:line:text`` lines.
 
 With ripgrep (``rg``) in the sandbox it runs there (Rust regex syntax; hidden files and what
-``.gitignore`` excludes are skipped). Without it a Python fallback reads the files through the
-sandbox interface (Python ``re`` syntax; hidden entries skipped, ``.gitignore`` not read; files
-that are binary or over 1 MB skipped). Either way at most :data:`MAX_MATCHES` lines are shown and
-the number left out is stated.
+``.gitignore`` excludes are skipped). Without it a Python fallback runs there too, as a small
+standard-library script (Python ``re`` syntax; hidden entries skipped, ``.gitignore`` not read;
+files that are binary, over 1 MB or not regular skipped). Either way the search runs in the sandbox
+under a timeout, so a pathological pattern (``(a+)+$``) costs the sandbox's time, never the host's,
+and at most :data:`MAX_MATCHES` lines are shown with the number left out stated.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import json
 import posixpath
-import re
 import shlex
 from typing import Any, ClassVar
 
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult
-from clover_agent.tools.paths import path_kind, resolve_workspace_path
-from clover_agent.tools.textfile import decode_text, is_binary
+from clover_agent.tools.paths import path_entry, resolve_workspace_path, special_file_error
 
 MAX_MATCHES = 100
 MAX_LINE_CHARS = 300
 FALLBACK_MAX_FILE_BYTES = 1_000_000
 FALLBACK_MAX_DEPTH = 64
+SEARCH_TIMEOUT_S = 120.0
 _TOTAL_MARK = "__clover_search_total__ "
 _ERROR_MARK = "__clover_search_error__ "
 
@@ -53,7 +53,8 @@ async def search_with_ripgrep(
         + f" | awk -v max={MAX_MATCHES} 'NR <= max {{ print }} END {{ print \"{_TOTAL_MARK}\" NR }}'"
         + f'; status=${{PIPESTATUS[0]}}; sed "s/^/{_ERROR_MARK}/" "$errors"; rm -f "$errors"; exit $status'
     )
-    result = await sandbox.exec(line, timeout=120, cwd=folder)
+    result = await sandbox.exec(line, timeout=SEARCH_TIMEOUT_S, cwd=folder)
+    _check_timeout(result.timed_out)
     matches, errors, total = [], [], 0
     for text in result.output.splitlines():
         if text.startswith(_TOTAL_MARK):
@@ -68,50 +69,111 @@ async def search_with_ripgrep(
     return matches, total, errors
 
 
-def _glob_matches(glob: str, rel: str) -> bool:
-    """ripgrep-like: a glob without ``/`` matches the file name; ``**/`` may match no folders."""
-    glob = glob.strip("/")
-    if "/" not in glob:
-        return fnmatch.fnmatchcase(posixpath.basename(rel), glob)
-    return fnmatch.fnmatchcase(rel, glob) or fnmatch.fnmatchcase(rel, glob.replace("**/", ""))
+def _check_timeout(timed_out: bool) -> None:
+    if timed_out:
+        raise ToolError(
+            f"The search timed out after {SEARCH_TIMEOUT_S:g} s and was stopped. Narrow the path or glob, "
+            "or simplify the pattern (nested repetition such as `(a+)+` can take forever)."
+        )
+
+
+#: The Python fallback, run in the sandbox: ``python3 -c SCRIPT PATTERN TARGET GLOB``. It prints one
+#: JSON object per line: ``{"match": "rel:line:text"}`` (the first MAX), then ``{"total": N,
+#: "problems": [...]}``, or ``{"error": TEXT}`` for a bad pattern.
+_PY_SEARCH = r"""
+import fnmatch, json, os, posixpath, re, stat, sys
+pattern, target, glob = sys.argv[1], sys.argv[2], sys.argv[3]
+MAX, CLIP, MAX_FILE, MAX_DEPTH = @MAX@, @CLIP@, @MAX_FILE@, @MAX_DEPTH@
+try:
+    regex = re.compile(pattern)
+except re.error as exc:
+    print(json.dumps({"error": f"Invalid regular expression {pattern!r}: {exc}"}))
+    sys.exit(2)
+def glob_ok(rel):
+    g = glob.strip("/")
+    if not g:
+        return True
+    if "/" not in g:
+        return fnmatch.fnmatchcase(posixpath.basename(rel), g)
+    return fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(rel, g.replace("**/", ""))
+def files():
+    if not os.path.isdir(target):
+        yield target
+        return
+    for top, dirs, names in os.walk(target):
+        depth = 0 if top == target else top[len(target):].count("/") + 1
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < MAX_DEPTH)
+        for name in sorted(names):
+            if not name.startswith("."):
+                rel = posixpath.relpath(posixpath.join(top, name), target)
+                if glob_ok(rel):
+                    yield posixpath.join(top, name)
+total, problems = 0, []
+for path in files():
+    shown = path[2:] if path.startswith("./") else path
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_FILE + 1)
+    except OSError as exc:
+        problems.append(f"{shown}: {exc.strerror or exc}")
+        continue
+    if len(data) > MAX_FILE or b"\0" in data[:8192]:
+        continue
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    for number, line in enumerate(text.split("\n"), start=1):
+        if regex.search(line):
+            total += 1
+            if total <= MAX:
+                line = line.rstrip("\r")
+                if len(line) > CLIP:
+                    line = line[:CLIP] + " [... line cut ...]"
+                print(json.dumps({"match": f"{shown}:{number}:{line}"}))
+print(json.dumps({"total": total, "problems": problems}))
+"""
 
 
 async def search_with_python(
     sandbox: Sandbox, pattern: str, real: str, is_dir: bool, glob: str | None
 ) -> tuple[list[str], int, list[str]]:
-    """(first matching lines, total count, unreadable files) reading files through the sandbox."""
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolError(f"Invalid regular expression {pattern!r}: {exc}") from None
-    if is_dir:
-        base = real.rstrip("/") + "/"
-        entries = await sandbox.list_files(real, max_depth=FALLBACK_MAX_DEPTH)
-        paths = sorted(e.path for e in entries if not e.is_dir and not e.is_symlink)
-    else:
-        base, paths = posixpath.dirname(real) + "/", [real]
-    shown: list[str] = []
-    problems: list[str] = []
-    total = 0
-    for path in paths:
-        rel = path[len(base) :]
-        if any(part.startswith(".") for part in rel.split("/")):
-            continue
-        if glob and not _glob_matches(glob, rel):
-            continue
+    """(first matching lines, total count, unreadable files) from the fallback script, run in the
+    searched folder (a file's folder) like ripgrep."""
+    folder = real if is_dir else posixpath.dirname(real)
+    script = (
+        _PY_SEARCH.replace("@MAX@", str(MAX_MATCHES))
+        .replace("@CLIP@", str(MAX_LINE_CHARS))
+        .replace("@MAX_FILE@", str(FALLBACK_MAX_FILE_BYTES))
+        .replace("@MAX_DEPTH@", str(FALLBACK_MAX_DEPTH))
+    )
+    words = ["-c", script, pattern, "." if is_dir else posixpath.basename(real), glob or ""]
+    command = 'py=$(command -v python3 || command -v python) && "$py" ' + shlex.join(words)
+    result = await sandbox.exec(command, timeout=SEARCH_TIMEOUT_S, cwd=folder)
+    _check_timeout(result.timed_out)
+    matches: list[str] = []
+    summary: dict[str, Any] | None = None
+    for line in result.output.splitlines():
         try:
-            data = await sandbox.read_file(path)
-        except OSError as exc:
-            problems.append(f"{path}: {exc.strerror or exc}")
+            item = json.loads(line)
+        except ValueError:
             continue
-        if len(data) > FALLBACK_MAX_FILE_BYTES or is_binary(data):
+        if not isinstance(item, dict):
             continue
-        for number, text in enumerate(decode_text(data, path).text.splitlines(), start=1):
-            if regex.search(text):
-                total += 1
-                if len(shown) < MAX_MATCHES:
-                    shown.append(_clip(f"{path}:{number}:{text}"))
-    return shown, total, problems
+        if "error" in item:
+            raise ToolError(str(item["error"]))
+        if "match" in item:
+            matches.append(f"{folder.rstrip('/')}/{item['match']}")
+        elif "total" in item:
+            summary = item
+    if summary is None:
+        raise ToolError(f"The search failed (exit code {result.exit_code}): {result.output.strip()[-2000:]}")
+    problems = [f"{folder.rstrip('/')}/{p}" for p in summary.get("problems", [])]
+    return matches, int(summary["total"]), problems
 
 
 async def has_ripgrep(sandbox: Sandbox) -> bool:
@@ -151,15 +213,17 @@ class SearchTool(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         pattern, path, glob = args["pattern"], args.get("path") or WORKSPACE, args.get("glob")
         real = await resolve_workspace_path(ctx.sandbox, path)
-        kind = await path_kind(ctx.sandbox, real)
-        if kind == "missing":
+        entry = await path_entry(ctx.sandbox, real)
+        if entry is None:
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
+        if entry.special:  # ripgrep would wait on a FIFO until the timeout
+            raise special_file_error(path, entry)
         use_rg = self.use_ripgrep
         if use_rg is None:
             use_rg = await has_ripgrep(ctx.sandbox)
         engine = "ripgrep" if use_rg else "python"
         search = search_with_ripgrep if use_rg else search_with_python
-        lines, total, problems = await search(ctx.sandbox, pattern, real, kind == "dir", glob)
+        lines, total, problems = await search(ctx.sandbox, pattern, real, entry.is_dir, glob)
         where = f"{path}" + (f" (files matching {glob})" if glob else "")
         if total == 0:
             output = f"No matches found for pattern {pattern!r} in {where}."

@@ -12,7 +12,9 @@ and shell functions, aliases and unexported variables do not carry over.
 
 When the state file is unreadable the session starts again in ``/workspace`` and the output says
 so; when the saved directory is gone, the command runs in ``/workspace`` and the output says so.
-Stdin is ``/dev/null``: a command that waits for input gets end-of-file at once.
+Stdin is ``/dev/null``: a command that waits for input gets end-of-file at once. When a command
+runs out of space (the workspace's disk limit, /tmp, a per-file cap), the output says how full the
+file systems are.
 """
 
 from __future__ import annotations
@@ -125,6 +127,12 @@ class ShellTool(Tool):
         else:
             if result.killed_reason:
                 parts.append(f"[The command was stopped: {result.killed_reason}.]")
+        if result.disk_full:
+            parts.append(
+                f"[Out of space: {result.disk_full}. Delete files you do not need (build output, caches, "
+                "large generated files) before writing more.]"
+            )
+        if not result.timed_out:
             parts.append(f"[exit code: {result.exit_code}]")
         return ToolResult(
             ok=not result.timed_out and result.exit_code == 0,
@@ -135,6 +143,7 @@ class ShellTool(Tool):
                 "exit_code": result.exit_code,
                 "timed_out": result.timed_out,
                 "killed_reason": result.killed_reason,
+                "disk_full": result.disk_full,
                 "duration_s": result.duration_s,
                 "session_reset": notice != "",
             },

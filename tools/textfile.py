@@ -42,6 +42,17 @@ def is_binary(data: bytes) -> bool:
     return b"\0" in data[:_BINARY_SNIFF_BYTES]
 
 
+def decode_bytes(data: bytes, *, partial: bool = False) -> tuple[str, str]:
+    """``(text, encoding)``: UTF-8 when the bytes are valid UTF-8, else Latin-1. With ``partial``
+    (bytes cut from a longer file) a character cut at the end does not count against UTF-8."""
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if partial and exc.reason == "unexpected end of data" and len(data) - exc.start < 4:
+            return data[: exc.start].decode("utf-8"), "utf-8"
+        return data.decode("latin-1"), "latin-1"
+
+
 def decode_text(data: bytes, path: str) -> TextFile:
     """Decode a file's bytes; :class:`ToolError` for binary or oversized files."""
     if len(data) > MAX_TEXT_BYTES:
@@ -51,10 +62,7 @@ def decode_text(data: bytes, path: str) -> TextFile:
         )
     if is_binary(data):
         raise ToolError(f"The file {path} appears to be binary; the editor only works on text files.")
-    try:
-        text, encoding = data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, encoding = data.decode("latin-1"), "latin-1"
+    text, encoding = decode_bytes(data)
     crlf = text.count("\r\n")
     newline = "\r\n" if crlf and crlf == text.count("\n") else "\n"
     return TextFile(text, encoding, newline)

@@ -59,6 +59,11 @@ async def test_memory_hog_is_killed_and_reported(small: DockerSandbox) -> None:
     assert "out of memory" in (result.killed_reason or "")
     assert "survived" not in result.output
     assert (await small.exec("echo alive")).output == "alive\n"  # the sandbox itself lives on
+    child = await small.exec("python3 -c \"b = b'x' * (256 << 20)\"; echo the shell lived on", timeout=60)
+    assert child.exit_code == 0 and child.output.endswith("the shell lived on\n")
+    assert child.oom_killed and child.killed_reason == (
+        "out of memory: a process it started was killed at the sandbox's memory limit"
+    )
 
 
 async def test_fork_storm_stops_at_the_pid_limit(small: DockerSandbox) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from clover_agent.sandboxes import Sandbox
 from clover_agent.tools.base import ToolContext
-from clover_agent.tools.editor import MAX_VIEW_CHARS
+from clover_agent.tools.editor_view import MAX_VIEW_CHARS
 from clover_agent.tools.registry import execute
 from clover_agent.tools.textfile import MAX_TEXT_BYTES
 

@@ -1,0 +1,138 @@
+"""pytest: results from the JUnit XML file pytest writes into a private temporary folder of the
+sandbox (``--junitxml``; the folder is removed after every run), never from its console output."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import xml.etree.ElementTree as ET
+
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.tempdir import private_temp_dir
+from clover_agent.tools.run_tests.detect import FIND_PYTHON
+from clover_agent.tools.run_tests.report import (
+    TestFailure,
+    TestReport,
+    make_report,
+    no_results,
+    trim_traceback,
+)
+from clover_agent.tools.run_tests.targets import Target
+
+#: The largest JUnit XML report read back (a suite of tens of thousands of tests fits).
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+
+
+def _looks_like_path(word: str) -> bool:
+    return "::" in word or word.endswith(".py") or "/" in word
+
+
+def pytest_args(target: Target | None, existing: bool) -> list[str]:
+    """Command-line selection for ``target``: a ``-k`` expression, node ids or paths (several may be
+    given; always after ``--``, so none can be an option), or all. A bare word that is no existing
+    path is a ``-k`` expression."""
+    if target is None:
+        return []
+    if target.expression is not None:
+        return ["-k", target.expression]
+    if existing or all(_looks_like_path(w) for w in target.words):
+        return ["--", *target.words]
+    return ["-k", " ".join(target.words)]
+
+
+def _node_id(case: ET.Element) -> str:
+    classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
+    if not file:
+        return f"{classname}::{name}" if classname else name
+    module = file[: -len(".py")].replace("/", ".") if file.endswith(".py") else file
+    parts = [file]
+    if classname.startswith(module + "."):
+        parts += classname[len(module) + 1 :].split(".")
+    parts.append(name)
+    return "::".join(parts)
+
+
+def parse_junit_xml(xml_text: str, report: TestReport) -> None:
+    """Fill ``report`` from pytest's JUnit XML (``junit_family=xunit1``, which has ``file``)."""
+    root = ET.fromstring(xml_text)
+    for case in root.iter("testcase"):
+        test_id = _node_id(case)
+        failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
+        if failure is not None or error is not None:
+            kind = "failed" if failure is not None else "error"
+            for element, element_kind in ((failure, "failed"), (error, "error")):
+                if element is None:
+                    continue
+                if element_kind == "failed":
+                    report.failed += 1
+                else:
+                    report.errors += 1
+                report.failures.append(
+                    TestFailure(
+                        test_id,
+                        element_kind,
+                        (element.get("message") or "").strip(),
+                        trim_traceback(element.text or ""),
+                    )
+                )
+            report.outcomes[test_id] = kind
+        elif skipped is not None:
+            report.skipped += 1
+            report.outcomes[test_id] = "skipped"
+        else:
+            report.passed += 1
+            report.outcomes[test_id] = "passed"
+
+
+async def run_pytest(
+    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+) -> TestReport:
+    single = target is not None and len(target.words) == 1
+    existing = (
+        single and await sandbox.stat(posixpath.join(WORKSPACE, target.words[0].split("::")[0])) is not None
+    )
+    args = pytest_args(target, existing)
+    shown = shlex.join(["python", "-m", "pytest", *args])
+    async with private_temp_dir(sandbox) as folder:
+        xml_path = f"{folder}/junit.xml"
+        command = (
+            f"{FIND_PYTHON}; "
+            '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '
+            + '"$__py" '
+            + shlex.join(
+                [
+                    *("-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"),
+                    "--continue-on-collection-errors",
+                    f"--junitxml={xml_path}",
+                    *args,
+                ]
+            )
+        )
+        result = await sandbox.exec(
+            command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"}
+        )
+        report = make_report("pytest", shown, shown_target, result)
+        try:
+            xml_text = (await sandbox.read_file(xml_path, max_bytes=MAX_REPORT_BYTES)).decode(
+                "utf-8", "replace"
+            )
+        except FileNotFoundError:
+            report.problem = no_results(result, "pytest wrote no JUnit XML report")
+            return report
+        except OSError as exc:  # replaced by a FIFO, grown past the limit, ...
+            report.problem = f"pytest's JUnit XML report could not be read: {exc.strerror or exc}"
+            return report
+    try:
+        parse_junit_xml(xml_text, report)
+    except ET.ParseError as exc:
+        report.problem = f"pytest's JUnit XML report could not be read: {exc}"
+        return report
+    report.structured = True
+    if result.exit_code == 5:
+        report.problem = "pytest collected no tests (exit code 5): check the target."
+    elif result.exit_code not in (0, 1) and report.total == 0:
+        # pytest's own complaint (a node id not found, a bad option) is the useful part.
+        said = [line for line in result.output.splitlines() if line.startswith("ERROR: ")][:3]
+        why = f" ({'; '.join(said)})" if said else ""
+        report.problem = no_results(result, f"pytest stopped with exit code {result.exit_code}{why}")
+    return report
