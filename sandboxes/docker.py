@@ -135,7 +135,7 @@ def stale_containers(client: docker.DockerClient, *, everything: bool = False) -
 
 def remove_containers(client: docker.DockerClient, containers: list[dict[str, Any]]) -> list[str]:
     """Force-remove containers (with their anonymous volumes); return the ids removed."""
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     removed = []
     for c in containers:
@@ -144,6 +144,9 @@ def remove_containers(client: docker.DockerClient, containers: list[dict[str, An
             removed.append(c["Id"])
         except NotFound:
             pass  # another process reaped it first
+        except APIError as exc:
+            if exc.status_code != 409:  # 409: another process is removing it right now
+                raise
     return removed
 
 
