@@ -1,457 +1,388 @@
-"""One prepared engine benchmark for a short GPU session (CUDA when available; ``--device cpu`` to test).
+"""One prepared engine benchmark for a short session on a bare GPU machine (under 8 minutes).
 
-    python bench/gpu_bench.py --time-budget 420          # on the device machine
-    .venv/bin/python bench/gpu_bench.py --device cpu --preset tiny --time-budget 60 --repeats 2
+    python3 bench/gpu_bench.py --time-budget 420 --out $OUT/gpu_bench.json     # on the device
+    .venv/bin/python bench/gpu_bench.py --device cpu --shape tiny --time-budget 60  # anywhere
 
-Model: the Clover weights when ``locate_model`` finds them (``--model DIR``, ``CLOVER_MODEL``, the
-Hugging Face cache), loaded in bf16; otherwise a random checkpoint written by
-``clover_agent.engine.tiny`` at the ``--preset`` scale (``tiny``: CPU tests; ``small``: a few hundred
-MB; ``full-layers``: Clover's 40 layers, hidden size and real vocabulary with 8 experts, all 8 routed,
-so each token does Clover's active-expert work). The output says which it was.
+It needs nothing installed beyond torch (and triton for Triton kernels): it imports the engine
+from the tree it sits in (:func:`use_source_tree`), so a copy of the working tree runs as it is,
+and it downloads nothing. Measured in one run, each piece skipped (and named) once
+``--time-budget`` is spent, each failure recorded without ending the run (exit status 1):
 
-Measured side by side in one run, medians over ``--repeats`` after ``--warmup`` runs: prefill
-throughput at a few prompt lengths; one diffusion denoising pass and one commit pass after 128 and
-2,048 committed tokens; greedy decoding in the three modes (tokens/s, tokens per forward, forwards
-per block); load time and bytes; peak memory (CUDA allocator peak, or process RSS on the CPU).
-The clock is checked between measurements: whatever would start after ``--time-budget`` seconds
-is skipped and named in ``skipped``. Writes JSON (``--out``) and prints a Markdown section for
-bench/RESULTS.md.
+1. copy bandwidth (device to device, bytes read + written), the yardstick of everything below;
+2. each engine operator at one decoding step's shapes, as ``kernels="auto"`` resolves it, against
+   its float32 reference (relative error and bound), timed with CUDA events (median over rotating
+   inputs), its minimum traffic in GB/s and as a share of the copy bandwidth (``gpu_kernels.py``);
+3. the model at ``--shape`` (``full``: engine/configs/clover-35b-a3b.json, 40 layers, 256 experts
+   top-8, vocabulary 248,320) with random weights built on the device (``--model DIR``: a real
+   checkpoint instead), and its decoding steps at ``--context`` committed tokens: denoise 32,
+   commit 32, commit fused with the next denoise (64), verify 64 and one autoregressive token;
+   time, bytes touched (routed experts as the step's tokens route), memory floor and time over
+   floor, ATen operators and CUDA kernels per step, and the steps replayed as CUDA graphs
+   (``gpu_model.py``);
+4. an end-to-end greedy decode per mode (wall time per forward; with a real checkpoint, the
+   measured tokens per forward) and tokens/s of each mode from the step times at those tokens per
+   forward and at ``--tokens-per-forward``.
+
+Random weights say nothing about tokens per forward: the report says which figures are measured.
+Full results go to ``--out`` (JSON; the path is printed), a Markdown section for bench/RESULTS.md
+to stdout (``gpu_report.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import resource
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import torch
+ROOT = Path(__file__).resolve().parents[1]
 
-from clover_agent.engine import vocab as vocabularies
-from clover_agent.engine.cache import ModelCache
-from clover_agent.engine.config import full_size_config_json
-from clover_agent.engine.decoding import PREFILL_CHUNK_TOKENS
-from clover_agent.engine.engine import Engine
-from clover_agent.engine.locate import locate_model
-from clover_agent.engine.sampling import GenerationResult, SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
-from clover_agent.launch import model_sources
-from clover_agent.settings import Settings
 
-SECTION_START = "<!-- gpu-bench:start -->"
-SECTION_END = "<!-- gpu-bench:end -->"
-MODES = ("diffusion", "self_speculative", "autoregressive")
+def use_source_tree() -> None:
+    """Import ``clover_agent`` from this tree, installed or not: the repository root first on the
+    path, and the root on the package's path, where ``engine/`` and ``kernels/`` are its
+    subpackages as the installed mapping makes them."""
+    sys.path.insert(0, str(ROOT))
+    import clover_agent
 
-#: Text sizes of the ``small`` preset; ``full-layers`` takes the same fields from Clover's config.
-_SMALL_OVERRIDES: dict[str, Any] = {
-    "hidden_size": 1024,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "linear_num_key_heads": 8,
-    "linear_num_value_heads": 16,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "num_experts": 8,
-    "num_experts_per_tok": 4,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-}
-_FULL_TEXT_CONFIG = full_size_config_json()["text_config"]
-#: Random-checkpoint scales: ``write_tiny_checkpoint`` overrides and vocabulary.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {"vocab": "small", "overrides": {}},
-    "small": {"vocab": "small", "overrides": _SMALL_OVERRIDES},
-    "full-layers": {
-        "vocab": "real",
-        # Clover's shape (the shipped full-size config) with 8 of its 256 experts, all 8 routed.
-        "overrides": {**{key: _FULL_TEXT_CONFIG[key] for key in _SMALL_OVERRIDES}, "num_experts": 8},
-    },
-}
+    if str(ROOT) not in clover_agent.__path__:
+        clover_agent.__path__.append(str(ROOT))
+
+
+use_source_tree()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from gpu_kernels import check_operators, operator_input_bytes  # noqa: E402
+from gpu_model import mode_rates, random_model, time_steps  # noqa: E402
+from gpu_report import markdown  # noqa: E402
+from gpu_timing import Budget, copy_bandwidth, synchronize  # noqa: E402
+
+import clover_agent.engine  # noqa: E402
+from clover_agent.engine.config import CloverConfig, full_size_config_json  # noqa: E402
+from clover_agent.engine.decoding import BlockDecoder  # noqa: E402
+from clover_agent.engine.engine import Engine  # noqa: E402
+from clover_agent.engine.locate import ModelSources, locate_model  # noqa: E402
+from clover_agent.engine.model import CloverModel  # noqa: E402
+from clover_agent.engine.sampling import MODES, SamplingParams  # noqa: E402
+from clover_agent.engine.tiny import TINY_TEXT_CONFIG  # noqa: E402
+
 CODE_PROMPT = (
     "def merge_intervals(intervals):\n"
     '    """Merge overlapping [start, end] intervals and return them sorted."""\n'
 )
 
 
-class Budget:
-    """Wall clock since the script started; measurements that would start past the budget are skipped."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.start = time.perf_counter()
-        self.skipped: list[str] = []
-
-    def used(self) -> float:
-        return time.perf_counter() - self.start
-
-    def expired(self) -> bool:
-        return self.used() >= self.seconds
-
-    def allows(self, what: str) -> bool:
-        """Whether ``what`` may start; if not it is recorded as skipped."""
-        if self.expired():
-            self.skipped.append(f"{what}: skipped, time budget of {self.seconds:.0f} s used up")
-            return False
-        return True
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed_runs(
-    run: Callable[[], Any], device: torch.device, budget: Budget, warmup: int, repeats: int
-) -> list[float]:
-    """Seconds of each repeat after ``warmup`` untimed runs; stops early (after one) past the budget."""
-    for _ in range(warmup):
-        run()
-    seconds: list[float] = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        run()
-        synchronize(device)
-        seconds.append(time.perf_counter() - start)
-        if budget.expired():
-            break
-    return seconds
-
-
-def prefill(engine: Engine, ids: torch.Tensor) -> ModelCache:
-    """Commit ``ids`` to a fresh cache in the decoder's chunks; return the cache."""
-    cache = engine.model.new_cache()
-    for start in range(0, ids.numel(), PREFILL_CHUNK_TOKENS):
-        engine.model(ids[start : start + PREFILL_CHUNK_TOKENS], cache, attention="block", commit=True)
-    return cache
-
-
-def random_ids(engine: Engine, count: int, seed: int) -> torch.Tensor:
-    """Ordinary token ids (below the special tokens of either vocabulary), on the model's device."""
-    high = min(engine.config.vocab_size, 500 if engine.config.vocab_size < 1000 else 150_000)
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(10, high, (count,), generator=generator).to(engine.device)
-
-
-def measure_prefill(
-    engine: Engine, lengths: list[int], budget: Budget, warmup: int, repeats: int
-) -> list[dict[str, Any]]:
-    rows = []
-    for length in lengths:
-        if length > engine.config.max_position_embeddings:
-            budget.skipped.append(f"prefill {length}: longer than the context window")
-            continue
-        if not budget.allows(f"prefill {length}"):
-            continue
-        ids = random_ids(engine, length, seed=length)
-        seconds = timed_runs(lambda ids=ids: prefill(engine, ids), engine.device, budget, warmup, repeats)
-        median = statistics.median(seconds)
-        rows.append(
-            {"tokens": length, "median_s": median, "tokens_per_s": length / median, "repeats": len(seconds)}
-        )
-    return rows
-
-
-def measure_passes(
-    engine: Engine, contexts: list[int], budget: Budget, warmup: int, repeats: int
-) -> list[dict[str, Any]]:
-    """One denoising pass (block attention, no commit) and one commit pass of a block after
-    ``context`` committed tokens; each commit runs on a fresh copy of the committed state."""
-    size = engine.config.block_size
-    mask = engine.config.mask_token_id
-    rows = []
-    for context in contexts:
-        if not budget.allows(f"denoise/commit passes at {context} context"):
-            continue
-        cache = prefill(engine, random_ids(engine, context // size * size, seed=context + 1))
-        block = random_ids(engine, size, seed=context + 2)
-        if mask is not None:
-            block[size // 2 :] = mask  # half decided, half still masked, as mid-way through a block
-
-        def denoise(block: torch.Tensor = block, cache: ModelCache = cache) -> None:
-            engine.model(block, cache, attention="block", commit=False)
-
-        denoise_s = timed_runs(denoise, engine.device, budget, warmup, repeats)
-        commit_s: list[float] = []
-        for index in range(warmup + repeats):
-            copy = cache.clone()
-            synchronize(engine.device)
-            start = time.perf_counter()
-            engine.model(block, copy, attention="block", commit=True)
-            synchronize(engine.device)
-            if index >= warmup:
-                commit_s.append(time.perf_counter() - start)
-                if budget.expired():
-                    break
-        rows.append(
-            {
-                "context": cache.length,
-                "denoise_ms": statistics.median(denoise_s) * 1e3,
-                "commit_ms": statistics.median(commit_s) * 1e3,
-                "repeats": min(len(denoise_s), len(commit_s)),
-            }
-        )
-    return rows
-
-
-def decode_prompt(engine: Engine) -> list[int]:
-    if engine.tokenizer is not None and engine.config.vocab_size > 1000:
-        return engine.tokenizer.encode(CODE_PROMPT)
-    return random_ids(engine, 200, seed=7).tolist()
-
-
-def measure_decode(
-    engine: Engine, new_tokens: int, budget: Budget, warmup: int, repeats: int
-) -> dict[str, dict[str, Any]]:
-    """Greedy decoding, no stop token, no prefix reuse; ``seconds`` is the whole call (prefill included)."""
-    prompt = decode_prompt(engine)
-    size = engine.config.block_size
-    out: dict[str, dict[str, Any]] = {}
-    for mode in MODES:
-        if not budget.allows(f"decode {mode}"):
-            continue
-        params = engine.default_params(max_new_tokens=new_tokens, mode=mode, stop_token_ids=())
-        results: list[GenerationResult] = []
-
-        def call(params: SamplingParams = params, results: list[GenerationResult] = results) -> None:
-            engine.prefix_cache.clear()
-            results.append(engine.generate(prompt, params))
-
-        seconds = timed_runs(call, engine.device, budget, warmup, repeats)
-        last = results[-1]
-        median = statistics.median(seconds)
-        out[mode] = {
-            "prompt_tokens": len(prompt),
-            "tokens": len(last.token_ids),
-            "median_s": median,
-            "tokens_per_s": len(last.token_ids) / median,
-            "forwards": last.forwards,
-            "tokens_per_forward": last.tokens_per_forward,
-            "forwards_per_block": last.forwards / (len(last.token_ids) / size) if last.token_ids else 0.0,
-            "fallback_rate": last.fallback_rate,
-            "repeats": len(seconds),
-        }
-    return out
+def shape_config(shape: str) -> CloverConfig:
+    """``full``: the shipped Clover config; ``tiny``: its contract and vocabulary size with the tiny
+    test model's layer sizes (a CPU run of the whole script in seconds)."""
+    config = CloverConfig.from_dict(full_size_config_json())
+    if shape == "full":
+        return config
+    sizes = {k: v for k, v in TINY_TEXT_CONFIG.items() if k in CloverConfig.__dataclass_fields__}
+    layers = sizes["num_hidden_layers"]
+    kinds = tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers))
+    return config.with_overrides(**sizes, layer_types=kinds)
 
 
 def git_commit() -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parent,
-    )
-    return result.stdout.strip() or "unknown"
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        )
+    except OSError:
+        return "unknown (no git)"
+    return result.stdout.strip() or "unknown (not a git checkout)"
 
 
 def machine(device: torch.device) -> dict[str, Any]:
     info: dict[str, Any] = {
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "commit": git_commit(),
+        "source": str(Path(clover_agent.engine.__file__).parent),
         "device": str(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cpu": platform.processor() or platform.machine(),
         "cpu_threads": torch.get_num_threads(),
     }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info["gpu"] = props.name
-        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
     return info
 
 
-def load_engine(
-    args: argparse.Namespace, device: torch.device, dtype: torch.dtype, budget: Budget, folder: Path
-) -> tuple[Engine, dict[str, Any]]:
-    """The real weights when found, else a random checkpoint of ``args.preset`` written to ``folder``."""
-    settings = Settings.load()
-    location = locate_model(model_sources(settings, args.model))
-    info: dict[str, Any] = {"dtype": str(dtype).removeprefix("torch.")}
-    if location.path is not None:
-        path = location.path
-        info.update(source="weights", path=str(path), preset=None, write_s=None)
-    else:
-        if args.model:
-            sys.exit(f"--model {args.model}: no checkpoint there\n{location.describe()}")
-        preset = PRESETS[args.preset]
-        start = time.perf_counter()
-        vocab = preset["vocab"]
-        if vocab == "real":
-            try:
-                vocabularies.qwen_tokenizer(cache_dir=settings.vocab_cache)
-            except vocabularies.VocabularyUnavailable as exc:
-                # A device session should still measure something: the small vocabulary, said so.
-                info["vocab_fallback"] = f"{exc}; the small vocabulary was used"
-                vocab = "small"
-        path = write_tiny_checkpoint(
-            folder / args.preset,
-            vocab=vocab,
-            bidirectional=True,
-            peaked=True,
-            seed=3,
-            dtype=dtype,
-            tokenizer=vocab == "real",
-            overrides={**preset["overrides"], "max_position_embeddings": 16384},
-            vocab_cache=settings.vocab_cache,
-        )
-        info.update(
-            source="random",
-            path=None,
-            preset=args.preset,
-            write_s=time.perf_counter() - start,
-            not_found=location.describe(),
-        )
-    info["bytes"] = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    synchronize(device)
-    start = time.perf_counter()
-    engine = Engine.from_pretrained(path, device=device, dtype=dtype, progress=None)
-    synchronize(device)
-    info["load_s"] = time.perf_counter() - start
-    config = engine.config
-    info["parameters"] = sum(p.numel() for p in engine.model.parameters())
-    info["shape"] = {
-        "layers": config.num_hidden_layers,
-        "hidden_size": config.hidden_size,
-        "experts": config.num_experts,
-        "experts_per_token": config.num_experts_per_tok,
-        "vocab_size": config.vocab_size,
-        "block_size": config.block_size,
-    }
-    if budget.expired():
-        budget.skipped.append(f"model ready after {budget.used():.0f} s, past the budget")
-    return engine, info
+def attempt(report: dict[str, Any], key: str, run: Callable[[], Any]) -> Any:
+    """Run one piece and store its result under ``key``; an exception is recorded under
+    ``errors`` (its traceback under ``tracebacks``) and the run goes on."""
+    try:
+        value = run()
+    except Exception as exc:
+        report["errors"].append(f"{key}: {type(exc).__name__}: {exc}")
+        report.setdefault("tracebacks", {})[key] = traceback.format_exc()
+        return None
+    report[key] = value
+    return value
 
 
-def memory(device: torch.device) -> dict[str, float]:
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"peak_rss_mib": rss_mib}
+def free_memory(device: torch.device, limit_gb: float | None) -> int:
+    """Bytes a piece may allocate: what the device has free (host: MemAvailable), capped by
+    ``--memory-limit-gb``."""
     if device.type == "cuda":
-        out["cuda_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return free if limit_gb is None else min(free, int(limit_gb * 1e9))
+
+
+def check_fits(what: str, need: int, device: torch.device, limit_gb: float | None) -> None:
+    free = free_memory(device, limit_gb)
+    if need > free:
+        raise MemoryError(
+            f"{what} would take about {need / 1e9:.1f} GB on {device}; {free / 1e9:.1f} GB may be used"
+        )
+
+
+def model_info(model: CloverModel, dtype: torch.dtype, seconds: float) -> dict[str, Any]:
+    config, device = model.config, model.device
+    info: dict[str, Any] = {
+        "build_s": seconds,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "dtype": str(dtype).removeprefix("torch."),
+        "operators": model.ops.backends,
+        "shape": {
+            "layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size,
+            "experts": config.num_experts,
+            "experts_per_token": config.num_experts_per_tok,
+            "vocab_size": config.vocab_size,
+            "block_size": config.block_size,
+        },
+    }
+    if device.type == "cuda":
+        info["cuda_allocated_gib"] = torch.cuda.memory_allocated(device) / 2**30
+    return info
+
+
+def build_model(
+    config: CloverConfig, device: torch.device, dtype: torch.dtype, limit_gb: float | None
+) -> tuple[CloverModel, dict[str, Any]]:
+    """The random-weight model, after checking that it fits the memory it may use."""
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in CloverModel(config).parameters())
+    need = int(parameters * torch.empty((), dtype=dtype).element_size() * 1.1)
+    check_fits(f"the {config.num_hidden_layers}-layer model", need, device, limit_gb)
+    start = time.perf_counter()
+    model = random_model(config, device, dtype)
+    synchronize(device)
+    return model, {**model_info(model, dtype, time.perf_counter() - start), "source": "random"}
+
+
+def measure_operators(config: CloverConfig, device: torch.device, dtype: torch.dtype, **kwargs: Any) -> Any:
+    """:func:`check_operators`, after checking that its inputs fit the memory it may use."""
+    limit = kwargs.pop("limit_gb")
+    check_fits("the operator inputs", operator_input_bytes(config, kwargs["context"], dtype), device, limit)
+    return check_operators(config, device, dtype, **kwargs)
+
+
+def load_weights(
+    args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> tuple[Engine, dict[str, Any]]:
+    """The checkpoint ``--model`` names, loaded as the engine loads it."""
+    location = locate_model(ModelSources(explicit=args.model))
+    if location.path is None:
+        raise FileNotFoundError(f"--model {args.model}: no checkpoint there. {location.describe().strip()}")
+    start = time.perf_counter()
+    engine = Engine.from_pretrained(location.path, device=device, dtype=dtype, progress=None)
+    synchronize(device)
+    info = model_info(engine.model, dtype, time.perf_counter() - start)
+    return engine, {**info, "source": "weights", "path": str(location.path)}
+
+
+def decode_prompt(decoder: BlockDecoder) -> list[int]:
+    if decoder.tokenizer is not None:
+        return decoder.tokenizer.encode(CODE_PROMPT)
+    high = min(decoder.config.vocab_size, 150_000)
+    return torch.randint(10, high, (40,), generator=torch.Generator().manual_seed(7)).tolist()
+
+
+def end_to_end(decoder: BlockDecoder, new_tokens: int, budget: Budget) -> dict[str, dict[str, Any]]:
+    """Greedy decoding in each mode, no stop token: wall time per forward, tokens per forward; on
+    CUDA again with the steps replayed as CUDA graphs (their tokens may differ from eager ones
+    where random weights leave near-ties: the graph steps' attention rounds otherwise)."""
+    prompt = decode_prompt(decoder)
+    graphed = None
+    if decoder.device.type == "cuda":
+        graphed = BlockDecoder(decoder.model, decoder.tokenizer, cuda_graphs=True)
+    out: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+        if not budget.allows(f"decode {mode}"):
+            continue
+        params = SamplingParams.for_model(
+            decoder.config, max_new_tokens=new_tokens, mode=mode, stop_token_ids=()
+        )
+        result = decoder.generate(prompt, params)
+        row = out[mode] = {
+            "tokens": len(result.token_ids),
+            "forwards": result.forwards,
+            "seconds": result.seconds,
+            "ms_per_forward": result.seconds / result.forwards * 1e3,
+            "tokens_per_forward": result.tokens_per_forward,
+            "tokens_per_s": len(result.token_ids) / result.seconds,
+        }
+        if graphed is not None and budget.allows(f"decode {mode} with CUDA graphs"):
+            try:
+                with_graphs = graphed.generate(prompt, params)
+            except Exception as exc:
+                row["graph_error"] = f"{type(exc).__name__}: {exc}"
+                continue
+            row["graph_tokens_per_s"] = len(with_graphs.token_ids) / with_graphs.seconds
+            row["graph_same_tokens"] = with_graphs.token_ids == result.token_ids
     return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = Budget(args.time_budget)
-    device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    settings = {**vars(args), "out": str(args.out)}
+    report: dict[str, Any] = {"machine": machine(device), "settings": settings, "errors": []}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    report: dict[str, Any] = {"machine": machine(device)}
-    with tempfile.TemporaryDirectory() as folder:
-        engine, report["model"] = load_engine(args, device, dtype, budget, Path(folder))
+    if budget.allows("copy bandwidth"):
+        attempt(
+            report,
+            "copy_bandwidth",
+            lambda: copy_bandwidth(device, 2048 if device.type == "cuda" else 64, budget),
+        )
+    bandwidth = report["copy_bandwidth"]["gb_per_s"] * 1e9 if "copy_bandwidth" in report else None
+    engine: Engine | None = None
+    if args.model:
+        loaded = attempt(report, "model", lambda: load_weights(args, device, dtype))
+        if loaded is None:
+            return finish(report, device, budget)
+        engine, report["model"] = loaded
+        config = engine.config
+    else:
+        config = shape_config(args.shape)
+    if budget.allows("operators"):
+        attempt(
+            report,
+            "operators",
+            lambda: measure_operators(
+                config,
+                device,
+                dtype,
+                tokens=config.block_size,
+                context=args.context,
+                bandwidth=bandwidth,
+                budget=budget,
+                repeats=args.repeats,
+                limit_gb=args.memory_limit_gb,
+            ),
+        )
+    if engine is not None:
+        model, decoder = engine.model, engine.decoder
+    else:
+        built = (
+            attempt(report, "model", lambda: build_model(config, device, dtype, args.memory_limit_gb))
+            if budget.allows("model")
+            else None
+        )
+        if built is None:
+            return finish(report, device, budget)
+        model, report["model"] = built
+        decoder = BlockDecoder(model)
+    if budget.allows("steps"):
+        attempt(
+            report,
+            "steps",
+            lambda: time_steps(model, args.context, bandwidth=bandwidth, budget=budget, repeats=args.repeats),
+        )
+    if budget.allows("decode"):
+        attempt(report, "decode", lambda: end_to_end(decoder, args.decode_tokens, budget))
+    rates = list(args.tokens_per_forward)
+    report["tokens_per_forward_source"] = "given (--tokens-per-forward): random weights measure none"
+    if engine is not None and "diffusion" in report.get("decode", {}):
+        measured = round(report["decode"]["diffusion"]["tokens_per_forward"], 2)
+        rates = [measured, *rates]
+        report["tokens_per_forward_source"] = (
+            f"measured ({measured}, this checkpoint's diffusion decode), then given"
+        )
+    if report.get("steps"):
+        report["mode_rates"] = mode_rates(report["steps"], rates, config.block_size)
+    return finish(report, device, budget)
+
+
+def finish(report: dict[str, Any], device: torch.device, budget: Budget) -> dict[str, Any]:
     if device.type == "cuda":
-        report["model"]["cuda_allocated_after_load_mib"] = torch.cuda.memory_allocated(device) / 2**20
-    report["settings"] = {"warmup": args.warmup, "repeats": args.repeats, "decode_tokens": args.decode_tokens}
-    report["prefill"] = measure_prefill(engine, args.prompt_lengths, budget, args.warmup, args.repeats)
-    report["passes"] = measure_passes(engine, args.contexts, budget, args.warmup, args.repeats)
-    report["decode"] = measure_decode(engine, args.decode_tokens, budget, args.warmup, args.repeats)
-    report["memory"] = memory(device)
-    report["budget"] = {"seconds": args.time_budget, "used_s": budget.used()}
+        report["cuda_peak_allocated_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report["budget"] = {"seconds": budget.seconds, "used_s": budget.used()}
     report["skipped"] = budget.skipped
     return report
 
 
-def markdown(report: dict[str, Any]) -> str:
-    m, model = report["machine"], report["model"]
-    where = (
-        f"{m['gpu']}, {m['gpu_memory_gib']} GiB; torch {m['torch']}, CUDA {m['cuda']}"
-        if "gpu" in m
-        else f"CPU ({m['cpu']}, {m['cpu_threads']} threads); torch {m['torch']}"
-    )
-    shape = model["shape"]
-    what = (
-        f"Clover weights from {model['path']}"
-        if model["source"] == "weights"
-        else f"RANDOM checkpoint, preset `{model['preset']}` (written in {model['write_s']:.1f} s; "
-        "no Clover weights found), so tokens per forward say nothing about the trained model"
-        + (f"; real vocabulary unavailable: {model['vocab_fallback']}" if "vocab_fallback" in model else "")
-    )
-    lines = [
-        SECTION_START,
-        "## GPU benchmark: prefill, denoise/commit passes, decoding modes",
-        "",
-        f"- date: {m['date']}; commit {m['commit']}; device {m['device']}: {where}",
-        f"- model: {what}",
-        f"- shape: {shape['layers']} layers, hidden {shape['hidden_size']}, {shape['experts']} experts "
-        f"top-{shape['experts_per_token']}, vocabulary {shape['vocab_size']}, {model['parameters']:,} "
-        f"parameters, {model['dtype']}; {model['bytes'] / 2**20:,.0f} MiB of safetensors loaded in "
-        f"{model['load_s']:.1f} s",
-        f"- medians of {report['settings']['repeats']} runs after {report['settings']['warmup']} warm-up; "
-        f"`python bench/gpu_bench.py --time-budget {report['budget']['seconds']:.0f}` "
-        f"(used {report['budget']['used_s']:.0f} s)",
-        "",
-        "| prefill tokens | median s | tokens/s |",
-        "| ---: | ---: | ---: |",
-        *(f"| {r['tokens']} | {r['median_s']:.4f} | {r['tokens_per_s']:,.0f} |" for r in report["prefill"]),
-        "",
-        "| committed context | denoising pass ms | commit pass ms |",
-        "| ---: | ---: | ---: |",
-        *(f"| {r['context']} | {r['denoise_ms']:.2f} | {r['commit_ms']:.2f} |" for r in report["passes"]),
-        "",
-        f"Greedy decoding, {report['settings']['decode_tokens']} new tokens, no stop token (time of the "
-        "whole call, prefill included):",
-        "",
-        "| mode | tokens/s | tokens per forward | forwards per block | fallback-step rate |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        *(
-            f"| {mode} | {s['tokens_per_s']:.1f} | {s['tokens_per_forward']:.2f} | "
-            f"{s['forwards_per_block']:.1f} | {s['fallback_rate']:.2f} |"
-            for mode, s in report["decode"].items()
-        ),
-        "",
-        "Peak memory: "
-        + (
-            f"CUDA allocator {report['memory']['cuda_peak_allocated_mib']:,.0f} MiB; "
-            if "cuda_peak_allocated_mib" in report["memory"]
-            else ""
-        )
-        + f"process RSS {report['memory']['peak_rss_mib']:,.0f} MiB.",
-    ]
-    if report["skipped"]:
-        lines += ["", "Skipped: " + "; ".join(report["skipped"]) + "."]
-    lines.append(SECTION_END)
-    return "\n".join(lines) + "\n"
-
-
-def int_list(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
+def number_list(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), help="default: bfloat16 on CUDA")
-    parser.add_argument("--model", help="checkpoint folder (default: CLOVER_MODEL, then the HF cache)")
-    parser.add_argument("--preset", choices=tuple(PRESETS), help="random-checkpoint scale when no weights")
-    parser.add_argument("--time-budget", type=float, default=420.0, help="seconds (default 420)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--prompt-lengths", type=int_list, default=[512, 2048, 8192])
-    parser.add_argument("--contexts", type=int_list, default=[128, 2048])
-    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument(
+        "--dtype", choices=("bfloat16", "float32"), help="default: bfloat16 on CUDA, float32 on the CPU"
+    )
+    parser.add_argument(
+        "--shape", choices=("full", "tiny"), help="random model's shape (default: full on CUDA, else tiny)"
+    )
+    parser.add_argument("--model", help="a checkpoint folder to measure instead of random weights")
+    parser.add_argument(
+        "--context", type=int, default=4096, help="committed tokens before each step (default 4096)"
+    )
+    parser.add_argument(
+        "--time-budget", type=float, default=420.0, help="seconds for the whole run (default 420)"
+    )
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
+    parser.add_argument(
+        "--decode-tokens", type=int, default=64, help="tokens per end-to-end decode (default 64)"
+    )
+    parser.add_argument("--tokens-per-forward", type=number_list, default=[1.0, 2.0, 3.0, 4.0, 6.0])
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--memory-limit-gb", type=float, help="refuse pieces that need more memory (default: what is free)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/out/gpu_bench.json"))
     args = parser.parse_args(argv)
     on_cuda = args.device.startswith("cuda")
     if on_cuda and not cuda:
         parser.error("--device cuda: no CUDA device here (use --device cpu)")
     args.dtype = args.dtype or ("bfloat16" if on_cuda else "float32")
-    args.preset = args.preset or ("full-layers" if on_cuda else "tiny")
-    if args.warmup < 0 or args.repeats < 1:
-        parser.error("--warmup must be >= 0 and --repeats >= 1")
+    args.shape = args.shape or ("full" if on_cuda else "tiny")
+    if args.repeats < 1 or args.context < 0 or args.context % 32:
+        parser.error("--repeats must be >= 1 and --context a multiple of 32")
     return args
 
 
@@ -461,10 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(markdown(report))
-    print(f"JSON: {args.out}", file=sys.stderr)
-    return 0
+    print(f"full results: {args.out.resolve()}", file=sys.stderr)
+    return 1 if report["errors"] else 0
 
 
 if __name__ == "__main__":

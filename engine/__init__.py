@@ -1,1 +1,36 @@
-"""In-process block-diffusion engine for Clover-35B-A3B (imports as ``clover_agent.engine``)."""
+"""In-process block-diffusion engine for Clover-35B-A3B (imports as ``clover_agent.engine``).
+
+``Engine``, ``SamplingParams`` and ``GenerationResult`` are importable from here; each is loaded
+on first access (module ``__getattr__``), so importing the package, or ``clover_agent``, does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clover_agent.engine.engine import Engine
+    from clover_agent.engine.sampling import GenerationResult, SamplingParams
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "Engine": "clover_agent.engine.engine",
+    "SamplingParams": "clover_agent.engine.sampling",
+    "GenerationResult": "clover_agent.engine.sampling",
+}
+__all__ = ["Engine", "GenerationResult", "SamplingParams"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -7,8 +7,8 @@ from torch import nn
 
 from clover_agent.engine.cache import AttentionKV
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.forward import ForwardContext
 from clover_agent.engine.norms import ZeroCentredRmsNorm
-from clover_agent.engine.ops import Ops
 
 
 class RotaryEmbedding:
@@ -60,19 +60,12 @@ class GatedAttention(nn.Module):
         self.q_norm = ZeroCentredRmsNorm(head_dim, config.rms_norm_eps)
         self.k_norm = ZeroCentredRmsNorm(head_dim, config.rms_norm_eps)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        kv: AttentionKV,
-        ops: Ops,
-        *,
-        rotary: tuple[torch.Tensor, torch.Tensor],
-        allowed: torch.Tensor,
-        commit: int,
-    ) -> torch.Tensor:
-        """x: [T, hidden]; ``allowed``: [T, kv.length + T] mask over committed then new keys."""
+    def forward(self, x: torch.Tensor, kv: AttentionKV, ctx: ForwardContext) -> torch.Tensor:
+        """x: [T, hidden] after ``ctx.past`` committed tokens. The new K/V go into the cache's rows
+        after the committed ones, in place; attention reads the cache there (nothing concatenated)."""
         cfg = self.config
         steps = x.shape[0]
+        ops = ctx.ops
         query, gate = (
             self.q_proj(x).reshape(steps, cfg.num_attention_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
         )
@@ -81,13 +74,18 @@ class GatedAttention(nn.Module):
             self.k_proj(x).reshape(steps, cfg.num_key_value_heads, -1), self.k_norm.weight, self.k_norm.eps
         )
         value = self.v_proj(x).reshape(steps, cfg.num_key_value_heads, -1)
-        cos, sin = rotary
+        cos, sin = ctx.rotary
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
 
-        keys = torch.cat([kv.keys(), key]) if kv.length else key
-        values = torch.cat([kv.values(), value]) if kv.length else value
-        out = ops.attention(query, keys, values, allowed, cfg.head_dim**-0.5)
-        if commit:
-            kv.append(key[:commit], value[:commit])
+        kv.write(key, value, ctx.positions)
+        out = ops.attention(
+            query,
+            kv.key_buffer,
+            kv.value_buffer,
+            ctx.past,
+            ctx.block_size,
+            ctx.block_from,
+            cfg.head_dim**-0.5,
+        )
         out = out.reshape(steps, -1) * torch.sigmoid(gate.reshape(steps, -1))
         return self.o_proj(out)

@@ -12,6 +12,7 @@ import torch
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.decoding import BlockDecoder
 from clover_agent.engine.model import CloverModel
+from clover_agent.engine.ops import KernelChoice
 from clover_agent.engine.prefix_cache import PrefixCache
 from clover_agent.engine.sampling import GenerationResult, SamplingParams
 from clover_agent.engine.stream import StreamEvent
@@ -29,6 +30,7 @@ class Engine:
         tokenizer: Tokenizer | None,
         *,
         model_dir: Path,
+        cuda_graphs: bool = False,
     ) -> None:
         self.model = model
         self.config = config
@@ -39,7 +41,7 @@ class Engine:
         self.dtype: torch.dtype = weight.dtype
         #: Committed state of earlier calls, reused when a prompt extends one (see prefix_cache.py).
         self.prefix_cache = PrefixCache()
-        self.decoder = BlockDecoder(model, tokenizer, self.prefix_cache)
+        self.decoder = BlockDecoder(model, tokenizer, self.prefix_cache, cuda_graphs=cuda_graphs)
 
     @classmethod
     def from_pretrained(
@@ -47,20 +49,27 @@ class Engine:
         model_dir: str | Path,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
-        kernels: str = "auto",
+        kernels: KernelChoice = "auto",
         *,
         progress: TextIO | None = sys.stderr,
+        cuda_graphs: bool = False,
     ) -> Engine:
         """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
 
-        The tokenizer is optional: a folder without ``tokenizer.json`` gives ``tokenizer=None``.
+        ``kernels``: per-operator implementation choice (``ops.py``). ``cuda_graphs``: replay the
+        fixed-shape decoding steps as CUDA graphs on a CUDA device (``graphs.py``; off by default
+        until measured). The tokenizer is optional: a folder without ``tokenizer.json`` gives
+        ``tokenizer=None``.
         """
         model_dir = Path(model_dir)
         model, config = load_model(model_dir, device=device, dtype=dtype, kernels=kernels, progress=progress)
-        return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir)
+        return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir, cuda_graphs=cuda_graphs)
 
     def logits(self, input_ids: list[int]) -> torch.Tensor:
         """Float32 logits [T, vocab] of a plain causal forward over ``input_ids`` from an empty cache."""
+        bad = [t for t in input_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ValueError(f"input_ids outside the vocabulary [0, {self.config.vocab_size}): {bad[:5]}")
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         return self.model(ids, self.model.new_cache(), attention="causal")
 

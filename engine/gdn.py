@@ -9,8 +9,8 @@ from torch import nn
 from clover_agent.engine.bidirectional_gdn import BidirectionalGdn
 from clover_agent.engine.cache import GdnState
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.forward import ForwardContext
 from clover_agent.engine.norms import GatedRmsNorm
-from clover_agent.engine.ops import Ops
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -43,22 +43,25 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(config.linear_value_dim, hidden, bias=False)
         self.bidirectional = BidirectionalGdn(config) if config.bidirectional_gdn else None
 
-    def forward(
-        self, x: torch.Tensor, state: GdnState, ops: Ops, *, block_size: int | None, commit: int
-    ) -> torch.Tensor:
-        """x: [T, hidden] on top of ``state``. ``block_size`` set = block mode (tokens start on a block
-        boundary); ``commit`` = how many leading tokens to fold into ``state`` (0 = none)."""
-        cfg = self.config
-        steps = x.shape[0]
+    def forward(self, x: torch.Tensor, state: GdnState, ctx: ForwardContext) -> torch.Tensor:
+        """x: [T, hidden] on top of ``state``; the first ``ctx.commit`` tokens are folded into it.
+
+        Rows from ``ctx.block_rows`` on (whole blocks) get the in-block backward branch of a
+        bidirectional checkpoint; only the causal forward branch and conv tail enter the state."""
+        cfg, ops = self.config, ctx.ops
+        steps, commit = x.shape[0], ctx.commit
         rows = self.in_proj_qkv(x)  # pre-convolution rows [T, conv_dim]
         z = self.in_proj_z(x).reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
         beta = self.in_proj_b(x).sigmoid()
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
 
         mixed = ops.causal_conv1d(rows, self.conv1d.weight.squeeze(1), state.conv)
-        bidirectional = self.bidirectional is not None and block_size is not None
-        if bidirectional:
-            mixed = mixed + self.bidirectional.right_conv(rows, block_size)
+        block_rows = ctx.block_rows if self.bidirectional is not None else None
+        if block_rows is not None:
+            right = self.bidirectional.right_conv(rows[block_rows:], ctx.block_size)
+            mixed = (
+                torch.cat([mixed[:block_rows], mixed[block_rows:] + right]) if block_rows else mixed + right
+            )
         mixed = F.silu(mixed)
         key_dim = cfg.linear_key_dim
         q = l2_normalize(mixed[:, :key_dim].reshape(steps, cfg.linear_num_key_heads, -1))
@@ -77,9 +80,13 @@ class GatedDeltaNet(nn.Module):
             out = torch.cat([head, tail])
         else:
             out, committed_state = ops.gated_delta_rule(q, k, v, g, beta, state.recurrent, scale)
-        if bidirectional:
-            backward = self.bidirectional.backward_scan(q, k, v, g, beta, block_size, scale, ops)
-            out = self.bidirectional.mix(out, backward)
+        if block_rows is not None:
+            part = slice(block_rows, None)
+            backward = self.bidirectional.backward_scan(
+                q[part], k[part], v[part], g[part], beta[part], ctx.block_size, scale, ops
+            )
+            mixed_out = self.bidirectional.mix(out[part], backward)
+            out = torch.cat([out[:block_rows], mixed_out]) if block_rows else mixed_out
 
         if commit:
             state.recurrent.copy_(committed_state)

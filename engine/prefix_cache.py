@@ -69,10 +69,17 @@ class PrefixCache:
         self._evict()
 
     def lookup(
-        self, tokens: Sequence[int], attention: str, *, max_length: int, multiple_of: int = 1
+        self,
+        tokens: Sequence[int],
+        attention: str,
+        *,
+        max_length: int,
+        multiple_of: int = 1,
+        capacity: int = 0,
     ) -> ModelCache | None:
         """A private copy of the longest stored state for a prefix of ``tokens`` no longer than
-        ``max_length`` whose length is a multiple of ``multiple_of``; None when there is none."""
+        ``max_length`` whose length is a multiple of ``multiple_of`` (with K/V room for ``capacity``
+        tokens); None when there is none."""
         query = torch.tensor(list(tokens[:max_length]), dtype=torch.long)
         best_key, best_length = None, 0
         for key, entry in self._entries.items():
@@ -91,7 +98,7 @@ class PrefixCache:
             return None
         self.hits += 1
         self._entries.move_to_end(best_key)
-        return self._entries[best_key].cache.clone()
+        return self._entries[best_key].cache.clone(capacity)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -25,6 +25,8 @@ MODES: tuple[str, ...] = ("diffusion", "self_speculative", "autoregressive")
 LoopAction = Literal["none", "penalize", "stop"]
 LOOP_ACTIONS: tuple[str, ...] = ("none", "penalize", "stop")
 FinishReason = Literal["stop", "length", "loop"]
+ConfidenceRule = Literal["drawn", "relative"]
+CONFIDENCE_RULES: tuple[str, ...] = ("drawn", "relative")
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,9 @@ class SamplingParams:
     Sampling: ``temperature=0`` is greedy (the commit confidence of a position is the top-1
     probability of its controlled logits). With ``temperature>0`` each masked position draws a
     token from its controlled, temperature-scaled, top-k / top-p filtered distribution, and the
-    confidence LowConfidence compares with the threshold is the probability of the drawn token under
-    that filtered, renormalised distribution. Draws come from a ``torch.Generator`` seeded with
+    confidence LowConfidence compares with the threshold is, by default (``confidence="drawn"``), the
+    probability of the drawn token under that filtered, renormalised distribution (``"relative"``:
+    SGLang's rule, see ``choice.py``). Draws come from a ``torch.Generator`` seeded with
     ``seed`` (0 when None), so equal parameters give equal outputs on the same device.
 
     Controls (see ``controls.py``) act on the logits of every masked position before temperature
@@ -81,6 +84,15 @@ class SamplingParams:
     loop_penalty: float = 1.3  # "penalize": the repetition penalty is multiplied by this per repeat
     # self_speculative: denoising passes per draft (1: every mask filled from one diffusion pass).
     draft_steps: int = 1
+    # Sampling's commit confidence: "drawn" (the drawn token's probability under the filtered
+    # distribution) or "relative" (SGLang's min(argmax probability, exp((z_drawn - z_max) / T))).
+    confidence: ConfidenceRule = "drawn"
+    # diffusion: encode the committed context causally (prefill and commit passes causal; denoising
+    # passes still see their own block whole) instead of block-causally.
+    causal_context: bool = False
+    # diffusion: run each block's commit inside the next block's first denoising pass (one forward
+    # over both blocks) instead of a pass of its own; same tokens, one forward less per block.
+    fuse_commit: bool = False
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -132,6 +144,8 @@ class SamplingParams:
             out.append(f"loop_penalty must be >= 1 (got {self.loop_penalty})")
         if self.draft_steps < 1:
             out.append(f"draft_steps must be at least 1 (got {self.draft_steps})")
+        if self.confidence not in CONFIDENCE_RULES:
+            out.append(f"confidence must be one of {', '.join(CONFIDENCE_RULES)} (got {self.confidence!r})")
         return out
 
     @property

@@ -31,6 +31,7 @@ from clover_agent.engine.bidirectional_gdn import CHECKPOINT_TENSORS as BIDIRECT
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.errors import CheckpointError
 from clover_agent.engine.model import CloverModel
+from clover_agent.engine.ops import KernelChoice
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +260,7 @@ def load_model(
     *,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
-    kernels: str = "auto",
+    kernels: KernelChoice = "auto",
     progress: TextIO | None = sys.stderr,
 ) -> tuple[CloverModel, CloverConfig]:
     """Build the model from ``model_dir`` and load its weights, shard by shard, onto ``device``.
@@ -288,6 +289,7 @@ def load_model(
     with torch.device("meta"):
         model = CloverModel(config, kernels=kernels).to(dtype)
     model = model.to_empty(device=device)  # the only allocation: parameters in the target dtype
+    model.ops  # noqa: B018 - resolve the kernels for this device now: a bad choice fails before loading
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     params = dict(model.named_parameters(remove_duplicate=False))

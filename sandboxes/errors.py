@@ -33,3 +33,9 @@ class SandboxArgumentError(ValueError):
     """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
     environment variable's name): refused before anything ran; the sandbox stays usable and the
     message says what to change."""
+
+
+class SandboxSetupError(SandboxError):
+    """The project's environment could not be set up (a dependency that cannot be installed, a
+    set-up command that failed, dependency files that cannot be read): the message names the
+    cause, shows the failing command's output and says how to change the set-up."""

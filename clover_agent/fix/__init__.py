@@ -3,7 +3,8 @@
 :func:`run_fix` (:mod:`.task`) is the entry point front ends call with a :class:`FixRequest`
 (a complete sandbox spec, a backend factory, a run folder); :mod:`.targets` resolves TARGET to
 tests, :mod:`.patches` hands the patch back to a working tree, :mod:`.runs` and :mod:`.resume` find
-and continue stopped runs, :mod:`.console` renders a run's events on a terminal.
+and continue stopped runs, :mod:`.diagnosis` tells environment problems from bugs in a first run,
+:mod:`.console` renders a run's events on a terminal and asks its approvals there.
 """
 
 from clover_agent.fix.runs import RUNS_DIR, locate_run, new_run_id, runs_dir

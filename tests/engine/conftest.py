@@ -1,12 +1,22 @@
-"""Fixtures shared by the engine tests."""
+"""Fixtures shared by the engine tests.
+
+The tiny models here run one intra-op thread: their tensors are too small to split, and on a
+loaded machine a thread pool waiting for busy cores makes each operator ~20x slower. Child
+processes (the CLI tests) inherit ``OMP_NUM_THREADS``.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from clover_agent.engine.tiny import write_tiny_checkpoint
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from clover_agent.engine.cache import GdnState, ModelCache
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import CheckpointError
+from clover_agent.engine.forward import ForwardContext
 from clover_agent.engine.gdn import GatedDeltaNet
 from clover_agent.engine.ops import resolve_ops
 from tests.engine.checkpoints import (
@@ -26,6 +27,21 @@ from tests.engine.checkpoints import (
     tiny_text_config,
     write_tensors,
 )
+
+
+def context(steps: int, block_size: int, block_from: int | None, commit: int) -> ForwardContext:
+    """What the model hands a layer for ``steps`` tokens at the start of a sequence."""
+    empty = torch.empty(steps, 0)
+    return ForwardContext(
+        ops=resolve_ops("torch"),
+        past=0,
+        steps=steps,
+        block_size=block_size,
+        block_from=block_from,
+        commit=commit,
+        positions=torch.arange(steps),
+        rotary=(empty, empty),
+    )
 
 
 def reference_layer(
@@ -138,9 +154,9 @@ def test_module_matches_float64_loop_from_the_document(
     expected_out, expected_state, expected_conv = reference_layer(layer, x, state, block_size)
     with torch.no_grad():
         probe = copy.deepcopy(state)
-        out = layer(x, probe, resolve_ops("torch"), block_size=block_size, commit=0)
+        out = layer(x, probe, context(steps, block_size, 0, 0))
         assert torch.equal(probe.recurrent, state.recurrent) and torch.equal(probe.conv, state.conv)
-        committed = layer(x, probe, resolve_ops("torch"), block_size=block_size, commit=steps)
+        committed = layer(x, probe, context(steps, block_size, 0, steps))
     assert torch.equal(out, committed)
     assert relative_error(out, expected_out) <= 1e-5
     # only the forward branch and the causal conv tail enter the committed state
@@ -154,9 +170,9 @@ def test_without_block_mode_the_layer_is_causal() -> None:
     x = torch.randn(20, cfg.hidden_size, generator=torch.Generator().manual_seed(2))
     state = ModelCache.empty(cfg, "cpu", torch.float32).layers[0]
     with torch.no_grad():
-        causal = layer(x, copy.deepcopy(state), resolve_ops("torch"), block_size=None, commit=0)
-        prefix = layer(x[:10], copy.deepcopy(state), resolve_ops("torch"), block_size=None, commit=0)
-        block = layer(x, copy.deepcopy(state), resolve_ops("torch"), block_size=8, commit=0)
+        causal = layer(x, copy.deepcopy(state), context(20, 8, None, 0))
+        prefix = layer(x[:10], copy.deepcopy(state), context(10, 8, None, 0))
+        block = layer(x, copy.deepcopy(state), context(20, 8, 0, 0))
     assert relative_error(causal[:10], prefix) <= 1e-6
     assert not torch.allclose(causal, block)
 

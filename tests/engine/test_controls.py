@@ -7,14 +7,10 @@ from collections import Counter
 
 import pytest
 import torch
-from transformers.generation.logits_process import (
-    RepetitionPenaltyLogitsProcessor,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 from clover_agent.engine.controls import ControlTokens, LogitsControls
-from clover_agent.engine.decoding import BlockDecoder, _filtered
+from clover_agent.engine.decoding import BlockDecoder
 from clover_agent.engine.sampling import SamplingParams
 from tests.engine.decoding_helpers import EOS_ID, VOCAB, clover_from_hf, tiny_hf_model
 
@@ -58,15 +54,6 @@ def test_presence_and_frequency_penalties_subtract_per_generated_token() -> None
     assert out[0, 4] == pytest.approx(-(0.5 + 3 * 0.25))
     assert out[0, 8] == pytest.approx(-(0.5 + 2 * 0.25))
     assert out[0, 5] == 0.0
-
-
-def test_top_k_and_top_p_filters_match_transformers_warpers() -> None:
-    logits = torch.randn(5, VOCAB) * 3
-    params = SamplingParams(temperature=0.6, top_k=20, top_p=0.9)
-    ours = torch.softmax(_filtered(logits, params), dim=-1)
-    ids = torch.zeros(5, 1, dtype=torch.long)
-    theirs = torch.softmax(TopPLogitsWarper(0.9)(ids, TopKLogitsWarper(20)(ids, logits.clone())), dim=-1)
-    torch.testing.assert_close(ours, theirs)
 
 
 def repeats(tokens: list[int]) -> int:

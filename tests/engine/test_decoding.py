@@ -18,6 +18,7 @@ from tests.engine.decoding_helpers import (
     BLOCK,
     EOS_ID,
     MASK_ID,
+    ReferenceSampling,
     chain_hf_model,
     clover_from_hf,
     reference_diffusion_decode,
@@ -173,13 +174,16 @@ def test_stream_reports_text_free_events_and_final_statistics() -> None:
     assert 0.0 <= stats["fallback_rate"] <= 1.0
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize(
+    ("bidirectional", "causal_context", "fuse_commit"),
+    [(False, False, False), (True, False, False), (True, False, True), (True, True, True)],
+)
 def test_cached_decoding_equals_cache_free_recompute_on_written_checkpoints(
-    bidirectional: bool, tmp_path_factory: pytest.TempPathFactory
+    bidirectional: bool, causal_context: bool, fuse_commit: bool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Checkpoints with the bidirectional GDN tensors are beyond transformers; the oracle here is the
     engine's own model re-run over the whole sequence from an empty cache at every step, which
-    checks everything the caches and commit passes add."""
+    checks everything the caches and commit passes (fused or not) add."""
     folder = write_tiny_checkpoint(
         tmp_path_factory.mktemp("ckpt") / "tiny",
         peaked=True,
@@ -191,17 +195,19 @@ def test_cached_decoding_equals_cache_free_recompute_on_written_checkpoints(
     model, config = engine.model, engine.config
     assert config.bidirectional_gdn is bidirectional
 
-    def full_recompute(tokens: list[int]) -> torch.Tensor:
-        return model(torch.tensor(tokens), model.new_cache(), attention="block")
+    def full_recompute(tokens: list[int], block_start: int) -> torch.Tensor:
+        causal = block_start if causal_context else 0
+        return model(torch.tensor(tokens), model.new_cache(), attention="block", causal_prefix=causal)
 
     prompt = torch.randint(1, 500, (45,), generator=torch.Generator().manual_seed(4)).tolist()
     stops = tuple(config.eos_token_id)
-    result = engine.generate(prompt, SamplingParams(max_new_tokens=60))
+    params = SamplingParams(max_new_tokens=60, causal_context=causal_context, fuse_commit=fuse_commit)
+    result = engine.generate(prompt, params)
     expected, _ = reference_diffusion_decode(
         full_recompute, prompt, 60, stop_ids=stops, mask_id=config.mask_token_id
     )
     assert result.token_ids == expected
-    assert len(result.steps_per_block) >= 2  # at least one commit pass was relied on
+    assert len(result.steps_per_block) >= 2  # at least one commit was relied on
 
 
 def test_blocks_are_aligned_and_the_last_is_decoded_whole_then_trimmed() -> None:
@@ -275,3 +281,116 @@ def test_im_end_from_the_tokenizer_is_a_stop_token(tmp_path_factory: pytest.Temp
     assert told.finish_reason == by_itself.finish_reason == "stop"
     assert by_itself.token_ids == told.token_ids and im_end not in by_itself.token_ids
     assert len(told.token_ids) < 40
+
+
+@functools.cache
+def context_models():
+    """Attention before the last layer, so the context's encoding reaches the block's logits."""
+    layers = ["full_attention", "linear_attention", "full_attention", "linear_attention"]
+    hf = tiny_hf_model(0, lm_scale=10.0, layer_types=layers)
+    return hf, clover_from_hf(hf)
+
+
+@pytest.mark.parametrize("fuse_commit", [False, True])
+@pytest.mark.parametrize("causal_context", [False, True])
+@pytest.mark.parametrize("prompt_length", [40, 71])
+def test_diffusion_options_equal_full_recompute(
+    prompt_length: int, causal_context: bool, fuse_commit: bool
+) -> None:
+    """A commit fused into the next block's first pass changes no token; a causally encoded context
+    matches the oracle whose context rows attend causally."""
+    hf, model = context_models()
+    prompt = prompt_of(prompt_length)
+    params = SamplingParams(max_new_tokens=70, causal_context=causal_context, fuse_commit=fuse_commit)
+    result = BlockDecoder(model).generate(prompt, params)
+    expected, reference_steps = reference_diffusion_decode(hf, prompt, 70, causal_context=causal_context)
+    assert result.token_ids == expected
+    blocks = len(result.steps_per_block)
+    assert result.steps_per_block[:-1] == reference_steps[: blocks - 1]
+    prefill = int(prompt_length >= BLOCK)
+    assert result.commits == prefill + blocks - 1
+    # Fused: every commit but the prefill rides on a denoising pass.
+    commit_passes = 0 if fuse_commit else blocks - 1
+    assert result.forwards == prefill + sum(result.steps_per_block) + commit_passes
+
+
+def test_a_causal_context_is_a_different_encoding() -> None:
+    """The option's oracle differs from the block-causal one here, so the test above can tell them apart."""
+    hf, _ = context_models()
+    prompt = prompt_of(71)
+    block, _ = reference_diffusion_decode(hf, prompt, 70)
+    causal, _ = reference_diffusion_decode(hf, prompt, 70, causal_context=True)
+    assert block != causal
+
+
+@pytest.mark.parametrize("rule", ["drawn", "relative"])
+def test_sampled_diffusion_equals_full_recompute_under_each_confidence_rule(rule: str) -> None:
+    hf, model = models()
+    prompt = prompt_of(40)
+    params = SamplingParams(
+        max_new_tokens=56, temperature=0.7, top_k=20, top_p=0.9, seed=5, threshold=0.8, confidence=rule
+    )
+    result = BlockDecoder(model).generate(prompt, params)
+    sampling = ReferenceSampling(temperature=0.7, top_k=20, top_p=0.9, rule=rule, seed=5)
+    expected, reference_steps = reference_diffusion_decode(hf, prompt, 56, threshold=0.8, sampling=sampling)
+    assert result.token_ids == expected
+    assert result.steps_per_block[:-1] == reference_steps[: len(result.steps_per_block) - 1]
+
+
+def test_the_confidence_rules_decide_differently() -> None:
+    """So the test above tells the rules apart: same draws' seed, other fill decisions."""
+    hf, _ = models()
+    prompt = prompt_of(40)
+    decodes = {
+        rule: reference_diffusion_decode(
+            hf, prompt, 56, threshold=0.8, sampling=ReferenceSampling(0.7, 20, 0.9, rule=rule, seed=5)
+        )
+        for rule in ("drawn", "relative")
+    }
+    assert decodes["drawn"] != decodes["relative"]
+
+
+def test_autoregressive_sampling_follows_transformers_warper_order() -> None:
+    """T != 1 with top-k and top-p: each token is a draw from temperature -> top-k -> top-p of the
+    causal logits, as transformers' warpers compute it, from the call's seeded generator."""
+    hf, model = models()
+    prompt = prompt_of(37)
+    params = SamplingParams(
+        max_new_tokens=24, mode="autoregressive", temperature=1.5, top_k=30, top_p=0.8, seed=11
+    )
+    result = BlockDecoder(model).generate(prompt, params)
+    sampling = ReferenceSampling(temperature=1.5, top_k=30, top_p=0.8, seed=11)
+    generator = torch.Generator().manual_seed(11)
+    sequence, expected = list(prompt), []
+    with torch.no_grad():
+        while len(expected) < 24:
+            logits = hf(torch.tensor([sequence])).logits[0, -1:].float()
+            logits[:, MASK_ID] = float("-inf")
+            token = int(sampling.choose(logits, generator)[0][0])
+            if token == EOS_ID:
+                break
+            expected.append(token)
+            sequence.append(token)
+    assert result.token_ids == expected
+    greedy = BlockDecoder(model).generate(prompt, SamplingParams(max_new_tokens=24, mode="autoregressive"))
+    assert greedy.token_ids != expected  # the draws mattered
+
+
+@pytest.mark.parametrize(("prompt", "stop", "expected"), [([5, 6, 7, 8], 15, 6), ([20, 21, 22, 23], 25, 1)])
+def test_self_speculative_stops_like_autoregressive_decoding(
+    prompt: list[int], stop: int, expected: int
+) -> None:
+    """A stop token ends the output right before it, as in autoregressive decoding: the verify's own
+    choice (15, after rejected drafts), and a stop accepted after an accepted draft token (24 is
+    drafted and accepted after 23; 25, the stop, follows it)."""
+    decoder = BlockDecoder(clover_from_hf(chain_hf_model(last_followed_by=25)))
+    params = SamplingParams(max_new_tokens=70, stop_token_ids=(stop,))
+    events = list(decoder.stream(prompt, params.with_changes(mode="self_speculative")))
+    speculative = events[-1].result
+    autoregressive = decoder.generate(prompt, params.with_changes(mode="autoregressive"))
+    assert speculative.token_ids == autoregressive.token_ids
+    assert speculative.finish_reason == autoregressive.finish_reason == "stop"
+    assert len(speculative.token_ids) == expected and stop not in speculative.token_ids
+    if stop == 25:
+        assert speculative.token_ids == [24] and speculative.forwards == 2  # one draft + one verify
+        assert [e.token_ids for e in events if isinstance(e, BlockCommitted)] == [[24]]

@@ -1,94 +1,174 @@
-"""``bench/gpu_bench.py`` run as on the device machine, but on the CPU with a tiny checkpoint."""
+"""``bench/gpu_bench.py`` end to end on the CPU at tiny shapes, run as on the device machine: from a
+copy of the working tree that is not the installed one."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_bench.py"
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ["denoise_32", "commit_32", "fused_64", "verify_64", "ar_1"]
 
 
-def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Run the script with no Clover weights to be found (empty HF cache, no CLOVER_MODEL)."""
-    out = tmp_path / "bench.json"
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The working tree's files as the device machine receives them (no .git, no .venv)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    copy = tmp_path_factory.mktemp("device") / "repo"
+    for name in listed:
+        source = ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    return copy
+
+
+def run_bench(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CLOVER_MODEL"}
-    env["HF_HUB_CACHE"] = str(tmp_path / "hf-cache")
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--threads", "1", "--out", str(out), *args],
+    env["HF_HUB_CACHE"] = str(out.parent / "hf-cache")
+    script = str(tree / "bench" / "gpu_bench.py")
+    return subprocess.run(
+        [sys.executable, script, "--device", "cpu", "--threads", "1", "--out", str(out), *args],
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=300,
     )
-    return result, out
 
 
 @pytest.mark.slow
-def test_tiny_random_checkpoint_measures_everything(tmp_path: Path) -> None:
-    result, out = run_bench(
-        tmp_path,
-        *("--preset", "tiny", "--time-budget", "60", "--warmup", "1", "--repeats", "2"),
-        *("--prompt-lengths", "128,256", "--decode-tokens", "64"),
+def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = run_bench(
+        tree_copy,
+        out,
+        *(
+            "--shape",
+            "tiny",
+            "--context",
+            "256",
+            "--time-budget",
+            "200",
+            "--repeats",
+            "2",
+            "--decode-tokens",
+            "40",
+        ),
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr + result.stdout
     report = json.loads(out.read_text())
-    assert set(report) >= {"machine", "model", "settings", "prefill", "passes", "decode", "memory", "budget"}
-    assert report["skipped"] == []
-    assert report["machine"]["device"] == "cpu" and report["machine"]["torch"]
+    assert report["errors"] == [] and report["skipped"] == []
+    # It ran the copy's engine, not the installed one.
+    assert report["machine"]["source"] == str(tree_copy / "engine")
+    assert report["copy_bandwidth"]["gb_per_s"] > 0
+
+    operators = {row["op"]: row for row in report["operators"]}
+    assert set(operators) == {
+        "rms_norm",
+        "gated_rms_norm",
+        "causal_conv1d",
+        "gated_delta_rule",
+        "attention",
+        "moe_experts",
+    }
+    for row in operators.values():
+        assert row["backend"] == "torch" and row["within_bound"] and row["median_us"] > 0
+        assert row["gb_per_s"] > 0 and row["share_of_copy_bandwidth"] > 0
+
     model = report["model"]
-    assert (model["source"], model["preset"], model["dtype"]) == ("random", "tiny", "float32")
-    assert model["bytes"] > 4 * model["parameters"] * 0.9 and model["load_s"] > 0 and model["write_s"] > 0
-    assert model["shape"]["layers"] == 4 and model["shape"]["block_size"] == 32
+    assert model["source"] == "random" and model["dtype"] == "float32"
+    assert model["shape"] == {
+        "layers": 4,
+        "hidden_size": 64,
+        "experts": 8,
+        "experts_per_token": 2,
+        "vocab_size": 248320,  # the real vocabulary's size, no tokenizer needed
+        "block_size": 32,
+    }
+    assert set(model["operators"].values()) == {"torch"}
 
-    assert [row["tokens"] for row in report["prefill"]] == [128, 256]
-    for row in report["prefill"]:
-        assert row["repeats"] == 2 and row["tokens_per_s"] == pytest.approx(row["tokens"] / row["median_s"])
-    assert [row["context"] for row in report["passes"]] == [128, 2048]
-    assert all(row["denoise_ms"] > 0 and row["commit_ms"] > 0 for row in report["passes"])
+    steps = report["steps"]
+    assert list(steps) == STEPS
+    for name, row in steps.items():
+        assert row["median_ms"] > 0 and row["floor_ms"] > 0 and row["over_floor"] > 0, name
+        assert 0 < row["bytes"]["experts_per_layer"] <= 8 and row["operators"] > 100, name
+        assert "graph_ms" not in row  # CUDA only
+    assert steps["commit_32"]["bytes"]["lm_head"] == 0 < steps["denoise_32"]["bytes"]["lm_head"]
+    assert steps["ar_1"]["bytes"]["experts_per_layer"] <= 2  # one token routes to top-2
 
-    decode = report["decode"]
-    assert list(decode) == ["diffusion", "self_speculative", "autoregressive"]
-    for mode, stats in decode.items():
-        assert stats["tokens"] == 64, mode
-        assert stats["tokens_per_s"] > 0 and 0 < stats["tokens_per_forward"] <= 32
-        assert stats["forwards_per_block"] == pytest.approx(stats["forwards"] / 2)
-    # Autoregressive: one forward per token (plus the prompt's prefill forward).
-    assert decode["autoregressive"]["forwards"] in (64, 65)
-    assert report["memory"]["peak_rss_mib"] > 50
-    assert report["budget"]["used_s"] < 60
+    rates = report["mode_rates"]
+    assert [row["tokens_per_forward"] for row in rates] == [1.0, 2.0, 3.0, 4.0, 6.0]
+    assert all(row["diffusion_fused"] > 0 and row["autoregressive"] > 0 for row in rates)
+    assert "random weights measure none" in report["tokens_per_forward_source"]
+    assert set(report["decode"]) == {"diffusion", "self_speculative", "autoregressive"}
+    assert all(row["tokens"] == 40 and row["ms_per_forward"] > 0 for row in report["decode"].values())
+    assert report["budget"]["used_s"] < 200
 
-    assert "<!-- gpu-bench:start -->" in result.stdout and "<!-- gpu-bench:end -->" in result.stdout
-    assert "RANDOM checkpoint, preset `tiny`" in result.stdout
-    assert "| 2048 |" in result.stdout and "| autoregressive |" in result.stdout
+    text = result.stdout
+    assert text.startswith("<!-- gpu-bench:start -->") and "<!-- gpu-bench:end -->" in text
+    assert "RANDOM weights built on the device" in text and "| fused_64 |" in text
+    assert f"full results: {out}" in result.stderr
 
 
-def test_found_weights_are_used_and_a_spent_budget_skips_every_measurement(
-    tmp_path: Path, checkpoint: Path
+def test_a_real_checkpoint_gives_measured_tokens_per_forward(
+    checkpoint: Path, tree_copy: Path, tmp_path: Path
 ) -> None:
-    result, out = run_bench(tmp_path, "--model", str(checkpoint), "--time-budget", "0")
-    assert result.returncode == 0, result.stderr
+    out = tmp_path / "bench.json"
+    result = run_bench(
+        tree_copy,
+        out,
+        *("--model", str(checkpoint), "--context", "64", "--repeats", "1", "--decode-tokens", "32"),
+        *("--tokens-per-forward", "2", "--time-budget", "200"),
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
     report = json.loads(out.read_text())
     assert report["model"]["source"] == "weights" and report["model"]["path"] == str(checkpoint)
-    assert report["prefill"] == [] and report["passes"] == [] and report["decode"] == {}
+    measured = report["decode"]["diffusion"]["tokens_per_forward"]
+    assert report["mode_rates"][0]["tokens_per_forward"] == round(measured, 2)
+    assert report["tokens_per_forward_source"].startswith("measured")
+    assert f"weights from {checkpoint}" in result.stdout
+
+
+def test_a_spent_budget_names_every_skipped_piece(tree_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = run_bench(tree_copy, out, "--time-budget", "0")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert "operators" not in report and "steps" not in report and "decode" not in report
     skipped = " ".join(report["skipped"])
-    for what in (
-        "prefill 512",
-        "passes at 128",
-        "passes at 2048",
-        "decode diffusion",
-        "decode autoregressive",
-    ):
-        assert what in skipped
-    assert f"Clover weights from {checkpoint}" in result.stdout and "Skipped:" in result.stdout
+    for piece in ("copy bandwidth", "operators", "model"):
+        assert f"{piece}: skipped" in skipped
+    assert "Skipped:" in result.stdout
 
 
-def test_a_model_folder_that_is_not_a_checkpoint_is_refused(tmp_path: Path) -> None:
-    result, out = run_bench(tmp_path, "--model", str(tmp_path / "missing"))
-    assert result.returncode != 0
-    assert "no checkpoint there" in result.stderr and "does not exist" in result.stderr
-    assert not out.exists()
+def test_missing_pieces_are_reported_not_crashes(tree_copy: Path, tmp_path: Path) -> None:
+    """A checkpoint that is not there, and a shape that does not fit this machine: each a clear
+    error in the report (exit status 1), the rest of the run done."""
+    out = tmp_path / "bench.json"
+    result = run_bench(tree_copy, out, "--model", str(tmp_path / "missing"), "--time-budget", "60")
+    assert result.returncode == 1
+    report = json.loads(out.read_text())
+    assert any("no checkpoint there" in e and "does not exist" in e for e in report["errors"])
+    assert "copy_bandwidth" in report and "Traceback" not in result.stderr
+    assert "Errors: model: FileNotFoundError" in result.stdout
+
+    huge = tmp_path / "huge.json"
+    limited = ("--shape", "full", "--memory-limit-gb", "2", "--time-budget", "60", "--repeats", "1")
+    result = run_bench(tree_copy, huge, *limited)
+    report = json.loads(huge.read_text())
+    assert result.returncode == 1 and "steps" not in report and "operators" not in report
+    errors = " | ".join(report["errors"])
+    assert "operators: MemoryError: the operator inputs would take about" in errors
+    assert "model: MemoryError: the 40-layer model would take about" in errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from clover_agent.engine.decoding import choose_tokens, low_confidence_fill
+from clover_agent.engine.choice import choose_tokens, low_confidence_fill
 from clover_agent.engine.sampling import SamplingParams
 
 

@@ -54,37 +54,72 @@ def test_causal_conv1d_matches_loop() -> None:
     torch.testing.assert_close(ops.causal_conv1d(x, weight, state), expected)
 
 
-def test_attention_matches_explicit_softmax() -> None:
-    gen = torch.Generator().manual_seed(1)
-    q, k, v = (
-        torch.randn(5, 4, 8, generator=gen),
-        torch.randn(7, 2, 8, generator=gen),
-        torch.randn(7, 2, 8, generator=gen),
+def allowed_by_position(steps: int, past: int, block_size: int, block_from: int | None) -> torch.Tensor:
+    """[T, past+T] mask written out from the rule: causal, plus same block for rows >= block_from."""
+    query = torch.arange(past, past + steps)[:, None]
+    key = torch.arange(past + steps)[None, :]
+    same_block = (query // block_size == key // block_size) & (
+        torch.arange(steps)[:, None] >= (steps if block_from is None else block_from)
     )
-    allowed = torch.rand(5, 7, generator=gen) > 0.4
-    allowed[:, 0] = True
-    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    return (key <= query) | same_block
+
+
+@pytest.mark.parametrize(
+    ("steps", "past", "block_from"),
+    [(5, 7, None), (1, 9, None), (20, 16, 0), (13, 8, 0), (24, 0, 8), (3, 0, 0), (17, 8, 16)],
+)
+def test_attention_on_the_cache_matches_explicit_softmax(
+    steps: int, past: int, block_from: int | None
+) -> None:
+    """Causal (any offset), block-causal (full and partial blocks) and causal-then-block rows."""
+    gen = torch.Generator().manual_seed(steps + past)
+    block_size = 8
+    q = torch.randn(steps, 4, 8, generator=gen)
+    capacity = past + steps + 5  # spare rows past the new ones hold garbage that must not be read
+    key_buffer, value_buffer = (
+        torch.randn(capacity, 2, 8, generator=gen),
+        torch.randn(capacity, 2, 8, generator=gen),
+    )
+    allowed = allowed_by_position(steps, past, block_size, block_from)
+    kk = key_buffer[: past + steps].repeat_interleave(2, dim=1)
+    vv = value_buffer[: past + steps].repeat_interleave(2, dim=1)
     scores = torch.einsum("thd,shd->hts", q, kk) * 0.5
     probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
     expected = torch.einsum("hts,shd->thd", probs, vv)
-    torch.testing.assert_close(ops.attention(q, k, v, allowed, 0.5), expected, rtol=1e-5, atol=1e-6)
+    out = ops.attention(q, key_buffer, value_buffer, past, block_size, block_from, 0.5)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    # The context length read from device memory (a CUDA-graph step): every buffer row is masked.
+    on_device = ops.attention(q, key_buffer, value_buffer, torch.tensor(past), block_size, block_from, 0.5)
+    torch.testing.assert_close(on_device, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_moe_experts_matches_per_token_loop() -> None:
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(11, 6, generator=gen)
-    gate_up, down = torch.randn(5, 8, 6, generator=gen), torch.randn(5, 6, 4, generator=gen)
-    ids = torch.stack([torch.randperm(5, generator=gen)[:2] for _ in range(11)])
-    weights = torch.rand(11, 2, generator=gen)
+@pytest.mark.parametrize(("tokens", "experts", "top_k"), [(11, 5, 2), (1, 16, 3), (3, 16, 2), (70, 6, 2)])
+def test_moe_experts_matches_per_token_loop(tokens: int, experts: int, top_k: int) -> None:
+    """Few tokens (fixed grid, fewer slots than experts or all of them) and many (grouped by expert)."""
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 6, generator=gen)
+    gate_up, down = torch.randn(experts, 8, 6, generator=gen), torch.randn(experts, 6, 4, generator=gen)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k, generator=gen)
     expected = torch.zeros_like(x)
-    for n in range(11):
-        for j in range(2):
+    for n in range(tokens):
+        for j in range(top_k):
             e = int(ids[n, j])
             gate, up = (gate_up[e] @ x[n]).chunk(2)
             expected[n] += weights[n, j] * (down[e] @ (F.silu(gate) * up))
     torch.testing.assert_close(
         ops.moe_experts(x, ids, weights, gate_up, down), expected, rtol=1e-5, atol=1e-5
     )
+
+
+def test_moe_fixed_grid_ignores_what_unrouted_experts_compute() -> None:
+    """An expert no token routes to may produce inf; it must not reach the output (0 * inf is NaN)."""
+    x = torch.ones(2, 4)
+    gate_up, down = torch.ones(4, 6, 4), torch.ones(4, 4, 3)
+    gate_up[3] = float("inf")
+    ids, weights = torch.tensor([[0, 1], [1, 2]]), torch.full((2, 2), 0.5)
+    out = ops.moe_experts(x, ids, weights, gate_up, down)
+    assert torch.isfinite(out).all()
 
 
 def test_rms_norms() -> None:
@@ -95,9 +130,16 @@ def test_rms_norms() -> None:
 
 
 def test_kernel_choices() -> None:
-    assert ops.resolve_ops("auto").backend == "torch"
+    auto = ops.resolve_ops("auto")
+    assert auto.backend == "torch" and set(auto.backends) == set(ops.OP_NAMES)
     assert ops.resolve_ops("torch").gated_delta_rule is ops.gated_delta_rule
-    with pytest.raises(EngineArgumentError, match="kernels='triton': no triton implementation"):
+    with pytest.raises(
+        EngineArgumentError, match="kernels='triton' on cpu: no usable implementation of rms_norm"
+    ):
         ops.resolve_ops("triton")
     with pytest.raises(EngineArgumentError, match="unknown kernels choice 'cuda'"):
         ops.resolve_ops("cuda")
+    with pytest.raises(EngineArgumentError, match="unknown operator\\(s\\) softmax"):
+        ops.resolve_ops({"softmax": "torch"})
+    mapped = ops.resolve_ops({"attention": "torch"})
+    assert mapped.backends["attention"] == "torch" and mapped.backend == "torch"

@@ -84,8 +84,11 @@ def test_tied_embeddings_match_transformers(tmp_path: Path) -> None:
 
 
 def test_bfloat16_engine_tracks_transformers_in_bfloat16(reference: tuple[Path, torch.nn.Module]) -> None:
-    """bf16 rounding alone moves these tiny logits a lot (routing flips), so the oracle is
-    transformers run in bf16 too; the two must stay close."""
+    """bf16 rounding alone moves these tiny logits a lot: a near-tie in the router flips an expert
+    for a row (bf16 against float32 is ~0.45 here, for transformers as for the engine), and which
+    rows flip depends on every rounding on the way. So the oracle is transformers run in bf16 too:
+    most rows must stay close to it, and the engine's bf16 error against float32 must be of the size
+    of transformers' own."""
     folder, model = reference
     engine = Engine.from_pretrained(folder, dtype=torch.bfloat16, progress=None)
     assert engine.model.embed_tokens.weight.dtype == torch.bfloat16
@@ -93,6 +96,9 @@ def test_bfloat16_engine_tracks_transformers_in_bfloat16(reference: tuple[Path, 
     ids = list(range(100, 140))
     with torch.no_grad():
         expected = copy.deepcopy(model).to(torch.bfloat16)(torch.tensor([ids])).logits[0].float()
+        exact = model(torch.tensor([ids])).logits[0].float()
     actual = engine.logits(ids)
     assert actual.dtype == torch.float32
-    assert relative_error(actual, expected) < 0.05
+    rows = (actual - expected).abs().max(dim=-1).values / expected.abs().max()
+    assert float(rows.median()) < 0.02 and float((rows < 0.05).float().mean()) >= 0.9
+    assert relative_error(actual, exact) <= 1.5 * relative_error(expected, exact) + 0.02

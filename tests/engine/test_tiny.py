@@ -21,7 +21,7 @@ from clover_agent.engine.tiny import PEAKED_LOGIT_STD, SMALL_MODEL_VOCAB_SIZE, w
 from clover_agent.engine.tiny import main as tiny_main
 from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.settings import Settings
-from tests.engine.checkpoints import read_tensors
+from tests.engine.checkpoints import read_tensors, relative_error
 
 hf_logging.set_verbosity_error()
 PROBE = torch.tensor([[1, 5, 9, 33, 100, 200, 7, 8, 545, 514]])
@@ -59,7 +59,9 @@ def test_layouts_load_in_transformers_to_the_same_model(
     model, info = load_with_transformers(model_dir)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     with torch.no_grad():
-        assert torch.equal(model(input_ids=PROBE).logits, reference_logits)
+        # The layouts load into different expert code paths whose rounding differs with the CPU
+        # and its thread count (~2e-7 on AMD EPYC): the same model, within float32 tolerance.
+        assert relative_error(model(input_ids=PROBE).logits, reference_logits) <= 1e-5
 
 
 def test_weights_are_moved_off_their_init_values(tmp_path: Path) -> None:

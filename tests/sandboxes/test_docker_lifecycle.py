@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 import docker
 import pytest
 
-from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox
+from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox, remove_containers
 from tests.sandbox_specs import sandbox_spec
 
 from .conftest import start_holder
@@ -83,3 +84,29 @@ async def test_commands_go_through_one_session_not_docker_exec(repo: Path) -> No
         api = docker.from_env().api
         api.exec_start(api.exec_create(sandbox.container_id, "true"))
         assert "exec_die" in exec_events(sandbox.container_id, since)
+
+
+def test_removals_racing_for_one_container_all_succeed() -> None:
+    """Runs sharing an engine reap the same stale container at once: the engine answers all but one
+    "removal already in progress" (409), which is not an error."""
+    client = docker.from_env()
+    container_id = client.api.create_container(
+        "clover-agent-sandbox:latest", command=["sleep", "60"], labels={"clover-agent-test": "race"}
+    )["Id"]
+    client.api.start(container_id)
+    results: list[object] = []
+
+    def remove() -> None:
+        try:
+            results.append(remove_containers(docker.from_env(), [{"Id": container_id}]))
+        except Exception as exc:  # the bug: a 409 escaped
+            results.append(exc)
+
+    threads = [threading.Thread(target=remove) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert sorted(map(len, results)) == [0, 0, 0, 0, 0, 1]  # exactly one of them removed it
+    assert not container_exists(container_id)

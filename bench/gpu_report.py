@@ -1,0 +1,144 @@
+"""The Markdown section ``gpu_bench.py`` prints for bench/RESULTS.md, from its JSON report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SECTION_START = "<!-- gpu-bench:start -->"
+SECTION_END = "<!-- gpu-bench:end -->"
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _operators(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        "| operator | backend | rel. error (bound) | median µs | GB/s | share of copy bandwidth |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['op']} | {row['backend']} | FAILED: {row['error']} | | | |")
+            continue
+        over = "" if row["within_bound"] else " OVER"
+        lines.append(
+            f"| {row['op']} | {row['backend']} | {row['relative_error']:.1e} ({row['bound']:.0e}){over} | "
+            f"{row['median_us']:,.1f} | {row['gb_per_s']:,.1f} | {_fmt(row.get('share_of_copy_bandwidth'), '.2f')} |"
+        )
+    return lines
+
+
+def _model(model: dict[str, Any]) -> list[str]:
+    shape = model["shape"]
+    what = (
+        f"RANDOM weights built on the device in {model['build_s']:.1f} s"
+        if model["source"] == "random"
+        else f"weights from {model['path']}, loaded in {model['build_s']:.1f} s"
+    )
+    return [
+        "",
+        f"Model: {what}: {shape['layers']} layers, hidden {shape['hidden_size']}, {shape['experts']} experts "
+        f"top-{shape['experts_per_token']}, vocabulary {shape['vocab_size']:,}, {model['parameters']:,} "
+        f"parameters ({model['dtype']}, {model['bytes'] / 1e9:.1f} GB); operators: "
+        + ", ".join(f"{op} {backend}" for op, backend in model["operators"].items()),
+    ]
+
+
+def _steps(steps: dict[str, dict[str, Any]], context: int) -> list[str]:
+    lines = [
+        "",
+        f"| step at {context} committed tokens | median ms | floor ms | over floor | CUDA graph ms | graph over floor "
+        "| bytes touched GB | experts/layer | ATen ops | CUDA kernels |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in steps.items():
+        if "error" in row:
+            lines.append(f"| {name} | FAILED: {row['error']} | | | | | | | | |")
+            continue
+        graph = _fmt(row.get("graph_ms"), ".2f") if "graph_error" not in row else "failed"
+        lines.append(
+            f"| {name} | {row['median_ms']:.2f} | {_fmt(row.get('floor_ms'), '.2f')} | "
+            f"{_fmt(row.get('over_floor'), '.2f')} | {graph} | {_fmt(row.get('graph_over_floor'), '.2f')} | "
+            f"{row['bytes']['total'] / 1e9:.2f} | {row['bytes']['experts_per_layer']} | {row['operators']:,} | "
+            f"{_fmt(row.get('cuda_kernels'), ',')} |"
+        )
+    failed = [f"{name}: {row['graph_error']}" for name, row in steps.items() if "graph_error" in row]
+    if failed:
+        lines += ["", "CUDA graph failures: " + "; ".join(failed)]
+    return lines
+
+
+def _rates(rows: list[dict[str, Any]], source: str) -> list[str]:
+    lines = [
+        "",
+        f"Tokens/s from the step times; tokens per forward {source}:",
+        "",
+        "| tokens per forward | diffusion | diffusion, fused commit | self-speculative | autoregressive |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['tokens_per_forward']} | {_fmt(row.get('diffusion'), ',.0f')} | "
+            f"{_fmt(row.get('diffusion_fused'), ',.0f')} | {_fmt(row.get('self_speculative'), ',.0f')} | "
+            f"{_fmt(row.get('autoregressive'), ',.0f')} |"
+        )
+    return lines
+
+
+def _decode(decode: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        "| end-to-end greedy decode | tokens | forwards | tokens per forward | ms per forward | tokens/s "
+        "| tokens/s, CUDA graphs | same tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for mode, row in decode.items():
+        graphs = "failed" if "graph_error" in row else _fmt(row.get("graph_tokens_per_s"), ".1f")
+        lines.append(
+            f"| {mode} | {row['tokens']} | {row['forwards']} | {row['tokens_per_forward']:.2f} | "
+            f"{row['ms_per_forward']:.2f} | {row['tokens_per_s']:.1f} | {graphs} | {row.get('graph_same_tokens', '-')} |"
+        )
+    failed = [f"{mode}: {row['graph_error']}" for mode, row in decode.items() if "graph_error" in row]
+    if failed:
+        lines += ["", "CUDA-graph decode failures: " + "; ".join(failed)]
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    where = (
+        f"{m['gpu']}, {m['gpu_memory_gib']} GiB; torch {m['torch']}, CUDA {m['cuda']}, triton {m['triton']}"
+        if "gpu" in m
+        else f"CPU ({m['cpu']}, {m['cpu_threads']} threads); torch {m['torch']}"
+    )
+    lines = [
+        SECTION_START,
+        "## GPU benchmark: operators, decoding steps against the memory floor, decoding modes",
+        "",
+        f"- date: {m['date']}; commit {m['commit']}; {m['device']}: {where}",
+    ]
+    if report.get("copy_bandwidth"):
+        lines.append(f"- copy bandwidth (read + written): {report['copy_bandwidth']['gb_per_s']:,.0f} GB/s")
+    if report.get("operators"):
+        lines += _operators(report["operators"])
+    if report.get("model"):
+        lines += _model(report["model"])
+    if report.get("steps"):
+        lines += _steps(report["steps"], report["settings"]["context"])
+    if report.get("mode_rates"):
+        lines += _rates(report["mode_rates"], report["tokens_per_forward_source"])
+    if report.get("decode"):
+        lines += _decode(report["decode"])
+    memory = f"process RSS {report['peak_rss_mib']:,.0f} MiB"
+    if "cuda_peak_allocated_gib" in report:
+        memory = f"CUDA allocator peak {report['cuda_peak_allocated_gib']:.1f} GiB; " + memory
+    budget = report["budget"]
+    lines += ["", f"Peak memory: {memory}. Budget {budget['seconds']:.0f} s, used {budget['used_s']:.0f} s."]
+    if report["skipped"]:
+        lines += ["", "Skipped: " + "; ".join(report["skipped"]) + "."]
+    if report["errors"]:
+        lines += ["", "Errors: " + "; ".join(report["errors"])]
+    lines.append(SECTION_END)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,267 @@
+"""A block step on the CPU path reads nothing back from the device but its one documented result,
+and has no data-dependent Python control flow (it is capturable).
+
+On a GPU every tensor -> Python conversion (``.item()``, ``.tolist()``, ``bool(t)``, a boolean-mask
+index, ``nonzero``...) waits for the device. :class:`HostReads` counts those conversions while a
+step runs on the CPU. Capturability is checked with ``torch.compile(fullgraph=True)`` and the
+eager backend: dynamo traces the step and fails on any graph break, which a data-dependent branch
+or a host read causes (no code is generated, so this runs anywhere).
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from clover_agent.engine.cache import ModelCache
+from clover_agent.engine.choice import choose_tokens, low_confidence_fill
+from clover_agent.engine.decoding import BlockDecoder
+from clover_agent.engine.engine import Engine
+from clover_agent.engine.model import CloverModel
+from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.tiny import write_tiny_checkpoint
+
+TENSOR_READS = (
+    "item",
+    "tolist",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "nonzero",
+    "numpy",
+    "unique",
+)
+TORCH_READS = ("nonzero", "unique", "masked_select", "bincount", "equal", "allclose")
+
+
+class HostReads:
+    """Tensor -> host conversions seen while counting (``where``: the caller of each)."""
+
+    def __init__(self) -> None:
+        self.where: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def note(self, what: str) -> None:
+        frame = next(
+            (f for f in reversed(traceback.extract_stack()[:-2]) if "site-packages/torch" not in f.filename),
+            None,
+        )
+        self.where.append(f"{what} at {frame.filename}:{frame.lineno}" if frame else what)
+
+
+@contextmanager
+def host_reads() -> Iterator[HostReads]:
+    reads = HostReads()
+    patched: list[tuple[object, str, object]] = []
+
+    def counting(owner: object, name: str, original: Callable) -> Callable:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            reads.note(f"{getattr(owner, '__name__', owner)}.{name}")
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    def getitem(original: Callable) -> Callable:
+        def wrapper(self, index):  # type: ignore[no-untyped-def]
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts):
+                reads.note("boolean-mask index")
+            return original(self, index)
+
+        return wrapper
+
+    for owner, names in ((torch.Tensor, TENSOR_READS), (torch, TORCH_READS)):
+        for name in names:
+            original = getattr(owner, name)
+            patched.append((owner, name, original))
+            setattr(owner, name, counting(owner, name, original))
+    patched.append((torch.Tensor, "__getitem__", torch.Tensor.__getitem__))
+    torch.Tensor.__getitem__ = getitem(torch.Tensor.__getitem__)
+    try:
+        yield reads
+    finally:
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> CloverModel:
+    """Two layers (GDN with the bidirectional tensors, then attention): every kind of layer, quickly traced."""
+    folder = write_tiny_checkpoint(
+        tmp_path_factory.mktemp("sync") / "tiny",
+        peaked=True,
+        seed=3,
+        bidirectional=True,
+        tokenizer=False,
+        overrides={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]},
+    )
+    return Engine.from_pretrained(folder, progress=None).model
+
+
+def committed_cache(model: CloverModel, attention: str, length: int = 64) -> ModelCache:
+    cache = model.new_cache(256)
+    model(torch.arange(5, 5 + length), cache, attention=attention, commit=True, logit_rows=0)
+    return cache
+
+
+def block_steps(model: CloverModel) -> dict[str, tuple[str, Callable[..., torch.Tensor]]]:
+    """Every fixed-shape step of the decoding modes: (the rule of the cache it runs on, the step)."""
+    mask = model.config.mask_token_id
+    block = torch.full((32,), mask)
+    two_blocks = torch.cat([torch.arange(40, 72), block])
+
+    def run(rule: str, ids: torch.Tensor, **kwargs: object) -> Callable[..., torch.Tensor]:
+        def step(cache: ModelCache, length: torch.Tensor | None = None) -> torch.Tensor:
+            return model(ids, cache, attention=rule, length=length, **kwargs)  # type: ignore[arg-type]
+
+        return step
+
+    return {
+        "denoise 32": ("block", run("block", block, logit_rows=32)),
+        "commit 32 without lm_head": ("block", run("block", block, commit=True, logit_rows=0)),
+        "commit fused with the next first denoise (64)": (
+            "block",
+            run("block", two_blocks, commit=32, logit_rows=32),
+        ),
+        "causal-context commit fused (64)": (
+            "causal",
+            run("block", two_blocks, commit=32, causal_prefix=32, logit_rows=32),
+        ),
+        "draft on a causal cache (40)": ("causal", run("block", torch.cat([torch.arange(5, 13), block]))),
+        "verify 64": ("causal", run("causal", torch.arange(10, 74), commit=32, logit_rows=33)),
+        "autoregressive token": ("causal", run("causal", torch.tensor([7]), commit=True)),
+    }
+
+
+#: Traced (tracing is slow): between them every code path of the steps above (block and causal
+#: rows in one pass, GDN commit inside a pass, the bidirectional branch, a causal mask, lm_head rows).
+CAPTURED = ("causal-context commit fused (64)", "verify 64")
+
+
+def test_no_block_step_reads_the_device(model: CloverModel) -> None:
+    caches = {rule: committed_cache(model, rule) for rule in ("block", "causal")}
+    for name, (rule, step) in block_steps(model).items():
+        step(caches[rule].clone(256))  # warm: lazily built tables
+        cache = caches[rule].clone(256)
+        with host_reads() as reads:
+            step(cache)
+        assert len(reads) == 0, f"{name}: {reads.where}"
+
+
+def test_the_counter_sees_host_reads(model: CloverModel) -> None:
+    """The counter is not blind: a prefill chunk longer than the fixed MoE grid reads the
+    per-expert counts once per layer, and each read-back kind is seen."""
+    with host_reads() as prefill:
+        model(torch.arange(5, 105), model.new_cache(), attention="block", logit_rows=0)
+    # per MoE layer: the counts' size (bincount) and their values (tolist)
+    assert [w.split(" at ")[0] for w in prefill.where] == ["torch.bincount", "Tensor.tolist"] * 2
+    with host_reads() as reads:
+        x = torch.ones(3)
+        _ = bool(x.any()), x.tolist(), x[x > 0], int(x[0])
+    assert [w.split(" at ")[0] for w in reads.where] == [
+        "Tensor.__bool__",
+        "Tensor.tolist",
+        "boolean-mask index",
+        "Tensor.__int__",
+    ]
+
+
+@pytest.mark.parametrize("mode", ["diffusion", "self_speculative", "autoregressive"])
+@pytest.mark.parametrize(
+    "options", [{}, {"fuse_commit": True, "repetition_penalty": 1.3, "temperature": 0.8}]
+)
+def test_one_read_back_per_pass_that_chooses_tokens(model: CloverModel, mode: str, options: dict) -> None:
+    """A whole call reads the device once per pass that chooses tokens (denoise, draft, verify,
+    autoregressive token) and never in prefill (a short prompt), commit or fused passes."""
+    decoder = BlockDecoder(model)  # no prefix cache: its keys are hashed on the host
+    params = SamplingParams(max_new_tokens=80, mode=mode, stop_token_ids=(), seed=1, **options)
+    prompt = list(range(5, 45))
+    with host_reads() as reads:
+        result = decoder.generate(prompt, params)
+    assert len(reads) == sum(result.steps_per_block), reads.where
+    assert result.forwards > sum(result.steps_per_block) or options or mode != "diffusion"
+
+
+@pytest.mark.slow
+def test_block_steps_are_capturable(model: CloverModel) -> None:
+    """dynamo traces each kind of step whole (fullgraph: a graph break is an error) and the traced
+    step computes what the eager one does, committed state included."""
+    caches = {rule: committed_cache(model, rule) for rule in ("block", "causal")}
+    steps = block_steps(model)
+    torch._dynamo.reset()
+    for name in CAPTURED:
+        rule, step = steps[name]
+        eager_cache, traced_cache = caches[rule].clone(256), caches[rule].clone(256)
+        expected = step(eager_cache)
+        traced = torch.compile(step, backend="eager", fullgraph=True)
+        torch.testing.assert_close(traced(traced_cache), expected, msg=name)
+        assert traced_cache.length == eager_cache.length, name
+        for got, want in zip(traced_cache.tensors(), eager_cache.tensors(), strict=True):
+            torch.testing.assert_close(got, want, msg=name)
+    # ... and in the form a CUDA graph captures (the length in device memory).
+    rule, step = steps[CAPTURED[0]]
+    cache = caches[rule].clone(256)
+    traced = torch.compile(step, backend="eager", fullgraph=True)
+    torch.testing.assert_close(
+        traced(cache, length=torch.tensor(cache.length)), step(caches[rule].clone(256))
+    )
+
+
+def test_steps_reading_the_length_from_device_memory_match(model: CloverModel) -> None:
+    """The CUDA-graph form of each step (``length=`` a device tensor: positions, K/V rows and the
+    attention mask from device memory) computes what the host-length form does, without host reads."""
+    caches = {rule: committed_cache(model, rule) for rule in ("block", "causal")}
+    for name, (rule, step) in block_steps(model).items():
+        expected_cache, cache = caches[rule].clone(256), caches[rule].clone(256)
+        expected = step(expected_cache)
+        length = torch.tensor(cache.length)
+        with host_reads() as reads:
+            got = step(cache, length=length)
+        assert len(reads) == 0, f"{name}: {reads.where}"
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=name)
+        for a, b in zip(cache.tensors(), expected_cache.tensors(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_greedy_token_choice_is_capturable() -> None:
+    logits = torch.randn(32, 300, generator=torch.Generator().manual_seed(0)) * 4
+
+    def choose(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        tokens, confidence = choose_tokens(rows, SamplingParams(), 299, None)
+        return (tokens, *low_confidence_fill(confidence, 0.9))
+
+    torch._dynamo.reset()
+    traced = torch.compile(choose, backend="eager", fullgraph=True)
+    for got, want in zip(traced(logits), choose(logits), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_short_prefill_needs_no_read(model: CloverModel) -> None:
+    with host_reads() as reads:
+        committed_cache(model, "block", 64)
+    assert len(reads) == 0, reads.where
+
+
+def test_cuda_graphs_stay_off_without_cuda(model: CloverModel) -> None:
+    """The graph path (``graphs.py``) runs on CUDA only; asking for it on the CPU changes nothing."""
+    from clover_agent.engine.graphs import StepGraphs
+
+    decoder = BlockDecoder(model, cuda_graphs=True)
+    assert decoder.cuda_graphs is False
+    params = SamplingParams(max_new_tokens=40)
+    assert (
+        decoder.generate(list(range(5, 45)), params).token_ids
+        == BlockDecoder(model).generate(list(range(5, 45)), params).token_ids
+    )
+    with pytest.raises(ValueError, match="CUDA graphs need the model on a CUDA device"):
+        StepGraphs(model, model.new_cache())
