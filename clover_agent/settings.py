@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.errors import UsageError
+from clover_agent.sandboxes.environment import PackageIndex
 
 #: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses.
 DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
@@ -83,3 +85,112 @@ class Settings:
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
         )
+
+
+#: pip's settings that decide where the environment set-up finds packages (``pip config`` names).
+PIP_SETTINGS = (
+    "index-url",
+    "extra-index-url",
+    "find-links",
+    "trusted-host",
+    "cert",
+    "proxy",
+    "timeout",
+    "default-timeout",
+    "retries",
+    "no-index",
+)
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def pip_config_files(environ: Mapping[str, str], etc: Path = Path("/etc")) -> list[Path]:
+    """The files this machine's pip reads, lowest precedence first (as ``pip config debug`` lists
+    them: global, user, site; ``PIP_CONFIG_FILE`` last, and instead of the user's files)."""
+    xdg_dirs = (environ.get("XDG_CONFIG_DIRS") or str(etc / "xdg")).split(":")
+    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [etc / "pip.conf"]
+    explicit = environ.get("PIP_CONFIG_FILE")
+    if not (explicit and Path(explicit).exists()):
+        home = Path(environ.get("HOME") or Path.home())
+        files += [
+            home / ".pip" / "pip.conf",
+            Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf",
+        ]
+    if environ.get("VIRTUAL_ENV"):
+        files.append(Path(environ["VIRTUAL_ENV"]) / "pip.conf")
+    if explicit and explicit != os.devnull:
+        files.append(Path(explicit))
+    return files
+
+
+def pip_configuration(environ: Mapping[str, str], etc: Path = Path("/etc")) -> dict[str, str]:
+    """pip's :data:`PIP_SETTINGS` for ``pip install`` as this machine's pip would use them: the
+    config files' ``[global]`` then ``[install]`` sections, then ``PIP_*`` variables
+    (``default-timeout`` is pip's other name for ``timeout``)."""
+    import configparser
+
+    def name(key: str) -> str:
+        return "timeout" if key == "default-timeout" else key
+
+    values: dict[str, str] = {}
+    for path in pip_config_files(environ, etc):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (OSError, configparser.Error):
+            continue
+        for section in ("global", "install"):
+            if parser.has_section(section):
+                for key, value in parser.items(section):
+                    key = key.replace("_", "-")
+                    if key in PIP_SETTINGS:
+                        values[name(key)] = value
+    for key in PIP_SETTINGS:
+        value = environ.get("PIP_" + key.replace("-", "_").upper())
+        if value:
+            values[name(key)] = value
+    return values
+
+
+def host_package_index(environ: Mapping[str, str], etc: Path = Path("/etc")) -> PackageIndex:
+    """The package index as this machine's pip is configured to reach it, in the form the
+    sandbox's environment set-up can use: remote URLs carried, the CA bundle's content copied
+    (pip's ``cert``, else ``REQUESTS_CA_BUNDLE`` / ``SSL_CERT_FILE``), the proxy variables kept.
+    Host folders and ``file://`` indexes do not exist in the sandbox: they are left out, and
+    :attr:`PackageIndex.notes` says so."""
+    values = pip_configuration(environ, etc)
+    notes: list[str] = []
+
+    def remote(key: str) -> tuple[str, ...]:
+        kept = []
+        for url in values.get(key, "").split():
+            if url.startswith(("http://", "https://")):
+                kept.append(url)
+            else:
+                notes.append(
+                    f"pip's {key} {url} is on this machine, not in the sandbox: left out (to install from "
+                    'a folder, name it with `wheels = "DIR"` in .clover/config.toml or --wheels DIR)'
+                )
+        return tuple(kept)
+
+    index = remote("index-url")
+    ca_bundle = None
+    cert = values.get("cert") or environ.get("REQUESTS_CA_BUNDLE") or environ.get("SSL_CERT_FILE")
+    if cert:
+        try:
+            ca_bundle = Path(cert).expanduser().read_bytes()
+        except OSError as exc:
+            notes.append(f"the CA bundle {cert} cannot be read ({exc.strerror}): left out")
+    if values.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        notes.append("pip is set to no-index here; the sandbox's set-up uses the index anyway")
+    return PackageIndex(
+        index_url=index[0] if index else None,
+        extra_index_urls=remote("extra-index-url"),
+        find_links=remote("find-links"),
+        trusted_hosts=tuple(values.get("trusted-host", "").split()),
+        ca_bundle=ca_bundle,
+        proxy=values.get("proxy") or None,
+        proxy_env=tuple((k, environ[k]) for k in _PROXY_VARIABLES if environ.get(k)),
+        timeout=values.get("timeout"),
+        retries=values.get("retries"),
+        notes=tuple(notes),
+    )

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import abc
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from clover_agent.errors import CloverError, ExitCode
+from clover_agent.sandboxes.environment import EnvironmentRecipe
 
 WORKSPACE = "/workspace"
 
@@ -126,6 +128,12 @@ class SandboxSpec:
     setup_commands: list[str] = field(default_factory=list)  # run once before the agent starts
     setup_network: bool = False  # network only while the setup commands run
     setup_timeout: float = 1800.0  # seconds, per set-up command
+    #: The project's environment (:mod:`clover_agent.sandboxes.environment`): made once per
+    #: dependency state and cached as an image by the Docker sandbox; None: the image as it is.
+    #: The local sandbox uses this machine's Python and ignores it.
+    environment: EnvironmentRecipe | None = None
+    #: Told what a long start is doing (the environment's set-up, a large copy), one line each.
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     env: dict[str, str] = field(default_factory=dict)
 
 
