@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from clover_agent.agent.checkpoints import Recorded
 from clover_agent.events import (
+    CheckpointTaken,
     ContextCondensed,
     Done,
     Event,
@@ -20,6 +22,7 @@ from clover_agent.events import (
     ModelResponded,
     RunStarted,
     WorkspaceChanged,
+    WorkspaceUndone,
     event_from_dict,
 )
 
@@ -84,7 +87,8 @@ def read_events(path: Path) -> list[Event]:
 
 @dataclass
 class ResumeState:
-    """What a resumed run needs: the conversation and what was spent, plus the workspace patch."""
+    """What a resumed run needs: the conversation and what was spent, plus the workspace patch and
+    the snapshots undo can go back to (not undone yet, oldest first)."""
 
     run_id: str
     task: str
@@ -94,6 +98,7 @@ class ResumeState:
     elapsed_s: float = 0.0
     patch: str = ""
     last_outcome: str | None = None
+    checkpoints: list[Recorded] = field(default_factory=list)
 
 
 def load_trajectory(path: Path) -> ResumeState:
@@ -122,6 +127,10 @@ def load_trajectory(path: Path) -> ResumeState:
             state.messages = list(event.messages)
         elif isinstance(event, WorkspaceChanged):
             state.patch = event.patch
+        elif isinstance(event, CheckpointTaken):  # it holds the workspace as last recorded
+            state.checkpoints.append(Recorded(event.turn, event.tool, state.patch))
+        elif isinstance(event, WorkspaceUndone):  # Checkpoints.undo_to forgets the undone ones
+            state.checkpoints = [c for c in state.checkpoints if c.turn < event.step]
         elif isinstance(event, ModelResponded):
             state.steps += 1
             state.tokens += event.prompt_tokens + event.completion_tokens
