@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import ApprovalRequested, Event, EventBus, MessageAdded
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.settings import Settings
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.commands import SessionCommands, Turn
@@ -59,10 +58,9 @@ from clover_agent.tui.handback import Handback
 from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
+from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
-
-_MENTION = re.compile(r"(?<![\w/])@([\w./-]+)")
 
 
 @dataclass
@@ -162,11 +160,6 @@ class TuiSession(SessionCommands):
         finally:
             self.thread.stop()
 
-    @property
-    def working(self) -> bool:
-        """Whether a request is running (or waits for the sandbox)."""
-        return self._working
-
     # -- in the agent thread -----------------------------------------------------------------------
 
     def _emit(self, event: Event) -> None:
@@ -264,27 +257,15 @@ class TuiSession(SessionCommands):
             raise CloverError("the session cannot work: the sandbox or the model backend did not start")
         return self.agent
 
-    def mention_paths(self, text: str) -> str:
-        """``@path`` of a file in the repository becomes its path in the sandbox."""
-
-        def replace(match: re.Match[str]) -> str:
-            path = match.group(1).rstrip(".")
-            tail = match.group(1)[len(path) :]
-            if (self.repo / path).exists() and ".." not in path.split("/"):
-                return f"{WORKSPACE}/{path}{tail}"
-            return match.group(0)
-
-        return _MENTION.sub(replace, text)
-
     async def _send(self, text: str) -> None:
         if self._working:
             self._steer(text)
             return
         self._working = True
         try:
-            pending = [text]
-            while pending:
-                await self._turn(pending[0])
+            pending: str | None = text
+            while pending is not None:
+                await self._turn(pending)
                 pending = await self._left_unread()
         finally:
             self._working = False
@@ -292,7 +273,7 @@ class TuiSession(SessionCommands):
     def _steer(self, text: str) -> None:
         """A message while the agent works: the agent reads it at its next step (at once when an
         interrupt made it wait)."""
-        sent = self.mention_paths(text)
+        sent = sandbox_paths(self.repo, text)
         self._unread.append(sent)
         self._emit(MessageQueued(text=text, sent=sent))
         if self.agent is None:
@@ -300,13 +281,19 @@ class TuiSession(SessionCommands):
         else:
             self.agent.send(sent)
 
-    async def _left_unread(self) -> list[str]:
-        """Messages the agent did not read before its run ended: the next request's."""
-        if not self._unread or self.agent is None:
-            return []
+    async def _left_unread(self) -> str | None:
+        """A message the agent did not read before its run ended is the next request (any later
+        ones go in with it, read at its first step)."""
+        agent = self.agent
+        if not self._unread or agent is None:
+            return None
         self._unread.clear()
-        self.agent.steering.resume()  # a new request comes of them: nothing more to wait for
-        return await self.agent.steering.take_messages()
+        agent.steering.resume()  # a new request comes of them: nothing more to wait for
+        first, *rest = await agent.steering.take_messages() or [None]
+        for text in rest:
+            self._unread.append(text)
+            agent.send(text)
+        return first
 
     def _observe(self, event: Event) -> None:
         if isinstance(event, MessageAdded) and event.message.get("role") == "user":
@@ -337,7 +324,7 @@ class TuiSession(SessionCommands):
             self._emit(Notice(text=exc.message, level="error"))
             return
         agent.budget = self._budget()  # budgets count per request
-        message = self.mention_paths(text)
+        message = sandbox_paths(self.repo, text)
         work = agent.continue_with(message) if agent.messages else agent.run(message, self.system)
         self._request = asyncio.ensure_future(work)
         try:
@@ -351,10 +338,11 @@ class TuiSession(SessionCommands):
         write_info(self.folder, self.info)
 
     def _interrupt(self) -> None:
-        if self.agent is not None and self.agent.running:
-            self.agent.interrupt()  # the call under way stops; the agent waits for a message
-            if not self._unread:
-                self._emit(Notice(text="Interrupted. Type a correction or a new request.", level="warning"))
+        """Esc: the call under way stops (``CallInterrupted`` says so) and the agent waits for a
+        message; between calls, it waits before its next model call."""
+        agent = self.agent
+        if agent is not None and agent.running and not agent.interrupt() and not self._unread:
+            self._emit(Notice(text="The agent stops before its next model call and waits for your message."))
 
     def _answer(self, call_id: str, choice: str) -> None:
         if self.agent is not None:

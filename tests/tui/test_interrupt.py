@@ -130,6 +130,7 @@ async def test_interrupt_during_a_tool_call_then_a_correction(tmp_path: Path, sa
         await wait_for(pilot, lambda: card.result is not None, "the card's result")
         assert card.was_interrupted and card.has_class("-error")  # drawn as interrupted
         assert not _done(app) and app.session.agent.steering.paused  # the session goes on
+        await wait_for(pilot, lambda: "waiting for you" in app.status_bar.line().plain, "the status")
 
         await send(pilot, CORRECTION)
         await wait_for(pilot, lambda: _done(app), "the corrected request")
@@ -172,3 +173,31 @@ async def test_a_message_sent_while_the_agent_works_goes_next_and_esc_sends_it_a
             await pilot.press("ctrl+q")
     finally:
         slow.close()
+
+
+@pytest.mark.slow
+async def test_a_message_sent_during_a_tool_call_is_read_after_it(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "go"
+    wait = f"while [ ! -e {gate} ]; do sleep 0.1; done; echo waited"  # the test decides when it ends
+    replay = write_replay(
+        tmp_path / "r.jsonl",
+        [turn("", call("shell", command=wait, timeout=600)), turn("", call("finish", summary="did both"))],
+    )
+    app = make_app(repo, replay)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "do A")
+        await wait_for(pilot, lambda: _count(app, ToolCallStarted) == 1, "the command to start")
+        await send(pilot, "and then B")
+        await wait_for(pilot, lambda: _count(app, MessageQueued) == 1, "the queued message")
+        gate.touch()
+        await wait_for(pilot, lambda: _done(app), "the request")
+        assert [d.outcome for d in _done(app)] == ["submitted"]
+        talk = [(m["role"], m.get("content", "")) for m in app.session.agent.messages]
+        result = next(i for i, (role, _) in enumerate(talk) if role == "tool")
+        assert "waited" in talk[result][1]
+        assert talk[result + 1] == ("user", "and then B")  # after the call's result, before the next turn
+        assert talk[result + 2][0] == "assistant"
+        assert not any(m.has_class("-queued") for m in app.query(UserMessage))
+        assert [e.text for e in app.events if isinstance(e, TurnStarted)] == ["do A"]
+        await pilot.press("ctrl+q")

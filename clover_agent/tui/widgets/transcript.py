@@ -70,7 +70,7 @@ class Transcript(VerticalScroll):
         """Draw ``event`` (events this view does not show are ignored)."""
         if isinstance(event, TurnStarted):
             await self._end_stream()
-            queued = next((m for m in self._queued if m.text == event.text), None)
+            queued = next((m for m in self._queued if event.text in (m.text, m.sent)), None)
             if queued is not None:
                 self._queued.remove(queued)
                 queued.remove_class("-queued")
