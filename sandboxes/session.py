@@ -48,6 +48,7 @@ from clover_agent.sandboxes.base import (
     SpecialFileError,
     TreeEntry,
 )
+from clover_agent.sandboxes.errors import WorkspaceDiffError
 from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, diff_script
 
 #: The runner's source, sent as the first stdin line to :data:`BOOTSTRAP`.
@@ -493,5 +494,6 @@ class SessionSandbox(Sandbox):
             raise SandboxError(f"the {type(self).__name__} is not started (or already closed)")
         result = await self.exec(diff_script(self.base_commit))
         if result.exit_code != 0:
-            raise SandboxError(f"git diff failed in the workspace:\n{result.output[-2000:]}")
+            why = result.killed_reason or result.disk_full or f"exit {result.exit_code}"
+            raise WorkspaceDiffError(f"git diff failed in the workspace ({why}):\n{result.output[-2000:]}")
         return result.output

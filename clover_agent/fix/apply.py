@@ -16,7 +16,7 @@ original moved aside and each new file renamed into place, all within millisecon
 there moves everything back. A signal arriving before that leaves the tree unchanged; one
 arriving during it takes effect once the tree is fully patched. Either way
 :class:`ApplyInterrupted` says which (exit 130). Only SIGKILL (or a power cut) can land in the
-middle; the staging folder then holds ``journal.json`` naming every move and the originals.
+middle; the staging folder then holds ``journal.json`` naming every move, and the originals.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _current_id(target: Path) -> tuple[str, int]:
     return "", -1  # a folder, FIFO, ...: never what a patch starts from
 
 
-def apply_patch_set(repo: Path, patch: PatchSet, *, staging_root: Path | None = None) -> list[str]:
+def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
     """Apply ``patch`` to ``repo`` (see the module docstring); the files changed.
 
     Raises :class:`PatchNotApplied` when a check fails (nothing changed) and
@@ -120,6 +120,34 @@ def apply_patch_set(repo: Path, patch: PatchSet, *, staging_root: Path | None = 
     repo = repo.resolve()
     if not patch.changes:
         return []
+    state = {"committed": False}
+    try:
+        with _unwinding_on_signals():  # a signal during the checks, too, says the tree is unchanged
+            staging = _checked_staging(repo, patch)
+            targets = {c.path: repo / c.path for c in patch.changes}
+            try:
+                _commit(_stage(patch, targets, staging), staging, state)
+            except BaseException:
+                if not state["committed"]:
+                    with _held_signals():  # a second signal must not leave the staging folder behind
+                        shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except (KeyboardInterrupt, _Stop):
+        if state["committed"]:
+            raise ApplyInterrupted(
+                "interrupted while the patch was being applied; it was applied in full first: your tree "
+                "is fully patched",
+                applied=True,
+            ) from None
+        raise ApplyInterrupted(
+            "interrupted before the patch was applied: your tree is unchanged", applied=False
+        ) from None
+    return [c.path for c in patch.changes]
+
+
+def _checked_staging(repo: Path, patch: PatchSet) -> Path:
+    """Every check of the module docstring (raising :class:`PatchNotApplied`); the staging folder
+    to use (not created yet)."""
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
     dirty = local_changes(repo, list(targets))
     if dirty:
@@ -137,23 +165,12 @@ def apply_patch_set(repo: Path, patch: PatchSet, *, staging_root: Path | None = 
             "the patch was not applied: these files are not what the run started from (changed in your "
             f"tree since it began?): {', '.join(moved)}. Review the patch and apply it yourself."
         )
-    root = staging_root or repo / ".clover"
+    root = repo / ".clover"
     if root.is_symlink():
         raise PatchNotApplied(
             f"the patch was not applied: {root} is a symlink (the staging folder goes there)"
         )
-    staging = root / f"apply-{secrets.token_hex(4)}"
-    try:
-        with _unwinding_on_signals():
-            steps = _stage(patch, targets, staging)
-            _commit(steps, staging)
-    except (KeyboardInterrupt, _Stop):
-        raise ApplyInterrupted(
-            "interrupted before the patch was applied: your tree is unchanged", applied=False
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return [c.path for c in patch.changes]
+    return root / f"apply-{secrets.token_hex(4)}"
 
 
 def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path) -> list[_Step]:
@@ -187,41 +204,31 @@ def _umask() -> int:
     return mask
 
 
-def _commit(steps: list[_Step], staging: Path) -> None:
+def _commit(steps: list[_Step], staging: Path, state: dict[str, bool]) -> None:
     """Move the originals aside and the new files into place with the signals held (removals
     first, so a folder emptied by them can become a file); roll back on an error. A signal held
-    meanwhile is delivered once the tree is fully patched."""
+    meanwhile is delivered once the tree is fully patched (``state["committed"]`` is then set)."""
     order = [s for s in steps if s.new is None] + [s for s in steps if s.new is not None]
     journal = staging / "journal.json"
     journal.write_text(
         json.dumps({"state": "applying", "moves": [[s.path, str(s.target), str(s.new)] for s in order]})
         + "\n"
     )
-    committed = False
-    try:
-        with _held_signals():
-            done: list[_Step] = []
-            try:
-                for i, step in enumerate(order):
-                    _place(step, staging / f"old-{i}")
-                    done.append(step)
-            except OSError as exc:
-                for placed in reversed(done):
-                    _undo(placed)
-                raise PatchNotApplied(
-                    f"the patch was not applied: {step.path}: {exc.strerror or exc}; your tree is unchanged"
-                ) from None
-            committed = True
-            journal.write_text(json.dumps({"state": "applied"}) + "\n")
-            _remove_emptied_folders(order)
-    except (KeyboardInterrupt, _Stop):
-        if not committed:
-            raise
-        raise ApplyInterrupted(
-            "interrupted while the patch was being applied; it was applied in full first: your tree is "
-            "fully patched",
-            applied=True,
-        ) from None
+    with _held_signals():
+        done: list[_Step] = []
+        try:
+            for i, step in enumerate(order):
+                _place(step, staging / f"old-{i}")
+                done.append(step)
+        except OSError as exc:
+            for placed in reversed(done):
+                _undo(placed)
+            raise PatchNotApplied(
+                f"the patch was not applied: {step.path}: {exc.strerror or exc}; your tree is unchanged"
+            ) from None
+        state["committed"] = True
+        _remove_emptied_folders(order)
+        shutil.rmtree(staging, ignore_errors=True)  # the originals and the journal: no longer needed
 
 
 def _place(step: _Step, backup: Path) -> None:
