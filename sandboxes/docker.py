@@ -16,6 +16,10 @@ One container per task, started from a locally built image (``clover-agent sandb
   close, on SIGINT/SIGTERM and at exit, and containers left by killed runs are reaped at the next
   start and by ``clover-agent sandbox prune``.
 
+A spec with an environment recipe starts from that recipe's environment image, made once by a
+set-up container when missing (:mod:`clover_agent.sandboxes.env_image`); the files its set-up made
+in ``/workspace`` are unpacked into the fresh copy before the baseline is recorded.
+
 Set-up commands that need the network run first on the default bridge network; the container is
 then disconnected, leaving only the loopback interface, before the agent's first command.
 """
@@ -28,21 +32,24 @@ import os
 import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clover_agent.errors import SandboxUnavailable
-from clover_agent.sandboxes import cleanup
-from clover_agent.sandboxes.base import WORKSPACE, SandboxSpec
-from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes import cleanup, env_image
+from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec, require_repo
+from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
+from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 from clover_agent.sandboxes.session import BOOTSTRAP, WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox
 from clover_agent.sandboxes.workspace import (
+    LARGE_COPY_BYTES,
     SparseFile,
     WorkspacePlan,
     plan_workspace,
     read_segment,
     write_workspace_tar,
 )
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
 if TYPE_CHECKING:
     import docker
@@ -61,14 +68,22 @@ LABEL_OWNER_PID = "clover-agent.owner-pid"
 LABEL_HOST = "clover-agent.host"
 LABEL_RUN_ID = "clover-agent.run-id"
 TMP_SIZE = "1g"
+#: Seconds one Docker Engine API request may take. Generous: a loaded machine's engine can take many
+#: seconds to create or force-remove a container, and a client that gives up early leaves one behind.
+DOCKER_API_TIMEOUT_S = 120.0
 _LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this machine)"
 
 
-def docker_client(timeout: float = 10, *, offer_local: bool = True) -> docker.DockerClient:
+def docker_client(
+    environment: Mapping[str, str], *, timeout: float = DOCKER_API_TIMEOUT_S, offer_local: bool = True
+) -> docker.DockerClient:
     """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it.
 
-    ``offer_local`` adds "or run with ``--sandbox local``" to the fix: right for the commands that
-    take that option (``fix``, ``tool``), wrong for ``sandbox build|prune``, which need Docker itself.
+    ``environment`` holds the engine's address (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
+    ``DOCKER_CERT_PATH``; none of them: the default socket), passed by the caller
+    (:attr:`SandboxSpec.host_env`). ``offer_local`` adds "or run with ``--sandbox local``" to the
+    fix: right for the commands that take that option (``fix``, ``tool``), wrong for ``sandbox
+    build|prune``, which need Docker itself.
     """
     way_out = f", {_LOCAL_HINT}" if offer_local else ""
     try:
@@ -78,9 +93,9 @@ def docker_client(timeout: float = 10, *, offer_local: bool = True) -> docker.Do
             f"the `docker` Python package is missing ({exc}): reinstall clover-agent "
             f"(`pip install clover-agent`){way_out}"
         ) from None
-    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    where = environment.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=timeout, environment=dict(environment))
         client.ping()
     except (DockerException, OSError) as exc:
         raise SandboxUnavailable(
@@ -128,7 +143,7 @@ def stale_containers(client: docker.DockerClient, *, everything: bool = False) -
 
 def remove_containers(client: docker.DockerClient, containers: list[dict[str, Any]]) -> list[str]:
     """Force-remove containers (with their anonymous volumes); return the ids removed."""
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     removed = []
     for c in containers:
@@ -137,6 +152,9 @@ def remove_containers(client: docker.DockerClient, containers: list[dict[str, An
             removed.append(c["Id"])
         except NotFound:
             pass  # another process reaped it first
+        except APIError as exc:
+            if exc.status_code != 409:  # 409: another process is removing it right now
+                raise
     return removed
 
 
@@ -154,36 +172,31 @@ class DockerSandbox(SessionSandbox):
         self._sparse: list[SparseFile] = []  # copied in empty; their data goes in once the runner runs
 
     async def start(self) -> None:
-        spec = effective_spec(self.spec)
-        self.image = spec.image
-        self._client = client = await asyncio.to_thread(docker_client)
+        spec = self.spec
+        require_repo(spec)
+        if not spec.image:
+            raise SandboxConfigError("the Docker sandbox needs an image (SandboxSpec.image; none was given)")
+        self._client = client = await asyncio.to_thread(docker_client, spec.host_env)
         try:
             await asyncio.to_thread(require_image, client, spec.image)
             reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
             if reaped:
                 log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
+            plan = await asyncio.to_thread(plan_workspace, spec.repo)
+            plan.check_size(spec.limits.disk_bytes)
+            self.image = spec.image
+            if spec.environment is not None:
+                self.image = await self._environment_image(spec, plan)
             # Registered here, on the event loop's thread (normally the main thread, where signal
             # handlers can be installed), before the container exists.
             self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
-            plan = await asyncio.to_thread(plan_workspace, spec.repo)
-            plan.check_size(spec.limits.disk_bytes)
-            try:
-                await asyncio.to_thread(self._create_and_attach, spec, plan)
-            except DockerException as exc:
-                if "no space left on device" in str(exc).lower():
-                    raise SandboxUnavailable(
-                        f"the repository does not fit in the sandbox's disk limit of "
-                        f"{spec.limits.disk_bytes / 2**30:.2f} GiB; raise SandboxLimits.disk_bytes"
-                    ) from None
-                raise SandboxUnavailable(
-                    f"could not start a sandbox container from {spec.image}: {_short(exc)}. The image "
-                    f"needs python3 and bash; build it with `clover-agent sandbox build` or FROM "
-                    f"clover-agent-sandbox:latest; {_LOCAL_HINT}"
-                ) from None
-            assert self._runner is not None
-            await asyncio.to_thread(self._runner.start)
-            self._session = self._runner
-            await self._fill_sparse_files()
+            if plan.size >= LARGE_COPY_BYTES:
+                (spec.progress or _log_progress)(
+                    f"copying the repository into the sandbox: {plan.describe()}"
+                )
+            await self._start_container(spec, plan, self.image, setup=False)
+            if spec.environment is not None:
+                await self._unpack_overlay()
             await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
             if spec.setup_commands and spec.setup_network and not spec.network:
                 await asyncio.to_thread(self._disconnect_all_networks)
@@ -192,11 +205,79 @@ class DockerSandbox(SessionSandbox):
             await self.close()
             raise
 
-    def _create_and_attach(self, spec: SandboxSpec, plan: WorkspacePlan) -> None:
+    async def _start_container(
+        self, spec: SandboxSpec, plan: WorkspacePlan, image: str, *, setup: bool
+    ) -> None:
+        """A container from ``image`` with the workspace copied in and its runner started."""
+        try:
+            await asyncio.to_thread(self._create_and_attach, spec, plan, image, setup)
+        except DockerException as exc:
+            if "no space left on device" in str(exc).lower():
+                raise SandboxUnavailable(
+                    f"the repository does not fit in the sandbox's disk limit of "
+                    f"{spec.limits.disk_bytes / 2**30:.2f} GiB; raise SandboxLimits.disk_bytes"
+                ) from None
+            raise SandboxUnavailable(
+                f"could not start a sandbox container from {image}: {_short(exc)}. The image "
+                f"needs python3 and bash; build it with `clover-agent sandbox build` or FROM "
+                f"clover-agent-sandbox:latest; {_LOCAL_HINT}"
+            ) from None
+        assert self._runner is not None
+        await asyncio.to_thread(self._runner.start)
+        self._session = self._runner
+        await self._fill_sparse_files()
+
+    async def _environment_image(self, spec: SandboxSpec, plan: WorkspacePlan) -> str:
+        """The tag of the spec's environment image, made first by a set-up container when it is
+        not on the engine (see :mod:`clover_agent.sandboxes.env_image`)."""
+        assert self._client is not None and spec.environment is not None and spec.image is not None
+        client, recipe, progress = self._client, spec.environment, spec.progress or _log_progress
+        base_id = (await asyncio.to_thread(client.api.inspect_image, spec.image))["Id"]
+        tag = env_image.environment_tag(recipe, base_id)
+        if await asyncio.to_thread(_image_present, client, tag):
+            progress(f"environment: cached ({tag})")
+            return tag
+        progress(f"environment: setting the project up in a new environment ({tag}, made once)")
+        builder = DockerSandbox(spec)
+        builder._client = await asyncio.to_thread(docker_client, spec.host_env)  # its own: closed with it
+        builder._cleanup_token = cleanup.register(builder._remove_with_fresh_client)
+        try:
+            await builder._start_container(spec, plan, spec.image, setup=True)
+            await env_image.run_setup(builder, recipe, progress)
+            assert builder.container_id is not None
+            changes = env_image.commit_changes(str(Path(spec.repo).resolve()), base_id)
+            repository, _, name = tag.partition(":")
+            await asyncio.to_thread(
+                client.api.commit, builder.container_id, repository=repository, tag=name, changes=changes
+            )
+        finally:
+            await builder.close()
+        return tag
+
+    async def _unpack_overlay(self) -> None:
+        """Put the files the environment's set-up made in ``/workspace`` into this fresh copy,
+        keeping every file the copy already has."""
+        result = await self.exec(
+            f"[ ! -s {WORKSPACE_OVERLAY} ] || tar -xf {WORKSPACE_OVERLAY} -C {WORKSPACE} --skip-old-files",
+            timeout=300,
+        )
+        if result.exit_code != 0:
+            raise SandboxError(
+                f"could not unpack the environment's workspace files:\n{result.output[-2000:]}"
+            )
+
+    def _create_and_attach(self, spec: SandboxSpec, plan: WorkspacePlan, image: str, setup: bool) -> None:
+        """Create and start the container from ``image`` and copy the workspace in. ``setup``: an
+        environment's set-up container (writable root file system, the recipe's network, its inputs
+        in a volume at SETUP_DIR) instead of the sandbox itself."""
         assert self._client is not None
         api = self._client.api
         limits = spec.limits
-        networked = spec.network or (spec.setup_network and bool(spec.setup_commands))
+        if setup:
+            assert spec.environment is not None
+            networked = spec.environment.network
+        else:
+            networked = spec.network or (spec.setup_network and bool(spec.setup_commands))
         from docker.types import DriverConfig, Mount
 
         workspace = Mount(
@@ -212,10 +293,12 @@ class DockerSandbox(SessionSandbox):
                 },
             ),
         )
+        # The set-up's inputs: an anonymous volume too, so they are never part of the committed image.
+        mounts = [workspace, Mount(target=SETUP_DIR, source=None, type="volume")] if setup else [workspace]
         host_config = api.create_host_config(
-            mounts=[workspace],
+            mounts=mounts,
             network_mode="bridge" if networked else "none",
-            read_only=True,
+            read_only=not setup,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMP_SIZE}"},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
@@ -227,7 +310,7 @@ class DockerSandbox(SessionSandbox):
         )
         env = {"HOME": "/tmp", "WORKSPACE": WORKSPACE, "LANG": "C.UTF-8", **spec.env}
         container = api.create_container(
-            spec.image,
+            image,
             command=["python3", "-u", "-c", BOOTSTRAP, WORKSPACE],
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
             working_dir=WORKSPACE,
@@ -255,6 +338,10 @@ class DockerSandbox(SessionSandbox):
             archive.seek(0)
             api.start(self.container_id)
             api.put_archive(self.container_id, WORKSPACE, archive)
+        if setup:
+            assert spec.environment is not None
+            inputs = env_image.setup_inputs_tar(spec.environment, uid=SANDBOX_UID, gid=SANDBOX_GID)
+            api.put_archive(self.container_id, SETUP_DIR, inputs)
 
     async def _fill_sparse_files(self) -> None:
         """Write the data of the sparse files (copied in empty) at their offsets, holes left out."""
@@ -328,11 +415,25 @@ class DockerSandbox(SessionSandbox):
         self._closing = True
         container_id = self.container_id
         if container_id is not None:
-            client = docker_client(timeout=10)
+            client = docker_client(self.spec.host_env)
             try:
                 remove_containers(client, [{"Id": container_id}])
             finally:
                 client.close()
+
+
+def _image_present(client: docker.DockerClient, tag: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        client.api.inspect_image(tag)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _log_progress(message: str) -> None:
+    log.info("%s", message)
 
 
 def _pump_frames(sock: Any, session: RunnerSession) -> None:

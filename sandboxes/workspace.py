@@ -113,6 +113,16 @@ def _git_files(repo: Path) -> list[str] | None:
     return _git_ls_files(repo, "--cached", "--others")
 
 
+def listed_files(repo: str | os.PathLike[str]) -> list[str] | None:
+    """The relative paths of the files a sandbox copy of ``repo`` holds besides ``.git`` (tracked
+    and untracked-but-not-ignored), or None when ``repo`` is not in a git work tree."""
+    return _git_files(Path(repo).resolve())
+
+
+#: A copy this large is worth telling the user about (with the ``.git`` folder's share).
+LARGE_COPY_BYTES = 20 * 1024**2
+
+
 def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
     """Yield ``(host path, relative path)`` for everything the sandbox copy holds, parents first.
 
@@ -233,6 +243,14 @@ class WorkspacePlan:
     sparse: dict[str, SparseFile]  # by relative path
     size: int  # bytes it takes in the sandbox, in whole pages (holes of untracked files not counted)
     files: int
+    git_size: int = 0  # the part of ``size`` that is the .git folder
+
+    def describe(self) -> str:
+        """The copy's size for the user ("69 MB in 1,234 files, the .git folder 40 MB")."""
+        mb = 1024**2
+        return (
+            f"{self.size / mb:.0f} MB in {self.files:,} files (the .git folder: {self.git_size / mb:.0f} MB)"
+        )
 
     @property
     def keep_out(self) -> list[str]:
@@ -266,7 +284,7 @@ def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
     root = Path(repo).resolve()
     listed = _git_ls_files(root, "--others")
     untracked = None if listed is None else set(listed)
-    entries, sparse, size, files = [], {}, 0, 0
+    entries, sparse, size, files, git_size = [], {}, 0, 0, 0
     for path, rel in workspace_paths(root):
         try:
             st = path.lstat()
@@ -284,8 +302,11 @@ def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
             found.tracked = untracked is not None and rel not in untracked and not rel.startswith(".git/")
             sparse[rel] = found
             counted = st.st_size if found.tracked else found.data_bytes
-        size += -(-counted // _PAGE) * _PAGE
-    return WorkspacePlan(entries, sparse, size, files)
+        pages = -(-counted // _PAGE) * _PAGE
+        size += pages
+        if rel.startswith(".git/"):
+            git_size += pages
+    return WorkspacePlan(entries, sparse, size, files, git_size)
 
 
 def copy_workspace(plan: WorkspacePlan, dest: str | os.PathLike[str]) -> None:

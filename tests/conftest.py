@@ -1,8 +1,10 @@
-"""Shared test set-up: resource detection for the ``docker`` and ``gpu`` markers.
+"""Shared test set-up: resource detection for the ``docker``, ``index`` and ``gpu`` markers.
 
 A test that needs a missing resource is skipped with a printed reason (``-ra`` prints it). In CI
 (``CLOVER_REQUIRE_DOCKER=1``, set by ``.ci/run``) a missing Docker engine is an error instead, so
-Docker tests can never be skipped silently there.
+Docker tests can never be skipped silently there. ``index`` tests (environments set up from the
+package index, with this machine's pip configuration) are skipped only when the index cannot be
+reached from here.
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ import functools
 import os
 
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated (at import), and engine tests import the
+# kernels long before tests/kernels/ is collected: without a GPU, the interpreter is set up here,
+# before any test module is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
@@ -37,6 +46,33 @@ def docker_problem() -> str | None:
 
 
 @functools.cache
+def index_problem() -> str | None:
+    """None when the package index this machine's pip uses answers (with pip's CA bundle)."""
+    import ssl
+    import urllib.request
+
+    from clover_agent.settings import host_package_index
+
+    index = host_package_index(os.environ)
+    url = (index.index_url or "https://pypi.org/simple/").rstrip("/") + "/pip/"
+    context = ssl.create_default_context(
+        cadata=index.ca_bundle.decode("ascii", "replace") if index.ca_bundle else None
+    )
+    try:
+        with urllib.request.urlopen(url, timeout=20, context=context) as response:
+            response.read(1)
+    except (OSError, ValueError) as exc:
+        return f"the package index {url} cannot be reached from this machine ({exc})"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "index: sets environments up from the package index (skipped only when it is unreachable)"
+    )
+
+
+@functools.cache
 def gpu_problem() -> str | None:
     import torch
 
@@ -50,5 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if require_docker:
                 raise pytest.UsageError(f"CLOVER_REQUIRE_DOCKER=1 but {docker_problem()}")
             item.add_marker(pytest.mark.skip(reason=f"docker: {docker_problem()}"))
+        if item.get_closest_marker("index") and index_problem():
+            item.add_marker(pytest.mark.skip(reason=f"index: {index_problem()}"))
         if item.get_closest_marker("gpu") and gpu_problem():
             item.add_marker(pytest.mark.skip(reason=f"gpu: {gpu_problem()}"))

@@ -5,26 +5,27 @@ from __future__ import annotations
 import argparse
 
 from clover_agent.errors import ExitCode
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from clover_agent.sandboxes.errors import SandboxUnavailable
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
 
 
 def _build(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.docker import docker_client
     from clover_agent.sandboxes.images import (
         DEFAULT_BASE_IMAGE,
+        base_is_current,
         build_sandbox_image,
         image_exists,
         make_base_image,
     )
 
-    client = docker_client(offer_local=False)
+    client = docker_client(Settings.load().docker_env, offer_local=False)
     base = args.base or DEFAULT_BASE_IMAGE
-    if args.base is None and not image_exists(client, base):
-        print(f"base image {base} is missing: making it with debootstrap (a few minutes)", flush=True)
+    if args.base is None and not base_is_current(client, base):
+        why = "made from an older recipe" if image_exists(client, base) else "missing"
+        print(f"base image {base} is {why}: making it with debootstrap (a few minutes)", flush=True)
         make_base_image(base)
     elif not image_exists(client, base):
-        from clover_agent.errors import SandboxUnavailable
-
         raise SandboxUnavailable(
             f"the base image {base} is not on this Docker engine and no registry is used to fetch it: "
             "build or `docker import` it first, or leave out --base to make "
@@ -40,12 +41,17 @@ def _build(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.docker import docker_client, remove_containers, stale_containers
+    from clover_agent.sandboxes.env_image import remove_images, superseded_environment_images
     from clover_agent.sandboxes.local import reap_stale_copies
 
-    client = docker_client(offer_local=False)
+    client = docker_client(Settings.load().docker_env, offer_local=False)
     removed = remove_containers(client, stale_containers(client, everything=args.all))
     copies = reap_stale_copies()
-    print(f"removed {len(removed)} sandbox container(s) and {len(copies)} local sandbox copy(ies)")
+    images = remove_images(client, superseded_environment_images(client, everything=args.all))
+    print(
+        f"removed {len(removed)} sandbox container(s), {len(copies)} local sandbox copy(ies) and "
+        f"{len(images)} environment image(s)"
+    )
     return ExitCode.OK
 
 
@@ -69,9 +75,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     build.set_defaults(func=_build)
     prune = actions.add_parser(
         "prune",
-        help="remove sandbox containers and local copies left by killed runs",
+        help="remove leftover sandboxes and old environment images",
         description="Remove containers labelled clover-agent=1 whose owner process is gone (all of "
-        "them with --all), and local-sandbox copies of dead processes.",
+        "them with --all), local-sandbox copies of dead processes, and environment images no run "
+        "starts from any more: those made from a sandbox image that was rebuilt since, and all but "
+        "the newest of each repository (all environment images with --all).",
     )
-    prune.add_argument("--all", action="store_true", help="also remove sandboxes of running processes")
+    prune.add_argument(
+        "--all",
+        action="store_true",
+        help="also remove sandboxes of running processes and every environment image",
+    )
     prune.set_defaults(func=_prune)

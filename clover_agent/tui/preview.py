@@ -17,13 +17,14 @@ from typing import Any
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 
+def _lines(text: str) -> list[str]:
+    """Lines with their ends; a last line without one gets one (the diff is for reading)."""
+    return [line if line.endswith("\n") else line + "\n" for line in text.splitlines(keepends=True)]
+
+
 def _diff(path: str, old: str, new: str) -> str:
     shown = path.removeprefix(WORKSPACE + "/")
-    return "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
-        )
-    )
+    return "".join(difflib.unified_diff(_lines(old), _lines(new), f"a/{shown}", f"b/{shown}"))
 
 
 async def _read(sandbox: Sandbox, path: str) -> str | None:

@@ -4,12 +4,13 @@ build``; no registry is ever contacted."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover_agent.errors import SandboxUnavailable
+from clover_agent.sandboxes.errors import SandboxUnavailable
 
 if TYPE_CHECKING:
     import docker
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 IMAGES_DIR = Path(__file__).resolve().parent
 BASE_SCRIPT = IMAGES_DIR / "make-base-image.sh"
 DEFAULT_BASE_IMAGE = "clover-agent-base:bookworm"
+#: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses by default.
+DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
+#: The label ``make-base-image.sh`` records its recipe in.
+BASE_RECIPE_LABEL = "clover-agent.base-recipe"
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -27,6 +32,31 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
     except ImageNotFound:
         return False
     return True
+
+
+def base_recipe() -> str:
+    """The recipe ``make-base-image.sh`` labels its image with (``SUITE;PACKAGES;RECIPE_REVISION``),
+    read from the script itself so the two never disagree."""
+    text = BASE_SCRIPT.read_text()
+    values = {}
+    for name in ("SUITE", "PACKAGES", "RECIPE_REVISION"):
+        match = re.search(rf"^{name}=(\S+)$", text, re.MULTILINE)
+        if match is None:
+            raise RuntimeError(f"{BASE_SCRIPT} sets no {name}")
+        values[name] = match[1]
+    return f"{values['SUITE']};{values['PACKAGES']};{values['RECIPE_REVISION']}"
+
+
+def base_is_current(client: docker.DockerClient, tag: str) -> bool:
+    """Whether ``tag`` exists and was made from this version's recipe (an image made by an older
+    ``make-base-image.sh`` lacks packages the sandbox now needs, such as python3-venv)."""
+    from docker.errors import ImageNotFound
+
+    try:
+        labels = client.api.inspect_image(tag)["Config"].get("Labels") or {}
+    except ImageNotFound:
+        return False
+    return labels.get(BASE_RECIPE_LABEL) == base_recipe()
 
 
 def make_base_image(tag: str = DEFAULT_BASE_IMAGE) -> None:

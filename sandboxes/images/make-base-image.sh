@@ -7,18 +7,30 @@
 # Environment:
 #   DEBIAN_MIRROR   mirror URL (default: the first deb.debian.org-style URI in apt's sources,
 #                   else http://deb.debian.org/debian)
-#   FORCE=1         rebuild even when the tag already exists
+#   FORCE=1         rebuild even when the tag is already current
 #
-# Idempotent: exits at once when the tag is already present. Needs root (debootstrap) and docker.
+# Idempotent: exits at once when the tag is present and was made from this recipe. The image is
+# labelled with the recipe (clover-agent.base-recipe: the suite, the packages and RECIPE_REVISION),
+# so an image made by an older version of this script is rebuilt, not silently kept. Bump
+# RECIPE_REVISION when a change other than the package list must reach existing machines.
+# Needs root (debootstrap) and docker.
 set -euo pipefail
 
 TAG="${1:-clover-agent-base:bookworm}"
 SUITE=bookworm
-PACKAGES=python3,python3-pytest,git,ripgrep,procps,ca-certificates
+# python3-venv: the project environments (a virtual environment per project, with pip);
+# python-is-python3: `python` outside them; python3-pytest: tests when no environment is set up.
+PACKAGES=python3,python3-venv,python-is-python3,python3-pytest,git,ripgrep,procps,ca-certificates
+RECIPE_REVISION=2
+RECIPE="$SUITE;$PACKAGES;$RECIPE_REVISION"
 
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
-    echo "base image $TAG already present (FORCE=1 to rebuild)"
-    exit 0
+    have="$(docker image inspect --format '{{ index .Config.Labels "clover-agent.base-recipe" }}' "$TAG" 2>/dev/null || true)"
+    if [[ "$have" == "$RECIPE" ]]; then
+        echo "base image $TAG already present and current (FORCE=1 to rebuild)"
+        exit 0
+    fi
+    echo "base image $TAG was made from another recipe (${have:-none recorded}); rebuilding it"
 fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
@@ -62,5 +74,6 @@ tar --numeric-owner -C "$ROOTFS" -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
+    --change "LABEL clover-agent.base-recipe=$RECIPE" \
     - "$TAG"
 echo "base image $TAG ready"

@@ -4,9 +4,8 @@ The tiny models here run one intra-op thread: their tensors are too small to spl
 loaded machine a thread pool waiting for busy cores makes each operator ~20x slower. Child
 processes (the CLI tests) inherit ``OMP_NUM_THREADS``.
 
-Without a GPU the Triton kernels run in the interpreter (``kernels="triton"`` tests): triton
-decides at decoration time, so ``TRITON_INTERPRET`` is set here, before any engine test module
-imports the kernels (as tests/kernels/conftest.py does for its folder).
+Without a GPU the ``kernels="triton"`` tests run the kernels in the interpreter
+(``TRITON_INTERPRET=1``, set by the root ``tests/conftest.py`` before anything imports triton).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from clover_agent.engine.tiny import write_tiny_checkpoint
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import torch
 
 from clover_agent.engine import ops
 from clover_agent.engine.engine import Engine
+from clover_agent.engine.errors import EngineArgumentError
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
-from clover_agent.errors import UsageError
 from tests.engine.checkpoints import relative_error
 
 
@@ -74,7 +74,7 @@ def test_auto_takes_each_usable_triton_operator_and_torch_for_the_rest(
     table = ops.resolve_ops("auto", "cuda")
     assert table.backends == {**dict.fromkeys(ops.OP_NAMES, "triton"), "attention": "torch"}
     assert ops.resolve_ops("auto", "cpu").backend == "torch"  # the interpreter is never automatic
-    with pytest.raises(UsageError) as forced:
+    with pytest.raises(EngineArgumentError) as forced:
         ops.resolve_ops("triton", "cuda")
     assert "attention (clover_agent.kernels.absent:fn cannot be loaded" in str(forced.value)
     assert "rms_norm" not in str(forced.value)
@@ -83,12 +83,12 @@ def test_auto_takes_each_usable_triton_operator_and_torch_for_the_rest(
 def test_triton_needs_the_interpreter_on_the_cpu(monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(
-        UsageError, match="rms_norm \\(Triton runs on the CPU only under TRITON_INTERPRET=1\\)"
+        EngineArgumentError, match="rms_norm \\(Triton runs on the CPU only under TRITON_INTERPRET=1\\)"
     ):
         ops.resolve_ops({"rms_norm": "triton"}, "cpu")
-    with pytest.raises(UsageError, match="kernels='triton' on cpu: no usable implementation"):
+    with pytest.raises(EngineArgumentError, match="kernels='triton' on cpu: no usable implementation"):
         Engine.from_pretrained(checkpoint, kernels="triton", progress=None)
-    with pytest.raises(UsageError, match="unknown operator"):
+    with pytest.raises(EngineArgumentError, match="unknown operator"):
         Engine.from_pretrained(checkpoint, kernels={"flash": "torch"}, progress=None)
 
 

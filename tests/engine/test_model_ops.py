@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from clover_agent.engine import ops, torch_ops
-from clover_agent.errors import UsageError
+from clover_agent.engine.errors import EngineArgumentError
 
 
 def allowed_by_position(steps: int, past: int, block_size: int, block_from: int | None) -> torch.Tensor:
@@ -89,11 +89,13 @@ def test_kernel_choices() -> None:
     auto = ops.resolve_ops("auto")
     assert auto.backend == "torch" and set(auto.backends) == set(ops.OP_NAMES)
     assert ops.resolve_ops("torch").attention is torch_ops.attention
-    with pytest.raises(UsageError, match="kernels='triton' on cuda: no usable implementation of rms_norm"):
+    with pytest.raises(
+        EngineArgumentError, match="kernels='triton' on cuda: no usable implementation of rms_norm"
+    ):
         ops.resolve_ops("triton", "cuda")  # no CUDA device here
-    with pytest.raises(UsageError, match="unknown kernels choice 'cuda'"):
+    with pytest.raises(EngineArgumentError, match="unknown kernels choice 'cuda'"):
         ops.resolve_ops("cuda")
-    with pytest.raises(UsageError, match="unknown operator\\(s\\) softmax"):
+    with pytest.raises(EngineArgumentError, match="unknown operator\\(s\\) softmax"):
         ops.resolve_ops({"softmax": "torch"})
     mapped = ops.resolve_ops({"attention": "torch"})
     assert mapped.backends["attention"] == "torch" and mapped.backend == "torch"

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 import docker
 import pytest
 
-from clover_agent.sandboxes import SandboxSpec
-from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox
+from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox, remove_containers
+from tests.sandbox_specs import sandbox_spec
 
 from .conftest import start_holder
 
@@ -24,7 +25,7 @@ def container_exists(container_id: str) -> bool:
 
 
 async def test_normal_exit_removes_the_container(repo: Path) -> None:
-    async with DockerSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+    async with DockerSandbox(sandbox_spec(repo)) as sandbox:
         container_id = sandbox.container_id
         assert container_id and container_exists(container_id)
         labels = docker.from_env().api.inspect_container(container_id)["Config"]["Labels"]
@@ -36,7 +37,7 @@ async def test_normal_exit_removes_the_container(repo: Path) -> None:
 
 def test_exception_removes_the_container(repo: Path) -> None:
     child, container_id = start_holder("docker", repo, "raise")
-    assert child.wait(timeout=30) == 1
+    assert child.wait(timeout=120) == 1
     assert "boom inside the sandbox block" in child.stderr.read()
     assert not container_exists(container_id)
 
@@ -46,16 +47,16 @@ def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> Non
     child, container_id = start_holder("docker", repo)
     assert container_exists(container_id)
     child.send_signal(signum)
-    assert child.wait(timeout=30) != 0
+    assert child.wait(timeout=120) != 0
     assert not container_exists(container_id)
 
 
 async def test_sigkill_leftover_is_reaped_by_the_next_start(repo: Path) -> None:
     child, container_id = start_holder("docker", repo)
     child.kill()
-    child.wait(timeout=30)
+    child.wait(timeout=120)
     assert container_exists(container_id)  # a killed process cannot clean up
-    async with DockerSandbox(SandboxSpec(repo=str(repo))):
+    async with DockerSandbox(sandbox_spec(repo)):
         assert not container_exists(container_id)
 
 
@@ -71,7 +72,7 @@ async def test_commands_go_through_one_session_not_docker_exec(repo: Path) -> No
     """Every command, file operation and the diff travel over the runner attached at start; the
     engine's event log shows no `docker exec` for the container."""
     since = time.time() - 1
-    async with DockerSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+    async with DockerSandbox(sandbox_spec(repo)) as sandbox:
         assert sandbox.container_id is not None
         for n in range(5):
             assert (await sandbox.exec(f"echo {n}")).output == f"{n}\n"
@@ -83,3 +84,29 @@ async def test_commands_go_through_one_session_not_docker_exec(repo: Path) -> No
         api = docker.from_env().api
         api.exec_start(api.exec_create(sandbox.container_id, "true"))
         assert "exec_die" in exec_events(sandbox.container_id, since)
+
+
+def test_removals_racing_for_one_container_all_succeed() -> None:
+    """Runs sharing an engine reap the same stale container at once: the engine answers all but one
+    "removal already in progress" (409), which is not an error."""
+    client = docker.from_env()
+    container_id = client.api.create_container(
+        "clover-agent-sandbox:latest", command=["sleep", "60"], labels={"clover-agent-test": "race"}
+    )["Id"]
+    client.api.start(container_id)
+    results: list[object] = []
+
+    def remove() -> None:
+        try:
+            results.append(remove_containers(docker.from_env(), [{"Id": container_id}]))
+        except Exception as exc:  # the bug: a 409 escaped
+            results.append(exc)
+
+    threads = [threading.Thread(target=remove) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert sorted(map(len, results)) == [0, 0, 0, 0, 0, 1]  # exactly one of them removed it
+    assert not container_exists(container_id)

@@ -85,7 +85,20 @@ def parse_junit_xml(xml_text: str, report: TestReport) -> None:
 
 
 async def run_pytest(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float, *, workers: int = 1
+) -> TestReport:
+    """Run pytest on ``target``; with ``workers`` > 1, in that many processes when the sandbox's
+    Python has pytest-xdist (serially when it has not, or when the project's configuration refuses
+    ``-n``)."""
+    if workers > 1:
+        report = await _run_pytest(sandbox, target, shown_target, timeout, workers)
+        if not (report.total == 0 and report.exit_code == 4):  # 4: pytest refused the options
+            return report
+    return await _run_pytest(sandbox, target, shown_target, timeout, 1)
+
+
+async def _run_pytest(
+    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float, workers: int
 ) -> TestReport:
     single = target is not None and len(target.words) == 1
     existing = (
@@ -95,18 +108,22 @@ async def run_pytest(
     shown = shlex.join(["python", "-m", "pytest", *args])
     async with private_temp_dir(sandbox) as folder:
         xml_path = f"{folder}/junit.xml"
+        # -n only where pytest-xdist is installed; the JUnit XML report is the same either way.
+        parallel = (
+            f'__par=; "$__py" -c "import xdist" >/dev/null 2>&1 && __par="-n {int(workers)}"; '
+            if workers > 1
+            else "__par=; "
+        )
         command = (
             f"{FIND_PYTHON}; "
             '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '
+            + parallel
             + '"$__py" '
             + shlex.join(
-                [
-                    *("-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"),
-                    "--continue-on-collection-errors",
-                    f"--junitxml={xml_path}",
-                    *args,
-                ]
+                ["-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"]
             )
+            + " $__par "
+            + shlex.join(["--continue-on-collection-errors", f"--junitxml={xml_path}", *args])
         )
         result = await sandbox.exec(
             command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"}

@@ -123,10 +123,19 @@ def make_report(framework: str, shown: str, target: str | None, result: ExecResu
     )
 
 
+#: How much of a run's output a problem with no results quotes (its last lines: where tools say why).
+PROBLEM_OUTPUT_LINES = 15
+
+
 def no_results(result: ExecResult, what: str) -> str:
+    """Why a run has no results, with the end of its output (the cause is there, e.g. an import
+    error before any test, or a missing plugin)."""
     if result.timed_out:
         return f"{what}: the run timed out."
-    return f"{what}; see the output."
+    lines = [line for line in result.output.strip().splitlines() if line.strip()][-PROBLEM_OUTPUT_LINES:]
+    if not lines:
+        return f"{what}; it printed nothing."
+    return f"{what}; its output ends with:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 async def run_command(

@@ -12,6 +12,8 @@ from textual.widgets import Static
 from clover_agent.tui.text import printable
 
 _FILE = re.compile(r"^\+\+\+ b/(.+)$|^diff --git a/\S+ b/(.+)$")
+#: The editor's own diffs name sandbox paths (``a/workspace/x.py``); shown as repository paths.
+_SANDBOX_PATH = re.compile(r"^(---|\+\+\+) ([ab])/workspace/", re.MULTILINE)
 TINTS = {
     True: {"+": "on #12361b", "-": "on #3d1518"},  # dark themes
     False: {"+": "on #dcf5df", "-": "on #fadcdc"},
@@ -25,7 +27,7 @@ def _lexer_for(path: str) -> str:
 
 def render_diff(diff: str, *, dark: bool = True, max_lines: int | None = None) -> Text:
     """The diff as styled text (see the module docstring)."""
-    lines = printable(diff).splitlines()
+    lines = _SANDBOX_PATH.sub(r"\1 \2/", printable(diff)).splitlines()
     shown = lines if max_lines is None else lines[:max_lines]
     theme = "ansi_dark" if dark else "ansi_light"
     tints = TINTS[dark]

@@ -71,8 +71,7 @@ class Transcript(VerticalScroll):
             if queued is not None:
                 self._queued.remove(queued)
                 queued.remove_class("-queued")
-                queued.update(event.text)
-                queued.turn = event.turn
+                queued.show(event.text, event.turn)
             else:
                 await self.mount(UserMessage(event.text, event.turn))
         elif isinstance(event, MessageQueued):

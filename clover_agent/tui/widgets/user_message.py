@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import Static
 
 
@@ -21,6 +22,12 @@ class UserMessage(Static):
     """
 
     def __init__(self, text: str, turn: int | None = None, *, queued: bool = False) -> None:
-        super().__init__(text, markup=False, classes="-queued" if queued else "")
+        super().__init__(classes="-queued" if queued else "")
         self.turn = turn
         self.text = text
+        self.show(text, turn)
+
+    def show(self, text: str, turn: int | None) -> None:
+        """Draw ``text`` with its request number (what ``/undo N`` names)."""
+        self.turn = turn
+        self.update(Text.assemble((f"#{turn} " if turn is not None else "", "dim"), text))

@@ -1,0 +1,256 @@
+"""Environment images: a project's set-up done once in a set-up container and kept as a local image.
+
+The Docker sandbox (:mod:`clover_agent.sandboxes.docker`) asks for the image of a recipe
+(:class:`~clover_agent.sandboxes.environment.EnvironmentRecipe`): the tag
+``clover-agent-env:<key>``, where the key hashes the sandbox image's id, the set-up steps, the
+dependency files and the package index. When the tag is there the sandbox starts from it at once;
+otherwise a set-up container runs :func:`run_setup` and is committed under that tag. A change to
+any dependency file, or a rebuilt sandbox image, gives a new key, so a stale environment is never
+used; ``clover-agent sandbox prune`` removes the images that newer ones replaced
+(:func:`superseded_environment_images`). No registry is involved.
+
+The set-up container is the sandbox's own container with two differences: its root file system is
+writable (the environment goes into ``/opt/clover``) and it has the network when the recipe asks
+for it. Its inputs (``pip.conf``, the host's CA bundle, a wheel folder) are in a volume at
+:data:`~clover_agent.sandboxes.environment.SETUP_DIR`, which is never part of the image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clover_agent.sandboxes.base import ExecResult, Sandbox
+from clover_agent.sandboxes.environment import (
+    CA_PATH,
+    SANDBOX_ENVIRONMENT,
+    VENV,
+    WHEELS_PATH,
+    WORKSPACE_OVERLAY,
+    EnvironmentRecipe,
+)
+from clover_agent.sandboxes.errors import SandboxSetupError
+
+if TYPE_CHECKING:
+    import docker
+
+log = logging.getLogger(__name__)
+
+ENV_REPOSITORY = "clover-agent-env"
+LABEL_ENV = "clover-agent.env"
+LABEL_ENV_BASE = "clover-agent.env.base"  # the id of the image it was made from
+LABEL_ENV_REPO = "clover-agent.env.repo"  # the repository it was first made for
+LABEL_ENV_CREATED = "clover-agent.env.created"  # seconds since the epoch
+#: How often a running set-up step reports what it is doing.
+PROGRESS_EVERY_S = 3.0
+#: The running step's output, and the time the steps started (the volume at SETUP_DIR is root's).
+_LOG = "/tmp/clover-setup-step.log"
+_STARTED = "/tmp/clover-setup-started"
+#: The output a failure message shows of the failing step (its tail: pip says why at the end).
+FAILURE_OUTPUT_CHARS = 3000
+
+Progress = Callable[[str], None]
+
+
+def environment_tag(recipe: EnvironmentRecipe, base_image_id: str) -> str:
+    return f"{ENV_REPOSITORY}:{recipe.cache_key(base_image_id)[:24]}"
+
+
+def setup_inputs_tar(recipe: EnvironmentRecipe, *, uid: int, gid: int) -> io.BytesIO:
+    """A tar of the set-up's inputs for :data:`SETUP_DIR`: ``pip.conf``, the CA bundle and the
+    wheel folder's files, readable by ``uid``."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), 0o644, uid, gid, time.time()
+            tar.addfile(info, io.BytesIO(data))
+
+        add("pip.conf", recipe.pip_conf().encode())
+        if recipe.network and recipe.index.ca_bundle:
+            add(Path(CA_PATH).name, recipe.index.ca_bundle)
+        if recipe.wheels:
+            folder = Path(recipe.wheels)
+            for name, _size in recipe.wheel_files:
+                add(f"{Path(WHEELS_PATH).name}/{name}", (folder / name).read_bytes())
+    buffer.seek(0)
+    return buffer
+
+
+async def run_setup(sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progress) -> None:
+    """Make the environment in a started set-up container: the virtual environment, then each
+    step; then keep the files the steps made in ``/workspace`` (:data:`WORKSPACE_OVERLAY`).
+
+    Raises :class:`SandboxSetupError` naming the step, with its output's tail, when one fails.
+    """
+    started = time.monotonic()
+    for line in recipe.found:
+        progress(f"environment: {line}")
+    env = recipe.setup_env()
+    home = VENV.rsplit("/", 1)[0]
+    check = await sandbox.exec(
+        f"touch {_STARTED} && if [ ! -w {home} ]; then echo '{home} is missing or not writable'; exit 3; fi; "
+        f"python3 -m venv {VENV}",
+        timeout=300,
+        env=env,
+    )
+    if check.exit_code != 0:
+        raise SandboxSetupError(
+            "the sandbox image cannot hold a project environment (`python3 -m venv` in "
+            f"{home} failed: {_tail(check.output, 600)}): it was built by an older clover-agent. "
+            "Rebuild it with `clover-agent sandbox build` (the base needs python3-venv and the image "
+            f'a {home} owned by uid 1000), or turn the environment off with `environment = "none"` '
+            "in .clover/config.toml's [sandbox] table"
+        )
+    for number, step in enumerate(recipe.steps, 1):
+        progress(f"environment: {step.title} ({number}/{len(recipe.steps)})")
+        result = await _run_step(sandbox, step.command, recipe.timeout, env, progress)
+        if result.exit_code != 0:
+            status = result.killed_reason or f"exit code {result.exit_code}"
+            raise SandboxSetupError(
+                f"the environment set-up failed at step {number} of {len(recipe.steps)}, "
+                f"{step.title} ({status}):\n$ {step.command}\n{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
+                f"{_advice(recipe, result.output)}"
+            )
+    overlay = await sandbox.exec(
+        f"cd /workspace && find . -path ./.git -prune -o -newer {_STARTED} \\( -type f -o -type l \\) "
+        f"-print0 | tar --null --no-recursion -T - -cf {WORKSPACE_OVERLAY}",
+        timeout=300,
+    )
+    if overlay.exit_code != 0:
+        raise SandboxSetupError(f"could not keep the files the set-up made:\n{_tail(overlay.output, 1000)}")
+    progress(f"environment: ready in {time.monotonic() - started:.0f} s")
+
+
+async def _run_step(
+    sandbox: Sandbox, command: str, timeout: float, env: dict[str, str], progress: Progress
+) -> ExecResult:
+    """Run one step, reporting the last line of its output every :data:`PROGRESS_EVERY_S`."""
+    wrapped = f"set -o pipefail; {{ {command}\n}} 2>&1 | tee {_LOG}"
+    task = asyncio.ensure_future(sandbox.exec(wrapped, timeout=timeout, env=env))
+    started, last = time.monotonic(), ""
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
+        if done:
+            return task.result()
+        try:
+            text = (await sandbox.read_file(_LOG)).decode("utf-8", "replace")
+        except OSError:
+            continue
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines and lines[-1] != last:
+            last = lines[-1]
+            progress(f"  {time.monotonic() - started:.0f} s: {last[:160]}")
+
+
+def _tail(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+def _advice(recipe: EnvironmentRecipe, output: str) -> str:
+    """How to get past a failed step, from what its output says."""
+    lowered = output.lower()
+    if any(s in lowered for s in ("certificate verify failed", "ssl:", "sslerror")):
+        return (
+            "The package index's TLS certificate was not trusted: set pip's `cert` (pip config set "
+            "global.cert /path/to/ca-bundle.pem) or PIP_CERT on this machine to the CA bundle your "
+            "network needs; clover-agent copies it into the set-up."
+        )
+    if any(
+        s in lowered
+        for s in (
+            "temporary failure in name resolution",
+            "connection refused",
+            "network is unreachable",
+            "max retries exceeded",
+        )
+    ):
+        return (
+            "The package index could not be reached from the sandbox. Check pip's index-url / proxy "
+            "settings on this machine, or install offline from a wheel folder made with `pip download "
+            '-d DIR ...`: `wheels = "DIR"` in .clover/config.toml\'s [sandbox] table, or --wheels DIR.'
+        )
+    if "no matching distribution" in lowered or "could not find a version" in lowered:
+        where = "in the wheel folder" if recipe.offline else "on the package index"
+        return (
+            f"A requirement is not available {where}: check its name and version in the dependency "
+            "files, or choose what to install in .clover/config.toml's [sandbox] table (extras, "
+            'requirements, packages, or environment = "none").'
+        )
+    return (
+        "Fix the project's dependency files, or choose the set-up in .clover/config.toml's [sandbox] "
+        'table (extras, dependency_groups, requirements, packages, setup, or environment = "none").'
+    )
+
+
+def commit_changes(recipe_repo: str, base_image_id: str) -> list[str]:
+    """Dockerfile instructions for the committed image: the environment first on ``PATH``, and the
+    labels :func:`superseded_environment_images` reads."""
+    env = [f"ENV {name}={value}" for name, value in SANDBOX_ENVIRONMENT.items()]
+    labels = {
+        LABEL_ENV: "1",
+        LABEL_ENV_BASE: base_image_id,
+        LABEL_ENV_REPO: recipe_repo,
+        LABEL_ENV_CREATED: str(int(time.time())),
+    }
+    return [*env, *(f'LABEL "{key}"="{value}"' for key, value in labels.items())]
+
+
+def environment_images(client: docker.DockerClient) -> list[dict[str, Any]]:
+    """Every environment image on the engine (the API's image summaries)."""
+    return client.api.images(filters={"label": f"{LABEL_ENV}=1"})
+
+
+def superseded_environment_images(
+    client: docker.DockerClient, *, everything: bool = False
+) -> list[dict[str, Any]]:
+    """Environment images no sandbox will start from again: those made from an image that is no
+    longer tagged (the sandbox image was rebuilt since), and all but the newest of each
+    repository (its dependency files changed since). All of them with ``everything``."""
+    images = environment_images(client)
+    if everything:
+        return images
+    tagged_ids = {
+        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
+    }
+    old, newest = [], {}
+    for image in images:
+        labels = image.get("Labels") or {}
+        if labels.get(LABEL_ENV_BASE) not in tagged_ids:
+            old.append(image)
+            continue
+        repo = labels.get(LABEL_ENV_REPO, "")
+        created = int(labels.get(LABEL_ENV_CREATED, "0") or 0)
+        best = newest.get(repo)
+        if best is None:
+            newest[repo] = (created, image)
+        else:
+            older = image if created < best[0] else best[1]
+            old.append(older)
+            if older is best[1]:
+                newest[repo] = (created, image)
+    return old
+
+
+def remove_images(client: docker.DockerClient, images: list[dict[str, Any]]) -> list[str]:
+    """Remove images (not in use by a container); return the ids removed."""
+    from docker.errors import APIError, NotFound
+
+    removed = []
+    for image in images:
+        try:
+            client.api.remove_image(image["Id"], force=False)
+            removed.append(image["Id"])
+        except NotFound:
+            pass
+        except APIError as exc:  # in use by a running sandbox: kept for now
+            log.info("kept environment image %s: %s", image["Id"][:19], exc)
+    return removed

@@ -1,0 +1,182 @@
+"""A project's environment in the sandbox: what it is, how it is set up, and what its cache key is.
+
+The model (see sandboxes/README.md): the project's interpreter and dependencies live in a virtual
+environment at :data:`VENV` inside the sandbox, made without system site-packages (the image's
+Debian packages never shadow the project), first on ``PATH`` with ``VIRTUAL_ENV`` set, so
+``python``, ``pip`` and ``pytest`` are the project's. The set-up installs into it once — the
+project itself editable, its test dependencies, and a current pytest unless the project pins one —
+with the network on; the result is kept as a local image keyed by :meth:`EnvironmentRecipe.cache_key`
+(:mod:`clover_agent.sandboxes.env_image`), so later sandboxes over the same dependency files start
+from it in about a second and never have the network.
+
+This module holds the data a :class:`~clover_agent.sandboxes.base.SandboxSpec` carries
+(:class:`EnvironmentRecipe`, :class:`PackageIndex`), built by
+:func:`clover_agent.sandboxes.python_deps.discover` from the repository's files and by the caller
+from the host's package-index configuration. Nothing here reads the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+#: The environment's folder in the sandbox (``/opt/clover`` belongs to uid 1000 in the image).
+VENV = "/opt/clover/venv"
+#: Files the set-up made in ``/workspace`` (build metadata, generated ``_version.py``...), kept in
+#: the environment image and unpacked into each new workspace copy without replacing its files.
+WORKSPACE_OVERLAY = "/opt/clover/workspace-overlay.tar"
+#: Where the set-up's inputs go in the set-up container: the CA bundle, ``pip.conf``, a wheel
+#: folder. A tmpfs, so none of it is kept in the environment image.
+SETUP_DIR = "/tmp/clover-setup"
+CA_PATH = f"{SETUP_DIR}/ca.pem"
+WHEELS_PATH = f"{SETUP_DIR}/wheels"
+#: Bumped when the way an environment is made changes, so older environment images are rebuilt.
+RECIPE_VERSION = "1"
+
+#: Variables every sandbox started from an environment image has (set in the image).
+SANDBOX_ENVIRONMENT = {
+    "VIRTUAL_ENV": VENV,
+    "PATH": f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+}
+
+
+@dataclass(frozen=True)
+class PackageIndex:
+    """Where pip finds packages during set-up: the host's configuration as the sandbox can use it.
+
+    Built from the host's pip configuration (files and ``PIP_*`` variables) by
+    ``clover_agent.settings``; URLs only (a host folder or ``file://`` index does not exist in the
+    sandbox; :attr:`notes` says what was left out). The CA bundle's content is copied into the
+    set-up container, because behind a proxy that presents its own certificate the index is
+    reachable only with it.
+    """
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    trusted_hosts: tuple[str, ...] = ()
+    ca_bundle: bytes | None = None  # PEM, from pip's ``cert`` (or the host's SSL_CERT_FILE ...)
+    proxy: str | None = None  # pip's ``proxy``
+    proxy_env: tuple[tuple[str, str], ...] = ()  # HTTP_PROXY, HTTPS_PROXY, NO_PROXY as the host has them
+    timeout: str | None = None
+    retries: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def pip_conf(self, *, ca_path: str | None, find_links: tuple[str, ...] = (), offline: bool) -> str:
+        """``pip.conf`` text for the set-up container; ``find_links`` adds folders in the sandbox
+        (a wheel folder copied in), ``offline`` uses them alone (``no-index``)."""
+        values: dict[str, str] = {}
+        if offline:
+            values["no-index"] = "true"
+        else:
+            if self.index_url:
+                values["index-url"] = self.index_url
+            if self.extra_index_urls:
+                values["extra-index-url"] = " ".join(self.extra_index_urls)
+            if self.trusted_hosts:
+                values["trusted-host"] = " ".join(self.trusted_hosts)
+            if self.proxy:
+                values["proxy"] = self.proxy
+        links = find_links + (() if offline else self.find_links)
+        if links:
+            values["find-links"] = " ".join(links)
+        if ca_path:
+            values["cert"] = ca_path
+        if self.timeout:
+            values["timeout"] = self.timeout
+        if self.retries:
+            values["retries"] = self.retries
+        values["disable-pip-version-check"] = "true"
+        values["no-input"] = "true"
+        values["progress-bar"] = "off"
+        return "[global]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
+
+    def key_material(self) -> dict[str, object]:
+        """What of this configuration can change what gets installed (credentials left out, so a
+        rotated token does not rebuild every environment)."""
+        return {
+            "index_url": _without_credentials(self.index_url),
+            "extra_index_urls": [_without_credentials(u) for u in self.extra_index_urls],
+            "find_links": [_without_credentials(u) for u in self.find_links],
+        }
+
+
+def _without_credentials(url: str | None) -> str | None:
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+@dataclass(frozen=True)
+class SetupStep:
+    """One command of the set-up, run in ``/workspace`` with the environment first on ``PATH``."""
+
+    title: str  # what it does, for progress ("install the project (editable) with extras test")
+    command: str  # a bash command
+
+
+@dataclass(frozen=True)
+class EnvironmentRecipe:
+    """What a project's environment is made of; the same recipe over the same base image is the
+    same environment (:meth:`cache_key`)."""
+
+    steps: tuple[SetupStep, ...]
+    #: What the discovery found, one line each ("pyproject.toml: extras test", ...), shown before
+    #: the set-up runs.
+    found: tuple[str, ...] = ()
+    #: (path, sha256) of every repository file the recipe depends on: the dependency files.
+    key_files: tuple[tuple[str, str], ...] = ()
+    index: PackageIndex = field(default_factory=PackageIndex)
+    #: A host folder of wheels/sdists (e.g. made with ``pip download``) copied into the set-up
+    #: container and offered to pip; with ``network`` off, pip installs from it alone.
+    wheels: str | None = None
+    #: (file name, size) of the wheel folder's files, part of the cache key.
+    wheel_files: tuple[tuple[str, int], ...] = ()
+    network: bool = True  # the set-up container's network (the sandbox itself never gets it)
+    timeout: float = 1800.0  # seconds, per step
+
+    @property
+    def offline(self) -> bool:
+        return not self.network
+
+    def cache_key(self, base_image_id: str) -> str:
+        """A hex digest of everything the environment depends on: the image it is made from, the
+        steps, the dependency files, the wheel folder's files and the package index."""
+        material = {
+            "version": RECIPE_VERSION,
+            "base": base_image_id,
+            "steps": [step.command for step in self.steps],
+            "files": sorted(self.key_files),
+            "wheels": sorted(self.wheel_files),
+            "index": None if self.offline else self.index.key_material(),
+            "network": self.network,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+    def setup_env(self) -> dict[str, str]:
+        """Variables of every set-up command: the environment first on ``PATH``, pip configured
+        by the generated ``pip.conf`` (:meth:`PackageIndex.pip_conf`), the CA bundle for whatever
+        else fetches over TLS, and the host's proxy variables."""
+        env = {
+            **SANDBOX_ENVIRONMENT,
+            "PIP_CONFIG_FILE": f"{SETUP_DIR}/pip.conf",
+            "PIP_NO_CACHE_DIR": "1",  # a cache in the container's tmpfs would only cost memory
+        }
+        if self.network:
+            env |= dict(self.index.proxy_env)
+            if self.index.ca_bundle:
+                env |= {"SSL_CERT_FILE": CA_PATH, "REQUESTS_CA_BUNDLE": CA_PATH, "PIP_CERT": CA_PATH}
+        return env
+
+    def pip_conf(self) -> str:
+        """The set-up's ``pip.conf``."""
+        return self.index.pip_conf(
+            ca_path=CA_PATH if self.network and self.index.ca_bundle else None,
+            find_links=(WHEELS_PATH,) if self.wheels else (),
+            offline=self.offline,
+        )

@@ -1,0 +1,41 @@
+"""The sandboxes' own errors. The CLI maps these types to exit codes in one table
+(:data:`clover_agent.errors.EXIT_CODES`); each carries one readable ``message``."""
+
+from __future__ import annotations
+
+
+class SandboxError(Exception):
+    """Base of every sandbox error; raised itself when the sandbox broke while in use (its runner or
+    container died, e.g. killed out of memory).
+
+    File operations raise the usual ``OSError`` subclasses (``FileNotFoundError``, ...) with the
+    sandbox path instead.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class SandboxUnavailable(SandboxError):
+    """No sandbox can be started here: Docker is missing or not running, or the image is missing."""
+
+
+class SandboxConfigError(SandboxError):
+    """What the caller asked for is wrong: an unknown sandbox kind, a repository folder that does
+    not exist, a spec that is not complete."""
+
+
+class SandboxArgumentError(ValueError):
+    """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
+    environment variable's name): refused before anything ran; the sandbox stays usable and the
+    message says what to change."""
+
+
+class SandboxSetupError(SandboxError):
+    """The project's environment could not be set up (a dependency that cannot be installed, a
+    set-up command that failed, dependency files that cannot be read): the message names the
+    cause, shows the failing command's output and says how to change the set-up."""

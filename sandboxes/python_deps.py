@@ -1,0 +1,402 @@
+"""What a Python project's environment needs, found from its files: :func:`discover`.
+
+Looked for, in the files the sandbox copy holds (tracked and not-ignored untracked ones):
+
+- the project itself (``pyproject.toml`` with ``[project]`` or ``[build-system]``, ``setup.py``,
+  ``setup.cfg``): installed editable, so src layouts, ``importlib.metadata.version(...)`` and
+  version files generated at build time work as in a developer's checkout;
+- its test extras: ``[project.optional-dependencies]`` or setup.cfg's ``[options.extras_require]``
+  named test / tests / testing (else dev / develop / development); when the extras are dynamic
+  (``setup.py`` only, or ``dynamic = ["optional-dependencies"]``) they are read from the installed
+  metadata and installed in a second step;
+- dependency groups (PEP 735) of the same names, ``{include-group = ...}`` followed;
+- ``requirements.txt`` and the test / dev requirement files (``requirements-test.txt``,
+  ``test-requirements.txt``, ``requirements/test.txt``...);
+- when none of those names test dependencies: setup.cfg's ``tests_require`` and tox's
+  ``[testenv] deps``;
+- pytest plugins the pytest configuration asks for (``required_plugins``; ``--cov`` in
+  ``addopts`` needs pytest-cov, ``asyncio_mode`` pytest-asyncio, ...);
+- pytest itself, unpinned: pip keeps the project's own pin when it has one, else installs the
+  current release.
+
+Everything goes into one pip run, so the resolver sees all constraints at once. The repository's
+``.clover/config.toml`` can replace each finding (:class:`EnvironmentOptions`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import os
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clover_agent.sandboxes.environment import EnvironmentRecipe, PackageIndex, SetupStep
+from clover_agent.sandboxes.errors import SandboxSetupError
+from clover_agent.sandboxes.workspace import listed_files
+
+TEST_NAMES = ("test", "tests", "testing")
+DEV_NAMES = ("dev", "develop", "development")
+_REQUIREMENTS = re.compile(
+    r"^(?:(?:requirements|reqs)(?:[-_.](?:test|tests|testing|dev|develop|ci))?"
+    r"|(?:test|tests|dev)[-_]requirements)\.txt$"
+)
+_REQUIREMENTS_DIR = re.compile(r"^requirements/(?:test|tests|testing|dev|develop|ci)[^/]*\.txt$")
+#: pytest options and ini keys that need a plugin, and the plugin.
+_PLUGIN_OPTIONS = (
+    ("--cov", "pytest-cov"),
+    ("--no-cov", "pytest-cov"),
+    ("-n", "pytest-xdist"),
+    ("--numprocesses", "pytest-xdist"),
+    ("--dist", "pytest-xdist"),
+    ("--benchmark", "pytest-benchmark"),
+    ("--timeout", "pytest-timeout"),
+    ("--reruns", "pytest-rerunfailures"),
+    ("--randomly", "pytest-randomly"),
+    ("--hypothesis", "hypothesis"),
+    ("--forked", "pytest-forked"),
+    ("--mypy", "pytest-mypy"),
+    ("--mpl", "pytest-mpl"),
+)
+_PLUGIN_INI_KEYS = {
+    "asyncio_mode": "pytest-asyncio",
+    "asyncio_default_fixture_loop_scope": "pytest-asyncio",
+    "timeout": "pytest-timeout",
+    "env": "pytest-env",
+    "DJANGO_SETTINGS_MODULE": "pytest-django",
+    "mock_use_standalone_module": "pytest-mock",
+}
+#: Finds the editable distribution installed from /workspace and prints its extras that match
+#: the test (else dev) names, comma-separated (the metadata is only known once it is built).
+_EXTRAS_PROBE = f"""
+import importlib.metadata as m, json
+for d in m.distributions():
+    url = json.loads(d.read_text("direct_url.json") or "{{}}").get("url", "")
+    if url.rstrip("/") == "file:///workspace":
+        extras = d.metadata.get_all("Provides-Extra") or []
+        test = [e for e in extras if e in {TEST_NAMES!r}]
+        print(",".join(test or [e for e in extras if e in {DEV_NAMES!r}]))
+        break
+"""
+
+
+@dataclass(frozen=True)
+class EnvironmentOptions:
+    """The repository's and the user's choices; None means "find it from the files"."""
+
+    enabled: bool = True  # false: no environment, the image's own Python as it is
+    install_project: bool | None = None  # None: when the project is installable
+    extras: tuple[str, ...] | None = None
+    groups: tuple[str, ...] | None = None
+    requirements: tuple[str, ...] | None = None
+    packages: tuple[str, ...] = ()  # more requirement strings
+    setup: tuple[str, ...] = ()  # commands run after the install, in the environment
+    wheels: str | None = None  # host folder of wheels / sdists (``pip download``)
+    network: bool = True  # false: install from ``wheels`` alone, no network at all
+    index: PackageIndex = field(default_factory=PackageIndex)
+    timeout: float = 1800.0
+
+
+def discover(repo: str | os.PathLike[str], options: EnvironmentOptions) -> EnvironmentRecipe | None:
+    """The environment recipe for the Python project in ``repo``, or None when it needs none (not
+    a Python project, or ``options.enabled`` is false). A wheel folder that is not there, or
+    offline set-up without one, is a :class:`SandboxSetupError`."""
+    if not options.enabled:
+        return None
+    root = Path(repo)
+    files = _workspace_files(root)
+    if not any(f.endswith(".py") or f.endswith(".toml") or f.endswith(".txt") for f in files):
+        return None
+    found = _Findings(root, files)
+    found.scan(options)
+    if not found.is_python:
+        return None
+    return found.recipe(options)
+
+
+class _Findings:
+    def __init__(self, root: Path, files: set[str]) -> None:
+        self.root = root
+        self.files = files
+        self.key_files: dict[str, str] = {}
+        self.lines: list[str] = []
+        self.installable = False
+        self.dynamic_extras = False
+        self.extras: list[str] = []
+        self.requirements: list[str] = []  # requirement strings
+        self.requirement_files: list[str] = []
+        self.pytest_ini: list[tuple[str, dict[str, str]]] = []  # (file, ini options)
+        self.is_python = False
+
+    # --- reading -----------------------------------------------------------------------------
+    def _text(self, rel: str) -> str | None:
+        if rel not in self.files:
+            return None
+        try:
+            data = (self.root / rel).read_bytes()
+        except OSError:
+            return None
+        self.key_files[rel] = hashlib.sha256(data).hexdigest()
+        return data.decode("utf-8", "replace")
+
+    def _toml(self, rel: str) -> dict:
+        text = self._text(rel)
+        if text is None:
+            return {}
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SandboxSetupError(
+                f"{self.root / rel} is not valid TOML ({exc}); fix it or set the "
+                "environment up yourself in .clover/config.toml"
+            ) from None
+
+    def _ini(self, rel: str) -> configparser.ConfigParser:
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        text = self._text(rel)
+        if text is not None:
+            try:
+                parser.read_string(text)
+            except configparser.Error:
+                self.lines.append(f"{rel}: not readable as an ini file, ignored")
+        return parser
+
+    # --- what the files say ------------------------------------------------------------------
+    def scan(self, options: EnvironmentOptions) -> None:
+        pyproject = self._toml("pyproject.toml")
+        setup_cfg = self._ini("setup.cfg")
+        tox = self._ini("tox.ini")
+        has_setup_py = self._text("setup.py") is not None
+        project = pyproject.get("project") if isinstance(pyproject.get("project"), dict) else {}
+        self.installable = bool(project or "build-system" in pyproject or has_setup_py) or (
+            setup_cfg.has_section("metadata") and setup_cfg.has_option("metadata", "name")
+        )
+        self.is_python = self.installable or any(f.endswith(".py") for f in self.files)
+        if options.install_project is not None:
+            self.installable = options.install_project and self.installable
+
+        declared = _extras_of(project, setup_cfg)
+        self.dynamic_extras = self.installable and (
+            "optional-dependencies" in project.get("dynamic", [])
+            or (not project and has_setup_py and not declared)
+        )
+        if options.extras is not None:
+            self.extras, self.dynamic_extras = list(options.extras), False
+        else:
+            self.extras = _pick(declared)
+        if self.extras and self.installable:
+            self.lines.append(f"its extras {', '.join(self.extras)}")
+
+        groups = pyproject.get("dependency-groups", {})
+        chosen_groups = list(options.groups) if options.groups is not None else _pick(list(groups))
+        for name in chosen_groups:
+            self.requirements += _group_requirements(groups, name, self.root / "pyproject.toml")
+        if chosen_groups:
+            self.lines.append(f"its dependency groups {', '.join(chosen_groups)}")
+
+        if options.requirements is not None:
+            self.requirement_files = list(options.requirements)
+            missing = [r for r in self.requirement_files if r not in self.files]
+            if missing:
+                raise SandboxSetupError(
+                    f"the requirement files {', '.join(missing)} named in .clover/config.toml are not "
+                    f"in {self.root} (or are ignored by git)"
+                )
+        else:
+            self.requirement_files = sorted(
+                f for f in self.files if _REQUIREMENTS.match(f) or _REQUIREMENTS_DIR.match(f)
+            )
+        for rel in self.requirement_files:
+            self._hash_with_includes(rel, set())
+        if self.requirement_files:
+            self.lines.append(f"its requirement files {', '.join(self.requirement_files)}")
+
+        names_tests = bool(
+            self.extras or chosen_groups or any(re.search(r"test|dev|ci", f) for f in self.requirement_files)
+        )
+        if not names_tests and options.extras is None:
+            tests_require = _lines(setup_cfg.get("options", "tests_require", fallback=""))
+            tox_deps = [d for d in _lines(tox.get("testenv", "deps", fallback="")) if "{" not in d]
+            if tests_require:
+                self.requirements += tests_require
+                self.lines.append("setup.cfg's tests_require")
+            elif tox_deps:
+                self.requirements += tox_deps
+                self.lines.append("tox.ini's [testenv] deps")
+
+        tool = pyproject.get("tool", {})
+        pytest_table = tool.get("pytest", {}) if isinstance(tool, dict) else {}
+        if isinstance(pytest_table, dict):
+            options_table = pytest_table.get("ini_options", pytest_table)
+            self.pytest_ini.append(("pyproject.toml", _stringify(options_table)))
+        for rel, section in (("pytest.ini", "pytest"), ("setup.cfg", "tool:pytest"), ("tox.ini", "pytest")):
+            parser = setup_cfg if rel == "setup.cfg" else tox if rel == "tox.ini" else self._ini(rel)
+            if parser.has_section(section):
+                self.pytest_ini.append((rel, dict(parser.items(section))))
+        self.requirements += options.packages
+
+    def _hash_with_includes(self, rel: str, seen: set[str]) -> None:
+        """Hash ``rel`` and the files it names with ``-r`` / ``-c`` (pip reads them too)."""
+        if rel in seen:
+            return
+        seen.add(rel)
+        text = self._text(rel)
+        if text is None:
+            return
+        for line in text.splitlines():
+            match = re.match(r"^\s*(?:-r|-c|--requirement|--constraint)[\s=]*(\S+)", line)
+            if match:
+                included = os.path.normpath(os.path.join(os.path.dirname(rel), match[1]))
+                self._hash_with_includes(included.replace(os.sep, "/"), seen)
+
+    def plugins(self) -> list[str]:
+        """pytest plugins the configuration needs, in the order first asked for."""
+        needed: list[str] = []
+        for rel, ini in self.pytest_ini:
+            for spec in _lines(ini.get("required_plugins", "")):
+                needed.append(spec)
+            words = shlex.split(ini.get("addopts", ""), posix=True) if ini.get("addopts") else []
+            for word in words:
+                for option, plugin in _PLUGIN_OPTIONS:
+                    if (
+                        word == option
+                        or word.startswith(option + "=")
+                        or (option.startswith("--") and word.startswith(option + "-"))
+                    ):
+                        needed.append(plugin)
+            needed += [plugin for key, plugin in _PLUGIN_INI_KEYS.items() if key in ini]
+            minversion = ini.get("minversion")
+            if minversion and re.fullmatch(r"[\d.]+", minversion.strip()):
+                needed.append(f"pytest>={minversion.strip()}")
+            del rel
+        return list(dict.fromkeys(needed))
+
+    # --- the recipe --------------------------------------------------------------------------
+    def recipe(self, options: EnvironmentOptions) -> EnvironmentRecipe:
+        wheel_files = _wheel_files(options)
+        plugins = self.plugins()
+        if plugins:
+            self.lines.append(f"what its pytest configuration needs: {', '.join(plugins)}")
+        args: list[str] = []
+        what: list[str] = []
+        if self.installable:
+            args += ["-e", "." + (f"[{','.join(self.extras)}]" if self.extras else "")]
+            what.append(
+                "the project (editable" + (f", extras {', '.join(self.extras)})" if self.extras else ")")
+            )
+            self.lines.insert(0, "the project, installed editable")
+        for rel in self.requirement_files:
+            args += ["-r", rel]
+        what += self.requirement_files
+        extra = list(dict.fromkeys([*self.requirements, *plugins, "pytest"]))
+        args += extra
+        what += [r for r in extra if r not in self.requirements]
+        self.lines.append("pytest: the version its dependencies ask for, else the current release")
+        steps = [
+            SetupStep("pip install " + ", ".join(what), shlex.join(["python", "-m", "pip", "install", *args]))
+        ]
+        if self.dynamic_extras:
+            steps.append(
+                SetupStep(
+                    "pip install the project's test extras (read from its built metadata)",
+                    f"extras=$(python -c {shlex.quote(_EXTRAS_PROBE)}) && "
+                    f'if [ -n "$extras" ]; then echo "extras: $extras"; '
+                    f'python -m pip install -e ".[$extras]"; fi',
+                )
+            )
+        steps += [SetupStep(f"run {command}", command) for command in options.setup]
+        if options.wheels:
+            self.lines.append(
+                f"packages from the wheel folder {options.wheels} ({len(wheel_files)} files)"
+                + (", no network" if not options.network else "")
+            )
+        return EnvironmentRecipe(
+            steps=tuple(steps),
+            found=tuple(self.lines),
+            key_files=tuple(sorted(self.key_files.items())),
+            index=options.index,
+            wheels=options.wheels,
+            wheel_files=wheel_files,
+            network=options.network,
+            timeout=options.timeout,
+        )
+
+
+def _workspace_files(root: Path) -> set[str]:
+    listed = listed_files(root)
+    if listed is not None:
+        return set(listed)
+    return {
+        p.relative_to(root).as_posix()
+        for pattern in ("*", "requirements/*")
+        for p in root.glob(pattern)
+        if p.is_file()
+    }
+
+
+def _extras_of(project: dict, setup_cfg: configparser.ConfigParser) -> list[str]:
+    extras = project.get("optional-dependencies", {})
+    names = list(extras) if isinstance(extras, dict) else []
+    if setup_cfg.has_section("options.extras_require"):
+        names += [n for n in setup_cfg.options("options.extras_require") if n not in names]
+    return names
+
+
+def _pick(names: list[str]) -> list[str]:
+    """The test names present, else the dev ones (pip and PEP 685 compare extras normalized)."""
+    normalized = {re.sub(r"[-_.]+", "-", n).lower(): n for n in names}
+    test = [normalized[n] for n in TEST_NAMES if n in normalized]
+    return test or [normalized[n] for n in DEV_NAMES if n in normalized]
+
+
+def _group_requirements(groups: dict, name: str, where: Path, seen: tuple[str, ...] = ()) -> list[str]:
+    """The requirement strings of dependency group ``name``, includes expanded (PEP 735)."""
+    if name in seen:
+        raise SandboxSetupError(f"{where}: dependency group {name!r} includes itself")
+    entries = groups.get(name)
+    if not isinstance(entries, list):
+        raise SandboxSetupError(f"{where}: there is no dependency group {name!r}")
+    out: list[str] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            out.append(entry)
+        elif isinstance(entry, dict) and isinstance(entry.get("include-group"), str):
+            out += _group_requirements(groups, entry["include-group"], where, (*seen, name))
+    return out
+
+
+def _lines(value: str) -> list[str]:
+    """A multi-line ini value as its non-empty, non-comment lines."""
+    return [line.strip() for line in value.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _stringify(table: object) -> dict[str, str]:
+    """pyproject's pytest options as the ini strings pytest would read (lists joined by lines or
+    spaces)."""
+    if not isinstance(table, dict):
+        return {}
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, list):
+            out[key] = ("\n" if key == "required_plugins" else " ").join(str(v) for v in value)
+        elif not isinstance(value, dict):
+            out[key] = str(value)
+    return out
+
+
+def _wheel_files(options: EnvironmentOptions) -> tuple[tuple[str, int], ...]:
+    if options.wheels is None:
+        if not options.network:
+            raise SandboxSetupError(
+                "the environment set-up has no network (setup_network = false) and no wheel folder: "
+                'name one with `wheels = "DIR"` in .clover/config.toml or --wheels DIR (make it with '
+                "`pip download -d DIR ...`)"
+            )
+        return ()
+    folder = Path(options.wheels)
+    if not folder.is_dir():
+        raise SandboxSetupError(f"the wheel folder {folder} does not exist or is not a folder")
+    return tuple(sorted((p.name, p.stat().st_size) for p in folder.iterdir() if p.is_file()))

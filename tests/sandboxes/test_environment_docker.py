@@ -1,0 +1,226 @@
+"""Project environments in the Docker sandbox, for real: set up from the package index with this
+machine's pip configuration, cached as an image, started from the cache, and failing clearly.
+
+The projects here are tiny and local (their own code plus one small dependency from the index);
+tests/clover_agent/test_fix_real_projects.py runs ``fix`` over real third-party projects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.docker import LABEL, LABEL_OWNER_PID, docker_client
+from clover_agent.sandboxes.env_image import (
+    LABEL_ENV_REPO,
+    environment_images,
+    remove_images,
+    superseded_environment_images,
+)
+from clover_agent.sandboxes.errors import SandboxSetupError
+from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, host_package_index
+from clover_agent.tools.run_tests import run_tests_in
+from tests.git_repos import make_repo
+
+pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow]
+
+IMAGE = os.environ.get("CLOVER_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)
+
+
+def spec_for(repo: Path, messages: list[str] | None = None, **options: object) -> SandboxSpec:
+    recipe = discover(repo, EnvironmentOptions(index=host_package_index(os.environ), **options))  # type: ignore[arg-type]
+    return SandboxSpec(
+        repo=str(repo),
+        image=IMAGE,
+        environment=recipe,
+        progress=None if messages is None else messages.append,
+    )
+
+
+@pytest.fixture(autouse=True)
+def remove_environment_images(tmp_path: Path) -> Iterator[None]:
+    """Remove the environment images made for this test's repositories afterwards."""
+    yield
+    client = docker_client({})
+    try:
+        mine = [
+            i
+            for i in environment_images(client)
+            if i["Labels"].get(LABEL_ENV_REPO, "").startswith(str(tmp_path))
+        ]
+        remove_images(client, mine)
+    finally:
+        client.close()
+
+
+def project(root: Path, *, dependency: str = "text-unidecode==1.3", extra: str = "") -> Path:
+    """A src-layout project that needs itself installed (its version from its metadata) and one
+    runtime dependency from the index; its test imports both. Its description is new each time,
+    so its environment is made here, not found in the cache of an earlier run."""
+    extra += f'description = "{uuid.uuid4().hex}"\n'
+    return make_repo(
+        root,
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "demo-env"\nversion = "1.2.3"\ndependencies = ["{dependency}"]\n{extra}',
+            "src/demo_env/__init__.py": 'import importlib.metadata\n__version__ = importlib.metadata.version("demo-env")\n',
+            "tests/test_demo.py": "import demo_env, text_unidecode\n\n"
+            "def test_version():\n    assert demo_env.__version__ == '1.2.3'\n\n"
+            "def test_dependency():\n    assert text_unidecode.unidecode('é') == 'e'\n",
+            ".gitignore": "*.egg-info/\n",
+        },
+    )
+
+
+def own_leftovers() -> list[dict]:
+    """Containers of this test process still on the engine."""
+    client = docker_client({})
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+        return [c for c in found if (c.get("Labels") or {}).get(LABEL_OWNER_PID) == str(os.getpid())]
+    finally:
+        client.close()
+
+
+async def test_environment_is_isolated_set_up_once_and_reused(tmp_path: Path) -> None:
+    repo = project(tmp_path / "demo")
+    messages: list[str] = []
+    async with create_sandbox("docker", spec_for(repo, messages)) as sb:
+        image = sb.image
+        where = await sb.exec("command -v python pip pytest && echo $VIRTUAL_ENV")
+        assert where.output.split() == [
+            "/opt/clover/venv/bin/python",
+            "/opt/clover/venv/bin/pip",
+            "/opt/clover/venv/bin/pytest",
+            "/opt/clover/venv",
+        ]
+        # no system site-packages: Debian's attr and more_itertools (in the image) are not seen
+        shadow = await sb.exec("python -c 'import attr' 2>&1; python -c 'import more_itertools' 2>&1")
+        assert shadow.output.count("ModuleNotFoundError") == 2, shadow.output
+        tests = await sb.exec("python -m pytest -q -p no:cacheprovider")
+        assert tests.exit_code == 0 and "2 passed" in tests.output, tests.output
+        # what the set-up made in the workspace (egg-info, ignored) is there; the diff is clean
+        assert (await sb.exec("ls src/demo_env.egg-info/PKG-INFO")).exit_code == 0
+        assert await sb.diff() == ""
+        # the agent's commands have no network, even though the set-up had it
+        offline = await sb.exec("python -m pip download --no-deps -d /tmp/x six 2>&1 | tail -1", timeout=120)
+        assert "six" not in (await sb.exec("ls /tmp/x 2>/dev/null")).output, offline.output
+    assert any("setting the project up" in m for m in messages)
+    assert any("pip install the project (editable)" in m for m in messages)
+
+    again: list[str] = []
+    (repo / "README.md").write_text("not a dependency file\n")
+    async with create_sandbox("docker", spec_for(repo, again)) as sb:
+        assert sb.image == image
+        assert any("cached" in m for m in again) and not any("setting the project up" in m for m in again)
+        assert (await sb.exec("python -m pytest -q -p no:cacheprovider")).exit_code == 0
+    assert own_leftovers() == []
+
+
+async def test_changed_dependency_files_make_a_new_environment_and_prune_removes_the_old(
+    tmp_path: Path,
+) -> None:
+    repo = project(tmp_path / "demo")
+    async with create_sandbox("docker", spec_for(repo)) as sb:
+        first = sb.image
+    # a new version, and a test extra with pytest-xdist: the regression runs can go in parallel
+    pyproject = (repo / "pyproject.toml").read_text().replace("1.2.3", "1.2.4")
+    (repo / "pyproject.toml").write_text(
+        pyproject + '[project.optional-dependencies]\ntest = ["pytest-xdist"]\n'
+    )
+    (repo / "tests" / "test_demo.py").write_text(
+        (repo / "tests" / "test_demo.py").read_text().replace("'1.2.3'", "'1.2.4'")
+    )
+    async with create_sandbox("docker", spec_for(repo)) as sb:
+        second = sb.image
+        version = await sb.exec("python -c 'import importlib.metadata as m; print(m.version(\"demo-env\"))'")
+        assert version.output.strip() == "1.2.4"
+        parallel = await run_tests_in(sb, None, workers=2)
+        assert parallel.passed == 2 and "2 workers" in parallel.output, parallel.summary()
+        serial = await run_tests_in(sb, None)
+        assert serial.passed == 2 and "workers" not in serial.output
+    assert first != second
+    client = docker_client({})
+    try:
+        ours = {
+            i["RepoTags"][0]
+            for i in environment_images(client)
+            if i["Labels"].get(LABEL_ENV_REPO) == str(repo)
+        }
+        assert {first, second} <= ours
+        superseded = {t for i in superseded_environment_images(client) for t in i.get("RepoTags") or []}
+        assert first in superseded and second not in superseded
+    finally:
+        client.close()
+    prune = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "sandbox", "prune"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert prune.returncode == 0, prune.stderr
+    assert "environment image" in prune.stdout
+    client = docker_client({})
+    try:
+        left = {t for i in environment_images(client) for t in i.get("RepoTags") or []}
+    finally:
+        client.close()
+    assert first not in left and second in left
+
+
+async def test_a_dependency_that_cannot_be_installed_is_named_with_pips_output(tmp_path: Path) -> None:
+    repo = project(tmp_path / "demo", dependency="clover-agent-no-such-package-xyz==1.0")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo)).start()
+    message = caught.value.message
+    assert "the environment set-up failed at step 1 of 1" in message
+    assert "clover-agent-no-such-package-xyz" in message  # pip's own words, shown
+    assert "No matching distribution" in message or "Could not find a version" in message
+    assert "A requirement is not available on the package index" in message
+    assert own_leftovers() == []
+    assert (repo / "pyproject.toml").is_file() and not (repo / "src" / "demo_env.egg-info").exists()
+
+
+async def test_a_failing_setup_command_is_named_and_the_overlay_keeps_the_users_files(tmp_path: Path) -> None:
+    repo = project(tmp_path / "demo")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo, setup=("echo generating; exit 3",))).start()
+    assert "run echo generating; exit 3 (exit code 3)" in caught.value.message
+    assert "generating" in caught.value.message
+    assert own_leftovers() == []
+
+    generate = "echo made-by-setup > generated.txt && echo made-by-setup > notes.txt"
+    (repo / "notes.txt").write_text("the user's own notes\n")
+    async with create_sandbox("docker", spec_for(repo, setup=(generate,))) as sb:
+        assert (await sb.read_file("/workspace/generated.txt")) == b"made-by-setup\n"
+        assert (await sb.read_file("/workspace/notes.txt")) == b"the user's own notes\n"
+
+
+async def test_offline_set_up_from_a_wheel_folder_made_with_pip_download(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    download = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--python-version", "3.11",
+         "-d", str(wheels), "pytest==8.3.4", "text-unidecode==1.3", "setuptools>=64", "wheel"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert download.returncode == 0, download.stderr
+    repo = project(tmp_path / "demo")
+    spec = spec_for(repo, wheels=str(wheels), network=False)
+    assert spec.environment is not None and spec.environment.offline
+    async with create_sandbox("docker", spec) as sb:
+        tests = await sb.exec("python -m pytest -q -p no:cacheprovider")
+        assert tests.exit_code == 0 and "2 passed" in tests.output, tests.output
+        assert "8.3.4" in (await sb.exec("python -m pytest --version 2>&1")).output
+    missing = dataclasses.replace(spec, environment=discover(repo, EnvironmentOptions(
+        wheels=str(wheels), network=False, packages=("six",))))  # fmt: skip
+    with pytest.raises(SandboxSetupError, match="not available in the wheel folder"):
+        await create_sandbox("docker", missing).start()

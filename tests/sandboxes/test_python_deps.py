@@ -1,0 +1,230 @@
+"""What the environment set-up finds to install in a Python project's files (no Docker needed: the
+recipe is data; tests/sandboxes/test_environment_docker.py runs recipes for real)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from clover_agent.sandboxes.environment import EnvironmentRecipe, PackageIndex
+from clover_agent.sandboxes.errors import SandboxSetupError
+from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
+from tests.git_repos import git, make_repo
+
+
+def pip_args(recipe: EnvironmentRecipe) -> list[str]:
+    """The arguments of the recipe's first step, ``python -m pip install ARGS``."""
+    words = shlex.split(recipe.steps[0].command)
+    assert words[:4] == ["python", "-m", "pip", "install"], words
+    return words[4:]
+
+
+def test_pyproject_project_installed_editable_with_its_test_extra_and_pytest(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "demo"\nversion = "1"\n'
+            '[project.optional-dependencies]\ntest = ["freezegun"]\ndocs = ["sphinx"]\ndev = ["black"]\n',
+            "src/demo/__init__.py": "",
+        },
+    )
+    recipe = discover(repo, EnvironmentOptions())
+    assert recipe is not None
+    assert pip_args(recipe) == ["-e", ".[test]", "pytest"]
+    assert "its extras test" in recipe.found
+    assert [path for path, _ in recipe.key_files] == ["pyproject.toml"]
+
+
+def test_dev_extra_when_there_is_no_test_extra_and_names_compare_normalized(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "d"\nversion = "1"\n[project.optional-dependencies]\nDev = ["x"]\n'
+        },
+    )
+    assert pip_args(discover(repo, EnvironmentOptions())) == ["-e", ".[Dev]", "pytest"]
+
+
+def test_dependency_groups_with_includes_requirement_files_and_what_they_include(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
+            '[dependency-groups]\nlint = ["ruff"]\nbase = ["attrs>=22"]\n'
+            'test = ["hypothesis", {include-group = "base"}]\n',
+            "requirements.txt": "-r requirements/common.txt\n",
+            "requirements/common.txt": "six\n",
+            "requirements/test.txt": "-c ../constraints.txt\nmock\n",
+            "constraints.txt": "mock<6\n",
+            "requirements-docs.txt": "sphinx\n",
+        },
+    )
+    recipe = discover(repo, EnvironmentOptions())
+    args = pip_args(recipe)
+    assert args == [
+        "-e",
+        ".",
+        "-r",
+        "requirements.txt",
+        "-r",
+        "requirements/test.txt",
+        "hypothesis",
+        "attrs>=22",
+        "pytest",
+    ]
+    hashed = {path for path, _ in recipe.key_files}
+    assert {"requirements/common.txt", "constraints.txt", "requirements/test.txt"} <= hashed
+    assert "requirements-docs.txt" not in hashed
+
+
+def test_setup_py_only_project_reads_its_extras_from_the_built_metadata(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {"setup.py": "from setuptools import setup\nsetup(name='x')\n"})
+    recipe = discover(repo, EnvironmentOptions())
+    assert pip_args(recipe) == ["-e", ".", "pytest"]
+    assert len(recipe.steps) == 2 and "extras" in recipe.steps[1].title
+
+
+def test_setup_cfg_extras_and_tox_deps_when_nothing_names_test_dependencies(tmp_path: Path) -> None:
+    cfg = make_repo(
+        tmp_path / "cfg",
+        {
+            "setup.py": "from setuptools import setup\nsetup()\n",
+            "setup.cfg": "[metadata]\nname = x\n[options.extras_require]\ntesting =\n    pytest-mock\n",
+        },
+    )
+    assert pip_args(discover(cfg, EnvironmentOptions())) == ["-e", ".[testing]", "pytest"]
+    tox = make_repo(
+        tmp_path / "tox",
+        {
+            "tox.ini": "[testenv]\ndeps =\n    pytest-xdist\n    {env:EXTRA:}\n    # a comment\n",
+            "t_test.py": "",
+        },
+    )
+    recipe = discover(tox, EnvironmentOptions())
+    assert pip_args(recipe) == ["pytest-xdist", "pytest"]  # not installable: no -e .
+    assert "tox.ini's [testenv] deps" in recipe.found
+
+
+def test_plugins_the_pytest_configuration_needs(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "d"\nversion = "1"\n[tool.pytest.ini_options]\n'
+            'addopts = "--cov=d --benchmark-skip -p no:cacheprovider"\nasyncio_mode = "auto"\n'
+            'required_plugins = ["pytest-html>=3"]\nminversion = "8.0"\n',
+        },
+    )
+    args = pip_args(discover(repo, EnvironmentOptions()))
+    assert args[2:] == [
+        "pytest-html>=3",
+        "pytest-cov",
+        "pytest-benchmark",
+        "pytest-asyncio",
+        "pytest>=8.0",
+        "pytest",
+    ]
+
+
+def test_pytest_9_table_and_ini_files_are_read_too(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[tool.pytest]\naddopts = ["-n", "2"]\n',
+            "pytest.ini": "[pytest]\naddopts = --timeout=30\n",
+            "test_x.py": "",
+        },
+    )
+    assert pip_args(discover(repo, EnvironmentOptions())) == ["pytest-xdist", "pytest-timeout", "pytest"]
+
+
+def test_files_git_ignores_are_not_looked_at(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {".gitignore": "requirements-dev.txt\n", "test_x.py": ""})
+    (repo / "requirements-dev.txt").write_text("private-package\n")
+    recipe = discover(repo, EnvironmentOptions())
+    assert pip_args(recipe) == ["pytest"]  # a bare Python project: pytest only
+    assert recipe.key_files == ()
+
+
+def test_no_environment_for_a_project_without_python_or_when_turned_off(tmp_path: Path) -> None:
+    assert (
+        discover(make_repo(tmp_path / "go", {"go.mod": "module x\n", "x.go": ""}), EnvironmentOptions())
+        is None
+    )
+    python = make_repo(tmp_path / "py", {"test_x.py": ""})
+    assert discover(python, EnvironmentOptions(enabled=False)) is None
+
+
+def test_options_from_the_repository_config_replace_the_findings(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "d"\nversion = "1"\n[project.optional-dependencies]\ntest = ["x"]\n',
+            "requirements-test.txt": "y\n",
+            "ci/reqs.txt": "z\n",
+        },
+    )
+    options = EnvironmentOptions(
+        extras=("full",), requirements=("ci/reqs.txt",), packages=("pytest<8",), setup=("make gen",)
+    )
+    recipe = discover(repo, options)
+    assert pip_args(recipe) == ["-e", ".[full]", "-r", "ci/reqs.txt", "pytest<8", "pytest"]
+    assert recipe.steps[-1].command == "make gen"
+    assert discover(repo, EnvironmentOptions(install_project=False)).steps[0].command.split()[4:6] == [
+        "-r",
+        "requirements-test.txt",
+    ]
+    with pytest.raises(SandboxSetupError, match=r"missing\.txt"):
+        discover(repo, EnvironmentOptions(requirements=("missing.txt",)))
+
+
+def test_broken_dependency_files_are_named(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {"pyproject.toml": "[project\n", "x.py": ""})
+    with pytest.raises(SandboxSetupError, match=r"pyproject.toml is not valid TOML"):
+        discover(repo, EnvironmentOptions())
+    groups = make_repo(
+        tmp_path / "g", {"pyproject.toml": '[dependency-groups]\ntest = [{include-group = "nope"}]\n'}
+    )
+    with pytest.raises(SandboxSetupError, match="no dependency group 'nope'"):
+        discover(groups, EnvironmentOptions())
+
+
+def test_offline_needs_a_wheel_folder_and_its_files_enter_the_key(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {"test_x.py": ""})
+    with pytest.raises(SandboxSetupError, match=r"no network .* and no wheel folder"):
+        discover(repo, EnvironmentOptions(network=False))
+    with pytest.raises(SandboxSetupError, match="does not exist"):
+        discover(repo, EnvironmentOptions(wheels=str(tmp_path / "none")))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "pytest-8.0-py3-none-any.whl").write_bytes(b"x")
+    offline = discover(repo, EnvironmentOptions(wheels=str(wheels), network=False))
+    assert offline.offline and offline.wheel_files == (("pytest-8.0-py3-none-any.whl", 1),)
+    before = offline.cache_key("sha256:base")
+    (wheels / "pluggy-1.5-py3-none-any.whl").write_bytes(b"y")
+    assert (
+        discover(repo, EnvironmentOptions(wheels=str(wheels), network=False)).cache_key("sha256:base")
+        != before
+    )
+    assert "no-index = true" in offline.pip_conf() and "/tmp/clover-setup/wheels" in offline.pip_conf()
+
+
+def test_cache_key_follows_dependency_files_base_image_and_index_not_other_files(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {"pyproject.toml": '[project]\nname = "d"\nversion = "1"\n', "README.md": "hi\n", "d.py": ""},
+    )
+    key = discover(repo, EnvironmentOptions()).cache_key("sha256:a")
+    (repo / "README.md").write_text("changed\n")
+    (repo / "d.py").write_text("x = 1\n")
+    assert discover(repo, EnvironmentOptions()).cache_key("sha256:a") == key
+    assert discover(repo, EnvironmentOptions()).cache_key("sha256:b") != key
+    index = PackageIndex(index_url="https://user:secret@mirror.example/simple")
+    with_index = discover(repo, EnvironmentOptions(index=index)).cache_key("sha256:a")
+    assert with_index != key
+    rotated = PackageIndex(index_url="https://user:other@mirror.example/simple")
+    assert discover(repo, EnvironmentOptions(index=rotated)).cache_key("sha256:a") == with_index
+    (repo / "pyproject.toml").write_text('[project]\nname = "d"\nversion = "2"\n')
+    assert discover(repo, EnvironmentOptions()).cache_key("sha256:a") != key
+    git(repo, "status")  # the repository is intact
