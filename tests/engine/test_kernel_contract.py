@@ -14,7 +14,6 @@ from clover_agent.engine import ops
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import EngineArgumentError
 from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
 from tests.engine.checkpoints import relative_error
 
 
@@ -30,22 +29,8 @@ def reference(checkpoint: Path) -> Engine:
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two layers (GDN with the bidirectional tensors, then attention): every kernel, and as few
-    interpreted launches as that takes."""
-    return write_tiny_checkpoint(
-        tmp_path_factory.mktemp("triton") / "tiny",
-        peaked=True,
-        seed=3,
-        bidirectional=True,
-        tokenizer=False,
-        overrides={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]},
-    )
-
-
-@pytest.fixture(scope="module")
-def small_reference(small: Path) -> Engine:
-    return Engine.from_pretrained(small, kernels="torch", progress=None)
+def small_reference(two_layer_checkpoint: Path) -> Engine:
+    return Engine.from_pretrained(two_layer_checkpoint, kernels="torch", progress=None)
 
 
 def test_one_operator_replaced_and_the_others_from_torch(
@@ -93,9 +78,11 @@ def test_triton_needs_the_interpreter_on_the_cpu(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize("op", ops.OP_NAMES)
-def test_each_triton_operator_alone_matches_torch(small: Path, small_reference: Engine, op: str) -> None:
+def test_each_triton_operator_alone_matches_torch(
+    two_layer_checkpoint: Path, small_reference: Engine, op: str
+) -> None:
     """33 tokens: a whole block and one more (block-causal attention across two blocks)."""
-    single = Engine.from_pretrained(small, kernels={op: "triton"}, progress=None)
+    single = Engine.from_pretrained(two_layer_checkpoint, kernels={op: "triton"}, progress=None)
     assert single.model.ops.backends == {**dict.fromkeys(ops.OP_NAMES, "torch"), op: "triton"}
     ids = list(range(5, 38))
     assert relative_error(single.logits(ids), small_reference.logits(ids)) <= 1e-4
@@ -103,11 +90,11 @@ def test_each_triton_operator_alone_matches_torch(small: Path, small_reference: 
 
 @pytest.mark.slow
 def test_the_engine_on_triton_kernels_matches_the_engine_on_torch(
-    small: Path, small_reference: Engine
+    two_layer_checkpoint: Path, small_reference: Engine
 ) -> None:
     """Every operator a Triton kernel (run by the interpreter): logits within 1e-4, and a greedy
     diffusion decode token-identical, through a 32-token denoise and a fused 64-token commit."""
-    triton = Engine.from_pretrained(small, kernels="triton", progress=None)
+    triton = Engine.from_pretrained(two_layer_checkpoint, kernels="triton", progress=None)
     assert triton.model.ops.backend == "triton"
     ids = list(range(5, 38))
     assert relative_error(triton.logits(ids), small_reference.logits(ids)) <= 1e-4
