@@ -100,7 +100,7 @@ class Recorded:
 
     turn: int
     tool: str
-    patch: str
+    patch: str | None  # None: not known (the diff could not be read then), so it cannot be rebuilt
 
 
 class Checkpoints:
@@ -151,7 +151,8 @@ class Checkpoints:
             can = sorted({c.turn for c in self.taken if c.commit})
             raise CheckpointError(
                 f"the workspace as it was at step {checkpoint.turn} could not be rebuilt after the resume "
-                f"(the working tree changed since that session), so step {turn} cannot be undone"
+                f"(the working tree changed since that session, or its diff was not recorded), so step "
+                f"{turn} cannot be undone"
                 + (f"; undo can go back to step {', '.join(map(str, can))}" if can else "")
             )
         await self.restore(checkpoint)
@@ -162,22 +163,27 @@ class Checkpoints:
         """Make an earlier session's snapshots again in this fresh sandbox (see the module
         docstring), before its workspace is restored; they come first in :attr:`taken`. Returns the
         ones that could not be made (no commit)."""
-        patches = list(dict.fromkeys(r.patch for r in recorded))  # one tree per distinct state
-        if not patches:
-            return []
+        patches = list(dict.fromkeys(r.patch for r in recorded if r.patch is not None))
+        commits = await self._commit_states(patches) if patches else {}
+        # an unknown state (None) or one whose patch no longer applies: no ref, no commit
+        rebuilt = [Checkpoint(r.turn, *commits.get(r.patch, ("", "")), r.tool) for r in recorded]
+        self.taken[:0] = rebuilt
+        return [c for c in rebuilt if not c.commit]
+
+    async def _commit_states(self, patches: list[str]) -> dict[str, tuple[str, str]]:
+        """(ref, commit) of the fresh workspace plus each patch; ("", "") where it does not apply."""
         async with private_temp_dir(self.sandbox) as folder:
             script = [_workspace_tree("clover-rebuild.index"), 'base="$tree"\n']
             for n, patch in enumerate(patches):
                 path = f"{folder}/{n}.patch"
                 await self.sandbox.write_file(path, patch.encode("utf-8"))
-                ref = f"refs/clover/{self.run_id}/resumed-{n}"
                 script.append(
                     _REBUILD_ONE.format(
                         n=n,
                         patch=shlex.quote(path),
                         identity=GIT_IDENTITY,
                         message=shlex.quote(f"clover-agent checkpoint rebuilt after a resume ({n})"),
-                        ref=shlex.quote(ref),
+                        ref=shlex.quote(self._rebuilt_ref(n)),
                     )
                 )
             script.append('rm -f "$GIT_INDEX_FILE"\n')
@@ -185,17 +191,13 @@ class Checkpoints:
         made = dict(line.split(" ", 1) for line in result.output.splitlines() if line[:1].isdigit())
         if result.exit_code != 0 or len(made) != len(patches):
             raise CheckpointError(f"could not rebuild the resumed run's snapshots: {result.output.strip()}")
-        rebuilt = []
-        for r in recorded:
-            n = patches.index(r.patch)
-            commit = made[str(n)]
-            rebuilt.append(
-                Checkpoint(
-                    r.turn, f"refs/clover/{self.run_id}/resumed-{n}", "" if commit == "-" else commit, r.tool
-                )
-            )
-        self.taken[:0] = rebuilt
-        return [c for c in rebuilt if not c.commit]
+        return {
+            patch: ("", "") if made[str(n)] == "-" else (self._rebuilt_ref(n), made[str(n)])
+            for n, patch in enumerate(patches)
+        }
+
+    def _rebuilt_ref(self, n: int) -> str:
+        return f"refs/clover/{self.run_id}/resumed-{n}"
 
     async def restore(self, checkpoint: Checkpoint) -> None:
         result = await self.sandbox.exec(

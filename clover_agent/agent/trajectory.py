@@ -17,6 +17,7 @@ from clover_agent.events import (
     CheckpointTaken,
     ContextCondensed,
     Done,
+    ErrorReported,
     Event,
     MessageAdded,
     ModelResponded,
@@ -117,6 +118,7 @@ def load_trajectory(path: Path) -> ResumeState:
     """
     state: ResumeState | None = None
     started_at: float | None = None  # of the agent run going on; None between runs
+    patch_known = True  # whether state.patch is the workspace as it is (see ErrorReported below)
     for event in read_events(path):
         if isinstance(event, RunStarted):
             if state is None or not event.resumed:
@@ -132,9 +134,11 @@ def load_trajectory(path: Path) -> ResumeState:
         elif isinstance(event, ContextCondensed):
             state.messages = list(event.messages)
         elif isinstance(event, WorkspaceChanged):
-            state.patch = event.patch
+            state.patch, patch_known = event.patch, True
+        elif isinstance(event, ErrorReported) and event.kind == "workspace":
+            patch_known = False  # a change whose diff could not be read: not recorded
         elif isinstance(event, CheckpointTaken):  # it holds the workspace as last recorded
-            state.checkpoints.append(Recorded(event.turn, event.tool, state.patch))
+            state.checkpoints.append(Recorded(event.turn, event.tool, state.patch if patch_known else None))
         elif isinstance(event, WorkspaceUndone):  # Checkpoints.undo_to forgets the undone ones
             state.checkpoints = [c for c in state.checkpoints if c.turn < event.step]
         elif isinstance(event, ModelResponded):

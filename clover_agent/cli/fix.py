@@ -286,7 +286,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--suite-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
         ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",

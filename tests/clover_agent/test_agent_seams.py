@@ -24,11 +24,14 @@ from clover_agent.events import (
     ApprovalRequested,
     CallInterrupted,
     CheckpointTaken,
+    ErrorReported,
     Event,
     EventBus,
     ModelDelta,
+    RunStarted,
     ToolCallFinished,
     ToolCallStarted,
+    WorkspaceChanged,
     WorkspaceUndone,
 )
 from clover_agent.sandboxes import Sandbox, create_sandbox
@@ -342,3 +345,24 @@ async def test_after_a_resume_a_snapshot_that_cannot_be_rebuilt_is_named(repo: P
             await again.undo(2)
         assert (await again.undo(1)) is not None
         assert (await box.read_file("/workspace/notes.md")) == b"mine\n"
+
+
+def test_a_snapshot_taken_when_the_diff_was_unreadable_is_not_rebuilt(tmp_path: Path) -> None:
+    """The trajectory knows what a snapshot held only while the recorded diff is the workspace's:
+    after a change whose diff could not be read, the next snapshot's state is unknown until a diff
+    is recorded again."""
+    path = tmp_path / "trajectory.jsonl"
+    writer = TrajectoryWriter(path)
+    for event in (
+        RunStarted(run_id="r", task="t", backend="replay"),
+        CheckpointTaken(turn=1, ref="a", commit="1" * 40, tool="editor:create"),
+        WorkspaceChanged(step=1, call_id="c1", patch="P1"),
+        ErrorReported(kind="workspace", message="the workspace diff could not be read"),
+        CheckpointTaken(turn=2, ref="b", commit="2" * 40, tool="shell"),
+        WorkspaceChanged(step=3, call_id="c3", patch="P3"),
+        CheckpointTaken(turn=4, ref="c", commit="3" * 40, tool="shell"),
+    ):
+        writer(event)
+    writer.close()
+    recorded = load_trajectory(path).checkpoints
+    assert [(c.turn, c.patch) for c in recorded] == [(1, ""), (2, None), (4, "P3")]
