@@ -13,6 +13,7 @@ from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.picker import PickerScreen
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.store import list_sessions, load_session
+from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay
@@ -28,6 +29,10 @@ DOC_SUBTRACT = call(
 
 def _done(app: CloverApp, count: int) -> bool:
     return sum(isinstance(e, Done) for e in app.events) >= count
+
+
+def _notices(app: CloverApp) -> str:
+    return " ".join(n.text for n in app.query(NoticeLine))
 
 
 def _diff(app: CloverApp) -> str:
@@ -63,6 +68,11 @@ async def test_undo_to_an_earlier_request(tmp_path: Path) -> None:
         assert not messages[1].has_class("-undone")
         undone = [e for e in app.events if isinstance(e, WorkspaceUndone)]
         assert [(u.step, u.undone) for u in undone] == [(3, "step 3 editor:str_replace")]
+        await wait_for(
+            pilot,
+            lambda: "Workspace back to step 3: undid step 3 editor:str_replace" in _notices(app),
+            "the undo shown",
+        )
         note = app.session.agent.messages[-1]  # Agent.undo told the model
         assert note["role"] == "user" and "undid the changes made since step 3" in note["content"]
 
