@@ -1,0 +1,51 @@
+"""Narrowing the regression run: which test files are related to the target (in a real local
+sandbox over a real repository)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_agent.fix.regression import select_regression
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from tests.git_repos import make_repo
+
+FILES = {
+    "pkg/__init__.py": "",
+    "pkg/a.py": "def f():\n    return 1\n",
+    "pkg/b.py": "def g():\n    return 2\n",
+    "tests/__init__.py": "",
+    "tests/test_a.py": "import os.path\nimport pkg.a\n\ndef test_f():\n    assert pkg.a.f() == 1\n",
+    "tests/test_a_more.py": "from pkg.a import f\n\ndef test_f_again():\n    assert f() == 1\n",
+    "tests/sub/test_relative.py": "from ...pkg import a\n\ndef test_rel():\n    assert a.f()\n",
+    "tests/test_b.py": "import os.path\nfrom pkg import b\n\ndef test_g():\n    assert b.g() == 2\n",
+    "tests/test_os.py": "import os.path\n\ndef test_os():\n    assert os.path.sep\n",
+    ".venv/lib/test_vendored.py": "from pkg.a import f\n",
+}
+
+
+@pytest.fixture
+async def sandbox(tmp_path: Path):
+    repo = make_repo(tmp_path / "r", {k: v for k, v in FILES.items() if not k.startswith(".venv")})
+    (repo / ".venv" / "lib").mkdir(parents=True)
+    (repo / ".venv" / "lib" / "test_vendored.py").write_text(FILES[".venv/lib/test_vendored.py"])
+    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sb:
+        yield sb
+
+
+async def test_related_tests_share_a_project_module_with_the_target(sandbox) -> None:
+    selection = await select_regression(sandbox, "related", ["tests/test_a.py::test_f"])
+    assert selection.scope == "related"
+    # os.path is shared by test_b and test_os but is not the project's; pkg.a is
+    assert selection.files == ("tests/sub/test_relative.py", "tests/test_a.py", "tests/test_a_more.py")
+    assert selection.target == "tests/sub/test_relative.py tests/test_a.py tests/test_a_more.py"
+    assert selection.describe().startswith("3 related test files")
+
+
+async def test_suite_none_and_nothing_to_narrow_to(sandbox) -> None:
+    assert (await select_regression(sandbox, "suite", ["tests/test_a.py::test_f"])).target is None
+    none = await select_regression(sandbox, "none", ["tests/test_a.py::test_f"])
+    assert not none.runs and "only the target" in none.describe()
+    # a target whose tests are not in files (a unittest id): the whole suite
+    assert (await select_regression(sandbox, "related", ["tests.test_a.T.test_f"])).scope == "suite"
