@@ -71,7 +71,7 @@ import clover_agent.engine  # noqa: E402
 from clover_agent.engine.config import CloverConfig, full_size_config_json  # noqa: E402
 from clover_agent.engine.decoding import BlockDecoder  # noqa: E402
 from clover_agent.engine.engine import Engine  # noqa: E402
-from clover_agent.engine.locate import locate_model  # noqa: E402
+from clover_agent.engine.locate import ModelSources, locate_model  # noqa: E402
 from clover_agent.engine.model import CloverModel  # noqa: E402
 from clover_agent.engine.sampling import MODES, SamplingParams  # noqa: E402
 from clover_agent.engine.tiny import TINY_TEXT_CONFIG  # noqa: E402
@@ -211,7 +211,7 @@ def load_weights(
     args: argparse.Namespace, device: torch.device, dtype: torch.dtype
 ) -> tuple[Engine, dict[str, Any]]:
     """The checkpoint ``--model`` names, loaded as the engine loads it."""
-    location = locate_model(args.model)
+    location = locate_model(ModelSources(explicit=args.model))
     if location.path is None:
         raise FileNotFoundError(f"--model {args.model}: no checkpoint there. {location.describe().strip()}")
     start = time.perf_counter()

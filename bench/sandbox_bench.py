@@ -21,9 +21,10 @@ from pathlib import Path
 
 import docker
 
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
+from clover_agent.settings import Settings
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- sandbox-bench:start -->", "<!-- sandbox-bench:end -->"
@@ -49,7 +50,7 @@ def ms(values: list[float]) -> str:
 
 
 async def measure(repo: Path, starts: int, round_trips: int) -> dict[str, list[float]]:
-    spec = SandboxSpec(repo=str(repo))
+    spec = sandbox_spec(Settings.load(), repo)
     out: dict[str, list[float]] = {"start": [], "close": [], "sandbox": [], "docker_exec": [], "local": []}
     async with DockerSandbox(spec):  # warm the image and the engine's caches
         pass

@@ -1,13 +1,20 @@
-"""Exit codes and the one exception type the CLI turns into a clear message.
+"""Exit codes, the runtime's own error type, and the one table from every layer's errors to codes.
 
 Every failure a user can cause or fix (missing GPU, missing weights, Docker down, bad arguments)
-is raised as a :class:`CloverError` subclass carrying its exit code and a message that names what
-is missing and the ways forward. The CLI prints the message, never a traceback.
+ends as one clear message and a documented exit code, never a traceback. The runtime's own errors
+are :class:`CloverError` subclasses, each carrying its exit code. The layers below own their errors
+and know nothing of exit codes: the engine raises :class:`~clover_agent.engine.errors.EngineError`,
+the sandboxes :class:`~clover_agent.sandboxes.errors.SandboxError`. :data:`EXIT_CODES` maps those
+types to codes; :func:`exit_code_for` and :func:`message_of` are what the CLI, the agent loop and
+the ``fix`` workflow use to turn any of them (:data:`RUN_ERRORS`) into an outcome.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+
+from clover_agent.engine.errors import CheckpointError, EngineArgumentError, EngineError
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxError, SandboxUnavailable
 
 
 class ExitCode(IntEnum):
@@ -49,7 +56,33 @@ class ModelUnavailable(CloverError):
     exit_code = ExitCode.MODEL_UNAVAILABLE
 
 
-class SandboxUnavailable(CloverError):
-    """Docker is missing, not running, or the sandbox image is missing."""
+#: The lower layers' error types and their exit codes; the first entry the error is an instance of
+#: wins, so subclasses come before their bases.
+EXIT_CODES: tuple[tuple[type[Exception], ExitCode], ...] = (
+    (CheckpointError, ExitCode.MODEL_UNAVAILABLE),
+    (EngineArgumentError, ExitCode.USAGE),
+    (EngineError, ExitCode.MODEL_UNAVAILABLE),
+    (SandboxUnavailable, ExitCode.SANDBOX_UNAVAILABLE),
+    (SandboxConfigError, ExitCode.USAGE),
+    (SandboxError, ExitCode.SANDBOX_UNAVAILABLE),
+)
 
-    exit_code = ExitCode.SANDBOX_UNAVAILABLE
+#: Every error a layer raises on purpose: what a run or a command turns into an outcome.
+RUN_ERRORS: tuple[type[Exception], ...] = (CloverError, EngineError, SandboxError)
+
+
+def exit_code_for(error: BaseException) -> ExitCode:
+    """The exit code ``error`` ends a command with: its own for a :class:`CloverError`, else the
+    first matching entry of :data:`EXIT_CODES`, else :attr:`ExitCode.FAILURE`."""
+    if isinstance(error, CloverError):
+        return error.exit_code
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return ExitCode.FAILURE
+
+
+def message_of(error: BaseException) -> str:
+    """The one-line (or few-line) message of any of :data:`RUN_ERRORS`."""
+    message = getattr(error, "message", None)
+    return message if isinstance(message, str) else str(error)

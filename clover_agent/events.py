@@ -201,6 +201,9 @@ class WorkspaceChanged(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRequested(Event):
+    """The policy says to ask about the call ``call_id``; emitted before the answer is awaited, so a
+    front end answers it by that id (``Agent.answer_approval``)."""
+
     type: ClassVar[str] = "approval_requested"
     step: int
     call_id: str
@@ -211,15 +214,40 @@ class ApprovalRequested(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalDecided(Event):
-    """The decision on a call the policy did not simply allow; ``decided_by``: policy, user, no-terminal."""
+    """The decision on a call the policy did not simply allow."""
 
     type: ClassVar[str] = "approval_decided"
     step: int
     call_id: str
     name: str
     approved: bool
-    decided_by: str
+    decided_by: str  # policy, user, remembered (an earlier "always"), no-terminal
     reason: str
+    answer: str | None = None  # the person's answer: once, always or deny (decided_by "user")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallInterrupted(Event):
+    """A front end interrupted the model call (``during="model"``: its reply is discarded) or the
+    tool call ``call_id`` (``during="tool"``: its processes were stopped) of ``step``."""
+
+    type: ClassVar[str] = "call_interrupted"
+    step: int
+    during: str
+    call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceUndone(Event):
+    """The workspace was put back as it was when ``step`` began (``Agent.undo``), from the
+    checkpoint ``ref``/``commit``; ``undone`` names the calls whose changes are gone."""
+
+    type: ClassVar[str] = "workspace_undone"
+    step: int
+    ref: str
+    commit: str
+    undone: str
 
 
 @dataclass(frozen=True, kw_only=True)

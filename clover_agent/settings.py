@@ -1,6 +1,13 @@
 """Every environment variable and user-level setting clover-agent reads, declared in one place.
 
-Building a :class:`Settings` does no I/O beyond reading the environment and the optional TOML file.
+A command loads :class:`Settings` once (``Settings.load()``) and passes the values down: the engine,
+the backends and the sandboxes take explicit paths and values and read no environment variable and
+no configuration file themselves. Loading does no I/O beyond reading the environment, the user's
+TOML file and (for :func:`repo_settings`) the repository's ``.clover/config.toml``.
+
+Precedence: the command line, then the environment, then the user's config file, then defaults.
+For the sandbox image: ``--image``, the repository's file, ``CLOVER_SANDBOX_IMAGE``, the user's
+``[sandbox] image``, then :data:`DEFAULT_SANDBOX_IMAGE`.
 """
 
 from __future__ import annotations
@@ -10,17 +17,21 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes.environment import PackageIndex
+from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 
-#: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses.
-DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
+__all__ = ["DEFAULT_SANDBOX_IMAGE", "ENV_VARS", "REPO_CONFIG", "RepoSettings", "Settings", "repo_settings"]
 
 ENV_VARS: dict[str, str] = {
     "CLOVER_MODEL": "folder with the Clover weights (config.json + *.safetensors)",
-    "CLOVER_CONFIG": "path of the user config file (TOML); default ~/.config/clover-agent/config.toml",
-    "CLOVER_HOME": "state folder (downloads, caches); default ~/.cache/clover-agent",
+    "CLOVER_CONFIG": "path of the user config file (TOML); default $XDG_CONFIG_HOME/clover-agent/config.toml",
+    "XDG_CONFIG_HOME": "where the user config file lives by default (~/.config)",
+    "CLOVER_HOME": "state folder (caches such as the converted vocabulary); default "
+    "$XDG_CACHE_HOME/clover-agent",
+    "XDG_CACHE_HOME": "where the state folder lives by default (~/.cache)",
     "CLOVER_SANDBOX_IMAGE": f"sandbox image tag; default {DEFAULT_SANDBOX_IMAGE}",
     "OPENAI_API_KEY": "API key for --backend openai (also CLOVER_API_KEY)",
     "CLOVER_API_KEY": "API key for --backend openai, preferred over OPENAI_API_KEY",
@@ -28,15 +39,17 @@ ENV_VARS: dict[str, str] = {
     "HF_HOME": "Hugging Face cache root (weights are looked up in its hub/ folder)",
     "HF_HUB_CACHE": "Hugging Face hub cache folder",
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
+    "DOCKER_TLS_VERIFY": "verify the Docker engine's TLS certificate (with DOCKER_HOST)",
+    "DOCKER_CERT_PATH": "folder of the Docker engine's TLS client certificates",
 }
+#: The variables that locate the Docker engine (handed to the Docker sandbox, never into it).
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+#: The repository's own configuration file.
+REPO_CONFIG = Path(".clover") / "config.toml"
 
 
-def _config_path() -> Path:
-    explicit = os.environ.get("CLOVER_CONFIG")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "clover-agent" / "config.toml"
+def _home_default(env: Mapping[str, str]) -> Path:
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent"
 
 
 @dataclass(frozen=True)
@@ -44,47 +57,122 @@ class Settings:
     """User settings: environment first, then the config file, then defaults."""
 
     config_path: Path
-    model_path: str | None = None
-    home: Path = field(default_factory=lambda: Path.home() / ".cache" / "clover-agent")
-    sandbox_image: str = DEFAULT_SANDBOX_IMAGE
+    model_path: str | None = None  # the config file's [model] path
+    model_from_env: str | None = None  # CLOVER_MODEL
+    home: Path = field(default_factory=lambda: _home_default(os.environ))
+    sandbox_image: str = DEFAULT_SANDBOX_IMAGE  # CLOVER_SANDBOX_IMAGE, else the config file's
     base_url: str | None = None
     api_key: str | None = None
+    hf_hub_cache: Path = field(default_factory=lambda: Path.home() / ".cache" / "huggingface" / "hub")
+    #: The process environment, for what runs on this machine on the user's behalf (the local
+    #: sandbox's commands) and for the Docker engine's address (:data:`DOCKER_VARIABLES`).
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def vocab_cache(self) -> Path:
+        """Where the converted real vocabulary is kept (``clover_agent.engine.vocab``)."""
+        return self.home / "vocab"
+
+    @property
+    def docker_env(self) -> dict[str, str]:
+        """The variables that locate the Docker engine (none set: the default socket)."""
+        return {name: self.environment[name] for name in DOCKER_VARIABLES if self.environment.get(name)}
 
     @classmethod
-    def load(cls) -> Settings:
-        """Raises :class:`UsageError` naming the file and the setting when the file is not valid."""
-        path = _config_path()
-        values: dict = {}
-        if path.is_file():
-            try:
-                with path.open("rb") as f:
-                    values = tomllib.load(f)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise UsageError(f"{path}: not a readable TOML file ({exc})") from exc
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``environ`` (default: this process's environment) and the user's config file.
+        Raises :class:`UsageError` naming the file and the setting when the file is not valid."""
+        env = dict(os.environ if environ is None else environ)
+        path = _config_path(env)
+        values = _read_toml(path) if path.is_file() else {}
 
         def text(table: str | None, key: str) -> str | None:
             """The string at ``[table] key`` (a top-level key when ``table`` is None), if set."""
-            section = values if table is None else values.get(table, {})
-            if not isinstance(section, dict):
-                raise UsageError(f"{path}: {table} must be a table ([{table}])")
-            value = section.get(key)
-            if value is not None and not isinstance(value, str):
-                where = key if table is None else f"[{table}] {key}"
-                raise UsageError(f"{path}: {where} must be a string (got {value!r})")
-            return value
+            return _string(values, table, key, path)
 
-        env = os.environ
-        home = env.get("CLOVER_HOME") or text(None, "home") or str(Path.home() / ".cache" / "clover-agent")
+        home = env.get("CLOVER_HOME") or text(None, "home")
+        hub = env.get("HF_HUB_CACHE")
+        hf_home = env.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
         return cls(
             config_path=path,
             model_path=text("model", "path"),
-            home=Path(home).expanduser(),
+            model_from_env=env.get("CLOVER_MODEL") or None,
+            home=Path(home).expanduser() if home else _home_default(env),
             sandbox_image=env.get("CLOVER_SANDBOX_IMAGE")
             or text("sandbox", "image")
             or DEFAULT_SANDBOX_IMAGE,
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
+            hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
+            environment=env,
         )
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    """The ``[sandbox]`` table of a repository's ``.clover/config.toml``.
+
+    ```toml
+    [sandbox]
+    image = "my-project-sandbox:latest"   # build it FROM clover-agent-sandbox:latest
+    setup = ["pip install -e ."]          # run in /workspace before the agent starts
+    setup_network = true                  # network only while the set-up commands run
+    ```
+    """
+
+    image: str | None = None
+    setup: list[str] = field(default_factory=list)
+    setup_network: bool = False
+
+
+def repo_settings(repo: str | Path) -> RepoSettings:
+    """The repository's sandbox settings (empty when it has no ``.clover/config.toml``); a broken
+    file is a :class:`UsageError` naming it and what is wrong."""
+    path = Path(repo) / REPO_CONFIG
+    if not path.is_file():
+        return RepoSettings()
+    try:
+        with path.open("rb") as f:
+            table = tomllib.load(f).get("sandbox", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [sandbox] must be a table")
+    image, setup, network = table.get("image"), table.get("setup", []), table.get("setup_network", False)
+    if image is not None and not isinstance(image, str):
+        raise UsageError(f"{path}: [sandbox] image must be a string")
+    if not (isinstance(setup, list) and all(isinstance(c, str) for c in setup)):
+        raise UsageError(f"{path}: [sandbox] setup must be a list of command strings")
+    if not isinstance(network, bool):
+        raise UsageError(f"{path}: [sandbox] setup_network must be true or false")
+    return RepoSettings(image=image, setup=setup, setup_network=network)
+
+
+def _config_path(env: Mapping[str, str]) -> Path:
+    explicit = env.get("CLOVER_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "clover-agent" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: not a readable TOML file ({exc})") from exc
+
+
+def _string(values: dict[str, Any], table: str | None, key: str, path: Path) -> str | None:
+    section = values if table is None else values.get(table, {})
+    if not isinstance(section, dict):
+        raise UsageError(f"{path}: {table} must be a table ([{table}])")
+    value = section.get(key)
+    if value is not None and not isinstance(value, str):
+        where = key if table is None else f"[{table}] {key}"
+        raise UsageError(f"{path}: {where} must be a string (got {value!r})")
+    return value
 
 
 #: pip's settings that decide where the environment set-up finds packages (``pip config`` names).

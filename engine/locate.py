@@ -1,5 +1,9 @@
 """Finding the Clover weights: ``--model DIR``, else ``CLOVER_MODEL``, else the configured path,
-else the Hugging Face cache entry for the Clover repository."""
+else the Hugging Face cache entry for the Clover repository.
+
+The engine reads no environment variable: the caller (``clover_agent.settings``) resolves where to
+look and hands it over as :class:`ModelSources`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HF_REPO_ID = "Diffuspace/Clover-35B-A3B-Preview"
+
+
+@dataclass(frozen=True)
+class ModelSources:
+    """Where to look for the weights, in order: ``explicit`` (``--model``) alone when given; else
+    ``from_env`` (``CLOVER_MODEL``) alone when set; else ``configured`` (the config file's path),
+    then the newest snapshot of :data:`HF_REPO_ID` under ``hf_hub_cache``."""
+
+    explicit: str | os.PathLike | None = None
+    from_env: str | None = None
+    configured: str | None = None
+    hf_hub_cache: Path | None = None
 
 
 @dataclass
@@ -35,16 +51,9 @@ def is_model_dir(path: Path) -> tuple[bool, str]:
     return True, "found"
 
 
-def hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    hf_home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(hf_home).expanduser() / "hub"
-
-
-def hf_snapshot(repo_id: str = HF_REPO_ID) -> Path:
-    """The newest snapshot folder of ``repo_id`` in the Hugging Face cache (may not exist)."""
-    repo = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+def hf_snapshot(hub_cache: Path, repo_id: str = HF_REPO_ID) -> Path:
+    """The newest snapshot folder of ``repo_id`` in the Hugging Face hub cache (may not exist)."""
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     if ref.is_file():
         return repo / "snapshots" / ref.read_text().strip()
@@ -52,18 +61,19 @@ def hf_snapshot(repo_id: str = HF_REPO_ID) -> Path:
     return snapshots[-1] if snapshots else repo / "snapshots"
 
 
-def locate_model(explicit: str | os.PathLike | None = None, configured: str | None = None) -> ModelLocation:
+def locate_model(sources: ModelSources) -> ModelLocation:
     """Resolve the weights folder in the documented order; an explicit path is never skipped."""
     loc = ModelLocation(path=None)
     candidates: list[tuple[str, Path]] = []
-    if explicit:
-        candidates.append(("--model", Path(explicit).expanduser()))
-    elif os.environ.get("CLOVER_MODEL"):
-        candidates.append(("CLOVER_MODEL", Path(os.environ["CLOVER_MODEL"]).expanduser()))
+    if sources.explicit:
+        candidates.append(("--model", Path(sources.explicit).expanduser()))
+    elif sources.from_env:
+        candidates.append(("CLOVER_MODEL", Path(sources.from_env).expanduser()))
     else:
-        if configured:
-            candidates.append(("config file", Path(configured).expanduser()))
-        candidates.append(("Hugging Face cache", hf_snapshot()))
+        if sources.configured:
+            candidates.append(("config file", Path(sources.configured).expanduser()))
+        if sources.hf_hub_cache is not None:
+            candidates.append(("Hugging Face cache", hf_snapshot(sources.hf_hub_cache)))
     for source, path in candidates:
         ok, verdict = is_model_dir(path)
         loc.looked.append((source, str(path), verdict))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from clover_agent.errors import UsageError
+from clover_agent.engine.errors import EngineArgumentError
 
 KERNEL_CHOICES: tuple[str, ...] = ("auto", "torch", "triton")
 OP_NAMES = ("rms_norm", "gated_rms_norm", "causal_conv1d", "gated_delta_rule", "attention", "moe_experts")
@@ -111,16 +111,20 @@ def _implementation(op: str, backend: str, device: torch.device) -> tuple[Callab
 def _choices(kernels: KernelChoice) -> dict[str, str]:
     if isinstance(kernels, str):
         if kernels not in KERNEL_CHOICES:
-            raise UsageError(f"unknown kernels choice {kernels!r} (choose from {', '.join(KERNEL_CHOICES)})")
+            raise EngineArgumentError(
+                f"unknown kernels choice {kernels!r} (choose from {', '.join(KERNEL_CHOICES)})"
+            )
         return dict.fromkeys(OP_NAMES, kernels)
     unknown = sorted(set(kernels) - set(OP_NAMES))
     if unknown:
-        raise UsageError(f"kernels: unknown operator(s) {', '.join(unknown)} (known: {', '.join(OP_NAMES)})")
+        raise EngineArgumentError(
+            f"kernels: unknown operator(s) {', '.join(unknown)} (known: {', '.join(OP_NAMES)})"
+        )
     return {op: kernels.get(op, "auto") for op in OP_NAMES}
 
 
 def check_kernels(kernels: KernelChoice) -> None:
-    """Raise a UsageError now for a choice :func:`resolve_ops` could never accept."""
+    """Raise an EngineArgumentError now for a choice :func:`resolve_ops` could never accept."""
     _choices(kernels)
 
 
@@ -143,7 +147,7 @@ def resolve_ops(kernels: KernelChoice = "auto", device: torch.device | str = "cp
                 continue
         chosen[op], backends[op] = fn, backend
     if missing:
-        raise UsageError(
+        raise EngineArgumentError(
             f"kernels={kernels!r} on {device.type}: no usable implementation of {'; '.join(missing)}. "
             "Use kernels='auto' (the fastest available per operator) or 'torch'"
         )

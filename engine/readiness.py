@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover_agent.engine.locate import ModelLocation, locate_model
+from clover_agent.engine.locate import ModelLocation, ModelSources, locate_model
 
 GiB = 1024**3
 #: Clover-35B-A3B in bf16 (weights only), used when the checkpoint's own size is unknown.
@@ -78,9 +78,10 @@ def checkpoint_bytes(model_dir: Path) -> int:
     return sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
 
 
-def check_engine(explicit_model: str | None = None, configured: str | None = None) -> EngineReadiness:
+def check_engine(sources: ModelSources) -> EngineReadiness:
+    """The GPU, the weights found in ``sources`` and whether they fit."""
     gpu = probe_gpu()
-    model = locate_model(explicit_model, configured)
+    model = locate_model(sources)
     weights = checkpoint_bytes(model.path) if model.path else None
     report = EngineReadiness(gpu=gpu, model=model, weights_bytes=weights)
     need = (weights or FULL_MODEL_BYTES) + HEADROOM_BYTES

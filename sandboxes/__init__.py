@@ -1,13 +1,14 @@
 """Where tools run: Docker (default) and local (opt-in) (imports as ``clover_agent.sandboxes``).
 
 ``create_sandbox("docker" | "local", spec)`` builds one; use it as ``async with sandbox: ...``.
+The spec is complete (see :class:`SandboxSpec`); the errors are this package's own
+(:mod:`clover_agent.sandboxes.errors`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from clover_agent.errors import UsageError
 from clover_agent.sandboxes.base import (
     MAX_READ_BYTES,
     WORKSPACE,
@@ -17,11 +18,15 @@ from clover_agent.sandboxes.base import (
     LineRange,
     Listing,
     Sandbox,
-    SandboxArgumentError,
-    SandboxError,
     SandboxLimits,
     SandboxSpec,
     SpecialFileError,
+)
+from clover_agent.sandboxes.errors import (
+    SandboxArgumentError,
+    SandboxConfigError,
+    SandboxError,
+    SandboxUnavailable,
 )
 
 SandboxKind = Literal["docker", "local"]
@@ -38,10 +43,12 @@ __all__ = [
     "Listing",
     "Sandbox",
     "SandboxArgumentError",
+    "SandboxConfigError",
     "SandboxError",
     "SandboxKind",
     "SandboxLimits",
     "SandboxSpec",
+    "SandboxUnavailable",
     "SpecialFileError",
     "create_sandbox",
 ]
@@ -57,4 +64,4 @@ def create_sandbox(kind: SandboxKind | str, spec: SandboxSpec) -> Sandbox:
         from clover_agent.sandboxes.docker import DockerSandbox
 
         return DockerSandbox(spec)
-    raise UsageError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")
+    raise SandboxConfigError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")

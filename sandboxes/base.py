@@ -11,28 +11,29 @@ import abc
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
-from clover_agent.errors import CloverError, ExitCode
 from clover_agent.sandboxes.environment import EnvironmentRecipe
+from clover_agent.sandboxes.errors import SandboxArgumentError, SandboxConfigError, SandboxError
+
+__all__ = [
+    "MAX_READ_BYTES",
+    "WORKSPACE",
+    "ExecResult",
+    "FileEntry",
+    "FileTooLargeError",
+    "LineRange",
+    "Listing",
+    "Sandbox",
+    "SandboxArgumentError",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxSpec",
+    "SpecialFileError",
+]
 
 WORKSPACE = "/workspace"
-
-
-class SandboxError(CloverError):
-    """The sandbox broke while in use (its runner or container died, e.g. killed out of memory).
-
-    File operations raise the usual ``OSError`` subclasses (``FileNotFoundError``, ...) with the
-    sandbox path instead.
-    """
-
-    exit_code = ExitCode.SANDBOX_UNAVAILABLE
-
-
-class SandboxArgumentError(ValueError):
-    """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
-    environment variable's name): refused before anything ran; the sandbox stays usable and the
-    message says what to change."""
 
 
 class SpecialFileError(OSError):
@@ -119,10 +120,12 @@ class SandboxLimits:
 
 @dataclass
 class SandboxSpec:
-    """What to start: a repository copied into ``/workspace`` and how to prepare it."""
+    """Everything a sandbox needs, complete: a sandbox never reads settings, configuration files or
+    the environment. ``clover_agent.launch.sandbox_spec`` builds one from the command's options,
+    the repository's ``.clover/config.toml`` and the user's settings."""
 
     repo: str  # host path of the repository to copy (the user's tree is never mounted)
-    image: str | None = None  # Docker only; None = configured default
+    image: str | None = None  # the Docker image to start (required by the Docker sandbox)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     network: bool = False  # network during the agent's work (off by default)
     setup_commands: list[str] = field(default_factory=list)  # run once before the agent starts
@@ -134,7 +137,19 @@ class SandboxSpec:
     environment: EnvironmentRecipe | None = None
     #: Told what a long start is doing (the environment's set-up, a large copy), one line each.
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # variables set for every command inside
+    #: The host environment the sandbox may draw on: the local sandbox's commands inherit it (then
+    #: ``env``); the Docker sandbox reads its engine's address from it (``DOCKER_HOST``,
+    #: ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``; none: the default socket). Never passed into
+    #: a container.
+    host_env: dict[str, str] = field(default_factory=dict)
+
+
+def require_repo(spec: SandboxSpec) -> None:
+    """:class:`SandboxConfigError` when the spec's repository folder is not there (checked before
+    anything is made)."""
+    if not Path(spec.repo).is_dir():
+        raise SandboxConfigError(f"the repository folder {spec.repo} does not exist or is not a folder")
 
 
 class Sandbox(abc.ABC):

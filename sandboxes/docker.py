@@ -32,14 +32,15 @@ import os
 import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clover_agent.errors import SandboxUnavailable
 from clover_agent.sandboxes import cleanup, env_image
-from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec
-from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec, require_repo
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
+from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 from clover_agent.sandboxes.session import BOOTSTRAP, WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox
 from clover_agent.sandboxes.workspace import (
     LARGE_COPY_BYTES,
@@ -49,7 +50,6 @@ from clover_agent.sandboxes.workspace import (
     read_segment,
     write_workspace_tar,
 )
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 
 if TYPE_CHECKING:
     import docker
@@ -68,14 +68,22 @@ LABEL_OWNER_PID = "clover-agent.owner-pid"
 LABEL_HOST = "clover-agent.host"
 LABEL_RUN_ID = "clover-agent.run-id"
 TMP_SIZE = "1g"
+#: Seconds one Docker Engine API request may take. Generous: a loaded machine's engine can take many
+#: seconds to create or force-remove a container, and a client that gives up early leaves one behind.
+DOCKER_API_TIMEOUT_S = 120.0
 _LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this machine)"
 
 
-def docker_client(timeout: float = 10, *, offer_local: bool = True) -> docker.DockerClient:
+def docker_client(
+    environment: Mapping[str, str], *, timeout: float = DOCKER_API_TIMEOUT_S, offer_local: bool = True
+) -> docker.DockerClient:
     """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it.
 
-    ``offer_local`` adds "or run with ``--sandbox local``" to the fix: right for the commands that
-    take that option (``fix``, ``tool``), wrong for ``sandbox build|prune``, which need Docker itself.
+    ``environment`` holds the engine's address (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
+    ``DOCKER_CERT_PATH``; none of them: the default socket), passed by the caller
+    (:attr:`SandboxSpec.host_env`). ``offer_local`` adds "or run with ``--sandbox local``" to the
+    fix: right for the commands that take that option (``fix``, ``tool``), wrong for ``sandbox
+    build|prune``, which need Docker itself.
     """
     way_out = f", {_LOCAL_HINT}" if offer_local else ""
     try:
@@ -85,9 +93,9 @@ def docker_client(timeout: float = 10, *, offer_local: bool = True) -> docker.Do
             f"the `docker` Python package is missing ({exc}): reinstall clover-agent "
             f"(`pip install clover-agent`){way_out}"
         ) from None
-    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    where = environment.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=timeout, environment=dict(environment))
         client.ping()
     except (DockerException, OSError) as exc:
         raise SandboxUnavailable(
@@ -164,8 +172,11 @@ class DockerSandbox(SessionSandbox):
         self._sparse: list[SparseFile] = []  # copied in empty; their data goes in once the runner runs
 
     async def start(self) -> None:
-        spec = effective_spec(self.spec)
-        self._client = client = await asyncio.to_thread(docker_client)
+        spec = self.spec
+        require_repo(spec)
+        if not spec.image:
+            raise SandboxConfigError("the Docker sandbox needs an image (SandboxSpec.image; none was given)")
+        self._client = client = await asyncio.to_thread(docker_client, spec.host_env)
         try:
             await asyncio.to_thread(require_image, client, spec.image)
             reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
@@ -228,7 +239,7 @@ class DockerSandbox(SessionSandbox):
             return tag
         progress(f"environment: setting the project up in a new environment ({tag}, made once)")
         builder = DockerSandbox(spec)
-        builder._client = await asyncio.to_thread(docker_client)  # its own: closed with it
+        builder._client = await asyncio.to_thread(docker_client, spec.host_env)  # its own: closed with it
         builder._cleanup_token = cleanup.register(builder._remove_with_fresh_client)
         try:
             await builder._start_container(spec, plan, spec.image, setup=True)
@@ -404,7 +415,7 @@ class DockerSandbox(SessionSandbox):
         self._closing = True
         container_id = self.container_id
         if container_id is not None:
-            client = docker_client(timeout=10)
+            client = docker_client(self.spec.host_env)
             try:
                 remove_containers(client, [{"Id": container_id}])
             finally:

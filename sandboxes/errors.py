@@ -29,6 +29,12 @@ class SandboxConfigError(SandboxError):
     not exist, a spec that is not complete."""
 
 
+class SandboxArgumentError(ValueError):
+    """An argument cannot go into the sandbox (a NUL byte, a lone surrogate, an ``=`` in an
+    environment variable's name): refused before anything ran; the sandbox stays usable and the
+    message says what to change."""
+
+
 class SandboxSetupError(SandboxError):
     """The project's environment could not be set up (a dependency that cannot be installed, a
     set-up command that failed, dependency files that cannot be read): the message names the

@@ -4,6 +4,9 @@ Opt-in (``--sandbox local``) for machines without Docker. It does NOT isolate: c
 user, with the user's network, environment and file permissions. Only the repository is protected:
 the agent works on a copy in a temporary folder, removed on close.
 
+Environment: commands get the spec's ``host_env`` (the caller passes the user's environment, or an
+allow-listed part of it), then its ``env``.
+
 Paths: the model still sees ``/workspace``. File operations map ``/workspace/...`` to the copy.
 Commands run with ``bash -c`` in the copy (the default working folder) and see its real host path,
 also exported as ``$WORKSPACE``; a literal ``/workspace`` in a command (``cd /workspace/src``) is
@@ -33,8 +36,7 @@ import threading
 from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
-from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec
-from clover_agent.sandboxes.config import effective_spec
+from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec, require_repo
 from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
 from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
 
@@ -61,7 +63,8 @@ class LocalSandbox(SessionSandbox):
 
     async def start(self) -> None:
         log.warning(LOCAL_WARNING)
-        spec = effective_spec(self.spec)
+        spec = self.spec
+        require_repo(spec)
         await asyncio.to_thread(reap_stale_copies)
         self._folder = Path(tempfile.mkdtemp(prefix=f"{_COPY_PREFIX}{os.getpid()}-")).resolve()
         self._cleanup_token = cleanup.register(self._close_now)
@@ -74,7 +77,7 @@ class LocalSandbox(SessionSandbox):
             plan = await asyncio.to_thread(plan_workspace, spec.repo)
             plan.check_size(spec.limits.disk_bytes)
             await asyncio.to_thread(copy_workspace, plan, workspace)
-            env = {**os.environ, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
+            env = {**spec.host_env, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", BOOTSTRAP, str(workspace)],
                 stdin=subprocess.PIPE,

@@ -9,8 +9,9 @@ image with a Python 3 interpreter works and the code always matches the host's v
 Protocol: the second stdin line is a hex key; then request ``{"id": N, "op": OP, ...}``; response
 ``MAC {"id": N, "ok": true, ...}`` or ``MAC {"id": N, "ok": false, "error": NAME, "errno": E,
 "message": TEXT, ...}``, where MAC is the HMAC-SHA256 of the JSON text under the key. Ops: ``exec``,
-``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``. File data travels
-base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
+``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``, and ``cancel``
+(``"target": N``: kill the processes of the ``exec`` request N, whose caller stopped waiting). File
+data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
 
 Hostile commands run beside the runner as the same user, so:
 
@@ -90,6 +91,8 @@ _write_lock = threading.Lock()
 _key = b""  # the MAC key, read from stdin in main()
 _running_groups: set[int] = set()
 _groups_lock = threading.Lock()
+_group_of_request: dict[object, int] = {}  # exec request id -> its process group
+_cancelled: set[object] = set()  # exec request ids cancelled (maybe before they started)
 
 
 def host_path(path: str) -> str:
@@ -313,6 +316,10 @@ def op_exec(req: dict) -> dict:
     pgid = proc.pid
     with _groups_lock:
         _running_groups.add(pgid)
+        _group_of_request[req.get("id")] = pgid
+        cancelled = req.get("id") in _cancelled
+    if cancelled:
+        _kill_group(pgid)
     try:
         # Make the command, not the runner, the first choice of the out-of-memory killer.
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
@@ -379,6 +386,9 @@ def op_exec(req: dict) -> dict:
     returncode = proc.wait()
     with _groups_lock:
         _running_groups.discard(pgid)
+        _group_of_request.pop(req.get("id"), None)
+        cancelled = req.get("id") in _cancelled
+        _cancelled.discard(req.get("id"))
     duration = time.monotonic() - start
     # The main process, or any process it started (``git`` under a shell), killed out of memory.
     oom = _counter(MEMORY_EVENTS, "oom_kill") > oom_before
@@ -386,6 +396,8 @@ def op_exec(req: dict) -> dict:
     reason = None
     if timed_out:
         reason = f"timeout after {timeout:g} s"
+    elif cancelled:
+        reason = "cancelled: the caller stopped waiting"
     elif oom and returncode == -signal.SIGKILL:
         reason = "out of memory: killed at the sandbox's memory limit"
     elif oom:
@@ -613,8 +625,18 @@ def op_realpath(req: dict) -> dict:
     return {"path": sandbox_path(os.path.realpath(host_path(req["path"])))}
 
 
+def op_cancel(req: dict) -> dict:
+    with _groups_lock:
+        _cancelled.add(req["target"])
+        pgid = _group_of_request.get(req["target"])
+    if pgid is not None:
+        _kill_group(pgid)
+    return {}
+
+
 OPS = {
     "exec": op_exec,
+    "cancel": op_cancel,
     "read": op_read,
     "read_lines": op_read_lines,
     "write": op_write,

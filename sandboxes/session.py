@@ -227,12 +227,27 @@ class RunnerSession:
             if op == "exec":  # the runner enforces the command's timeout: its answer was lost
                 raise SandboxError(what) from None
             raise TimeoutError(errno_codes.ETIMEDOUT, what, fields.get("path")) from None
+        except asyncio.CancelledError:
+            if op == "exec":  # nobody waits for the command any more: stop it, with what it started
+                self._cancel(request_id)
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
         if not message.get("ok"):
             raise _error(message, fields.get("path"))
         return message
+
+    def _cancel(self, request_id: int) -> None:
+        """Ask the runner to kill the processes of exec request ``request_id`` (fire and forget)."""
+        if self._lost:
+            return
+        try:
+            self._write(
+                json.dumps({"id": next(self._ids), "op": "cancel", "target": request_id}).encode() + b"\n"
+            )
+        except OSError:
+            pass  # the runner is gone, and its commands with it
 
     # --- typed operations -----------------------------------------------------------------------
     async def exec(

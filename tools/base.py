@@ -1,9 +1,10 @@
 """What every tool shares: the result type, the per-task context and the ``Tool`` base class.
 
 A tool publishes an OpenAI-style function spec (name, description, JSON Schema of its
-parameters) and runs with ``await tool.run(args, ctx)``. Arguments are validated against the
+parameters), says what a call is for the policy (:meth:`Tool.action`, :meth:`Tool.mutates`,
+:meth:`Tool.command_line`) and runs with ``await tool.run(args, ctx)``. Arguments are validated against the
 schema first (:meth:`Tool.validate`); a tool signals a bad call by raising :class:`ToolError`,
-which :func:`clover_agent.tools.registry.execute` turns into ``ToolResult(ok=False, ...)`` so the
+which :func:`clover_agent.tools.registry.run_call` turns into ``ToolResult(ok=False, ...)`` so the
 model reads the message and the agent loop never sees an exception.
 """
 
@@ -97,19 +98,34 @@ class Tool(abc.ABC):
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
-    def validate(self, args: object) -> None:
-        """Raise :class:`ToolError` with a readable message when ``args`` break the schema."""
+    def validate(self, args: object, *, schema_checked: bool = False) -> None:
+        """Raise :class:`ToolError` with a readable message when ``args`` break the schema or hold
+        strings no command or file can (``schema_checked``: the schema was checked already, by the
+        backend's parser; only the strings are)."""
         if not isinstance(args, dict):
             raise ToolError(
                 f"Invalid arguments for tool `{self.name}`: expected a JSON object, got {type(args).__name__}."
             )
         validator = jsonschema.Draft202012Validator(self.parameters)
-        errors = sorted(validator.iter_errors(args), key=lambda e: (list(e.absolute_path), e.message))
+        errors = [] if schema_checked else validator.iter_errors(args)
+        errors = sorted(errors, key=lambda e: (list(e.absolute_path), e.message))
         if errors:
             lines = [_describe(e) for e in errors]
             raise ToolError(f"Invalid arguments for tool `{self.name}`: " + "; ".join(lines))
         for where, problem in _bad_strings(args, ""):
             raise ToolError(f"Invalid arguments for tool `{self.name}`: `{where}` {problem}.")
+
+    def action(self, args: dict[str, Any]) -> str:
+        """What a policy's ``tool`` pattern matches for this call (the editor: ``editor:<command>``)."""
+        return self.name
+
+    def mutates(self, args: dict[str, Any]) -> bool:
+        """Whether this call may change the workspace (the agent snapshots it first)."""
+        return False
+
+    def command_line(self, args: dict[str, Any]) -> str | None:
+        """The command line this call runs, if it runs one (a policy's ``command`` pattern matches it)."""
+        return None
 
     @abc.abstractmethod
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

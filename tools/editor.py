@@ -51,6 +51,8 @@ from clover_agent.tools.paths import (
 from clover_agent.tools.textfile import MAX_TEXT_BYTES, decode_text
 
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
+#: The commands that change files (everything but ``view``).
+MUTATING_COMMANDS = frozenset(COMMANDS) - {"view"}
 SNIPPET_CONTEXT_LINES = 4
 RUNG_NOTES = {
     "exact": "",
@@ -169,6 +171,13 @@ class EditorTool(Tool):
         "required": ["command", "path"],
         "additionalProperties": False,
     }
+
+    def action(self, args: dict[str, Any]) -> str:
+        command = args.get("command")
+        return f"editor:{command}" if isinstance(command, str) else self.name
+
+    def mutates(self, args: dict[str, Any]) -> bool:
+        return args.get("command") in MUTATING_COMMANDS
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         command, path = args["command"], args["path"]

@@ -107,6 +107,13 @@ class ShellTool(Tool):
         "additionalProperties": False,
     }
 
+    def mutates(self, args: dict[str, Any]) -> bool:
+        return True  # any command may
+
+    def command_line(self, args: dict[str, Any]) -> str | None:
+        command = args.get("command")
+        return command if isinstance(command, str) else None
+
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         timeout = float(args.get("timeout", DEFAULT_TIMEOUT_S))
         result = await ctx.sandbox.exec(shell_script(ctx.session_id, args["command"]), timeout=timeout)

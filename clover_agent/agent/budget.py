@@ -3,7 +3,7 @@
 A budget is spent when the next call could not fit: the steps taken reach ``max_steps``, the time
 since the start reaches ``max_time_s``, or the tokens used so far plus the prompt about to be sent
 exceed ``max_tokens`` (tokens count what the model reads and writes on every call, as an API bills
-them). Crossing ``warn_fraction`` of a resource is reported once per resource, so front ends can
+them). The clock stops while the agent waits for a person (:meth:`Budget.pause`). Crossing ``warn_fraction`` of a resource is reported once per resource, so front ends can
 show it before the run is cut off.
 """
 
@@ -32,10 +32,23 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     elapsed_before_s: float = 0.0  # time spent by earlier runs this one resumes
     _warned: set[str] = field(default_factory=set)
+    _paused_at: float | None = None
 
     @property
     def elapsed_s(self) -> float:
-        return self.elapsed_before_s + time.monotonic() - self.started
+        now = self._paused_at if self._paused_at is not None else time.monotonic()
+        return self.elapsed_before_s + now - self.started
+
+    def pause(self) -> None:
+        """Stop the clock (the agent waits for a person: between requests, after an interrupt)."""
+        if self._paused_at is None:
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Start the clock again where :meth:`pause` stopped it."""
+        if self._paused_at is not None:
+            self.started += time.monotonic() - self._paused_at
+            self._paused_at = None
 
     def limits(self) -> dict[str, float | None]:
         return {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "max_tokens": self.max_tokens}

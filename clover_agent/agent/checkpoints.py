@@ -93,11 +93,14 @@ class Checkpoints:
         return next((c for c in self.taken if c.turn >= turn), None)
 
     async def undo_to(self, turn: int) -> Checkpoint | None:
-        """Put the workspace back as it was when ``turn`` began; returns the snapshot used."""
+        """Put the workspace back as it was when ``turn`` began; returns the snapshot used. That
+        snapshot and the later ones are forgotten: they belong to the undone work, and the workspace
+        is now what the used one holds (the next mutating call snapshots it again)."""
         checkpoint = self.at_turn(turn)
         if checkpoint is None:
             return None
         await self.restore(checkpoint)
+        del self.taken[self.taken.index(checkpoint) :]
         return checkpoint
 
     async def restore(self, checkpoint: Checkpoint) -> None:

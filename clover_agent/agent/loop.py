@@ -1,13 +1,26 @@
 """The agent loop: ask the model, run the tool calls it makes, feed back the results, repeat.
 
-One step: condense the conversation if it nears the window → check the budgets → the model writes
-a turn (streamed as events) → a malformed turn gets its format error back as a message → each call
-passes the policy, gets a checkpoint if it may change the workspace, runs in the sandbox, and its
-result becomes a ``tool`` message. A prompt the backend still finds too long for its window
-(:class:`ContextOverflow`) is condensed harder once and sent again. The run ends when ``finish``
-is called (:class:`Submitted`), a budget is spent (:class:`LimitsExceeded`), the agent is stuck
-(:class:`AgentStuck`) or the backend or sandbox fails (:class:`CloverError`); every ending emits one ``Done`` event and returns a
-:class:`RunResult` — no exception reaches the caller for these.
+One step: take the user messages sent in since the last step → condense the conversation if it
+nears the window → check the budgets → the model writes a turn (streamed as events) → a malformed
+turn gets its format error back as a message → each call passes the policy (a person is asked
+through :class:`~clover_agent.agent.approvals.Approvals` where it says ``ask``), gets a checkpoint if
+its tool says it may change the workspace, runs in the sandbox, and its result becomes a ``tool``
+message. A prompt the backend still finds too long for its window (:class:`ContextOverflow`) is
+condensed harder once and sent again. A run ends when ``finish`` is called (:class:`Submitted`), a
+budget is spent (:class:`LimitsExceeded`), the agent is stuck (:class:`AgentStuck`) or the backend,
+the engine or the sandbox fails (any of :data:`~clover_agent.errors.RUN_ERRORS`); every ending
+emits one ``Done`` event and returns a :class:`RunResult` — no exception reaches the caller for
+these. The conversation, the sandbox and the budget outlive a run: :meth:`Agent.continue_with`
+sends a new request in the same conversation.
+
+Front ends steer a running agent from their own tasks (see docs/architecture.md): ``send`` a user
+message (read at the next step boundary), ``interrupt`` the model call or tool call under way (the
+agent then waits for the user's message), answer approvals by call id, and, between runs, ``undo``
+the workspace to an earlier step.
+
+The module sequences a run, which is why it is long; what stands alone lives beside it:
+:mod:`.calls` (one tool call), :mod:`.model_call` (one model call), :mod:`.steering`,
+:mod:`.approvals` and :mod:`.notes` (what the model is told about the run).
 
 After each mutating call that changed the workspace, its diff is recorded (``WorkspaceChanged``), so
 the trajectory always holds the workspace to resume from, even when the run is interrupted or killed
@@ -18,64 +31,39 @@ the stop cut off, and continues the recorded conversation.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import threading
-import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget, LimitsExceeded
-from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
-from clover_agent.agent.context import Condensation, Condenser
-from clover_agent.agent.policy import (
-    DEFAULT_PRESET,
-    Approver,
-    Policy,
-    call_action,
-    decide,
-    is_mutating,
-    preset,
-)
+from clover_agent.agent.calls import ToolCaller
+from clover_agent.agent.checkpoints import Checkpoint, Checkpoints, restore_workspace
+from clover_agent.agent.condenser import Condenser
+from clover_agent.agent.model_call import ModelCaller
+from clover_agent.agent.notes import CUT_OFF, INTERRUPTED_CALL, INTERRUPTED_REPLY, NO_TOOL_CALL, NOT_RUN
+from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset
+from clover_agent.agent.steering import Interrupted, Steering
 from clover_agent.agent.stuck import AgentStuck, StuckDetector
 from clover_agent.agent.trajectory import ResumeState
-from clover_agent.backends.base import BackendEvent, ContextOverflow, ModelBackend, ModelTurn
-from clover_agent.backends.threads import call_soon
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.backends.base import ModelBackend
+from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import (
-    ApprovalDecided,
-    ApprovalRequested,
     BudgetWarning,
-    CheckpointTaken,
-    ContextCondensed,
+    CallInterrupted,
     Done,
     ErrorReported,
     EventBus,
     MessageAdded,
-    ModelDelta,
     ModelResponded,
-    ProvisionalBlock,
     RunStarted,
-    ToolCallFinished,
-    ToolCallStarted,
     WorkspaceChanged,
+    WorkspaceUndone,
 )
 from clover_agent.protocol import ToolCall
 from clover_agent.sandboxes.base import Sandbox, SandboxError
-from clover_agent.tools import registry
-from clover_agent.tools.base import ToolResult
-
-NO_TOOL_CALL = (
-    "Your reply contained no tool call. Every reply must call a tool: continue the work with one, "
-    "or call `finish` with a summary if the task is done."
-)
-INTERRUPTED_CALL = (
-    "This call did not complete: the run stopped while it ran and was resumed later in a fresh "
-    "sandbox. The workspace is as it was before this call; run it again if it is still needed."
-)
-CUT_OFF = (
-    "Your reply was cut off at the output length limit before it contained a complete tool call. "
-    "Write less before the call (shorter reasoning), then call a tool."
-)
+from clover_agent.tools.base import Tool, ToolContext
+from clover_agent.tools.registry import SANDBOX_LOST, default_tools
 
 
 class Submitted(Exception):
@@ -88,7 +76,7 @@ class Submitted(Exception):
 
 @dataclass
 class RunResult:
-    outcome: str  # submitted | budget_exhausted | stuck | error
+    outcome: str  # submitted | budget_exhausted | stuck | error | interrupted
     exit_code: ExitCode
     message: str
     summary: str = ""
@@ -101,7 +89,10 @@ class RunResult:
 
 
 class Agent:
-    """Drives one task in one sandbox with one backend; everything it does is an event on ``bus``."""
+    """Drives one conversation in one sandbox with one backend; everything it does is an event on
+    ``bus``. ``tools``: the tool objects it offers the model and runs (default: the standard ones).
+    ``approvals``: where a person answers the calls the policy asks about (None: no one can be
+    asked, so those are denied)."""
 
     def __init__(
         self,
@@ -112,28 +103,67 @@ class Agent:
         run_id: str,
         policy: Policy | None = None,
         budget: Budget | None = None,
-        approver: Approver | None = None,
+        approvals: Approvals | None = None,
         checkpoints: bool = True,
         stuck_repeats: int = 3,
-        tools: list[dict[str, Any]] | None = None,
+        tools: Sequence[Tool] | None = None,
         condenser: Condenser | None = None,
     ) -> None:
         self.backend = backend
         self.sandbox = sandbox
         self.bus = bus
         self.run_id = run_id
-        self.policy = policy or preset(DEFAULT_PRESET)
-        self.budget = budget or Budget()
-        self.approver = approver
         self.checkpoints = Checkpoints(sandbox, run_id) if checkpoints else None
         self.stuck = StuckDetector(stuck_repeats)
-        self.tools = tools if tools is not None else registry.tool_specs()
+        self.tools: dict[str, Tool] = {tool.name: tool for tool in (tools or default_tools())}
+        self.tool_specs: list[dict[str, Any]] = [tool.spec() for tool in self.tools.values()]
+        self.tool_context = ToolContext.of(sandbox)
         self.condenser = condenser or Condenser(backend.context_window)
+        self.steering = Steering()
+        self.model = ModelCaller(backend, self.tool_specs, bus, budget or Budget(), self.condenser)
+        self.caller = ToolCaller(
+            self.tools,
+            self.tool_context,
+            bus,
+            self.steering,
+            policy or preset(DEFAULT_PRESET),
+            approvals,
+            self.checkpoints,
+        )
         self.messages: list[dict[str, Any]] = []
+        self.running = False
         self._last_patch = ""  # the workspace diff as last read (recorded as WorkspaceChanged)
         self._workspace_known = True  # False while a resumed run's patch is not yet restored
         self._spent_before = ResumeState(run_id, "")  # steps/tokens/time of earlier segments, when
         # they are not counted in the budget (a resumption with a fresh budget)
+
+    # The budget, policy and approvals live where they are used; a front end may replace them
+    # between requests (a fresh budget per request, a policy switched by the person).
+    @property
+    def budget(self) -> Budget:
+        return self.model.budget
+
+    @budget.setter
+    def budget(self, budget: Budget) -> None:
+        self.model.budget = budget
+
+    @property
+    def policy(self) -> Policy:
+        return self.caller.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.caller.policy = policy
+
+    @property
+    def approvals(self) -> Approvals | None:
+        return self.caller.approvals
+
+    @approvals.setter
+    def approvals(self, approvals: Approvals | None) -> None:
+        self.caller.approvals = approvals
+
+    # -- what front ends call ------------------------------------------------------------------------
 
     async def run(
         self, task: str, system: str, *, resume: ResumeState | None = None, fresh_budget: bool = False
@@ -142,17 +172,8 @@ class Agent:
         workspace patch is applied to this (fresh) sandbox and its conversation continues. The
         earlier run's steps, tokens and time count against this budget unless ``fresh_budget``
         (they still count in the stats and the step numbers either way)."""
-        self.bus.emit(
-            RunStarted(
-                run_id=self.run_id,
-                task=task,
-                backend=self.backend.name,
-                tools=self.tools,
-                limits=self.budget.limits(),
-                resumed=resume is not None,
-            )
-        )
-        try:
+
+        async def begin() -> None:
             if resume is not None:
                 self._last_patch, self._workspace_known = resume.patch, False
                 await restore_workspace(self.sandbox, resume.patch)
@@ -167,6 +188,80 @@ class Agent:
             else:
                 self._add({"role": "system", "content": system})
                 self._add({"role": "user", "content": task})
+
+        return await self._run(task, resumed=resume is not None, begin=begin)
+
+    async def continue_with(self, text: str) -> RunResult:
+        """A new request in the same conversation and sandbox, after a run ended (e.g. after
+        ``finish``): ``text`` is the user's message; runs until it ends like :meth:`run`."""
+
+        async def begin() -> None:
+            self._add({"role": "user", "content": text})
+
+        return await self._run(text, resumed=True, begin=begin)
+
+    def send(self, text: str) -> None:
+        """Add a user message to the running conversation; the model reads it at the next step
+        boundary (after the calls of the current turn), or at once when paused by an interrupt."""
+        self.steering.send(text)
+
+    def interrupt(self, message: str | None = None) -> bool:
+        """Stop the model call or tool call under way at once; the interrupt is recorded in the
+        conversation and the agent waits for a user message (``message``, or the next :meth:`send`)
+        before going on. The run does not end. False when no call was under way (a running agent
+        still waits for a message before its next model call; an idle one ignores it)."""
+        return self.running and self.steering.interrupt(message)
+
+    def answer_approval(self, call_id: str, answer: Answer | str) -> bool:
+        """Answer the approval request of ``call_id`` (once / always / deny); False when none waits."""
+        return self.approvals is not None and self.approvals.answer(call_id, answer)
+
+    async def undo(self, step: int) -> Checkpoint | None:
+        """Put the workspace back as it was when ``step`` began (through the run's checkpoints) and
+        tell the model what was undone. Only while no call is under way (between runs, or paused
+        after an interrupt). None when nothing changed since ``step``."""
+        if self.checkpoints is None:
+            raise UsageError("this agent takes no checkpoints, so it cannot undo")
+        if self.steering.busy:
+            raise UsageError("the agent is running a call: interrupt it before undoing")
+        undone = [c for c in self.checkpoints.taken if c.turn >= step]
+        checkpoint = await self.checkpoints.undo_to(step)
+        if checkpoint is None:
+            return None
+        self.tool_context.edit_history.clear()  # the editor's undo history is of the undone files
+        what = ", ".join(f"step {c.turn} {c.tool}" for c in undone)
+        self.bus.emit(WorkspaceUndone(step=step, ref=checkpoint.ref, commit=checkpoint.commit, undone=what))
+        self._add(
+            {
+                "role": "user",
+                "content": f"[The user undid the changes made since step {step} began ({what}): the "
+                "workspace is back as it was then. Read the files again before relying on what you saw "
+                "of them since.]",
+            }
+        )
+        await self._record_workspace(self._next_step() - 1, "")
+        return checkpoint
+
+    # -- the run -------------------------------------------------------------------------------------
+
+    async def _run(self, task: str, *, resumed: bool, begin: Any) -> RunResult:
+        if self.running:
+            raise UsageError("the agent is already running")
+        self.running = True
+        self.steering.resume()  # the request is the user's message: nothing more to wait for
+        self.budget.resume()
+        self.bus.emit(
+            RunStarted(
+                run_id=self.run_id,
+                task=task,
+                backend=self.backend.name,
+                tools=self.tool_specs,
+                limits=self.budget.limits(),
+                resumed=resumed,
+            )
+        )
+        try:
+            await begin()
             while True:
                 await self._step()
         except Submitted as done:
@@ -175,18 +270,20 @@ class Agent:
             result = RunResult("budget_exhausted", exc.exit_code, exc.message)
         except AgentStuck as exc:
             result = RunResult("stuck", exc.exit_code, exc.message)
-        except CloverError as exc:
-            result = RunResult("error", exc.exit_code, exc.message)
+        except RUN_ERRORS as exc:
+            result = RunResult("error", exit_code_for(exc), message_of(exc))
         except (asyncio.CancelledError, KeyboardInterrupt):
             await self._finish(RunResult("interrupted", ExitCode.INTERRUPTED, "interrupted"))
             raise
         return await self._finish(result)
 
     async def _finish(self, result: RunResult) -> RunResult:
+        self.running = False
+        self.budget.pause()  # until the next request: waiting for a person is not the agent's time
         try:
             # A workspace the resumed patch could not be restored to is not the run's: keep the patch.
             result.patch = await self.sandbox.diff() if self._workspace_known else self._last_patch
-        except (CloverError, OSError) as exc:
+        except (*RUN_ERRORS, OSError) as exc:
             result.patch = self._last_patch
             if result.outcome != "interrupted":  # an interrupt closes the sandbox: expected, not news
                 result.message += (
@@ -223,6 +320,9 @@ class Agent:
         self.messages.append(message)
         self.bus.emit(MessageAdded(message=message))
 
+    def _answer(self, call: ToolCall, content: str) -> None:
+        self._add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content})
+
     def _close_interrupted_calls(self) -> None:
         """Answer the calls of the last assistant turn that got no result (the run stopped while they
         ran), so the resumed conversation is well formed: every call followed by its result."""
@@ -235,28 +335,35 @@ class Agent:
         answered = {m.get("tool_call_id") for m in self.messages[last + 1 :] if m["role"] == "tool"}
         for call in self.messages[last].get("tool_calls") or []:
             if call["id"] not in answered:
+                name = call["function"]["name"]
                 self._add(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call["id"],
-                        "name": call["function"]["name"],
-                        "content": INTERRUPTED_CALL,
-                    }
+                    {"role": "tool", "tool_call_id": call["id"], "name": name, "content": INTERRUPTED_CALL}
                 )
 
+    def _next_step(self) -> int:
+        return self._spent_before.steps + self.budget.steps + 1
+
     async def _step(self) -> None:
-        step = self._spent_before.steps + self.budget.steps + 1
+        for text in await self.steering.take_messages(self._waiting_for_user):
+            self._add({"role": "user", "content": text})
+        step = self._next_step()
         # One count per step: the condenser reuses it, and a condensation reports its new size.
-        prompt_tokens = self.backend.count_tokens(self.messages, self.tools)
-        condensation = self._condense(step, prompt_tokens)
+        prompt_tokens = self.model.count(self.messages)
+        condensation = self.model.condense(step, self.messages, prompt_tokens)
         if condensation is not None:
-            prompt_tokens = condensation.tokens_after
+            self.messages, prompt_tokens = condensation.messages, condensation.tokens_after
         for resource, used, limit in self.budget.check(prompt_tokens):
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
+        if self.steering.paused:  # interrupted between calls: wait for the user before asking the model
+            return
         try:
-            turn = await self._complete(step)
-        except ContextOverflow as overflow:
-            turn = await self._complete_condensed_harder(step, overflow)
+            turn, self.messages = await self.steering.interruptible(
+                lambda: self.model.complete(step, self.messages)
+            )
+        except Interrupted:
+            self.bus.emit(CallInterrupted(step=step, during="model"))
+            self._add({"role": "user", "content": INTERRUPTED_REPLY})
+            return
         # Servers that report no usage get the local estimate, so the token budget still holds.
         prompt_tokens = turn.prompt_tokens or prompt_tokens
         self.budget.record_call(prompt_tokens, turn.completion_tokens)
@@ -284,147 +391,33 @@ class Agent:
             self._nudge(self.stuck.observe(error=problem))
             return
         for call in turn.tool_calls:
-            await self._call(step, call)
-
-    def _condense(
-        self, step: int, tokens: int | None = None, condenser: Condenser | None = None
-    ) -> Condensation | None:
-        """Condense with ``condenser`` (default: the agent's) when over its limit; the condensation
-        if it did. ``tokens``: the prompt's current size, when already counted."""
-        condenser = condenser or self.condenser
-        condensation = condenser.condense(
-            self.messages, lambda m: self.backend.count_tokens(m, self.tools), tokens
-        )
-        if condensation is None:
-            return None
-        self.messages = condensation.messages
-        self.bus.emit(
-            ContextCondensed(
-                step=step,
-                note=condensation.note,
-                dropped=condensation.dropped,
-                tokens_before=condensation.tokens_before,
-                tokens_after=condensation.tokens_after,
-                messages=condensation.messages,
-            )
-        )
-        return condensation
-
-    async def _complete_condensed_harder(self, step: int, overflow: ContextOverflow) -> ModelTurn:
-        """The backend found the prompt too long for its window although the condenser let it pass
-        (its limit leaves only the latest messages untouched, or its count was an estimate):
-        condense once more, keeping only the newest message besides the system prompt and task and
-        aiming lower by the overshoot, then ask again. Still too long ends the run (exit 7)."""
-        harder = replace(
-            self.condenser,
-            keep_recent=1,
-            threshold=self.condenser.threshold * min(1.0, overflow.context_window / overflow.prompt_tokens),
-        )
-        if self._condense(step, condenser=harder) is not None:
-            try:
-                return await self._complete(step)
-            except ContextOverflow as again:
-                overflow = again
-        raise CloverError(
-            f"{overflow.message} Condensing the conversation did not make it fit: the system prompt, "
-            "the task and the latest message alone are too long for this model's context window.",
-            exit_code=ExitCode.AGENT_ERROR,
-        )
-
-    async def _complete(self, step: int) -> ModelTurn:
-        loop = asyncio.get_running_loop()
-        loop_thread = threading.get_ident()
-
-        def forward(event: BackendEvent) -> None:
-            if event.block is not None:
-                out = ProvisionalBlock(step=step, **dataclasses.asdict(event.block))
+            if self.steering.paused:  # interrupted during an earlier call of this turn
+                self._answer(call, NOT_RUN)
             else:
-                out = ModelDelta(step=step, kind=event.kind, text=event.text)
-            # Backends may stream from a worker thread (the engine does); the bus lives on the loop.
-            if threading.get_ident() == loop_thread:
-                self.bus.emit(out)
-            else:
-                call_soon(loop, self.bus.emit, out)
+                await self._call(step, call)
 
-        remaining = self.budget.remaining_time_s()
-        try:
-            async with asyncio.timeout(remaining):
-                return await self.backend.complete(self.messages, self.tools, on_event=forward)
-        except TimeoutError:
-            raise LimitsExceeded(
-                f"time budget exhausted during a model call: {self.budget.max_time_s:.0f} s used "
-                "(raise --max-time)"
-            ) from None
+    def _waiting_for_user(self, waiting: bool) -> None:
+        if waiting:
+            self.budget.pause()
+        else:
+            self.budget.resume()
+
+    # -- one tool call -------------------------------------------------------------------------------
 
     async def _call(self, step: int, call: ToolCall) -> None:
-        self.bus.emit(ToolCallStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
-        started = time.monotonic()
-        approval = await decide(self.policy, call.name, call.arguments, self.approver)
-        if approval.asked:
-            self.bus.emit(
-                ApprovalRequested(
-                    step=step,
-                    call_id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    reason=approval.reason,
-                )
-            )
-        if approval.asked or not approval.approved:
-            self.bus.emit(
-                ApprovalDecided(
-                    step=step,
-                    call_id=call.id,
-                    name=call.name,
-                    approved=approval.approved,
-                    decided_by=approval.decided_by,
-                    reason=approval.reason,
-                )
-            )
-        if not approval.approved:
-            target = call.arguments.get("path") or call.arguments.get("command") or ""
-            result = ToolResult(
-                False,
-                f"This call ({call_action(call.name, call.arguments)} {target}".rstrip()
-                + f") was not allowed: {approval.reason}. Do not retry it; find another way that stays "
-                "within the workspace and the allowed tools.",
-            )
-        else:
-            if self.checkpoints is not None and is_mutating(call.name, call.arguments):
-                checkpoint = await self.checkpoints.snapshot(step, call_action(call.name, call.arguments))
-                self.bus.emit(
-                    CheckpointTaken(
-                        turn=step, ref=checkpoint.ref, commit=checkpoint.commit, tool=checkpoint.tool
-                    )
-                )
-            result = await registry.execute(call.name, call.arguments, self.sandbox)
-        full = result.data.get("output")
-        if isinstance(full, str):  # kept once, as full_output (a shell's output can be megabytes)
-            data = {key: value for key, value in result.data.items() if key != "output"}
-        else:
-            full, data = result.output, result.data
-        self.bus.emit(
-            ToolCallFinished(
-                step=step,
-                call_id=call.id,
-                name=call.name,
-                output=result.output,
-                is_error=not result.ok,
-                full_output=full,
-                data=data,
-                duration_s=round(time.monotonic() - started, 3),
-            )
-        )
-        self._add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.output})
-        if registry.SANDBOX_LOST in result.data:  # every later call would fail the same way
+        outcome = await self.caller.call(step, call)
+        result = outcome.result
+        self._answer(call, result.output)
+        if SANDBOX_LOST in result.data:  # every later call would fail the same way
             raise SandboxError(
-                f"the sandbox stopped working during the {call.name} call: {result.data[registry.SANDBOX_LOST]}"
+                f"the sandbox stopped working during the {call.name} call: {result.data[SANDBOX_LOST]}"
             )
-        if approval.approved and is_mutating(call.name, call.arguments):
+        if outcome.may_have_changed:
             await self._record_workspace(step, call.id)
         if result.ends_task:
             raise Submitted(str(result.data.get("summary", "")))
-        self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))
+        if not outcome.interrupted:
+            self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))
 
     async def _record_workspace(self, step: int, call_id: str) -> None:
         """Record the workspace diff when a call changed it: the trajectory then always holds the

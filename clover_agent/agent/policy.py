@@ -1,13 +1,16 @@
-"""Which tool calls may run: allow / ask / deny rules over tools, paths and shell commands.
+"""Which tool calls may run: allow / ask / deny rules over tools, paths and commands.
 
-A rule matches a call by glob patterns: ``tool`` against the call's action (``editor:view``,
-``editor:create``, … for the editor, the bare tool name for the others — a bare ``editor`` matches
-every editor command), ``path`` against the call's normalised ``path`` argument (``!`` in front
-negates: ``!/workspace/*`` is "outside the workspace") and ``command`` against a shell command. Among the rules that match, the strictest wins: deny over ask over allow. A call no
+A rule matches a call (a :class:`CallView`: what the tool says about the call) by glob patterns:
+``tool`` against the call's action (the tool's :meth:`~clover_agent.tools.base.Tool.action`, e.g.
+``editor:view``, ``editor:create`` for the editor, the bare name for the others — a bare ``editor``
+matches every editor command), ``path`` against the call's normalised ``path`` argument (``!`` in
+front negates: ``!/workspace/*`` is "outside the workspace") and ``command`` against the command
+line the call runs (the tool's :meth:`~clover_agent.tools.base.Tool.command_line`; the shell's
+``command``). Among the rules that match, the strictest wins: deny over ask over allow. A call no
 rule matches gets the policy's ``default``.
 
-``ask`` is settled by an approval callback (a person at a terminal). Where there is no terminal,
-``ask`` resolves to deny, and the loop records that decision as an event.
+``ask`` is settled by a person through :class:`~clover_agent.agent.approvals.Approvals`; where no
+one can be asked, it resolves to deny, and the loop records that decision as an event.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from __future__ import annotations
 import enum
 import fnmatch
 import posixpath
-from collections.abc import Awaitable, Callable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from clover_agent.errors import UsageError
+from clover_agent.tools.base import Tool
 
 
 class Decision(enum.IntEnum):
@@ -30,23 +34,25 @@ class Decision(enum.IntEnum):
     DENY = 2
 
 
-#: Editor commands that change files (everything but ``view``).
-MUTATING_EDITOR_COMMANDS = frozenset({"create", "str_replace", "insert", "undo_edit"})
+@dataclass(frozen=True)
+class CallView:
+    """One call as the policy sees it, from what its tool declares."""
 
+    name: str
+    arguments: dict[str, Any]
+    action: str  # what ``tool`` patterns match: "editor:create", or the tool's name
+    command: str | None = None  # the command line the call runs, if any
+    mutates: bool = False  # whether the call may change the workspace
 
-def call_action(name: str, arguments: dict[str, Any]) -> str:
-    """The string ``tool`` patterns match: ``editor:<command>`` for the editor, else the name."""
-    command = arguments.get("command")
-    if name == "editor" and isinstance(command, str):
-        return f"editor:{command}"
-    return name
-
-
-def is_mutating(name: str, arguments: dict[str, Any]) -> bool:
-    """Whether a call may change the workspace (and so gets a checkpoint before it runs)."""
-    if name == "shell":
-        return True
-    return name == "editor" and arguments.get("command") in MUTATING_EDITOR_COMMANDS
+    @classmethod
+    def of(cls, tool: Tool, arguments: dict[str, Any]) -> CallView:
+        return cls(
+            tool.name,
+            arguments,
+            tool.action(arguments),
+            tool.command_line(arguments),
+            tool.mutates(arguments),
+        )
 
 
 def _path_matches(path: str, pattern: str) -> bool:
@@ -66,19 +72,17 @@ class Rule:
     path: str | None = None
     command: str | None = None
 
-    def matches(self, name: str, arguments: dict[str, Any]) -> bool:
-        action = call_action(name, arguments)
-        if not (fnmatch.fnmatchcase(action, self.tool) or fnmatch.fnmatchcase(name, self.tool)):
+    def matches(self, call: CallView) -> bool:
+        if not (fnmatch.fnmatchcase(call.action, self.tool) or fnmatch.fnmatchcase(call.name, self.tool)):
             return False
         if self.path is not None:
-            path = arguments.get("path")
+            path = call.arguments.get("path")
             if not isinstance(path, str) or not _path_matches(path, self.path):
                 return False
-        if self.command is not None:
-            command = arguments.get("command") if name == "shell" else None
-            if not isinstance(command, str) or not fnmatch.fnmatchcase(command.strip(), self.command):
-                return False
-        return True
+        command = call.command
+        return self.command is None or (
+            command is not None and fnmatch.fnmatchcase(command.strip(), self.command)
+        )
 
     def describe(self) -> str:
         parts = [f"tool={self.tool}"]
@@ -93,6 +97,10 @@ class Rule:
 class Verdict:
     decision: Decision
     reason: str
+    #: What an ``always`` answer is remembered by: the rule that decided (None: the default), the
+    #: call's action and its exact command line, if it runs one ("always" for ``pip install x``
+    #: covers that command, not every install).
+    key: Hashable = None
 
 
 @dataclass(frozen=True)
@@ -101,12 +109,14 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     default: Decision = Decision.ALLOW
 
-    def check(self, name: str, arguments: dict[str, Any]) -> Verdict:
-        matching = [rule for rule in self.rules if rule.matches(name, arguments)]
+    def check(self, call: CallView) -> Verdict:
+        matching = [rule for rule in self.rules if rule.matches(call)]
         if not matching:
-            return Verdict(self.default, f"no rule of policy {self.name!r} matches; default")
+            reason = f"no rule of policy {self.name!r} matches; default"
+            return Verdict(self.default, reason, (None, call.action, call.command))
         strictest = max(matching, key=lambda rule: rule.decision)
-        return Verdict(strictest.decision, f"policy {self.name!r}: {strictest.describe()}")
+        reason = f"policy {self.name!r}: {strictest.describe()}"
+        return Verdict(strictest.decision, reason, (strictest, call.action, call.command))
 
 
 #: Paths outside the workspace are refused (the tools refuse them too; this says why, earlier).
@@ -151,32 +161,3 @@ def preset(name: str) -> Policy:
         return PRESETS[name]
     except KeyError:
         raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(PRESETS)}") from None
-
-
-#: Settles an ``ask``: gets (tool name, arguments, reason), returns True to allow.
-Approver = Callable[[str, dict[str, Any], str], Awaitable[bool]]
-
-
-@dataclass
-class ApprovalOutcome:
-    approved: bool
-    decided_by: str  # "policy" | "user" | "no-terminal"
-    reason: str
-    asked: bool = False
-
-
-async def decide(
-    policy: Policy, name: str, arguments: dict[str, Any], approver: Approver | None
-) -> ApprovalOutcome:
-    """Apply the policy to one call; ``approver`` None means no terminal (ask resolves to deny)."""
-    verdict = policy.check(name, arguments)
-    if verdict.decision is Decision.ALLOW:
-        return ApprovalOutcome(True, "policy", verdict.reason)
-    if verdict.decision is Decision.DENY:
-        return ApprovalOutcome(False, "policy", verdict.reason)
-    if approver is None:
-        return ApprovalOutcome(
-            False, "no-terminal", f"{verdict.reason} (asked, no terminal: denied)", asked=True
-        )
-    approved = await approver(name, arguments, verdict.reason)
-    return ApprovalOutcome(approved, "user", verdict.reason, asked=True)

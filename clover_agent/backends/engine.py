@@ -36,6 +36,7 @@ from clover_agent.backends.base import (
 from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.chat import render_chat
 from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.locate import ModelSources
 from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tokenizer import load_tokenizer
@@ -94,9 +95,9 @@ def _physical_memory_bytes() -> int:
         return 0
 
 
-def _located(model_dir: str | Path | None, configured: str | None) -> EngineReadiness:
+def _located(sources: ModelSources) -> EngineReadiness:
     """The readiness report, or :class:`BackendUnavailable` with it when no weights are found."""
-    report = check_engine(str(model_dir) if model_dir is not None else None, configured)
+    report = check_engine(sources)
     if report.model.path is None:
         raise BackendUnavailable(report.explain())
     return report
@@ -122,15 +123,17 @@ def _device_for(report: EngineReadiness) -> str:
     return device
 
 
-def choose_device(model_dir: str | Path | None, configured: str | None = None) -> tuple[Path, str]:
+def choose_device(sources: ModelSources) -> tuple[Path, str]:
     """The checkpoint folder and the device to run it on, or :class:`BackendUnavailable` with the
     readiness report when this machine cannot run it (the check ``fix`` makes before any work)."""
-    report = _located(model_dir, configured)
+    report = _located(sources)
     return report.model.path, _device_for(report)  # type: ignore[return-value]  # located: not None
 
 
 class EngineBackend(ModelBackend):
-    """Clover in this process. ``sampling`` is a :class:`clover_agent.engine.sampling.SamplingParams`
+    """Clover in this process, from ``model_dir``, else the first checkpoint found in ``sources``
+    (built from the settings by ``clover_agent.launch.model_sources``; this backend reads no
+    environment variable). ``sampling`` is a :class:`clover_agent.engine.sampling.SamplingParams`
     (default: ``SamplingParams.coding()`` with the checkpoint's block size and threshold);
     ``max_new_tokens`` caps each answer and the context window caps it further. A prompt that
     leaves no room in the window raises :class:`ContextOverflow`."""
@@ -142,13 +145,15 @@ class EngineBackend(ModelBackend):
         device: str | None = None,
         dtype: torch.dtype | None = None,
         kernels: str = "auto",
-        configured_model: str | None = None,
+        sources: ModelSources | None = None,
         sampling: SamplingParams | None = None,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         enable_thinking: bool = True,
         progress: TextIO | None = sys.stderr,
     ) -> None:
-        report = _located(model_dir, configured_model)
+        if model_dir is not None or sources is None:
+            sources = ModelSources(explicit=model_dir)
+        report = _located(sources)
         self.model_dir: Path = report.model.path  # type: ignore[assignment]  # located: not None
         self.device = device if device is not None else _device_for(report)
         self.dtype = dtype
@@ -174,6 +179,7 @@ class EngineBackend(ModelBackend):
         self.context_window = self.config.max_position_embeddings
         self._engine: Any = None
         self._load_lock = asyncio.Lock()
+        self._last_prompt: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]] | None = None
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -224,7 +230,14 @@ class EngineBackend(ModelBackend):
         return {**message, "content": content}
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-        return self.tokenizer.encode(self.prompt(messages, tools))
+        """The prompt's token ids. The last rendering is kept: the agent counts the prompt, then
+        asks for the turn of the same conversation, and that renders and tokenises it once."""
+        last = self._last_prompt
+        if last is not None and last[1] is tools and last[0] == messages:
+            return last[2]
+        ids = self.tokenizer.encode(self.prompt(messages, tools))
+        self._last_prompt = ([dict(m) for m in messages], tools, ids)
+        return ids
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         return len(self.prompt_ids(messages, tools))

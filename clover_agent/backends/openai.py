@@ -6,22 +6,15 @@ against the tools' schemas); a server that returns none (no tool parser configur
 parsed with the Qwen3.6 protocol. ``reasoning_content`` is taken when the server splits reasoning
 out, else ``<think>`` is split from the text.
 
-HTTP is the standard library's ``http.client`` in a daemon thread per request (``threads.py``), so
-an interrupted agent never waits on a socket and no dependency is added.
+This module is the chat-completions protocol (the request body, retries, assembling the answer);
+:mod:`clover_agent.backends.http_client` is the HTTP and server-sent-events side.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import http.client
 import json
-import os
-import socket
-import ssl
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import aclosing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,7 +28,7 @@ from clover_agent.backends.base import (
     ModelTurn,
     estimate_tokens,
 )
-from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
+from clover_agent.backends.http_client import HangUp, JsonPostClient, StatusError, describe_error
 from clover_agent.errors import UsageError
 from clover_agent.protocol import (
     ToolCall,
@@ -46,73 +39,8 @@ from clover_agent.protocol import (
     tool_parameters,
 )
 
-#: Environment variables holding the API key, first found wins.
-API_KEY_VARIABLES = ("CLOVER_API_KEY", "OPENAI_API_KEY")
 #: Statuses worth another try: rate limited, or the server (or a proxy) momentarily failing.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-class _StatusError(Exception):
-    """The server answered with an error: an HTTP status, or (status 200) an error event or an
-    answer that is not a chat completion."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-
-
-class _HangUp:
-    """Closes one request's connection from the awaiting side at any moment: before it exists (then
-    as soon as it does), while the reader thread waits for the answer, or after it is read. Shutting
-    the socket down wakes a thread blocked on it and tells the server to stop generating."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._connection: http.client.HTTPConnection | None = None
-        self._done = False
-
-    def connected(self, connection: http.client.HTTPConnection) -> None:
-        with self._lock:
-            self._connection, done = connection, self._done
-        if done:
-            _close(connection)
-
-    def __call__(self) -> None:
-        with self._lock:
-            self._done, connection = True, self._connection
-        if connection is not None:
-            _close(connection)
-
-
-def _close(connection: http.client.HTTPConnection) -> None:
-    sock = connection.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed by the other side
-    connection.close()
-
-
-def iter_sse_data(lines: Iterator[bytes]) -> Iterator[str]:
-    """The ``data`` payloads of a server-sent-events stream (multi-line data joined by newlines;
-    comments, ``event:`` and ``id:`` fields skipped)."""
-    data: list[str] = []
-    for raw in lines:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
 
 
 @dataclass
@@ -137,7 +65,7 @@ class ChatCompletionAccumulator:
 
     def add_chunk(self, chunk: dict[str, Any], on_event: EventCallback | None) -> None:
         if isinstance(chunk.get("error"), dict | str):
-            raise _StatusError(200, _describe_error(chunk["error"]))
+            raise StatusError(200, describe_error(chunk["error"]))
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in _objects(chunk.get("choices")):
@@ -170,7 +98,7 @@ class ChatCompletionAccumulator:
             self.usage = response["usage"]
         choices = _objects(response.get("choices"))
         if not choices:
-            raise _StatusError(200, f"the answer has no choices: {json.dumps(response)[:300]}")
+            raise StatusError(200, f"the answer has no choices: {json.dumps(response)[:300]}")
         message = _object(choices[0].get("message"))
         self.content = _text(message.get("content"))
         self.reasoning = _text(message.get("reasoning_content") or message.get("reasoning"))
@@ -257,44 +185,6 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _describe_error(error: Any) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or json.dumps(error))
-    return str(error)
-
-
-def _error_detail(body: bytes) -> str:
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text[:500] or "(no body)"
-    if isinstance(parsed, dict) and "error" in parsed:
-        return _describe_error(parsed["error"])[:500]
-    if isinstance(parsed, dict) and "detail" in parsed:
-        return str(parsed["detail"])[:500]
-    return text[:500]
-
-
-def _why_unreachable(exc: BaseException, connect_timeout: float) -> str:
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (nothing listens on that port)"
-    if isinstance(exc, socket.gaierror):
-        return "the host name does not resolve"
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {connect_timeout:g} s"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS failed ({exc.reason or exc})"
-    return str(exc) or type(exc).__name__
-
-
-def api_key_from_env() -> str | None:
-    for variable in API_KEY_VARIABLES:
-        if os.environ.get(variable):
-            return os.environ[variable]
-    return None
-
-
 class OpenAIBackend(ModelBackend):
     """Chat completions against ``base_url`` (the API root, e.g. ``http://HOST:30000/v1``).
 
@@ -326,13 +216,9 @@ class OpenAIBackend(ModelBackend):
             )
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
-        self._scheme, self._host, self._port = parts.scheme, parts.hostname, parts.port
-        self._path = f"{parts.path}/chat/completions"
         self.model_name = model_name
-        self.api_key = api_key if api_key is not None else api_key_from_env()
+        self.api_key = api_key  # from the settings (CLOVER_API_KEY, OPENAI_API_KEY); None: no key
         self.stream = stream
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
         self.retries = retries
         self.retry_delay = retry_delay
         self.context_window = context_window
@@ -340,6 +226,7 @@ class OpenAIBackend(ModelBackend):
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         self.name = f"openai:{model_name}@{parts.netloc}"
+        self.client = JsonPostClient(self.url, timeout=timeout, connect_timeout=connect_timeout)
 
     # -- request -------------------------------------------------------------------------------------
 
@@ -370,57 +257,7 @@ class OpenAIBackend(ModelBackend):
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _open(
-        self,
-        payload: bytes,
-        on_connected: Callable[[http.client.HTTPConnection], None] | None = None,
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Connect, send, and return the response once its status is 200 (blocking).
-        ``on_connected`` gets the connection before the request is sent, so another thread can close
-        it (which ends the wait for the answer)."""
-        connection_type = (
-            http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        )
-        connection = connection_type(self._host, self._port, timeout=self.connect_timeout)
-        try:
-            connection.connect()
-        except OSError as exc:
-            connection.close()
-            raise BackendUnavailable(self._unreachable(_why_unreachable(exc, self.connect_timeout))) from exc
-        if on_connected is not None:
-            on_connected(connection)
-        try:
-            connection.sock.settimeout(self.timeout)
-            connection.request("POST", self._path, body=payload, headers=self._headers())
-            response = connection.getresponse()
-            if response.status != 200:
-                detail = _error_detail(response.read(65536))
-                raise _StatusError(response.status, detail)
-        except _StatusError:
-            connection.close()
-            raise
-        except (OSError, http.client.HTTPException) as exc:
-            connection.close()
-            raise BackendUnavailable(self._stopped(exc)) from exc
-        return connection, response
-
-    def _unreachable(self, reason: str) -> str:
-        return (
-            f"Cannot reach the model server at {self.url}: {reason}.\n"
-            "Check that the OpenAI-compatible server (e.g. SGLang serving Clover) is running and reachable "
-            "from this machine, and that --base-url (or CLOVER_BASE_URL) is its API root, "
-            "e.g. http://HOST:30000/v1."
-        )
-
-    def _stopped(self, exc: BaseException) -> str:
-        reason = (
-            f"no data for {self.timeout:g} s"
-            if isinstance(exc, TimeoutError)
-            else str(exc) or type(exc).__name__
-        )
-        return f"The model server at {self.url} stopped answering: {reason}. Check the server's log."
-
-    def _status_message(self, error: _StatusError) -> str:
+    def _status_message(self, error: StatusError) -> str:
         if error.status in (401, 403):
             hint = "Set the API key in CLOVER_API_KEY (or OPENAI_API_KEY)."
         elif error.status == 404:
@@ -434,6 +271,26 @@ class OpenAIBackend(ModelBackend):
 
     # -- completion ----------------------------------------------------------------------------------
 
+    async def _read_stream(
+        self,
+        payload: bytes,
+        accumulator: ChatCompletionAccumulator,
+        on_event: EventCallback | None,
+        hang_up: HangUp,
+    ) -> None:
+        received: list[str] = []
+        async for item in self.client.events(payload, self._headers(), hang_up):
+            received.append(item)
+            try:
+                chunk = json.loads(item)
+            except ValueError:
+                raise StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
+            if isinstance(chunk, dict):
+                accumulator.add_chunk(chunk, on_event)
+        if not accumulator.has_choice:  # not an empty answer: no answer at all
+            last = f"; the last: {received[-1][:300]}" if received else ""
+            raise StatusError(200, f"the streamed answer has no choices ({len(received)} event(s){last})")
+
     async def complete(
         self,
         messages: list[dict[str, Any]],
@@ -445,19 +302,14 @@ class OpenAIBackend(ModelBackend):
         attempt = 0
         while True:
             accumulator = ChatCompletionAccumulator()
-            hang_up = _HangUp()
+            hang_up = HangUp()
             try:
                 if self.stream:
                     await self._read_stream(payload, accumulator, on_event, hang_up)
                 else:
-                    accumulator.add_message(
-                        await run_in_daemon_thread(
-                            functools.partial(self._read_whole, payload, hang_up),
-                            name="clover-openai-request",
-                        )
-                    )
+                    accumulator.add_message(await self.client.post(payload, self._headers(), hang_up))
                 break
-            except _StatusError as error:
+            except StatusError as error:
                 if error.status not in RETRYABLE_STATUSES or attempt >= self.retries:
                     raise BackendUnavailable(self._status_message(error)) from None
             finally:
@@ -465,54 +317,6 @@ class OpenAIBackend(ModelBackend):
             await asyncio.sleep(self.retry_delay * 2**attempt)
             attempt += 1
         return accumulator.turn(tools, lambda: self.count_tokens(messages, tools))
-
-    def _read_whole(self, payload: bytes, hang_up: _HangUp) -> dict[str, Any]:
-        connection, response = self._open(payload, hang_up.connected)
-        try:
-            body = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            raise BackendUnavailable(self._stopped(exc)) from exc
-        finally:
-            connection.close()
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            raise _StatusError(200, f"the answer is not JSON: {body[:300]!r}") from None
-        if not isinstance(parsed, dict):
-            raise _StatusError(200, f"the answer is not a JSON object: {body[:300]!r}")
-        return parsed
-
-    async def _read_stream(
-        self,
-        payload: bytes,
-        accumulator: ChatCompletionAccumulator,
-        on_event: EventCallback | None,
-        hang_up: _HangUp,
-    ) -> None:
-
-        def events() -> Iterator[str]:
-            try:
-                _, response = self._open(payload, hang_up.connected)
-                yield from iter_sse_data(iter(response.readline, b""))
-            except (OSError, http.client.HTTPException) as exc:
-                raise BackendUnavailable(self._stopped(exc)) from None
-
-        data = iterate_in_daemon_thread(events, name="clover-openai-stream")
-        received: list[str] = []
-        async with aclosing(data):
-            async for item in data:
-                if item.strip() == "[DONE]":
-                    break
-                received.append(item)
-                try:
-                    chunk = json.loads(item)
-                except ValueError:
-                    raise _StatusError(200, f"a streamed event is not JSON: {item[:300]!r}") from None
-                if isinstance(chunk, dict):
-                    accumulator.add_chunk(chunk, on_event)
-        if not accumulator.has_choice:  # not an empty answer: no answer at all
-            last = f"; the last: {received[-1][:300]}" if received else ""
-            raise _StatusError(200, f"the streamed answer has no choices ({len(received)} event(s){last})")
 
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:

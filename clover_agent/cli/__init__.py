@@ -1,8 +1,8 @@
 """The ``clover-agent`` command line.
 
 Each subcommand lives in its own module exposing ``register(subparsers)``; the module sets
-``func`` on its parser, which returns an exit code. :class:`CloverError` becomes a clear message
-and its exit code; no traceback reaches the user.
+``func`` on its parser, which returns an exit code. Any layer's error (:data:`RUN_ERRORS`) becomes a
+clear message and the exit code :func:`exit_code_for` gives it; no traceback reaches the user.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from clover_agent import __version__
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.errors import RUN_ERRORS, ExitCode, exit_code_for, message_of
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -68,9 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # cut short, no more. stdout goes to /dev/null so the interpreter's last flush fails quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.FAILURE)
-    except CloverError as exc:
-        print(f"clover-agent: {exc.message}", file=sys.stderr)
-        return int(exc.exit_code)
+    except RUN_ERRORS as exc:
+        print(f"clover-agent: {message_of(exc)}", file=sys.stderr)
+        return int(exit_code_for(exc))
     except KeyboardInterrupt:
         print("clover-agent: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)

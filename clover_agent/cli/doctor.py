@@ -8,7 +8,10 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 
-from clover_agent.errors import ExitCode, SandboxUnavailable
+from clover_agent.engine.locate import ModelSources
+from clover_agent.errors import ExitCode
+from clover_agent.launch import model_sources
+from clover_agent.sandboxes.errors import SandboxUnavailable
 from clover_agent.settings import Settings
 
 
@@ -26,7 +29,7 @@ def check_python() -> Check:
     return Check("python", ok, f"{platform.python_version()} at {sys.executable}", "" if ok else "everything")
 
 
-def check_torch_and_gpu(model: str | None, configured: str | None) -> list[Check]:
+def check_torch_and_gpu(sources: ModelSources) -> list[Check]:
     from clover_agent.engine.readiness import GiB, check_engine
 
     try:
@@ -35,7 +38,7 @@ def check_torch_and_gpu(model: str | None, configured: str | None) -> list[Check
         return [Check("torch", False, str(exc), "the embedded engine")]
     cuda = torch.version.cuda or "none (CPU build)"
     checks = [Check("torch", True, f"{torch.__version__}, CUDA {cuda}")]
-    report = check_engine(model, configured)
+    report = check_engine(sources)
     gpu = report.gpu
     if gpu.available:
         checks.append(Check("gpu", True, f"{gpu.name}, {gpu.total_bytes / GiB:.1f} GiB"))
@@ -70,13 +73,13 @@ def check_triton() -> Check:
     return Check("triton", True, triton.__version__, required=False)
 
 
-def check_docker(image: str) -> list[Check]:
+def check_docker(image: str, docker_env: dict[str, str]) -> list[Check]:
     """Engine and image, through the same probes the Docker sandbox uses (same messages)."""
     from clover_agent.sandboxes.docker import docker_client, require_image
 
     blocks = "the Docker sandbox"
     try:
-        client = docker_client(timeout=5)
+        client = docker_client(docker_env, timeout=30)
         version = client.version()
     except SandboxUnavailable as exc:
         return [
@@ -95,9 +98,9 @@ def check_docker(image: str) -> list[Check]:
 def run_checks(model: str | None = None) -> list[Check]:
     settings = Settings.load()
     checks = [check_python()]
-    checks += check_torch_and_gpu(model, settings.model_path)
+    checks += check_torch_and_gpu(model_sources(settings, model))
     checks.append(check_triton())
-    checks += check_docker(settings.sandbox_image)
+    checks += check_docker(settings.sandbox_image, settings.docker_env)
     return checks
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import subprocess
 import sys
@@ -12,16 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clover_agent.agent.console import ConsoleRenderer
-from clover_agent.agent.fix_task import RUNS_DIR, FixReport, FixRequest, run_fix
-from clover_agent.agent.patches import PatchNotApplied, apply_command, apply_patch
+from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
-from clover_agent.agent.resume import LATEST, StoppedRun, find_run, load_stopped_run
-from clover_agent.backends import create_backend
-from clover_agent.backends.base import ModelBackend
-from clover_agent.backends.engine import choose_device
+from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
+from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
+from clover_agent.fix.patches import PatchNotApplied, apply_command, apply_patch
+from clover_agent.fix.resume import StoppedRun, load_stopped_run
+from clover_agent.fix.runs import locate_run
+from clover_agent.fix.task import FixReport, FixRequest, run_fix
+from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
 EXIT_CODES = """\
@@ -58,42 +58,8 @@ PROJECT_FILES = (
 )
 
 
-def require_engine(model: str | None) -> None:
-    """Fail within seconds, with the ways forward, when the embedded engine cannot serve.
-
-    The same check the engine backend makes before loading (a GPU with room for the weights; small
-    test checkpoints may run on the CPU), made before any sandbox or test run starts.
-    """
-    choose_device(model, Settings.load().model_path)
-
-
-def backend_factory(args: argparse.Namespace) -> Callable[[], ModelBackend]:
-    """A function making the chosen backend (called only once a failure is confirmed)."""
-    settings = Settings.load()
-
-    def make() -> ModelBackend:
-        if args.backend == "replay":
-            return create_backend("replay", path=args.replay)
-        if args.backend == "openai":
-            options: dict[str, Any] = {
-                "base_url": args.base_url or settings.base_url,
-                "api_key": settings.api_key,
-            }
-            if args.model_name:
-                options["model_name"] = args.model_name
-            return create_backend("openai", **options)
-        return create_backend("engine", model_dir=args.model or settings.model_path)
-
-    return make
-
-
-def _check_arguments(args: argparse.Namespace) -> Path:
-    if args.backend == "replay" and not args.replay:
-        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
-    if args.replay and not Path(args.replay).is_file():
-        raise UsageError(f"--replay {args.replay}: no such file")
-    if args.backend == "openai" and not (args.base_url or Settings.load().base_url):
-        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+def _check_repo(args: argparse.Namespace) -> Path:
+    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
     repo = Path(args.repo).resolve()
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
@@ -117,17 +83,6 @@ def _check_arguments(args: argparse.Namespace) -> Path:
             file=sys.stderr,
         )
     return repo
-
-
-async def _approve_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> bool:
-    shown = " ".join(f"{k}={v!r}" for k, v in arguments.items())
-    try:
-        answer = await asyncio.to_thread(
-            input, f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y/N] "
-        )
-    except EOFError:  # Ctrl-D: no
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 def _counts(report: Any) -> str:
@@ -226,51 +181,40 @@ def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) 
 def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
     """The repository and the stopped run ``--resume`` names (an id or ``last`` under ``--repo``,
     or the path of a run folder, whose repository is the one it lies in)."""
-    ref = args.resume
-    given_as_path = ref != LATEST and (os.sep in ref or "/" in ref)
-    if given_as_path:
-        folder = Path(ref).resolve()
-        if not folder.is_dir() or len(folder.parents) < 3 or folder.parent != folder.parents[2] / RUNS_DIR:
-            raise UsageError(f"--resume {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
-        if args.repo != "." and Path(args.repo).resolve() != folder.parents[2]:
-            raise UsageError(f"--resume {ref} is a run of {folder.parents[2]}, not of --repo {args.repo}")
-        args.repo = str(folder.parents[2])
-    repo = _check_arguments(args)
-    run_dir = repo / RUNS_DIR / folder.name if given_as_path else find_run(repo / RUNS_DIR, ref)
-    stopped = load_stopped_run(run_dir)
-    if args.target is not None and args.target != stopped.target:
-        raise UsageError(
-            f"TARGET {args.target!r} differs from the target of run {stopped.run_id} ({stopped.target!r}); "
-            "leave TARGET out when resuming"
-        )
-    return repo, stopped
+    repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
+    args.repo = str(repo)
+    return _check_repo(args), load_stopped_run(run_dir, args.target)
 
 
 def _fix(args: argparse.Namespace) -> int:
     if args.target is None and args.resume is None:
         raise UsageError("fix needs a TARGET (a test, test file, keyword or description), or --resume RUN_ID")
-    if args.backend == "engine":
-        require_engine(args.model)
+    settings = Settings.load()  # once per command; everything below gets its values passed in
+    options = backend_options(args)
+    check_backend_options(options, settings)
     if args.resume is not None:
         repo, stopped = _resolve_resume(args)
     else:
-        repo, stopped = _check_arguments(args), None
+        repo, stopped = _check_repo(args), None
     policy = preset(args.policy)
-    interactive = sys.stdin.isatty()
+    # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
+    approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
     request = FixRequest(
         target=stopped.target if stopped else args.target,
         repo=repo,
-        make_backend=backend_factory(args),
+        make_backend=backend_factory(options, settings),
+        sandbox=sandbox_spec(settings, repo, image=args.image),
         sandbox_kind=args.sandbox,
-        image=args.image,
         policy=policy,
-        approver=_approve_at_terminal if interactive and args.policy != "ci" else None,
+        approvals=approvals,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
+    if approvals is not None:
+        bus.subscribe(TerminalApprover(approvals))
     progress = _RunProgress()
     bus.subscribe(progress)
     try:
@@ -348,29 +292,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`last` for the newest, or the run's folder; backend, sandbox and budget options apply anew",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
-    p.add_argument(
-        "--backend",
-        choices=("engine", "openai", "replay"),
-        default="engine",
-        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
-        "replay: recorded turns (tests and demos, not a model)",
-    )
-    p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
-    p.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="OpenAI-compatible server's API root, e.g. http://HOST:30000/v1 (openai backend; default "
-        "CLOVER_BASE_URL; the API key, if it needs one, comes from CLOVER_API_KEY or OPENAI_API_KEY)",
-    )
-    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
-    p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
-    p.add_argument(
-        "--sandbox",
-        choices=("docker", "local"),
-        default="docker",
-        help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
-    )
-    p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    add_backend_arguments(p)
+    add_sandbox_arguments(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")

@@ -111,6 +111,7 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     """Everything ``model info`` shows, as plain data (config, tensor headers, tokenizer, machine)."""
     from clover_agent.backends.engine import serving_device
     from clover_agent.engine.config import CloverConfig
+    from clover_agent.engine.locate import ModelSources
     from clover_agent.engine.readiness import check_engine
     from clover_agent.engine.tokenizer import load_tokenizer
     from clover_agent.engine.weights import plan_load, read_tensor_index
@@ -134,7 +135,7 @@ def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
         slot["bytes"] += entry.nbytes
     extra = sorted(name for name, target in plan.targets.items() if ".bidirectional." in target.param)
     layer_counts = Counter(config.layer_types)
-    readiness = check_engine(str(model_dir))
+    readiness = check_engine(ModelSources(explicit=model_dir))
     gpu = readiness.gpu
     # The engine backend's own rule (`fix --model DIR`), so the verdict matches what fix does.
     device = serving_device(readiness)

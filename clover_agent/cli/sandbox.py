@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from clover_agent.errors import ExitCode
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from clover_agent.sandboxes.errors import SandboxUnavailable
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -18,15 +19,13 @@ def _build(args: argparse.Namespace) -> int:
         make_base_image,
     )
 
-    client = docker_client(offer_local=False)
+    client = docker_client(Settings.load().docker_env, offer_local=False)
     base = args.base or DEFAULT_BASE_IMAGE
     if args.base is None and not base_is_current(client, base):
         why = "made from an older recipe" if image_exists(client, base) else "missing"
         print(f"base image {base} is {why}: making it with debootstrap (a few minutes)", flush=True)
         make_base_image(base)
     elif not image_exists(client, base):
-        from clover_agent.errors import SandboxUnavailable
-
         raise SandboxUnavailable(
             f"the base image {base} is not on this Docker engine and no registry is used to fetch it: "
             "build or `docker import` it first, or leave out --base to make "
@@ -45,7 +44,7 @@ def _prune(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.env_image import remove_images, superseded_environment_images
     from clover_agent.sandboxes.local import reap_stale_copies
 
-    client = docker_client(offer_local=False)
+    client = docker_client(Settings.load().docker_env, offer_local=False)
     removed = remove_containers(client, stale_containers(client, everything=args.all))
     copies = reap_stale_copies()
     images = remove_images(client, superseded_environment_images(client, everything=args.all))

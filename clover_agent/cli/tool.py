@@ -13,19 +13,20 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clover_agent.errors import ExitCode, UsageError
 
+if TYPE_CHECKING:
+    from clover_agent.sandboxes import SandboxSpec
 
-async def run_tool_call(
-    name: str, args: dict[str, Any], kind: str, workdir: Path, image: str | None
-) -> tuple[Any, str]:
-    """(ToolResult, diff of the sandbox copy) for one call in a fresh sandbox over ``workdir``."""
-    from clover_agent.sandboxes import SandboxError, SandboxSpec, create_sandbox
+
+async def run_tool_call(name: str, args: dict[str, Any], kind: str, spec: SandboxSpec) -> tuple[Any, str]:
+    """(ToolResult, diff of the sandbox copy) for one call in a fresh sandbox made from ``spec``."""
+    from clover_agent.sandboxes import SandboxError, create_sandbox
     from clover_agent.tools.registry import SANDBOX_LOST, execute
 
-    async with create_sandbox(kind, SandboxSpec(repo=str(workdir), image=image)) as sandbox:
+    async with create_sandbox(kind, spec) as sandbox:
         result = await execute(name, args, sandbox)
         if SANDBOX_LOST in result.data:
             raise SandboxError(
@@ -44,7 +45,11 @@ def _tool(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir).expanduser().resolve()
     if not workdir.is_dir():
         raise UsageError(f"--workdir {args.workdir} is not a folder")
-    result, diff = asyncio.run(run_tool_call(args.name, call_args, args.sandbox, workdir, args.image))
+    from clover_agent.launch import sandbox_spec
+    from clover_agent.settings import Settings
+
+    spec = sandbox_spec(Settings.load(), workdir, image=args.image)
+    result, diff = asyncio.run(run_tool_call(args.name, call_args, args.sandbox, spec))
     if args.json:
         payload = {
             "tool": args.name,
@@ -64,7 +69,7 @@ def _tool(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tools.registry import TOOLS
+    from clover_agent.tools.registry import TOOL_NAMES
 
     p = sub.add_parser(
         "tool",
@@ -74,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Exit 0 on success, 1 on a tool error, 2 on bad arguments, 4 when the sandbox is unavailable.",
         epilog="""example: clover-agent tool editor '{"command": "view", "path": "/workspace"}' --sandbox local""",
     )
-    p.add_argument("name", choices=list(TOOLS), metavar="NAME", help=f"the tool: {', '.join(TOOLS)}")
+    p.add_argument("name", choices=TOOL_NAMES, metavar="NAME", help=f"the tool: {', '.join(TOOL_NAMES)}")
     p.add_argument("arguments", metavar="ARGS", help="the call's arguments as a JSON object")
     p.add_argument(
         "--sandbox", choices=["docker", "local"], default="docker", help="where to run it (default: docker)"

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
-from clover_agent.backends import create_backend
-from clover_agent.backends.base import ModelBackend
-from clover_agent.cli.fix import _check_arguments, _positive, backend_factory, require_engine
+from clover_agent.cli.fix import _check_repo, _positive
+from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
 from clover_agent.errors import UsageError
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
 
 #: ``--resume`` given without an id: choose from a list.
@@ -21,14 +19,6 @@ def is_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _backend(args: argparse.Namespace) -> Callable[[], ModelBackend]:
-    """The backend factory; the engine loads without printing progress (the screen is the TUI's)."""
-    if args.backend != "engine":
-        return backend_factory(args)
-    model = args.model or Settings.load().model_path
-    return lambda: create_backend("engine", model_dir=model, progress=None)
-
-
 def _tui(args: argparse.Namespace) -> int:
     if not is_terminal():
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
@@ -36,14 +26,15 @@ def _tui(args: argparse.Namespace) -> int:
     from clover_agent.tui.session import SessionOptions
     from clover_agent.tui.store import list_sessions, load_session
 
-    repo = _check_arguments(args)  # as fix checks them: the backend's options, a git repository
-    if args.backend == "engine":
-        require_engine(args.model)
+    settings = Settings.load()  # once per command; everything below gets its values passed in
+    backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
+    check_backend_options(backend, settings)  # as fix checks them
+    repo = _check_repo(args)  # a git repository, as for fix
     options = SessionOptions(
         repo=repo,
-        make_backend=_backend(args),
+        make_backend=backend_factory(backend, settings),
         sandbox_kind=args.sandbox,
-        spec=SandboxSpec(repo=str(repo), image=args.image),
+        spec=sandbox_spec(settings, repo, image=args.image),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
@@ -79,21 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="continue a saved session (without ID: pick one from a list)",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
-    p.add_argument(
-        "--backend",
-        choices=("engine", "openai", "replay"),
-        default="engine",
-        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
-        "replay: recorded turns (tests and demos, not a model)",
-    )
-    p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
-    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server's API root (openai backend)")
-    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
-    p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
-    p.add_argument(
-        "--sandbox", choices=("docker", "local"), default="docker", help="where tools run (default docker)"
-    )
-    p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    add_backend_arguments(p)
+    add_sandbox_arguments(p)
     p.add_argument(
         "--max-steps",
         type=_positive(int),

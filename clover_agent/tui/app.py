@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import TextArea
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
-from clover_agent.errors import CloverError
+from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import Event, ProvisionalBlock
 from clover_agent.tui.driver import POLICIES
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
@@ -200,17 +200,19 @@ class CloverApp(App[int]):
                 return
             error = f.exception()
             if error is not None:
-                text = error.message if isinstance(error, CloverError) else f"{type(error).__name__}: {error}"
+                text = (
+                    message_of(error) if isinstance(error, RUN_ERRORS) else f"{type(error).__name__}: {error}"
+                )
                 self.post_message(AgentEvent(Notice(text=text, level="error")))
 
         future.add_done_callback(done)
 
     async def _call(self, future: concurrent.futures.Future[T]) -> T | None:
-        """Await work of the session; a :class:`CloverError` becomes a notice (and None)."""
+        """Await work of the session; any layer's error (``RUN_ERRORS``) becomes a notice (and None)."""
         try:
             return await asyncio.wrap_future(future)
-        except CloverError as exc:
-            await self.transcript.show(Notice(text=exc.message, level="error"))
+        except RUN_ERRORS as exc:
+            await self.transcript.show(Notice(text=message_of(exc), level="error"))
             return None
 
     async def _note(self, text: str, level: str = "info") -> None:

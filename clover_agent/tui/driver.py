@@ -9,13 +9,14 @@ makes a conversation of it:
   fresh budget per request and step numbers that keep counting (checkpoints are keyed by step);
 - an interrupt cancels the running ``run`` (the model call or the tool call it awaits); the calls it
   cut off are answered "interrupted by the user" before the person's correction goes in;
-- approvals: the agent's approver callback is answered from the UI; the call it is about is the
-  last ``ToolCallStarted`` (the core emits that just before asking); "always" is remembered for
-  this session per action (``editor:create``) or, for the shell, per exact command;
+- approvals: each ``ApprovalRequested`` (the core emits it, with the call id, before it waits) is
+  shown to the person, and the answer goes back by call id (``Agent.answer_approval``); the core
+  remembers "always" for the session per action (``editor:create``) or, for the shell, per exact
+  command;
 - undo restores the agent's own checkpoint of the request's first step.
 
-When the core grows these as its own seams (approvals by call id, ``interrupt``, ``continue_with``,
-``undo_to``) the driver's internals switch to them; its interface stays.
+The core now has its own seams for the rest too (``Agent.interrupt``, ``send``, ``continue_with``,
+``undo``; see docs/architecture.md); the driver's internals can switch to them, its interface stays.
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import Checkpoint
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule, call_action
+from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule
 from clover_agent.agent.trajectory import ResumeState
 from clover_agent.errors import ExitCode, UsageError
 from clover_agent.events import (
+    ApprovalRequested,
     ContextCondensed,
     Done,
     Event,
     MessageAdded,
-    ToolCallFinished,
-    ToolCallStarted,
 )
 
 #: What the person answers to an approval.
@@ -86,13 +87,6 @@ def policy_named(name: str) -> Policy:
         raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None
 
 
-def always_key(name: str, arguments: dict[str, Any]) -> str:
-    """What an "always" answer covers: the action, or for the shell the exact command."""
-    if name == "shell":
-        return f"shell:{arguments.get('command', '')}"
-    return call_action(name, arguments)
-
-
 @dataclass
 class PendingApproval:
     call_id: str
@@ -127,12 +121,12 @@ class AgentDriver:
         #: The conversation so far (a resumed session starts with the saved one).
         self.conversation: list[dict[str, Any]] = list(conversation or [])
         self.steps, self.tokens = steps, tokens
-        self.always: set[str] = set()
         self.pending: dict[str, PendingApproval] = {}
+        self._asking: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[RunResult] | None = None
-        self._current_call: tuple[str, str] | None = None  # (call id, name) of the call running now
         self._interrupted = False
-        agent.approver = self._approve
+        if agent.approvals is None:
+            agent.approvals = Approvals()
         agent.bus.subscribe(self._observe)
 
     # -- what the UI calls ---------------------------------------------------------------------------
@@ -237,30 +231,32 @@ class AgentDriver:
     # -- internals -----------------------------------------------------------------------------------
 
     def _observe(self, event: Event) -> None:
-        if isinstance(event, ToolCallStarted):
-            self._current_call = (event.call_id, event.name)
-        elif isinstance(event, ToolCallFinished):
-            self._current_call = None
+        if isinstance(event, ApprovalRequested):
+            task = asyncio.get_running_loop().create_task(self._ask(event))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
         elif isinstance(event, Done):
             self.steps = int(event.stats.get("steps", self.steps))
             self.tokens = int(event.stats.get("tokens", self.tokens))
 
-    async def _approve(self, name: str, arguments: dict[str, Any], reason: str) -> bool:
-        if always_key(name, arguments) in self.always:
-            return True
-        call_id = self._current_call[0] if self._current_call else ""
+    async def _ask(self, event: ApprovalRequested) -> None:
+        """Show the request to the person and hand their answer to the agent by call id."""
         pending = PendingApproval(
-            call_id, name, arguments, reason, asyncio.get_running_loop().create_future()
+            event.call_id,
+            event.name,
+            event.arguments,
+            event.reason,
+            asyncio.get_running_loop().create_future(),
         )
-        self.pending[call_id] = pending
-        await self.ask_user(pending)
+        self.pending[event.call_id] = pending
         try:
+            await self.ask_user(pending)
             choice = await pending.answer
+        except asyncio.CancelledError:  # the request ended (interrupted) before an answer came
+            return
         finally:
-            self.pending.pop(call_id, None)
-        if choice == ALWAYS:
-            self.always.add(always_key(name, arguments))
-        return choice in (ONCE, ALWAYS)
+            self.pending.pop(event.call_id, None)
+        self.agent.answer_approval(event.call_id, choice)
 
     def _close_cut_off_calls(self) -> list[dict[str, Any]]:
         """Results for the calls of the last assistant turn that an interrupt left unanswered."""

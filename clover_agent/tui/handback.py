@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.agent.checkpoints import Checkpoints
-from clover_agent.agent.patches import apply_command, changed_files, local_changes
 from clover_agent.errors import CloverError
+from clover_agent.fix.patches import apply_command, changed_files, local_changes
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 

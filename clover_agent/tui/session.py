@@ -25,15 +25,17 @@ from typing import Any, TypeVar
 
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import CheckpointError, restore_workspace
-from clover_agent.agent.context import gather_facts, system_prompt
 from clover_agent.agent.loop import Agent
 from clover_agent.agent.policy import Policy
+from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import CloverError
+from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import Event, EventBus, TestsRun, WorkspaceChanged
+from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.settings import Settings
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.driver import INTERACTIVE_NOTE, AgentDriver, PendingApproval, policy_named
@@ -62,7 +64,7 @@ class SessionOptions:
     repo: Path
     make_backend: Callable[[], ModelBackend]
     sandbox_kind: str = "docker"
-    spec: SandboxSpec | None = None  # default: the repository with the default image and limits
+    spec: SandboxSpec | None = None  # default: the repository as the settings say (launch.sandbox_spec)
     policy: str = "workspace"
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
@@ -151,7 +153,7 @@ class TuiSession:
         at most about ``timeout`` seconds)."""
         try:
             self.run(self._close()).result(timeout=timeout)
-        except (concurrent.futures.TimeoutError, CloverError, OSError, RuntimeError):
+        except (concurrent.futures.TimeoutError, *RUN_ERRORS, OSError, RuntimeError):
             pass
         finally:
             self.thread.stop()
@@ -168,8 +170,8 @@ class TuiSession:
         saved = self.options.resume
         try:
             self.backend = self.options.make_backend()
-        except CloverError as exc:
-            self._emit(Notice(text=f"The model backend cannot start: {exc.message}", level="error"))
+        except RUN_ERRORS as exc:
+            self._emit(Notice(text=f"The model backend cannot start: {message_of(exc)}", level="error"))
             self._ready.set_result(False)
             return
         self.status.backend, self.status.context_window = self.backend.name, self.backend.context_window
@@ -189,7 +191,7 @@ class TuiSession:
             )
         )
         self._sandbox_state("starting")
-        spec = self.options.spec or SandboxSpec(repo=str(self.repo))
+        spec = self.options.spec or sandbox_spec(Settings.load(), self.repo)
         try:
             self.sandbox = create_sandbox(self.options.sandbox_kind, spec)
             await self.sandbox.start()
@@ -207,8 +209,8 @@ class TuiSession:
                         )
                     )
             facts = await gather_facts(self.sandbox)
-        except CloverError as exc:
-            self._sandbox_state("failed", exc.message)
+        except RUN_ERRORS as exc:
+            self._sandbox_state("failed", message_of(exc))
             self._ready.set_result(False)
             return
         agent = Agent(self.backend, self.sandbox, self.bus, run_id=self.session_id, policy=self.policy)
@@ -301,7 +303,7 @@ class TuiSession:
         if self.sandbox is not None:
             try:
                 preview = await edit_preview(self.sandbox, pending.name, pending.arguments)
-            except (CloverError, OSError):
+            except (*RUN_ERRORS, OSError):
                 preview = ""
         self._emit(
             ApprovalNeeded(

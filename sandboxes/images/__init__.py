@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover_agent.errors import SandboxUnavailable
+from clover_agent.sandboxes.errors import SandboxUnavailable
 
 if TYPE_CHECKING:
     import docker
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 IMAGES_DIR = Path(__file__).resolve().parent
 BASE_SCRIPT = IMAGES_DIR / "make-base-image.sh"
 DEFAULT_BASE_IMAGE = "clover-agent-base:bookworm"
+#: Tag of the sandbox image `clover-agent sandbox build` makes and the Docker sandbox uses by default.
+DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
 #: The label ``make-base-image.sh`` records its recipe in.
 BASE_RECIPE_LABEL = "clover-agent.base-recipe"
 

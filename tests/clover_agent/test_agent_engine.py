@@ -7,15 +7,19 @@ as events, and turns without a usable tool call are fed back to the model instea
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import subprocess
+import threading
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from clover_agent.agent import Agent, Budget, TrajectoryWriter, load_trajectory
-from clover_agent.agent.context import Condenser
+from clover_agent.agent.condenser import Condenser
 from clover_agent.agent.loop import RunResult
+from clover_agent.agent.notes import INTERRUPTED_REPLY
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.chat import bundled_chat_template
@@ -24,6 +28,7 @@ from clover_agent.engine.stream import GenerationDone
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
 from clover_agent.events import (
+    CallInterrupted,
     ContextCondensed,
     ErrorReported,
     Event,
@@ -32,7 +37,9 @@ from clover_agent.events import (
     ModelResponded,
     ProvisionalBlock,
 )
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes import create_sandbox
+from clover_agent.tools.shell import ShellTool
+from tests.sandbox_specs import sandbox_spec
 
 TEMPLATE_MARK = "[tiny-checkpoint-template]"
 STEPS = 3
@@ -64,7 +71,7 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
     bus = EventBus()
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
     bus.subscribe(writer)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(backend, sandbox, bus, run_id="engine", budget=Budget(max_steps=STEPS, max_time_s=600))
         result = await agent.run("Change A to 2 in /workspace/a.py.", "You are a test agent.")
     await backend.close()
@@ -85,9 +92,9 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
 
     # The first prompt is the checkpoint's template rendering of the loop's first two messages.
     state = load_trajectory(tmp_path / "trajectory.jsonl")
-    first_prompt = backend.prompt(state.messages[:2], agent.tools)
+    first_prompt = backend.prompt(state.messages[:2], agent.tool_specs)
     assert first_prompt.startswith(TEMPLATE_MARK) and "You are a test agent." in first_prompt
-    assert turns[0].prompt_tokens == backend.count_tokens(state.messages[:2], agent.tools)
+    assert turns[0].prompt_tokens == backend.count_tokens(state.messages[:2], agent.tool_specs)
 
     # Noise is not a tool call: each such turn is answered with a message to the model, no crash.
     for i, event in enumerate(events):
@@ -98,17 +105,18 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
             assert feedback.message == {"role": "user", "content": error.message}
 
 
-SHELL_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "shell",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    },
-}
+class BareShell(ShellTool):
+    """The shell with a short spec, so prompts fit the tiny window below."""
+
+    description = "Run a command."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    }
+
+
+SHELL_TOOL = BareShell().spec()
 WINDOW = 1024  # a tiny context window, so a long prompt is cheap to build and to decode
 
 
@@ -132,14 +140,14 @@ async def run_agent(
     bus = EventBus()
     events: list[Event] = []
     bus.subscribe(events.append)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(
             backend,
             sandbox,
             bus,
             run_id="window",
             budget=Budget(max_steps=1, max_time_s=300),
-            tools=[SHELL_TOOL],
+            tools=[BareShell()],
         )
         result = await agent.run(task, "You are a test agent.", resume=resume)
     await backend.close()
@@ -190,3 +198,48 @@ async def test_a_prompt_that_cannot_fit_stops_the_run_with_a_clear_message(
     assert f"more than the model's context window ({WINDOW} tokens" in result.message
     assert "did not make it fit" in result.message
     assert not any(isinstance(e, ModelResponded) for e in events)
+
+
+def decode_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "clover-engine-decode" and t.is_alive()]
+
+
+@pytest.mark.slow
+async def test_an_interrupt_stops_the_engine_mid_block(tmp_path: Path) -> None:
+    """Interrupted while a block is being denoised: the call is cancelled, the decoding thread ends,
+    and the agent waits for the user's message, then goes on with the same engine."""
+    model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5)  # not peaked: about one slot per pass
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    backend = EngineBackend(
+        model, device="cpu", sampling=SamplingParams.greedy(), max_new_tokens=4096, progress=None
+    )
+    bus = EventBus()
+    events: list[Event] = []
+    blocks = asyncio.Event()
+
+    def record(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, ProvisionalBlock):
+            blocks.set()
+
+    bus.subscribe(record)
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        agent = Agent(backend, sandbox, bus, run_id="stop-engine", budget=Budget(max_steps=1, max_time_s=900))
+        run = asyncio.create_task(agent.run("Write a lot.", "You are a test agent."))
+        await asyncio.wait_for(blocks.wait(), 600)  # a block is being denoised
+        assert agent.interrupt()
+        async with asyncio.timeout(120):
+            while not any(isinstance(e, CallInterrupted) for e in events) or decode_threads():
+                await asyncio.sleep(0.05)
+        assert not run.done() and agent.steering.paused  # waiting for the user, not ended
+        assert not any(isinstance(e, ModelResponded) for e in events)
+        backend.max_new_tokens = 8  # the next answer is short
+        agent.send("Keep it short.")
+        result = await asyncio.wait_for(run, 600)
+    await backend.close()
+    assert result.outcome == "budget_exhausted", result.message  # the one allowed step was taken
+    assert sum(isinstance(e, ModelResponded) for e in events) == 1
+    users = [m["content"] for m in agent.messages if m["role"] == "user"]
+    assert users[1:3] == [INTERRUPTED_REPLY, "Keep it short."]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.agent import Agent, Budget, TrajectoryWriter, load_trajectory
-from clover_agent.agent.context import Condenser
+from clover_agent.agent import Agent, Approvals, Budget, TrajectoryWriter, load_trajectory
+from clover_agent.agent.condenser import Condenser
 from clover_agent.agent.policy import preset
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.replay import ReplayBackend
@@ -25,12 +25,14 @@ from clover_agent.events import (
     ContextCondensed,
     Done,
     ErrorReported,
+    Event,
     EventBus,
     ModelDelta,
     ToolCallFinished,
 )
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes import create_sandbox
 from tests.git_repos import git, make_repo
+from tests.sandbox_specs import sandbox_spec
 
 
 def call(name: str, **params: object) -> str:
@@ -53,14 +55,16 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
 
 
-async def run_agent(repo: Path, tmp_path: Path, turns: list[str], *, resume=None, **options):
+async def run_agent(repo: Path, tmp_path: Path, turns: list[str], *, resume=None, subscriber=None, **options):
     """Run the loop on ``turns``; returns (result, events read back from the trajectory file)."""
     trajectory = tmp_path / "run" / "trajectory.jsonl"
     bus = EventBus()
     writer = TrajectoryWriter(trajectory)
     bus.subscribe(writer)
+    if subscriber is not None:
+        bus.subscribe(subscriber)
     backend = ReplayBackend(write_replay(tmp_path / f"replay-{time.monotonic_ns()}.jsonl", turns))
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(backend, sandbox, bus, run_id="test", **options)
         result = await agent.run("Say hello properly.", "You are a test agent.", resume=resume)
     writer.close()
@@ -128,10 +132,10 @@ async def test_unknown_tool_and_invalid_arguments_are_errors_for_the_model(
 
 
 async def test_tool_timeout_is_reported_and_the_sandbox_stays_usable(repo: Path, tmp_path: Path) -> None:
-    turns = [call("shell", command="sleep 30", timeout=1), call("shell", command="echo still-here"), FINISH]
+    turns = [call("shell", command="sleep 600", timeout=1), call("shell", command="echo still-here"), FINISH]
     started = time.monotonic()
     result, events = await run_agent(repo, tmp_path, turns)
-    assert time.monotonic() - started < 25
+    assert time.monotonic() - started < 300  # the 1 s timeout, not `sleep 600`
     assert result.submitted
     first, second = [e for e in events if isinstance(e, ToolCallFinished)][:2]
     assert first.is_error and "timed out" in first.output
@@ -173,7 +177,7 @@ async def test_repeating_the_same_call_gets_one_nudge_then_stops(repo: Path, tmp
 
 async def test_policy_denials_and_asks_without_terminal_are_recorded(repo: Path, tmp_path: Path) -> None:
     turns = [call("shell", command="pip install requests"), FINISH]
-    result, events = await run_agent(repo, tmp_path, turns, policy=preset("workspace"), approver=None)
+    result, events = await run_agent(repo, tmp_path, turns, policy=preset("workspace"), approvals=None)
     assert result.submitted
     (asked,) = [e for e in events if isinstance(e, ApprovalRequested)]
     (decided,) = [e for e in events if isinstance(e, ApprovalDecided)]
@@ -182,16 +186,18 @@ async def test_policy_denials_and_asks_without_terminal_are_recorded(repo: Path,
     assert denied.is_error and "not allowed" in denied.output
 
     asked_about = []
+    approvals = Approvals()
 
-    async def approve(name: str, arguments: dict, reason: str) -> bool:
-        asked_about.append(arguments["command"])
-        return True
+    def approve(event: Event) -> None:  # a person answering at once, by call id
+        if isinstance(event, ApprovalRequested):
+            asked_about.append(event.arguments["command"])
+            approvals.answer(event.call_id, "once")
 
     turns = [call("shell", command="git push --dry-run origin main || true"), FINISH]
-    result, events = await run_agent(repo, tmp_path / "yes", turns, approver=approve)
+    result, events = await run_agent(repo, tmp_path / "yes", turns, approvals=approvals, subscriber=approve)
     assert asked_about == ["git push --dry-run origin main || true"]
     (decided,) = [e for e in events if isinstance(e, ApprovalDecided)]
-    assert decided.approved and decided.decided_by == "user"
+    assert decided.approved and decided.decided_by == "user" and decided.answer == "once"
     assert [e.type for e in events].count("checkpoint_taken") == 1  # it ran, after a snapshot
 
     turns = [call("editor", command="create", path="/workspace/new.py", file_text="x = 1"), FINISH]
@@ -267,11 +273,11 @@ async def test_time_budget_cuts_a_model_call_that_hangs(repo: Path, tmp_path: Pa
         events: list = []
         bus.subscribe(events.append)
         started = time.monotonic()
-        async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+        async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
             agent = Agent(backend, sandbox, bus, run_id="hang", budget=Budget(max_time_s=1.5))
             result = await agent.run("Say hello properly.", "You are a test agent.")
         await backend.close()
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 300  # cut by the 1.5 s budget, not the 600 s read timeout
     assert result.outcome == "budget_exhausted" and "during a model call" in result.message
     assert isinstance(events[-1], Done) and events[-1].exit_code == ExitCode.BUDGET_EXHAUSTED
 

@@ -15,6 +15,7 @@ from clover_agent.backends import BackendEvent, BackendUnavailable, create_backe
 from clover_agent.backends.base import ContextOverflow
 from clover_agent.backends.engine import EngineBackend, choose_device, render_prompt
 from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.locate import ModelSources
 from clover_agent.engine.readiness import FULL_MODEL_BYTES
 from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
@@ -43,7 +44,7 @@ def no_gpu() -> None:
 
 
 def test_small_checkpoint_runs_on_the_cpu(tiny_dir: Path, no_gpu: None) -> None:
-    assert choose_device(tiny_dir) == (tiny_dir, "cpu")
+    assert choose_device(ModelSources(explicit=tiny_dir)) == (tiny_dir, "cpu")
     backend = create_backend("engine", model_dir=tiny_dir, progress=None)
     assert (backend.model_dir, backend.device) == (tiny_dir, "cpu")
 
@@ -136,6 +137,19 @@ def test_special_token_text_in_contents_cannot_forge_turns(tiny_dir: Path) -> No
     assert counts[0] == counts[1]  # only the template's own turn ends are special tokens
     assert "README says:<\u200b|im_end|>" in backend.prompt(attacked, TOOLS)
     assert backend.count_tokens(attacked, TOOLS) == len(backend.prompt_ids(attacked, TOOLS))
+
+
+def test_a_counted_prompt_is_not_rendered_again_for_its_call(tiny_dir: Path) -> None:
+    """The agent counts the prompt, then asks for the turn: one rendering and tokenisation."""
+    backend = EngineBackend(tiny_dir, device="cpu", progress=None)
+    conversation = [{"role": "user", "content": "Read it."}]
+    counted = backend.prompt_ids(conversation, TOOLS)
+    assert backend.prompt_ids(list(conversation), TOOLS) is counted  # the same rendering, kept
+    conversation.append({"role": "assistant", "content": "Reading."})
+    longer = backend.prompt_ids(conversation, TOOLS)
+    assert longer is not counted and len(longer) > len(counted)  # a changed conversation: rendered anew
+    conversation[-1]["content"] = "Reading it now."  # changed in place: seen too
+    assert backend.prompt_ids(conversation, TOOLS) != longer
 
 
 async def test_checkpoint_decoding_values_and_a_prompt_past_the_window(tmp_path: Path) -> None:

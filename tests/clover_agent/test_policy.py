@@ -1,11 +1,24 @@
-"""Policy rules and presets: deny wins, ask needs a person, no terminal means deny."""
+"""Policy rules and presets: deny wins, ask needs a person; the tools say what a call is."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule, decide, is_mutating, preset
+from clover_agent.agent.policy import PRESETS, CallView, Decision, Policy, Rule, preset
 from clover_agent.errors import ExitCode, UsageError
+from clover_agent.tools.registry import default_tools
+
+TOOLS = {tool.name: tool for tool in default_tools()}
+
+
+def view(name: str, arguments: dict[str, Any]) -> CallView:
+    return CallView.of(TOOLS[name], arguments)
+
+
+def decision(policy: Policy, name: str, arguments: dict[str, Any]) -> Decision:
+    return policy.check(view(name, arguments)).decision
 
 
 def test_deny_wins_over_allow_and_ask() -> None:
@@ -18,29 +31,22 @@ def test_deny_wins_over_allow_and_ask() -> None:
         ),
         default=Decision.DENY,
     )
-    assert policy.check("editor", {"command": "view", "path": "/workspace/a.py"}).decision is Decision.ALLOW
-    assert (
-        policy.check("editor", {"command": "str_replace", "path": "/workspace/a.py"}).decision is Decision.ASK
-    )
-    verdict = policy.check("editor", {"command": "view", "path": "/workspace/secrets/key.pem"})
+    assert decision(policy, "editor", {"command": "view", "path": "/workspace/a.py"}) is Decision.ALLOW
+    assert decision(policy, "editor", {"command": "str_replace", "path": "/workspace/a.py"}) is Decision.ASK
+    verdict = policy.check(view("editor", {"command": "view", "path": "/workspace/secrets/key.pem"}))
     assert verdict.decision is Decision.DENY
     assert "secrets" in verdict.reason
-    assert policy.check("shell", {"command": "ls"}).decision is Decision.DENY  # default
+    assert decision(policy, "shell", {"command": "ls"}) is Decision.DENY  # default
 
 
 def test_paths_are_normalised_before_matching() -> None:
     workspace = preset("workspace")
-    assert workspace.check("editor", {"command": "view", "path": "/workspace"}).decision is Decision.ALLOW
-    assert (
-        workspace.check("editor", {"command": "view", "path": "/workspace/src/a.py"}).decision
-        is Decision.ALLOW
-    )
+    assert decision(workspace, "editor", {"command": "view", "path": "/workspace"}) is Decision.ALLOW
+    assert decision(workspace, "editor", {"command": "view", "path": "/workspace/src/a.py"}) is Decision.ALLOW
     for outside in ("/etc/passwd", "/workspace/../etc/passwd", "/workspacex/a", "/tmp/x"):
-        assert workspace.check("editor", {"command": "view", "path": outside}).decision is Decision.DENY, (
-            outside
-        )
+        assert decision(workspace, "editor", {"command": "view", "path": outside}) is Decision.DENY, outside
     # Relative paths are the tool's to refuse (with a hint); for the policy they are inside.
-    assert workspace.check("editor", {"command": "view", "path": "src/a.py"}).decision is Decision.ALLOW
+    assert decision(workspace, "editor", {"command": "view", "path": "src/a.py"}) is Decision.ALLOW
 
 
 def test_read_only_preset() -> None:
@@ -56,19 +62,31 @@ def test_read_only_preset() -> None:
         for c in ("create", "str_replace", "insert", "undo_edit")
     ] + [("shell", {"command": "ls"})]
     for name, args in allowed:
-        assert ro.check(name, args).decision is Decision.ALLOW, (name, args)
+        assert decision(ro, name, args) is Decision.ALLOW, (name, args)
     for name, args in denied:
-        assert ro.check(name, args).decision is Decision.DENY, (name, args)
+        assert decision(ro, name, args) is Decision.DENY, (name, args)
 
 
 def test_workspace_asks_and_ci_denies_reaching_out() -> None:
     call = ("shell", {"command": "pip install requests"})
-    assert preset("workspace").check(*call).decision is Decision.ASK
-    assert preset("ci").check(*call).decision is Decision.DENY
+    assert decision(preset("workspace"), *call) is Decision.ASK
+    assert decision(preset("ci"), *call) is Decision.DENY
     for name in PRESETS:
         if name != "read-only":
-            assert preset(name).check("shell", {"command": "python -m pytest -q"}).decision is Decision.ALLOW
+            assert decision(preset(name), "shell", {"command": "python -m pytest -q"}) is Decision.ALLOW
     assert all(rule.decision is not Decision.ASK for rule in preset("ci").rules)
+    # A command pattern matches what the tool runs: the editor's `command` is no command line.
+    asks_everything = Policy("p", (Rule(Decision.ASK, tool="*", command="*"),))
+    assert decision(asks_everything, "shell", {"command": "ls"}) is Decision.ASK
+    assert decision(asks_everything, "editor", {"command": "view", "path": "/workspace"}) is Decision.ALLOW
+
+
+def test_always_is_remembered_per_rule_action_and_command() -> None:
+    workspace = preset("workspace")
+    one = workspace.check(view("shell", {"command": "pip install requests"}))
+    again = workspace.check(view("shell", {"command": "pip install requests"}))
+    other = workspace.check(view("shell", {"command": "pip install rich"}))
+    assert one.key == again.key != other.key
 
 
 def test_unknown_preset_is_a_usage_error() -> None:
@@ -76,26 +94,3 @@ def test_unknown_preset_is_a_usage_error() -> None:
         preset("yolo")
     assert info.value.exit_code == ExitCode.USAGE
     assert "read-only" in info.value.message
-
-
-async def test_ask_goes_to_the_approver_or_is_denied_without_terminal() -> None:
-    policy = preset("workspace")
-    args = {"command": "git push origin main"}
-    seen = []
-
-    async def approve(name: str, arguments: dict, reason: str) -> bool:
-        seen.append((name, arguments["command"], reason))
-        return True
-
-    outcome = await decide(policy, "shell", args, approve)
-    assert outcome.approved and outcome.asked and outcome.decided_by == "user"
-    assert seen and seen[0][:2] == ("shell", "git push origin main")
-    outcome = await decide(policy, "shell", args, None)
-    assert not outcome.approved and outcome.asked and outcome.decided_by == "no-terminal"
-
-
-def test_mutating_calls() -> None:
-    assert is_mutating("shell", {"command": "ls"})
-    assert is_mutating("editor", {"command": "insert"})
-    assert not is_mutating("editor", {"command": "view"})
-    assert not is_mutating("run_tests", {})

@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 from clover_agent.errors import ExitCode, UsageError
+from clover_agent.launch import (
+    BackendOptions,
+    backend_factory,
+    check_backend_options,
+    model_sources,
+    sandbox_spec,
+)
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
 from tests.cli_process import run_cli
 
@@ -64,3 +71,41 @@ def test_commands_report_a_broken_file_without_a_traceback(tmp_path: Path) -> No
     done = run_cli("doctor", env={"CLOVER_CONFIG": str(path)})
     assert done.returncode == ExitCode.USAGE
     assert done.stderr == f"clover-agent: {path}: [sandbox] image must be a string (got 5)\n"
+
+
+def test_every_variable_is_read_here_and_handed_down(tmp_path: Path) -> None:
+    """The environment is read once, by the settings; what the engine, the backends and the
+    sandboxes need is passed to them from there."""
+    env = {
+        "CLOVER_CONFIG": str(tmp_path / "none.toml"),
+        "CLOVER_MODEL": "/models/from-env",
+        "OPENAI_API_KEY": "openai-key",
+        "HF_HOME": str(tmp_path / "hf"),
+        "DOCKER_HOST": "tcp://docker.example:2376",
+        "DOCKER_CERT_PATH": "/certs",
+        "PATH": "/usr/bin",
+    }
+    settings = Settings.load(env)
+    assert settings.api_key == "openai-key"
+    assert Settings.load({**env, "CLOVER_API_KEY": "clover-key"}).api_key == "clover-key"  # preferred
+    assert settings.hf_hub_cache == tmp_path / "hf" / "hub"
+    assert Settings.load({**env, "HF_HUB_CACHE": str(tmp_path / "hub")}).hf_hub_cache == tmp_path / "hub"
+    assert settings.docker_env == {"DOCKER_HOST": "tcp://docker.example:2376", "DOCKER_CERT_PATH": "/certs"}
+    sources = model_sources(settings, None)
+    assert (sources.from_env, sources.hf_hub_cache) == ("/models/from-env", tmp_path / "hf" / "hub")
+    assert model_sources(settings, "/explicit").explicit == "/explicit"
+    spec = sandbox_spec(settings, tmp_path)
+    assert spec.host_env == env and spec.env == {}  # the local sandbox's commands inherit the environment
+    assert sandbox_spec(settings, tmp_path, host_env={"PATH": "/bin"}).host_env == {"PATH": "/bin"}
+
+
+def test_the_openai_backend_gets_the_key_from_the_settings(tmp_path: Path) -> None:
+    settings = Settings.load({"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_API_KEY": "k1"})
+    options = BackendOptions("openai", base_url="http://127.0.0.1:9/v1", model_name="clover")
+    check_backend_options(options, settings)
+    backend = backend_factory(options, settings)()
+    assert (backend.name, backend.api_key) == ("openai:clover@127.0.0.1:9", "k1")
+    with pytest.raises(UsageError, match="needs --base-url"):
+        check_backend_options(BackendOptions("openai"), settings)
+    with pytest.raises(UsageError, match="needs --replay FILE"):
+        check_backend_options(BackendOptions("replay"), settings)

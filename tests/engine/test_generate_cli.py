@@ -19,7 +19,7 @@ from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
-from tests.cli_process import run_cli
+from tests.cli_process import run_cli, start_signalable
 
 
 def test_json_output_matches_the_engine(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,7 +222,7 @@ def test_ctrl_c_ends_the_partial_line_before_interrupted(checkpoint: Path) -> No
     """SIGINT while text streams: "clover-agent: interrupted" is a line of its own, exit 130."""
     command = [sys.executable, "-m", "clover_agent", "generate", "--model", str(checkpoint)]
     command += ["--ids", "5,6,7,8", "--greedy", "--max-new-tokens", "2000"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = start_signalable(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert child.stderr is not None
     seen = b""
     try:

@@ -10,8 +10,8 @@ import pytest
 
 from clover_agent.engine import ops
 from clover_agent.engine.engine import Engine
+from clover_agent.engine.errors import EngineArgumentError
 from clover_agent.engine.sampling import SamplingParams
-from clover_agent.errors import UsageError
 from tests.engine.checkpoints import relative_error
 from tests.engine.test_model_ops import literal_delta_rule
 
@@ -54,7 +54,7 @@ def test_auto_takes_each_usable_triton_operator_on_cuda_and_torch_for_the_rest(
     cuda = ops.resolve_ops("auto", "cuda")
     assert cuda.backends == {**dict.fromkeys(ops.OP_NAMES, "torch"), "rms_norm": "triton"}
     assert ops.resolve_ops("auto", "cpu").backend == "torch"  # the interpreter is never automatic
-    with pytest.raises(UsageError) as forced:
+    with pytest.raises(EngineArgumentError) as forced:
         ops.resolve_ops("triton", "cuda")
     message = str(forced.value)
     assert "attention (clover_agent.kernels.absent.fn cannot be imported" in message
@@ -63,7 +63,7 @@ def test_auto_takes_each_usable_triton_operator_on_cuda_and_torch_for_the_rest(
     assert "of rms_norm" not in message and "; rms_norm" not in message
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(
-        UsageError, match="rms_norm \\(Triton runs on the CPU only under TRITON_INTERPRET=1\\)"
+        EngineArgumentError, match="rms_norm \\(Triton runs on the CPU only under TRITON_INTERPRET=1\\)"
     ):
         ops.resolve_ops({"rms_norm": "triton"}, "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -71,9 +71,9 @@ def test_auto_takes_each_usable_triton_operator_on_cuda_and_torch_for_the_rest(
 
 
 def test_a_bad_choice_fails_when_the_engine_loads(checkpoint: Path) -> None:
-    with pytest.raises(UsageError, match="kernels='triton' on cpu: no usable implementation"):
+    with pytest.raises(EngineArgumentError, match="kernels='triton' on cpu: no usable implementation"):
         Engine.from_pretrained(checkpoint, kernels="triton", progress=None)
-    with pytest.raises(UsageError, match="unknown operator"):
+    with pytest.raises(EngineArgumentError, match="unknown operator"):
         Engine.from_pretrained(checkpoint, kernels={"flash": "torch"}, progress=None)
 
 

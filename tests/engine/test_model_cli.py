@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from clover_agent.backends.engine import choose_device
 from clover_agent.cli import main
+from clover_agent.engine.locate import ModelSources
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from tests.cli_process import run_cli
 
@@ -78,7 +79,7 @@ def test_info_json_describes_a_bidirectional_sharded_checkpoint(tmp_path: Path, 
     assert info["tokenizer"]["present"] and info["tokenizer"]["mask_token"].endswith("(<|mask|>)")
     # The verdict is the engine backend's: a tiny checkpoint runs (on the CPU without a GPU), as
     # `fix --model DIR` would run it.
-    _, fix_device = choose_device(model_dir)
+    _, fix_device = choose_device(ModelSources(explicit=model_dir))
     assert info["machine"]["can_serve"] is True and info["machine"]["device"] == fix_device
     assert info["machine"]["problems"] == []
     assert info["unknown_tensors"] == [] and info["ignored_tensors"] == []

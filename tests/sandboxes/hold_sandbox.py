@@ -1,7 +1,10 @@
 """Child process for the lifecycle tests: start a sandbox, print what identifies it, then wait.
 
 Usage: python hold_sandbox.py KIND REPO [MODE]. Prints one JSON line (``{"ready": ...}``) once the
-sandbox runs, then sleeps until signalled. MODE changes what the process does:
+sandbox runs, then waits until signalled, answering each line on stdin with
+``{"alive": true, "sandbox": <the local copy still exists>}`` from the event loop's thread (where
+signal handlers run: a signal sent before the line is handled before the answer). MODE changes what
+the process does:
 
 - ``raise``: raise an exception inside the sandbox block instead of sleeping;
 - ``ignore-SIGINT`` / ``ignore-SIGTERM``: ignore that signal before the sandbox starts (as a shell
@@ -16,9 +19,13 @@ import asyncio
 import json
 import signal
 import sys
+import threading
+from pathlib import Path
 from types import FrameType
 
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.launch import sandbox_spec
+from clover_agent.sandboxes import create_sandbox
+from clover_agent.settings import Settings
 
 EXIT_FROM_OWN_HANDLER = 3
 
@@ -29,12 +36,23 @@ def own_sigterm_handler(signum: int, frame: FrameType | None) -> None:
 
 
 async def hold(kind: str, repo: str, mode: str) -> None:
-    async with create_sandbox(kind, SandboxSpec(repo=repo)) as sandbox:
+    async with create_sandbox(kind, sandbox_spec(Settings.load(), repo)) as sandbox:
         ident = getattr(sandbox, "container_id", None) or str(getattr(sandbox, "host_workspace", ""))
         print(json.dumps({"ready": ident}), flush=True)
         if mode == "raise":
             raise RuntimeError("boom inside the sandbox block")
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=read_pings, args=(loop, kind, ident), daemon=True).start()
         await asyncio.sleep(600)
+
+
+def read_pings(loop: asyncio.AbstractEventLoop, kind: str, ident: str) -> None:
+    for _ in sys.stdin:
+        loop.call_soon_threadsafe(answer, kind, ident)
+
+
+def answer(kind: str, ident: str) -> None:
+    print(json.dumps({"alive": True, "sandbox": kind != "local" or Path(ident).is_dir()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from clover_agent.sandboxes import SandboxSpec
 from clover_agent.sandboxes.docker import LABEL_OWNER_PID, LABEL_RUN_ID, DockerSandbox, remove_containers
+from tests.sandbox_specs import sandbox_spec
 
 from .conftest import start_holder
 
@@ -25,7 +25,7 @@ def container_exists(container_id: str) -> bool:
 
 
 async def test_normal_exit_removes_the_container(repo: Path) -> None:
-    async with DockerSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+    async with DockerSandbox(sandbox_spec(repo)) as sandbox:
         container_id = sandbox.container_id
         assert container_id and container_exists(container_id)
         labels = docker.from_env().api.inspect_container(container_id)["Config"]["Labels"]
@@ -37,7 +37,7 @@ async def test_normal_exit_removes_the_container(repo: Path) -> None:
 
 def test_exception_removes_the_container(repo: Path) -> None:
     child, container_id = start_holder("docker", repo, "raise")
-    assert child.wait(timeout=30) == 1
+    assert child.wait(timeout=120) == 1
     assert "boom inside the sandbox block" in child.stderr.read()
     assert not container_exists(container_id)
 
@@ -47,16 +47,16 @@ def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> Non
     child, container_id = start_holder("docker", repo)
     assert container_exists(container_id)
     child.send_signal(signum)
-    assert child.wait(timeout=30) != 0
+    assert child.wait(timeout=120) != 0
     assert not container_exists(container_id)
 
 
 async def test_sigkill_leftover_is_reaped_by_the_next_start(repo: Path) -> None:
     child, container_id = start_holder("docker", repo)
     child.kill()
-    child.wait(timeout=30)
+    child.wait(timeout=120)
     assert container_exists(container_id)  # a killed process cannot clean up
-    async with DockerSandbox(SandboxSpec(repo=str(repo))):
+    async with DockerSandbox(sandbox_spec(repo)):
         assert not container_exists(container_id)
 
 
@@ -72,7 +72,7 @@ async def test_commands_go_through_one_session_not_docker_exec(repo: Path) -> No
     """Every command, file operation and the diff travel over the runner attached at start; the
     engine's event log shows no `docker exec` for the container."""
     since = time.time() - 1
-    async with DockerSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+    async with DockerSandbox(sandbox_spec(repo)) as sandbox:
         assert sandbox.container_id is not None
         for n in range(5):
             assert (await sandbox.exec(f"echo {n}")).output == f"{n}\n"

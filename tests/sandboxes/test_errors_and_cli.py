@@ -10,26 +10,27 @@ from pathlib import Path
 import docker
 import pytest
 
-from clover_agent.errors import ExitCode, SandboxUnavailable, UsageError
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.config import effective_spec
+from clover_agent.errors import ExitCode, UsageError, exit_code_for
+from clover_agent.launch import sandbox_spec as launch_spec
+from clover_agent.sandboxes import SandboxConfigError, SandboxSpec, SandboxUnavailable, create_sandbox
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
 from tests.cli_process import run_cli
+from tests.sandbox_specs import sandbox_spec
 
 from .conftest import start_holder
 from .test_docker_lifecycle import container_exists
 
 
 async def test_docker_not_running_is_one_clear_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # read by the settings
     with pytest.raises(SandboxUnavailable) as excinfo:
-        await DockerSandbox(SandboxSpec(repo=str(repo))).start()
+        await DockerSandbox(sandbox_spec(repo)).start()
     message = excinfo.value.message
     assert "no Docker engine answers at unix:///nonexistent/docker.sock" in message
     assert "--sandbox local" in message and "start" in message
-    assert excinfo.value.exit_code == ExitCode.SANDBOX_UNAVAILABLE
+    assert exit_code_for(excinfo.value) == ExitCode.SANDBOX_UNAVAILABLE
 
 
 @pytest.mark.parametrize("action", ["prune", "build"])
@@ -46,7 +47,7 @@ def test_cli_reports_docker_missing_without_traceback(action: str) -> None:
 
 @pytest.mark.docker
 async def test_missing_image_is_one_clear_error(repo: Path) -> None:
-    spec = SandboxSpec(repo=str(repo), image="clover-agent-test-no-such-image:never")
+    spec = sandbox_spec(repo, image="clover-agent-test-no-such-image:never")
     with pytest.raises(SandboxUnavailable) as excinfo:
         await DockerSandbox(spec).start()
     message = excinfo.value.message
@@ -59,31 +60,43 @@ async def test_repository_config_chooses_the_image(repo: Path) -> None:
     (repo / ".clover").mkdir()
     (repo / ".clover" / "config.toml").write_text('[sandbox]\nimage = "clover-agent-test-repo-image:x"\n')
     with pytest.raises(SandboxUnavailable, match="clover-agent-test-repo-image:x"):
-        await DockerSandbox(SandboxSpec(repo=str(repo))).start()
+        await DockerSandbox(sandbox_spec(repo)).start()
     # An explicit image in the spec (--image) wins over the repository's choice.
-    assert effective_spec(SandboxSpec(repo=str(repo), image="mine:1")).image == "mine:1"
+    assert launch_spec(Settings.load(), repo, image="mine:1").image == "mine:1"
 
 
-def test_config_defaults_and_errors(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CLOVER_SANDBOX_IMAGE", raising=False)
-    monkeypatch.setenv("CLOVER_CONFIG", str(repo / "no-user-config.toml"))
-    assert effective_spec(SandboxSpec(repo=str(repo))).image == DEFAULT_SANDBOX_IMAGE
+def test_config_defaults_and_errors(repo: Path) -> None:
+    no_file = {"CLOVER_CONFIG": str(repo / "no-user-config.toml")}
+    settings = Settings.load(no_file)
+    from_env = Settings.load({**no_file, "CLOVER_SANDBOX_IMAGE": "env:3"})
+    assert launch_spec(settings, repo).image == DEFAULT_SANDBOX_IMAGE
+    assert launch_spec(from_env, repo).image == "env:3"
     (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nimage = "repo:2"\n')
+    assert launch_spec(from_env, repo).image == "repo:2"  # the repository's choice wins
     (repo / ".clover" / "config.toml").write_text("[sandbox]\nsetup = 'not a list'\n")
     with pytest.raises(UsageError, match="setup must be a list"):
-        effective_spec(SandboxSpec(repo=str(repo)))
+        launch_spec(settings, repo)
     (repo / ".clover" / "config.toml").write_text("[sandbox\n")
     with pytest.raises(UsageError, match="invalid TOML"):
-        effective_spec(SandboxSpec(repo=str(repo)))
+        launch_spec(settings, repo)
     (repo / ".clover" / "config.toml").write_text('sandbox = "docker"\n')
     with pytest.raises(UsageError, match=r"\[sandbox\] must be a table"):
-        effective_spec(SandboxSpec(repo=str(repo)))
+        launch_spec(settings, repo)
+
+
+async def test_an_incomplete_spec_or_unknown_kind_is_a_config_error(repo: Path) -> None:
+    with pytest.raises(SandboxConfigError, match="needs an image") as excinfo:
+        await DockerSandbox(SandboxSpec(repo=str(repo))).start()
+    assert exit_code_for(excinfo.value) == ExitCode.USAGE
+    with pytest.raises(SandboxConfigError, match="unknown sandbox kind 'vm'"):
+        create_sandbox("vm", sandbox_spec(repo))
 
 
 async def test_repository_setup_commands_run_before_the_baseline(repo: Path) -> None:
     (repo / ".clover").mkdir()
     (repo / ".clover" / "config.toml").write_text('[sandbox]\nsetup = ["echo prepared > setup.txt"]\n')
-    async with LocalSandbox(SandboxSpec(repo=str(repo))) as sandbox:
+    async with LocalSandbox(sandbox_spec(repo)) as sandbox:
         assert await sandbox.read_file("/workspace/setup.txt") == b"prepared\n"
         assert await sandbox.diff() == ""
     assert not (repo / "setup.txt").exists()
@@ -97,7 +110,7 @@ def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(re
     assert docker.from_env().images.get(DEFAULT_SANDBOX_IMAGE)
     child, container_id = start_holder("docker", repo)
     child.kill()
-    child.wait(timeout=30)
+    child.wait(timeout=120)
     assert container_exists(container_id)
     prune = run_cli("sandbox", "prune")
     assert prune.returncode == 0 and "removed" in prune.stdout
@@ -114,8 +127,9 @@ def test_cli_build_from_a_missing_base_says_how_to_get_one() -> None:
 
 @pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 async def test_a_missing_repository_is_a_usage_error(kind: str, tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"repository folder .*nowhere does not exist"):
-        await create_sandbox(kind, SandboxSpec(repo=str(tmp_path / "nowhere"))).start()
+    with pytest.raises(SandboxConfigError, match=r"repository folder .*nowhere does not exist") as excinfo:
+        await create_sandbox(kind, sandbox_spec(tmp_path / "nowhere")).start()
+    assert exit_code_for(excinfo.value) == ExitCode.USAGE
 
 
 def test_docker_package_missing_is_one_clear_error() -> None:

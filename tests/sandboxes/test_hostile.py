@@ -18,13 +18,13 @@ from clover_agent.sandboxes import (
     SandboxArgumentError,
     SandboxError,
     SandboxLimits,
-    SandboxSpec,
     SpecialFileError,
     create_sandbox,
 )
 from clover_agent.sandboxes.session import SessionSandbox
 from clover_agent.sandboxes.workspace import SPARSE_MIN_HOLE
 from tests.git_repos import git, make_repo
+from tests.sandbox_specs import sandbox_spec
 
 KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 #: Generous: only a hang (the bug) takes longer.
@@ -175,7 +175,7 @@ async def test_a_sparse_file_stays_sparse_and_the_copy_never_balloons(kind: str,
     os.chmod(repo / "disk.img", 0o755)
     assert os.stat(repo / "disk.img").st_blocks * 512 < apparent - SPARSE_MIN_HOLE
     # 16 MiB of disk: the file fits only if its holes stay holes.
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=16 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=16 * 1024 * 1024))
     async with create_sandbox(kind, spec) as sandbox:
         check = await sandbox.exec(
             "stat -c '%s %a' disk.img; du -k disk.img | cut -f1; "
@@ -204,7 +204,7 @@ async def test_a_tracked_sparse_file_counts_whole(kind: str, tmp_path: Path) -> 
     os.replace(root / "disk.img", repo / "disk.img")
     git(repo, "add", "disk.img")
     git(repo, "commit", "-q", "-m", "image")
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=16 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=16 * 1024 * 1024))
     with pytest.raises(SandboxError, match="do not fit in the sandbox's disk limit"):
         async with create_sandbox(kind, spec):
             pass
@@ -213,7 +213,7 @@ async def test_a_tracked_sparse_file_counts_whole(kind: str, tmp_path: Path) -> 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_workspace_over_the_disk_limit_is_refused_before_copying(kind: str, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "big", {"blob.bin": os.urandom(3 * 1024 * 1024)})
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=2 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=2 * 1024 * 1024))
     with pytest.raises(SandboxError, match=r"do not fit in the sandbox's disk limit of 0\.00 GiB") as caught:
         async with create_sandbox(kind, spec):
             pass
@@ -222,7 +222,7 @@ async def test_a_workspace_over_the_disk_limit_is_refused_before_copying(kind: s
 
 @pytest.mark.docker
 async def test_docker_workspace_is_a_size_limited_tmpfs(repo: Path) -> None:
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=64 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=64 * 1024 * 1024))
     async with create_sandbox("docker", spec) as sandbox:
         fs = await sandbox.exec("stat -f -c '%T' /workspace; df -k --output=size /workspace | tail -1")
         kind, size_kib = fs.output.split()
@@ -241,7 +241,7 @@ async def test_docker_workspace_is_a_size_limited_tmpfs(repo: Path) -> None:
 
 
 async def test_local_files_are_capped_at_the_disk_limit(repo: Path) -> None:
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=8 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=8 * 1024 * 1024))
     async with create_sandbox("local", spec) as sandbox:
         big = await sandbox.exec("head -c 20M /dev/zero > big.bin; echo status=$?; stat -c %s big.bin")
         assert "status=153" in big.output  # killed by SIGXFSZ: 128 + 25

@@ -50,7 +50,8 @@ async def test_timeout_kills_the_whole_process_group(sandbox: Sandbox) -> None:
     elapsed = time.monotonic() - started
     assert result.timed_out and result.exit_code is None
     assert "timeout after 3" in (result.killed_reason or "")
-    assert 3 <= elapsed < 5
+    # It waited for the timeout, not for `sleep 1000` (or its background child) to end.
+    assert 3 <= elapsed < 120
     # The background child died with the command: its pid no longer exists.
     assert await process_state(sandbox, "bg.pid") in ("gone", "Z")
     assert (await sandbox.exec("echo still usable")).output == "still usable\n"
@@ -60,7 +61,7 @@ async def test_background_jobs_do_not_outlive_their_command(sandbox: Sandbox) ->
     started = time.monotonic()
     result = await sandbox.exec("sleep 100 & echo $! > bg2.pid; echo started")
     assert result.exit_code == 0 and result.output == "started\n"
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 60  # it did not wait for `sleep 100`
     assert await process_state(sandbox, "bg2.pid") in ("gone", "Z")
 
 

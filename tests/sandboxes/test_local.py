@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import SandboxSpec
 from clover_agent.sandboxes.local import LocalSandbox, reap_stale_copies
+from tests.sandbox_specs import sandbox_spec
 
 from .conftest import start_holder
 
 
 async def test_warns_and_translates_paths(repo: Path, caplog: pytest.LogCaptureFixture) -> None:
-    sandbox = LocalSandbox(SandboxSpec(repo=str(repo)))
+    sandbox = LocalSandbox(sandbox_spec(repo))
     assert sandbox.warning is not None and "no isolation" in sandbox.warning
     async with sandbox:
         assert sandbox.warning in caplog.text
@@ -33,7 +33,7 @@ async def test_warns_and_translates_paths(repo: Path, caplog: pytest.LogCaptureF
 
 
 async def test_close_is_idempotent_and_removes_the_copy_after_an_exception(repo: Path) -> None:
-    sandbox = LocalSandbox(SandboxSpec(repo=str(repo)))
+    sandbox = LocalSandbox(sandbox_spec(repo))
     with pytest.raises(ZeroDivisionError):
         async with sandbox:
             host = sandbox.host_workspace
@@ -43,7 +43,7 @@ async def test_close_is_idempotent_and_removes_the_copy_after_an_exception(repo:
 
 
 async def test_failing_setup_command_stops_the_start(repo: Path) -> None:
-    sandbox = LocalSandbox(SandboxSpec(repo=str(repo), setup_commands=["echo preparing", "exit 4"]))
+    sandbox = LocalSandbox(sandbox_spec(repo, setup_commands=["echo preparing", "exit 4"]))
     with pytest.raises(Exception, match=r"set-up command failed \(exit 4\): exit 4"):
         await sandbox.start()
     assert sandbox.host_workspace is not None and not sandbox.host_workspace.exists()
@@ -55,7 +55,7 @@ def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
     host = Path(ident)
     assert host.is_dir()
     child.send_signal(signum)
-    assert child.wait(timeout=20) != 0
+    assert child.wait(timeout=120) != 0
     assert not host.exists()
 
 
@@ -63,7 +63,7 @@ def test_sigkill_leftover_is_reaped_at_next_start(repo: Path) -> None:
     child, ident = start_holder("local", repo)
     host = Path(ident)
     child.kill()
-    child.wait(timeout=20)
+    child.wait(timeout=120)
     assert host.exists()  # nothing could run in the killed process
     assert host.parent in reap_stale_copies()
     assert not host.exists()
@@ -74,7 +74,7 @@ async def test_a_folder_that_is_not_a_git_repository_is_copied_whole(tmp_path: P
     (folder / "pkg" / "sub").mkdir(parents=True)
     (folder / "pkg" / "sub" / "mod.py").write_text("X = 1\n")
     (folder / "top.txt").write_text("top\n")
-    async with LocalSandbox(SandboxSpec(repo=str(folder))) as sandbox:
+    async with LocalSandbox(sandbox_spec(folder)) as sandbox:
         listed = {e.path for e in await sandbox.list_files("/workspace", max_depth=3)}
         assert {"/workspace/pkg/sub/mod.py", "/workspace/top.txt"} <= listed
         assert await sandbox.read_file("/workspace/pkg/sub/mod.py") == b"X = 1\n"

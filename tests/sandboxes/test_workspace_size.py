@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.workspace import plan_workspace, write_workspace_tar
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
 
 IMAGE = os.environ.get("CLOVER_SANDBOX_IMAGE", DEFAULT_SANDBOX_IMAGE)
 MB = 1024**2
@@ -46,7 +47,7 @@ def test_the_tar_holds_tracked_and_unignored_files_only(tmp_path: Path) -> None:
 async def test_a_git_ignored_50_mb_venv_does_not_enter_the_docker_sandbox(tmp_path: Path) -> None:
     repo = repo_with_ignored_venv(tmp_path / "r")
     messages: list[str] = []
-    spec = SandboxSpec(repo=str(repo), image=IMAGE, progress=messages.append)
+    spec = sandbox_spec(repo, image=IMAGE, progress=messages.append)
     async with create_sandbox("docker", spec) as sb:
         listing = await sb.exec("ls -A /workspace; du -sk /workspace | cut -f1")
         names, kilobytes = listing.output.split()[:-1], int(listing.output.split()[-1])
@@ -62,9 +63,7 @@ async def test_a_large_copy_is_announced_with_its_size_and_the_git_folders_share
     repo = make_repo(tmp_path / "r", {"app.py": "x = 1\n"})
     (repo / "data.bin").write_bytes(os.urandom(25 * MB))  # untracked, not ignored: it is copied
     messages: list[str] = []
-    async with create_sandbox(
-        "docker", SandboxSpec(repo=str(repo), image=IMAGE, progress=messages.append)
-    ) as sb:
+    async with create_sandbox("docker", sandbox_spec(repo, image=IMAGE, progress=messages.append)) as sb:
         assert (await sb.stat("/workspace/data.bin")).size == 25 * MB
     announced = [m for m in messages if m.startswith("copying the repository into the sandbox: ")]
     assert len(announced) == 1 and "25 MB in" in announced[0] and "the .git folder: 0 MB" in announced[0]

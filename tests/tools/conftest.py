@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, create_sandbox
 from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
 
 SANDBOX_KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
@@ -36,5 +37,5 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=SANDBOX_KINDS)
 async def sandbox(request: pytest.FixtureRequest, repo: Path) -> AsyncIterator[Sandbox]:
-    async with create_sandbox(request.param, SandboxSpec(repo=str(repo))) as sb:
+    async with create_sandbox(request.param, sandbox_spec(repo)) as sb:
         yield sb

@@ -20,6 +20,7 @@ from clover_agent.events import Done, EventBus, ToolCallFinished
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec, create_sandbox
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
 from tests.sandboxes.conftest import tree_snapshot
 
 KINDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
@@ -37,7 +38,7 @@ async def replay(
     writer = TrajectoryWriter(trajectory)
     bus.subscribe(writer)
     backend = ReplayBackend(write_replay(tmp_path / f"replay-{time.monotonic_ns()}.jsonl", [*turns, FINISH]))
-    async with create_sandbox(kind, spec or SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox(kind, spec or sandbox_spec(repo)) as sandbox:
         agent = Agent(backend, sandbox, bus, run_id="hostile", **options)
         result = await asyncio.wait_for(agent.run("Do the task.", "You are a test agent."), 600)
         victim = await sandbox.read_file("/workspace/victim.py")
@@ -113,7 +114,7 @@ async def test_a_command_that_fills_the_disk(kind: str, repo: Path, tmp_path: Pa
     """The command is told, in words, that it ran out of space and how full the disk is. (It frees
     the space itself: a workspace left full also stops the loop's own diff, which writes git
     objects into it; see the report.)"""
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=64 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=64 * 1024 * 1024))
     turns = [
         call("shell", command="fallocate -l 3G /workspace/fill.bin; ls /workspace"),
         call("shell", command="head -c 200M /dev/zero > /workspace/fill.bin; rm -f /workspace/fill.bin"),

@@ -10,12 +10,13 @@ import tracemalloc
 import pytest
 import pytest_asyncio
 
-from clover_agent.sandboxes import Sandbox, SandboxLimits, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, SandboxLimits, create_sandbox
 from clover_agent.tools.base import ToolContext, ToolResult
 from clover_agent.tools.editor_view import MAX_DIR_ENTRIES, MAX_VIEW_CHARS
 from clover_agent.tools.registry import SANDBOX_LOST, execute
 from clover_agent.tools.search import SearchTool
 from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -213,7 +214,7 @@ async def test_line_numbers_agree_with_grep_when_lines_hold_form_feeds(sandbox: 
 @pytest.mark.docker
 async def test_editor_on_a_full_workspace_says_so(tmp_path) -> None:
     repo = make_repo(tmp_path / "full", {"a.txt": "a\n"})
-    spec = SandboxSpec(repo=str(repo), limits=SandboxLimits(disk_bytes=32 * 1024 * 1024))
+    spec = sandbox_spec(repo, limits=SandboxLimits(disk_bytes=32 * 1024 * 1024))
     async with create_sandbox("docker", spec) as sandbox:
         ctx = ToolContext(sandbox)
         filled = await call(ctx, "shell", command="head -c 100M /dev/zero > fill.bin")

@@ -10,9 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, create_sandbox
 from clover_agent.tools.base import ToolContext
-from clover_agent.tools.registry import SANDBOX_LOST, TOOLS, execute, get_tool, tool_specs
+from clover_agent.tools.registry import SANDBOX_LOST, TOOL_NAMES, default_tools, execute, tool_specs
+from tests.sandbox_specs import sandbox_spec
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
@@ -44,10 +45,20 @@ def test_specs_are_openai_style_with_valid_schemas() -> None:
         assert function["description"].strip()
         jsonschema.Draft202012Validator.check_schema(function["parameters"])
         assert set(function["parameters"]["properties"]) == DESIGNED[function["name"]]
-    assert tool_specs(["finish", "shell"]) == [TOOLS["finish"].spec(), TOOLS["shell"].spec()]
-    assert get_tool("editor") is TOOLS["editor"]
-    with pytest.raises(KeyError, match="known tools: editor, shell"):
-        get_tool("nope")
+    assert tuple(s["function"]["name"] for s in specs) == TOOL_NAMES
+    first, second = default_tools(), default_tools()
+    assert all(a is not b for a, b in zip(first, second, strict=True))  # each owner gets its own
+
+
+def test_each_tool_says_what_a_call_is_for_the_policy() -> None:
+    tools = {tool.name: tool for tool in default_tools()}
+    editor, shell = tools["editor"], tools["shell"]
+    assert editor.action({"command": "view"}) == "editor:view" and not editor.mutates({"command": "view"})
+    assert all(editor.mutates({"command": c}) for c in ("create", "str_replace", "insert", "undo_edit"))
+    assert shell.mutates({"command": "ls"}) and shell.command_line({"command": "ls"}) == "ls"
+    for name in ("run_tests", "search", "finish"):
+        assert tools[name].action({}) == name and not tools[name].mutates({})
+        assert tools[name].command_line({}) is None
 
 
 @in_module_loop
@@ -68,10 +79,11 @@ async def test_bad_calls_come_back_as_tool_errors(sandbox: Sandbox) -> None:
     assert "Additional properties are not allowed ('cwd' was unexpected)" in extra.output
     not_object = await execute("finish", ["done"], ctx)  # type: ignore[arg-type]
     assert not_object.output == "Invalid arguments for tool `finish`: expected a JSON object, got list."
-    bad_json = await execute("finish", '{"summary": ', ctx)
-    assert not bad_json.ok and "not valid JSON" in bad_json.output
-    good_json = await execute("finish", '{"summary": "all green"}', ctx)
-    assert good_json.ok and good_json.ends_task and good_json.data["summary"] == "all green"
+    # Arguments arrive parsed (the caller decodes JSON once); text is not an object.
+    as_text = await execute("finish", '{"summary": "all green"}', ctx)  # type: ignore[arg-type]
+    assert as_text.output == "Invalid arguments for tool `finish`: expected a JSON object, got str."
+    done = await execute("finish", {"summary": "all green"}, ctx)
+    assert done.ok and done.ends_task and done.data["summary"] == "all green"
 
 
 @in_module_loop
@@ -94,7 +106,7 @@ async def test_context_follows_the_sandbox(sandbox: Sandbox) -> None:
 @in_module_loop
 async def test_contexts_do_not_keep_sandboxes_alive(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
-    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    sb = create_sandbox("local", sandbox_spec(tmp_path / "r"))
     async with sb:
         assert (await execute("shell", {"command": "true"}, sb)).ok
     gone = weakref.ref(sb)
@@ -106,7 +118,7 @@ async def test_contexts_do_not_keep_sandboxes_alive(tmp_path: Path) -> None:
 @in_module_loop
 async def test_a_broken_sandbox_never_raises(tmp_path: Path) -> None:
     (tmp_path / "r").mkdir()
-    sb = create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r")))
+    sb = create_sandbox("local", sandbox_spec(tmp_path / "r"))
     await sb.start()
     await sb.close()  # every tool call now meets a dead sandbox
     for name, args in [
@@ -127,7 +139,7 @@ async def test_a_sandbox_dying_mid_call_is_one_warning_line(
     debug level (no traceback reaches a user's terminal)."""
     (tmp_path / "r").mkdir()
     caplog.set_level(logging.DEBUG, logger="clover_agent.tools.registry")
-    async with create_sandbox("local", SandboxSpec(repo=str(tmp_path / "r"))) as sb:
+    async with create_sandbox("local", sandbox_spec(tmp_path / "r")) as sb:
         result = await execute("shell", {"command": "kill -9 $PPID; sleep 30"}, sb)  # kills the runner
     assert not result.ok and "the sandbox stopped working" in result.output
     assert "runner exited" in result.data[SANDBOX_LOST]

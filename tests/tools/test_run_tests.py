@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox, SandboxSpec, create_sandbox
+from clover_agent.sandboxes import Sandbox, create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
 from clover_agent.tools.run_tests import TestReport, detect_framework, parse_go_json, run_tests_in
 from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
@@ -135,7 +136,7 @@ async def test_runs_leave_the_workspace_clean(sandbox: Sandbox) -> None:
 
 
 async def start(repo: Path, **spec: object) -> Sandbox:
-    sb = create_sandbox("local", SandboxSpec(repo=str(repo), **spec))
+    sb = create_sandbox("local", sandbox_spec(repo, **spec))
     await sb.start()
     return sb
 

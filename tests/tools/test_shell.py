@@ -69,7 +69,7 @@ async def test_timeout_kills_process_group_and_session_survives(sandbox: Sandbox
     started = time.monotonic()
     result = await shell(ctx, "sh -c 'sleep 100 & sleep 100'", timeout=2)
     elapsed = time.monotonic() - started
-    assert elapsed < 6, elapsed
+    assert elapsed < 60, elapsed  # the timeout, not `sleep 100`
     assert not result.ok and result.data["timed_out"] and result.data["exit_code"] is None
     assert "timed out after 2 s" in result.output and "still usable" in result.output
     assert await count_processes(sandbox, "sleep 100") <= before
@@ -83,8 +83,9 @@ async def test_timeout_kills_process_group_and_session_survives(sandbox: Sandbox
 async def test_no_stdin(sandbox: Sandbox) -> None:
     ctx = ToolContext(sandbox)
     started = time.monotonic()
-    result = await shell(ctx, 'read -r line; echo "got:[$line]"; cat; python3 -c "input()"', timeout=20)
-    assert time.monotonic() - started < 10
+    command = 'read -r line; echo "got:[$line]"; cat; python3 -c "input()"'
+    result = await shell(ctx, command, timeout=600)
+    assert time.monotonic() - started < 120  # nothing waited for input (that would run to the timeout)
     assert result.output.startswith("got:[]\n") and "EOFError" in result.output
 
 

@@ -100,7 +100,8 @@ class SlowReplay:
 
     def __init__(self, replay: Path, pauses: list[float], chunk: int = 8) -> None:
         self.server = ChatServer()
-        for index, text in enumerate(load_replay(replay)):
+        for index, entry in enumerate(load_replay(replay)):
+            text = entry.text
             pieces = [text[i : i + chunk] for i in range(0, len(text), chunk)]
             events: list[object] = [_delta({"content": p}) for p in pieces]
             self.server.replies.append(

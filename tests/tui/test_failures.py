@@ -9,12 +9,12 @@ import pytest
 
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import ApprovalDecided, Done, ToolCallFinished
-from clover_agent.sandboxes import SandboxSpec
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.widgets.notice import NoticeLine
+from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay
 
 
@@ -55,7 +55,7 @@ async def test_a_sandbox_that_cannot_start(tmp_path: Path) -> None:
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="docker",
-        spec=SandboxSpec(repo=str(repo), image="clover-agent-no-such-image:never"),
+        spec=sandbox_spec(repo, image="clover-agent-no-such-image:never"),
     )
     app = CloverApp(options)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -109,7 +109,7 @@ async def test_the_app_answers_while_the_sandbox_starts(tmp_path: Path) -> None:
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="local",
-        spec=SandboxSpec(repo=str(repo), setup_commands=[setup]),
+        spec=sandbox_spec(repo, setup_commands=[setup]),
     )
     app = CloverApp(options)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -51,14 +51,23 @@ async def test_request_approvals_diff_and_apply(tmp_path: Path, sandbox: str) ->
         await send(pilot, "make test_add pass")
 
         # the edit waits for the person, with its diff
-        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the first approval")
+        # the screen is pushed before it is composed: wait for its diff, not only for the screen
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ApprovalScreen) and app.screen.query(DiffView),
+            "the first approval",
+        )
         diff = app.screen.query_one(DiffView).diff
         assert "-    return a - b" in diff and "+    return a + b" in diff
         assert "a/calculator.py" in diff
         assert "return a - b" in (repo / "calculator.py").read_text()  # nothing written yet
         await pilot.press("y")
 
-        await wait_for(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the shell approval")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ApprovalScreen) and app.screen.request.name == "shell",
+            "the shell approval",
+        )
         assert app.screen.request.name == "shell"
         await pilot.press("a")
         await wait_for(pilot, lambda: _done(app), "the end of the request")
@@ -68,7 +77,7 @@ async def test_request_approvals_diff_and_apply(tmp_path: Path, sandbox: str) ->
         assert [(e.name, e.approved, e.decided_by) for e in decided] == [
             ("editor", True, "user"),
             ("shell", True, "user"),
-            ("shell", True, "user"),
+            ("shell", True, "remembered"),  # the core's memory of "always"
         ]
         done = next(e for e in app.events if isinstance(e, Done))
         assert done.outcome == "submitted", done.message

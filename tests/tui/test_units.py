@@ -55,12 +55,13 @@ def test_commands_are_slash_words() -> None:
 
 
 async def test_the_edit_preview_in_a_real_sandbox(tmp_path) -> None:
-    from clover_agent.sandboxes import SandboxSpec, create_sandbox
+    from clover_agent.sandboxes import create_sandbox
     from clover_agent.tui.preview import edit_preview
+    from tests.sandbox_specs import sandbox_spec
     from tests.tui.helpers import calculator_repo
 
     repo = calculator_repo(tmp_path)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         create = await edit_preview(
             sandbox, "editor", {"command": "create", "path": "/workspace/new.py", "file_text": "X = 1\n"}
         )

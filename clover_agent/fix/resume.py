@@ -1,4 +1,5 @@
-"""Continuing a stopped ``fix`` run: finding its folder, checking that it can go on, and from where.
+"""Continuing a stopped ``fix`` run: checking that it can go on, and from where (its folder is
+found with :func:`clover_agent.fix.runs.locate_run`).
 
 A run's trajectory is its resume state (:func:`~clover_agent.agent.trajectory.load_trajectory`:
 the conversation, the budget spent, the workspace patch). ``fix`` also needs what it measured
@@ -28,9 +29,6 @@ from clover_agent.tools.run_tests import TestFailure, TestReport
 
 EventT = TypeVar("EventT", bound=Event)
 
-#: ``--resume last`` picks the newest run folder.
-LATEST = "last"
-
 
 @dataclass
 class StoppedRun:
@@ -50,21 +48,9 @@ class StoppedRun:
     message: str
 
 
-def find_run(runs: Path, ref: str) -> Path:
-    """The run folder ``ref`` names under ``runs`` (``<repo>/.clover/runs``): a run id, or ``last``."""
-    existing = sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
-    if ref == LATEST:
-        if not existing:
-            raise UsageError(f"--resume last: there are no runs under {runs}")
-        return runs / existing[-1]
-    if ref not in existing:
-        known = f"the newest are: {', '.join(existing[-3:])}" if existing else "there are none"
-        raise UsageError(f"--resume {ref}: no such run under {runs} ({known})")
-    return runs / ref
-
-
-def load_stopped_run(run_dir: Path) -> StoppedRun:
-    """Read a run's trajectory and check that it can be resumed (see the module docstring)."""
+def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
+    """Read a run's trajectory and check that it can be resumed (see the module docstring);
+    ``target``, when given, must be the run's TARGET."""
     run_id = run_dir.name
     trajectory = run_dir / TRAJECTORY_FILE
     if not trajectory.is_file():
@@ -112,6 +98,11 @@ def load_stopped_run(run_dir: Path) -> StoppedRun:
         ),
         target_tests,
     )
+    if target is not None and target != started.target:
+        raise UsageError(
+            f"TARGET {target!r} differs from the target of run {run_id} ({started.target!r}); "
+            "leave TARGET out when resuming"
+        )
     return StoppedRun(
         run_dir=run_dir,
         run_id=run_id,

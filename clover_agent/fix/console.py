@@ -1,17 +1,23 @@
-"""A plain-text view of a run for the terminal (the ``fix`` command's renderer).
+"""The terminal side of a ``fix`` run: a plain-text view of its events, and approvals asked there.
 
 Model text streams as it is written; tool calls are one line each; results are shown trimmed (the
 trajectory keeps them whole). Provisional diffusion blocks are not drawn here (the TUI does).
+:class:`TerminalApprover` answers the agent's approval requests (by call id, like any front end)
+with what the person types.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from typing import Any, TextIO
 
+from clover_agent.agent.approvals import Answer, Approvals
+from clover_agent.backends.threads import run_in_daemon_thread
 from clover_agent.events import (
     ApprovalDecided,
+    ApprovalRequested,
     BudgetWarning,
     ContextCondensed,
     Done,
@@ -144,3 +150,38 @@ def _trim(text: str, lines: int = RESULT_LINES) -> str:
     if len(rows) > lines:
         shown.append(f"… {len(rows) - lines} more lines")
     return "\n    ".join(shown)
+
+
+async def ask_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> Answer:
+    """Ask the person at the terminal about one call; end of input (Ctrl-D) is no."""
+    shown = " ".join(f"{k}={v!r}" for k, v in arguments.items())
+    question = (
+        f"\nThe agent wants to run {name} {shown}\n({reason}). Allow? [y]es / [a]lways for this run / [N]o "
+    )
+    try:
+        # A daemon thread: a run that ends (Ctrl-C) while the question waits does not wait for it.
+        answer = await run_in_daemon_thread(lambda: input(question), name="clover-approval")
+    except EOFError:
+        return Answer.DENY
+    answer = answer.strip().lower()
+    if answer in ("a", "always"):
+        return Answer.ALWAYS
+    return Answer.ONCE if answer in ("y", "yes") else Answer.DENY
+
+
+class TerminalApprover:
+    """Bus subscriber: asks at the terminal about each ``ApprovalRequested`` and answers it through
+    ``approvals`` by its call id. The question runs as its own task, so the bus never waits on it."""
+
+    def __init__(self, approvals: Approvals) -> None:
+        self.approvals = approvals
+        self._asking: set[asyncio.Task[None]] = set()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ApprovalRequested):
+            task = asyncio.get_running_loop().create_task(self._ask(event))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
+
+    async def _ask(self, event: ApprovalRequested) -> None:
+        self.approvals.answer(event.call_id, await ask_at_terminal(event.name, event.arguments, event.reason))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from clover_agent.agent.console import ConsoleRenderer
 from clover_agent.events import Done, ModelDelta, ModelResponded, ToolCallFinished, ToolCallStarted
+from clover_agent.fix.console import ConsoleRenderer
 
 CALL = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
 

@@ -11,32 +11,32 @@ and 2 are taken from its trajectory (the baseline is the repository before the a
 workspace is restored in a fresh sandbox, and the agent carries on with the recorded conversation
 and a fresh budget, appending to the same trajectory after a ``TaskResumed`` event; then step 4.
 
-Everything lands in ``<repo>/.clover/runs/<id>/``: ``trajectory.jsonl`` (every event),
-``patch.diff`` (the sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch
-to the working tree is the caller's decision (see :mod:`clover_agent.agent.patches`).
+This is the entry point every front end of the workflow calls (``clover-agent fix``, the CI bot):
+:func:`run_fix` with a :class:`FixRequest` holding a complete sandbox spec, a backend factory (called
+only once a failure is confirmed) and, optionally, the run folder. Everything lands in that folder
+(default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
+sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch to the working tree is
+the caller's decision (see :mod:`clover_agent.fix.patches`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
-from clover_agent.agent.context import gather_facts, system_prompt
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.patches import changed_files, is_test_file
-from clover_agent.agent.policy import Approver, Policy
-from clover_agent.agent.resume import StoppedRun
-from clover_agent.agent.targets import TestSelection, select_tests
+from clover_agent.agent.policy import Policy
+from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.events import (
     Done,
     ErrorReported,
@@ -46,11 +46,14 @@ from clover_agent.events import (
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix.patches import changed_files, is_test_file
+from clover_agent.fix.resume import StoppedRun
+from clover_agent.fix.runs import new_run_id, runs_dir
+from clover_agent.fix.targets import TestSelection, select_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
-RUNS_DIR = Path(".clover") / "runs"
 PATCH_FILE = "patch.diff"
 SUMMARY_FILE = "summary.json"
 
@@ -61,13 +64,17 @@ class NothingToFix(CloverError):
 
 @dataclass
 class FixRequest:
+    """One ``fix`` run: TARGET in ``repo``, with everything the workflow needs handed in."""
+
     target: str
-    repo: Path
+    repo: Path  # the repository on the host (TARGET's files are looked up there)
     make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
+    sandbox: SandboxSpec  # complete (``clover_agent.launch.sandbox_spec``)
     sandbox_kind: str = "docker"
-    image: str | None = None
+    run_dir: Path | None = None  # where the run's files go; default <repo>/.clover/runs/<run id>
+    command: str = "fix"  # the front end, as the trajectory's task events name it
     policy: Policy | None = None
-    approver: Approver | None = None
+    approvals: Approvals | None = None  # who answers what the policy asks about (None: no one)
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
@@ -147,20 +154,6 @@ class FixReport:
         return summary
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-
-
-def runs_dir(repo: Path) -> Path:
-    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched)."""
-    path = repo / RUNS_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    ignore = path / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# clover-agent run records (trajectories, patches); not part of the project\n*\n")
-    return path
-
-
 def task_text(selection: TestSelection) -> str:
     report = selection.report
     failing = [t for t, outcome in report.outcomes.items() if outcome in ("failed", "error")]
@@ -185,19 +178,25 @@ def regressions(before: TestReport, after: TestReport) -> list[str]:
 
 async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | None = None) -> FixReport:
     """The whole workflow (see the module docstring); ``resume`` continues that stopped run. Never
-    raises :class:`CloverError` once the run folder exists: failures end up in the report, the
+    raises any layer's error (:data:`~clover_agent.errors.RUN_ERRORS`) once the run folder exists: failures end up in the report, the
     summary file and the trajectory, whose last event is a ``TaskFinished`` holding the same verdict
     and exit code as the summary file."""
     started = time.monotonic()
     run_id = resume.run_id if resume else new_run_id()
-    report = FixReport(run_id, resume.run_dir if resume else runs_dir(request.repo) / run_id)
+    if resume is not None:
+        run_dir = resume.run_dir
+    elif request.run_dir is not None:
+        run_dir = request.run_dir
+    else:
+        run_dir = runs_dir(request.repo) / run_id
+    report = FixReport(run_id, run_dir)
     writer = TrajectoryWriter(report.trajectory_path)
     unsubscribe = bus.subscribe(writer)
     if resume is None:
         bus.emit(
             TaskStarted(
                 run_id=run_id,
-                command="fix",
+                command=request.command,
                 target=request.target,
                 repo=str(request.repo),
                 sandbox=request.sandbox_kind,
@@ -207,7 +206,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         bus.emit(
             TaskResumed(
                 run_id=run_id,
-                command="fix",
+                command=request.command,
                 segment=resume.segments + 1,
                 previous_exit_code=resume.exit_code,
                 previous_outcome=resume.outcome,
@@ -218,12 +217,13 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         )
     try:
         await _fix(request, bus, report, resume)
-    except CloverError as exc:
-        report.exit_code, report.message = exc.exit_code, exc.message
+    except RUN_ERRORS as exc:
+        report.exit_code, report.message = exit_code_for(exc), message_of(exc)
         outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
-        bus.emit(ErrorReported(kind=outcome, message=exc.message, fatal=True, exit_code=int(exc.exit_code)))
+        code = int(report.exit_code)
+        bus.emit(ErrorReported(kind=outcome, message=report.message, fatal=True, exit_code=code))
         if report.agent is None:  # the loop emits its own Done
-            bus.emit(Done(outcome=outcome, exit_code=int(exc.exit_code), message=exc.message))
+            bus.emit(Done(outcome=outcome, exit_code=code, message=report.message))
     except (asyncio.CancelledError, KeyboardInterrupt):
         report.exit_code, report.message = ExitCode.INTERRUPTED, "interrupted"
         raise
@@ -234,7 +234,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         bus.emit(
             TaskFinished(
                 run_id=run_id,
-                command="fix",
+                command=request.command,
                 exit_code=int(report.exit_code),
                 message=report.message,
                 report=summary,
@@ -247,7 +247,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
-    sandbox = create_sandbox(request.sandbox_kind, SandboxSpec(repo=str(request.repo), image=request.image))
+    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
@@ -265,7 +265,7 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
                 bus,
                 run_id=report.run_id,
                 policy=request.policy,
-                approver=request.approver,
+                approvals=request.approvals,
                 budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
             )
             if resume is None:

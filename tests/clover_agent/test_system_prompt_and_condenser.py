@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from clover_agent.agent.context import DROPPED_OUTPUT, Condenser, RepositoryFacts, system_prompt
+from clover_agent.agent.condenser import DROPPED_OUTPUT, Condenser
+from clover_agent.agent.system_prompt import RepositoryFacts, system_prompt
+from tests.sandbox_specs import sandbox_spec
 
 
 def chars_as_tokens(messages: list[dict]) -> int:
@@ -81,8 +83,8 @@ def test_system_prompt_names_facts_and_instruction_paths() -> None:
 async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> None:
     import subprocess
 
-    from clover_agent.agent.context import gather_facts
-    from clover_agent.sandboxes import SandboxSpec, create_sandbox
+    from clover_agent.agent.system_prompt import gather_facts
+    from clover_agent.sandboxes import create_sandbox
 
     repo = tmp_path / "repo"
     (repo / "pkg" / "sub").mkdir(parents=True)
@@ -97,7 +99,7 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
     (repo / ".gitignore").write_text("*.log\n")
     (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    async with create_sandbox("local", SandboxSpec(repo=str(repo))) as sandbox:
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         facts = await gather_facts(sandbox)
     assert dict(facts.languages) == {"Python": 3, "Markdown": 4, "TypeScript": 1, "TOML": 1}
     assert facts.test_command == "python -m pytest"

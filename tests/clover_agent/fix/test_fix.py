@@ -22,17 +22,20 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE, FixReport
-from clover_agent.agent.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
-from clover_agent.agent.targets import match_tests
+from clover_agent.agent.approvals import Answer
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
-from clover_agent.cli.fix import _approve_at_terminal, _hand_back
+from clover_agent.cli.fix import _hand_back
 from clover_agent.errors import ExitCode
+from clover_agent.fix.console import ask_at_terminal
+from clover_agent.fix.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
+from clover_agent.fix.targets import match_tests
+from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE, FixReport
+from tests.cli_process import start_signalable
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "calculator"
 #: Outside the project folder, so a real model working on the example cannot read the answer.
 REPLAY = ROOT / "examples" / "calculator-fix.replay.jsonl"
@@ -51,27 +54,27 @@ def calculator_repo(tmp_path: Path, *, nested: bool = False) -> Path:
     return repo
 
 
-def interrupt_fix(repo: Path, replay: Path, *, running: str) -> tuple[Path, int, str, str]:
-    """Run ``clover-agent fix test_add`` on ``replay`` in its own process and press Ctrl-C once the
-    trajectory holds ``running`` (a call is under way). Returns the trajectory, the exit code, stdout
-    and stderr."""
-    proc = subprocess.Popen(
+def hanging_call(marker: Path) -> str:
+    """A shell call that creates ``marker`` (on the host: the local sandbox runs there), then hangs."""
+    return call("shell", command=f"touch {marker} && sleep 60")
+
+
+def interrupt_fix(repo: Path, replay: Path, *, started: Path) -> tuple[Path, int, str, str]:
+    """Run ``clover-agent fix test_add`` on ``replay`` (local sandbox) in its own process and press
+    Ctrl-C once ``started`` exists (a :func:`hanging_call` is running). Returns the trajectory, the
+    exit code, stdout and stderr."""
+    proc = start_signalable(
         [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "replay",
          "--replay", str(replay), "--sandbox", "local"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    trajectory = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}"))
-        if found and running in found[0].read_text():
-            trajectory = found[0]
-            break
-        time.sleep(0.2)
-    assert trajectory is not None, proc.communicate()
-    time.sleep(0.3)  # the call is running now
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not started.exists():
+        time.sleep(0.1)
+    assert started.exists(), proc.communicate()
+    (trajectory,) = (repo / ".clover" / "runs").glob(f"*/{TRAJECTORY_FILE}")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     return trajectory, proc.returncode, out, err
 
 
@@ -205,7 +208,7 @@ async def test_ctrl_d_at_an_approval_question_is_no(monkeypatch: pytest.MonkeyPa
     with os.fdopen(terminal_fd, "r") as terminal:
         monkeypatch.setattr(sys, "stdin", terminal)
         os.write(main_fd, b"\x04")
-        assert await _approve_at_terminal("shell", {"command": "curl example.com"}, "network") is False
+        assert await ask_at_terminal("shell", {"command": "curl example.com"}, "network") is Answer.DENY
     os.close(main_fd)
 
 
@@ -363,8 +366,9 @@ def test_free_text_matches_test_ids() -> None:
 
 def test_ctrl_c_ends_with_130_and_a_closed_trajectory(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
-    replay = write_replay(tmp_path / "sleeps.jsonl", [call("shell", command="sleep 60")])
-    trajectory, code, out, err = interrupt_fix(repo, replay, running="tool_call_started")
+    started = tmp_path / "started"
+    replay = write_replay(tmp_path / "sleeps.jsonl", [hanging_call(started)])
+    trajectory, code, out, err = interrupt_fix(repo, replay, started=started)
     assert code == ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in err and "interrupted" in err
     events = read_events(trajectory)

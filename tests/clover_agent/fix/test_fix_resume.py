@@ -13,13 +13,20 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.fix_task import PATCH_FILE, SUMMARY_FILE
-from clover_agent.agent.loop import INTERRUPTED_CALL
+from clover_agent.agent.notes import INTERRUPTED_CALL
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
+from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from tests.clover_agent.fix.test_fix import (
+    REPLAY,
+    calculator_repo,
+    hanging_call,
+    interrupt_fix,
+    run_dirs,
+    suite_passes,
+)
 from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.clover_agent.test_fix import REPLAY, calculator_repo, interrupt_fix, run_dirs, suite_passes
 
 pytestmark = pytest.mark.slow
 
@@ -119,8 +126,9 @@ def test_an_interrupted_run_resumes_from_its_last_change(tmp_path: Path, capsys)
     """Ctrl-C while a call runs: the sandbox is gone before the final diff can be read, yet the
     edit made before it is restored, and the cut-off call gets a result saying what happened."""
     repo = calculator_repo(tmp_path)
-    replay = write_replay(tmp_path / "edit-then-hang.jsonl", [FIX_ADD, call("shell", command="sleep 60")])
-    _, code, out, err = interrupt_fix(repo, replay, running='"name": "shell"')
+    started = tmp_path / "started"
+    replay = write_replay(tmp_path / "edit-then-hang.jsonl", [FIX_ADD, hanging_call(started)])
+    _, code, out, err = interrupt_fix(repo, replay, started=started)
     assert code == ExitCode.INTERRUPTED, out + err
     (run,) = run_dirs(repo)
     assert "Traceback" not in err

@@ -1,0 +1,167 @@
+"""One tool call, from the policy's verdict to its result: ask a person where the policy says so,
+snapshot the workspace before a call its tool says may change it, run it, and emit its events.
+
+The agent loop (:mod:`clover_agent.agent.loop`) owns the conversation; this module owns what
+happens between a call's ``ToolCallStarted`` and ``ToolCallFinished`` events.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from clover_agent.agent.approvals import Answer, Approvals
+from clover_agent.agent.checkpoints import Checkpoints
+from clover_agent.agent.notes import INTERRUPTED_TOOL
+from clover_agent.agent.policy import CallView, Decision, Policy
+from clover_agent.agent.steering import Interrupted, Steering
+from clover_agent.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CallInterrupted,
+    CheckpointTaken,
+    EventBus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from clover_agent.protocol import ToolCall
+from clover_agent.tools.base import Tool, ToolContext, ToolResult
+from clover_agent.tools.registry import run_call
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Whether a call may run, who decided (policy, user, remembered, no-terminal) and why."""
+
+    approved: bool
+    decided_by: str = "policy"
+    reason: str = ""
+    answer: str | None = None  # the person's answer (once, always, deny), when one was asked
+
+    def refusal(self, view: CallView) -> str:
+        """What the model reads about a refused call."""
+        target = view.arguments.get("path") or view.command or ""
+        return (
+            f"This call ({view.action} {target}".rstrip()
+            + f") was not allowed: {self.reason}. Do not retry it; find another way that stays "
+            "within the workspace and the allowed tools."
+        )
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    result: ToolResult
+    interrupted: bool = False
+    may_have_changed: bool = False  # it ran (or started) and its tool says it may change the workspace
+
+
+class ToolCaller:
+    """Runs the calls of one agent: its tools, policy, approvals, checkpoints and tool context."""
+
+    def __init__(
+        self,
+        tools: dict[str, Tool],
+        context: ToolContext,
+        bus: EventBus,
+        steering: Steering,
+        policy: Policy,
+        approvals: Approvals | None,
+        checkpoints: Checkpoints | None,
+    ) -> None:
+        self.tools = tools
+        self.context = context
+        self.bus = bus
+        self.steering = steering
+        self.policy = policy
+        self.approvals = approvals
+        self.checkpoints = checkpoints
+
+    async def call(self, step: int, call: ToolCall) -> CallOutcome:
+        """Decide, snapshot, run; both the decision and the run can be interrupted."""
+        tool = self.tools.get(call.name)
+        if tool is None:  # a backend returned a call of a tool it was not given
+            known = ", ".join(self.tools)
+            return CallOutcome(ToolResult(False, f"Unknown tool `{call.name}`. Available tools: {known}."))
+        view = CallView.of(tool, call.arguments)
+        self.bus.emit(ToolCallStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        started = time.monotonic()
+        ran = False
+        try:
+            approval = await self.steering.interruptible(lambda: self._approve(step, call, view))
+            if approval.approved:
+                if self.checkpoints is not None and view.mutates:
+                    checkpoint = await self.checkpoints.snapshot(step, view.action)
+                    self.bus.emit(
+                        CheckpointTaken(
+                            turn=step, ref=checkpoint.ref, commit=checkpoint.commit, tool=checkpoint.tool
+                        )
+                    )
+                ran = True
+                result = await self.steering.interruptible(
+                    lambda: run_call(tool, call.arguments, self.context, schema_checked=True)
+                )
+            else:
+                result = ToolResult(False, approval.refusal(view))
+            outcome = CallOutcome(result, may_have_changed=ran and view.mutates)
+        except Interrupted:
+            self.bus.emit(CallInterrupted(step=step, during="tool", call_id=call.id, name=call.name))
+            outcome = CallOutcome(ToolResult(False, INTERRUPTED_TOOL), True, ran and view.mutates)
+        result = outcome.result
+        full = result.data.get("output")
+        if isinstance(full, str):  # kept once, as full_output (a shell's output can be megabytes)
+            data = {key: value for key, value in result.data.items() if key != "output"}
+        else:
+            full, data = result.output, result.data
+        self.bus.emit(
+            ToolCallFinished(
+                step=step,
+                call_id=call.id,
+                name=call.name,
+                output=result.output,
+                is_error=not result.ok,
+                full_output=full,
+                data=data,
+                duration_s=round(time.monotonic() - started, 3),
+            )
+        )
+        return outcome
+
+    async def _approve(self, step: int, call: ToolCall, view: CallView) -> Approval:
+        """The policy's verdict, and a person's answer where it says ask: ``ApprovalRequested`` is
+        emitted before the answer is awaited, so a front end can answer it by call id."""
+        verdict = self.policy.check(view)
+        if verdict.decision is Decision.ALLOW:
+            return Approval(True)
+        if verdict.decision is Decision.DENY:
+            approval = Approval(False, "policy", verdict.reason)
+        elif self.approvals is not None and self.approvals.allowed_always(verdict.key):
+            approval = Approval(True, "remembered", f"{verdict.reason} (allowed always for this run)")
+        else:
+            if self.approvals is not None:
+                self.approvals.open(call.id, verdict.key)
+            self.bus.emit(
+                ApprovalRequested(
+                    step=step,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    reason=verdict.reason,
+                )
+            )
+            if self.approvals is None:
+                approval = Approval(False, "no-terminal", f"{verdict.reason} (asked, no terminal: denied)")
+            else:
+                answer = await self.approvals.wait(call.id)
+                approval = Approval(answer is not Answer.DENY, "user", verdict.reason, answer.value)
+        self.bus.emit(
+            ApprovalDecided(
+                step=step,
+                call_id=call.id,
+                name=call.name,
+                approved=approval.approved,
+                decided_by=approval.decided_by,
+                reason=approval.reason,
+                answer=approval.answer,
+            )
+        )
+        return approval

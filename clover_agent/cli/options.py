@@ -1,0 +1,54 @@
+"""Command-line options that several commands share (``fix``, ``tui``, and the CI bot): the model
+backend and the sandbox, defined once so they mean the same everywhere."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from clover_agent.backends import BACKEND_KINDS
+from clover_agent.launch import BackendOptions
+from clover_agent.sandboxes import SANDBOX_KINDS
+
+
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--model``, ``--base-url``, ``--model-name``, ``--replay``."""
+    p.add_argument(
+        "--backend",
+        choices=BACKEND_KINDS,
+        default="engine",
+        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
+        "replay: recorded turns (tests and demos, not a model)",
+    )
+    p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible server's API root, e.g. http://HOST:30000/v1 (openai backend; default "
+        "CLOVER_BASE_URL; the API key, if it needs one, comes from CLOVER_API_KEY or OPENAI_API_KEY)",
+    )
+    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
+    p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
+
+
+def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
+    """``--sandbox`` and ``--image``."""
+    p.add_argument(
+        "--sandbox",
+        choices=SANDBOX_KINDS,
+        default="docker",
+        help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
+    )
+    p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+
+
+def backend_options(args: argparse.Namespace, **engine_options: Any) -> BackendOptions:
+    """The backend the command line chose; ``engine_options`` are more ``EngineBackend`` keywords."""
+    return BackendOptions(
+        args.backend,
+        model=args.model,
+        base_url=args.base_url,
+        model_name=args.model_name,
+        replay=args.replay,
+        engine_options=engine_options,
+    )

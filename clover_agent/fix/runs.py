@@ -1,0 +1,63 @@
+"""Run folders: where a ``fix`` run keeps its trajectory, patch and summary, and finding one again.
+
+By default a run lives in ``<repo>/.clover/runs/<id>/`` (git-ignored by a ``.gitignore`` the folder
+holds, so the user's files are untouched); a front end may give any folder instead
+(``FixRequest.run_dir``: the CI bot's output folder).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+from clover_agent.errors import UsageError
+
+RUNS_DIR = Path(".clover") / "runs"
+#: ``--resume last`` picks the newest run folder.
+LATEST = "last"
+
+
+def new_run_id() -> str:
+    """A run id that sorts by start time: ``YYYYmmdd-HHMMSS-<6 hex>``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def runs_dir(repo: Path) -> Path:
+    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched)."""
+    path = repo / RUNS_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# clover-agent run records (trajectories, patches); not part of the project\n*\n")
+    return path
+
+
+def find_run(runs: Path, ref: str) -> Path:
+    """The run folder ``ref`` names under ``runs`` (``<repo>/.clover/runs``): a run id, or ``last``."""
+    existing = sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+    if ref == LATEST:
+        if not existing:
+            raise UsageError(f"--resume last: there are no runs under {runs}")
+        return runs / existing[-1]
+    if ref not in existing:
+        known = f"the newest are: {', '.join(existing[-3:])}" if existing else "there are none"
+        raise UsageError(f"--resume {ref}: no such run under {runs} ({known})")
+    return runs / ref
+
+
+def locate_run(ref: str, repo: Path | None) -> tuple[Path, Path]:
+    """(repository, run folder) for ``ref``: a run id or ``last`` under ``repo``'s runs, or the path of
+    a run folder, whose repository is the one it lies in (``repo``, when given, must be that one).
+    ``repo`` None: the current folder (for an id) or the folder's repository (for a path)."""
+    if ref != LATEST and (os.sep in ref or "/" in ref):
+        folder = Path(ref).resolve()
+        if not folder.is_dir() or len(folder.parents) < 3 or folder.parent != folder.parents[2] / RUNS_DIR:
+            raise UsageError(f"--resume {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
+        owner = folder.parents[2]
+        if repo is not None and repo.resolve() != owner:
+            raise UsageError(f"--resume {ref} is a run of {owner}, not of --repo {repo}")
+        return owner, folder
+    repo = (repo or Path(".")).resolve()
+    return repo, find_run(repo / RUNS_DIR, ref)

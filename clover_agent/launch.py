@@ -1,0 +1,114 @@
+"""What a front end builds before a run, from its options and the settings: the model backend (as a
+factory, so nothing loads before it is needed) and the complete sandbox spec.
+
+``clover-agent fix``, the TUI and the CI bot share these, so a backend option or a sandbox setting
+means the same in each. :class:`~clover_agent.settings.Settings` is loaded once by the front end
+and passed in; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clover_agent.backends import BACKEND_KINDS, create_backend
+from clover_agent.backends.base import ModelBackend
+from clover_agent.engine.locate import ModelSources
+from clover_agent.errors import UsageError
+from clover_agent.sandboxes import SandboxLimits, SandboxSpec
+from clover_agent.settings import Settings, repo_settings
+
+BackendFactory = Callable[[], ModelBackend]
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The backend a user chose: ``kind`` (engine, openai, replay) and its options as given on the
+    command line (None: the settings' value or the backend's default)."""
+
+    kind: str = "engine"
+    model: str | None = None  # engine: the weights folder (--model)
+    base_url: str | None = None  # openai: the server's API root (--base-url)
+    model_name: str | None = None  # openai: the model name sent to the server (--model-name)
+    replay: str | None = None  # replay: the JSON Lines file of recorded turns (--replay)
+    engine_options: dict[str, Any] = field(default_factory=dict)  # more EngineBackend keywords
+
+
+def model_sources(settings: Settings, explicit: str | None = None) -> ModelSources:
+    """Where the engine looks for the weights: ``explicit`` (--model), then the settings."""
+    return ModelSources(
+        explicit=explicit,
+        from_env=settings.model_from_env,
+        configured=settings.model_path,
+        hf_hub_cache=settings.hf_hub_cache,
+    )
+
+
+def check_backend_options(options: BackendOptions, settings: Settings) -> None:
+    """:class:`UsageError` for a choice that cannot work, before any sandbox or test run starts:
+    a replay without its file, an openai backend without a server; for the engine, the readiness
+    check (a GPU with room for the weights, or a small checkpoint on the CPU), which fails within
+    seconds with the ways forward (:class:`~clover_agent.backends.BackendUnavailable`)."""
+    if options.kind not in BACKEND_KINDS:
+        raise UsageError(f"unknown backend {options.kind!r}; choose one of: {', '.join(BACKEND_KINDS)}")
+    if options.kind == "replay" and not options.replay:
+        raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
+    if options.replay and not Path(options.replay).is_file():
+        raise UsageError(f"--replay {options.replay}: no such file")
+    if options.kind == "openai" and not (options.base_url or settings.base_url):
+        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+    if options.kind == "engine":
+        from clover_agent.backends.engine import choose_device  # loads the engine's modules
+
+        choose_device(model_sources(settings, options.model))
+
+
+def backend_factory(options: BackendOptions, settings: Settings) -> BackendFactory:
+    """A function making the chosen backend when called (a front end calls it only once the
+    backend is needed: ``fix`` after the failure is confirmed)."""
+
+    def make() -> ModelBackend:
+        if options.kind == "replay":
+            return create_backend("replay", path=options.replay)
+        if options.kind == "openai":
+            values: dict[str, Any] = {
+                "base_url": options.base_url or settings.base_url,
+                "api_key": settings.api_key,
+            }
+            if options.model_name:
+                values["model_name"] = options.model_name
+            return create_backend("openai", **values)
+        return create_backend(
+            "engine", sources=model_sources(settings, options.model), **options.engine_options
+        )
+
+    return make
+
+
+def sandbox_spec(
+    settings: Settings,
+    repo: str | Path,
+    *,
+    image: str | None = None,
+    limits: SandboxLimits | None = None,
+    network: bool = False,
+    env: dict[str, str] | None = None,
+    host_env: dict[str, str] | None = None,
+) -> SandboxSpec:
+    """The complete spec for a sandbox over ``repo``: the image (``image``, else the repository's
+    ``.clover/config.toml``, else the settings'), the repository's set-up commands, and the host
+    environment (default: this process's, as the settings read it; a CI bot passes an allow-list).
+    A broken repository file is a :class:`UsageError`."""
+    repo_config = repo_settings(repo)
+    return SandboxSpec(
+        repo=str(repo),
+        image=image or repo_config.image or settings.sandbox_image,
+        limits=limits or SandboxLimits(),
+        network=network,
+        setup_commands=list(repo_config.setup),
+        setup_network=repo_config.setup_network,
+        env=dict(env or {}),
+        host_env=dict(settings.environment if host_env is None else host_env),
+    )

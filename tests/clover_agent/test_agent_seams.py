@@ -1,0 +1,273 @@
+"""The seams an interactive front end drives, each from its own task on the agent's event loop, with
+real tools in real sandboxes and replayed turns: approvals answered by call id, an interrupt during
+a tool call and during a model call, a user message sent mid-run, a new request after ``finish``,
+undo to an earlier step, and tools the agent is given (which declare what mutates)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from clover_agent.agent import Agent, Approvals, Budget, TrajectoryWriter, load_trajectory
+from clover_agent.agent.policy import preset
+from clover_agent.backends.replay import ReplayBackend
+from clover_agent.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CallInterrupted,
+    CheckpointTaken,
+    Event,
+    EventBus,
+    ModelDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    WorkspaceUndone,
+)
+from clover_agent.sandboxes import Sandbox, create_sandbox
+from clover_agent.tools.base import Tool, ToolContext, ToolResult
+from clover_agent.tools.registry import default_tools
+from tests.clover_agent.test_agent_loop import FINISH, VIEW, call
+from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
+
+#: Generous: these wait on events, and a loaded machine may take long to produce them.
+DEADLINE_S = 120
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def sandbox(request: pytest.FixtureRequest, repo: Path) -> AsyncIterator[Sandbox]:
+    async with create_sandbox(request.param, sandbox_spec(repo)) as box:
+        yield box
+
+
+def replay(path: Path, *turns: str | dict[str, Any]) -> ReplayBackend:
+    lines = [turn if isinstance(turn, dict) else {"content": turn} for turn in turns]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return ReplayBackend(path)
+
+
+class Recorder:
+    """Every event, and a way to wait for one."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.events: list[Event] = []
+        self._changed = asyncio.Event()
+        bus.subscribe(self)
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    async def nth(self, n: int, kind: type, **fields: Any) -> Any:
+        """The ``n``-th event (1-based) of ``kind`` with ``fields``, once it has been emitted."""
+        async with asyncio.timeout(DEADLINE_S):
+            while True:
+                found = [e for e in self.of(kind) if all(getattr(e, k) == v for k, v in fields.items())]
+                if len(found) >= n:
+                    return found[n - 1]
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def first(self, kind: type, **fields: Any) -> Any:
+        return await self.nth(1, kind, **fields)
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def conversation(agent: Agent) -> list[tuple[str, str]]:
+    return [(m["role"], str(m.get("content", ""))) for m in agent.messages]
+
+
+async def test_approvals_are_requested_first_and_answered_by_call_id(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    install = call("shell", command="pip install --help > /dev/null; echo asked-and-ran")
+    backend = replay(tmp_path / "asks.jsonl", install, install, install, install, FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    approvals = Approvals()
+    agent = Agent(
+        backend, sandbox, bus, run_id="ask", policy=preset("workspace"), approvals=approvals, stuck_repeats=10
+    )
+    run = asyncio.create_task(agent.run("Install it.", "You are a test agent."))
+    for n, answer in enumerate(["deny", "once", "always"], 1):  # the fourth call: covered by "always"
+        request = await seen.nth(n, ApprovalRequested)
+        # Announced before it is decided: the agent waits, the call has not run.
+        assert approvals.pending == [request.call_id]
+        assert not any(e.call_id == request.call_id for e in seen.of(ApprovalDecided))
+        assert not any(e.call_id == request.call_id for e in seen.of(ToolCallFinished))
+        assert agent.answer_approval(request.call_id, answer)
+        assert not agent.answer_approval(request.call_id, "once")  # answered already
+    result = await asyncio.wait_for(run, DEADLINE_S)
+    assert result.submitted, result.message
+    decided = [(e.approved, e.decided_by, e.answer) for e in seen.of(ApprovalDecided)]
+    assert decided == [
+        (False, "user", "deny"),
+        (True, "user", "once"),
+        (True, "user", "always"),
+        (True, "remembered", None),
+    ]
+    outputs = [e.output for e in seen.of(ToolCallFinished)]
+    assert "not allowed" in outputs[0] and all("asked-and-ran" in o for o in outputs[1:4])
+    assert len(seen.of(ApprovalRequested)) == 3
+
+
+async def test_no_one_to_ask_means_denied(sandbox: Sandbox, tmp_path: Path) -> None:
+    backend = replay(tmp_path / "no-one.jsonl", call("shell", command="curl https://example.com"), FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="none", policy=preset("workspace"))
+    assert (await agent.run("Fetch it.", "You are a test agent.")).submitted
+    (decided,) = seen.of(ApprovalDecided)
+    assert (decided.approved, decided.decided_by) == (False, "no-terminal")
+
+
+async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    marker = f"/tmp/started-{uuid.uuid4().hex}"  # the local sandbox's /tmp is the host's
+    hang = call("shell", command=f"touch {marker} && sleep 600.7 && echo never")
+    backend = replay(tmp_path / "hang.jsonl", hang, VIEW, FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="stop-tool")
+    run = asyncio.create_task(agent.run("Wait, then look.", "You are a test agent."))
+    await seen.first(ToolCallStarted, name="shell")
+    async with asyncio.timeout(DEADLINE_S):  # the command itself is running (its marker exists)
+        while (await sandbox.exec(f"test -e {marker}")).exit_code != 0:
+            await asyncio.sleep(0.1)
+    assert agent.interrupt()
+    interrupted = await seen.first(CallInterrupted)
+    finished = await seen.first(ToolCallFinished, name="shell")
+    assert interrupted.during == "tool" and finished.is_error and "interrupted" in finished.output
+    # The command's processes are gone from the sandbox, and the run did not end: it waits.
+    listing = await sandbox.exec("ps -eo args")
+    assert "sleep 600.7" not in listing.output
+    await sandbox.exec(f"rm -f {marker}")
+    await asyncio.sleep(0)
+    assert not run.done() and agent.steering.paused
+    agent.send("Do not wait; just look at the file.")
+    result = await asyncio.wait_for(run, DEADLINE_S)
+    assert result.submitted, result.message
+    talk = conversation(agent)
+    stopped = talk.index(("tool", finished.output))
+    assert talk[stopped + 1] == ("user", "Do not wait; just look at the file.")
+    assert talk[stopped + 2][0] == "assistant"
+
+
+async def test_an_interrupt_cancels_a_model_call_cleanly(sandbox: Sandbox, tmp_path: Path) -> None:
+    slow = {"content": "<think>\nThinking for a long time about it.\n</think>\n\n" + VIEW, "seconds": 600}
+    backend = replay(tmp_path / "slow.jsonl", slow, FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="stop-model")
+    run = asyncio.create_task(agent.run("Think.", "You are a test agent."))
+    await seen.first(ModelDelta)  # the model is writing
+    started = time.monotonic()
+    assert agent.interrupt("Stop thinking and finish.")
+    result = await asyncio.wait_for(run, DEADLINE_S)
+    assert time.monotonic() - started < DEADLINE_S  # not the 600 s the turn would take
+    assert result.submitted
+    (interrupted,) = seen.of(CallInterrupted)
+    assert interrupted.during == "model"
+    talk = conversation(agent)
+    cut = talk.index(("user", "[The user interrupted your reply before it was complete; it was discarded.]"))
+    assert talk[cut + 1] == ("user", "Stop thinking and finish.")
+    assert not any("Thinking for a long time" in text for _, text in talk)  # the cut reply is gone
+
+
+async def test_a_message_sent_mid_run_arrives_at_the_next_step(sandbox: Sandbox, tmp_path: Path) -> None:
+    backend = replay(tmp_path / "steer.jsonl", VIEW, VIEW.replace("greet.py", ""), FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="steer", stuck_repeats=10)
+    run = asyncio.create_task(agent.run("Look around.", "You are a test agent."))
+    await seen.first(ToolCallStarted)
+    agent.send("Also list the folder.")
+    assert (await asyncio.wait_for(run, DEADLINE_S)).submitted
+    roles = [role for role, _ in conversation(agent)]
+    # system, task, call 1, its result, the message (after the result, never between), call 2, ...
+    assert roles[:6] == ["system", "user", "assistant", "tool", "user", "assistant"]
+    assert conversation(agent)[4] == ("user", "Also list the folder.")
+
+
+async def test_the_conversation_goes_on_after_finish_and_undo_goes_back(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    create = call("editor", command="create", path="/workspace/notes.md", file_text="one")
+    edit = call("editor", command="str_replace", path="/workspace/notes.md", old_str="one", new_str="two")
+    backend = replay(tmp_path / "session.jsonl", create, FINISH, edit, FINISH, FINISH)
+    bus = EventBus()
+    trajectory = tmp_path / "run" / "trajectory.jsonl"
+    writer = TrajectoryWriter(trajectory)
+    bus.subscribe(writer)
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="session", budget=Budget(max_steps=20))
+    first = await agent.run("Write notes.", "You are a test agent.")
+    assert first.submitted and "+one" in first.patch
+    second = await agent.continue_with("Now change them to two.")  # same sandbox, same conversation
+    assert second.submitted and "+two" in second.patch
+    assert (await sandbox.read_file("/workspace/notes.md")) == b"two"
+    steps = [e.turn for e in seen.of(CheckpointTaken)]
+    assert steps == [1, 3]
+
+    checkpoint = await agent.undo(3)  # back to before the edit of step 3
+    assert checkpoint is not None and checkpoint.turn == 3
+    assert (await sandbox.read_file("/workspace/notes.md")) == b"one"
+    (undone,) = seen.of(WorkspaceUndone)
+    assert undone.step == 3 and "editor:str_replace" in undone.undone
+    role, note = conversation(agent)[-1]
+    assert role == "user" and "undid the changes made since step 3" in note
+    third = await agent.continue_with("Leave it like that.")
+    assert third.submitted and "+one" in third.patch and "+two" not in third.patch
+    writer.close()
+    state = load_trajectory(trajectory)  # the whole session is one resumable conversation
+    assert state.messages == agent.messages and "+one" in state.patch and state.steps == 5
+
+
+class StampTool(Tool):
+    """A tool of the test's own: it writes a stamp file, and says that it changes the workspace."""
+
+    name = "stamp"
+    description = "Write the stamp file."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+
+    def mutates(self, args: dict[str, Any]) -> bool:
+        return True
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await ctx.sandbox.write_file("/workspace/stamp.txt", args["text"].encode())
+        return ToolResult(True, "stamped")
+
+
+async def test_the_agent_runs_the_tools_it_is_given(sandbox: Sandbox, tmp_path: Path) -> None:
+    finish = next(t for t in default_tools() if t.name == "finish")
+    backend = replay(tmp_path / "own.jsonl", VIEW, call("stamp", text="hi"), FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="own", tools=[StampTool(), finish])
+    result = await agent.run("Stamp it.", "You are a test agent.")
+    assert result.submitted and "+hi" in result.patch
+    assert [spec["function"]["name"] for spec in agent.tool_specs] == ["stamp", "finish"]
+    # The editor is not among its tools: the call is a format error, never run.
+    assert not any(e.name == "editor" for e in seen.of(ToolCallStarted))
+    (checkpoint,) = seen.of(CheckpointTaken)  # the tool said it mutates: a snapshot came first
+    assert checkpoint.tool == "stamp"

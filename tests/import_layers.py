@@ -1,0 +1,150 @@
+"""The package's layers and which may import which, and a checker that finds every import against it.
+
+The checker reads each module's syntax tree (nothing is imported or run), so it sees every import:
+top-level ones, those inside functions (lazy imports), ``TYPE_CHECKING`` blocks and relative ones.
+docs/architecture.md draws the same picture.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Installed module prefix → source folder (the ``package-dir`` mapping of setup.py).
+PACKAGE_ROOTS: dict[str, Path] = {
+    "clover_agent": ROOT / "clover_agent",
+    **{f"clover_agent.{name}": ROOT / name for name in ("engine", "kernels", "tools", "sandboxes")},
+}
+
+#: Module prefix → layer; the longest matching prefix decides.
+LAYERS: dict[str, str] = {
+    "clover_agent": "package",  # __init__: the version only
+    "clover_agent.__main__": "cli",
+    "clover_agent.cli": "cli",
+    "clover_agent.tui": "tui",
+    "clover_agent.ci": "ci",
+    "clover_agent.launch": "launch",
+    "clover_agent.fix": "fix",
+    "clover_agent.agent": "agent",
+    "clover_agent.backends": "backends",
+    "clover_agent.backends.engine": "backends.engine",
+    "clover_agent.tools": "tools",
+    "clover_agent.sandboxes": "sandboxes",
+    "clover_agent.engine": "engine",
+    "clover_agent.kernels": "kernels",
+    "clover_agent.settings": "settings",
+    "clover_agent.protocol": "protocol",
+    "clover_agent.events": "events",
+    "clover_agent.errors": "errors",
+}
+
+_SHARED = {"package", "errors", "events", "protocol"}
+_BELOW_FRONT_ENDS = {"launch", "fix", "agent", "backends", "tools", "sandboxes", "settings", *_SHARED}
+#: Layer → what it may import besides itself: layer names, or module prefixes for a narrow allowance.
+ALLOWED: dict[str, set[str]] = {
+    # Front ends: cli dispatches to the others; the TUI and the CI bot never import the CLI or each other.
+    "cli": {"tui", "ci", *_BELOW_FRONT_ENDS, "backends.engine", "engine"},
+    "tui": set(_BELOW_FRONT_ENDS),
+    "ci": set(_BELOW_FRONT_ENDS),
+    # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
+    "launch": {
+        "backends",
+        "backends.engine",
+        "clover_agent.engine.locate",
+        "sandboxes",
+        "settings",
+        *_SHARED,
+    },
+    "fix": {"agent", "backends", "tools", "sandboxes", *_SHARED},
+    "agent": {"backends", "tools", "sandboxes", *_SHARED},
+    "backends": {"backends.engine", *_SHARED},
+    "backends.engine": {"backends", "engine", *_SHARED},
+    "tools": {"sandboxes", "package"},
+    "sandboxes": {"package"},
+    "engine": {"kernels", "package"},
+    "kernels": {"package"},
+    "settings": {"errors", "sandboxes", "package"},
+    "protocol": {"errors", "package"},
+    "events": {"package"},
+    # The one table from every layer's errors to exit codes knows each layer's error module.
+    "errors": {"clover_agent.engine.errors", "clover_agent.sandboxes.errors", "package"},
+    "package": set(),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Edge:
+    """``source`` imports ``target`` at ``line`` of ``path``."""
+
+    source: str
+    target: str
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}:{self.line}: {self.source} ({layer_of(self.source)}) imports {self.target} "
+            f"({layer_of(self.target)})"
+        )
+
+
+def layer_of(module: str) -> str | None:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len, default=None)
+    return None if best is None else LAYERS[best]
+
+
+def allowed(source: str, target: str) -> bool:
+    mine, theirs = layer_of(source), layer_of(target)
+    if theirs is None or mine == theirs:
+        return True
+    rules = ALLOWED.get(mine or "", set())
+    return theirs in rules or any(target == r or target.startswith(r + ".") for r in rules)
+
+
+def modules(roots: dict[str, Path]) -> dict[str, Path]:
+    """Every module under ``roots`` (module prefix → folder), by its installed name."""
+    found: dict[str, Path] = {}
+    for prefix, folder in roots.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def imported(module: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
+    """(target module, line) for every import in ``path``, wherever it is in the file. ``from X import
+    Y`` counts as importing ``X.Y`` when that is a module of ours, else ``X``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                candidate = f"{origin}.{alias.name}"
+                out.append((candidate if candidate in known else origin, node.lineno))
+    return [(target, line) for target, line in out if target.split(".")[0] == "clover_agent"]
+
+
+def edges(roots: dict[str, Path]) -> list[Edge]:
+    found = modules(roots)
+    known = set(found)
+    return sorted(
+        Edge(module, target, str(path), line)
+        for module, path in found.items()
+        for target, line in imported(module, path, known)
+    )
+
+
+def violations(roots: dict[str, Path] | None = None) -> list[Edge]:
+    """Every import against :data:`ALLOWED` in the package (or in ``roots``)."""
+    return [edge for edge in edges(roots or PACKAGE_ROOTS) if not allowed(edge.source, edge.target)]

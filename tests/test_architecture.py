@@ -1,0 +1,74 @@
+"""Dependencies point one way (docs/architecture.md): every import in the package, lazy ones
+included, goes down the layers; and the check does fail on an edge against them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.import_layers import PACKAGE_ROOTS, edges, layer_of, modules, violations
+
+#: Imports against the direction that another change removes; each names why it is still here. An
+#: entry that no longer occurs fails the test, so the list only shrinks.
+KNOWN: dict[tuple[str, str], str] = {}
+
+
+def test_the_package_imports_only_down_the_layers() -> None:
+    found = violations()
+    unexpected = [str(edge) for edge in found if (edge.source, edge.target) not in KNOWN]
+    assert not unexpected, "imports against the layers:\n" + "\n".join(unexpected)
+    stale = set(KNOWN) - {(edge.source, edge.target) for edge in found}
+    assert not stale, f"these no longer occur; remove them from KNOWN: {sorted(stale)}"
+
+
+def test_every_module_is_in_a_layer() -> None:
+    unplaced = [name for name in modules(PACKAGE_ROOTS) if layer_of(name) is None]
+    assert unplaced == []
+    # The checker reads the real tree: it sees the engine backend importing the engine lazily.
+    assert any(
+        e.source == "clover_agent.backends.engine" and e.target == "clover_agent.engine.engine"
+        for e in edges(PACKAGE_ROOTS)
+    )
+
+
+def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return {"clover_agent": root / "clover_agent", "clover_agent.engine": root / "engine"}
+
+
+def test_an_edge_against_the_layers_fails_the_check(tmp_path: Path) -> None:
+    """A synthetic package: the same checker that passes on the real tree names each wrong edge,
+    whether the import is at the top, lazy inside a function, relative, or under TYPE_CHECKING."""
+    roots = _write(
+        tmp_path,
+        {
+            "clover_agent/__init__.py": "",
+            "clover_agent/agent/__init__.py": "",
+            "clover_agent/agent/loop.py": "from clover_agent.backends.base import ModelBackend\n",
+            "clover_agent/backends/__init__.py": "",
+            "clover_agent/backends/base.py": "import json\n",
+            "clover_agent/cli/__init__.py": "from clover_agent.agent import loop\n",
+            "engine/__init__.py": "",
+            "engine/ok.py": "from . import __name__ as _\nfrom clover_agent.engine import sub\n",
+            "engine/sub.py": "",
+        },
+    )
+    assert violations(roots) == []  # down the layers only
+
+    (tmp_path / "engine" / "bad.py").write_text(
+        "def later():\n    from clover_agent.agent.loop import Agent\n    return Agent\n"
+    )
+    (tmp_path / "clover_agent" / "backends" / "up.py").write_text("from ..agent import loop\n")
+    (tmp_path / "clover_agent" / "backends" / "hint.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from clover_agent.cli import main\n"
+    )
+    found = {(e.source, e.target, e.line) for e in violations(roots)}
+    assert found == {
+        ("clover_agent.engine.bad", "clover_agent.agent.loop", 2),  # lazy, in a function
+        ("clover_agent.backends.up", "clover_agent.agent.loop", 1),  # relative
+        ("clover_agent.backends.hint", "clover_agent.cli", 3),  # type checking only
+    }
+    assert "engine/bad.py:2: clover_agent.engine.bad (engine) imports clover_agent.agent.loop (agent)" in str(
+        next(e for e in violations(roots) if e.source.endswith("bad"))
+    ).replace(str(tmp_path) + "/", "")
