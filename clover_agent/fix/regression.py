@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from clover_agent.fix.diagnosis import workspace_module_names
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.run_tests import TestReport
 
 REGRESSION_SCOPES = ("suite", "related", "none")
 DEFAULT_SCOPE = "suite"
@@ -29,6 +30,19 @@ WORKERS = 2
 _TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 #: Folders never searched for test files.
 _SKIPPED = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "__pycache__"}
+
+
+#: What the baseline of a run without regression runs says (kept so a resumed run knows).
+NO_REGRESSION_RUN = "no regression run (--regression none): only the target is checked"
+
+
+def skipped_regression_report() -> TestReport:
+    """The stand-in baseline of a run with ``--regression none``."""
+    return TestReport(framework="none", command="", target=None, exit_code=None, problem=NO_REGRESSION_RUN)
+
+
+def regression_skipped(baseline: TestReport) -> bool:
+    return baseline.problem == NO_REGRESSION_RUN and not baseline.outcomes
 
 
 @dataclass(frozen=True)

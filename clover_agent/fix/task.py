@@ -22,6 +22,7 @@ the caller's decision (see :mod:`clover_agent.fix.patches`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -41,12 +42,21 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     EventBus,
+    SandboxProgress,
     TaskFinished,
     TaskResumed,
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.patches import changed_files, is_test_file
+from clover_agent.fix.regression import (
+    DEFAULT_SCOPE,
+    WORKERS,
+    regression_skipped,
+    select_regression,
+    skipped_regression_report,
+)
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
 from clover_agent.fix.targets import TestSelection, select_tests
@@ -78,6 +88,13 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
+
+
+class EnvironmentNotReady(CloverError):
+    """The target cannot run in the sandbox's environment (named by :mod:`clover_agent.fix.diagnosis`)."""
+
+    exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
 
 @dataclass
@@ -247,7 +264,10 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
-    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
+    def progress(message: str) -> None:
+        bus.emit(SandboxProgress(message=message))
+
+    sandbox = create_sandbox(request.sandbox_kind, dataclasses.replace(request.sandbox, progress=progress))
     async with sandbox:
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
@@ -281,8 +301,9 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
 async def _reproduce(
     request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
 ) -> TestSelection:
-    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
-    selection = await select_tests(sandbox, request.target, request.repo)
+    """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
+    before any agent), and the regression baseline (one run; free text's suite run is reused)."""
+    selection = await select_tests(sandbox, request.target, request.repo, workers=WORKERS)
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
     if selection.report.all_passed:
@@ -291,10 +312,24 @@ async def _reproduce(
             f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none fails "
             f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
         )
+    problem = diagnose(
+        selection.report,
+        await workspace_module_names(sandbox),
+        environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
+    )
+    if problem is not None:
+        raise EnvironmentNotReady(problem.message(request.target))
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
-    report.suite_before = await run_tests_in(sandbox, None)
-    bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+    chosen = await select_regression(sandbox, request.regression, list(selection.report.outcomes))
+    if not chosen.runs:
+        report.suite_before = skipped_regression_report()
+    elif chosen.target is None and selection.suite is not None:
+        report.suite_before = selection.suite  # the suite run free text needed: the same phase
+    else:
+        bus.emit(SandboxProgress(message=f"regression baseline: {chosen.describe()}"))
+        report.suite_before = await run_tests_in(sandbox, chosen.target, workers=WORKERS)
+    bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=report.suite_before.to_dict()))
     return selection
 
 
@@ -309,9 +344,13 @@ async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tes
 
     report.target_after = await run_tests_in(sandbox, target_tests)
     bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
-    report.suite_after = await run_tests_in(sandbox, None)
-    bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
-    report.regressions = regressions(report.suite_before, report.suite_after)
+    checked = not regression_skipped(report.suite_before)
+    if checked:
+        # the same tests as the baseline: the whole suite, or the related files it ran
+        again = report.suite_before.target
+        report.suite_after = await run_tests_in(sandbox, again, workers=WORKERS)
+        bus.emit(TestsRun(phase="suite_after", target=again or "", report=report.suite_after.to_dict()))
+        report.regressions = regressions(report.suite_before, report.suite_after)
     if not report.target_after.all_passed:
         report.exit_code = ExitCode.FAILURE
         after = report.target_after
@@ -327,5 +366,14 @@ async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tes
     elif not report.files_changed:
         report.exit_code = ExitCode.FAILURE
         report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
+    elif not checked:
+        report.exit_code = ExitCode.OK
+        report.message = "fixed: the target passes (no regression run was asked for: --regression none)"
+    elif report.suite_before.target:
+        files = len(set(report.suite_before.target.split()))
+        report.exit_code = ExitCode.OK
+        report.message = (
+            f"fixed: the target passes and nothing broke in the {files} related test file(s) checked"
+        )
     else:
         report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"
