@@ -66,7 +66,6 @@ def drop_image(tag: str) -> None:
 
 
 def fix_time(repo: Path, project, scope: str) -> tuple[float, int]:
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "--", "."], check=True)
     inject(repo, project)
     replay = replay_file(repo.parent / f"{scope}.replay.jsonl", project)
     started = time.monotonic()

@@ -59,11 +59,18 @@ PROJECTS = (
 
 
 def inject(repo: Path, project: Project) -> None:
-    """Put the project's bug into ``repo``'s work tree (uncommitted, as a user's edit would be)."""
+    """Commit the project's bug in ``repo`` (as a bug lands in a project's history); when it is
+    committed already, put the buggy file back."""
     path = repo / project.path
     text = path.read_text()
+    if project.buggy in text and project.good not in text:
+        return
+    if git(repo, "log", "-1", "--format=%s").startswith("a bug"):
+        git(repo, "checkout", "-q", "--", project.path)
+        return
     assert text.count(project.good) == 1, f"{project.path}: the code to break is not there once"
     path.write_text(text.replace(project.good, project.buggy))
+    git(repo, "commit", "-q", "-am", f"a bug in {project.path}")
 
 
 def replay_file(path: Path, project: Project) -> Path:
