@@ -30,39 +30,26 @@ sys.path.insert(0, str(ROOT))
 
 from clover_agent.launch import sandbox_spec  # noqa: E402
 from clover_agent.sandboxes import create_sandbox  # noqa: E402
-from clover_agent.sandboxes.docker import docker_client  # noqa: E402
-from clover_agent.sandboxes.env_image import environment_tag, remove_images  # noqa: E402
 from clover_agent.settings import Settings  # noqa: E402
-from tests.real_projects import PROJECTS, fetch_sdist, inject, replay_file  # noqa: E402
+from tests.real_projects import (  # noqa: E402
+    PROJECTS,
+    drop_image,
+    environment_image,
+    fetch_sdist,
+    inject,
+    replay_file,
+)
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- env-bench:start -->", "<!-- env-bench:end -->"
 
 
 async def start_once(repo: Path) -> tuple[float, str]:
-    spec = sandbox_spec(Settings.load(), repo)
+    spec = sandbox_spec(Settings.load(), repo, environment=True)
     started = time.monotonic()
     async with create_sandbox("docker", spec) as sb:
         elapsed = time.monotonic() - started
         return elapsed, sb.image or ""
-
-
-def environment_tag_of(repo: Path) -> str:
-    spec = sandbox_spec(Settings.load(), repo)
-    assert spec.environment is not None and spec.image is not None
-    client = docker_client(Settings.load().docker_env)
-    try:
-        return environment_tag(spec.environment, client.api.inspect_image(spec.image)["Id"])
-    finally:
-        client.close()
-
-
-def drop_image(tag: str) -> None:
-    client = docker_client(Settings.load().docker_env)
-    try:
-        remove_images(client, [{"Id": tag}])
-    finally:
-        client.close()
 
 
 def fix_time(repo: Path, project, scope: str) -> tuple[float, int]:
@@ -87,7 +74,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for project in PROJECTS:
             repo = fetch_sdist(project.name, project.version, Path(tmp) / project.name)
-            drop_image(environment_tag_of(repo))  # so the first start really sets the project up
+            drop_image(environment_image(repo))  # so the first start really sets the project up
             cold, tag = asyncio.run(start_once(repo))
             warm = [asyncio.run(start_once(repo))[0] for _ in range(args.warm)]
             if not args.no_fix and project is PROJECTS[0]:

@@ -14,7 +14,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover_agent.settings import host_package_index
+from clover_agent.launch import sandbox_spec
+from clover_agent.sandboxes.docker import docker_client
+from clover_agent.sandboxes.env_image import environment_tag, remove_images
+from clover_agent.settings import Settings, host_package_index
 from tests.git_repos import git
 
 INDEX_TIMEOUT_S = 120
@@ -132,3 +135,24 @@ def fetch_sdist(name: str, version: str, dest: Path) -> Path:
     git(top, "add", "-A")
     git(top, "commit", "-q", "-m", f"{name} {version} as released")
     return top
+
+
+def environment_image(repo: Path) -> str:
+    """The tag of the environment image a Docker sandbox over ``repo`` starts from."""
+    settings = Settings.load()
+    spec = sandbox_spec(settings, repo, environment=True)
+    assert spec.environment is not None and spec.image is not None
+    client = docker_client(settings.docker_env)
+    try:
+        return environment_tag(spec.environment, client.api.inspect_image(spec.image)["Id"])
+    finally:
+        client.close()
+
+
+def drop_image(tag: str) -> None:
+    """Remove the environment image ``tag`` (made by an earlier run), when it exists."""
+    client = docker_client(Settings.load().docker_env)
+    try:
+        remove_images(client, [{"Id": tag}])
+    finally:
+        client.close()

@@ -69,6 +69,34 @@ class RegressionSelection:
         return f"{len(self.files)} related test file{'s' if len(self.files) != 1 else ''} ({shown})"
 
 
+def _case_base(test_id: str) -> str:
+    """``tests/t.py::test_f[a-1]`` without its parametrize id: ``tests/t.py::test_f``."""
+    return re.sub(r"\[.*\]$", "", test_id)
+
+
+def renamed_cases(before: TestReport, after: TestReport) -> set[str]:
+    """The tests of ``before`` that are gone from ``after`` only because their parametrize ids
+    differ between runs (ids made from the clock, random values or object addresses, e.g. a case
+    named after ``datetime.now()``): their test function has as many cases in both runs, and those
+    only in ``after`` all passed. A deleted, deselected or failing case is not among them."""
+
+    def cases(report: TestReport) -> dict[str, set[str]]:
+        grouped: dict[str, set[str]] = {}
+        for test_id in report.outcomes:
+            if test_id.endswith("]"):
+                grouped.setdefault(_case_base(test_id), set()).add(test_id)
+        return grouped
+
+    was, now = cases(before), cases(after)
+    renamed: set[str] = set()
+    for base, old in was.items():
+        new = now.get(base, set())
+        gone, added = old - new, new - old
+        if gone and len(old) == len(new) and all(after.outcomes[t] == "passed" for t in added):
+            renamed |= gone
+    return renamed
+
+
 async def select_regression(sandbox: Sandbox, scope: str, target_tests: list[str]) -> RegressionSelection:
     """The regression tests for ``scope`` given the target's test ids (``tests/test_x.py::...``)."""
     if scope not in REGRESSION_SCOPES:

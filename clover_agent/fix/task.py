@@ -54,6 +54,7 @@ from clover_agent.fix.regression import (
     DEFAULT_SCOPE,
     WORKERS,
     regression_skipped,
+    renamed_cases,
     select_regression,
     skipped_regression_report,
 )
@@ -185,11 +186,13 @@ def task_text(selection: TestSelection) -> str:
 
 
 def regressions(before: TestReport, after: TestReport) -> list[str]:
-    """Tests that passed before and now fail, error, are skipped or are gone."""
+    """Tests that passed before and now fail, error, are skipped or are gone (cases whose
+    parametrize ids merely differ between the runs, :func:`renamed_cases`, are not gone)."""
+    renamed = renamed_cases(before, after)
     return sorted(
         t
         for t, outcome in before.outcomes.items()
-        if outcome == "passed" and after.outcomes.get(t) != "passed"
+        if outcome == "passed" and after.outcomes.get(t) != "passed" and t not in renamed
     )
 
 

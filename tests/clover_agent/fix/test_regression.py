@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.regression import select_regression
+from clover_agent.fix.regression import renamed_cases, select_regression
+from clover_agent.fix.task import regressions
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.tools.run_tests import TestReport
 from tests.git_repos import make_repo
 
 FILES = {
@@ -49,3 +51,30 @@ async def test_suite_none_and_nothing_to_narrow_to(sandbox) -> None:
     assert not none.runs and "only the target" in none.describe()
     # a target whose tests are not in files (a unittest id): the whole suite
     assert (await select_regression(sandbox, "related", ["tests.test_a.T.test_f"])).scope == "suite"
+
+
+def report(outcomes: dict[str, str]) -> TestReport:
+    return TestReport(framework="pytest", command="pytest", target=None, exit_code=0, outcomes=outcomes)
+
+
+def test_cases_whose_parametrize_ids_change_between_runs_are_not_regressions() -> None:
+    # marshmallow names cases after datetime.now(): the ids differ between the runs before and after
+    before = report(
+        {
+            "t.py::test_when[14:38:07]": "passed",
+            "t.py::test_when[2026 14:38:07]": "passed",
+            "t.py::test_other": "passed",
+            "t.py::test_kept[1]": "passed",
+        }
+    )
+    after = report({"t.py::test_when[14:41:55]": "passed", "t.py::test_when[2026 14:41:55]": "passed",
+                    "t.py::test_other": "passed", "t.py::test_kept[1]": "passed"})  # fmt: skip
+    assert renamed_cases(before, after) == {"t.py::test_when[14:38:07]", "t.py::test_when[2026 14:38:07]"}
+    assert regressions(before, after) == []
+
+
+def test_a_deleted_or_failing_case_is_still_a_regression() -> None:
+    before = report({"t.py::test_p[a]": "passed", "t.py::test_p[b]": "passed", "t.py::test_q[x]": "passed"})
+    fewer = report({"t.py::test_p[a]": "passed", "t.py::test_q[y]": "failed"})
+    assert regressions(before, fewer) == ["t.py::test_p[b]", "t.py::test_q[x]"]
+    assert renamed_cases(before, fewer) == set()
