@@ -126,6 +126,7 @@ class RepoSettings:
 
     [fix]
     regression = "suite"                  # or "related" / "none": what the regression runs cover
+    suite_timeout = 1800                  # seconds per run of the whole suite (default 600)
     ```
     """
 
@@ -141,6 +142,7 @@ class RepoSettings:
     install_project: bool | None = None
     wheels: str | None = None  # resolved against the repository
     regression: str | None = None
+    suite_timeout: float | None = None
 
 
 def repo_settings(repo: str | Path) -> RepoSettings:
@@ -181,6 +183,13 @@ def repo_settings(repo: str | Path) -> RepoSettings:
         raise UsageError(
             f'{path}: [fix] regression must be "suite", "related" or "none" (got {regression!r})'
         )
+    suite_timeout = fix.get("suite_timeout")
+    if suite_timeout is not None and (
+        isinstance(suite_timeout, bool)
+        or not isinstance(suite_timeout, (int, float))
+        or not suite_timeout > 0
+    ):
+        raise UsageError(f"{path}: [fix] suite_timeout must be a number of seconds above 0")
     wheels = check("wheels", str, "a folder path")
     return RepoSettings(
         image=check("image", str, "a string"),
@@ -194,6 +203,7 @@ def repo_settings(repo: str | Path) -> RepoSettings:
         install_project=check("install_project", bool, "true or false"),
         wheels=None if wheels is None else str((Path(repo) / Path(wheels).expanduser()).resolve()),
         regression=regression,
+        suite_timeout=None if suite_timeout is None else float(suite_timeout),
     )
 
 

@@ -8,14 +8,16 @@ text, matched against the ids of the tests the suite has ("addition is wrong" fi
 
 from __future__ import annotations
 
+import difflib
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.errors import UsageError
 from clover_agent.fix.diagnosis import diagnose
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 _STOPWORDS = frozenset(
     [
@@ -71,12 +73,19 @@ class TestSelection:
 
 
 async def select_tests(
-    sandbox: Sandbox, text: str, repo: Path, suite: TestReport | None = None, *, workers: int = 1
+    sandbox: Sandbox,
+    text: str,
+    repo: Path,
+    suite: TestReport | None = None,
+    *,
+    workers: int = 1,
+    suite_timeout: float = DEFAULT_TIMEOUT_S,
 ) -> TestSelection:
     """Resolve ``text`` (the user's TARGET) to tests and run them once.
 
     ``suite`` is a run of the whole suite, needed only for free text; it is made when missing (with
-    ``workers`` processes where the project has pytest-xdist) and kept in the selection. Free text
+    ``workers`` processes where the project has pytest-xdist, within ``suite_timeout`` seconds) and
+    kept in the selection. Free text
     prefers the tests that fail now. A run that could not start at all (pytest refusing its
     configuration, not installed) is returned as it is, for the caller to name the cause.
     Raises :class:`UsageError` when nothing matches.
@@ -90,7 +99,9 @@ async def select_tests(
     elif (repo / text).exists() and not text.startswith("/"):
         candidates.append((text, "file"))
     elif " " not in text and not text.startswith("/") and ("/" in text or text.endswith(".py")):
-        raise UsageError(f"TARGET {text!r} looks like a file, but {repo} has no such file")
+        raise UsageError(
+            f"TARGET {text!r} looks like a file, but {repo} has no such file{_closest_files(text, repo)}"
+        )
     elif text.startswith("-k "):
         candidates.append((text, "keyword"))
     elif _looks_like_keyword(text):
@@ -101,7 +112,7 @@ async def select_tests(
             return TestSelection(target, how, report)  # tests, or the environment's fault named
         if how != "keyword":
             raise UsageError(f"{text!r} selects no tests ({how}): {report.problem or report.summary()}")
-    suite = suite or await run_tests_in(sandbox, None, workers=workers)
+    suite = suite or await run_tests_in(sandbox, None, timeout=suite_timeout, workers=workers)
     if not suite.outcomes:  # nothing to match against: say so rather than "no test matches"
         if suite.framework == "none":
             why = "no pytest or unittest files, package.json test script, go.mod or Cargo.toml"
@@ -112,16 +123,40 @@ async def select_tests(
     failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
     matches = match_tests(text, failing) or match_tests(text, list(suite.outcomes))
     if not matches:
+        closest = closest_tests(text, list(suite.outcomes))
+        example = closest[0] if closest else "tests/test_x.py::test_y"
+        near = f"; the closest: {', '.join(closest)}" if closest else ""
         raise UsageError(
             f"no test matches {text!r}: not a node id, file or -k keyword, and no test name shares a word "
-            f"with it ({len(suite.outcomes)} tests looked at). Give a test node id such as "
-            "tests/test_x.py::test_y."
+            f"with it ({len(suite.outcomes)} tests looked at{near}). Give a test node id such as {example}."
         )
     if any(len(test_id.split()) > 1 for test_id in matches):  # a parameter id with spaces: select by name
         target = "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in matches}))
     else:
         target = " ".join(matches)
     return TestSelection(target, "free text", await run_tests_in(sandbox, target), suite)
+
+
+def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:
+    """The test ids whose names are nearest to ``text`` as spelt (a typo: "test_sbutract" ->
+    ``...::test_subtract``), best first; none when nothing is close."""
+    names: dict[str, str] = {}
+    for test_id in test_ids:
+        names.setdefault(re.sub(r"\[.*\]$", "", test_id.split("::")[-1]), test_id)
+    wanted = text.split("::")[-1].removeprefix("-k ").strip()
+    return [names[name] for name in difflib.get_close_matches(wanted, list(names), n=limit, cutoff=0.6)]
+
+
+def _closest_files(text: str, repo: Path) -> str:
+    """ ", did you mean ...?" naming the repository's files nearest to ``text``, or ""."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-co", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    close = difflib.get_close_matches(text, listed, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _looks_like_keyword(text: str) -> bool:
