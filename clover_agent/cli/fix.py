@@ -22,6 +22,7 @@ from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
 from clover_agent.fix.handback import ASK, DRY_RUN, YES, hand_back, record_outcome
+from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
@@ -176,8 +177,11 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec(settings, repo, image=args.image),
+        sandbox=sandbox_spec(
+            settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
+        ),
         sandbox_kind=args.sandbox,
+        regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
         policy=policy,
         approvals=approvals,
         max_steps=args.max_steps,
@@ -256,6 +260,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
+    p.add_argument(
+        "--wheels",
+        metavar="DIR",
+        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
+        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
+    )
+    p.add_argument(
+        "--regression",
+        choices=REGRESSION_SCOPES,
+        help="what the regression runs before and after the agent cover: suite (every test; the "
+        "default), related (the target's test files and those importing the same modules of the "
+        "project), none (only the target); default: .clover/config.toml's [fix] regression",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")

@@ -39,7 +39,7 @@ def _tui(args: argparse.Namespace) -> int:
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=args.sandbox,
-        spec=sandbox_spec(settings, repo, image=args.image),
+        spec=sandbox_spec(settings, repo, image=args.image, environment=args.sandbox == "docker"),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
