@@ -7,13 +7,17 @@ import asyncio
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
-from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
+from clover_agent.cli.options import (
+    add_backend_arguments,
+    add_budget_arguments,
+    add_sandbox_arguments,
+    backend_options,
+)
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
@@ -255,20 +259,6 @@ class _RunProgress:
         return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
-    after the tests were set up, with a budget error instead of a usage error."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > 0:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
-    return parse
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
@@ -297,22 +287,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
-    p.add_argument(
-        "--max-steps", type=_positive(int), default=50, metavar="N", help="model calls at most (default 50)"
-    )
-    p.add_argument(
-        "--max-time",
-        type=_positive(float),
-        default=1800.0,
-        metavar="S",
-        help="seconds at most (default 1800)",
-    )
-    p.add_argument(
-        "--max-tokens",
-        type=_positive(int),
-        metavar="N",
-        help="tokens read and written at most (default: no limit)",
-    )
+    add_budget_arguments(p)
     p.add_argument(
         "--policy",
         choices=tuple(PRESETS),

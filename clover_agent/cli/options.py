@@ -1,9 +1,10 @@
 """Command-line options that several commands share (``fix``, ``tui``, and the CI bot): the model
-backend and the sandbox, defined once so they mean the same everywhere."""
+backend, the sandbox and the budgets, defined once so they mean the same everywhere."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from clover_agent.backends import BACKEND_KINDS
@@ -40,6 +41,36 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
         help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
     )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
+    after the tests were set up, with a budget error instead of a usage error."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
+    return parse
+
+
+def add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``)."""
+    p.add_argument(
+        "--max-steps", type=positive(int), default=50, metavar="N", help="model calls at most (default 50)"
+    )
+    p.add_argument(
+        "--max-time", type=positive(float), default=1800.0, metavar="S", help="seconds at most (default 1800)"
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive(int),
+        metavar="N",
+        help="tokens read and written at most (default: no limit)",
+    )
 
 
 def backend_options(args: argparse.Namespace, **engine_options: Any) -> BackendOptions:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clover_agent.cli.fix import _check_repo, _positive
-from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
+from clover_agent.cli.fix import _check_repo
+from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options, positive
 from clover_agent.errors import UsageError
 from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
@@ -74,20 +74,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sandbox_arguments(p)
     p.add_argument(
         "--max-steps",
-        type=_positive(int),
+        type=positive(int),
         default=50,
         metavar="N",
         help="model calls per request (default 50)",
     )
     p.add_argument(
         "--max-time",
-        type=_positive(float),
+        type=positive(float),
         default=1800.0,
         metavar="S",
         help="seconds per request (default 1800)",
     )
     p.add_argument(
-        "--max-tokens", type=_positive(int), metavar="N", help="tokens per request (default: no limit)"
+        "--max-tokens", type=positive(int), metavar="N", help="tokens per request (default: no limit)"
     )
     p.add_argument(
         "--policy",

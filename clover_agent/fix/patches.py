@@ -10,11 +10,36 @@ import posixpath
 import re
 import shlex
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.errors import CloverError
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PatchSection:
+    """One file's part of a git diff: from its ``diff --git`` line to the next one."""
+
+    path: str  # the file's path after the change (the old path for a deletion)
+    text: str
+    deleted: bool
+
+
+def patch_sections(patch: str) -> list[PatchSection]:
+    """The patch cut into its files' sections, in order (text before the first header is dropped)."""
+    starts = [m.start() for m in _DIFF_HEADER.finditer(patch)]
+    sections = []
+    for begin, end in zip(starts, [*starts[1:], len(patch)], strict=True):
+        text = patch[begin:end]
+        header = _DIFF_HEADER.match(text)
+        assert header is not None
+        # The extended header lines come before the first hunk (or the binary note).
+        head = re.split(r"^(?:@@|Binary files |GIT binary patch)", text, maxsplit=1, flags=re.MULTILINE)[0]
+        deleted = re.search(r"^deleted file mode ", head, re.MULTILINE) is not None
+        sections.append(PatchSection(header[1] if deleted else header[2], text, deleted))
+    return sections
 
 
 class PatchNotApplied(CloverError):

@@ -6,6 +6,11 @@
 4. Re-run the target, then the whole suite. Success means the target passes and no test that
    passed before fails (or vanished) now.
 
+A front end with a request from a user (the CI bot) puts it before the task (``request``) and may
+leave TARGET empty: the suite runs first and its failing tests are the target. When none fails,
+the agent works from the request alone, and success also needs a test the patch adds or changes
+that fails without the change and passes with it (:mod:`clover_agent.fix.evidence`).
+
 A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
 and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
 workspace is restored in a fresh sandbox, and the agent carries on with the recorded conversation
@@ -36,7 +41,7 @@ from clover_agent.agent.policy import Policy
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import (
     Done,
     ErrorReported,
@@ -46,10 +51,11 @@ from clover_agent.events import (
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix import evidence
 from clover_agent.fix.patches import changed_files, is_test_file
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
-from clover_agent.fix.targets import TestSelection, select_tests
+from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
@@ -66,7 +72,7 @@ class NothingToFix(CloverError):
 class FixRequest:
     """One ``fix`` run: TARGET in ``repo``, with everything the workflow needs handed in."""
 
-    target: str
+    target: str  # "": the tests that fail in the whole suite (or, with a ``request``, none)
     repo: Path  # the repository on the host (TARGET's files are looked up there)
     make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
     sandbox: SandboxSpec  # complete (``clover_agent.launch.sandbox_spec``)
@@ -78,6 +84,8 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    #: The user's request, as the front end framed it for the model, put before the task.
+    request: str = ""
 
 
 @dataclass
@@ -86,12 +94,19 @@ class FixReport:
     run_dir: Path
     exit_code: ExitCode = ExitCode.FAILURE
     message: str = ""
+    #: How the tests to fix were chosen: "target" (TARGET), "failing tests" (the suite's), or
+    #: "request" (none failed: the change is the request's); "" until known.
+    mode: str = ""
     selection: str = ""
     target_before: TestReport | None = None
     suite_before: TestReport | None = None
     target_after: TestReport | None = None
     suite_after: TestReport | None = None
     regressions: list[str] = field(default_factory=list)
+    #: Working from a request with no failing test: the changed tests run on the starting code with
+    #: only the patch's test files, and the tests that pass with the change and not without it.
+    without_change: TestReport | None = None
+    shown_by: list[str] = field(default_factory=list)
     agent: RunResult | None = None
     backend: str = ""
     files_changed: list[str] = field(default_factory=list)
@@ -127,14 +142,17 @@ class FixReport:
             "fixed": self.fixed,
             "exit_code": int(self.exit_code),
             "message": self.message,
+            "mode": self.mode,
             "target": self.selection,
             "tests": {
                 "target_before": counts(self.target_before),
                 "suite_before": counts(self.suite_before),
                 "target_after": counts(self.target_after),
                 "suite_after": counts(self.suite_after),
+                "without_change": counts(self.without_change),
             },
             "regressions": self.regressions,
+            "shown_by": self.shown_by,
             "files_changed": self.files_changed,
             "test_files_changed": self.test_files_changed,
             "agent": None
@@ -251,7 +269,7 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
     async with sandbox:
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
-            target_tests = selection.target
+            target_tests = selection.target if selection else ""  # "": from the request alone
         else:
             report.selection, target_tests = resume.selection, resume.target_tests
             report.target_before, report.suite_before = resume.target_before, resume.suite_before
@@ -270,18 +288,25 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
             )
             if resume is None:
                 facts = await gather_facts(sandbox)
-                report.agent = await agent.run(task_text(selection), system_prompt(facts))
+                assert report.suite_before is not None
+                own = task_text(selection) if selection else evidence.request_task_text(report.suite_before)
+                task = f"{request.request}\n\n{own}" if request.request else own
+                report.agent = await agent.run(task, system_prompt(facts))
             else:  # the system prompt and the task are in the recorded conversation
                 report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
         finally:
             await backend.close()
-        await _verify(sandbox, bus, report, target_tests)
+        await _verify(request, sandbox, bus, report, target_tests)
 
 
 async def _reproduce(
     request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
-) -> TestSelection:
-    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
+) -> TestSelection | None:
+    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline (None: no test
+    fails and the agent works from the request)."""
+    if not request.target:
+        return await _failing_in_suite(request, sandbox, bus, report)
+    report.mode = "target"
     selection = await select_tests(sandbox, request.target, request.repo)
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
@@ -298,7 +323,34 @@ async def _reproduce(
     return selection
 
 
-async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tests: str) -> None:
+async def _failing_in_suite(
+    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
+) -> TestSelection | None:
+    """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
+    None (the request alone says what to do) or, without a request, nothing to fix."""
+    suite = report.suite_before = await run_tests_in(sandbox, None)
+    bus.emit(TestsRun(phase="suite_before", target="", report=suite.to_dict()))
+    failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
+    if failing:
+        target, report.mode = target_for(failing), "failing tests"
+        selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
+        report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
+        bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+        return selection
+    if not suite.outcomes:
+        why = suite.problem or suite.summary()
+        raise UsageError(f"found no tests in {request.repo} ({why}); a change is checked with the tests")
+    if not suite.all_passed:
+        raise CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
+    if not request.request:
+        raise NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
+    report.mode, report.selection = "request", "none: no test fails, the change is the request's"
+    return None
+
+
+async def _verify(
+    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport, target_tests: str
+) -> None:
     """Step 4: keep the patch; when the agent finished, re-run the target and the suite."""
     assert report.agent is not None and report.suite_before is not None
     report.patch_path.write_text(report.agent.patch, encoding="utf-8")
@@ -306,6 +358,16 @@ async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tes
     if not report.agent.submitted:
         report.exit_code, report.message = report.agent.exit_code, report.agent.message
         return
+    from_request = not target_tests
+    if from_request:
+        target_tests = " ".join(evidence.test_files(report.agent.patch))
+        if not target_tests:
+            report.exit_code = ExitCode.FAILURE
+            report.message = (
+                "no test shows the change: the patch adds or changes no test file (with no failing test, "
+                "a test that fails without the change and passes with it is needed)"
+            )
+            return
 
     report.target_after = await run_tests_in(sandbox, target_tests)
     bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
@@ -327,5 +389,27 @@ async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tes
     elif not report.files_changed:
         report.exit_code = ExitCode.FAILURE
         report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
+    elif from_request:
+        await _show_change(request, bus, report, target_tests)
     else:
         report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"
+
+
+async def _show_change(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """The verdict for a change made from the request alone: a changed test must fail without it."""
+    assert report.agent is not None and report.target_after is not None
+    without = await evidence.run_without_change(
+        request.sandbox_kind, request.sandbox, report.agent.patch, target_tests
+    )
+    report.without_change = without
+    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
+    report.shown_by = evidence.shown_by(report.target_after, without)
+    if not report.shown_by:
+        report.exit_code = ExitCode.FAILURE
+        report.message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
+            " (the run without the change timed out)" if without.timed_out else ""
+        )
+        return
+    shown = ", ".join(report.shown_by[:5]) + (" ..." if len(report.shown_by) > 5 else "")
+    report.exit_code = ExitCode.OK
+    report.message = f"done: {shown} fails without the change and passes with it, and nothing else broke"
