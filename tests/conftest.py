@@ -13,6 +13,13 @@ import functools
 import os
 
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated (at import), and engine tests import the
+# kernels long before tests/kernels/ is collected: without a GPU, the interpreter is set up here,
+# before any test module is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 

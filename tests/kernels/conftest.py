@@ -1,20 +1,12 @@
-"""Kernel tests run the Triton kernels in the CPU interpreter when no GPU is present.
-
-``TRITON_INTERPRET`` must be set before the kernels are decorated (at import), so it is set here,
-before any test module of this folder imports them.
-"""
+"""Kernel tests run the Triton kernels in the CPU interpreter when no GPU is present
+(``TRITON_INTERPRET=1``, set by the root ``tests/conftest.py`` before anything imports Triton)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 
 _INT_POISON = -(2**30) + 7
 
