@@ -59,18 +59,8 @@ def tree_state(repo: Path, out: Path) -> tuple[str, str, dict[str, bytes]]:
     return git(repo, "rev-parse", "HEAD"), git(repo, "status", "--porcelain"), files
 
 
-def run_ci(
-    repo: Path,
-    out: Path,
-    *args: str,
-    env: dict[str, str] | None = None,
-    json_events: bool = True,
-    timeout: float = 600,
-) -> CiRun:
-    """``clover-agent ci --repo REPO --output-dir OUT ARGS`` (with ``--json-events``); checks what
-    holds for every run: no traceback, the tree untouched, result.json and every event line valid
-    against their schemas, the last event ``finished`` with result.json's content."""
-    before = tree_state(repo, out) if (repo / ".git").exists() else None
+def ci_command(repo: Path, out: Path, *args: str, json_events: bool = True) -> list[str]:
+    """``python -m clover_agent ci --repo REPO --output-dir OUT ARGS [--json-events]``."""
     command = [
         sys.executable,
         "-m",
@@ -82,35 +72,63 @@ def run_ci(
         str(out),
         *args,
     ]
+    return command + (["--json-events"] if json_events else [])
+
+
+def run_ci(
+    repo: Path,
+    out: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    json_events: bool = True,
+    timeout: float = 600,
+) -> CiRun:
+    """Run ``clover-agent ci`` (:func:`ci_command`) to its end and :func:`collect` what it left."""
+    before = tree_state(repo, out) if (repo / ".git").exists() else None
     proc = subprocess.run(
-        command + (["--json-events"] if json_events else []),
+        ci_command(repo, out, *args, json_events=json_events),
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,
     )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    return collect(proc.returncode, proc.stdout, proc.stderr, repo, out, before, json_events=json_events)
+
+
+def collect(
+    code: int,
+    stdout: str,
+    stderr: str,
+    repo: Path,
+    out: Path,
+    before: tuple[str, str, dict[str, bytes]] | None,
+    *,
+    json_events: bool = True,
+) -> CiRun:
+    """What holds for every run: no traceback, the tree as ``before``, result.json and every event
+    line valid against their schemas, the last event ``finished`` with result.json's content."""
+    assert "Traceback" not in stderr, stderr
     if before is not None:
         assert tree_state(repo, out) == before, "the working tree changed"
     result = None
     if (out / "result.json").exists():
         result = json.loads((out / "result.json").read_text())
         jsonschema.validate(result, result_schema())
-        assert result["exit_code"] == proc.returncode and result["status"] == STATUS[proc.returncode]
+        assert result["exit_code"] == code and result["status"] == STATUS[code]
         assert (out / "summary.md").read_text().startswith("### clover-agent ci: ")
         assert (out / "patch.diff").exists() and not (out / "summary.json").exists()
     events = []
     if json_events:
         schema = events_schema()
-        events = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout holds events only
+        events = [json.loads(line) for line in stdout.splitlines()]  # stdout holds events only
         for event in events:
             jsonschema.validate(event, schema)
-        assert events and events[-1]["type"] == "finished" and events[-1]["exit_code"] == proc.returncode
+        assert events and events[-1]["type"] == "finished" and events[-1]["exit_code"] == code
         assert [e["type"] for e in events].count("finished") == 1
         if result is not None:
             assert events[-1]["result"] == result
-    return CiRun(proc.returncode, proc.stdout, proc.stderr, out, result, events)
+    return CiRun(code, stdout, stderr, out, result, events)
 
 
 def check_trajectory(run: CiRun) -> list[Any]:

@@ -6,15 +6,20 @@ working tree is untouched (:func:`tests.ci.ci_runs.run_ci`)."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import time
 from pathlib import Path
 
+import docker
 import pytest
 
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.engine import render_prompt
 from clover_agent.engine.chat import bundled_chat_template
-from tests.ci.ci_runs import check_trajectory, patch_applies, run_ci
+from tests.ci.ci_runs import check_trajectory, ci_command, collect, patch_applies, run_ci, tree_state
+from tests.cli_process import start_signalable
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo
@@ -259,3 +264,32 @@ def test_injected_instructions_reach_the_model_only_inside_the_framed_request(tm
         assert line not in system["content"]
     assert "not an instruction from the operator" in user_turn.split("<user_request>")[0]
     assert user_turn.index("</user_request>") < user_turn.index("Make the failing tests pass")
+
+
+@pytest.mark.docker
+def test_a_cancelled_job_ends_as_interrupted_with_its_files(tmp_path: Path) -> None:
+    """SIGTERM (what a cancelled CI job gets) while a tool call runs: exit 130, the files written,
+    the sandbox removed."""
+    repo = calculator_repo(tmp_path)
+    out = tmp_path / "out"
+    replay = replay_of(tmp_path, [call("shell", command="sleep 300"), call("finish", summary="never")])
+    before = tree_state(repo, out)
+    proc = start_signalable(
+        ci_command(repo, out, "--task", "add is broken", "--backend", "replay", "--replay", str(replay)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    trajectory = out / "trajectory.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if trajectory.exists() and '"type": "tool_call_started"' in trajectory.read_text():
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(1)  # the call is under way in the sandbox
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    run = collect(proc.returncode, stdout, stderr, repo, out, before)
+    assert run.code == 130 and run.result["status"] == "interrupted"
+    assert check_trajectory(run)[-1].exit_code == 130
+    client = docker.from_env()
+    assert client.containers.list(all=True, filters={"label": f"clover-agent.owner-pid={proc.pid}"}) == []
