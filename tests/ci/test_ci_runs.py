@@ -22,7 +22,7 @@ from tests.ci.ci_runs import check_trajectory, ci_command, collect, patch_applie
 from tests.cli_process import start_signalable
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo
 from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.git_repos import make_repo
+from tests.git_repos import git, make_repo
 
 pytestmark = pytest.mark.slow
 FIX_TURNS = [line for line in REPLAY.read_text().splitlines() if line.strip()]
@@ -203,8 +203,11 @@ def test_a_request_with_no_failing_test_needs_a_test_that_shows_it(tmp_path: Pat
     assert run.code == 5 and run.result["status"] == "nothing_to_fix"
 
 
+CONNECT = "python3 -c \"import socket; socket.create_connection(('192.0.2.1', 80), 5)\" 2>&1 | tail -1"
+
+
 @pytest.mark.docker
-def test_secrets_in_the_environment_never_reach_the_sandbox_or_the_outputs(tmp_path: Path) -> None:
+def test_secrets_and_the_network_stay_out_of_the_sandbox(tmp_path: Path) -> None:
     secrets = {
         "CLOVER_API_KEY": "sk-clover-secret-AAAA1111",
         "OPENAI_API_KEY": "sk-openai-secret-BBBB2222",
@@ -213,19 +216,28 @@ def test_secrets_in_the_environment_never_reach_the_sandbox_or_the_outputs(tmp_p
         "MY_DATABASE_PASSWORD": "db-password-EEEE5555",
     }
     look = call("shell", command="env | sort; echo ---; tr '\\0' '\\n' < /proc/1/environ; echo ---; "
-                "git -C /workspace config --list --show-origin")  # fmt: skip
+                f"cat /tmp/setup-network.txt; echo ---; {CONNECT}")  # fmt: skip
     replay = replay_of(tmp_path, [look, *(json.loads(t)["content"] for t in FIX_TURNS)])
     repo = calculator_repo(tmp_path)
+    # The repository asks for the network during its set-up: the bot does not give it.
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text(
+        f"[sandbox]\nsetup_network = true\nsetup = [{json.dumps(CONNECT + ' > /tmp/setup-network.txt')}]\n"
+    )
+    git(repo, "add", ".clover/config.toml")
+    git(repo, "commit", "-qm", "set-up")
     run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay", str(replay),
                  env={**secrets, "CI": "true", "TZ": "UTC"})  # fmt: skip
     assert run.code == 0, run.stderr
     (seen,) = [e for e in read_events(run.out / "trajectory.jsonl") if e.type == "tool_call_finished"][:1]
-    assert "WORKSPACE=/workspace" in seen.full_output  # the call ran and printed the environment
-    assert "CI=true" in seen.full_output and "TZ=UTC" in seen.full_output  # the allow-list passes through
+    variables, pid1_variables, setup_network, network = seen.full_output.split("---\n")
+    environment = variables + pid1_variables
+    assert "WORKSPACE=/workspace" in environment  # the call ran and printed the environment
+    assert "CI=true" in environment and "TZ=UTC" in environment  # the allow-list passes through
     for name, value in secrets.items():
         assert value not in seen.full_output, name  # not inside the sandbox
         assert value not in run.outputs_text(), name  # nor in any file or line the run wrote
-    assert "extraheader" not in seen.full_output
+    assert "Network is unreachable" in setup_network and "Network is unreachable" in network
 
 
 @pytest.mark.docker
