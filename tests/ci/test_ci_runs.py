@@ -166,16 +166,8 @@ def test_a_request_with_no_failing_test_needs_a_test_that_shows_it(tmp_path: Pat
     same = call("editor", command="create", path="/workspace/tests/test_more.py",
                 file_text="from greet import greet\n\n\ndef test_more():\n    assert greet('bo') == 'hello bo'\n")  # fmt: skip
     replay = replay_of(tmp_path, [SHOUT, same, call("finish", summary="Added shout.")], "weak.jsonl")
-    run = run_ci(
-        repo,
-        tmp_path / "out2",
-        "--task",
-        "greet should shout",
-        "--backend",
-        "replay",
-        "--replay",
-        str(replay),
-    )
+    run = run_ci(repo, tmp_path / "out2", "--task", "greet should shout", "--backend", "replay",
+                 "--replay", str(replay))  # fmt: skip
     assert run.code == 1
     assert (
         "no test shows the change: the tests in tests/test_more.py pass without it too"
@@ -185,16 +177,8 @@ def test_a_request_with_no_failing_test_needs_a_test_that_shows_it(tmp_path: Pat
 
     # No test at all: not done either.
     replay = replay_of(tmp_path, [SHOUT, call("finish", summary="Added shout.")], "none.jsonl")
-    run = run_ci(
-        repo,
-        tmp_path / "out3",
-        "--task",
-        "greet should shout",
-        "--backend",
-        "replay",
-        "--replay",
-        str(replay),
-    )
+    run = run_ci(repo, tmp_path / "out3", "--task", "greet should shout", "--backend", "replay",
+                 "--replay", str(replay))  # fmt: skip
     assert run.code == 1 and "adds or changes no test file" in run.result["message"]
 
     # A --target that already passes: nothing to fix (fix's 5).
