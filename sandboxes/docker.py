@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import tempfile
 import threading
 import uuid
@@ -99,11 +100,40 @@ def docker_client(
         client.ping()
     except (DockerException, OSError) as exc:
         raise SandboxUnavailable(
-            f"no Docker engine answers at {where} ({_short(exc)}). Install Docker and start it "
+            f"no Docker engine answers at {where} ({_unreachable_reason(exc)}). Install Docker and start it "
             "(e.g. `sudo systemctl start docker`), give your user access to its socket, or point "
             f"DOCKER_HOST at a running engine{way_out}"
         ) from None
     return client
+
+
+#: What the low-level reason for an engine not answering means, most specific first.
+_REASONS: tuple[tuple[type[BaseException], str], ...] = (
+    (FileNotFoundError, "its socket does not exist"),
+    (PermissionError, "permission denied on its socket: is your user in the docker group?"),
+    (ConnectionRefusedError, "connection refused: nothing listens there"),
+    (socket.gaierror, "the host name does not resolve"),
+    (TimeoutError, "no answer in time"),
+    (ConnectionError, "the connection failed"),
+)
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    """Why an engine did not answer, in words: the docker package wraps the operating system's
+    error in two or three layers of library errors whose text is a Python repr of a tuple."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop(0)
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        for kind, reason in _REASONS:
+            if isinstance(error, kind):
+                return reason
+        inner = [a for a in error.args if isinstance(a, BaseException)]
+        pending += [*inner, getattr(error, "reason", None), error.__cause__, error.__context__]
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:

@@ -3,6 +3,10 @@
 The system prompt carries facts about the repository (languages by file count, the test command,
 the top-level tree) and every AGENTS.md / CLOVER.md from the repository root down, root first so
 the instructions nearest the code come last, each introduced by its path.
+
+The instruction files are the repository's (so the model's) content: each is read in the sandbox up
+to :data:`MAX_INSTRUCTION_BYTES` whatever its size, and one that cannot be read (a FIFO, a dangling
+link, no permission) is named in the prompt instead of ending the run.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from clover_agent.tools.run_tests import detect_framework
 INSTRUCTION_FILES = ("AGENTS.md", "CLOVER.md")
 #: Characters of one instruction file put in the prompt (the rest is named, not inlined).
 MAX_INSTRUCTION_CHARS = 12_000
+#: Bytes of one instruction file moved out of the sandbox (UTF-8 takes at most 4 per character).
+MAX_INSTRUCTION_BYTES = 4 * MAX_INSTRUCTION_CHARS
 MAX_TREE_ENTRIES = 50
 
 #: What to tell the model about running tests, by the framework ``run_tests`` detects.
@@ -108,18 +114,25 @@ async def gather_facts(sandbox: Sandbox) -> RepositoryFacts:
     instructions = []
     for rel in instruction_paths:
         path = posixpath.join(WORKSPACE, rel)
-        text = (await sandbox.read_file(path)).decode("utf-8", errors="replace")
-        if len(text) > MAX_INSTRUCTION_CHARS:
-            text = (
-                text[:MAX_INSTRUCTION_CHARS] + f"\n[… cut at {MAX_INSTRUCTION_CHARS} characters; read {path}]"
-            )
-        instructions.append((path, text))
+        instructions.append((path, await _instruction_text(sandbox, path)))
     return RepositoryFacts(
         languages=counts.most_common(),
         test_command=TEST_COMMANDS.get(await detect_framework(sandbox)),
         top_level=sorted(top, key=lambda n: (not n.endswith("/"), n)),
         instructions=instructions,
     )
+
+
+async def _instruction_text(sandbox: Sandbox, path: str) -> str:
+    """The start of one instruction file (see the module docstring), or a line saying why not."""
+    try:
+        head = await sandbox.read_lines(path, 1, -1, max_bytes=MAX_INSTRUCTION_BYTES)
+    except OSError as exc:
+        return f"[{path} could not be read: {exc.strerror or exc}]"
+    text = head.data.decode("utf-8", errors="replace")
+    if len(text) > MAX_INSTRUCTION_CHARS or head.truncated:
+        text = text[:MAX_INSTRUCTION_CHARS] + f"\n[… cut at {MAX_INSTRUCTION_CHARS} characters; read {path}]"
+    return text
 
 
 def system_prompt(facts: RepositoryFacts) -> str:

@@ -1,9 +1,13 @@
 """``clover-agent generate``: one decoding call on the in-process engine (no agent, no tools).
 
-Committed text is written to stderr as it is decided (live progress) and the answer to stdout;
-``--json`` prints the tokens, text, statistics and the sampling parameters used as one JSON object
-instead. Without ``--greedy`` the parameters are ``SamplingParams.coding()`` (Qwen's thinking-mode
-coding settings); ``--greedy`` is ``SamplingParams.greedy()``, the same with temperature 0.
+The answer is written once wherever it is read: at a terminal it streams to stdout as it is
+decided; when stdout is a file or a pipe it streams to stderr (live progress) and the whole answer
+goes to stdout at the end. The statistics (tokens, forwards, tokens per forward, tokens per second,
+the time to the first block: the prefill) follow on stderr. ``--json`` prints the tokens, text,
+statistics and the sampling parameters used as one JSON object instead. ``--device auto`` (the
+default) is the CUDA GPU when torch sees one, else the CPU. Without ``--greedy`` the parameters
+are ``SamplingParams.coding()`` (Qwen's thinking-mode coding settings); ``--greedy`` is
+``SamplingParams.greedy()``, the same with temperature 0.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,7 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="LowConfidence threshold in (0, 1] (default: the checkpoint's, else 0.95)",
     )
     parser.add_argument("--seed", type=int, help="seed of the sampling draws (default: 0)")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1...; default: cpu)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="torch device: auto (a CUDA GPU when there is one, else the CPU; the default), cpu, cuda, cuda:1...",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print tokens, text, statistics and sampling parameters as JSON"
     )
@@ -102,10 +111,12 @@ def _prompt_ids(args: argparse.Namespace, tokenizer: Tokenizer | None) -> list[i
 
 
 def _device(name: str) -> torch.device:
-    """The torch device named by ``--device``: a usage error when the name is not one, model
-    unavailable when it names a CUDA GPU this machine does not have."""
+    """The torch device named by ``--device`` (``auto``: CUDA when available): a usage error when the
+    name is not one, model unavailable when it names a CUDA GPU this machine does not have."""
     import torch
 
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except RuntimeError as exc:
@@ -145,34 +156,54 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine.from_pretrained(args.model, device=device, progress=None if args.json else sys.stderr)
     except RuntimeError as exc:  # the device cannot hold or run the model
         raise ModelUnavailable(f"cannot load {args.model} on {device}: {exc}") from exc
-    line_open = False  # committed text on stderr not yet ended by a newline
+    # At a terminal the text streams to stdout and is not printed again; otherwise it streams to
+    # stderr (progress) and stdout gets the whole answer at the end.
+    at_terminal = sys.stdout.isatty()
+    live = sys.stdout if at_terminal else sys.stderr
+    line_open = False  # committed text not yet ended by a newline
+    started = time.perf_counter()
+    first_event: float | None = None
     try:
         prompt = prompt if prompt is not None else _prompt_ids(args, engine.tokenizer)
         result = None
         for event in engine.stream(prompt, params):
+            if first_event is None:
+                first_event = time.perf_counter() - started
             if isinstance(event, BlockCommitted) and not args.json:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
                 if piece:  # set before writing, so an interrupt during the write still ends the line
                     line_open = not piece.endswith("\n")
-                print(piece, end="", file=sys.stderr, flush=True)
+                print(piece, end="", file=live, flush=True)
             elif isinstance(event, GenerationDone):
                 result = event.result
     except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)
         raise UsageError(str(exc)) from exc
     except KeyboardInterrupt:
         if line_open:  # "interrupted" (printed by the CLI) goes on a line of its own
-            print(file=sys.stderr, flush=True)
+            print(file=live, flush=True)
         raise
     assert result is not None
+    stats = result.stats()
+    seconds = result.seconds or 0.0
+    stats["tokens_per_second"] = round(len(result.token_ids) / seconds, 2) if seconds > 0 else 0.0
+    stats["first_block_seconds"] = round(first_event if first_event is not None else seconds, 4)
     if args.json:
-        report = {"token_ids": result.token_ids, "text": result.text, **result.stats()}
+        report = {"token_ids": result.token_ids, "text": result.text, **stats, "device": str(device)}
         print(json.dumps(report | {"params": dataclasses.asdict(params)}))
         return int(ExitCode.OK)
-    stats = result.stats()
+    text = result.text if result.text is not None else " ".join(map(str, result.token_ids))
+    if at_terminal:
+        if line_open:
+            print(flush=True)
+    else:
+        if line_open:
+            print(file=sys.stderr, flush=True)
+        print(text)
     print(
-        f"\n[{stats['tokens']} tokens, {stats['finish_reason']}, {stats['forwards']} forwards, "
-        f"{stats['tokens_per_forward']} tokens/forward, {stats['seconds']} s]",
+        f"[{stats['tokens']} tokens, {stats['finish_reason']}, {stats['forwards']} forwards, "
+        f"{stats['tokens_per_forward']} tokens/forward, {stats['tokens_per_second']} tokens/s, "
+        f"{stats['seconds']} s; first block after {stats['first_block_seconds']} s (the prefill)]",
         file=sys.stderr,
+        flush=True,
     )
-    print(result.text if result.text is not None else " ".join(map(str, result.token_ids)))
     return int(ExitCode.OK)

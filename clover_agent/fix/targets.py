@@ -8,7 +8,9 @@ text, matched against the ids of the tests the suite has ("addition is wrong" fi
 
 from __future__ import annotations
 
+import difflib
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +87,9 @@ async def select_tests(
     elif (repo / text).exists() and not text.startswith("/"):
         candidates.append((text, "file"))
     elif " " not in text and not text.startswith("/") and ("/" in text or text.endswith(".py")):
-        raise UsageError(f"TARGET {text!r} looks like a file, but {repo} has no such file")
+        raise UsageError(
+            f"TARGET {text!r} looks like a file, but {repo} has no such file{_closest_files(text, repo)}"
+        )
     elif text.startswith("-k "):
         candidates.append((text, "keyword"))
     elif _looks_like_keyword(text):
@@ -105,10 +109,12 @@ async def select_tests(
         raise UsageError(f"found no tests in {repo} ({why}); fix works from a failing test")
     matches = match_tests(text, list(suite.outcomes))
     if not matches:
+        closest = closest_tests(text, list(suite.outcomes))
+        example = closest[0] if closest else "tests/test_x.py::test_y"
+        near = f"; the closest: {', '.join(closest)}" if closest else ""
         raise UsageError(
             f"no test matches {text!r}: not a node id, file or -k keyword, and no test name shares a word "
-            f"with it ({len(suite.outcomes)} tests looked at). Give a test node id such as "
-            "tests/test_x.py::test_y."
+            f"with it ({len(suite.outcomes)} tests looked at{near}). Give a test node id such as {example}."
         )
     target = target_for(matches)
     return TestSelection(target, "free text", await run_tests_in(sandbox, target))
@@ -120,6 +126,28 @@ def target_for(test_ids: list[str]) -> str:
     if any(len(test_id.split()) > 1 for test_id in test_ids):
         return "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in test_ids}))
     return " ".join(test_ids)
+
+
+def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:
+    """The test ids whose names are nearest to ``text`` as spelt (a typo: "test_sbutract" ->
+    ``...::test_subtract``), best first; none when nothing is close."""
+    names: dict[str, str] = {}
+    for test_id in test_ids:
+        names.setdefault(re.sub(r"\[.*\]$", "", test_id.split("::")[-1]), test_id)
+    wanted = text.split("::")[-1].removeprefix("-k ").strip()
+    return [names[name] for name in difflib.get_close_matches(wanted, list(names), n=limit, cutoff=0.6)]
+
+
+def _closest_files(text: str, repo: Path) -> str:
+    """ ", did you mean ...?" naming the repository's files nearest to ``text``, or ""."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-co", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    close = difflib.get_close_matches(text, listed, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _looks_like_keyword(text: str) -> bool:

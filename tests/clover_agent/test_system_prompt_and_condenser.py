@@ -118,3 +118,28 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
         ("/workspace/pkg/AGENTS.md", "Package rule."),
         ("/workspace/pkg/sub/CLOVER.md", "Deep rule."),
     ]
+
+
+async def test_instruction_files_that_are_huge_or_unreadable_do_not_end_the_run(tmp_path) -> None:
+    """A repository's AGENTS.md is its content: a huge one moves only its start out of the sandbox,
+    and one that cannot be read (here a dangling link) is named instead of failing the run."""
+    import subprocess
+
+    from clover_agent.agent.system_prompt import MAX_INSTRUCTION_CHARS, gather_facts
+    from clover_agent.sandboxes import create_sandbox
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "AGENTS.md").write_text("Rule. " + "x" * (3 * 1024 * 1024) + "\nsecond line\n")
+    (repo / "pkg" / "AGENTS.md").symlink_to("no-such-file.md")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        facts = await gather_facts(sandbox)
+    (root, root_text), (pkg, pkg_text) = facts.instructions
+    assert root == "/workspace/AGENTS.md" and root_text.startswith("Rule. xxx")
+    assert root_text.endswith(f"[… cut at {MAX_INSTRUCTION_CHARS} characters; read /workspace/AGENTS.md]")
+    assert len(root_text) < MAX_INSTRUCTION_CHARS + 100
+    assert pkg == "/workspace/pkg/AGENTS.md" and pkg_text.startswith(
+        "[/workspace/pkg/AGENTS.md could not be read"
+    )
+    assert "Rule." in system_prompt(facts)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -239,3 +242,61 @@ def test_ctrl_c_ends_the_partial_line_before_interrupted(checkpoint: Path) -> No
     assert child.returncode == ExitCode.INTERRUPTED
     assert stderr.splitlines()[-1] == "clover-agent: interrupted", stderr[-300:]
     assert "Traceback" not in stderr
+
+
+def run_at_a_terminal(args: list[str], timeout: float = 300) -> tuple[int, str]:
+    """``clover-agent ARGS`` with stdout and stderr on one pseudo-terminal, as a person runs it;
+    its exit code and everything the terminal showed."""
+    main_fd, terminal_fd = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", *args], stdin=subprocess.DEVNULL, stdout=terminal_fd,
+        stderr=terminal_fd, close_fds=True,
+    )  # fmt: skip
+    os.close(terminal_fd)
+    shown = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main_fd], [], [], 1.0)
+        if not ready:
+            if child.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main_fd)
+    return child.wait(timeout=60), shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_at_a_terminal_the_answer_is_shown_once_with_its_rates(checkpoint: Path) -> None:
+    args = ["generate", "--model", str(checkpoint), "--prompt", "hello", "--greedy", "--max-new-tokens", "40"]
+    piped = run_cli(*args, "--json")
+    report = json.loads(piped.stdout)
+    assert report["tokens_per_second"] > 0 and 0 < report["first_block_seconds"] <= report["seconds"]
+    answer = report["text"].strip()
+    assert len(answer) >= 8, report
+    code, shown = run_at_a_terminal(args)
+    assert code == ExitCode.OK, shown
+    assert shown.count(answer) == 1, shown  # streamed to the terminal, not printed again
+    assert "tokens/s" in shown and "first block after" in shown
+    # Piped, stdout gets the answer once and stderr the live copy (progress): one each.
+    piped = run_cli(*args)
+    assert piped.stdout.strip() == answer and piped.stderr.count(answer) == 1
+
+
+def test_device_auto_is_the_cpu_without_a_gpu(checkpoint: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible here: auto is cuda")
+    done = run_cli(
+        "generate", "--model", str(checkpoint), "--ids", "5,6,7", "--max-new-tokens", "4", "--json"
+    )
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert (
+        "--device" in run_cli("generate", "--help").stdout and "auto" in run_cli("generate", "--help").stdout
+    )

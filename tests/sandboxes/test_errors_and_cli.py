@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,24 @@ async def test_docker_not_running_is_one_clear_error(repo: Path, monkeypatch: py
     with pytest.raises(SandboxUnavailable) as excinfo:
         await DockerSandbox(sandbox_spec(repo)).start()
     message = excinfo.value.message
-    assert "no Docker engine answers at unix:///nonexistent/docker.sock" in message
+    assert (
+        "no Docker engine answers at unix:///nonexistent/docker.sock (its socket does not exist)" in message
+    )
     assert "--sandbox local" in message and "start" in message
     assert exit_code_for(excinfo.value) == ExitCode.SANDBOX_UNAVAILABLE
+    assert "Connection aborted" not in message and "FileNotFoundError" not in message  # words, no reprs
+
+
+async def test_an_engine_that_refuses_is_said_in_words(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+    with pytest.raises(SandboxUnavailable) as excinfo:
+        await DockerSandbox(sandbox_spec(repo)).start()
+    message = excinfo.value.message
+    assert f"at tcp://127.0.0.1:{port} (connection refused: nothing listens there)" in message
+    assert "Errno" not in message and "HTTPConnection" not in message
 
 
 @pytest.mark.parametrize("action", ["prune", "build"])

@@ -256,6 +256,14 @@ def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> Non
     assert code == ExitCode.USAGE and "no test matches" in err
 
 
+def test_a_misspelt_test_name_suggests_the_closest(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code, err, _ = fix_error(repo, capsys, "test_sbutract", "--backend", "replay", "--replay", str(REPLAY))
+    assert code == ExitCode.USAGE and "no test matches 'test_sbutract'" in err
+    assert "the closest: tests/test_calculator.py::test_subtract" in err
+    assert "such as tests/test_calculator.py::test_subtract." in err
+
+
 def test_a_subfolder_without_a_project_file_gets_a_note(tmp_path: Path, capsys) -> None:
     """`cd tests && clover-agent fix test_add`: only tests/ would go into the sandbox."""
     repo = calculator_repo(tmp_path)
@@ -277,6 +285,7 @@ def test_a_target_file_that_does_not_exist_is_named(tmp_path: Path, capsys) -> N
     assert (
         code == ExitCode.USAGE
         and f"TARGET 'tests/test_calculater.py' looks like a file, but {repo} has no such file" in err
+        and "did you mean tests/test_calculator.py" in err
     )
 
 
