@@ -27,12 +27,18 @@ TRAJECTORY_FILE = "trajectory.jsonl"
 
 
 class TrajectoryWriter:
-    """Appends each event as one JSON line to ``path`` (parents created)."""
+    """Appends each event as one JSON line to ``path`` (parents created).
+
+    Text is written as UTF-8 (``ensure_ascii=False``, readable as it is). A lone surrogate (model
+    text decoded with ``surrogateescape``, an undecodable file name) has no UTF-8 form: it is
+    written as its JSON escape (``\\udc80``, what ``backslashreplace`` makes of it, and surrogates
+    only occur inside JSON strings), so the line is valid JSON and reads back to the same text.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = path.open("a", encoding="utf-8", errors="backslashreplace")
 
     def __call__(self, event: Event) -> None:
         if self._file is None:

@@ -26,6 +26,7 @@ SCHEMA_VERSION = 1
 #: The bot's status for each exit code (the ``fix`` table's codes where the meanings match).
 STATUS = {
     ExitCode.OK: "fixed",
+    ExitCode.SUITE_UNVERIFIED: "fixed_suite_unverified",
     ExitCode.FAILURE: "not_fixed",
     ExitCode.USAGE: "usage_error",
     ExitCode.MODEL_UNAVAILABLE: "backend_unavailable",
@@ -71,8 +72,15 @@ def build_result(
     agent = fix.get("agent")
     suite_after = tests.get("suite_after")
     regressions = list(fix.get("regressions") or [])
-    # A fixed run's patch is the one verified; any other is what the agent left, unverified.
-    patch_status = "verified" if code == ExitCode.OK else "partial" if patch_text.strip() else "empty"
+    unverified = list(fix.get("unverified") or [])
+    # A fixed run's patch is the one verified (on its exact bytes); with the suite unverified, the
+    # target's check only; any other is what the agent left, unverified.
+    if code == ExitCode.OK:
+        patch_status = "verified"
+    elif code == ExitCode.SUITE_UNVERIFIED:
+        patch_status = "target_verified"
+    else:
+        patch_status = "partial" if patch_text.strip() else "empty"
     backend = fix.get("backend") or None
     return {
         "schema_version": SCHEMA_VERSION,
@@ -88,7 +96,11 @@ def build_result(
         "mode": fix.get("mode") or None,
         "selection": fix.get("target") or None,
         "tests": {phase: _tests(tests.get(phase)) for phase in PHASES},
-        "suite_verdict": fix.get("suite_verdict") or _suite_verdict(suite_after, regressions),
+        "suite_verdict": _suite_verdict(suite_after, regressions, unverified),
+        "verdict": fix.get("verdict") or None,
+        "still_failing": list(fix.get("still_failing") or []),
+        "unverified": unverified,
+        "weakened": list(fix.get("weakened") or []),
         "regressions": regressions,
         "shown_by": list(fix.get("shown_by") or []),
         "files_changed": list(fix.get("files_changed") or []),
@@ -138,14 +150,15 @@ def _tests(counts: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _suite_verdict(suite_after: dict[str, Any] | None, regressions: list[str]) -> str:
-    """not_run (no suite after the change), regressions, unverified (no test result came back),
-    failing (tests that failed before fail still, nothing newly broken), passed."""
+def _suite_verdict(suite_after: dict[str, Any] | None, regressions: list[str], unverified: list[str]) -> str:
+    """not_run (no suite after the change), regressions, unverified (the workflow's verdict found
+    the suite's runs no full check, or no test result came back), failing (tests that failed
+    before fail still, nothing newly broken), passed."""
     if suite_after is None:
         return "not_run"
     if regressions:
         return "regressions"
-    if not suite_after.get("outcomes"):
+    if unverified or not suite_after.get("outcomes"):
         return "unverified"
     if suite_after.get("failed") or suite_after.get("errors"):
         return "failing"
@@ -159,6 +172,7 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 
 HEADLINES = {
     "fixed": "FIXED",
+    "fixed_suite_unverified": "FIXED, SUITE UNVERIFIED",
     "not_fixed": "NOT FIXED",
     "nothing_to_fix": "NOTHING TO FIX",
     "budget_exhausted": "NOT FIXED: budget spent",
@@ -222,8 +236,25 @@ def render_summary(result: dict[str, Any]) -> str:
         lines.append(f"| new tests without the change | | {_counts(tests['without_change'])} |")
     if result["regressions"]:
         lines += ["", "Broken by the change: " + ", ".join(_code(t) for t in result["regressions"][:20])]
+    if result["weakened"]:
+        lines += ["", "Tests weakened: " + "; ".join(_code(w) for w in result["weakened"][:10])]
+    if result["unverified"]:
+        lines += [
+            "",
+            "The suite is not fully checked: " + "; ".join(_code(u) for u in result["unverified"][:5]),
+        ]
+    if result["still_failing"]:
+        lines += [
+            "",
+            "Failed before and still fail: " + ", ".join(_code(t) for t in result["still_failing"][:20]),
+        ]
     patch = result["patch"]
-    how = {"verified": "verified", "partial": "partial, NOT verified", "empty": "empty"}[patch["status"]]
+    how = {
+        "verified": "verified",
+        "target_verified": "the target verified, the suite NOT",
+        "partial": "partial, NOT verified",
+        "empty": "empty",
+    }[patch["status"]]
     lines += [
         "",
         f"Patch: `patch.diff` ({how}, {patch['bytes']:,} bytes); suite: {result['suite_verdict'].replace('_', ' ')}.",

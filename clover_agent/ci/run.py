@@ -33,7 +33,8 @@ from clover_agent.fix.console import ConsoleRenderer
 from clover_agent.fix.patches import apply_command
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
-from clover_agent.settings import Settings
+from clover_agent.settings import Settings, repo_settings
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 #: The files a run leaves in the output folder (``summary.json``, the workflow's own, is folded
 #: into ``result.json`` and removed); a folder holding only these is a previous run's, replaced.
@@ -161,6 +162,7 @@ def _run(
         max_steps=request.max_steps,
         max_time_s=request.max_time_s,
         max_tokens=request.max_tokens,
+        suite_timeout_s=repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
         request=framed,
     )
     bus = EventBus()

@@ -28,6 +28,8 @@ exit codes (the same as fix's where the meanings match):
   4  sandbox unavailable: Docker missing or not running, the image missing
   5  nothing to fix: --target already passes
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out (partial patch kept)
+  8  fixed, suite unverified: the target passes on the patched tree, but the rest of the suite
+     could not be checked (it timed out, could not be collected, ...); patch.diff is kept
   130 interrupted (SIGINT or SIGTERM, e.g. a cancelled job)
 The output folder always gets result.json and summary.md; patch.diff and trajectory.jsonl once the
 run started. The working tree is never changed: apply patch.diff with `git apply`."""

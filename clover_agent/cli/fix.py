@@ -17,29 +17,36 @@ from clover_agent.cli.options import (
     add_budget_arguments,
     add_sandbox_arguments,
     backend_options,
+    positive,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
-from clover_agent.fix.patches import PatchNotApplied, apply_command, apply_patch
+from clover_agent.fix.handback import ASK, DRY_RUN, YES, hand_back, record_outcome
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
+from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
 from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
-from clover_agent.settings import Settings
+from clover_agent.settings import Settings, repo_settings
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 EXIT_CODES = """\
 exit codes:
   0  fixed: the target passes and no test that passed before fails (patch kept, applied if accepted)
-  1  not fixed: the agent finished but the target still fails or other tests broke; or the patch
-     could not be applied over your uncommitted changes
+  1  not fixed: the agent finished but a target test fails, is skipped or is gone, other tests broke,
+     or the target's tests were weakened; or the patch could not be applied (uncommitted changes
+     of yours to its files, files changed since the run began)
   2  usage: bad arguments, or TARGET selects no tests
   3  model unavailable: no GPU / weights for the engine, server unreachable
   4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
   5  nothing to fix: the target tests already pass
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
   7  agent error: stuck repeating itself, replay file exhausted
-  130 interrupted (Ctrl-C)
+  8  fixed, suite unverified: the target passes, but the rest of the suite could not be checked
+     (it timed out, could not be collected or run, or its tests erred for environment reasons)
+  130 interrupted (Ctrl-C); a Ctrl-C while the patch is applied says whether your tree is
+     unchanged or fully patched (never half)
 Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
 summary.json's hand_back says what became of the patch (applied, dry run, declined, refused).
 
@@ -105,8 +112,12 @@ def print_summary(report: FixReport) -> None:
         except ValueError:
             return str(path)
 
-    if report.fixed:
+    if report.verdict == FIXED:
         status = "FIXED"
+    elif report.verdict == FIXED_UNVERIFIED:
+        status = "FIXED, SUITE UNVERIFIED (exit 8)"
+    elif report.verdict == TESTS_WEAKENED:
+        status = "TESTS WEAKENED (exit 1)"
     elif report.exit_code == ExitCode.NOTHING_TO_FIX:
         status = "NOTHING TO FIX (exit 5)"
     else:
@@ -123,9 +134,21 @@ def print_summary(report: FixReport) -> None:
         )
     if report.regressions:
         lines.append(f"  broke       {', '.join(report.regressions)}")
+    for label, items in (
+        ("still fails", report.still_failing),
+        ("unverified", report.unverified),
+        ("weakened", report.weakened),
+    ):
+        if items:
+            more = f" (+{len(items) - 10})" if len(items) > 10 else ""
+            lines.append(f"  {label:<11} {'; '.join(items[:10])}{more}")
     if report.agent is not None:
         stats = report.agent.stats
-        lines.append(f"  changed     {', '.join(report.files_changed) or 'nothing'}")
+        notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
+        changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
+        lines.append(f"  changed     {', '.join(changed) or 'nothing'}")
+        for path, why in report.left_out.items():
+            lines.append(f"  left out    {path}: {why}")
         if report.test_files_changed:
             lines.append(
                 f"  WARNING     test files changed: {', '.join(report.test_files_changed)} — review them"
@@ -142,44 +165,30 @@ def print_summary(report: FixReport) -> None:
 
 
 def _hand_back(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
-    """Apply the patch when the user agrees, and record what happened in the run's summary.json;
-    the exit code of the whole command."""
+    """Apply the patch when the user agrees (:func:`clover_agent.fix.handback.hand_back`), record
+    the command's exit code and message in the run's summary.json and trajectory, and return it
+    (a CloverError for a non-zero one)."""
+    mode = DRY_RUN if args.dry_run else YES if args.yes else ASK
+    confirm = _confirm if mode == ASK and sys.stdin.isatty() else None
     try:
-        return _apply_if_accepted(report, repo, args)
-    finally:
-        report.write_summary()
+        code, message = hand_back(report, repo, mode=mode, confirm=confirm)
+    except KeyboardInterrupt:  # at the question: nothing was applied
+        report.hand_back = "interrupted: not applied"
+        code = int(ExitCode.INTERRUPTED)
+        message = "interrupted before the patch was applied: your tree is unchanged"
+    record_outcome(report, code, message)
+    if code != ExitCode.OK:
+        raise CloverError(message or report.message, exit_code=ExitCode(code))
+    return code
 
 
-def _apply_if_accepted(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
-    how = shlex.join(apply_command(repo, report.patch_path))
-    if args.dry_run:
-        report.hand_back = "dry run"
-        print(f"Dry run: the patch was not applied. To apply it: {how}")
-        return ExitCode.OK
-    if not args.yes:
-        if not sys.stdin.isatty():
-            report.hand_back = "no terminal to confirm"
-            print(
-                f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
-            )
-            return ExitCode.OK
-        try:
-            answer = input(f"Apply the patch to {repo}? [y/N] ").strip().lower()
-        except EOFError:  # Ctrl-D: no
-            print()
-            answer = ""
-        if answer not in ("y", "yes"):
-            report.hand_back = "declined"
-            print(f"Not applied. To apply it later: {how}")
-            return ExitCode.OK
+def _confirm(text: str) -> bool:
     try:
-        files = apply_patch(repo, report.patch_path)
-    except PatchNotApplied as exc:
-        report.hand_back = f"refused: {exc.message}"
-        raise CloverError(exc.message) from None
-    report.hand_back = "applied"
-    print(f"Applied to {repo}: {', '.join(files)}")
-    return ExitCode.OK
+        answer = input(text).strip().lower()
+    except EOFError:  # Ctrl-D: no
+        print()
+        return False
+    return answer in ("y", "yes")
 
 
 def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
@@ -214,6 +223,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
+        suite_timeout_s=args.suite_timeout or repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
@@ -231,6 +241,8 @@ def _fix(args: argparse.Namespace) -> int:
     print_summary(report)
     if not report.fixed:
         hint = progress.resume_hint(repo)
+        if report.stock is not None:
+            report.stock.discard()  # the verdict is already the trajectory's last line
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
     return _hand_back(report, repo, args)
 
@@ -296,6 +308,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "no edits or shell; workspace: anything inside /workspace, asking you first for network or "
         "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal); "
         "ci: the same, those commands refused",
+    )
+    p.add_argument(
+        "--suite-timeout",
+        type=positive(float),
+        metavar="S",
+        help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
+        ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="also stream the model's reasoning")
     p.set_defaults(func=_fix)

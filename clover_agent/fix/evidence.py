@@ -7,15 +7,17 @@ counts, since a test that passes without the change shows nothing.
 
 :func:`test_files` names the test files the patch adds or changes; they are the target after the
 agent's work. :func:`run_without_change` runs them on the starting code with only the patch's test
-files applied, in a fresh sandbox (a workspace the agent never touched), and :func:`shown_by` reads
-off the tests that pass with the change and not without it.
+files written (their exact bytes, from the host's patch), in a fresh sandbox (a workspace the agent
+never touched), and :func:`shown_by` reads off the tests that pass with the change and not without it.
 """
 
 from __future__ import annotations
 
-from clover_agent.agent.checkpoints import restore_workspace
-from clover_agent.fix.patches import is_test_file, patch_sections
+from clover_agent.fix.patches import is_test_file
+from clover_agent.fix.shadow import SYMLINK
+from clover_agent.fix.stock import HandBackError, PatchSet
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import Put
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
 
@@ -30,29 +32,45 @@ def request_task_text(suite: TestReport) -> str:
     )
 
 
-def test_files(patch: str) -> list[str]:
+def test_files(patch: PatchSet) -> list[str]:
     """The test files (``test_*.py`` and the like, not ``conftest.py``) the patch adds or changes
     and keeps; paths with white space are left out (a target is split at white space)."""
     return [
-        section.path
-        for section in patch_sections(patch)
-        if not section.deleted
-        and is_test_file(section.path)
-        and not section.path.endswith("conftest.py")
-        and len(section.path.split()) == 1
+        change.path
+        for change in patch.changes
+        if change.new_mode
+        and change.new_mode != SYMLINK
+        and is_test_file(change.path)
+        and not change.path.endswith("conftest.py")
+        and len(change.path.split()) == 1
     ]
 
 
-def test_patch(patch: str) -> str:
-    """The part of ``patch`` that changes test files (see :func:`~clover_agent.fix.patches.is_test_file`)."""
-    return "".join(section.text for section in patch_sections(patch) if is_test_file(section.path))
+def _test_puts(patch: PatchSet) -> list[Put]:
+    """The patch's changes to test files (``conftest.py`` too), as exact writes."""
+    changes = [c for c in patch.changes if is_test_file(c.path)]
+    blobs = patch.shadow.blobs({c.path: c.new_oid for c in changes if c.new_mode and c.new_mode != SYMLINK})
+    puts = []
+    for change in changes:
+        if not change.new_mode:
+            puts.append(Put(change.path, "absent"))
+        elif change.new_mode == SYMLINK:
+            puts.append(Put(change.path, "link", target=change.target or ""))
+        else:
+            puts.append(
+                Put(change.path, "file", 0o755 if change.new_mode & 0o100 else 0o644, blobs[change.path])
+            )
+    return puts
 
 
-async def run_without_change(kind: str, spec: SandboxSpec, patch: str, target: str) -> TestReport:
+async def run_without_change(kind: str, spec: SandboxSpec, patch: PatchSet, target: str) -> TestReport:
     """``target`` run in a fresh sandbox over the starting code with only the patch's test files
-    applied."""
+    written."""
     async with create_sandbox(kind, spec) as sandbox:
-        await restore_workspace(sandbox, test_patch(patch))
+        try:
+            await sandbox.put(_test_puts(patch))
+        except (OSError, ValueError) as exc:
+            raise HandBackError(f"could not write the patch's tests into a fresh sandbox: {exc}") from exc
         return await run_tests_in(sandbox, target)
 
 

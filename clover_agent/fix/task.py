@@ -1,10 +1,15 @@
 """The ``fix`` workflow: reproduce a failing test, let the agent repair it, verify, keep the patch.
 
+0. Right after the sandbox starts, the host takes its own snapshot of the workspace
+   (:mod:`clover_agent.fix.stock`): the starting state the patch is computed against.
 1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix.
 2. Run the whole suite once, so "nothing that passed before now fails" can be checked.
-3. Run the agent loop on the failure.
-4. Re-run the target, then the whole suite. Success means the target passes and no test that
-   passed before fails (or vanished) now.
+3. Run the agent loop on the failure. Then every process in the sandbox is killed, the files
+   that changed are read back and the patch is made on the host (``patch.diff``), whatever the
+   outcome.
+4. In a fresh sandbox made exactly the patched tree (:mod:`clover_agent.fix.verify`), re-run the
+   target, then the whole suite, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
+   unverified; tests weakened; not fixed).
 
 A front end with a request from a user (the CI bot) puts it before the task (``request``) and may
 leave TARGET empty: the suite runs first and its failing tests are the target. When none fails,
@@ -13,15 +18,18 @@ that fails without the change and passes with it (:mod:`clover_agent.fix.evidenc
 
 A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
 and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
-workspace is restored in a fresh sandbox, and the agent carries on with the recorded conversation
+workspace is restored in a fresh sandbox (the host's snapshot is taken before that, so the patch
+holds the earlier segments' work too), and the agent carries on with the recorded conversation
 and a fresh budget, appending to the same trajectory after a ``TaskResumed`` event; then step 4.
 
 This is the entry point every front end of the workflow calls (``clover-agent fix``, the CI bot):
 :func:`run_fix` with a :class:`FixRequest` holding a complete sandbox spec, a backend factory (called
 only once a failure is confirmed) and, optionally, the run folder. Everything lands in that folder
 (default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
-sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch to the working tree is
-the caller's decision (see :mod:`clover_agent.fix.patches`).
+host's diff, whatever the outcome), ``summary.json`` and, until the caller hands the patch back
+(:mod:`clover_agent.fix.handback`) or discards it, the shadow repository with the exact bytes.
+
+(Over 400 lines: the workflow's steps, for a target and for a request with none, read in one place.)
 """
 
 from __future__ import annotations
@@ -52,13 +60,16 @@ from clover_agent.events import (
     TestsRun,
 )
 from clover_agent.fix import evidence
-from clover_agent.fix.patches import changed_files, is_test_file
+from clover_agent.fix.patches import is_test_file
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
+from clover_agent.fix.stock import HandBackError, PatchSet, Stock
 from clover_agent.fix.targets import TestSelection, select_tests, target_for
+from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, NOT_FIXED
+from clover_agent.fix.verify import verify_patch
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 PATCH_FILE = "patch.diff"
 SUMMARY_FILE = "summary.json"
@@ -84,6 +95,7 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
     #: The user's request, as the front end framed it for the model, put before the task.
     request: str = ""
 
@@ -114,10 +126,25 @@ class FixReport:
     #: What became of the patch in the user's working tree (set by the caller that hands it back):
     #: None until then, e.g. "applied", "dry run", "declined", "refused: <why>".
     hand_back: str | None = None
+    #: The verdict (:mod:`clover_agent.fix.verdict`): "fixed", "fixed, suite unverified", "tests
+    #: weakened", "not fixed"; "" when the run ended before one (the exit code says why).
+    verdict: str = ""
+    still_failing: list[str] = field(default_factory=list)  # failed before and after the change
+    unverified: list[str] = field(default_factory=list)  # why the suite's run is not a full check
+    weakened: list[str] = field(default_factory=list)  # how the target's tests were weakened
+    target_not_passing: dict[str, str] = field(default_factory=dict)
+    #: The patch made on the host (None when the workspace could not be read back).
+    patch_set: PatchSet | None = None
+    stock: Stock | None = None
 
     @property
     def fixed(self) -> bool:
-        return self.exit_code == ExitCode.OK
+        """The patch makes the target pass (the suite's check may be incomplete: see ``verdict``)."""
+        return self.verdict in (FIXED, FIXED_UNVERIFIED)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        return {} if self.patch_set is None else self.patch_set.left_out
 
     @property
     def patch_path(self) -> Path:
@@ -151,10 +178,17 @@ class FixReport:
                 "suite_after": counts(self.suite_after),
                 "without_change": counts(self.without_change),
             },
+            "verdict": self.verdict,
             "regressions": self.regressions,
+            "still_failing": self.still_failing,
+            "unverified": self.unverified,
+            "weakened": self.weakened,
+            "target_not_passing": self.target_not_passing,
             "shown_by": self.shown_by,
             "files_changed": self.files_changed,
             "test_files_changed": self.test_files_changed,
+            "changes": [] if self.patch_set is None else self.patch_set.to_dict()["changes"],
+            "left_out": self.left_out,
             "agent": None
             if self.agent is None
             else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
@@ -182,15 +216,6 @@ def task_text(selection: TestSelection) -> str:
         f"{report.summary()}\n\n"
         "Find and fix the cause in the code under test; do not weaken, skip or delete tests. The rest of "
         "the suite must keep passing. When the tests pass, call `finish` with a short summary of the change."
-    )
-
-
-def regressions(before: TestReport, after: TestReport) -> list[str]:
-    """Tests that passed before and now fail, error, are skipped or are gone."""
-    return sorted(
-        t
-        for t, outcome in before.outcomes.items()
-        if outcome == "passed" and after.outcomes.get(t) != "passed"
     )
 
 
@@ -265,8 +290,10 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
+    report.stock = stock = Stock(report.run_dir, request.repo)
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
+        await stock.record_start(sandbox)  # before any test or the agent ran
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
             target_tests = selection.target if selection else ""  # "": from the request alone
@@ -296,7 +323,108 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
                 report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
         finally:
             await backend.close()
-        await _verify(request, sandbox, bus, report, target_tests)
+        await _keep_patch(sandbox, report)
+    if report.agent.submitted and report.patch_set is not None:
+        await _verify(request, bus, report, target_tests)
+    elif report.agent.submitted:  # the workspace could not be read back: nothing can be handed back
+        report.verdict, report.exit_code = NOT_FIXED, ExitCode.SANDBOX_UNAVAILABLE
+    else:
+        report.exit_code, report.message = report.agent.exit_code, report.agent.message
+
+
+async def _keep_patch(sandbox: Sandbox, report: FixReport) -> None:
+    """Step 3's end: the host's patch (every process killed first), kept in ``patch.diff``."""
+    assert report.stock is not None and report.agent is not None
+    try:
+        patch = await report.stock.record_end(sandbox)
+    except (*RUN_ERRORS, OSError) as exc:
+        report.patch_path.write_bytes(b"")
+        report.message = f"the workspace could not be read back from the sandbox: {message_of(exc)}"
+        if not report.agent.submitted:
+            report.message = f"{report.agent.message} ({report.message})"
+        return
+    report.patch_set = patch
+    report.patch_path.write_bytes(patch.patch)
+    report.files_changed = patch.files
+
+
+async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict.
+    An empty ``target_tests`` (working from the request alone): the test files the patch adds or
+    changes are the target, and one of them must fail without the change (:func:`_show_change`)."""
+    assert report.patch_set is not None and report.stock is not None and report.suite_before is not None
+    from_request = not target_tests
+    target_before = report.target_before
+    if from_request:
+        target_tests = " ".join(evidence.test_files(report.patch_set))
+        if not target_tests:
+            report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
+            report.message = (
+                "no test shows the change: the patch adds or changes no test file (with no failing test, "
+                "a test that fails without the change and passes with it is needed)"
+            )
+            return
+        # Nothing failed before: the new tests' baseline is their run without the change, below.
+        framework = report.suite_before.framework
+        target_before = TestReport(framework=framework, command="", target=target_tests, exit_code=0)
+    assert target_before is not None
+
+    async def suite(sandbox: Sandbox) -> TestReport:
+        return await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
+
+    try:
+        checked = await verify_patch(
+            request.sandbox,
+            request.sandbox_kind,
+            report.stock,
+            report.patch_set,
+            target_tests=target_tests,
+            target_before=target_before,
+            suite_before=report.suite_before,
+            bus=bus,
+            run_suite=suite,
+        )
+    except HandBackError as exc:
+        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
+        return
+    report.target_after, report.suite_after = checked.target_after, checked.suite_after
+    j = checked.judgement
+    report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
+    report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
+    report.weakened, report.target_not_passing = j.weakened, j.target_not_passing
+    if from_request and report.fixed:
+        await _show_change(request, bus, report, target_tests)
+    if report.left_out and report.fixed:
+        report.message += (
+            f" ({len(report.left_out)} change(s) left out of the patch: {', '.join(report.left_out)})"
+        )
+
+
+async def _show_change(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """The verdict for a change made from the request alone: a changed test must fail without it."""
+    assert report.patch_set is not None and report.target_after is not None
+    try:
+        without = await evidence.run_without_change(
+            request.sandbox_kind, request.sandbox, report.patch_set, target_tests
+        )
+    except HandBackError as exc:
+        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
+        return
+    report.without_change = without
+    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
+    report.shown_by = evidence.shown_by(report.target_after, without)
+    if not report.shown_by:
+        report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
+        report.message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
+            " (the run without the change timed out)" if without.timed_out else ""
+        )
+        return
+    shown = ", ".join(report.shown_by[:5]) + (" ..." if len(report.shown_by) > 5 else "")
+    done = f"done: {shown} fails without the change and passes with it"
+    # A verdict of FIXED_UNVERIFIED keeps its exit code and says why.
+    report.message = (
+        f"{done}, and nothing else broke" if report.verdict == FIXED else f"{done}; {report.message}"
+    )
 
 
 async def _reproduce(
@@ -318,7 +446,7 @@ async def _reproduce(
         )
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
-    report.suite_before = await run_tests_in(sandbox, None)
+    report.suite_before = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
     bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
     return selection
 
@@ -328,7 +456,7 @@ async def _failing_in_suite(
 ) -> TestSelection | None:
     """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
     None (the request alone says what to do) or, without a request, nothing to fix."""
-    suite = report.suite_before = await run_tests_in(sandbox, None)
+    suite = report.suite_before = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
     bus.emit(TestsRun(phase="suite_before", target="", report=suite.to_dict()))
     failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
     if failing:
@@ -346,70 +474,3 @@ async def _failing_in_suite(
         raise NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
     report.mode, report.selection = "request", "none: no test fails, the change is the request's"
     return None
-
-
-async def _verify(
-    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport, target_tests: str
-) -> None:
-    """Step 4: keep the patch; when the agent finished, re-run the target and the suite."""
-    assert report.agent is not None and report.suite_before is not None
-    report.patch_path.write_text(report.agent.patch, encoding="utf-8")
-    report.files_changed = changed_files(report.agent.patch)
-    if not report.agent.submitted:
-        report.exit_code, report.message = report.agent.exit_code, report.agent.message
-        return
-    from_request = not target_tests
-    if from_request:
-        target_tests = " ".join(evidence.test_files(report.agent.patch))
-        if not target_tests:
-            report.exit_code = ExitCode.FAILURE
-            report.message = (
-                "no test shows the change: the patch adds or changes no test file (with no failing test, "
-                "a test that fails without the change and passes with it is needed)"
-            )
-            return
-
-    report.target_after = await run_tests_in(sandbox, target_tests)
-    bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
-    report.suite_after = await run_tests_in(sandbox, None)
-    bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
-    report.regressions = regressions(report.suite_before, report.suite_after)
-    if not report.target_after.all_passed:
-        report.exit_code = ExitCode.FAILURE
-        after = report.target_after
-        still = [t for t, outcome in after.outcomes.items() if outcome in ("failed", "error")]
-        report.message = "the agent finished, but the target still fails: " + (
-            ", ".join(still[:10]) or after.problem or f"exit code {after.exit_code}"
-        )
-    elif report.regressions:
-        report.exit_code = ExitCode.FAILURE
-        report.message = "the target passes now, but tests that passed before fail: " + ", ".join(
-            report.regressions
-        )
-    elif not report.files_changed:
-        report.exit_code = ExitCode.FAILURE
-        report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
-    elif from_request:
-        await _show_change(request, bus, report, target_tests)
-    else:
-        report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"
-
-
-async def _show_change(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
-    """The verdict for a change made from the request alone: a changed test must fail without it."""
-    assert report.agent is not None and report.target_after is not None
-    without = await evidence.run_without_change(
-        request.sandbox_kind, request.sandbox, report.agent.patch, target_tests
-    )
-    report.without_change = without
-    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
-    report.shown_by = evidence.shown_by(report.target_after, without)
-    if not report.shown_by:
-        report.exit_code = ExitCode.FAILURE
-        report.message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
-            " (the run without the change timed out)" if without.timed_out else ""
-        )
-        return
-    shown = ", ".join(report.shown_by[:5]) + (" ..." if len(report.shown_by) > 5 else "")
-    report.exit_code = ExitCode.OK
-    report.message = f"done: {shown} fails without the change and passes with it, and nothing else broke"
