@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -31,13 +32,15 @@ from clover_agent.events import EventBus
 from clover_agent.fix import FixRequest, run_fix
 from clover_agent.fix.console import ConsoleRenderer
 from clover_agent.fix.patches import apply_command
+from clover_agent.fix.stock import SHADOW_DIR
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 #: The files a run leaves in the output folder (``summary.json``, the workflow's own, is folded
-#: into ``result.json`` and removed); a folder holding only these is a previous run's, replaced.
+#: into ``result.json`` and removed, and so is its shadow repository); a folder holding only these
+#: is a previous run's, replaced.
 OUTPUT_FILES = (PATCH_FILE, RESULT_FILE, SUMMARY_MD, TRAJECTORY_FILE, SUMMARY_FILE)
 #: Host-side git never runs the repository's fsmonitor (a program named by its configuration).
 _SAFE_GIT = ("git", "-c", "core.fsmonitor=false")
@@ -100,6 +103,9 @@ def run_ci(request: CiRequest, settings: Settings, *, out: TextIO, err: TextIO) 
         exit_code, message = exit_code_for(exc), message_of(exc)
     patch_text = ""
     if output is not None:
+        # The workflow's shadow repository (the patch's exact bytes, for a hand-back the bot never
+        # makes): patch.diff holds the patch, so it goes, whatever the outcome.
+        shutil.rmtree(output / SHADOW_DIR, ignore_errors=True)
         patch_path = output / PATCH_FILE
         if not patch_path.exists():
             patch_path.write_text("", encoding="utf-8")
@@ -210,7 +216,7 @@ def _prepare_output(output: Path, repo: Path) -> Path:
                 "${{ runner.temp }}/clover)."
             )
     if output.is_dir():
-        others = sorted(p.name for p in output.iterdir() if p.name not in OUTPUT_FILES)
+        others = sorted(p.name for p in output.iterdir() if p.name not in (*OUTPUT_FILES, SHADOW_DIR))
         if others:
             raise UsageError(
                 f"--output-dir {output} is not empty ({', '.join(others[:5])}{' ...' if len(others) > 5 else ''}); "
@@ -218,6 +224,7 @@ def _prepare_output(output: Path, repo: Path) -> Path:
             )
         for name in OUTPUT_FILES:  # a previous run's
             (output / name).unlink(missing_ok=True)
+        shutil.rmtree(output / SHADOW_DIR, ignore_errors=True)  # a killed run's
     output.mkdir(parents=True, exist_ok=True)
     return output
 

@@ -118,7 +118,14 @@ def collect(
         jsonschema.validate(result, result_schema())
         assert result["exit_code"] == code and result["status"] == STATUS[code]
         assert (out / "summary.md").read_text().startswith("### clover-agent ci: ")
-        assert (out / "patch.diff").exists() and not (out / "summary.json").exists()
+        assert (out / "patch.diff").exists()
+        # Only the bot's own files: not the workflow's summary.json or shadow repository.
+        assert {p.name for p in out.iterdir()} <= {
+            "patch.diff",
+            "result.json",
+            "summary.md",
+            "trajectory.jsonl",
+        }
     events = []
     if json_events:
         schema = events_schema()

@@ -58,6 +58,7 @@ def test_fixed_with_a_target(tmp_path: Path) -> None:
     assert result["tests"]["target_before"]["failing"] == ["tests/test_calculator.py::test_add"]
     assert result["tests"]["target_after"]["passed"] == 1 and result["tests"]["suite_after"]["passed"] == 5
     assert result["suite_verdict"] == "passed" and result["files_changed"] == ["calculator.py"]
+    assert result["verdict"] == "fixed" and result["unverified"] == [] and result["weakened"] == []
     assert result["patch"]["status"] == "verified" and "+    return a + b" in run.patch
     assert result["steps"] == 5 and result["tokens"] > 0 and result["elapsed_s"] > 0
     assert result["backend"] == "replay:calculator-fix.replay.jsonl" and result["model"] is None
@@ -91,12 +92,35 @@ def test_not_fixed_keeps_the_partial_patch_marked(tmp_path: Path) -> None:
     )
     assert run.code == 1
     result = run.result
-    assert result["mode"] == "failing tests" and "the target still fails" in result["message"]
+    assert result["mode"] == "failing tests" and "the target does not pass" in result["message"]
     assert result["patch"]["status"] == "partial" and "+    return a * b" in run.patch
     assert result["tests"]["target_after"]["failing"] == ["tests/test_calculator.py::test_add"]
     assert "NOT FIXED (exit 1)" in run.summary and "partial, NOT verified" in run.summary
     assert patch_applies(repo, run)
     assert check_trajectory(run)[-1].exit_code == 1
+
+
+@pytest.mark.docker
+def test_fixed_with_the_suite_unverified_is_8_and_opens_no_claim(tmp_path: Path) -> None:
+    """The only test is the failing one: no test passed before, so none could break and the suite's
+    check is no check (fix's verdict "fixed, suite unverified", exit 8), never a plain "fixed"."""
+    broken = {**GREET, "greet.py": "def greet(name):\n    return 'hi ' + name\n"}
+    repo = make_repo(tmp_path / "greet", broken)
+    repair = call(
+        "editor", command="str_replace", path="/workspace/greet.py", old_str="'hi '", new_str="'hello '"
+    )
+    replay = replay_of(tmp_path, [repair, call("finish", summary="Fixed the greeting.")])
+    run = run_ci(
+        repo, tmp_path / "out", "--task", "greet says hi", "--backend", "replay", "--replay", str(replay)
+    )
+    assert run.code == 8, run.stderr
+    result = run.result
+    assert result["status"] == "fixed_suite_unverified" and result["verdict"] == "fixed, suite unverified"
+    assert result["suite_verdict"] == "unverified" and result["patch"]["status"] == "target_verified"
+    assert any("no test of the suite passed before" in why for why in result["unverified"])
+    assert result["tests"]["target_after"]["passed"] == 1 and "+    return 'hello ' + name" in run.patch
+    assert patch_applies(repo, run)
+    assert "FIXED, SUITE UNVERIFIED (exit 8)" in run.summary and "the suite NOT" in run.summary
 
 
 @pytest.mark.docker
