@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,14 @@ from clover_agent.cli.options import (
     add_budget_arguments,
     add_sandbox_arguments,
     backend_options,
+    check_repo,
     positive,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
 from clover_agent.fix.handback import ASK, DRY_RUN, YES, hand_back, record_outcome
+from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
@@ -55,45 +56,6 @@ resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unav
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with the budgets given now, the same trajectory grows, and the result is
 verified and handed back as usual. TARGET may be left out (it is the recorded one)."""
-
-
-#: Files that mark a project's root folder (a --repo that is a subfolder without any is likely a mistake).
-PROJECT_FILES = (
-    "pyproject.toml",
-    "setup.py",
-    "package.json",
-    "setup.cfg",
-    "go.mod",
-    "Cargo.toml",
-    "pytest.ini",
-)
-
-
-def _check_repo(args: argparse.Namespace) -> Path:
-    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
-    repo = Path(args.repo).resolve()
-    if not repo.is_dir():
-        raise UsageError(f"--repo {args.repo}: no such folder")
-    inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    answer = inside.stdout.splitlines()  # "true", then the top folder of the work tree
-    if len(answer) != 2 or answer[0] != "true":
-        raise UsageError(
-            f"{repo} is not in a git repository (fix hands back a git patch); run `git init` there"
-        )
-    top = Path(answer[1]).resolve()
-    if top != repo and not any((repo / name).exists() for name in PROJECT_FILES):
-        print(
-            f"note: only {repo} goes into the sandbox: a subfolder of the git repository {top}, with no "
-            f"project file of its own ({', '.join(PROJECT_FILES[:3])}...); for the whole project, pass "
-            f"--repo {shlex.quote(str(top))}",
-            file=sys.stderr,
-        )
-    return repo
 
 
 def _counts(report: Any) -> str:
@@ -196,7 +158,7 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
     or the path of a run folder, whose repository is the one it lies in)."""
     repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
     args.repo = str(repo)
-    return _check_repo(args), load_stopped_run(run_dir, args.target)
+    return check_repo(args), load_stopped_run(run_dir, args.target)
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -208,7 +170,7 @@ def _fix(args: argparse.Namespace) -> int:
     if args.resume is not None:
         repo, stopped = _resolve_resume(args)
     else:
-        repo, stopped = _check_repo(args), None
+        repo, stopped = check_repo(args), None
     policy = preset(args.policy)
     # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
     approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
@@ -216,8 +178,11 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec(settings, repo, image=args.image),
+        sandbox=sandbox_spec(
+            settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
+        ),
         sandbox_kind=args.sandbox,
+        regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
         policy=policy,
         approvals=approvals,
         max_steps=args.max_steps,
@@ -296,6 +261,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
+    p.add_argument(
+        "--wheels",
+        metavar="DIR",
+        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
+        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
+    )
+    p.add_argument(
+        "--regression",
+        choices=REGRESSION_SCOPES,
+        help="what the regression runs before and after the agent cover: suite (every test; the "
+        "default), related (the target's test files and those importing the same modules of the "
+        "project), none (only the target); default: .clover/config.toml's [fix] regression",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")

@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clover_agent.cli.fix import _check_repo
-from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options, positive
+from clover_agent.cli.options import (
+    add_backend_arguments,
+    add_sandbox_arguments,
+    backend_options,
+    check_repo,
+    positive,
+)
 from clover_agent.errors import UsageError
 from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
@@ -29,12 +34,12 @@ def _tui(args: argparse.Namespace) -> int:
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
     check_backend_options(backend, settings)  # as fix checks them
-    repo = _check_repo(args)  # a git repository, as for fix
+    repo = check_repo(args)  # a git repository, as for fix
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=args.sandbox,
-        spec=sandbox_spec(settings, repo, image=args.image),
+        spec=sandbox_spec(settings, repo, image=args.image, environment=args.sandbox == "docker"),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
@@ -52,7 +57,7 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tui.driver import POLICIES
+    from clover_agent.tui.policies import POLICIES
 
     p = sub.add_parser(
         "tui",
