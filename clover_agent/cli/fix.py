@@ -18,6 +18,7 @@ from clover_agent.cli.options import (
     backend_options,
     check_repo,
     positive,
+    sandbox_spec_of,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
@@ -28,7 +29,7 @@ from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
-from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -178,9 +179,7 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec(
-            settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
-        ),
+        sandbox=sandbox_spec_of(args, settings, repo),
         sandbox_kind=args.sandbox,
         regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
         policy=policy,
@@ -261,12 +260,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
-    p.add_argument(
-        "--wheels",
-        metavar="DIR",
-        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
-        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
-    )
     p.add_argument(
         "--regression",
         choices=REGRESSION_SCOPES,

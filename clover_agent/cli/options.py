@@ -14,8 +14,9 @@ from typing import Any
 
 from clover_agent.backends import BACKEND_KINDS
 from clover_agent.errors import UsageError
-from clover_agent.launch import BackendOptions
-from clover_agent.sandboxes import SANDBOX_KINDS
+from clover_agent.launch import BackendOptions, sandbox_spec
+from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
+from clover_agent.settings import Settings
 
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
-    """``--sandbox`` and ``--image``."""
+    """``--sandbox``, ``--image`` and ``--wheels``."""
     p.add_argument(
         "--sandbox",
         choices=SANDBOX_KINDS,
@@ -47,6 +48,20 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
         help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
     )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    p.add_argument(
+        "--wheels",
+        metavar="DIR",
+        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
+        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
+    )
+
+
+def sandbox_spec_of(args: argparse.Namespace, settings: Settings, repo: Path) -> SandboxSpec:
+    """The complete sandbox spec the sandbox options chose (the project's environment is built for
+    the Docker sandbox)."""
+    return sandbox_spec(
+        settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
+    )
 
 
 def add_budget_arguments(p: argparse.ArgumentParser) -> None:

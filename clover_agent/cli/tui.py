@@ -11,9 +11,10 @@ from clover_agent.cli.options import (
     backend_options,
     check_repo,
     positive,
+    sandbox_spec_of,
 )
 from clover_agent.errors import UsageError
-from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options
 from clover_agent.settings import Settings
 
 #: ``--resume`` given without an id: choose from a list.
@@ -39,7 +40,7 @@ def _tui(args: argparse.Namespace) -> int:
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=args.sandbox,
-        spec=sandbox_spec(settings, repo, image=args.image, environment=args.sandbox == "docker"),
+        spec=sandbox_spec_of(args, settings, repo),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,

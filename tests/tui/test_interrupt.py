@@ -1,7 +1,8 @@
 """Esc stops the agent at once (``Agent.interrupt``) — during a model call (a slow model: a real local
 server streaming replayed turns) and during a tool call (a real long command in the sandbox, whose
 processes are gone afterwards) — and the agent waits: the correction typed next reaches it
-(``Agent.send``) and the same request goes on with it."""
+(``Agent.send``) and the same request goes on with it. A message typed while the agent works is
+read at its next step, and one it had no step left to read becomes the next request."""
 
 from __future__ import annotations
 
@@ -201,3 +202,29 @@ async def test_a_message_sent_during_a_tool_call_is_read_after_it(tmp_path: Path
         assert not any(m.has_class("-queued") for m in app.query(UserMessage))
         assert [e.text for e in app.events if isinstance(e, TurnStarted)] == ["do A"]
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_message_the_agent_did_not_read_before_finishing_is_the_next_request(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    slow_finish = turn("Wrapping up. " * 60, call("finish", summary="did A"))
+    replay = write_replay(tmp_path / "r.jsonl", [slow_finish, turn("", call("finish", summary="did B"))])
+    slow = SlowReplay(replay, pauses=[0.25, 0.0])
+    try:
+        app = make_app(repo, slow.backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await send(pilot, "do A")
+            await wait_for(pilot, lambda: _count(app, ModelDelta) >= 2, "the slow answer")
+            await send(pilot, "then B")  # the answer ends with finish: no step reads it in this request
+            await wait_for(pilot, lambda: len(_done(app)) == 2, "the request it became")
+            assert [d.summary for d in _done(app)] == ["did A", "did B"]
+            turns = [(e.turn, e.text) for e in app.events if isinstance(e, TurnStarted)]
+            assert turns == [(1, "do A"), (2, "then B")]
+            sent = slow.server.requests[1]["body"]["messages"]
+            assert sent[-1] == {"role": "user", "content": "then B"}
+            assert sum(m.get("content") == "then B" for m in sent) == 1  # once, not also as a steer
+            assert [m.text for m in app.query(UserMessage)] == ["do A", "then B"]  # drawn once
+            assert not any(m.has_class("-queued") for m in app.query(UserMessage))
+            await pilot.press("ctrl+q")
+    finally:
+        slow.close()
