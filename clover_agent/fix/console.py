@@ -25,6 +25,7 @@ from clover_agent.events import (
     Event,
     ModelDelta,
     ModelResponded,
+    SandboxProgress,
     TaskResumed,
     TaskStarted,
     TestsRun,
@@ -95,6 +96,8 @@ class ConsoleRenderer:
             self._line(
                 f"{what}: {r.get('passed', 0)} passed, {r.get('failed', 0)} failed, {r.get('errors', 0)} errors"
             )
+        elif isinstance(event, SandboxProgress):
+            self._line(f"sandbox: {event.message}")
         elif isinstance(event, Done):
             self._line(f"done ({event.outcome.replace('_', ' ')}): {event.summary or event.message}")
         self.out.flush()

@@ -2,13 +2,17 @@
 
 0. Right after the sandbox starts, the host takes its own snapshot of the workspace
    (:mod:`clover_agent.fix.stock`): the starting state the patch is computed against.
-1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix.
-2. Run the whole suite once, so "nothing that passed before now fails" can be checked.
+1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix; if
+   they cannot run in the sandbox's environment (:mod:`clover_agent.fix.diagnosis`), the run
+   stops here (exit 4), before any agent.
+2. Run the regression baseline once (:mod:`clover_agent.fix.regression`: the whole suite by
+   default, or the related test files, or nothing), so "nothing that passed before now fails" can
+   be checked.
 3. Run the agent loop on the failure. Then every process in the sandbox is killed, the files
    that changed are read back and the patch is made on the host (``patch.diff``), whatever the
    outcome.
 4. In a fresh sandbox made exactly the patched tree (:mod:`clover_agent.fix.verify`), re-run the
-   target, then the whole suite, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
+   target, then the same regression tests, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
    unverified; tests weakened; not fixed).
 
 A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
@@ -28,6 +32,7 @@ host's diff, whatever the outcome), ``summary.json`` and, until the caller hands
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -47,12 +52,22 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     EventBus,
+    SandboxProgress,
     TaskFinished,
     TaskResumed,
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.patches import is_test_file
+from clover_agent.fix.regression import (
+    DEFAULT_SCOPE,
+    NO_REGRESSION_RUN,
+    WORKERS,
+    regression_skipped,
+    select_regression,
+    skipped_regression_report,
+)
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
 from clover_agent.fix.stock import HandBackError, PatchSet, Stock
@@ -88,6 +103,13 @@ class FixRequest:
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
     suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
+    regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
+
+
+class EnvironmentNotReady(CloverError):
+    """The target cannot run in the sandbox's environment (named by :mod:`clover_agent.fix.diagnosis`)."""
+
+    exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
 
 @dataclass
@@ -270,6 +292,11 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
+    def progress(message: str) -> None:
+        bus.emit(SandboxProgress(message=message))
+
+    # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
+    request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
     report.stock = stock = Stock(report.run_dir, request.repo)
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
@@ -331,7 +358,12 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
     assert report.target_before is not None and report.suite_before is not None
 
     async def suite(sandbox: Sandbox) -> TestReport:
-        return await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
+        if regression_skipped(report.suite_before):  # --regression none: nothing to run again
+            return skipped_regression_report()
+        # the same tests as the baseline: the whole suite, or the related files it ran
+        return await run_tests_in(
+            sandbox, report.suite_before.target, timeout=request.suite_timeout_s, workers=WORKERS
+        )
 
     try:
         checked = await verify_patch(
@@ -353,6 +385,12 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
     report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
     report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
     report.weakened, report.target_not_passing = j.weakened, j.target_not_passing
+    if regression_skipped(report.suite_before) and j.verdict == FIXED_UNVERIFIED:
+        report.unverified = [NO_REGRESSION_RUN]
+        report.message = f"the target passes; the rest of the suite was not checked ({NO_REGRESSION_RUN})"
+    elif report.suite_before.target and j.verdict == FIXED:
+        files = len(set(report.suite_before.target.split()))
+        report.message += f" in the {files} related test file(s) checked (--regression related)"
     if report.left_out and report.fixed:
         report.message += (
             f" ({len(report.left_out)} change(s) left out of the patch: {', '.join(report.left_out)})"
@@ -362,8 +400,11 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
 async def _reproduce(
     request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
 ) -> TestSelection:
-    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
-    selection = await select_tests(sandbox, request.target, request.repo)
+    """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
+    before any agent), and the regression baseline (one run; free text's suite run is reused)."""
+    selection = await select_tests(
+        sandbox, request.target, request.repo, workers=WORKERS, suite_timeout=request.suite_timeout_s
+    )
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
     if selection.report.all_passed:
@@ -372,8 +413,24 @@ async def _reproduce(
             f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none fails "
             f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
         )
+    problem = diagnose(
+        selection.report,
+        await workspace_module_names(sandbox),
+        environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
+    )
+    if problem is not None:
+        raise EnvironmentNotReady(problem.message(request.target))
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
-    report.suite_before = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
-    bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+    chosen = await select_regression(sandbox, request.regression, list(selection.report.outcomes))
+    if not chosen.runs:
+        report.suite_before = skipped_regression_report()
+    elif chosen.target is None and selection.suite is not None:
+        report.suite_before = selection.suite  # the suite run free text needed: the same phase
+    else:
+        bus.emit(SandboxProgress(message=f"regression baseline: {chosen.describe()}"))
+        report.suite_before = await run_tests_in(
+            sandbox, chosen.target, timeout=request.suite_timeout_s, workers=WORKERS
+        )
+    bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=report.suite_before.to_dict()))
     return selection
