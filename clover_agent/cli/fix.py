@@ -5,15 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
-from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
+from clover_agent.cli.options import (
+    add_backend_arguments,
+    add_sandbox_arguments,
+    backend_options,
+    check_repo,
+    positive,
+    sandbox_spec_of,
+)
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
@@ -23,7 +28,7 @@ from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixReport, FixRequest, run_fix
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
-from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -51,45 +56,6 @@ resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unav
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with the budgets given now, the same trajectory grows, and the result is
 verified and handed back as usual. TARGET may be left out (it is the recorded one)."""
-
-
-#: Files that mark a project's root folder (a --repo that is a subfolder without any is likely a mistake).
-PROJECT_FILES = (
-    "pyproject.toml",
-    "setup.py",
-    "package.json",
-    "setup.cfg",
-    "go.mod",
-    "Cargo.toml",
-    "pytest.ini",
-)
-
-
-def _check_repo(args: argparse.Namespace) -> Path:
-    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
-    repo = Path(args.repo).resolve()
-    if not repo.is_dir():
-        raise UsageError(f"--repo {args.repo}: no such folder")
-    inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    answer = inside.stdout.splitlines()  # "true", then the top folder of the work tree
-    if len(answer) != 2 or answer[0] != "true":
-        raise UsageError(
-            f"{repo} is not in a git repository (fix hands back a git patch); run `git init` there"
-        )
-    top = Path(answer[1]).resolve()
-    if top != repo and not any((repo / name).exists() for name in PROJECT_FILES):
-        print(
-            f"note: only {repo} goes into the sandbox: a subfolder of the git repository {top}, with no "
-            f"project file of its own ({', '.join(PROJECT_FILES[:3])}...); for the whole project, pass "
-            f"--repo {shlex.quote(str(top))}",
-            file=sys.stderr,
-        )
-    return repo
 
 
 def _counts(report: Any) -> str:
@@ -192,7 +158,7 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
     or the path of a run folder, whose repository is the one it lies in)."""
     repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
     args.repo = str(repo)
-    return _check_repo(args), load_stopped_run(run_dir, args.target)
+    return check_repo(args), load_stopped_run(run_dir, args.target)
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -204,7 +170,7 @@ def _fix(args: argparse.Namespace) -> int:
     if args.resume is not None:
         repo, stopped = _resolve_resume(args)
     else:
-        repo, stopped = _check_repo(args), None
+        repo, stopped = check_repo(args), None
     policy = preset(args.policy)
     # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
     approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
@@ -212,9 +178,7 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec(
-            settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
-        ),
+        sandbox=sandbox_spec_of(args, settings, repo),
         sandbox_kind=args.sandbox,
         regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
         policy=policy,
@@ -270,20 +234,6 @@ class _RunProgress:
         return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
-    after the tests were set up, with a budget error instead of a usage error."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > 0:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
-    return parse
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
@@ -310,12 +260,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_backend_arguments(p)
     add_sandbox_arguments(p)
     p.add_argument(
-        "--wheels",
-        metavar="DIR",
-        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
-        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
-    )
-    p.add_argument(
         "--regression",
         choices=REGRESSION_SCOPES,
         help="what the regression runs before and after the agent cover: suite (every test; the "
@@ -326,18 +270,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
     p.add_argument(
-        "--max-steps", type=_positive(int), default=50, metavar="N", help="model calls at most (default 50)"
+        "--max-steps", type=positive(int), default=50, metavar="N", help="model calls at most (default 50)"
     )
     p.add_argument(
         "--max-time",
-        type=_positive(float),
+        type=positive(float),
         default=1800.0,
         metavar="S",
         help="seconds at most (default 1800)",
     )
     p.add_argument(
         "--max-tokens",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="tokens read and written at most (default: no limit)",
     )
@@ -352,7 +296,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--suite-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
         ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",
