@@ -132,7 +132,7 @@ class SessionCommands:
         condensation to the system prompt alone, so a resumed session starts from it too."""
         agent = await self._wait_ready()
         if agent.running:
-            raise CloverError("the agent is working; interrupt it (Esc) or wait before clearing")
+            raise CloverError("the agent is in the middle of a request; /clear works once it has ended")
         dropped = len(agent.messages)
         agent.messages = [{"role": "system", "content": self.system}]
         self._emit(
