@@ -13,6 +13,7 @@ from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.cli.options import (
     add_backend_arguments,
+    add_budget_arguments,
     add_sandbox_arguments,
     backend_options,
     check_repo,
@@ -269,22 +270,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
-    p.add_argument(
-        "--max-steps", type=positive(int), default=50, metavar="N", help="model calls at most (default 50)"
-    )
-    p.add_argument(
-        "--max-time",
-        type=positive(float),
-        default=1800.0,
-        metavar="S",
-        help="seconds at most (default 1800)",
-    )
-    p.add_argument(
-        "--max-tokens",
-        type=positive(int),
-        metavar="N",
-        help="tokens read and written at most (default: no limit)",
-    )
+    add_budget_arguments(p)
     p.add_argument(
         "--policy",
         choices=tuple(PRESETS),

@@ -1,5 +1,5 @@
 """Command-line options that several commands share (``fix``, ``tui``, and the CI bot): the model
-backend, the sandbox, the repository and budget values, defined once so they mean the same
+backend, the sandbox, the repository and the budgets, defined once so they mean the same
 everywhere."""
 
 from __future__ import annotations
@@ -61,6 +61,22 @@ def sandbox_spec_of(args: argparse.Namespace, settings: Settings, repo: Path) ->
     the Docker sandbox)."""
     return sandbox_spec(
         settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
+    )
+
+
+def add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``)."""
+    p.add_argument(
+        "--max-steps", type=positive(int), default=50, metavar="N", help="model calls at most (default 50)"
+    )
+    p.add_argument(
+        "--max-time", type=positive(float), default=1800.0, metavar="S", help="seconds at most (default 1800)"
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive(int),
+        metavar="N",
+        help="tokens read and written at most (default: no limit)",
     )
 
 

@@ -80,9 +80,8 @@ class ConsoleRenderer:
         elif isinstance(event, ErrorReported) and not event.fatal:
             self._line(f"  ! {event.kind}: {_trim(event.message, lines=2)}")
         elif isinstance(event, TaskStarted):
-            self._line(
-                f"clover-agent {event.command} {event.target!r} in {event.repo} ({event.sandbox} sandbox)"
-            )
+            target = repr(event.target) if event.target else "(the tests failing in the suite)"
+            self._line(f"clover-agent {event.command} {target} in {event.repo} ({event.sandbox} sandbox)")
         elif isinstance(event, TaskResumed):
             code = "" if event.previous_exit_code is None else f", exit {event.previous_exit_code}"
             self._line(

@@ -130,11 +130,16 @@ async def select_tests(
             f"no test matches {text!r}: not a node id, file or -k keyword, and no test name shares a word "
             f"with it ({len(suite.outcomes)} tests looked at{near}). Give a test node id such as {example}."
         )
-    if any(len(test_id.split()) > 1 for test_id in matches):  # a parameter id with spaces: select by name
-        target = "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in matches}))
-    else:
-        target = " ".join(matches)
+    target = target_for(matches)
     return TestSelection(target, "free text", await run_tests_in(sandbox, target), suite)
+
+
+def target_for(test_ids: list[str]) -> str:
+    """A ``run_tests`` target selecting ``test_ids``: the node ids themselves, or (when an id holds a
+    space, as a parameter id may) their test names as a ``-k`` expression."""
+    if any(len(test_id.split()) > 1 for test_id in test_ids):
+        return "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in test_ids}))
+    return " ".join(test_ids)
 
 
 def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:
