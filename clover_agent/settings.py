@@ -41,6 +41,11 @@ ENV_VARS: dict[str, str] = {
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
     "DOCKER_TLS_VERIFY": "verify the Docker engine's TLS certificate (with DOCKER_HOST)",
     "DOCKER_CERT_PATH": "folder of the Docker engine's TLS client certificates",
+    "NO_COLOR": "set (to anything): plain text, no colour or other styles (https://no-color.org)",
+    "FORCE_COLOR": "set: styles even when the output is not a terminal",
+    "TERM": "dumb: no live status line",
+    "COLUMNS": "the terminal's width, when it cannot be asked",
+    "PAGER": "pager for a long diff at fix's confirmation; default `less -R -F -X`",
 }
 #: The variables that locate the Docker engine (handed to the Docker sandbox, never into it).
 DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")

@@ -6,7 +6,12 @@ import argparse
 import sys
 
 from clover_agent.cli.fix import _check_repo, _positive
-from clover_agent.cli.options import add_backend_arguments, add_sandbox_arguments, backend_options
+from clover_agent.cli.options import (
+    add_backend_arguments,
+    add_sandbox_arguments,
+    backend_options,
+    sandbox_kind,
+)
 from clover_agent.errors import UsageError
 from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
 from clover_agent.settings import Settings
@@ -33,7 +38,7 @@ def _tui(args: argparse.Namespace) -> int:
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
-        sandbox_kind=args.sandbox,
+        sandbox_kind=sandbox_kind(args),
         spec=sandbox_spec(settings, repo, image=args.image),
         policy=args.policy,
         max_steps=args.max_steps,

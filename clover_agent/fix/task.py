@@ -22,6 +22,7 @@ the caller's decision (see :mod:`clover_agent.fix.patches`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     EventBus,
+    PhaseStarted,
     TaskFinished,
     TaskResumed,
     TaskStarted,
@@ -78,6 +80,8 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
+    keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
 
 
 @dataclass
@@ -190,7 +194,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
     else:
         run_dir = runs_dir(request.repo) / run_id
     report = FixReport(run_id, run_dir)
-    writer = TrajectoryWriter(report.trajectory_path)
+    writer = TrajectoryWriter(report.trajectory_path, keep_stream=request.keep_stream)
     unsubscribe = bus.subscribe(writer)
     if resume is None:
         bus.emit(
@@ -200,6 +204,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 target=request.target,
                 repo=str(request.repo),
                 sandbox=request.sandbox_kind,
+                launch=request.launch,
             )
         )
     else:
@@ -213,6 +218,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 previous_message=resume.message,
                 repo=str(request.repo),
                 sandbox=request.sandbox_kind,
+                launch=request.launch,
             )
         )
     try:
@@ -247,7 +253,13 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
-    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
+    spec = request.sandbox
+    if spec.progress is None:  # the sandbox's set-up steps (an environment built once) go on the bus
+        spec = dataclasses.replace(
+            spec, progress=lambda detail: bus.emit(PhaseStarted(phase="set-up", detail=detail))
+        )
+    bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
+    sandbox = create_sandbox(request.sandbox_kind, spec)
     async with sandbox:
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
@@ -282,6 +294,9 @@ async def _reproduce(
     request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
 ) -> TestSelection:
     """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
+    bus.emit(
+        PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
+    )
     selection = await select_tests(sandbox, request.target, request.repo)
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
@@ -293,6 +308,7 @@ async def _reproduce(
         )
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
+    bus.emit(PhaseStarted(phase="tests before", detail="running the whole suite (the baseline)"))
     report.suite_before = await run_tests_in(sandbox, None)
     bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
     return selection
@@ -307,8 +323,10 @@ async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tes
         report.exit_code, report.message = report.agent.exit_code, report.agent.message
         return
 
+    bus.emit(PhaseStarted(phase="verification", detail=f"running the target tests {target_tests}"))
     report.target_after = await run_tests_in(sandbox, target_tests)
     bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
+    bus.emit(PhaseStarted(phase="verification", detail="running the whole suite"))
     report.suite_after = await run_tests_in(sandbox, None)
     bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
     report.regressions = regressions(report.suite_before, report.suite_after)
