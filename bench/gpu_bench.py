@@ -9,9 +9,10 @@ and it downloads nothing. Measured in one run, each piece skipped (and named) on
 ``--time-budget`` is spent, each failure recorded without ending the run (exit status 1):
 
 1. copy bandwidth (device to device, bytes read + written), the yardstick of everything below;
-2. each engine operator at one decoding step's shapes, as ``kernels="auto"`` resolves it, against
-   its float32 reference (relative error and bound), timed with CUDA events (median over rotating
-   inputs), its minimum traffic in GB/s and as a share of the copy bandwidth (``gpu_kernels.py``);
+2. each Triton kernel (``clover_agent.kernels``) at the model's 32- and 64-token step shapes and a
+   4,096-token prefill, against its PyTorch reference in the run's dtype (relative error and
+   bound), timed with CUDA events (median over rotating inputs), its minimum traffic in GB/s and as
+   a share of the copy bandwidth (``gpu_kernels.py``);
 3. the model at ``--shape`` (``full``: engine/configs/clover-35b-a3b.json, 40 layers, 256 experts
    top-8, vocabulary 248,320) with random weights built on the device (``--model DIR``: a real
    checkpoint instead), and its decoding steps at ``--context`` committed tokens: denoise 32,
@@ -62,7 +63,7 @@ from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
-from gpu_kernels import check_operators, operator_input_bytes  # noqa: E402
+from gpu_kernels import check_kernels, kernel_input_bytes  # noqa: E402
 from gpu_model import mode_rates, random_model, time_steps  # noqa: E402
 from gpu_report import markdown  # noqa: E402
 from gpu_timing import Budget, copy_bandwidth, synchronize  # noqa: E402
@@ -200,11 +201,11 @@ def build_model(
     return model, {**model_info(model, dtype, time.perf_counter() - start), "source": "random"}
 
 
-def measure_operators(config: CloverConfig, device: torch.device, dtype: torch.dtype, **kwargs: Any) -> Any:
-    """:func:`check_operators`, after checking that its inputs fit the memory it may use."""
+def measure_kernels(config: CloverConfig, device: torch.device, dtype: torch.dtype, **kwargs: Any) -> Any:
+    """:func:`check_kernels`, after checking that their inputs fit the memory they may use."""
     limit = kwargs.pop("limit_gb")
-    check_fits("the operator inputs", operator_input_bytes(config, kwargs["context"], dtype), device, limit)
-    return check_operators(config, device, dtype, **kwargs)
+    check_fits("the kernel inputs", kernel_input_bytes(config, dtype), device, limit)
+    return check_kernels(config, device, dtype, **kwargs)
 
 
 def load_weights(
@@ -286,15 +287,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config = engine.config
     else:
         config = shape_config(args.shape)
-    if budget.allows("operators"):
+    if budget.allows("kernels"):
         attempt(
             report,
-            "operators",
-            lambda: measure_operators(
+            "kernels",
+            lambda: measure_kernels(
                 config,
                 device,
                 dtype,
-                tokens=config.block_size,
                 context=args.context,
                 bandwidth=bandwidth,
                 budget=budget,

@@ -1,166 +1,114 @@
-"""Operator checks of ``gpu_bench.py``: each operator the engine would run on this device, at one
-decoding step's shapes of the model, against its float32 PyTorch reference and timed.
-
-For every operator of ``clover_agent.engine.ops``: the implementation ``kernels="auto"`` picks
-(Triton where it exists on CUDA, else PyTorch) runs in the bench dtype on rotating inputs; the
-reference runs in float32 on the same values. Reported: backend, relative error (max |a - r| /
-max |r|) against its bound, median time, the bytes the operator must move at least (inputs read
-and outputs written; for the experts only the experts the step routes to) and that rate as a
-share of the measured copy bandwidth.
+"""The kernel part of ``gpu_bench.py``: every Triton kernel against its PyTorch reference at the
+model's decoding-step shapes, through ``clover_agent.kernels.bench`` (the kernels' own benchmark
+cases: random inputs cycling through copies, the bytes each must move at least, CUDA-event
+medians). Added here: the error bound of the run's dtype, and each kernel's rate as a share of the
+measured copy bandwidth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from gpu_timing import Budget, median_seconds
+from gpu_timing import Budget
 
-from clover_agent.engine import ops
 from clover_agent.engine.config import CloverConfig
 
-#: Relative error bounds against the float32 reference, per dtype of the run.
+#: Vocabulary of the token-choice case when the kernels are interpreted.
+INTERPRETER_VOCAB = 1024
+#: Relative error bounds against the reference (run in the same dtype), per dtype of the run.
 ERROR_BOUND = {torch.bfloat16: 3e-2, torch.float16: 1e-2, torch.float32: 1e-4}
-#: Input sets cycled through while timing (an operator should not find its inputs in L2).
-ROTATIONS = 3
 
 
-def _bytes(*tensors: torch.Tensor) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def kernel_sizes(config: CloverConfig) -> Any:
+    """The kernels' view of ``config`` (``clover_agent.kernels.bench.CloverSizes``)."""
+    from clover_agent.kernels.bench import CloverSizes
 
-
-def operator_cases(
-    config: CloverConfig, tokens: int, context: int, device: torch.device, dtype: torch.dtype, seed: int
-) -> dict[str, tuple[tuple[Any, ...], int]]:
-    """Per operator: (positional arguments, minimum bytes moved) for one step of ``tokens`` after
-    ``context`` committed ones."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape: int, scale: float = 1.0, dt: torch.dtype = dtype) -> torch.Tensor:
-        return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dt)
-
-    hidden, heads, kv_heads, head = (
-        config.hidden_size,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
+    return CloverSizes(
+        hidden=config.hidden_size,
+        experts=config.num_experts,
+        top_k=config.num_experts_per_tok,
+        moe_inner=config.moe_intermediate_size,
+        shared_inner=config.shared_expert_intermediate_size,
+        vocab=config.vocab_size,
+        heads=config.num_attention_heads,
+        kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        gdn_key_heads=config.linear_num_key_heads,
+        gdn_value_heads=config.linear_num_value_heads,
+        gdn_key_dim=config.linear_key_head_dim,
+        gdn_value_dim=config.linear_value_head_dim,
+        conv_kernel=config.linear_conv_kernel_dim,
+        right_conv_kernel=config.right_conv_kernel_size,
+        block_size=config.block_size,
+        mask_token_id=config.mask_token_id if config.mask_token_id is not None else config.vocab_size - 1,
+        rms_eps=config.rms_norm_eps,
     )
-    hk, hv = config.linear_num_key_heads, config.linear_num_value_heads
-    dk, dv = config.linear_key_head_dim, config.linear_value_head_dim
-    experts, top_k = config.num_experts, config.num_experts_per_tok
-    inner, conv = config.moe_intermediate_size, config.conv_dim
-    cases: dict[str, tuple[tuple[Any, ...], int]] = {}
-
-    x, w = randn(tokens, hidden), randn(hidden, scale=0.1)
-    cases["rms_norm"] = ((x, w, config.rms_norm_eps), 2 * _bytes(x) + _bytes(w))
-    y, gate, wv = randn(tokens, hv, dv), randn(tokens, hv, dv), randn(dv, scale=0.1) + 1
-    cases["gated_rms_norm"] = ((y, gate, wv, config.rms_norm_eps), 3 * _bytes(y) + _bytes(wv))
-    rows, cw, cs = randn(tokens, conv), randn(conv, config.linear_conv_kernel_dim, scale=0.5), randn(conv, 3)
-    cases["causal_conv1d"] = ((rows, cw, cs), 2 * _bytes(rows) + _bytes(cw, cs))
-    q, k = (
-        F.normalize(randn(tokens, hk, dk).float(), dim=-1),
-        F.normalize(randn(tokens, hk, dk).float(), dim=-1),
-    )
-    v, g = randn(tokens, hv, dv), -torch.rand(tokens, hv, generator=gen, device=device) * 0.5
-    beta, state = (
-        torch.rand(tokens, hv, generator=gen, device=device),
-        randn(hv, dk, dv, scale=0.1, dt=torch.float32),
-    )
-    q, k = q.to(dtype), k.to(dtype)
-    cases["gated_delta_rule"] = (
-        (q, k, v, g, beta, state, dk**-0.5),
-        _bytes(q, k, v, g, beta) + 2 * _bytes(state) + _bytes(v) * 2,
-    )
-    aq = randn(tokens, heads, head)
-    keys, values = randn(context + tokens, kv_heads, head), randn(context + tokens, kv_heads, head)
-    cases["attention"] = (
-        (aq, keys, values, context, config.block_size, 0, head**-0.5),
-        2 * _bytes(aq) + _bytes(keys, values),
-    )
-    mx = randn(tokens, hidden)
-    ids = torch.stack([torch.randperm(experts, generator=gen, device=device)[:top_k] for _ in range(tokens)])
-    weights = torch.softmax(randn(tokens, top_k, dt=torch.float32), dim=-1).to(dtype)
-    gate_up, down = (
-        randn(experts, 2 * inner, hidden, scale=hidden**-0.5),
-        randn(experts, hidden, inner, scale=inner**-0.5),
-    )
-    used = int(ids.unique().numel())
-    per_expert = (gate_up[0].numel() + down[0].numel()) * gate_up.element_size()
-    cases["moe_experts"] = ((mx, ids, weights, gate_up, down), used * per_expert + 2 * _bytes(mx))
-    return cases
 
 
-def operator_input_bytes(config: CloverConfig, context: int, dtype: torch.dtype) -> int:
-    """About what :func:`check_operators` allocates: every rotation's inputs (the routed experts'
-    weights dominate) plus one float32 copy for the reference."""
+def kernel_input_bytes(config: CloverConfig, dtype: torch.dtype) -> int:
+    """About what the cases allocate at once: the MoE cases' expert weights dominate (one set per
+    step size), then a float32 reference copy's worth."""
     element = torch.empty((), dtype=dtype).element_size()
     experts = 3 * config.num_experts * config.moe_intermediate_size * config.hidden_size
-    cache = 2 * (context + config.block_size) * config.num_key_value_heads * config.head_dim
-    per_rotation = (experts + cache) * element
-    return ROTATIONS * per_rotation + (experts + cache) * 4
+    return int(experts * (2 * element + 4) * 1.2)
 
 
-def _as_float32(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-
-
-def _first(result: Any) -> torch.Tensor:
-    return result[0] if isinstance(result, tuple) else result
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return float(
-        (actual.double() - expected.double()).abs().max() / expected.double().abs().max().clamp_min(1e-30)
-    )
-
-
-def check_operators(
+def check_kernels(
     config: CloverConfig,
     device: torch.device,
     dtype: torch.dtype,
     *,
-    tokens: int,
     context: int,
     bandwidth: float | None,
     budget: Budget,
     repeats: int,
-) -> list[dict[str, Any]]:
-    """One row per operator (see the module doc); a failing operator is a row with ``error``."""
-    table = ops.resolve_ops("auto", device)
-    inputs = [operator_cases(config, tokens, context, device, dtype, seed) for seed in range(ROTATIONS)]
+) -> dict[str, Any]:
+    """``{"rows": [...]}`` (one per case), or ``{"unavailable": reason}`` where Triton cannot run.
+
+    On a GPU: 32- and 64-token steps and a 4,096-token chunked prefill at the model's sizes.
+    Elsewhere (the interpreter, which runs a kernel in seconds where a GPU takes microseconds): the
+    32-token cases only, the vocabulary cut to :data:`INTERPRETER_VOCAB` and no sampled token choice,
+    said so under ``"interpreter"``."""
+    from clover_agent.kernels.runtime import triton_problem
+
+    problem = triton_problem()
+    if problem is not None:
+        return {"unavailable": problem}
+    from clover_agent.kernels.bench import cases, measure
+
+    cuda = device.type == "cuda"
+    sizes = kernel_sizes(config)
+    result: dict[str, Any] = {}
+    if not cuda:
+        vocab = min(sizes.vocab, INTERPRETER_VOCAB)
+        sizes = dataclasses.replace(sizes, vocab=vocab, mask_token_id=min(sizes.mask_token_id, vocab - 1))
+        result["interpreter"] = f"vocabulary cut to {vocab:,}; the sampled token choice not run"
+    built = cases(
+        device=str(device),
+        dtype=dtype,
+        sizes=sizes,
+        tokens=(32, 64) if cuda else (32,),
+        prefill_tokens=(4096,) if cuda else (),
+        context=context,
+        copies=2,
+    )
+    bound = ERROR_BOUND.get(dtype, 1e-2)
     rows: list[dict[str, Any]] = []
-    for name in ops.OP_NAMES:
-        if not budget.allows(f"operator {name}"):
+    for case in built:
+        if not cuda and "sampling" in case.name:
             continue
-        fn: Callable[..., Any] = getattr(table, name)
-        reference: Callable[..., Any] = ops._REGISTRY[name]["torch"]
-        args, moved = inputs[0][name]
-        row: dict[str, Any] = {"op": name, "backend": table.backends[name], "bytes": moved}
+        if not budget.allows(f"kernel {case.name}"):
+            continue
         try:
-            error = relative_error(_first(fn(*args)), _first(reference(*_as_float32(args))))
-            seconds, calls = median_seconds(
-                lambda case, fn=fn, name=name: fn(*case[name][0]),
-                inputs,
-                device,
-                repeats=repeats,
-                budget=budget,
-            )
+            row = measure(case, warmup=3 if cuda else 0, repeats=repeats)
         except Exception as exc:  # a broken kernel is a finding of the run, not its end
-            row["error"] = f"{type(exc).__name__}: {exc}"
-            rows.append(row)
+            rows.append({"name": case.name, "shape": case.shape, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        bound = ERROR_BOUND.get(dtype, 1e-2)
-        row.update(
-            relative_error=error,
-            bound=bound,
-            within_bound=error <= bound,
-            median_us=seconds * 1e6,
-            calls=calls,
-            gb_per_s=moved / seconds / 1e9,
-        )
-        if bandwidth:
-            row["share_of_copy_bandwidth"] = moved / seconds / bandwidth
+        error = row["relative_error"]
+        row.update(bound=bound, within_bound=None if error is None else error <= bound)
+        if bandwidth and row["gb_per_s"]:
+            row["share_of_copy_bandwidth"] = row["gb_per_s"] * 1e9 / bandwidth
         rows.append(row)
-    return rows
+    return {**result, "rows": rows}

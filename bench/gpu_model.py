@@ -33,7 +33,8 @@ from clover_agent.engine.cache import AttentionKV, GdnState, ModelCache
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.graphs import StepGraphs, StepShape
 from clover_agent.engine.model import CloverModel
-from clover_agent.engine.moe import SparseMoe, route
+from clover_agent.engine.moe import SparseMoe
+from clover_agent.kernels.moe.reference import route
 
 #: Token-id sets cycled through while timing a step.
 ROTATIONS = 3

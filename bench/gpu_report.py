@@ -12,20 +12,30 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _operators(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [
+def _kernels(kernels: dict[str, Any]) -> list[str]:
+    if "unavailable" in kernels:
+        return ["", f"Triton kernels: not run ({kernels['unavailable']})."]
+    lines = (
+        ["", f"Triton kernels in the interpreter: {kernels['interpreter']}."]
+        if "interpreter" in kernels
+        else []
+    )
+    lines += [
         "",
-        "| operator | backend | rel. error (bound) | median µs | GB/s | share of copy bandwidth |",
+        "| kernel | shape | rel. error (bound) | median µs | GB/s | share of copy bandwidth |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for row in rows:
+    for row in kernels["rows"]:
         if "error" in row:
-            lines.append(f"| {row['op']} | {row['backend']} | FAILED: {row['error']} | | | |")
+            lines.append(f"| {row['name']} | {row['shape']} | FAILED: {row['error']} | | | |")
             continue
-        over = "" if row["within_bound"] else " OVER"
+        error = (
+            "draw (no exact reference)" if row["relative_error"] is None else f"{row['relative_error']:.1e}"
+        )
+        over = " OVER" if row["within_bound"] is False else ""
         lines.append(
-            f"| {row['op']} | {row['backend']} | {row['relative_error']:.1e} ({row['bound']:.0e}){over} | "
-            f"{row['median_us']:,.1f} | {row['gb_per_s']:,.1f} | {_fmt(row.get('share_of_copy_bandwidth'), '.2f')} |"
+            f"| {row['name']} | {row['shape']} | {error} ({row['bound']:.0e}){over} | {row['median_ms'] * 1e3:,.1f} | "
+            f"{_fmt(row['gb_per_s'], ',.1f')} | {_fmt(row.get('share_of_copy_bandwidth'), '.2f')} |"
         )
     return lines
 
@@ -115,14 +125,14 @@ def markdown(report: dict[str, Any]) -> str:
     )
     lines = [
         SECTION_START,
-        "## GPU benchmark: operators, decoding steps against the memory floor, decoding modes",
+        "## GPU benchmark: kernels, decoding steps against the memory floor, decoding modes",
         "",
         f"- date: {m['date']}; commit {m['commit']}; {m['device']}: {where}",
     ]
     if report.get("copy_bandwidth"):
         lines.append(f"- copy bandwidth (read + written): {report['copy_bandwidth']['gb_per_s']:,.0f} GB/s")
-    if report.get("operators"):
-        lines += _operators(report["operators"])
+    if report.get("kernels"):
+        lines += _kernels(report["kernels"])
     if report.get("model"):
         lines += _model(report["model"])
     if report.get("steps"):

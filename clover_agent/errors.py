@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     NOTHING_TO_FIX = 5  # the target tests already pass
     BUDGET_EXHAUSTED = 6  # step, time or token budget spent before the task was finished
     AGENT_ERROR = 7  # the agent stopped: stuck, replay exhausted, repeated format errors
+    SUITE_UNVERIFIED = 8  # fix: the target passes, but the rest of the suite could not be checked
     INTERRUPTED = 130  # Ctrl-C
 
 

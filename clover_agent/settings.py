@@ -122,27 +122,41 @@ class RepoSettings:
     image = "my-project-sandbox:latest"   # build it FROM clover-agent-sandbox:latest
     setup = ["pip install -e ."]          # run in /workspace before the agent starts
     setup_network = true                  # network only while the set-up commands run
+
+    [fix]
+    suite_timeout = 1800                  # seconds per run of the whole suite (default 600)
     ```
     """
 
     image: str | None = None
     setup: list[str] = field(default_factory=list)
     setup_network: bool = False
+    suite_timeout: float | None = None
 
 
 def repo_settings(repo: str | Path) -> RepoSettings:
-    """The repository's sandbox settings (empty when it has no ``.clover/config.toml``); a broken
+    """The repository's sandbox and fix settings (empty when it has no ``.clover/config.toml``); a broken
     file is a :class:`UsageError` naming it and what is wrong."""
     path = Path(repo) / REPO_CONFIG
     if not path.is_file():
         return RepoSettings()
     try:
         with path.open("rb") as f:
-            table = tomllib.load(f).get("sandbox", {})
+            document = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+    table, fix = document.get("sandbox", {}), document.get("fix", {})
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [sandbox] must be a table")
+    if not isinstance(fix, dict):
+        raise UsageError(f"{path}: [fix] must be a table")
+    suite_timeout = fix.get("suite_timeout")
+    if suite_timeout is not None and (
+        isinstance(suite_timeout, bool)
+        or not isinstance(suite_timeout, (int, float))
+        or not suite_timeout > 0
+    ):
+        raise UsageError(f"{path}: [fix] suite_timeout must be a number of seconds above 0")
     image, setup, network = table.get("image"), table.get("setup", []), table.get("setup_network", False)
     if image is not None and not isinstance(image, str):
         raise UsageError(f"{path}: [sandbox] image must be a string")
@@ -150,7 +164,12 @@ def repo_settings(repo: str | Path) -> RepoSettings:
         raise UsageError(f"{path}: [sandbox] setup must be a list of command strings")
     if not isinstance(network, bool):
         raise UsageError(f"{path}: [sandbox] setup_network must be true or false")
-    return RepoSettings(image=image, setup=setup, setup_network=network)
+    return RepoSettings(
+        image=image,
+        setup=setup,
+        setup_network=network,
+        suite_timeout=None if suite_timeout is None else float(suite_timeout),
+    )
 
 
 def _config_path(env: Mapping[str, str]) -> Path:

@@ -86,6 +86,6 @@ class GatedAttention(nn.Module):
             ctx.block_size,
             ctx.block_from,
             cfg.head_dim**-0.5,
+            gate,
         )
-        out = out.reshape(steps, -1) * torch.sigmoid(gate.reshape(steps, -1))
-        return self.o_proj(out)
+        return self.o_proj(out.reshape(steps, -1))

@@ -13,12 +13,6 @@ from clover_agent.engine.forward import ForwardContext
 from clover_agent.engine.norms import GatedRmsNorm
 
 
-def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``x / sqrt(sum(x^2) + eps)`` over the last dim, in float32."""
-    x = x.float()
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
-
-
 class GatedDeltaNet(nn.Module):
     """Projections, causal short conv, delta-rule recurrence, gated norm, output projection.
 
@@ -46,52 +40,90 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, state: GdnState, ctx: ForwardContext) -> torch.Tensor:
         """x: [T, hidden] on top of ``state``; the first ``ctx.commit`` tokens are folded into it.
 
-        Rows from ``ctx.block_rows`` on (whole blocks) get the in-block backward branch of a
-        bidirectional checkpoint; only the causal forward branch and conv tail enter the state."""
-        cfg, ops = self.config, ctx.ops
+        Rows from ``ctx.block_rows`` on (whole blocks) get Clover's block-local right conv and
+        in-block backward branch (bidirectional checkpoints); rows before them (a causally encoded
+        context, committed in the same pass or not at all) are causal.
+        Only the causal forward branch and the conv tail enter the state."""
+        cfg = self.config
         steps, commit = x.shape[0], ctx.commit
         rows = self.in_proj_qkv(x)  # pre-convolution rows [T, conv_dim]
         z = self.in_proj_z(x).reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
         beta = self.in_proj_b(x).sigmoid()
         g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
-
-        mixed = ops.causal_conv1d(rows, self.conv1d.weight.squeeze(1), state.conv)
         block_rows = ctx.block_rows if self.bidirectional is not None else None
-        if block_rows is not None:
-            right = self.bidirectional.right_conv(rows[block_rows:], ctx.block_size)
-            mixed = (
-                torch.cat([mixed[:block_rows], mixed[block_rows:] + right]) if block_rows else mixed + right
-            )
-        mixed = F.silu(mixed)
-        key_dim = cfg.linear_key_dim
-        q = l2_normalize(mixed[:, :key_dim].reshape(steps, cfg.linear_num_key_heads, -1))
-        k = l2_normalize(mixed[:, key_dim : 2 * key_dim].reshape(steps, cfg.linear_num_key_heads, -1))
-        v = mixed[:, 2 * key_dim :].reshape(steps, cfg.linear_num_value_heads, -1)
-        scale = cfg.linear_key_head_dim**-0.5
 
-        if 0 < commit < steps:
-            # The committed state must be the one after exactly `commit` tokens.
-            head, committed_state = ops.gated_delta_rule(
-                q[:commit], k[:commit], v[:commit], g[:commit], beta[:commit], state.recurrent, scale
+        if block_rows:  # causal rows [0, block_rows), then block rows: two passes, the state between
+            head = self._core(
+                rows[:block_rows],
+                z[:block_rows],
+                g[:block_rows],
+                beta[:block_rows],
+                state.conv,
+                state.recurrent,
+                ctx,
+                commit=block_rows,
+                bidirectional=False,
             )
-            tail, _ = ops.gated_delta_rule(
-                q[commit:], k[commit:], v[commit:], g[commit:], beta[commit:], committed_state, scale
+            history = rows[block_rows - state.conv.shape[1] : block_rows].t().to(state.conv.dtype)
+            tail = self._core(
+                rows[block_rows:],
+                z[block_rows:],
+                g[block_rows:],
+                beta[block_rows:],
+                history,
+                head[1],
+                ctx,
+                commit=0,
+                bidirectional=True,
             )
-            out = torch.cat([head, tail])
+            out, committed = torch.cat([head[0], tail[0]]), head[1]
         else:
-            out, committed_state = ops.gated_delta_rule(q, k, v, g, beta, state.recurrent, scale)
-        if block_rows is not None:
-            part = slice(block_rows, None)
-            backward = self.bidirectional.backward_scan(
-                q[part], k[part], v[part], g[part], beta[part], ctx.block_size, scale, ops
-            )
-            mixed_out = self.bidirectional.mix(out[part], backward)
-            out = torch.cat([out[:block_rows], mixed_out]) if block_rows else mixed_out
+            out, committed = self._core(
+                rows, z, g, beta, state.conv, state.recurrent, ctx, commit=commit, bidirectional=block_rows == 0
+            )  # fmt: skip
 
         if commit:
-            state.recurrent.copy_(committed_state)
+            state.recurrent.copy_(committed)
             history = torch.cat([state.conv, rows[:commit].t().to(state.conv.dtype)], dim=1)
             state.conv.copy_(history[:, history.shape[1] - state.conv.shape[1] :])
-
-        out = ops.gated_rms_norm(out.to(x.dtype), z, self.norm.weight, self.norm.eps)
         return self.out_proj(out.reshape(steps, -1))
+
+    def _core(
+        self,
+        rows: torch.Tensor,
+        z: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        conv_state: torch.Tensor,
+        recurrent: torch.Tensor,
+        ctx: ForwardContext,
+        *,
+        commit: int,
+        bidirectional: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Short conv, then the GDN core (``ops.gated_delta_net``): (normed output, state after
+        ``commit`` tokens or None)."""
+        cfg, ops = self.config, ctx.ops
+        steps = rows.shape[0]
+        right = self.bidirectional.conv1d_right.weight.squeeze(1) if bidirectional else None
+        mixed = ops.short_conv(rows, self.conv1d.weight.squeeze(1), conv_state, right, ctx.block_size, True)
+        key_dim = cfg.linear_key_dim
+        q = mixed[:, :key_dim].reshape(steps, cfg.linear_num_key_heads, -1)
+        k = mixed[:, key_dim : 2 * key_dim].reshape(steps, cfg.linear_num_key_heads, -1)
+        v = mixed[:, 2 * key_dim :].reshape(steps, cfg.linear_num_value_heads, -1)
+        return ops.gated_delta_net(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            recurrent,
+            cfg.linear_key_head_dim**-0.5,
+            z,
+            self.norm.weight,
+            self.norm.eps,
+            commit=commit,
+            block_size=ctx.block_size if bidirectional else None,
+            mix_logits=self.bidirectional.bidir_mix_logits if bidirectional else None,
+            normalize_qk=True,
+        )

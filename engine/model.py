@@ -64,7 +64,7 @@ class DecoderLayer(nn.Module):
             mixed = self.self_attn(normed, state, ctx)
         x = x + mixed
         normed = ops.rms_norm(x, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps)
-        return x + self.mlp(normed, ops)
+        return self.mlp(normed, ops, residual=x)
 
 
 class CloverModel(nn.Module):
@@ -129,6 +129,11 @@ class CloverModel(nn.Module):
         steps, past = input_ids.shape[0], cache.length
         block_from = self._block_from(attention, causal_prefix, steps, past)
         commit_count = self._commit_count(commit, steps, attention)
+        if causal_prefix and commit_count not in (0, causal_prefix):
+            raise ValueError(
+                f"with causal_prefix={causal_prefix} (a causal context committed in this pass) commit must "
+                f"be all of it or nothing (got commit={commit_count})"
+            )
         rows = steps if logit_rows is None else logit_rows
         if not 0 <= rows <= steps:
             raise ValueError(f"logit_rows must be in [0, {steps}] or None, got {logit_rows!r}")

@@ -31,15 +31,6 @@ class SharedExpert(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Experts and weights [N, top_k] of each token: softmax in float32 whatever the model's dtype
-    (in bf16 near-equal probabilities round together and the top-k picks other experts), top-k,
-    renormalised, weights returned in the logits' dtype."""
-    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
-    top_probs, top_ids = torch.topk(probs, top_k, dim=-1)
-    return top_ids, (top_probs / top_probs.sum(dim=-1, keepdim=True)).to(router_logits.dtype)
-
-
 class SparseMoe(nn.Module):
     """Router (float32 softmax, top-k, renormalised) over routed experts, plus the shared expert
     scaled by a sigmoid gate."""
@@ -52,8 +43,15 @@ class SparseMoe(nn.Module):
         self.shared_expert = SharedExpert(config.hidden_size, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 
-    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
-        top_ids, top_weights = route(self.gate(x), self.top_k)
-        routed = ops.moe_experts(x, top_ids, top_weights, self.experts.gate_up_proj, self.experts.down_proj)
-        shared = torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-        return routed + shared
+    def forward(self, x: torch.Tensor, ops: Ops, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``residual + routed experts + sigmoid(gate) * shared expert`` (``ops.sparse_moe``)."""
+        return ops.sparse_moe(
+            x,
+            self.gate(x),
+            self.top_k,
+            self.experts.gate_up_proj,
+            self.experts.down_proj,
+            shared=self.shared_expert(x),
+            shared_gate_logits=self.shared_expert_gate(x),
+            residual=residual,
+        )

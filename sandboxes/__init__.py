@@ -17,10 +17,12 @@ from clover_agent.sandboxes.base import (
     FileTooLargeError,
     LineRange,
     Listing,
+    Put,
     Sandbox,
     SandboxLimits,
     SandboxSpec,
     SpecialFileError,
+    TreeEntry,
 )
 from clover_agent.sandboxes.errors import (
     SandboxArgumentError,
@@ -41,6 +43,7 @@ __all__ = [
     "FileTooLargeError",
     "LineRange",
     "Listing",
+    "Put",
     "Sandbox",
     "SandboxArgumentError",
     "SandboxConfigError",
@@ -50,6 +53,7 @@ __all__ = [
     "SandboxSpec",
     "SandboxUnavailable",
     "SpecialFileError",
+    "TreeEntry",
     "create_sandbox",
 ]
 

@@ -25,12 +25,14 @@ __all__ = [
     "FileTooLargeError",
     "LineRange",
     "Listing",
+    "Put",
     "Sandbox",
     "SandboxArgumentError",
     "SandboxError",
     "SandboxLimits",
     "SandboxSpec",
     "SpecialFileError",
+    "TreeEntry",
 ]
 
 WORKSPACE = "/workspace"
@@ -106,6 +108,33 @@ class LineRange:
     size: int  # the file's size in bytes
     binary: bool  # a NUL byte in the file's first 8 KiB
     truncated: bool  # ``data`` stopped before ``last`` because of the byte limit
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of :meth:`Sandbox.tree`: what the workspace holds at ``path`` (relative to it,
+    ``/``-separated; an undecodable name in ``surrogateescape`` form)."""
+
+    path: str
+    #: "dir", "file", "link", "special" (FIFO, socket, device), "repo" (a folder with a ``.git``
+    #: of its own, not entered) or "unreadable"
+    kind: str
+    mode: int = 0  # permission bits
+    size: int = 0
+    target: str | None = None  # a link's target; a special file's kind ("FIFO (named pipe)", ...)
+    sha256: str | None = None  # a regular file's, when asked for
+
+
+@dataclass(frozen=True)
+class Put:
+    """What :meth:`Sandbox.put` makes of ``path`` (relative to the workspace): a file with ``data``
+    and ``mode``, a symlink to ``target``, or nothing ("absent": a file, link or folder removed)."""
+
+    path: str
+    kind: str  # "file" | "link" | "absent"
+    mode: int = 0o644
+    data: bytes = b""
+    target: str = ""
 
 
 @dataclass
@@ -213,6 +242,32 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def realpath(self, path: str) -> str:
         """The fully resolved path inside the sandbox (symlinks followed; missing tails kept)."""
+
+    @abc.abstractmethod
+    async def stop_processes(self) -> int:
+        """Kill every process the sandbox's commands started, wherever it went (a ``setsid`` or
+        double-forked daemon included), and wait until none is left: afterwards nothing but the
+        sandbox's own runner touches the workspace. Returns how many were killed; raises
+        :class:`SandboxError` when some survive."""
+
+    @abc.abstractmethod
+    async def tree(
+        self, *, prune: list[str] | None = None, dirs_only: bool = False, hashes: bool = False
+    ) -> list[TreeEntry]:
+        """Every entry below the workspace (``.git`` left out, symlinks never followed, folders in
+        ``prune`` not entered); ``dirs_only``: folders and ``.gitignore`` files; ``hashes``: each
+        regular file's sha256. :class:`SandboxError` when the workspace has too many entries."""
+
+    @abc.abstractmethod
+    async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
+        """The bytes of each regular file in ``paths`` (relative to the workspace, never read
+        through a symlink), or why it could not be read (a str). The caller keeps the total small
+        enough to hold (see :data:`MAX_READ_BYTES`)."""
+
+    @abc.abstractmethod
+    async def put(self, entries: list[Put]) -> None:
+        """Make each entry of the workspace what ``entries`` say, in order (files replaced
+        atomically, never written through a symlink)."""
 
     @abc.abstractmethod
     async def diff(self) -> str:

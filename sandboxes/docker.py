@@ -42,7 +42,7 @@ from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec, re
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
-from clover_agent.sandboxes.session import BOOTSTRAP, WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.session import WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import (
     LARGE_COPY_BYTES,
     SparseFile,
@@ -341,7 +341,7 @@ class DockerSandbox(SessionSandbox):
         env = {"HOME": "/tmp", "WORKSPACE": WORKSPACE, "LANG": "C.UTF-8", **spec.env}
         container = api.create_container(
             image,
-            command=["python3", "-u", "-c", BOOTSTRAP, WORKSPACE],
+            command=runner_command("python3", WORKSPACE, "container"),
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
             working_dir=WORKSPACE,
             environment=env,

@@ -39,3 +39,9 @@ class SandboxSetupError(SandboxError):
     """The project's environment could not be set up (a dependency that cannot be installed, a
     set-up command that failed, dependency files that cannot be read): the message names the
     cause, shows the failing command's output and says how to change the set-up."""
+
+
+class WorkspaceDiffError(SandboxError):
+    """The sandbox works, but git could not diff its workspace (a file too large for git under
+    the memory limit, a full disk, a repository the agent broke): only the trajectory's record of
+    the workspace is missing (``fix`` makes its patch on the host)."""

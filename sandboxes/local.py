@@ -37,7 +37,7 @@ from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
 from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec, require_repo
-from clover_agent.sandboxes.session import BOOTSTRAP, RunnerSession, SessionSandbox
+from clover_agent.sandboxes.session import RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class LocalSandbox(SessionSandbox):
             await asyncio.to_thread(copy_workspace, plan, workspace)
             env = {**spec.host_env, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", BOOTSTRAP, str(workspace)],
+                runner_command(sys.executable, str(workspace), "local"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -9,9 +9,12 @@ image with a Python 3 interpreter works and the code always matches the host's v
 Protocol: the second stdin line is a hex key; then request ``{"id": N, "op": OP, ...}``; response
 ``MAC {"id": N, "ok": true, ...}`` or ``MAC {"id": N, "ok": false, "error": NAME, "errno": E,
 "message": TEXT, ...}``, where MAC is the HMAC-SHA256 of the JSON text under the key. Ops: ``exec``,
-``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``, and ``cancel``
-(``"target": N``: kill the processes of the ``exec`` request N, whose caller stopped waiting). File
-data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
+``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``, ``cancel``
+(``"target": N``: kill the processes of the ``exec`` request N, whose caller stopped waiting), and
+for the host's own snapshot of the workspace (the patch is computed on the host, from bytes):
+``stop_all`` (kill every process the commands started, daemons included), ``tree`` (every entry
+with its kind, mode, size and sha256), ``read_many`` (files' bytes in batches) and ``put`` (make
+entries what the host says, never through a symlink). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
 
 Hostile commands run beside the runner as the same user, so:
 
@@ -43,6 +46,7 @@ import json
 import os
 import posixpath
 import select
+import shutil
 import signal
 import stat
 import subprocess
@@ -53,6 +57,11 @@ import time
 
 WORKSPACE = "/workspace"
 ROOT = sys.argv[1] if len(sys.argv) > 1 else WORKSPACE
+#: "container": the runner is alone in its process namespace (beside the container's init), so
+#: ``stop_all`` signals every process it may; "local": it shares the machine, so it becomes the
+#: reaper of what its commands start (``PR_SET_CHILD_SUBREAPER``: a double-forked or ``setsid``
+#: daemon stays its descendant) and ``stop_all`` kills its descendants only.
+MODE = sys.argv[2] if len(sys.argv) > 2 else "container"
 DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 #: After the command's main process ends, how long to keep reading output from processes that left
 #: its process group and still hold the pipe.
@@ -93,6 +102,9 @@ _running_groups: set[int] = set()
 _groups_lock = threading.Lock()
 _group_of_request: dict[object, int] = {}  # exec request id -> its process group
 _cancelled: set[object] = set()  # exec request ids cancelled (maybe before they started)
+#: Held while a command is started and registered, and while orphans are reaped (local mode), so a
+#: command's own exit status is never taken by the reaper.
+_spawn_lock = threading.Lock()
 
 
 def host_path(path: str) -> str:
@@ -203,6 +215,17 @@ def _make_undumpable() -> bool:
         return False
 
 
+def _make_subreaper() -> bool:
+    """Become the reaper of orphaned descendants (``PR_SET_CHILD_SUBREAPER``), so a daemon a
+    command starts (``setsid``, a double fork) stays below this runner, where ``stop_all`` finds it."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
 def _cgroup_files() -> tuple[str | None, str | None]:
     """Files whose counters say how often this cgroup hit its memory and pid limits."""
     paths = {"": "/"}
@@ -293,15 +316,18 @@ def op_exec(req: dict) -> dict:
     pids_before = _counter(PIDS_EVENTS, "max")
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            ["bash", "-c", req["command"]],
-            cwd=host_path(req.get("cwd") or WORKSPACE),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with _spawn_lock:
+            proc = subprocess.Popen(
+                ["bash", "-c", req["command"]],
+                cwd=host_path(req.get("cwd") or WORKSPACE),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            with _groups_lock:
+                _running_groups.add(proc.pid)
     except BlockingIOError as exc:  # EAGAIN from fork: every process slot is taken
         return {
             "exit_code": None,
@@ -315,7 +341,6 @@ def op_exec(req: dict) -> dict:
         }
     pgid = proc.pid
     with _groups_lock:
-        _running_groups.add(pgid)
         _group_of_request[req.get("id")] = pgid
         cancelled = req.get("id") in _cancelled
     if cancelled:
@@ -389,6 +414,8 @@ def op_exec(req: dict) -> dict:
         _group_of_request.pop(req.get("id"), None)
         cancelled = req.get("id") in _cancelled
         _cancelled.discard(req.get("id"))
+    if MODE == "local":
+        _reap_orphans()
     duration = time.monotonic() - start
     # The main process, or any process it started (``git`` under a shell), killed out of memory.
     oom = _counter(MEMORY_EVENTS, "oom_kill") > oom_before
@@ -634,8 +661,288 @@ def op_cancel(req: dict) -> dict:
     return {}
 
 
+# --- the host's snapshot of the workspace, and the processes it may not outlive -----------------
+#: ``tree`` stops after this many entries (``complete`` False).
+MAX_TREE_ENTRIES = 500_000
+#: Bytes read at a time when hashing.
+HASH_CHUNK = 1 << 20
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """``pid -> (parent pid, state)`` of every process this runner can see in ``/proc``."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                text = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if len(fields) >= 2 and fields[1].isdigit():
+            found[int(name)] = (int(fields[1]), fields[0])
+    return found
+
+
+def _others_alive() -> list[int]:
+    """The live processes that ``stop_all`` must end: in a container every one but init and the
+    runner; locally the runner's descendants. Zombies are dead (their parent reaps them)."""
+    me = os.getpid()
+    table = _processes()
+    if MODE != "local":
+        return sorted(p for p, (_, state) in table.items() if p not in (1, me) and state != "Z")
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(me, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return sorted(p for p in found if table[p][1] != "Z")
+
+
+def _reap_orphans() -> None:
+    """Local mode: collect the exit status of orphans reparented to this runner (it is their
+    subreaper), never that of a command an ``exec`` waits for."""
+    me = os.getpid()
+    with _spawn_lock:
+        with _groups_lock:
+            running = set(_running_groups)
+        for pid, (ppid, state) in _processes().items():
+            if ppid == me and state == "Z" and pid not in running:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+
+def op_stop_all(req: dict) -> dict:
+    """Kill every process the commands started, wherever it went (its own session, a double fork),
+    and wait until none is left (at most ``timeout_s``): after this, nothing changes the workspace
+    but this runner. Answers how many were killed and which are still there (none, normally)."""
+    deadline = time.monotonic() + float(req.get("timeout_s") or 10.0)
+    killed: set[int] = set()
+    while True:
+        alive = _others_alive()
+        if not alive or time.monotonic() > deadline:
+            break
+        if MODE == "local":
+            for pid in alive:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        else:
+            try:  # every process it may signal but init and itself, in one step of the kernel
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        killed.update(alive)
+        if MODE == "local":
+            _reap_orphans()
+        time.sleep(0.02)
+    return {"killed": len(killed), "left": alive}
+
+
+def _sha256(fd: int) -> str:
+    digest = hashlib.sha256()
+    while True:
+        chunk = os.read(fd, HASH_CHUNK)
+        if not chunk:
+            return digest.hexdigest()
+        digest.update(chunk)
+
+
+def _check_rel(rel: str) -> list[str]:
+    """The parts of a path relative to the workspace; ``ValueError`` for one that could leave it."""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"not a plain relative path: {rel!r}")
+    return parts
+
+
+def _dir_fd(parts: list[str], *, create: bool) -> int:
+    """A descriptor of the folder ``parts`` below the workspace root, never through a symlink
+    (each step opened with ``O_NOFOLLOW``); ``create`` makes missing folders."""
+    fd = os.open(ROOT, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o777 & ~_UMASK | 0o700, dir_fd=fd)
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def op_tree(req: dict) -> dict:
+    """Every entry below the workspace as ``[path, kind, mode, size, link target or special kind,
+    sha256]``, paths relative to it. Kinds: ``dir``, ``file``, ``link``, ``special`` (FIFO, socket,
+    device: never opened), ``repo`` (a folder holding a ``.git``: a nested repository, not entered)
+    and ``unreadable``. ``.git`` itself is never listed; symlinks are never followed; folders in
+    ``prune`` are listed but not entered. ``dirs_only``: folders and ``.gitignore`` files only;
+    ``hash``: the sha256 of each regular file."""
+    prune = set(req.get("prune") or ())
+    dirs_only, want_hash = bool(req.get("dirs_only")), bool(req.get("hash"))
+    limit = min(int(req.get("max_entries") or MAX_TREE_ENTRIES), MAX_TREE_ENTRIES)
+    entries: list[list] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        real_dir = os.path.join(ROOT, rel_dir) if rel_dir else ROOT
+        try:
+            names = sorted(os.listdir(real_dir))
+        except OSError:
+            entries.append([rel_dir, "unreadable", 0, 0, None, None])
+            continue
+        for name in names:
+            if name == ".git":
+                continue
+            if len(entries) >= limit:
+                return {"entries": entries, "complete": False}
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            real = os.path.join(real_dir, name)
+            try:
+                st = os.lstat(real)
+            except OSError:
+                continue
+            mode = st.st_mode
+            if stat.S_ISDIR(mode):
+                if os.path.lexists(os.path.join(real, ".git")):
+                    entries.append([rel, "repo", stat.S_IMODE(mode), 0, None, None])
+                    continue
+                entries.append([rel, "dir", stat.S_IMODE(mode), 0, None, None])
+                if rel not in prune:
+                    stack.append(rel)
+            elif dirs_only:
+                if name == ".gitignore" and stat.S_ISREG(mode):
+                    entries.append([rel, "file", stat.S_IMODE(mode), st.st_size, None, None])
+            elif stat.S_ISLNK(mode):
+                try:
+                    target = os.readlink(real)
+                except OSError:
+                    target = None
+                entries.append([rel, "link", stat.S_IMODE(mode), 0, target, None])
+            elif stat.S_ISREG(mode):
+                digest = None
+                if want_hash:
+                    try:
+                        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                    except OSError:
+                        entries.append([rel, "unreadable", 0, 0, None, None])
+                        continue
+                    try:
+                        st = os.fstat(fd)
+                        digest = _sha256(fd) if stat.S_ISREG(st.st_mode) else None
+                    finally:
+                        os.close(fd)
+                entries.append([rel, "file", stat.S_IMODE(st.st_mode), st.st_size, None, digest])
+            else:
+                entries.append([rel, "special", 0, 0, special_kind(mode), None])
+    return {"entries": entries, "complete": True}
+
+
+def op_read_many(req: dict) -> dict:
+    """The bytes of regular files (``paths`` relative to the workspace, never through a symlink),
+    ``[path, base64 data or None, error or None]`` each, in order, until ``max_bytes`` would be
+    passed: the host asks again for the rest."""
+    limit = min(int(req.get("max_bytes") or MAX_READ_BYTES), MAX_READ_BYTES)
+    out: list[list] = []
+    total = 0
+    for rel in req["paths"]:
+        try:
+            parts = _check_rel(rel)
+            dfd = _dir_fd(parts[:-1], create=False)
+            try:
+                fd = os.open(
+                    parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd
+                )
+            finally:
+                os.close(dfd)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file")
+                if out and total + st.st_size > limit:
+                    break
+                if st.st_size > limit:
+                    raise _too_large(st.st_size, limit)
+                data = f.read(limit + 1)
+            if len(data) > limit:
+                raise _too_large(len(data), limit)
+            total += len(data)
+            out.append([rel, base64.b64encode(data).decode(), None])
+        except (OSError, ValueError, Refused) as exc:
+            out.append([rel, None, getattr(exc, "strerror", None) or str(exc)])
+    return {"files": out}
+
+
+def op_put(req: dict) -> dict:
+    """Make entries of the workspace what the host says, in order: ``[path, "file", mode, base64
+    data]`` (replaced atomically, parents made), ``[path, "link", 0, target]``, ``[path, "absent"]``
+    (a file, link or whole folder removed). Never through a symlink: each folder on the way is
+    opened with ``O_NOFOLLOW``."""
+    for entry in req["entries"]:
+        rel, kind = entry[0], entry[1]
+        parts = _check_rel(rel)
+        dfd = _dir_fd(parts[:-1], create=kind != "absent")
+        name = parts[-1]
+        try:
+            if kind == "absent":
+                try:
+                    st = os.lstat(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.rmtree(os.path.join(ROOT, rel))
+                else:
+                    os.unlink(name, dir_fd=dfd)
+                continue
+            tmp = f".clover-put-{os.getpid()}-{threading.get_ident()}"
+            if kind == "file":
+                fd = os.open(
+                    tmp,
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=dfd,
+                )
+                with os.fdopen(fd, "wb") as f:
+                    f.write(base64.b64decode(entry[3]))
+                    os.fchmod(f.fileno(), int(entry[2]) & 0o7777)
+            elif kind == "link":
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                os.symlink(entry[3], tmp, dir_fd=dfd)
+            else:
+                raise ValueError(f"unknown entry kind {kind!r}")
+            try:
+                if stat.S_ISDIR(os.lstat(name, dir_fd=dfd).st_mode):
+                    os.rmdir(name, dir_fd=dfd)  # an emptied folder that becomes a file
+            except FileNotFoundError:
+                pass
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+    return {}
+
+
 OPS = {
     "exec": op_exec,
+    "stop_all": op_stop_all,
+    "tree": op_tree,
+    "read_many": op_read_many,
+    "put": op_put,
     "cancel": op_cancel,
     "read": op_read,
     "read_lines": op_read_lines,
@@ -693,6 +1000,8 @@ def main() -> None:
     global _key
     _key = bytes.fromhex(sys.stdin.readline().strip())
     undumpable = _make_undumpable()
+    if MODE == "local":
+        _make_subreaper()
     respond({"id": 0, "ok": True, "ready": True, "pid": os.getpid(), "root": ROOT, "undumpable": undumpable})
     for line in sys.stdin:
         if not line.strip():
@@ -712,6 +1021,8 @@ def main() -> None:
     with _groups_lock:
         for pgid in list(_running_groups):
             _kill_group(pgid)
+    if MODE == "local":  # nor what left its group: the daemons the commands started
+        op_stop_all({"timeout_s": 5.0})
 
 
 if __name__ == "__main__":

@@ -41,17 +41,30 @@ from clover_agent.sandboxes.base import (
     FileTooLargeError,
     LineRange,
     Listing,
+    Put,
     Sandbox,
     SandboxArgumentError,
     SandboxError,
     SpecialFileError,
+    TreeEntry,
 )
+from clover_agent.sandboxes.errors import WorkspaceDiffError
 from clover_agent.sandboxes.workspace import BASELINE_SCRIPT, diff_script
 
 #: The runner's source, sent as the first stdin line to :data:`BOOTSTRAP`.
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text()
-#: ``python3 -c BOOTSTRAP WORKSPACE_ROOT`` starts a runner from the source on its first stdin line.
+#: ``python3 -I -c BOOTSTRAP WORKSPACE_ROOT MODE`` starts a runner from the source on its first
+#: stdin line (MODE: "container" or "local", see the runner). ``-I`` (isolated): the interpreter
+#: reads no ``PYTHON*`` variable and puts neither the working folder (the workspace) nor the user's
+#: site folder on ``sys.path``, so a ``select.py`` or ``resource.py`` in the workspace is never
+#: what the runner imports. The commands it runs still get the whole environment.
 BOOTSTRAP = "import sys,json;exec(compile(json.loads(sys.stdin.readline()),'clover-runner','exec'))"
+
+
+def runner_command(python: str, root: str, mode: str) -> list[str]:
+    """The command line that starts a runner (see :data:`BOOTSTRAP`)."""
+    return [python, "-I", "-u", "-c", BOOTSTRAP, root, mode]
+
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +76,12 @@ EXEC_GRACE_S = 60.0
 MAX_LINE_BYTES = 128 * 1024 * 1024
 #: How many bytes of a sparse file's data one ``write_at`` request carries.
 WRITE_CHUNK_BYTES = 8 * 1024 * 1024
+#: File bytes one ``read_many`` answer or ``put`` request carries at most.
+READ_BATCH_BYTES = 32 * 1024 * 1024
+#: Seconds a ``tree`` request may take (it hashes every file of the workspace when asked).
+TREE_TIMEOUT_S = 600.0
+#: Seconds ``stop_processes`` waits for the last process to go.
+STOP_TIMEOUT_S = 10.0
 
 _ERRORS: dict[str, type[OSError]] = {
     "FileNotFoundError": FileNotFoundError,
@@ -306,6 +325,46 @@ class RunnerSession:
     async def realpath(self, path: str) -> str:
         return (await self.request("realpath", path=path))["path"]
 
+    async def stop_all(self, timeout: float) -> tuple[int, list[int]]:
+        r = await self.request("stop_all", timeout=timeout + FILE_OP_TIMEOUT_S, timeout_s=timeout)
+        return r["killed"], r["left"]
+
+    async def tree(self, *, prune: list[str], dirs_only: bool, hashes: bool) -> list[TreeEntry]:
+        r = await self.request("tree", timeout=TREE_TIMEOUT_S, prune=prune, dirs_only=dirs_only, hash=hashes)
+        if not r["complete"]:
+            raise SandboxError(
+                f"the workspace holds more than {len(r['entries']):,} entries: too many to take stock of"
+            )
+        return [TreeEntry(*e) for e in r["entries"]]
+
+    async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
+        found: dict[str, bytes | str] = {}
+        rest = list(paths)
+        while rest:
+            r = await self.request("read_many", paths=rest, max_bytes=READ_BATCH_BYTES)
+            for path, data, error in r["files"]:
+                found[path] = base64.b64decode(data) if data is not None else str(error)
+            rest = rest[len(r["files"]) :]
+        return found
+
+    async def put(self, entries: list[Put]) -> None:
+        batch: list[list[object]] = []
+        size = 0
+        for e in entries:
+            if e.kind == "file":
+                item: list[object] = [e.path, "file", e.mode, base64.b64encode(e.data).decode()]
+            elif e.kind == "link":
+                item = [e.path, "link", 0, e.target]
+            else:
+                item = [e.path, "absent"]
+            batch.append(item)
+            size += len(e.data)
+            if size >= READ_BATCH_BYTES:
+                await self.request("put", entries=batch)
+                batch, size = [], 0
+        if batch:
+            await self.request("put", entries=batch)
+
 
 class _TimedOut(Exception):
     """A request's answer did not come in time (set on its future by a timer)."""
@@ -410,10 +469,31 @@ class SessionSandbox(Sandbox):
     async def realpath(self, path: str) -> str:
         return await self._live_session().realpath(path)
 
+    async def stop_processes(self) -> int:
+        killed, left = await self._live_session().stop_all(STOP_TIMEOUT_S)
+        if left:
+            raise SandboxError(
+                f"{len(left)} process(es) in the sandbox survived being killed for {STOP_TIMEOUT_S:g} s "
+                f"(pids {', '.join(map(str, left[:10]))})"
+            )
+        return killed
+
+    async def tree(
+        self, *, prune: list[str] | None = None, dirs_only: bool = False, hashes: bool = False
+    ) -> list[TreeEntry]:
+        return await self._live_session().tree(prune=prune or [], dirs_only=dirs_only, hashes=hashes)
+
+    async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
+        return await self._live_session().read_files(paths)
+
+    async def put(self, entries: list[Put]) -> None:
+        await self._live_session().put(entries)
+
     async def diff(self) -> str:
         if self.base_commit is None:
             raise SandboxError(f"the {type(self).__name__} is not started (or already closed)")
         result = await self.exec(diff_script(self.base_commit))
         if result.exit_code != 0:
-            raise SandboxError(f"git diff failed in the workspace:\n{result.output[-2000:]}")
+            why = result.killed_reason or result.disk_full or f"exit {result.exit_code}"
+            raise WorkspaceDiffError(f"git diff failed in the workspace ({why}):\n{result.output[-2000:]}")
         return result.output

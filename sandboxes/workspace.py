@@ -52,6 +52,14 @@ if [ ! -w . ]; then
   exit 3
 fi
 [ -d .git ] || git init -q
+# The copy's own git never runs the repository's programs: no hooks, no fsmonitor, and no filter
+# or text conversion drivers (their commands are the user's machine's, absent here, and a
+# required filter would fail every `git add`). Only the sandbox's copy is changed.
+git config core.hooksPath /dev/null
+git config core.fsmonitor false
+attributes=$(git rev-parse --git-path info/attributes)
+mkdir -p "$(dirname "$attributes")"
+printf '%s\n' "# clover-agent: no filter or diff drivers in the sandbox" "* !filter !diff" >> "$attributes"
 if [ -n "${{CLOVER_KEEP_OUT:-}}" ]; then  # sparse files: git would read (and on tmpfs allocate) them whole
   exclude=$(git rev-parse --git-path info/exclude)
   mkdir -p "$(dirname "$exclude")"
@@ -86,14 +94,16 @@ def copy_index_command(source: str, dest: str) -> str:
 
 def diff_script(base: str) -> str:
     """Shell script printing the binary-safe diff of the workspace against ``base``, new files
-    included, through a throwaway index so the agent's own staging is left alone."""
+    included, through a throwaway index so the agent's own staging is left alone. It is the
+    trajectory's record of the workspace (what a resumed run restores), never the patch handed back
+    (the host computes that itself: ``clover_agent.fix.stock``)."""
     return f"""set -e
 cd "$WORKSPACE"
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
 {copy_index_command(".git/index", '"$index"')}
 GIT_INDEX_FILE=$index git add -A
-GIT_INDEX_FILE=$index git diff --cached --binary {base}
+GIT_INDEX_FILE=$index git diff --cached --binary --no-ext-diff --no-textconv --no-color {base}
 """
 
 

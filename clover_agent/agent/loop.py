@@ -64,6 +64,7 @@ from clover_agent.events import (
 )
 from clover_agent.protocol import ToolCall
 from clover_agent.sandboxes.base import Sandbox, SandboxError
+from clover_agent.sandboxes.errors import WorkspaceDiffError
 from clover_agent.tools.base import Tool, ToolContext
 from clover_agent.tools.registry import SANDBOX_LOST, default_tools
 
@@ -436,6 +437,14 @@ class Agent:
             if call_id and self.checkpoints is not None and not await self.checkpoints.look():
                 return
             patch = await self.sandbox.diff()
+        except WorkspaceDiffError as exc:  # the sandbox lives: the run goes on without this record
+            self.bus.emit(
+                ErrorReported(
+                    kind="workspace",
+                    message=f"{exc.message[:500]} (the trajectory keeps the last recorded diff)",
+                )
+            )
+            return
         except OSError as exc:
             raise SandboxError(f"the workspace diff could not be read: {exc}") from exc
         if patch != self._last_patch:

@@ -52,13 +52,19 @@ TRAJECTORY_FILE = "trajectory.jsonl"
 
 class TrajectoryWriter:
     """Appends each event as one compact JSON line to ``path`` (parents created; see the module
-    docstring); ``keep_stream`` also writes the streamed deltas and provisional blocks."""
+    docstring); ``keep_stream`` also writes the streamed deltas and provisional blocks.
+
+    Text is written as UTF-8 (``ensure_ascii=False``, readable as it is). A lone surrogate (model
+    text decoded with ``surrogateescape``, an undecodable file name) has no UTF-8 form: it is
+    written as its JSON escape (``\\udc80``, what ``backslashreplace`` makes of it, and surrogates
+    only occur inside JSON strings), so the line is valid JSON and reads back to the same text.
+    """
 
     def __init__(self, path: Path, *, keep_stream: bool = False) -> None:
         self.path = path
         self.keep_stream = keep_stream
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = path.open("a", encoding="utf-8", errors="backslashreplace")
         self._turn: dict[str, Any] | None = None  # the assistant message of the last ModelResponded
         self._calls: dict[str, Any] = {}  # call id -> its arguments in that turn
         self._results: dict[str, dict[str, Any]] = {}  # call id -> the tool message its result makes

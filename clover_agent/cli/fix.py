@@ -33,20 +33,25 @@ from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixRequest, run_fix
 from clover_agent.launch import backend_factory, check_backend_options, probe_backend, sandbox_spec
-from clover_agent.settings import Settings
+from clover_agent.settings import Settings, repo_settings
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 EXIT_CODES = """\
 exit codes:
   0  fixed: the target passes and no test that passed before fails (patch kept, applied if accepted)
-  1  not fixed: the agent finished but the target still fails or other tests broke; or the patch
-     could not be applied over your uncommitted changes
+  1  not fixed: the agent finished but a target test fails, is skipped or is gone, other tests broke,
+     or the target's tests were weakened; or the patch could not be applied (uncommitted changes
+     of yours to its files, files changed since the run began)
   2  usage: bad arguments, or TARGET selects no tests
   3  model unavailable: no GPU / weights for the engine, server unreachable
   4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
   5  nothing to fix: the target tests already pass
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
   7  agent error: stuck repeating itself, replay file exhausted
-  130 interrupted (Ctrl-C)
+  8  fixed, suite unverified: the target passes, but the rest of the suite could not be checked
+     (it timed out, could not be collected or run, or its tests erred for environment reasons)
+  130 interrupted (Ctrl-C); a Ctrl-C while the patch is applied says whether your tree is
+     unchanged or fully patched (never half)
 Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
 summary.json's hand_back says what became of the patch (applied, dry run, declined, refused).
 
@@ -176,6 +181,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
+        suite_timeout_s=args.suite_timeout or repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
     )
@@ -200,6 +206,8 @@ def _fix(args: argparse.Namespace) -> int:
     print_summary(report, figures, console)
     if not report.fixed:
         hint = progress.resume_hint(repo)
+        if report.stock is not None:
+            report.stock.discard()  # the verdict is already the trajectory's last line
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
     return hand_back(report, repo, args, console, environ=settings.environment)
 
@@ -297,6 +305,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "no edits or shell; workspace: anything inside /workspace, asking you first for network or "
         "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal); "
         "ci: the same, those commands refused",
+    )
+    p.add_argument(
+        "--suite-timeout",
+        type=_positive(float),
+        metavar="S",
+        help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
+        ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",
     )
     talk = p.add_mutually_exclusive_group()
     talk.add_argument(

@@ -1,12 +1,12 @@
-"""The end of ``clover-agent fix`` at the user's side: the summary, and handing the patch back.
+"""The end of ``clover-agent fix`` at the user's side: the summary, and the confirmation.
 
-At a terminal (and without ``--yes`` / ``--dry-run``) the person sees the diff first, coloured,
-through a pager when it is longer than the screen (``PAGER``, default ``less -R -F -X``), then
-chooses: apply all of it, choose file by file, show the diff again, or not apply it. The files
-chosen are applied together by :func:`clover_agent.fix.patches.apply_patch` (``git apply
---check`` first, never over uncommitted changes to a file it touches). Whatever happens, also
-Ctrl-C or Ctrl-D at the question, the way to apply it later is said, and ``summary.json``'s
-``hand_back`` records it.
+:func:`hand_back` hands the patch back through :func:`clover_agent.fix.handback.hand_back` (which
+applies the verified bytes, all or nothing, and says what the command ends with). What this module
+adds is the person's side at a terminal (without ``--yes`` / ``--dry-run``): the diff first,
+coloured, through a pager when it is longer than the screen (``PAGER``, default ``less -R -F -X``),
+then the files and the choices: apply it, choose file by file (those chosen are applied together;
+the tests ran on the whole patch), show the diff again, or not apply it. Ctrl-C or Ctrl-D at the
+question applies nothing and says how to apply it later.
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from rich.console import Console
 from rich.text import Text
 
 from clover_agent.errors import CloverError, ExitCode
+from clover_agent.fix import handback
 from clover_agent.fix.figures import RunFigures, duration
-from clover_agent.fix.patches import PatchNotApplied, apply_command, apply_patch
 from clover_agent.fix.task import FixReport
+from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
 
 DEFAULT_PAGER = "less -R -F -X"
-#: The patch of the files chosen one by one, beside the whole one in the run folder.
-CHOSEN_PATCH_FILE = "patch.chosen.diff"
 
 _FILE_SECTION = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
 
@@ -86,8 +85,12 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         except ValueError:
             return str(path)
 
-    if report.fixed:
+    if report.verdict == FIXED:
         status, style = f"FIXED — {report.message}", "bold green"
+    elif report.verdict == FIXED_UNVERIFIED:
+        status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
+    elif report.verdict == TESTS_WEAKENED:
+        status, style = "TESTS WEAKENED (exit 1)", "bold red"
     elif report.exit_code == ExitCode.NOTHING_TO_FIX:
         status, style = "NOTHING TO FIX (exit 5)", "bold yellow"
     else:
@@ -106,8 +109,20 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         )
     if report.regressions:
         lines.append(f"  broke       {', '.join(report.regressions)}")
+    for label, items in (
+        ("still fails", report.still_failing),
+        ("unverified", report.unverified),
+        ("weakened", report.weakened),
+    ):
+        if items:
+            more = f" (+{len(items) - 10})" if len(items) > 10 else ""
+            lines.append(f"  {label:<11} {'; '.join(items[:10])}{more}")
     if report.agent is not None:
-        lines.append(f"  changed     {', '.join(report.files_changed) or 'nothing'}")
+        notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
+        changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
+        lines.append(f"  changed     {', '.join(changed) or 'nothing'}")
+        for path, why in report.left_out.items():
+            lines.append(f"  left out    {path}: {why}")
         if report.test_files_changed:
             lines.append(
                 f"  WARNING     test files changed: {', '.join(report.test_files_changed)} — review them"
@@ -134,100 +149,72 @@ def hand_back(
     environ: Mapping[str, str] | None = None,
     ask: Callable[[str], str] = input,
 ) -> int:
-    """Apply the patch when the user agrees (see the module docstring), record what happened in the
-    run's summary.json; the exit code of the whole command. ``ask`` reads one answer."""
+    """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
+    the module docstring), record the command's exit code and message in the run's summary.json
+    and trajectory (:func:`clover_agent.fix.handback.record_outcome`), and return it (a
+    :class:`CloverError` for a non-zero one). ``ask`` reads one answer."""
+    mode = handback.DRY_RUN if args.dry_run else handback.YES if args.yes else handback.ASK
+    confirm = None
+    if mode == handback.ASK and sys.stdin.isatty():
+        confirm = _Confirmation(report, console, dict(environ or {}), ask)
     try:
-        return _hand_back(report, repo, args, console, dict(environ or {}), ask)
-    finally:
-        report.write_summary()
+        code, message = handback.hand_back(
+            report, repo, mode=mode, confirm=confirm, say=lambda text: console.print(text)
+        )
+    except KeyboardInterrupt:  # at the question: nothing was applied
+        report.hand_back = "interrupted: not applied"
+        code = int(ExitCode.INTERRUPTED)
+        message = (
+            "interrupted before the patch was applied: your tree is unchanged. To apply it later: "
+            + handback.apply_hint(report, repo)
+        )
+    handback.record_outcome(report, code, message)
+    if code != ExitCode.OK:
+        raise CloverError(message or report.message, exit_code=ExitCode(code))
+    return code
 
 
-def _hand_back(
-    report: FixReport,
-    repo: Path,
-    args: argparse.Namespace,
-    console: Console,
-    environ: dict[str, str],
-    ask: Callable[[str], str],
-) -> int:
-    how = shlex.join(apply_command(repo, report.patch_path))
-    if args.dry_run:
-        report.hand_back = "dry run"
-        console.print(f"Dry run: the patch was not applied. To apply it: {how}")
-        return ExitCode.OK
-    sections = split_patch(report.patch_path.read_text(encoding="utf-8", errors="replace"))
-    chosen = sections
-    if not args.yes:
-        if not sys.stdin.isatty():
-            report.hand_back = "no terminal to confirm"
-            console.print(
-                f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
-            )
-            return ExitCode.OK
+class _Confirmation:
+    """The question at a terminal: the diff, then the files and the choices. Called with
+    :func:`clover_agent.fix.handback.question`'s text (the files, what needs a look); returns
+    whether to apply the patch, or the files chosen one by one."""
+
+    def __init__(
+        self, report: FixReport, console: Console, environ: dict[str, str], ask: Callable[[str], str]
+    ):
+        self.sections = split_patch(report.patch_path.read_text(encoding="utf-8", errors="replace"))
+        self.console, self.environ, self.ask = console, environ, ask
+
+    def __call__(self, question: str) -> bool | list[str]:
+        files = question.rstrip().rsplit("\n", 1)[0]  # its last line is a y/N question: ours follow
+        several = len(self.sections) > 1
+        choices = (
+            "[y] yes / [f] choose files / [d] diff again / [N] no"
+            if several
+            else "[y] yes / [d] diff again / [N] no"
+        )
+        show_diff(self.sections, self.console, self.environ)
+        while True:
+            try:
+                answer = self.ask(f"{files}\nApply it? {choices}: ").strip().lower()
+            except EOFError:  # Ctrl-D: no
+                self.console.print()
+                return False
+            if answer in ("d", "diff"):
+                show_diff(self.sections, self.console, self.environ)
+            elif several and answer in ("f", "files"):
+                return [s.path for s in self.sections if self._one(s)]
+            else:
+                return answer in ("y", "yes")
+
+    def _one(self, section: FilePatch) -> bool:
         try:
-            chosen = _choose(sections, repo, console, environ, ask)
-        except EOFError:  # Ctrl-D: no
-            console.print()
-            chosen = []
-        except KeyboardInterrupt:
-            report.hand_back = "declined (interrupted)"
-            raise CloverError(
-                f"interrupted: the patch was not applied. To apply it later: {how}",
-                exit_code=ExitCode.INTERRUPTED,
-            ) from None
-        if not chosen:
-            report.hand_back = "declined"
-            console.print(f"Not applied. To apply it later: {how}")
-            return ExitCode.OK
-    patch_file = report.patch_path
-    if len(chosen) < len(sections):
-        patch_file = report.run_dir / CHOSEN_PATCH_FILE
-        patch_file.write_text("".join(s.text for s in chosen), encoding="utf-8")
-    try:
-        files = apply_patch(repo, patch_file)
-    except PatchNotApplied as exc:
-        report.hand_back = f"refused: {exc.message}"
-        raise CloverError(exc.message) from None
-    left = [s.path for s in sections if s not in chosen]
-    report.hand_back = (
-        "applied" if not left else f"applied: {', '.join(files)}; not applied: {', '.join(left)}"
-    )
-    console.print(Text(f"Applied to {repo}: {', '.join(files)}", style="green"))
-    if left:
-        console.print(f"Not applied: {', '.join(left)}. The whole patch is {report.patch_path} ({how}).")
-    return ExitCode.OK
-
-
-def _choose(
-    sections: list[FilePatch],
-    repo: Path,
-    console: Console,
-    environ: dict[str, str],
-    ask: Callable[[str], str],
-) -> list[FilePatch]:
-    """Show the diff and ask; the sections to apply (none: not applied)."""
-    show_diff(sections, console, environ)
-    files = "; ".join(f"{s.path} ({s.counts})" for s in sections)
-    several = len(sections) > 1
-    choices = (
-        "[y] yes / [f] choose files / [d] diff again / [N] no"
-        if several
-        else "[y] yes / [d] diff again / [N] no"
-    )
-    while True:
-        answer = ask(f"Apply the patch to {repo}? {files}\n{choices}: ").strip().lower()
-        if answer in ("d", "diff"):
-            show_diff(sections, console, environ)
-        elif answer in ("y", "yes"):
-            return sections
-        elif several and answer in ("f", "files"):
-            return [
-                s
-                for s in sections
-                if ask(f"  apply {s.path} ({s.counts})? [y/N] ").strip().lower() in ("y", "yes")
-            ]
-        else:
-            return []
+            return self.ask(f"  apply {section.path} ({section.counts})? [y/N] ").strip().lower() in (
+                "y",
+                "yes",
+            )
+        except EOFError:
+            return False
 
 
 def show_diff(sections: list[FilePatch], console: Console, environ: dict[str, str]) -> None:

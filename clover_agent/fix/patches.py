@@ -1,28 +1,23 @@
-"""The patch an agent hands back: which files it touches, and applying it to the user's tree.
-
-A patch is only applied with ``git apply`` after ``git apply --check`` passes, and never over
-uncommitted changes to a file it touches: the user's own work is never mixed with the agent's.
+"""Helpers about patches and the user's tree: test files, uncommitted changes, the command that
+applies a kept patch by hand. (The ``fix`` workflow's patch is made and applied on the host from
+bytes: :mod:`clover_agent.fix.stock`, :mod:`clover_agent.fix.apply`.)
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-import shlex
-import subprocess
 from pathlib import Path
 
-from clover_agent.errors import CloverError
+from clover_agent.fix.hostgit import git
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
 
 
-class PatchNotApplied(CloverError):
-    """The patch was kept but not applied (conflicting local changes, or it does not apply)."""
-
-
 def changed_files(patch: str) -> list[str]:
-    """Paths a git diff touches (both sides of a rename), in order, without duplicates."""
+    """Paths a git diff's ``diff --git`` headers name (both sides of a rename), in order, without
+    duplicates. Only for a diff made by trusted git with plain names: a quoted name stays quoted,
+    and a hunk without a header is not seen (``fix`` never relies on it)."""
     files: list[str] = []
     for old, new in _DIFF_HEADER.findall(patch):
         for path in (old, new):
@@ -44,22 +39,29 @@ def is_test_file(path: str) -> bool:
 
 
 def local_changes(repo: Path, files: list[str]) -> list[str]:
-    """Which of ``files`` have uncommitted changes (or are untracked) in the user's working tree."""
+    """Which of ``files`` (relative to ``repo``) have uncommitted changes or are untracked in the
+    user's tree, by a safe host git (:mod:`~clover_agent.fix.hostgit`: no fsmonitor, hooks or
+    filters run) with literal paths, read as bytes (``café.py``, a name with a tab or a quote is
+    never missed)."""
     if not files:
         return []
-    result = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all", "--", *files],
-        capture_output=True,
-        text=True,
-        check=False,
+    prefix = (
+        git(repo, "rev-parse", "--show-prefix", check=False).stdout.decode("utf-8", "surrogateescape").strip()
     )
-    entries = iter(e for e in result.stdout.split("\0") if e)
+    result = git(
+        repo,
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no", "--no-renames", "--",
+        *files,
+        env={"GIT_LITERAL_PATHSPECS": "1"},
+        check=False,
+    )  # fmt: skip
+    wanted = set(files)
     dirty = set()
-    for entry in entries:
-        dirty.add(entry[3:])
-        if entry[0] in "RC":  # a rename or copy: its source path follows as its own entry
-            dirty.add(next(entries, ""))
-    return sorted(d for d in dirty if d)
+    for entry in result.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if len(entry) > 3:
+            path = entry[3:]
+            dirty.add(path[len(prefix) :] if prefix and path.startswith(prefix) else path)
+    return sorted(d for d in dirty if d in wanted)
 
 
 def apply_command(repo: Path, patch_file: Path) -> list[str]:
@@ -69,34 +71,10 @@ def apply_command(repo: Path, patch_file: Path) -> list[str]:
     paths are relative to ``repo``, and ``git apply`` reads them from the work tree's top, so
     ``--directory`` puts the prefix back (without it git silently skips the files).
     """
-    prefix = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--show-prefix"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    prefix = (
+        git(repo, "rev-parse", "--show-prefix", check=False).stdout.decode("utf-8", "surrogateescape").strip()
+    )
     command = ["git", "-C", str(repo), "apply"]
     if prefix:
         command.append(f"--directory={prefix.rstrip('/')}")
     return [*command, str(patch_file)]
-
-
-def apply_patch(repo: Path, patch_file: Path) -> list[str]:
-    """Apply ``patch_file`` to ``repo``'s working tree; returns the files changed.
-
-    Raises :class:`PatchNotApplied` (the patch stays where it is) when a touched file has local
-    changes or the patch does not apply cleanly.
-    """
-    files = changed_files(patch_file.read_text(encoding="utf-8", errors="replace"))
-    command = apply_command(repo, patch_file)
-    how = f"review it and apply it yourself with `{shlex.join(command)}`"
-    dirty = local_changes(repo, files)
-    if dirty:
-        raise PatchNotApplied(
-            f"the patch was not applied: you have uncommitted changes to {', '.join(dirty)}, which it also "
-            f"changes. Commit or stash your changes, then {how}."
-        )
-    check = subprocess.run(
-        [*command[:-1], "--check", command[-1]], capture_output=True, text=True, check=False
-    )
-    if check.returncode != 0:
-        raise PatchNotApplied(f"the patch does not apply to {repo}: {check.stderr.strip()}; {how}")
-    subprocess.run(command, capture_output=True, text=True, check=True)
-    return files

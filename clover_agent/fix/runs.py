@@ -25,7 +25,18 @@ def new_run_id() -> str:
 
 
 def runs_dir(repo: Path) -> Path:
-    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched)."""
+    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched).
+
+    Refused (:class:`UsageError`) when ``.clover`` or ``.clover/runs`` is a symlink or not a
+    folder: a repository that commits one would make the run's records (and the staging folder
+    of an apply) land wherever it points."""
+    for part in (repo / RUNS_DIR.parent, repo / RUNS_DIR):
+        if part.is_symlink() or (part.exists() and not part.is_dir()):
+            what = "a symlink" if part.is_symlink() else "not a folder"
+            raise UsageError(
+                f"{part} is {what}: clover-agent keeps its run records there and will not write through "
+                "it (they could land outside the repository). Remove it, or pass another --repo."
+            )
     path = repo / RUNS_DIR
     path.mkdir(parents=True, exist_ok=True)
     ignore = path / ".gitignore"

@@ -1,22 +1,28 @@
 """The ``fix`` workflow: reproduce a failing test, let the agent repair it, verify, keep the patch.
 
+0. Right after the sandbox starts, the host takes its own snapshot of the workspace
+   (:mod:`clover_agent.fix.stock`): the starting state the patch is computed against.
 1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix.
 2. Run the whole suite once, so "nothing that passed before now fails" can be checked.
-3. Run the agent loop on the failure.
-4. Re-run the target, then the whole suite. Success means the target passes and no test that
-   passed before fails (or vanished) now.
+3. Run the agent loop on the failure. Then every process in the sandbox is killed, the files
+   that changed are read back and the patch is made on the host (``patch.diff``), whatever the
+   outcome.
+4. In a fresh sandbox made exactly the patched tree (:mod:`clover_agent.fix.verify`), re-run the
+   target, then the whole suite, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
+   unverified; tests weakened; not fixed).
 
 A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
 and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
-workspace is restored in a fresh sandbox, and the agent carries on with the recorded conversation
+workspace is restored in a fresh sandbox (the host's snapshot is taken before that, so the patch
+holds the earlier segments' work too), and the agent carries on with the recorded conversation
 and a fresh budget, appending to the same trajectory after a ``TaskResumed`` event; then step 4.
 
 This is the entry point every front end of the workflow calls (``clover-agent fix``, the CI bot):
 :func:`run_fix` with a :class:`FixRequest` holding a complete sandbox spec, a backend factory (called
 only once a failure is confirmed) and, optionally, the run folder. Everything lands in that folder
 (default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
-sandbox's diff, whatever the outcome) and ``summary.json``. Applying the patch to the working tree is
-the caller's decision (see :mod:`clover_agent.fix.patches`).
+host's diff, whatever the outcome), ``summary.json`` and, until the caller hands the patch back
+(:mod:`clover_agent.fix.handback`) or discards it, the shadow repository with the exact bytes.
 """
 
 from __future__ import annotations
@@ -48,13 +54,16 @@ from clover_agent.events import (
     TaskStarted,
     TestsRun,
 )
-from clover_agent.fix.patches import changed_files, is_test_file
+from clover_agent.fix.patches import is_test_file
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
+from clover_agent.fix.stock import HandBackError, PatchSet, Stock
 from clover_agent.fix.targets import TestSelection, select_tests
+from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, NOT_FIXED
+from clover_agent.fix.verify import verify_patch
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 PATCH_FILE = "patch.diff"
 SUMMARY_FILE = "summary.json"
@@ -80,6 +89,7 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
     launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
     keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
 
@@ -103,10 +113,25 @@ class FixReport:
     #: What became of the patch in the user's working tree (set by the caller that hands it back):
     #: None until then, e.g. "applied", "dry run", "declined", "refused: <why>".
     hand_back: str | None = None
+    #: The verdict (:mod:`clover_agent.fix.verdict`): "fixed", "fixed, suite unverified", "tests
+    #: weakened", "not fixed"; "" when the run ended before one (the exit code says why).
+    verdict: str = ""
+    still_failing: list[str] = field(default_factory=list)  # failed before and after the change
+    unverified: list[str] = field(default_factory=list)  # why the suite's run is not a full check
+    weakened: list[str] = field(default_factory=list)  # how the target's tests were weakened
+    target_not_passing: dict[str, str] = field(default_factory=dict)
+    #: The patch made on the host (None when the workspace could not be read back).
+    patch_set: PatchSet | None = None
+    stock: Stock | None = None
 
     @property
     def fixed(self) -> bool:
-        return self.exit_code == ExitCode.OK
+        """The patch makes the target pass (the suite's check may be incomplete: see ``verdict``)."""
+        return self.verdict in (FIXED, FIXED_UNVERIFIED)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        return {} if self.patch_set is None else self.patch_set.left_out
 
     @property
     def patch_path(self) -> Path:
@@ -138,9 +163,16 @@ class FixReport:
                 "target_after": counts(self.target_after),
                 "suite_after": counts(self.suite_after),
             },
+            "verdict": self.verdict,
             "regressions": self.regressions,
+            "still_failing": self.still_failing,
+            "unverified": self.unverified,
+            "weakened": self.weakened,
+            "target_not_passing": self.target_not_passing,
             "files_changed": self.files_changed,
             "test_files_changed": self.test_files_changed,
+            "changes": [] if self.patch_set is None else self.patch_set.to_dict()["changes"],
+            "left_out": self.left_out,
             "agent": None
             if self.agent is None
             else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
@@ -168,15 +200,6 @@ def task_text(selection: TestSelection) -> str:
         f"{report.summary()}\n\n"
         "Find and fix the cause in the code under test; do not weaken, skip or delete tests. The rest of "
         "the suite must keep passing. When the tests pass, call `finish` with a short summary of the change."
-    )
-
-
-def regressions(before: TestReport, after: TestReport) -> list[str]:
-    """Tests that passed before and now fail, error, are skipped or are gone."""
-    return sorted(
-        t
-        for t, outcome in before.outcomes.items()
-        if outcome == "passed" and after.outcomes.get(t) != "passed"
     )
 
 
@@ -253,6 +276,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
+    report.stock = stock = Stock(report.run_dir, request.repo)
     spec = request.sandbox
     if spec.progress is None:  # the sandbox's set-up steps (an environment built once) go on the bus
         spec = dataclasses.replace(
@@ -261,6 +285,7 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
     bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
     sandbox = create_sandbox(request.sandbox_kind, spec)
     async with sandbox:
+        await stock.record_start(sandbox)  # before any test or the agent ran
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
             target_tests = selection.target
@@ -287,7 +312,63 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
                 report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
         finally:
             await backend.close()
-        await _verify(sandbox, bus, report, target_tests)
+        await _keep_patch(sandbox, report)
+    if report.agent.submitted and report.patch_set is not None:
+        await _verify(request, bus, report, target_tests)
+    elif report.agent.submitted:  # the workspace could not be read back: nothing can be handed back
+        report.verdict, report.exit_code = NOT_FIXED, ExitCode.SANDBOX_UNAVAILABLE
+    else:
+        report.exit_code, report.message = report.agent.exit_code, report.agent.message
+
+
+async def _keep_patch(sandbox: Sandbox, report: FixReport) -> None:
+    """Step 3's end: the host's patch (every process killed first), kept in ``patch.diff``."""
+    assert report.stock is not None and report.agent is not None
+    try:
+        patch = await report.stock.record_end(sandbox)
+    except (*RUN_ERRORS, OSError) as exc:
+        report.patch_path.write_bytes(b"")
+        report.message = f"the workspace could not be read back from the sandbox: {message_of(exc)}"
+        if not report.agent.submitted:
+            report.message = f"{report.agent.message} ({report.message})"
+        return
+    report.patch_set = patch
+    report.patch_path.write_bytes(patch.patch)
+    report.files_changed = patch.files
+
+
+async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict."""
+    assert report.patch_set is not None and report.stock is not None
+    assert report.target_before is not None and report.suite_before is not None
+
+    async def suite(sandbox: Sandbox) -> TestReport:
+        return await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
+
+    try:
+        checked = await verify_patch(
+            request.sandbox,
+            request.sandbox_kind,
+            report.stock,
+            report.patch_set,
+            target_tests=target_tests,
+            target_before=report.target_before,
+            suite_before=report.suite_before,
+            bus=bus,
+            run_suite=suite,
+        )
+    except HandBackError as exc:
+        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
+        return
+    report.target_after, report.suite_after = checked.target_after, checked.suite_after
+    j = checked.judgement
+    report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
+    report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
+    report.weakened, report.target_not_passing = j.weakened, j.target_not_passing
+    if report.left_out and report.fixed:
+        report.message += (
+            f" ({len(report.left_out)} change(s) left out of the patch: {', '.join(report.left_out)})"
+        )
 
 
 async def _reproduce(
@@ -309,41 +390,6 @@ async def _reproduce(
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
     bus.emit(PhaseStarted(phase="tests before", detail="running the whole suite (the baseline)"))
-    report.suite_before = await run_tests_in(sandbox, None)
+    report.suite_before = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
     bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
     return selection
-
-
-async def _verify(sandbox: Sandbox, bus: EventBus, report: FixReport, target_tests: str) -> None:
-    """Step 4: keep the patch; when the agent finished, re-run the target and the suite."""
-    assert report.agent is not None and report.suite_before is not None
-    report.patch_path.write_text(report.agent.patch, encoding="utf-8")
-    report.files_changed = changed_files(report.agent.patch)
-    if not report.agent.submitted:
-        report.exit_code, report.message = report.agent.exit_code, report.agent.message
-        return
-
-    bus.emit(PhaseStarted(phase="verification", detail=f"running the target tests {target_tests}"))
-    report.target_after = await run_tests_in(sandbox, target_tests)
-    bus.emit(TestsRun(phase="target_after", target=target_tests, report=report.target_after.to_dict()))
-    bus.emit(PhaseStarted(phase="verification", detail="running the whole suite"))
-    report.suite_after = await run_tests_in(sandbox, None)
-    bus.emit(TestsRun(phase="suite_after", target="", report=report.suite_after.to_dict()))
-    report.regressions = regressions(report.suite_before, report.suite_after)
-    if not report.target_after.all_passed:
-        report.exit_code = ExitCode.FAILURE
-        after = report.target_after
-        still = [t for t, outcome in after.outcomes.items() if outcome in ("failed", "error")]
-        report.message = "the agent finished, but the target still fails: " + (
-            ", ".join(still[:10]) or after.problem or f"exit code {after.exit_code}"
-        )
-    elif report.regressions:
-        report.exit_code = ExitCode.FAILURE
-        report.message = "the target passes now, but tests that passed before fail: " + ", ".join(
-            report.regressions
-        )
-    elif not report.files_changed:
-        report.exit_code = ExitCode.FAILURE
-        report.message = "the agent changed no file, yet the target passes now (a flaky test?)"
-    else:
-        report.exit_code, report.message = ExitCode.OK, "fixed: the target passes and nothing else broke"

@@ -298,3 +298,18 @@ async def test_the_model_sees_head_and_tail_and_the_trajectory_keeps_everything(
     assert finished.data["exit_code"] == 0 and "output" not in finished.data  # kept once, not twice
     (tool_message,) = [m for m in messages_of(events) if m["role"] == "tool" and m["name"] == "shell"]
     assert tool_message["content"] == finished.output  # what the model was given
+
+
+async def test_a_lone_surrogate_in_the_model_text_is_recorded_and_read_back(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Model text with a lone surrogate (no UTF-8 form) used to crash the trajectory writer; it is
+    written as its JSON escape and reads back to the same text."""
+    odd = "Reading \udc80 the file \\\udcff.\n\n"
+    result, events = await run_agent(repo, tmp_path, [odd + VIEW, FINISH])
+    assert result.submitted
+    (first,) = [e for e in events if e.type == "model_responded" and e.step == 1]
+    assert first.raw.startswith(odd) and first.content == odd.strip()
+    raw = (tmp_path / "run" / "trajectory.jsonl").read_bytes()
+    raw.decode("utf-8")  # the file is valid UTF-8
+    assert b"\\udc80" in raw

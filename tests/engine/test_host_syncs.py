@@ -14,6 +14,7 @@ import functools
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +25,6 @@ from clover_agent.engine.decoding import BlockDecoder
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.model import CloverModel
 from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
 
 TENSOR_READS = (
     "item",
@@ -94,17 +94,8 @@ def host_reads() -> Iterator[HostReads]:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> CloverModel:
-    """Two layers (GDN with the bidirectional tensors, then attention): every kind of layer, quickly traced."""
-    folder = write_tiny_checkpoint(
-        tmp_path_factory.mktemp("sync") / "tiny",
-        peaked=True,
-        seed=3,
-        bidirectional=True,
-        tokenizer=False,
-        overrides={"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]},
-    )
-    return Engine.from_pretrained(folder, progress=None).model
+def model(two_layer_checkpoint: Path) -> CloverModel:
+    return Engine.from_pretrained(two_layer_checkpoint, progress=None).model
 
 
 def committed_cache(model: CloverModel, attention: str, length: int = 64) -> ModelCache:

@@ -1,4 +1,6 @@
-"""The PyTorch reference operators against literal loops, on awkward shapes, and the kernel registry."""
+"""The engine's own PyTorch operators (attention over the cache, the routed experts' fixed grid)
+against explicit computations on awkward shapes, and the kernel registry. The operators whose
+PyTorch version is a ``clover_agent.kernels`` reference are tested in tests/kernels."""
 
 from __future__ import annotations
 
@@ -6,52 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_agent.engine import ops
+from clover_agent.engine import ops, torch_ops
 from clover_agent.engine.errors import EngineArgumentError
-
-
-def literal_delta_rule(q, k, v, g, beta, state, scale):  # type: ignore[no-untyped-def]
-    """Step by step in float64: S = exp(g) S; S += k (beta (v - S^T k))^T; o = scale S^T q."""
-    group = v.shape[1] // k.shape[1]
-    s = state.double().clone()
-    out = torch.zeros(v.shape, dtype=torch.float64)
-    for t in range(q.shape[0]):
-        for h in range(v.shape[1]):
-            kt, qt = k[t, h // group].double(), q[t, h // group].double()
-            s[h] = torch.exp(g[t, h].double()) * s[h]
-            s[h] += torch.outer(kt, beta[t, h].double() * (v[t, h].double() - s[h].t() @ kt))
-            out[t, h] = scale * s[h].t() @ qt
-    return out, s
-
-
-@pytest.mark.parametrize(("steps", "heads"), [(1, (1, 1)), (5, (2, 4)), (33, (2, 2)), (70, (1, 3))])
-@pytest.mark.parametrize("decay", [0.05, 3.0])
-def test_gated_delta_rule_matches_loop(steps: int, heads: tuple[int, int], decay: float) -> None:
-    gen = torch.Generator().manual_seed(steps)
-    hk, hv = heads
-    q = F.normalize(torch.randn(steps, hk, 8, generator=gen), dim=-1)
-    k = F.normalize(torch.randn(steps, hk, 8, generator=gen), dim=-1)
-    v = torch.randn(steps, hv, 6, generator=gen)
-    g = -torch.rand(steps, hv, generator=gen) * decay
-    beta = torch.rand(steps, hv, generator=gen)
-    state = torch.randn(hv, 8, 6, generator=gen)
-    out, final = ops.gated_delta_rule(q, k, v, g, beta, state, 0.3)
-    expected_out, expected_final = literal_delta_rule(q, k, v, g, beta, state, 0.3)
-    assert out.dtype == final.dtype == torch.float32
-    torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(final.double(), expected_final, rtol=1e-5, atol=1e-5)
-
-
-def test_causal_conv1d_matches_loop() -> None:
-    gen = torch.Generator().manual_seed(0)
-    x, weight, state = (
-        torch.randn(9, 5, generator=gen),
-        torch.randn(5, 4, generator=gen),
-        torch.randn(5, 3, generator=gen),
-    )
-    rows = torch.cat([state.t(), x])  # [3 + 9, C]
-    expected = torch.stack([(weight.t() * rows[t : t + 4]).sum(0) for t in range(9)])
-    torch.testing.assert_close(ops.causal_conv1d(x, weight, state), expected)
 
 
 def allowed_by_position(steps: int, past: int, block_size: int, block_from: int | None) -> torch.Tensor:
@@ -86,11 +44,16 @@ def test_attention_on_the_cache_matches_explicit_softmax(
     scores = torch.einsum("thd,shd->hts", q, kk) * 0.5
     probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
     expected = torch.einsum("hts,shd->thd", probs, vv)
-    out = ops.attention(q, key_buffer, value_buffer, past, block_size, block_from, 0.5)
+    out = torch_ops.attention(q, key_buffer, value_buffer, past, block_size, block_from, 0.5)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     # The context length read from device memory (a CUDA-graph step): every buffer row is masked.
-    on_device = ops.attention(q, key_buffer, value_buffer, torch.tensor(past), block_size, block_from, 0.5)
+    on_device = torch_ops.attention(
+        q, key_buffer, value_buffer, torch.tensor(past), block_size, block_from, 0.5
+    )
     torch.testing.assert_close(on_device, expected, rtol=1e-5, atol=1e-6)
+    gate = torch.randn(q.shape, generator=gen)
+    gated = torch_ops.attention(q, key_buffer, value_buffer, past, block_size, block_from, 0.5, gate)
+    torch.testing.assert_close(gated, expected * torch.sigmoid(gate), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("tokens", "experts", "top_k"), [(11, 5, 2), (1, 16, 3), (3, 16, 2), (70, 6, 2)])
@@ -108,7 +71,7 @@ def test_moe_experts_matches_per_token_loop(tokens: int, experts: int, top_k: in
             gate, up = (gate_up[e] @ x[n]).chunk(2)
             expected[n] += weights[n, j] * (down[e] @ (F.silu(gate) * up))
     torch.testing.assert_close(
-        ops.moe_experts(x, ids, weights, gate_up, down), expected, rtol=1e-5, atol=1e-5
+        torch_ops.routed_experts(x, ids, weights, gate_up, down), expected, rtol=1e-5, atol=1e-5
     )
 
 
@@ -118,25 +81,18 @@ def test_moe_fixed_grid_ignores_what_unrouted_experts_compute() -> None:
     gate_up, down = torch.ones(4, 6, 4), torch.ones(4, 4, 3)
     gate_up[3] = float("inf")
     ids, weights = torch.tensor([[0, 1], [1, 2]]), torch.full((2, 2), 0.5)
-    out = ops.moe_experts(x, ids, weights, gate_up, down)
+    out = torch_ops.routed_experts(x, ids, weights, gate_up, down)
     assert torch.isfinite(out).all()
-
-
-def test_rms_norms() -> None:
-    x, w, gate = torch.randn(3, 8), torch.randn(8), torch.randn(3, 8)
-    rms = x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
-    torch.testing.assert_close(ops.rms_norm(x, w, 1e-6), x / rms * (1 + w))
-    torch.testing.assert_close(ops.gated_rms_norm(x, gate, w, 1e-6), x / rms * w * F.silu(gate))
 
 
 def test_kernel_choices() -> None:
     auto = ops.resolve_ops("auto")
     assert auto.backend == "torch" and set(auto.backends) == set(ops.OP_NAMES)
-    assert ops.resolve_ops("torch").gated_delta_rule is ops.gated_delta_rule
+    assert ops.resolve_ops("torch").attention is torch_ops.attention
     with pytest.raises(
-        EngineArgumentError, match="kernels='triton' on cpu: no usable implementation of rms_norm"
+        EngineArgumentError, match="kernels='triton' on cuda: no usable implementation of rms_norm"
     ):
-        ops.resolve_ops("triton")
+        ops.resolve_ops("triton", "cuda")  # no CUDA device here
     with pytest.raises(EngineArgumentError, match="unknown kernels choice 'cuda'"):
         ops.resolve_ops("cuda")
     with pytest.raises(EngineArgumentError, match="unknown operator\\(s\\) softmax"):

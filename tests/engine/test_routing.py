@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 
 from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.moe import SparseMoe, route
+from clover_agent.engine.moe import SparseMoe
 from clover_agent.engine.ops import resolve_ops
+from clover_agent.engine.torch_ops import routed_experts
+from clover_agent.kernels.moe.reference import route
 from tests.engine.checkpoints import tiny_text_config
 
 
@@ -44,9 +46,9 @@ def test_routing_in_float32_differs_from_routing_in_bf16_and_the_module_uses_flo
         out = moe(x, ops)
         shared = torch.sigmoid(moe.shared_expert_gate(x)) * moe.shared_expert(x)
         experts = moe.experts.gate_up_proj, moe.experts.down_proj
-        routed_fp32 = ops.moe_experts(x, ids, weights, *experts)
+        routed_fp32 = routed_experts(x, ids, weights, *experts)
         bf16_weights = torch.softmax(logits, dim=-1).gather(1, in_bf16)
-        routed_bf16 = ops.moe_experts(x, in_bf16, bf16_weights / bf16_weights.sum(-1, keepdim=True), *experts)
+        routed_bf16 = routed_experts(x, in_bf16, bf16_weights / bf16_weights.sum(-1, keepdim=True), *experts)
     torch.testing.assert_close(out, routed_fp32 + shared)
     rows = differ.nonzero().squeeze(1)
     assert not torch.allclose(out[rows].float(), (routed_bf16 + shared)[rows].float(), rtol=1e-2, atol=1e-4)

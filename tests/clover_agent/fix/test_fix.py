@@ -27,10 +27,11 @@ from clover_agent.cli import main
 from clover_agent.cli.hand_back import hand_back
 from clover_agent.errors import ExitCode
 from clover_agent.fix.console import ask_at_terminal, make_console
-from clover_agent.fix.patches import PatchNotApplied, apply_patch, changed_files, is_test_file
+from clover_agent.fix.patches import changed_files, is_test_file
 from clover_agent.fix.targets import match_tests
-from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE, FixReport
+from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from tests.cli_process import start_signalable
+from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
 
@@ -157,43 +158,42 @@ def test_dry_run_keeps_the_patch_and_applying_respects_local_changes(tmp_path: P
     (run,) = run_dirs(repo)
     patch = run / PATCH_FILE
     summary = json.loads((run / SUMMARY_FILE).read_text())
-    assert summary["fixed"] and summary["hand_back"] == "dry run"
+    assert summary["fixed"] and summary["hand_back"] == "dry run" and summary["verdict"] == "fixed"
+    assert not (run / "shadow.git").exists()  # only the patch file stays
 
-    # Never over uncommitted changes to the same file.
+    # The kept patch applies by hand with the command printed, and not over local changes.
+    (hint,) = re.findall(r"To apply it: (git .*)$", out, re.M)
     original = (repo / "calculator.py").read_text()
-    (repo / "calculator.py").write_text(original + "\n# my own work\n")
-    with pytest.raises(PatchNotApplied) as info:
-        apply_patch(repo, patch)
-    assert "calculator.py" in info.value.message and "git -C" in info.value.message
-    assert (repo / "calculator.py").read_text().endswith("# my own work\n")
-
+    (repo / "calculator.py").write_text(original.replace("def add", "# my own work\ndef add"))
+    assert subprocess.run(hint, shell=True, capture_output=True).returncode != 0
     (repo / "calculator.py").write_text(original)
-    assert apply_patch(repo, patch) == ["calculator.py"]
+    assert subprocess.run(hint, shell=True, capture_output=True).returncode == 0, patch.read_text()
     assert suite_passes(repo)
 
 
-def test_no_terminal_without_yes_does_not_apply(tmp_path: Path, capsys) -> None:
+async def test_no_terminal_without_yes_does_not_apply(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
-    run = repo / ".clover" / "runs" / "r1"
-    run.mkdir(parents=True)
-    (run / PATCH_FILE).write_text("")
-    report = FixReport("r1", run, exit_code=ExitCode.OK)
+    report = await stocked_report(
+        repo, repo / ".clover" / "runs" / "r1", "sed -i '0,/a - b/s//a + b/' calculator.py"
+    )
     args = argparse.Namespace(yes=False, dry_run=False)
     if sys.stdin.isatty():
         pytest.skip("stdin is a terminal here")
     assert hand_back(report, repo, args, make_console()) == ExitCode.OK
     out = capsys.readouterr().out
-    assert "No terminal to confirm" in out and f"git -C {repo} apply {run / PATCH_FILE}" in out
-    assert json.loads((run / SUMMARY_FILE).read_text())["hand_back"] == "no terminal to confirm"
+    assert "No terminal to confirm" in out and f"git -C {repo} apply {report.patch_path}" in out
+    assert json.loads((report.run_dir / SUMMARY_FILE).read_text())["hand_back"] == "no terminal to confirm"
+    assert "return a - b" in (repo / "calculator.py").read_text()
 
 
-def test_ctrl_d_at_the_apply_question_is_no(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_ctrl_d_at_the_apply_question_is_no(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A terminal (a real pseudo-terminal) on which the user answers with Ctrl-D (end of input)."""
     repo = calculator_repo(tmp_path)
-    run = repo / ".clover" / "runs" / "r1"
-    run.mkdir(parents=True)
-    (run / PATCH_FILE).write_text("")
-    report = FixReport("r1", run, exit_code=ExitCode.OK)
+    report = await stocked_report(
+        repo, repo / ".clover" / "runs" / "r1", "sed -i '0,/a - b/s//a + b/' calculator.py"
+    )
     main_fd, terminal_fd = pty.openpty()
     with os.fdopen(terminal_fd, "r") as terminal:
         monkeypatch.setattr(sys, "stdin", terminal)
@@ -203,8 +203,9 @@ def test_ctrl_d_at_the_apply_question_is_no(tmp_path: Path, capsys, monkeypatch:
             == ExitCode.OK
         )
     os.close(main_fd)
-    assert "Not applied. To apply it later:" in capsys.readouterr().out
-    assert json.loads((run / SUMMARY_FILE).read_text())["hand_back"] == "declined"
+    out = capsys.readouterr().out
+    assert "modified     calculator.py" in out and "Not applied. To apply it later:" in out
+    assert json.loads((report.run_dir / SUMMARY_FILE).read_text())["hand_back"] == "declined"
 
 
 async def test_ctrl_d_at_an_approval_question_is_no(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,7 +345,7 @@ def test_finishing_without_a_fix_is_not_success(tmp_path: Path, capsys) -> None:
                  "--sandbox", "docker", "--yes"])  # fmt: skip
     captured = capsys.readouterr()
     assert code == ExitCode.FAILURE
-    assert "target still fails: tests/test_calculator.py::test_add" in captured.err
+    assert "the target does not pass: tests/test_calculator.py::test_add (failed)" in captured.err
     assert "NOT FIXED (exit 1)" in captured.out
     assert "return a - b" in (repo / "calculator.py").read_text()  # nothing applied
     (run,) = run_dirs(repo)
@@ -440,7 +441,7 @@ def test_a_fix_that_breaks_another_test_is_not_success(tmp_path: Path, capsys) -
     repo = calculator_repo(tmp_path)
     code, err, events = fix_error(repo, capsys, "test_add", "--backend", "replay", "--replay", str(replay))
     assert code == ExitCode.FAILURE
-    assert "tests that passed before fail: tests/test_calculator.py::test_subtract" in err
+    assert "tests that passed before do not: tests/test_calculator.py::test_subtract (failed)" in err
     assert "return a - b" in (repo / "calculator.py").read_text()  # not applied
     (run,) = run_dirs(repo)
     summary = json.loads((run / SUMMARY_FILE).read_text())

@@ -8,8 +8,10 @@ The server streams the recorded turns of examples/calculator-fix.replay.jsonl (t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import pty
 import re
 import shlex
 import subprocess
@@ -21,9 +23,12 @@ from typing import Any
 import pytest
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
+from clover_agent.cli.hand_back import hand_back
 from clover_agent.errors import ExitCode
 from clover_agent.events import TaskResumed
+from clover_agent.fix.console import make_console
 from tests.cli_process import run_at_a_terminal
+from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo, run_dirs
 from tests.clover_agent.test_backend_openai import ChatServer, _chunk
 from tests.git_repos import git
@@ -175,9 +180,9 @@ def test_the_confirmation_shows_the_diff_then_asks(tmp_path: Path) -> None:
     )
     assert code == ExitCode.OK, shown[-3000:]
     text = ESCAPE.sub("", shown)
-    question = text.index("Apply the patch to")
+    question = text.index("The patch changes 1 file(s)")
     assert text.rindex("-    return a - b", 0, question) < text.rindex("+    return a + b", 0, question)
-    assert "calculator.py (+1 -1)" in text[question:] and "Applied to" in text[question:]
+    assert "modified     calculator.py" in text[question:] and "Applied to" in text[question:]
     assert git(repo, "diff", "--stat").strip().startswith("calculator.py")
 
 
@@ -201,3 +206,41 @@ def test_the_printed_resume_command_works_for_an_engine_run(tmp_path: Path) -> N
     (run,) = run_dirs(repo)
     resumed = [e for e in read_events(run / TRAJECTORY_FILE) if isinstance(e, TaskResumed)]
     assert [e.launch["backend"] for e in resumed] == ["engine"]
+
+
+async def test_files_can_be_chosen_one_by_one_after_a_paged_diff(
+    tmp_path: Path, capfd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = calculator_repo(tmp_path)
+    (repo / "notes.txt").write_text("notes\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "notes")
+    report = await stocked_report(
+        repo,
+        repo / ".clover" / "runs" / "r1",
+        "sed -i '0,/a - b/s//a + b/' calculator.py && echo more >> notes.txt",
+    )
+    asked: list[str] = []
+    answers = iter(["f", "y", "n"])  # choose files: calculator.py yes, notes.txt no
+
+    def ask(question: str) -> str:
+        asked.append(question)
+        return next(answers)
+
+    main_fd, terminal_fd = pty.openpty()
+    with os.fdopen(terminal_fd, "r") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)  # a terminal to answer at
+        console = make_console(environ={"LINES": "5", "COLUMNS": "100"})  # a diff longer than the screen
+        code = hand_back(report, repo, argparse.Namespace(yes=False, dry_run=False), console,
+                         environ={"PAGER": "cat"}, ask=ask)  # fmt: skip
+    os.close(main_fd)
+    assert code == ExitCode.OK
+    out = capfd.readouterr().out
+    assert "+    return a + b" in out and "+more" in out  # the diff, through the pager
+    assert "[f] choose files" in asked[0] and "modified     calculator.py" in asked[0]
+    assert asked[1:] == ["  apply calculator.py (+1 -1)? [y/N] ", "  apply notes.txt (+1 -0)? [y/N] "]
+    assert "return a + b" in (repo / "calculator.py").read_text()
+    assert (repo / "notes.txt").read_text() == "notes\n"
+    assert "Not applied: notes.txt." in out
+    summary = json.loads((report.run_dir / "summary.json").read_text())
+    assert summary["hand_back"] == "applied: calculator.py; not applied: notes.txt"

@@ -1,0 +1,171 @@
+"""Applying a verified patch to the user's tree: the verified bytes, all or nothing, whatever signal
+arrives, never through a symlink, never over the user's own changes.
+
+Real repositories, a real local sandbox for the patch (:func:`stocked_report`), real signals sent
+to this process while the apply runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clover_agent.fix.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
+from clover_agent.fix.handback import YES, hand_back
+from tests.clover_agent.fix.stocked import stocked_report
+from tests.git_repos import git, make_repo
+
+pytestmark = pytest.mark.slow
+
+FILES = 1500
+
+
+def big_repo(root: Path) -> Path:
+    """A repository of :data:`FILES` files of 4 KiB each, in folders."""
+    return make_repo(
+        root, {f"pkg{i % 30}/mod{i}.py": f"VALUE = {i}\n" + "# filler\n" * 450 for i in range(FILES)}
+    )
+
+
+#: Changes every file, deletes some, adds some (in a new folder), makes one executable.
+BIG_EDIT = (
+    "for f in pkg*/mod*.py; do echo 'CHANGED = True' >> \"$f\"; done && rm pkg0/mod0.py pkg1/mod1.py "
+    "&& mkdir -p fresh/deep && for i in 1 2 3; do echo new > fresh/deep/new$i.py; done && chmod +x pkg2/mod2.py"
+)
+
+
+def snapshot(repo: Path) -> dict[str, tuple[bytes, bool]]:
+    found = {}
+    for path in repo.rglob("*"):
+        rel = path.relative_to(repo).as_posix()
+        if path.is_file() and not rel.startswith((".git/", ".clover/")):
+            found[rel] = (path.read_bytes(), bool(path.stat().st_mode & 0o100))
+    return found
+
+
+def expected_after(patch_report, before: dict) -> dict:
+    after = dict(before)
+    for change in patch_report.patch_set.changes:
+        if change.new_mode:
+            data = patch_report.patch_set.shadow.blobs({"x": change.new_oid})["x"]
+            after[change.path] = (data, change.new_mode == 0o100755)
+        else:
+            after.pop(change.path, None)
+    return after
+
+
+async def test_sigint_at_any_point_of_a_large_apply_leaves_the_tree_unchanged_or_fully_patched(
+    tmp_path: Path,
+) -> None:
+    """Before: Ctrl-C during `git apply` of a large patch left the tree half-patched (files
+    deleted), with no word on what happened. Here SIGINT (and SIGTERM) reach this very process at
+    several moments of the apply; each time the tree is exactly one of the two states, and the
+    error says which."""
+    source = big_repo(tmp_path / "source")
+    report = await stocked_report(source, tmp_path / "run", BIG_EDIT)
+    assert len(report.patch_set.changes) == FILES + 3
+    before = snapshot(source)
+    after = expected_after(report, before)
+    # How long a whole apply takes here (a clone, applied without interruption).
+    clone = tmp_path / "timing"
+    git(tmp_path, "clone", "-q", str(source), str(clone))
+    started = time.monotonic()
+    apply_patch_set(clone, report.patch_set)
+    whole = time.monotonic() - started
+    assert snapshot(clone) == after
+
+    seen: dict[str, int] = {"unchanged": 0, "fully patched": 0, "finished first": 0}
+    delays = [whole * f for f in (0.05, 0.2, 0.4, 0.6, 0.8, 0.95, 0.99)]
+    for n, (delay, signum) in enumerate(
+        [(d, signal.SIGINT) for d in delays] + [(whole * 0.5, signal.SIGTERM)]
+    ):
+        repo = tmp_path / f"user{n}"
+        git(tmp_path, "clone", "-q", str(source), str(repo))
+        timer = threading.Timer(delay, os.kill, (os.getpid(), signum))
+        try:
+            timer.start()
+            try:
+                apply_patch_set(repo, report.patch_set)
+                timer.join()  # the signal may still come: let it, then see the state
+                time.sleep(0.1)
+                seen["finished first"] += 1
+                assert snapshot(repo) == after
+            except ApplyInterrupted as exc:
+                state = snapshot(repo)
+                if exc.applied:
+                    seen["fully patched"] += 1
+                    assert state == after and "fully patched" in exc.message
+                else:
+                    seen["unchanged"] += 1
+                    assert state == before and "your tree is unchanged" in exc.message
+        except KeyboardInterrupt:  # delivered after the apply returned
+            seen["finished first"] += 1
+            assert snapshot(repo) == after
+        finally:
+            timer.cancel()
+        assert not list((repo / ".clover").glob("apply-*")), (n, seen)  # no staging folder left behind
+    assert seen["unchanged"] >= 1, seen  # the early signals did land inside the apply
+
+
+async def test_refusals_leave_the_tree_untouched(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.py": "A = 1\n", "sub/b.py": "B = 1\n", "c.py": "C = 1\n"})
+    report = await stocked_report(repo, tmp_path / "run", "echo 'A = 2' > a.py && echo 'B = 2' > sub/b.py")
+    patch = report.patch_set
+    assert patch.files == ["a.py", "sub/b.py"]
+
+    # A file changed in the user's tree since the run began (committed, so no "uncommitted" guard).
+    (repo / "a.py").write_text("A = 10\n")
+    git(repo, "commit", "-qam", "meanwhile")
+    with pytest.raises(PatchNotApplied, match=r"not what the run started from.*a\.py"):
+        apply_patch_set(repo, patch)
+    assert (repo / "sub" / "b.py").read_text() == "B = 1\n"
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+
+    # A folder on the way that is a symlink (writing through it would leave the repository).
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.py").write_text("B = 1\n")
+    (repo / "sub" / "b.py").unlink()
+    (repo / "sub").rmdir()
+    (repo / "sub").symlink_to(outside)
+    with pytest.raises(PatchNotApplied, match="symlink"):
+        apply_patch_set(repo, patch)
+    assert (outside / "b.py").read_text() == "B = 1\n" and (repo / "a.py").read_text() == "A = 1\n"
+    (repo / "sub").unlink()
+    git(repo, "checkout", "-q", "--", "sub")
+
+    # Untracked work at a path the patch creates.
+    report2 = await stocked_report(repo, tmp_path / "run2", "echo new > new.py")
+    (repo / "new.py").write_text("mine\n")
+    with pytest.raises(PatchNotApplied, match=r"uncommitted changes to new\.py"):
+        apply_patch_set(repo, report2.patch_set)
+    assert (repo / "new.py").read_text() == "mine\n"
+
+    # A clean tree: applied, exactly.
+    assert apply_patch_set(repo, patch) == ["a.py", "sub/b.py"]
+    assert (repo / "a.py").read_text() == "A = 2\n" and (repo / "sub" / "b.py").read_text() == "B = 2\n"
+
+
+async def test_a_latin1_file_round_trips_byte_exactly(tmp_path: Path) -> None:
+    """Before: a Latin-1 file was decoded with replacement characters, so the patch did not apply
+    while summary.json said fixed."""
+    original = b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n"
+    repo = make_repo(tmp_path / "repo", {"legacy.py": original, "crlf.txt": b"one\r\ntwo\r\n"})
+    report = await stocked_report(
+        repo,
+        tmp_path / "run",
+        "sed -i 's/\\xe9t\\xe9/\\xe9t\\xe9 \\xe0 Paris/' legacy.py && printf 'one\\r\\n2\\r\\n' > crlf.txt",
+    )
+    code, _ = hand_back(report, repo, mode=YES, say=lambda _: None)
+    assert code == 0 and report.hand_back == "applied"
+    assert (repo / "legacy.py").read_bytes() == b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9 \xe0 Paris'\n"
+    assert (repo / "crlf.txt").read_bytes() == b"one\r\n2\r\n"
+    # The kept patch is the same bytes: git applies it to the starting tree exactly.
+    fresh = make_repo(tmp_path / "fresh", {"legacy.py": original, "crlf.txt": b"one\r\ntwo\r\n"})
+    git(fresh, "apply", str(report.patch_path))
+    assert (fresh / "legacy.py").read_bytes() == (repo / "legacy.py").read_bytes()
