@@ -29,6 +29,7 @@ from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.figures import RunFigures
+from clover_agent.fix.hostgit import git as host_git
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixRequest, run_fix
@@ -107,13 +108,10 @@ def _check_repo(args: argparse.Namespace) -> Path:
 def _warn_about_local_changes(repo: Path, console: Console) -> None:
     """Before any work: say which files have uncommitted changes (the sandbox starts from them, and
     a patch touching them will not be applied over them)."""
-    status = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", "."],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    dirty = [line[3:] for line in status.stdout.splitlines() if line.strip()]
+    # The host's safe git: a repository's hooks, fsmonitor or filters run nothing here.
+    status = host_git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", ".", check=False)
+    entries = status.stdout.decode("utf-8", "surrogateescape").split("\0")
+    dirty = [entry[3:] for entry in entries if len(entry) > 3]
     if dirty:
         shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         console.print(

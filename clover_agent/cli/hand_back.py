@@ -27,6 +27,7 @@ from rich.text import Text
 
 from clover_agent.errors import CloverError, ExitCode
 from clover_agent.fix import handback
+from clover_agent.fix.console import write_plain
 from clover_agent.fix.figures import RunFigures, duration
 from clover_agent.fix.task import FixReport
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
@@ -134,7 +135,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         lines.append(f"  patch       {rel(report.patch_path)}")
     lines.append(f"  trajectory  {rel(report.trajectory_path)}")
     lines.append(f"  time        {duration(report.elapsed_s)}")
-    console.print("\n".join(lines))
+    write_plain(console, "\n".join(lines))  # file names as they are called (a tab stays a tab)
 
 
 # -- handing the patch back --------------------------------------------------------------------------
@@ -159,7 +160,7 @@ def hand_back(
         confirm = _Confirmation(report, console, dict(environ or {}), ask)
     try:
         code, message = handback.hand_back(
-            report, repo, mode=mode, confirm=confirm, say=lambda text: console.print(text)
+            report, repo, mode=mode, confirm=confirm, say=lambda text: write_plain(console, text)
         )
     except KeyboardInterrupt:  # at the question: nothing was applied
         report.hand_back = "interrupted: not applied"

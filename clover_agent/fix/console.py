@@ -90,6 +90,14 @@ def make_console(out: TextIO | None = None, environ: Mapping[str, str] | None = 
     )
 
 
+def write_plain(console: Console, text: str) -> None:
+    """Write ``text`` and a newline on ``console``'s file as it is, unstyled: rich would expand a tab
+    in it to spaces, and a file name with a tab must be shown as it is called. Not while a live
+    area is drawn (the command's last lines: the summary, the hand-back)."""
+    console.file.write(text + "\n")
+    console.file.flush()
+
+
 class ConsoleRenderer:
     """Bus subscriber writing a run's events on ``console`` (see the module docstring).
     ``figures`` is the run's :class:`RunFigures` (subscribe it before this renderer); ``live=False``

@@ -110,6 +110,9 @@ def test_colour_follows_the_terminal_and_no_color() -> None:
 
     assert SGR.search(styled({"TERM": "xterm-256color"}))
     assert not SGR.search(styled({"TERM": "xterm-256color", "NO_COLOR": "1"}))
+    assert SGR.search(styled({"TERM": "xterm-256color", "NO_COLOR": ""}))  # set but empty: not set
+    # Not a terminal (a StringIO), and an empty FORCE_COLOR forces nothing: plain.
+    assert not SGR.search(styled({"TERM": "xterm-256color", "FORCE_COLOR": ""}))
 
 
 def test_figures_count_a_call_cut_off_mid_way() -> None:

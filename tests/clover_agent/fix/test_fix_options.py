@@ -91,3 +91,13 @@ def test_replay_selects_the_replay_backend_and_runs_lists_and_shows_the_run(tmp_
 def test_runs_of_a_repository_without_any(tmp_path: Path, capsys) -> None:
     assert main(["runs", "--repo", str(tmp_path)]) == ExitCode.OK
     assert "no runs under" in capsys.readouterr().out
+
+
+def test_quiet_leaves_only_the_summary_and_the_hand_back(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "test_add", "--repo", str(repo), "--sandbox", "local", "--replay", str(REPLAY),
+                 "--dry-run", "-q"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, err
+    assert out.lstrip().startswith("clover-agent fix: FIXED") and "Dry run" in out
+    assert "→ " not in out and "tests target before" not in out and "thinking" not in out
