@@ -91,6 +91,15 @@ class TestsRun(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SandboxProgress(Event):
+    """What a long sandbox start is doing: the project environment's set-up (what was found, each
+    step, pip's latest line), the cached environment it starts from, a large copy."""
+
+    type: ClassVar[str] = "sandbox_progress"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskFinished(Event):
     """A front end's task ended: its verdict (which may differ from the agent's ``Done``: ``fix``
     checks the tests after the agent finished) and the exit code the command ends with."""

@@ -18,7 +18,8 @@ from clover_agent.backends.base import ModelBackend
 from clover_agent.engine.locate import ModelSources
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec
-from clover_agent.settings import Settings, repo_settings
+from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
+from clover_agent.settings import Settings, host_package_index, repo_settings
 
 BackendFactory = Callable[[], ModelBackend]
 
@@ -109,19 +110,46 @@ def sandbox_spec(
     network: bool = False,
     env: dict[str, str] | None = None,
     host_env: dict[str, str] | None = None,
+    environment: bool = False,
+    wheels: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> SandboxSpec:
     """The complete spec for a sandbox over ``repo``: the image (``image``, else the repository's
-    ``.clover/config.toml``, else the settings'), the repository's set-up commands, and the host
+    ``.clover/config.toml``, else the settings'), the repository's set-up, and the host
     environment (default: this process's, as the settings read it; a CI bot passes an allow-list).
-    A broken repository file is a :class:`UsageError`."""
+
+    ``environment`` (the front ends pass it for the Docker sandbox): the project's environment,
+    found from its files and the repository's file (``[sandbox] environment = "none"`` turns it
+    off), installed with this machine's package-index configuration and ``wheels`` (a folder,
+    e.g. ``--wheels``; else the repository's ``wheels``); the repository's set-up commands then run
+    in it and are cached with it. Without one they run in each sandbox before the agent.
+    A broken repository file is a :class:`UsageError`; dependency files that cannot be read are a
+    :class:`~clover_agent.sandboxes.errors.SandboxSetupError`."""
     repo_config = repo_settings(repo)
+    host = dict(settings.environment if host_env is None else host_env)
+    recipe = None
+    if environment and repo_config.environment:
+        options = EnvironmentOptions(
+            install_project=repo_config.install_project,
+            extras=repo_config.extras,
+            groups=repo_config.dependency_groups,
+            requirements=repo_config.requirements,
+            packages=repo_config.packages,
+            setup=tuple(repo_config.setup),
+            wheels=str(Path(wheels).resolve()) if wheels else repo_config.wheels,
+            network=repo_config.setup_network is not False,
+            index=host_package_index(host),
+        )
+        recipe = discover(repo, options)
     return SandboxSpec(
         repo=str(repo),
         image=image or repo_config.image or settings.sandbox_image,
         limits=limits or SandboxLimits(),
         network=network,
-        setup_commands=list(repo_config.setup),
-        setup_network=repo_config.setup_network,
+        setup_commands=[] if recipe is not None else list(repo_config.setup),
+        setup_network=bool(repo_config.setup_network),
         env=dict(env or {}),
-        host_env=dict(settings.environment if host_env is None else host_env),
+        host_env=host,
+        environment=recipe,
+        progress=progress,
     )

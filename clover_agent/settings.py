@@ -115,41 +115,79 @@ class Settings:
 
 @dataclass(frozen=True)
 class RepoSettings:
-    """The ``[sandbox]`` table of a repository's ``.clover/config.toml``.
+    """The ``[sandbox]`` and ``[fix]`` tables of a repository's ``.clover/config.toml``.
 
     ```toml
     [sandbox]
     image = "my-project-sandbox:latest"   # build it FROM clover-agent-sandbox:latest
-    setup = ["pip install -e ."]          # run in /workspace before the agent starts
-    setup_network = true                  # network only while the set-up commands run
+    environment = "auto"                  # "none": no project environment, the image as it is
+    extras = ["test"]                     # instead of the extras found (also dependency_groups,
+    requirements = ["ci/requirements.txt"]  # requirements: instead of the files found)
+    packages = ["pytest-timeout"]         # more requirements for the environment
+    install_project = true                # false: do not pip install -e . the project
+    setup = ["make generated-files"]      # run after the install (in the environment, cached with it)
+    setup_network = true                  # false: no network for the set-up (needs wheels)
+    wheels = "wheelhouse"                 # a folder of wheels/sdists (pip download -d), offered to pip
 
     [fix]
+    regression = "suite"                  # or "related" / "none": what the regression runs cover
     suite_timeout = 1800                  # seconds per run of the whole suite (default 600)
     ```
     """
 
     image: str | None = None
     setup: list[str] = field(default_factory=list)
-    setup_network: bool = False
+    #: None: the environment's set-up has the network, plain set-up commands do not.
+    setup_network: bool | None = None
+    environment: bool = True
+    extras: tuple[str, ...] | None = None
+    dependency_groups: tuple[str, ...] | None = None
+    requirements: tuple[str, ...] | None = None
+    packages: tuple[str, ...] = ()
+    install_project: bool | None = None
+    wheels: str | None = None  # resolved against the repository
+    regression: str | None = None
     suite_timeout: float | None = None
 
 
 def repo_settings(repo: str | Path) -> RepoSettings:
-    """The repository's sandbox and fix settings (empty when it has no ``.clover/config.toml``); a broken
-    file is a :class:`UsageError` naming it and what is wrong."""
+    """The repository's settings (empty when it has no ``.clover/config.toml``); a broken file is a
+    :class:`UsageError` naming it and what is wrong."""
     path = Path(repo) / REPO_CONFIG
     if not path.is_file():
         return RepoSettings()
     try:
         with path.open("rb") as f:
-            document = tomllib.load(f)
+            values = tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from exc
-    table, fix = document.get("sandbox", {}), document.get("fix", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"{path}: [sandbox] must be a table")
-    if not isinstance(fix, dict):
-        raise UsageError(f"{path}: [fix] must be a table")
+    table, fix = values.get("sandbox", {}), values.get("fix", {})
+    for name, t in (("sandbox", table), ("fix", fix)):
+        if not isinstance(t, dict):
+            raise UsageError(f"{path}: [{name}] must be a table")
+
+    def check(
+        key: str, kind: type | tuple[type, ...], what: str, default: Any = None, where: str = "sandbox"
+    ) -> Any:
+        value = (table if where == "sandbox" else fix).get(key, default)
+        if value is not None and not isinstance(value, kind):
+            raise UsageError(f"{path}: [{where}] {key} must be {what}")
+        return value
+
+    def strings(key: str) -> tuple[str, ...] | None:
+        value = check(key, list, "a list of strings")
+        if value is not None and not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{path}: [sandbox] {key} must be a list of strings")
+        return None if value is None else tuple(value)
+
+    environment = check("environment", str, '"auto" or "none"', "auto")
+    if environment not in ("auto", "none"):
+        raise UsageError(f'{path}: [sandbox] environment must be "auto" or "none" (got {environment!r})')
+    regression = check("regression", str, '"suite", "related" or "none"', where="fix")
+    if regression is not None and regression not in ("suite", "related", "none"):
+        raise UsageError(
+            f'{path}: [fix] regression must be "suite", "related" or "none" (got {regression!r})'
+        )
     suite_timeout = fix.get("suite_timeout")
     if suite_timeout is not None and (
         isinstance(suite_timeout, bool)
@@ -157,17 +195,19 @@ def repo_settings(repo: str | Path) -> RepoSettings:
         or not suite_timeout > 0
     ):
         raise UsageError(f"{path}: [fix] suite_timeout must be a number of seconds above 0")
-    image, setup, network = table.get("image"), table.get("setup", []), table.get("setup_network", False)
-    if image is not None and not isinstance(image, str):
-        raise UsageError(f"{path}: [sandbox] image must be a string")
-    if not (isinstance(setup, list) and all(isinstance(c, str) for c in setup)):
-        raise UsageError(f"{path}: [sandbox] setup must be a list of command strings")
-    if not isinstance(network, bool):
-        raise UsageError(f"{path}: [sandbox] setup_network must be true or false")
+    wheels = check("wheels", str, "a folder path")
     return RepoSettings(
-        image=image,
-        setup=setup,
-        setup_network=network,
+        image=check("image", str, "a string"),
+        setup=list(strings("setup") or ()),
+        setup_network=check("setup_network", bool, "true or false"),
+        environment=environment == "auto",
+        extras=strings("extras"),
+        dependency_groups=strings("dependency_groups"),
+        requirements=strings("requirements"),
+        packages=strings("packages") or (),
+        install_project=check("install_project", bool, "true or false"),
+        wheels=None if wheels is None else str((Path(repo) / Path(wheels).expanduser()).resolve()),
+        regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
     )
 

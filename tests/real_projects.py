@@ -11,12 +11,95 @@ import re
 import ssl
 import tarfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from clover_agent.settings import host_package_index
+from clover_agent.launch import sandbox_spec
+from clover_agent.sandboxes.docker import docker_client
+from clover_agent.sandboxes.env_image import environment_tag, remove_images
+from clover_agent.settings import Settings, host_package_index
 from tests.git_repos import git
 
 INDEX_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Project:
+    """A pinned project, the bug a test injects (``buggy`` replaces ``good`` in ``path``), and the
+    target that then fails."""
+
+    name: str
+    version: str
+    why: str  # what it exercises in the environment
+    path: str
+    good: str
+    buggy: str
+    target: str  # what the user asks ``fix`` for
+    check: str  # the run_tests target the replayed agent checks its fix with
+
+
+PROJECTS = (
+    Project(
+        "toolz", "1.1.0", "needs itself installed (__version__ from importlib.metadata)",
+        "toolz/itertoolz.py", "        d[item] += 1\n", "        d[item] = 1\n",
+        "toolz/tests/test_itertoolz.py::test_frequencies", "toolz/tests/test_itertoolz.py",
+    ),
+    Project(
+        "marshmallow", "3.23.3", "a runtime dependency (packaging, which Debian's site-packages also has) "
+        "and a src layout",
+        "src/marshmallow/utils.py", 'return isinstance(obj, tuple) and hasattr(obj, "_fields")',
+        'return isinstance(obj, tuple) or hasattr(obj, "_fields")',
+        "tests/test_utils.py::test_is_keyed_tuple", "tests/test_utils.py",
+    ),
+    Project(
+        "humanize", "4.11.0", "pytest plugins in its test extras (freezegun, pytest-cov), a src layout and "
+        "a version file hatch-vcs writes at install time",
+        "src/humanize/number.py", "    if value % 100 in (11, 12, 13):  # special case\n",
+        "    if value % 100 in (11, 12):  # special case\n",
+        "the ordinal of 13 is wrong", "-k ordinal",
+    ),
+)  # fmt: skip
+
+
+def inject(repo: Path, project: Project) -> None:
+    """Commit the project's bug in ``repo`` (as a bug lands in a project's history); when it is
+    committed already, put the buggy file back."""
+    path = repo / project.path
+    text = path.read_text()
+    if project.buggy in text and project.good not in text:
+        return
+    if git(repo, "log", "-1", "--format=%s").startswith("a bug"):
+        git(repo, "checkout", "-q", "--", project.path)
+        return
+    assert text.count(project.good) == 1, f"{project.path}: the code to break is not there once"
+    path.write_text(text.replace(project.good, project.buggy))
+    git(repo, "commit", "-q", "-am", f"a bug in {project.path}")
+
+
+def replay_file(path: Path, project: Project) -> Path:
+    """A replay (JSON Lines of raw assistant turns) that repairs the injected bug: look at the
+    file, replace the line, run the target, finish."""
+    file = f"/workspace/{project.path}"
+
+    def call(name: str, **args: str) -> str:
+        params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+    turns = [
+        call("editor", command="view", path=file),
+        "The condition is wrong; restore it.\n\n"
+        + call(
+            "editor",
+            command="str_replace",
+            path=file,
+            old_str=project.buggy.rstrip("\n"),
+            new_str=project.good.rstrip("\n"),
+        ),
+        call("run_tests", target=project.check),
+        call("finish", summary=f"Restored the broken line in {project.path}."),
+    ]
+    path.write_text("".join(json.dumps({"content": t}) + "\n" for t in turns))
+    return path
 
 
 def _context() -> tuple[str, ssl.SSLContext]:
@@ -52,3 +135,24 @@ def fetch_sdist(name: str, version: str, dest: Path) -> Path:
     git(top, "add", "-A")
     git(top, "commit", "-q", "-m", f"{name} {version} as released")
     return top
+
+
+def environment_image(repo: Path) -> str:
+    """The tag of the environment image a Docker sandbox over ``repo`` starts from."""
+    settings = Settings.load()
+    spec = sandbox_spec(settings, repo, environment=True)
+    assert spec.environment is not None and spec.image is not None
+    client = docker_client(settings.docker_env)
+    try:
+        return environment_tag(spec.environment, client.api.inspect_image(spec.image)["Id"])
+    finally:
+        client.close()
+
+
+def drop_image(tag: str) -> None:
+    """Remove the environment image ``tag`` (made by an earlier run), when it exists."""
+    client = docker_client(Settings.load().docker_env)
+    try:
+        remove_images(client, [{"Id": tag}])
+    finally:
+        client.close()

@@ -16,11 +16,19 @@ call may; most do not): :meth:`Checkpoints.look` after such a call writes the wo
 without running anything in the sandbox. A call its tool says changes nothing (``view``,
 ``search``, ``run_tests``) is not looked at, as before: what it leaves behind (caches, build
 output) is usually ignored by git anyway.
+
+A resumed run is in a fresh sandbox, where the earlier snapshots are gone. The trajectory holds
+what each one held — the workspace diff recorded when it was taken (:class:`Recorded`) — so
+:meth:`Checkpoints.rebuild` makes them again, from the fresh workspace plus each diff, without
+touching the workspace's files. One that cannot be made again (the diff no longer applies: the
+working tree changed between the sessions) stays in the list without a commit, so undo to a step
+it covers says so instead of going to another step's state.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clover_agent.errors import CloverError
@@ -28,18 +36,23 @@ from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
 from clover_agent.sandboxes.workspace import GIT_IDENTITY, copy_index_command
 
-# The workspace as it is now: its tree, and when that differs from ``{previous}`` (``-``: always), a
-# commit of it (on ``{ref}``) printed after it.
-_COMMIT = """\
+#: Starts a script with the workspace's files as a tree (``$tree``) on a private index, and its
+#: HEAD (``$parent``, empty in a repository without commits).
+_WORKSPACE_TREE = """\
 set -e
 gitdir=$(git rev-parse --absolute-git-dir)
-export GIT_INDEX_FILE="$gitdir/clover-checkpoint.index"
+export GIT_INDEX_FILE="$gitdir/{index}"
 {copy_index}
 git add -A .
 tree=$(git write-tree)
+parent=$(git rev-parse -q --verify HEAD || true)
+"""
+
+#: After :data:`_WORKSPACE_TREE`: when the tree differs from ``{previous}`` (``-``: always), a commit
+#: of it on ``{ref}``; prints the tree, then the commit when one was made.
+_COMMIT = """\
 rm -f "$GIT_INDEX_FILE"
 if [ "$tree" = {previous} ]; then echo "$tree"; exit 0; fi
-parent=$(git rev-parse -q --verify HEAD || true)
 commit=$(git {identity} commit-tree "$tree" ${{parent:+-p "$parent"}} -m {message})
 git update-ref {ref} "$commit"
 echo "$tree $commit"
@@ -57,6 +70,28 @@ rm -f "$GIT_INDEX_FILE"
 """
 
 
+#: After :data:`_WORKSPACE_TREE`, makes one snapshot of a resumed run again: the fresh workspace's
+#: tree (its files before the resumed patch is applied) plus a recorded diff; prints "<n> <commit>",
+#: or "<n> -" when the diff no longer applies.
+_REBUILD_ONE = """\
+git read-tree "$base"
+if [ ! -s {patch} ] || git apply --cached --whitespace=nowarn {patch} 2>/dev/null; then
+  tree=$(git write-tree)
+  commit=$(git {identity} commit-tree "$tree" ${{parent:+-p "$parent"}} -m {message})
+  git update-ref {ref} "$commit"
+  echo "{n} $commit"
+else
+  echo "{n} -"
+fi
+"""
+
+
+def _workspace_tree(index: str) -> str:
+    return _WORKSPACE_TREE.format(
+        index=index, copy_index=copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"')
+    )
+
+
 class CheckpointError(CloverError):
     """A snapshot or restore failed (e.g. the workspace is not a git repository)."""
 
@@ -65,8 +100,18 @@ class CheckpointError(CloverError):
 class Checkpoint:
     turn: int  # the model step whose first mutating call this snapshot precedes
     ref: str
-    commit: str
+    commit: str  # empty: a snapshot of an earlier session that could not be made again (see rebuild)
     tool: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A snapshot as the trajectory knows it: its step, its tool, and the workspace diff (against
+    the starting commit) it held."""
+
+    turn: int
+    tool: str
+    patch: str | None  # None: not known (the diff could not be read then), so it cannot be rebuilt
 
 
 @dataclass(frozen=True)
@@ -114,12 +159,11 @@ class Checkpoints:
 
     async def _commit(self, ref: str, what: str, previous: str) -> _Seen | None:
         """Commit the workspace on ``ref`` unless its tree is ``previous`` (then None)."""
-        script = _COMMIT.format(
+        script = _workspace_tree("clover-checkpoint.index") + _COMMIT.format(
             identity=GIT_IDENTITY,
             message=shlex.quote(f"clover-agent checkpoint: {what}"),
             ref=shlex.quote(ref),
             previous=shlex.quote(previous),
-            copy_index=copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"'),
         )
         result = await self.sandbox.exec(script, cwd=WORKSPACE, timeout=120)
         words = result.output.split()
@@ -146,9 +190,15 @@ class Checkpoints:
         """The snapshot holding the workspace as it was when ``turn`` began.
 
         That is the first snapshot taken in ``turn`` or later (nothing changed the workspace between
-        the start of ``turn`` and it); None when nothing was changed since ``turn`` began.
+        the start of ``turn`` and it); None when nothing was changed since ``turn`` began. It has no
+        commit when it could not be made again after a resume (:meth:`rebuild`).
         """
         return next((c for c in self.taken if c.turn >= turn), None)
+
+    def can_undo_to(self, turn: int) -> bool:
+        """Whether :meth:`undo_to` ``turn`` would put a snapshot back."""
+        checkpoint = self.at_turn(turn)
+        return checkpoint is not None and bool(checkpoint.commit)
 
     async def undo_to(self, turn: int) -> Checkpoint | None:
         """Put the workspace back as it was when ``turn`` began; returns the snapshot used. That
@@ -157,10 +207,58 @@ class Checkpoints:
         checkpoint = self.at_turn(turn)
         if checkpoint is None:
             return None
+        if not checkpoint.commit:
+            can = sorted({c.turn for c in self.taken if c.commit})
+            raise CheckpointError(
+                f"the workspace as it was at step {checkpoint.turn} could not be rebuilt after the resume "
+                f"(the working tree changed since that session, or its diff was not recorded), so step "
+                f"{turn} cannot be undone"
+                + (f"; undo can go back to step {', '.join(map(str, can))}" if can else "")
+            )
         await self.restore(checkpoint)
         del self.taken[self.taken.index(checkpoint) :]
         self.forget_workspace()
         return checkpoint
+
+    async def rebuild(self, recorded: Sequence[Recorded]) -> list[Checkpoint]:
+        """Make an earlier session's snapshots again in this fresh sandbox (see the module
+        docstring), before its workspace is restored; they come first in :attr:`taken`. Returns the
+        ones that could not be made (no commit)."""
+        patches = list(dict.fromkeys(r.patch for r in recorded if r.patch is not None))
+        commits = await self._commit_states(patches) if patches else {}
+        # an unknown state (None) or one whose patch no longer applies: no ref, no commit
+        rebuilt = [Checkpoint(r.turn, *commits.get(r.patch, ("", "")), r.tool) for r in recorded]
+        self.taken[:0] = rebuilt
+        return [c for c in rebuilt if not c.commit]
+
+    async def _commit_states(self, patches: list[str]) -> dict[str, tuple[str, str]]:
+        """(ref, commit) of the fresh workspace plus each patch; ("", "") where it does not apply."""
+        async with private_temp_dir(self.sandbox) as folder:
+            script = [_workspace_tree("clover-rebuild.index"), 'base="$tree"\n']
+            for n, patch in enumerate(patches):
+                path = f"{folder}/{n}.patch"
+                await self.sandbox.write_file(path, patch.encode("utf-8"))
+                script.append(
+                    _REBUILD_ONE.format(
+                        n=n,
+                        patch=shlex.quote(path),
+                        identity=GIT_IDENTITY,
+                        message=shlex.quote(f"clover-agent checkpoint rebuilt after a resume ({n})"),
+                        ref=shlex.quote(self._rebuilt_ref(n)),
+                    )
+                )
+            script.append('rm -f "$GIT_INDEX_FILE"\n')
+            result = await self.sandbox.exec("".join(script), cwd=WORKSPACE, timeout=300)
+        made = dict(line.split(" ", 1) for line in result.output.splitlines() if line[:1].isdigit())
+        if result.exit_code != 0 or len(made) != len(patches):
+            raise CheckpointError(f"could not rebuild the resumed run's snapshots: {result.output.strip()}")
+        return {
+            patch: ("", "") if made[str(n)] == "-" else (self._rebuilt_ref(n), made[str(n)])
+            for n, patch in enumerate(patches)
+        }
+
+    def _rebuilt_ref(self, n: int) -> str:
+        return f"refs/clover/{self.run_id}/resumed-{n}"
 
     async def restore(self, checkpoint: Checkpoint) -> None:
         result = await self.sandbox.exec(

@@ -148,6 +148,16 @@ class Agent:
 
     @budget.setter
     def budget(self, budget: Budget) -> None:
+        # What the replaced budget counted still counts in the stats and the step numbers (the
+        # checkpoints are keyed by step, so steps must not start again at 1).
+        old, before = self.model.budget, self._spent_before
+        self._spent_before = ResumeState(
+            self.run_id,
+            "",
+            steps=before.steps + old.steps,
+            tokens=before.tokens + old.tokens,
+            elapsed_s=before.elapsed_s + old.elapsed_s,
+        )
         self.model.budget = budget
 
     @property
@@ -178,21 +188,32 @@ class Agent:
 
         async def begin() -> None:
             if resume is not None:
-                self._last_patch, self._workspace_known = resume.patch, False
-                await restore_workspace(self.sandbox, resume.patch)
-                self._workspace_known = True
-                self.messages = [dict(m) for m in resume.messages]
-                self._close_interrupted_calls()
-                if fresh_budget:
-                    self._spent_before = resume
-                else:
-                    self.budget.steps, self.budget.tokens = resume.steps, resume.tokens
-                    self.budget.elapsed_before_s = resume.elapsed_s
+                await self.resume(resume, fresh_budget=fresh_budget)
             else:
                 self._add({"role": "system", "content": system})
                 self._add({"role": "user", "content": task})
 
         return await self._run(task, resumed=resume is not None, begin=begin)
+
+    async def resume(self, state: ResumeState, *, fresh_budget: bool = False) -> list[Checkpoint]:
+        """Take up an earlier run in this fresh sandbox without running (``run(resume=...)`` does
+        this first; a front end may call it and then :meth:`continue_with`): its conversation (calls
+        it cut off answered), what it spent (see :meth:`run` for ``fresh_budget``), its snapshots
+        made again so :meth:`undo` reaches them, and its workspace patch. Returns the snapshots
+        that could not be made again (undo before them is refused, saying so); raises
+        :class:`CheckpointError` when the patch does not apply (the conversation is taken up)."""
+        self.messages = [dict(m) for m in state.messages]
+        self._close_interrupted_calls()
+        if fresh_budget:
+            self._spent_before = state
+        else:
+            self.budget.steps, self.budget.tokens = state.steps, state.tokens
+            self.budget.elapsed_before_s = state.elapsed_s
+        self._last_patch, self._workspace_known = state.patch, False
+        lost = await self.checkpoints.rebuild(state.checkpoints) if self.checkpoints is not None else []
+        await restore_workspace(self.sandbox, state.patch)
+        self._workspace_known = True
+        return lost
 
     async def continue_with(self, text: str) -> RunResult:
         """A new request in the same conversation and sandbox, after a run ended (e.g. after
@@ -242,7 +263,7 @@ class Agent:
                 "of them since.]",
             }
         )
-        await self._record_workspace(self._next_step() - 1, "")
+        await self._record_workspace(self.next_step - 1, "")
         return checkpoint
 
     # -- the run -------------------------------------------------------------------------------------
@@ -343,13 +364,15 @@ class Agent:
                     {"role": "tool", "tool_call_id": call["id"], "name": name, "content": INTERRUPTED_CALL}
                 )
 
-    def _next_step(self) -> int:
+    @property
+    def next_step(self) -> int:
+        """The number of the next model step (steps count on across requests and resumes)."""
         return self._spent_before.steps + self.budget.steps + 1
 
     async def _step(self) -> None:
         for text in await self.steering.take_messages(self._waiting_for_user):
             self._add({"role": "user", "content": text})
-        step = self._next_step()
+        step = self.next_step
         # One count per step: the condenser reuses it, and a condensation reports its new size.
         prompt_tokens = self.model.count(self.messages)
         condensation = self.model.condense(step, self.messages, prompt_tokens)

@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from clover_agent.agent.checkpoints import Recorded
 from clover_agent.events import (
+    CheckpointTaken,
     ContextCondensed,
     Done,
+    ErrorReported,
     Event,
     MessageAdded,
     ModelDelta,
@@ -44,6 +47,7 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     WorkspaceChanged,
+    WorkspaceUndone,
     event_from_dict,
 )
 
@@ -268,7 +272,8 @@ def read_events(path: Path) -> list[Event]:
 
 @dataclass
 class ResumeState:
-    """What a resumed run needs: the conversation and what was spent, plus the workspace patch."""
+    """What a resumed run needs: the conversation and what was spent, plus the workspace patch and
+    the snapshots undo can go back to (not undone yet, oldest first)."""
 
     run_id: str
     task: str
@@ -278,6 +283,7 @@ class ResumeState:
     elapsed_s: float = 0.0
     patch: str = ""
     last_outcome: str | None = None
+    checkpoints: list[Recorded] = field(default_factory=list)
 
 
 def load_trajectory(path: Path) -> ResumeState:
@@ -290,6 +296,7 @@ def load_trajectory(path: Path) -> ResumeState:
     """
     state: ResumeState | None = None
     started_at: float | None = None  # of the agent run going on; None between runs
+    patch_known = True  # whether state.patch is the workspace as it is (see ErrorReported below)
     for event in read_events(path):
         if isinstance(event, RunStarted):
             if state is None or not event.resumed:
@@ -305,7 +312,13 @@ def load_trajectory(path: Path) -> ResumeState:
         elif isinstance(event, ContextCondensed):
             state.messages = list(event.messages)
         elif isinstance(event, WorkspaceChanged):
-            state.patch = event.patch
+            state.patch, patch_known = event.patch, True
+        elif isinstance(event, ErrorReported) and event.kind == "workspace":
+            patch_known = False  # a change whose diff could not be read: not recorded
+        elif isinstance(event, CheckpointTaken):  # it holds the workspace as last recorded
+            state.checkpoints.append(Recorded(event.turn, event.tool, state.patch if patch_known else None))
+        elif isinstance(event, WorkspaceUndone):  # Checkpoints.undo_to forgets the undone ones
+            state.checkpoints = [c for c in state.checkpoints if c.turn < event.step]
         elif isinstance(event, ModelResponded):
             state.steps += 1
             state.tokens += event.prompt_tokens + event.completion_tokens

@@ -21,6 +21,7 @@ from clover_agent.errors import RUN_ERRORS, ExitCode, exit_code_for, message_of
 COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
     "clover_agent.cli.runs",
+    "clover_agent.cli.ci",
     "clover_agent.cli.tui",
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",

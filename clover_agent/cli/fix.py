@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -18,22 +15,28 @@ from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.cli.hand_back import hand_back, print_summary
 from clover_agent.cli.options import (
+    BUDGET_DEFAULTS,
     add_backend_arguments,
+    add_budget_arguments,
     add_sandbox_arguments,
     apply_launch_record,
     backend_options,
+    check_repo,
     launch_record,
+    positive,
     sandbox_kind,
+    sandbox_spec_of,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.figures import RunFigures
 from clover_agent.fix.hostgit import git as host_git
+from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixRequest, run_fix
-from clover_agent.launch import backend_factory, check_backend_options, probe_backend, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options, probe_backend
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -66,45 +69,6 @@ options given now replace those; TARGET may be left out (it is the recorded one)
 `clover-agent runs` lists the runs of a repository; `clover-agent runs show RUN_ID` shows one."""
 
 
-#: Files that mark a project's root folder (a --repo that is a subfolder without any is likely a mistake).
-PROJECT_FILES = (
-    "pyproject.toml",
-    "setup.py",
-    "package.json",
-    "setup.cfg",
-    "go.mod",
-    "Cargo.toml",
-    "pytest.ini",
-)
-
-
-def _check_repo(args: argparse.Namespace) -> Path:
-    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
-    repo = Path(args.repo).resolve()
-    if not repo.is_dir():
-        raise UsageError(f"--repo {args.repo}: no such folder")
-    inside = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    answer = inside.stdout.splitlines()  # "true", then the top folder of the work tree
-    if len(answer) != 2 or answer[0] != "true":
-        raise UsageError(
-            f"{repo} is not in a git repository (fix hands back a git patch); run `git init` there"
-        )
-    top = Path(answer[1]).resolve()
-    if top != repo and not any((repo / name).exists() for name in PROJECT_FILES):
-        print(
-            f"note: only {repo} goes into the sandbox: a subfolder of the git repository {top}, with no "
-            f"project file of its own ({', '.join(PROJECT_FILES[:3])}...); for the whole project, pass "
-            f"--repo {shlex.quote(str(top))}",
-            file=sys.stderr,
-        )
-    return repo
-
-
 def _warn_about_local_changes(repo: Path, console: Console) -> None:
     """Before any work: say which files have uncommitted changes (the sandbox starts from them, and
     a patch touching them will not be applied over them)."""
@@ -130,13 +94,13 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun, list[st
     in from how the run was started (the flags taken from it are returned)."""
     repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
     args.repo = str(repo)
-    repo = _check_repo(args)
+    repo = check_repo(args)
     stopped = load_stopped_run(run_dir, args.target)
     return repo, stopped, apply_launch_record(args, stopped.launch, stopped.model_calls)
 
 
 #: The budgets and policy when neither the command line nor a resumed run's record gives them.
-DEFAULTS = {"max_steps": 50, "max_time": 1800.0, "policy": DEFAULT_PRESET}
+DEFAULTS = {**BUDGET_DEFAULTS, "policy": DEFAULT_PRESET}
 
 
 def _fix(args: argparse.Namespace) -> int:
@@ -148,7 +112,7 @@ def _fix(args: argparse.Namespace) -> int:
     if args.resume is not None:
         repo, stopped, taken = _resolve_resume(args)
     else:
-        repo, stopped, taken = _check_repo(args), None, []
+        repo, stopped, taken = check_repo(args), None, []
     for name, value in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -172,8 +136,9 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec(settings, repo, image=args.image),
+        sandbox=sandbox_spec_of(args, settings, repo),
         sandbox_kind=sandbox_kind(args),
+        regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
         policy=preset(args.policy),
         approvals=approvals,
         max_steps=args.max_steps,
@@ -235,20 +200,6 @@ class _RunProgress:
         return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
-    after the tests were set up, with a budget error instead of a usage error."""
-
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > 0:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
-    return parse
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fix",
@@ -275,27 +226,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
+    p.add_argument(
+        "--regression",
+        choices=REGRESSION_SCOPES,
+        help="what the regression runs before and after the agent cover: suite (every test; the "
+        "default), related (the target's test files and those importing the same modules of the "
+        "project), none (only the target); default: .clover/config.toml's [fix] regression",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
-    p.add_argument(
-        "--max-steps",
-        type=_positive(int),
-        metavar="N",
-        help=f"model calls at most (default {DEFAULTS['max_steps']})",
-    )
-    p.add_argument(
-        "--max-time",
-        type=_positive(float),
-        metavar="S",
-        help=f"seconds at most (default {DEFAULTS['max_time']:g})",
-    )
-    p.add_argument(
-        "--max-tokens",
-        type=_positive(int),
-        metavar="N",
-        help="tokens read and written at most (default: no limit)",
-    )
+    add_budget_arguments(p, recorded=True)  # None when not given: a resumed run's record fills in
     p.add_argument(
         "--policy",
         choices=tuple(PRESETS),
@@ -306,7 +247,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--suite-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
         ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",

@@ -1,5 +1,6 @@
 """Command-line options that several commands share (``fix``, ``tui``, and the CI bot): the model
-backend and the sandbox, defined once so they mean the same everywhere.
+backend, the sandbox, the repository and the budgets, defined once so they mean the same
+everywhere.
 
 An option of one backend selects it: ``--replay FILE`` is the replay backend, ``--base-url`` (or
 ``--model-name``) the openai backend, ``--model`` the engine; ``--backend`` is needed only to say
@@ -14,13 +15,18 @@ and what the command adds: budgets, policy), so ``fix --resume`` needs no flags:
 from __future__ import annotations
 
 import argparse
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from clover_agent.backends import BACKEND_KINDS
 from clover_agent.errors import UsageError
-from clover_agent.launch import BackendOptions
-from clover_agent.sandboxes import SANDBOX_KINDS
+from clover_agent.launch import BackendOptions, sandbox_spec
+from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
+from clover_agent.settings import Settings
 
 DEFAULT_BACKEND = "engine"
 DEFAULT_SANDBOX = "docker"
@@ -61,7 +67,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
-    """``--sandbox`` and ``--image``."""
+    """``--sandbox``, ``--image`` and ``--wheels``."""
     p.add_argument(
         "--sandbox",
         choices=SANDBOX_KINDS,
@@ -69,6 +75,51 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
         "machine, no isolation",
     )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    p.add_argument(
+        "--wheels",
+        metavar="DIR",
+        help="a folder of wheels/sdists (made with `pip download -d DIR ...`) the project's environment "
+        "is installed from, besides the package index (alone with [sandbox] setup_network = false)",
+    )
+
+
+def sandbox_spec_of(args: argparse.Namespace, settings: Settings, repo: Path) -> SandboxSpec:
+    """The complete sandbox spec the sandbox options chose (the project's environment is built for
+    the Docker sandbox)."""
+    return sandbox_spec(
+        settings, repo, image=args.image, environment=sandbox_kind(args) == "docker", wheels=args.wheels
+    )
+
+
+#: The budgets when neither the command line nor a resumed run's record gives them.
+BUDGET_DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_time": 1800.0}
+
+
+def add_budget_arguments(p: argparse.ArgumentParser, *, recorded: bool = False) -> None:
+    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``).
+    ``recorded``: no defaults are set (None: not given), so a resumed run can take its recorded
+    budgets; the command then fills in :data:`BUDGET_DEFAULTS` itself."""
+    defaults = {} if recorded else BUDGET_DEFAULTS
+    p.add_argument(
+        "--max-steps",
+        type=positive(int),
+        default=defaults.get("max_steps"),
+        metavar="N",
+        help=f"model calls at most (default {BUDGET_DEFAULTS['max_steps']})",
+    )
+    p.add_argument(
+        "--max-time",
+        type=positive(float),
+        default=defaults.get("max_time"),
+        metavar="S",
+        help=f"seconds at most (default {BUDGET_DEFAULTS['max_time']:g})",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive(int),
+        metavar="N",
+        help="tokens read and written at most (default: no limit)",
+    )
 
 
 def sandbox_kind(args: argparse.Namespace) -> str:
@@ -104,6 +155,59 @@ def backend_options(args: argparse.Namespace, **engine_options: Any) -> BackendO
         replay_start=getattr(args, "replay_start", 0),
         engine_options=engine_options,
     )
+
+
+#: Files that mark a project's root folder (a --repo that is a subfolder without any is likely a mistake).
+PROJECT_FILES = (
+    "pyproject.toml",
+    "setup.py",
+    "package.json",
+    "setup.cfg",
+    "go.mod",
+    "Cargo.toml",
+    "pytest.ini",
+)
+
+
+def check_repo(args: argparse.Namespace) -> Path:
+    """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
+    repo = Path(args.repo).resolve()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {args.repo}: no such folder")
+    inside = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    answer = inside.stdout.splitlines()  # "true", then the top folder of the work tree
+    if len(answer) != 2 or answer[0] != "true":
+        raise UsageError(
+            f"{repo} is not in a git repository (the agent's changes are handed back as a git patch); run `git init` there"
+        )
+    top = Path(answer[1]).resolve()
+    if top != repo and not any((repo / name).exists() for name in PROJECT_FILES):
+        print(
+            f"note: only {repo} goes into the sandbox: a subfolder of the git repository {top}, with no "
+            f"project file of its own ({', '.join(PROJECT_FILES[:3])}...); for the whole project, pass "
+            f"--repo {shlex.quote(str(top))}",
+            file=sys.stderr,
+        )
+    return repo
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` (int or float) above zero. A budget of 0 would only stop the run
+    after the tests were set up, with a budget error instead of a usage error."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be above 0 (got {text})")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
+    return parse
 
 
 #: What a launch record holds besides the backend's options: the command's own options.

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from clover_agent.cli.fix import _check_repo, _positive
 from clover_agent.cli.options import (
     add_backend_arguments,
     add_sandbox_arguments,
     backend_options,
+    check_repo,
+    positive,
     sandbox_kind,
+    sandbox_spec_of,
 )
 from clover_agent.errors import UsageError
-from clover_agent.launch import backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import backend_factory, check_backend_options
 from clover_agent.settings import Settings
 
 #: ``--resume`` given without an id: choose from a list.
@@ -34,12 +36,12 @@ def _tui(args: argparse.Namespace) -> int:
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
     check_backend_options(backend, settings)  # as fix checks them
-    repo = _check_repo(args)  # a git repository, as for fix
+    repo = check_repo(args)  # a git repository, as for fix
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=sandbox_kind(args),
-        spec=sandbox_spec(settings, repo, image=args.image),
+        spec=sandbox_spec_of(args, settings, repo),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
@@ -57,7 +59,7 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from clover_agent.tui.driver import POLICIES
+    from clover_agent.tui.policies import POLICIES
 
     p = sub.add_parser(
         "tui",
@@ -79,20 +81,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sandbox_arguments(p)
     p.add_argument(
         "--max-steps",
-        type=_positive(int),
+        type=positive(int),
         default=50,
         metavar="N",
         help="model calls per request (default 50)",
     )
     p.add_argument(
         "--max-time",
-        type=_positive(float),
+        type=positive(float),
         default=1800.0,
         metavar="S",
         help="seconds per request (default 1800)",
     )
     p.add_argument(
-        "--max-tokens", type=_positive(int), metavar="N", help="tokens per request (default: no limit)"
+        "--max-tokens", type=positive(int), metavar="N", help="tokens per request (default: no limit)"
     )
     p.add_argument(
         "--policy",

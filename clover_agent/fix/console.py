@@ -42,6 +42,7 @@ from clover_agent.events import (
     ModelDelta,
     ModelResponded,
     PhaseStarted,
+    SandboxProgress,
     TaskFinished,
     TaskResumed,
     TaskStarted,
@@ -172,9 +173,9 @@ class ConsoleRenderer:
             self._line(f"  ! {event.kind}: {_trim(event.message, lines=2)}", "note")
         elif isinstance(event, TaskStarted):
             self._start_live()
+            target = repr(event.target) if event.target else "(the tests failing in the suite)"
             self._line(
-                f"clover-agent {event.command} {event.target!r} in {event.repo} ({event.sandbox} sandbox)",
-                "task",
+                f"clover-agent {event.command} {target} in {event.repo} ({event.sandbox} sandbox)", "task"
             )
         elif isinstance(event, TaskResumed):
             self._start_live()
@@ -187,6 +188,8 @@ class ConsoleRenderer:
             )
         elif isinstance(event, PhaseStarted) and not self.live_view:
             self._line(f"… {event.phase}: {event.detail}" if event.detail else f"… {event.phase}", "status")
+        elif isinstance(event, SandboxProgress):
+            self._line(f"sandbox: {event.message}", "status")
         elif isinstance(event, TestsRun):
             r = event.report
             self._line(
@@ -194,6 +197,8 @@ class ConsoleRenderer:
                 f"failed, {r.get('errors', 0)} errors",
                 "tests",
             )
+        elif isinstance(event, SandboxProgress):
+            self._line(f"sandbox: {event.message}")
         elif isinstance(event, Done):
             self._flush_stream()
             if event.outcome == "submitted":  # other endings are said once, by the command, at the end

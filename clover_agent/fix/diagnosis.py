@@ -158,7 +158,12 @@ def _explain(text: str, names: set[str], environment: bool) -> EnvironmentProble
 
 def _evidence(text: str, needle: str) -> str:
     """The lines of ``text`` up to the one holding ``needle`` (the last :data:`EVIDENCE_LINES`)."""
-    lines = text.strip("\n").splitlines()
+    # pytest's frame lines name where it happened; its "Traceback:" headers and ^^^ markers add noise
+    lines = [
+        line
+        for line in text.strip("\n").splitlines()
+        if line.strip() and "Traceback" not in line and not re.fullmatch(r"\s*[\^~]+\s*", line)
+    ]
     at = next((i for i, line in enumerate(lines) if needle in line), len(lines) - 1)
     shown = lines[max(0, at - EVIDENCE_LINES + 1) : at + 1]
     return "The output:\n" + "\n".join(f"  {line}" for line in shown)

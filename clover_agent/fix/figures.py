@@ -22,6 +22,7 @@ from clover_agent.events import (
     PhaseStarted,
     ProvisionalBlock,
     RunStarted,
+    SandboxProgress,
     TaskFinished,
     TaskResumed,
     TaskStarted,
@@ -78,6 +79,8 @@ class RunFigures:
             self._doing("set-up", "", now)
         elif isinstance(event, PhaseStarted):
             self._doing(event.phase, event.detail, now)
+        elif isinstance(event, SandboxProgress):  # a long sandbox start: what it does now
+            self._doing(self.activity, event.message, now)
         elif isinstance(event, RunStarted):
             self.max_steps = event.limits.get("max_steps")
             self._end_call(now)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.errors import UsageError
+from clover_agent.fix.diagnosis import diagnose
 from clover_agent.fix.hostgit import git as host_git
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 _STOPWORDS = frozenset(
     [
@@ -68,14 +69,25 @@ class TestSelection:
     target: str
     how: str  # "node id" | "file" | "keyword" | "free text"
     report: TestReport  # the selection run once, as it is now
+    suite: TestReport | None = None  # the whole suite's run, when free text needed one
 
 
 async def select_tests(
-    sandbox: Sandbox, text: str, repo: Path, suite: TestReport | None = None
+    sandbox: Sandbox,
+    text: str,
+    repo: Path,
+    suite: TestReport | None = None,
+    *,
+    workers: int = 1,
+    suite_timeout: float = DEFAULT_TIMEOUT_S,
 ) -> TestSelection:
     """Resolve ``text`` (the user's TARGET) to tests and run them once.
 
-    ``suite`` is a run of the whole suite, needed only for free text; it is made when missing.
+    ``suite`` is a run of the whole suite, needed only for free text; it is made when missing (with
+    ``workers`` processes where the project has pytest-xdist, within ``suite_timeout`` seconds) and
+    kept in the selection. Free text
+    prefers the tests that fail now. A run that could not start at all (pytest refusing its
+    configuration, not installed) is returned as it is, for the caller to name the cause.
     Raises :class:`UsageError` when nothing matches.
     """
     text = text.strip()
@@ -96,18 +108,20 @@ async def select_tests(
         candidates.append((f"-k {text}", "keyword"))
     for target, how in candidates:
         report = await run_tests_in(sandbox, target)
-        if report.total > 0:
-            return TestSelection(target, how, report)
+        if report.total > 0 or (report.problem and diagnose(report, set()) is not None):
+            return TestSelection(target, how, report)  # tests, or the environment's fault named
         if how != "keyword":
             raise UsageError(f"{text!r} selects no tests ({how}): {report.problem or report.summary()}")
-    suite = suite or await run_tests_in(sandbox, None)
+    suite = suite or await run_tests_in(sandbox, None, timeout=suite_timeout, workers=workers)
     if not suite.outcomes:  # nothing to match against: say so rather than "no test matches"
         if suite.framework == "none":
             why = "no pytest or unittest files, package.json test script, go.mod or Cargo.toml"
         else:
             why = suite.problem or suite.summary()
         raise UsageError(f"found no tests in {repo} ({why}); fix works from a failing test")
-    matches = match_tests(text, list(suite.outcomes))
+    # Tests that fail now first: the user describes a failure, not a passing test.
+    failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
+    matches = match_tests(text, failing) or match_tests(text, list(suite.outcomes))
     if not matches:
         closest = closest_tests(text, list(suite.outcomes))
         example = closest[0] if closest else "tests/test_x.py::test_y"
@@ -116,11 +130,16 @@ async def select_tests(
             f"no test matches {text!r}: not a node id, file or -k keyword, and no test name shares a word "
             f"with it ({len(suite.outcomes)} tests looked at{near}). Give a test node id such as {example}."
         )
-    if any(len(test_id.split()) > 1 for test_id in matches):  # a parameter id with spaces: select by name
-        target = "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in matches}))
-    else:
-        target = " ".join(matches)
-    return TestSelection(target, "free text", await run_tests_in(sandbox, target))
+    target = target_for(matches)
+    return TestSelection(target, "free text", await run_tests_in(sandbox, target), suite)
+
+
+def target_for(test_ids: list[str]) -> str:
+    """A ``run_tests`` target selecting ``test_ids``: the node ids themselves, or (when an id holds a
+    space, as a parameter id may) their test names as a ``-k`` expression."""
+    if any(len(test_id.split()) > 1 for test_id in test_ids):
+        return "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in test_ids}))
+    return " ".join(test_ids)
 
 
 def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:

@@ -2,14 +2,23 @@
 
 0. Right after the sandbox starts, the host takes its own snapshot of the workspace
    (:mod:`clover_agent.fix.stock`): the starting state the patch is computed against.
-1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix.
-2. Run the whole suite once, so "nothing that passed before now fails" can be checked.
+1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix; if
+   they cannot run in the sandbox's environment (:mod:`clover_agent.fix.diagnosis`), the run
+   stops here (exit 4), before any agent.
+2. Run the regression baseline once (:mod:`clover_agent.fix.regression`: the whole suite by
+   default, or the related test files, or nothing), so "nothing that passed before now fails" can
+   be checked.
 3. Run the agent loop on the failure. Then every process in the sandbox is killed, the files
    that changed are read back and the patch is made on the host (``patch.diff``), whatever the
    outcome.
 4. In a fresh sandbox made exactly the patched tree (:mod:`clover_agent.fix.verify`), re-run the
-   target, then the whole suite, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
+   target, then the same regression tests, and judge (:mod:`clover_agent.fix.verdict`: fixed; fixed, suite
    unverified; tests weakened; not fixed).
+
+A front end with a request from a user (the CI bot) puts it before the task (``request``) and may
+leave TARGET empty: the suite runs first and its failing tests are the target. When none fails,
+the agent works from the request alone, and success also needs a test the patch adds or changes
+that fails without the change and passes with it (:mod:`clover_agent.fix.evidence`).
 
 A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
 and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
@@ -23,6 +32,8 @@ only once a failure is confirmed) and, optionally, the run folder. Everything la
 (default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
 host's diff, whatever the outcome), ``summary.json`` and, until the caller hands the patch back
 (:mod:`clover_agent.fix.handback`) or discards it, the shadow repository with the exact bytes.
+
+(Over 400 lines: the workflow's steps, for a target and for a request with none, read in one place.)
 """
 
 from __future__ import annotations
@@ -43,22 +54,33 @@ from clover_agent.agent.policy import Policy
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import (
     Done,
     ErrorReported,
     EventBus,
     PhaseStarted,
+    SandboxProgress,
     TaskFinished,
     TaskResumed,
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix import evidence
+from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.patches import is_test_file
+from clover_agent.fix.regression import (
+    DEFAULT_SCOPE,
+    NO_REGRESSION_RUN,
+    WORKERS,
+    regression_skipped,
+    select_regression,
+    skipped_regression_report,
+)
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import new_run_id, runs_dir
 from clover_agent.fix.stock import HandBackError, PatchSet, Stock
-from clover_agent.fix.targets import TestSelection, select_tests
+from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, NOT_FIXED
 from clover_agent.fix.verify import verify_patch
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
@@ -77,7 +99,7 @@ class NothingToFix(CloverError):
 class FixRequest:
     """One ``fix`` run: TARGET in ``repo``, with everything the workflow needs handed in."""
 
-    target: str
+    target: str  # "": the tests that fail in the whole suite (or, with a ``request``, none)
     repo: Path  # the repository on the host (TARGET's files are looked up there)
     make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
     sandbox: SandboxSpec  # complete (``clover_agent.launch.sandbox_spec``)
@@ -90,8 +112,17 @@ class FixRequest:
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
     suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
+    regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
+    #: The user's request, as the front end framed it for the model, put before the task.
+    request: str = ""
     launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
     keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
+
+
+class EnvironmentNotReady(CloverError):
+    """The target cannot run in the sandbox's environment (named by :mod:`clover_agent.fix.diagnosis`)."""
+
+    exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
 
 @dataclass
@@ -100,12 +131,19 @@ class FixReport:
     run_dir: Path
     exit_code: ExitCode = ExitCode.FAILURE
     message: str = ""
+    #: How the tests to fix were chosen: "target" (TARGET), "failing tests" (the suite's), or
+    #: "request" (none failed: the change is the request's); "" until known.
+    mode: str = ""
     selection: str = ""
     target_before: TestReport | None = None
     suite_before: TestReport | None = None
     target_after: TestReport | None = None
     suite_after: TestReport | None = None
     regressions: list[str] = field(default_factory=list)
+    #: Working from a request with no failing test: the changed tests run on the starting code with
+    #: only the patch's test files, and the tests that pass with the change and not without it.
+    without_change: TestReport | None = None
+    shown_by: list[str] = field(default_factory=list)
     agent: RunResult | None = None
     backend: str = ""
     files_changed: list[str] = field(default_factory=list)
@@ -156,12 +194,14 @@ class FixReport:
             "fixed": self.fixed,
             "exit_code": int(self.exit_code),
             "message": self.message,
+            "mode": self.mode,
             "target": self.selection,
             "tests": {
                 "target_before": counts(self.target_before),
                 "suite_before": counts(self.suite_before),
                 "target_after": counts(self.target_after),
                 "suite_after": counts(self.suite_after),
+                "without_change": counts(self.without_change),
             },
             "verdict": self.verdict,
             "regressions": self.regressions,
@@ -169,6 +209,7 @@ class FixReport:
             "unverified": self.unverified,
             "weakened": self.weakened,
             "target_not_passing": self.target_not_passing,
+            "shown_by": self.shown_by,
             "files_changed": self.files_changed,
             "test_files_changed": self.test_files_changed,
             "changes": [] if self.patch_set is None else self.patch_set.to_dict()["changes"],
@@ -276,19 +317,19 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
 
 
 async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
+    def progress(message: str) -> None:
+        bus.emit(SandboxProgress(message=message))
+
+    # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
+    request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
     report.stock = stock = Stock(report.run_dir, request.repo)
-    spec = request.sandbox
-    if spec.progress is None:  # the sandbox's set-up steps (an environment built once) go on the bus
-        spec = dataclasses.replace(
-            spec, progress=lambda detail: bus.emit(PhaseStarted(phase="set-up", detail=detail))
-        )
     bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
-    sandbox = create_sandbox(request.sandbox_kind, spec)
+    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
         await stock.record_start(sandbox)  # before any test or the agent ran
         if resume is None:
             selection = await _reproduce(request, sandbox, bus, report)
-            target_tests = selection.target
+            target_tests = selection.target if selection else ""  # "": from the request alone
         else:
             report.selection, target_tests = resume.selection, resume.target_tests
             report.target_before, report.suite_before = resume.target_before, resume.suite_before
@@ -307,7 +348,10 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
             )
             if resume is None:
                 facts = await gather_facts(sandbox)
-                report.agent = await agent.run(task_text(selection), system_prompt(facts))
+                assert report.suite_before is not None
+                own = task_text(selection) if selection else evidence.request_task_text(report.suite_before)
+                task = f"{request.request}\n\n{own}" if request.request else own
+                report.agent = await agent.run(task, system_prompt(facts))
             else:  # the system prompt and the task are in the recorded conversation
                 report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
         finally:
@@ -338,12 +382,33 @@ async def _keep_patch(sandbox: Sandbox, report: FixReport) -> None:
 
 
 async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
-    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict."""
-    assert report.patch_set is not None and report.stock is not None
-    assert report.target_before is not None and report.suite_before is not None
+    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict.
+    An empty ``target_tests`` (working from the request alone): the test files the patch adds or
+    changes are the target, and one of them must fail without the change (:func:`_show_change`)."""
+    assert report.patch_set is not None and report.stock is not None and report.suite_before is not None
+    from_request = not target_tests
+    target_before = report.target_before
+    if from_request:
+        target_tests = " ".join(evidence.test_files(report.patch_set))
+        if not target_tests:
+            report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
+            report.message = (
+                "no test shows the change: the patch adds or changes no test file (with no failing test, "
+                "a test that fails without the change and passes with it is needed)"
+            )
+            return
+        # Nothing failed before: the new tests' baseline is their run without the change, below.
+        framework = report.suite_before.framework
+        target_before = TestReport(framework=framework, command="", target=target_tests, exit_code=0)
+    assert target_before is not None
 
     async def suite(sandbox: Sandbox) -> TestReport:
-        return await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
+        if regression_skipped(report.suite_before):  # --regression none: nothing to run again
+            return skipped_regression_report()
+        # the same tests as the baseline: the whole suite, or the related files it ran
+        return await run_tests_in(
+            sandbox, report.suite_before.target, timeout=request.suite_timeout_s, workers=WORKERS
+        )
 
     try:
         checked = await verify_patch(
@@ -352,7 +417,7 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
             report.stock,
             report.patch_set,
             target_tests=target_tests,
-            target_before=report.target_before,
+            target_before=target_before,
             suite_before=report.suite_before,
             bus=bus,
             run_suite=suite,
@@ -365,20 +430,62 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
     report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
     report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
     report.weakened, report.target_not_passing = j.weakened, j.target_not_passing
+    if regression_skipped(report.suite_before) and j.verdict == FIXED_UNVERIFIED:
+        report.unverified = [NO_REGRESSION_RUN]
+        report.message = f"the target passes; the rest of the suite was not checked ({NO_REGRESSION_RUN})"
+    elif report.suite_before.target and j.verdict == FIXED:
+        files = len(set(report.suite_before.target.split()))
+        report.message += f" in the {files} related test file(s) checked (--regression related)"
+    if from_request and report.fixed:
+        await _show_change(request, bus, report, target_tests)
     if report.left_out and report.fixed:
         report.message += (
             f" ({len(report.left_out)} change(s) left out of the patch: {', '.join(report.left_out)})"
         )
 
 
+async def _show_change(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+    """The verdict for a change made from the request alone: a changed test must fail without it."""
+    assert report.patch_set is not None and report.target_after is not None
+    try:
+        without = await evidence.run_without_change(
+            request.sandbox_kind, request.sandbox, report.patch_set, target_tests
+        )
+    except HandBackError as exc:
+        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
+        return
+    report.without_change = without
+    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
+    report.shown_by = evidence.shown_by(report.target_after, without)
+    if not report.shown_by:
+        report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
+        report.message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
+            " (the run without the change timed out)" if without.timed_out else ""
+        )
+        return
+    shown = ", ".join(report.shown_by[:5]) + (" ..." if len(report.shown_by) > 5 else "")
+    done = f"done: {shown} fails without the change and passes with it"
+    # A verdict of FIXED_UNVERIFIED keeps its exit code and says why.
+    report.message = (
+        f"{done}, and nothing else broke" if report.verdict == FIXED else f"{done}; {report.message}"
+    )
+
+
 async def _reproduce(
     request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
-) -> TestSelection:
-    """Steps 1 and 2: the target's failure confirmed, and the suite's baseline."""
+) -> TestSelection | None:
+    """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
+    before any agent), and the regression baseline (one run; free text's suite run is reused).
+    None: no TARGET and no test fails; the agent works from the request."""
+    if not request.target:
+        return await _failing_in_suite(request, sandbox, bus, report)
+    report.mode = "target"
     bus.emit(
         PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
     )
-    selection = await select_tests(sandbox, request.target, request.repo)
+    selection = await select_tests(
+        sandbox, request.target, request.repo, workers=WORKERS, suite_timeout=request.suite_timeout_s
+    )
     report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
     if selection.report.all_passed:
@@ -387,9 +494,58 @@ async def _reproduce(
             f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none fails "
             f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
         )
+    await _check_environment(request, sandbox, selection.report, request.target)
     if selection.report.problem and not selection.report.outcomes:
         raise CloverError(f"the target tests could not be run: {selection.report.problem}")
-    bus.emit(PhaseStarted(phase="tests before", detail="running the whole suite (the baseline)"))
-    report.suite_before = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s)
-    bus.emit(TestsRun(phase="suite_before", target="", report=report.suite_before.to_dict()))
+    chosen = await select_regression(sandbox, request.regression, list(selection.report.outcomes))
+    if not chosen.runs:
+        report.suite_before = skipped_regression_report()
+    elif chosen.target is None and selection.suite is not None:
+        report.suite_before = selection.suite  # the suite run free text needed: the same phase
+    else:
+        bus.emit(PhaseStarted(phase="tests before", detail=f"the regression baseline: {chosen.describe()}"))
+        report.suite_before = await run_tests_in(
+            sandbox, chosen.target, timeout=request.suite_timeout_s, workers=WORKERS
+        )
+    bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=report.suite_before.to_dict()))
     return selection
+
+
+async def _check_environment(request: FixRequest, sandbox: Sandbox, report: TestReport, target: str) -> None:
+    """:class:`EnvironmentNotReady` when the target's failure is the environment's (a module not
+    installed, a fixture's plugin missing), not a bug for the agent."""
+    problem = diagnose(
+        report,
+        await workspace_module_names(sandbox),
+        environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
+    )
+    if problem is not None:
+        raise EnvironmentNotReady(problem.message(target))
+
+
+async def _failing_in_suite(
+    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
+) -> TestSelection | None:
+    """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
+    None (the request alone says what to do) or, without a request, nothing to fix."""
+    suite = report.suite_before = await run_tests_in(
+        sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS
+    )
+    bus.emit(TestsRun(phase="suite_before", target="", report=suite.to_dict()))
+    failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
+    if failing:
+        target, report.mode = target_for(failing), "failing tests"
+        selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
+        report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
+        bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+        await _check_environment(request, sandbox, selection.report, selection.target)
+        return selection
+    if not suite.outcomes:
+        why = suite.problem or suite.summary()
+        raise UsageError(f"found no tests in {request.repo} ({why}); a change is checked with the tests")
+    if not suite.all_passed:
+        raise CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
+    if not request.request:
+        raise NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
+    report.mode, report.selection = "request", "none: no test fails, the change is the request's"
+    return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clover_agent.errors import ExitCode
+from clover_agent.fix.regression import renamed_cases
 from clover_agent.tools.run_tests import TestReport
 
 FIXED = "fixed"
@@ -64,9 +65,13 @@ def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
 
 
 def regressions(before: TestReport, after: TestReport) -> list[str]:
-    """Tests that passed before and now fail, error, are skipped or are gone."""
+    """Tests that passed before and now fail, error, are skipped or are gone (cases whose
+    parametrize ids merely differ between the runs, :func:`renamed_cases`, are not gone)."""
+    renamed = renamed_cases(before, after)
     return sorted(
-        t for t, o in before.outcomes.items() if o == "passed" and after.outcomes.get(t) != "passed"
+        t
+        for t, o in before.outcomes.items()
+        if o == "passed" and after.outcomes.get(t) != "passed" and t not in renamed
     )
 
 

@@ -1,7 +1,7 @@
 """The Textual TUI: pair-programming with the agent in a terminal (``clover-agent`` / ``clover-agent tui``).
 
 :class:`~clover_agent.tui.app.CloverApp` draws; :class:`~clover_agent.tui.session.TuiSession` runs the
-sandbox, the backend and the agent in a thread of their own; :mod:`clover_agent.tui.driver` adapts
-the agent core to a conversation; :mod:`clover_agent.tui.handback` applies accepted files to the
-working tree; :mod:`clover_agent.tui.store` saves and finds sessions.
+sandbox, the backend and the agent in a thread of their own and drives the agent through its seams
+(its commands are in :mod:`clover_agent.tui.commands`); :mod:`clover_agent.tui.handback` applies
+accepted files to the working tree; :mod:`clover_agent.tui.store` saves and finds sessions.
 """

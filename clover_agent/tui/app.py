@@ -23,11 +23,11 @@ from textual.widgets import TextArea
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import Event, ProvisionalBlock
-from clover_agent.tui.driver import POLICIES
+from clover_agent.events import CallInterrupted, Event, ProvisionalBlock
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
+from clover_agent.tui.policies import POLICIES
 from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
@@ -168,6 +168,10 @@ class CloverApp(App[int]):
             if tokenizer is not None:
                 self.transcript.token_text = lambda token: tokenizer.decode([token])
         await self._show(event)
+        screen = self.screen
+        moot = isinstance(event, CallInterrupted) and isinstance(screen, ApprovalScreen)
+        if moot and screen.request.call_id == event.call_id:  # the approval it waited for
+            screen.dismiss(None)
         if isinstance(event, ApprovalNeeded):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
             if card is not None:

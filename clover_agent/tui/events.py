@@ -84,8 +84,10 @@ class ApprovalNeeded(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class MessageQueued(Event):
-    """A message the person sent while the agent worked; it goes to the agent when its turn ends
-    (Esc sends it at once, interrupting)."""
+    """A message the person sent while the agent worked (``Agent.send``): the agent reads it at its
+    next step, as ``sent`` (``@paths`` resolved); Esc makes that at once, interrupting the call
+    under way. One the agent did not read before its run ended starts the next request."""
 
     type: ClassVar[str] = "tui_message_queued"
     text: str
+    sent: str = ""

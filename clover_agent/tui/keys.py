@@ -19,7 +19,7 @@ KEYS: tuple[Key, ...] = (
     Key("ctrl+j,shift+enter,alt+enter", "", "new line", "prompt"),
     Key("up,down", "", "previous / next request from history (on the first / last line)", "prompt"),
     Key("tab", "", "complete the @path being typed", "prompt"),
-    Key("escape", "interrupt", "interrupt the agent (a queued message is sent at once)"),
+    Key("escape", "interrupt", "interrupt the agent; it waits for your message"),
     Key("ctrl+c", "copy_or_quit", "copy the selected text; with nothing selected, quit"),
     Key("ctrl+q", "quit", "quit (the sandbox is removed; the session stays saved)"),
     Key("ctrl+t", "toggle_thinking", "show / fold the model's thinking"),

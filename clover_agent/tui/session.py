@@ -7,6 +7,14 @@ own thread; each returns a :class:`concurrent.futures.Future` it can await with
 (:mod:`clover_agent.tui.events`) — goes to the trajectory of the session folder first, then to
 ``deliver`` (the app posts it to itself; Textual's ``post_message`` is thread-safe).
 
+The session drives one :class:`~clover_agent.agent.loop.Agent` through its seams (see
+docs/architecture.md): a request starts ``run`` (the first) or ``continue_with`` (the later ones,
+and all of a resumed session's, which ``Agent.resume`` took up); a message typed while the agent
+works goes in with ``send`` and is read at its next step; Esc is ``interrupt`` (the model call or
+tool call stops, the agent waits for the person's next message); approvals are answered with
+``answer_approval``. The commands (``/diff``, ``/apply``, ``/undo``, ...) are in
+:mod:`clover_agent.tui.commands`.
+
 The sandbox starts as soon as the session does, while the person types; a request sent before it
 is ready waits for it.
 """
@@ -16,29 +24,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
-from clover_agent.agent.checkpoints import CheckpointError, restore_workspace
-from clover_agent.agent.loop import Agent
-from clover_agent.agent.policy import Policy
+from clover_agent.agent.checkpoints import CheckpointError
+from clover_agent.agent.loop import Agent, RunResult
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import Event, EventBus, TestsRun, WorkspaceChanged
+from clover_agent.events import ApprovalRequested, Event, EventBus, MessageAdded
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.settings import Settings
-from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tui.agent_thread import AgentThread
-from clover_agent.tui.driver import INTERACTIVE_NOTE, AgentDriver, PendingApproval, policy_named
+from clover_agent.tui.commands import SessionCommands, Turn
 from clover_agent.tui.events import (
     ApprovalNeeded,
     MessageQueued,
@@ -48,13 +54,13 @@ from clover_agent.tui.events import (
     TurnStarted,
     TurnsUndone,
 )
-from clover_agent.tui.handback import ApplyOutcome, FileChange, Handback, files_differing
+from clover_agent.tui.handback import Handback
+from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
+from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
-
-_MENTION = re.compile(r"(?<![\w/])@([\w./-]+)")
 
 
 @dataclass
@@ -73,16 +79,6 @@ class SessionOptions:
 
 
 @dataclass
-class Turn:
-    """One request of the person's, as the session knows it."""
-
-    turn: int
-    text: str
-    first_step: int
-    undone: bool = False
-
-
-@dataclass
 class SessionStatus:
     """What the status bar needs that the events do not carry."""
 
@@ -93,7 +89,7 @@ class SessionStatus:
     limits: dict[str, Any] = field(default_factory=dict)
 
 
-class TuiSession:
+class TuiSession(SessionCommands):
     """See the module docstring. ``deliver`` is called (in the agent thread) with every event."""
 
     def __init__(self, options: SessionOptions, deliver: Callable[[Event], None]) -> None:
@@ -122,15 +118,20 @@ class TuiSession:
         self._writer = TrajectoryWriter(self.folder / "trajectory.jsonl")
         self.bus.subscribe(self._writer)
         self.bus.subscribe(deliver)
+        self.bus.subscribe(self._observe)
         self.thread = AgentThread()
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
-        self.driver: AgentDriver | None = None
+        self.agent: Agent | None = None
+        self.system = ""  # the system prompt of a new conversation (known once the sandbox is up)
         self.handback: Handback | None = None
-        self.queue: list[str] = []
         self._ready: asyncio.Future[bool] | None = None
-        self._sending = False
         self._start_task: asyncio.Task[None] | None = None
+        self._request: asyncio.Task[RunResult] | None = None  # the agent's run of the request now
+        self._working = False  # a request is on its way (waiting for the sandbox) or running
+        self._unread: list[str] = []  # messages sent in while the agent works, not read by it yet
+        self._held: list[str] = []  # of those, the ones sent before the agent existed
+        self._asking: set[asyncio.Task[None]] = set()
         self.thread.submit(self._start())
 
     # -- the UI's side (thread-safe) ---------------------------------------------------------------
@@ -140,6 +141,7 @@ class TuiSession:
         return self.thread.submit(work)
 
     def send(self, text: str) -> concurrent.futures.Future[None]:
+        """A message from the person: a new request, or, while the agent works, one it reads next."""
         return self.run(self._send(text))
 
     def interrupt(self) -> None:
@@ -163,6 +165,9 @@ class TuiSession:
     def _emit(self, event: Event) -> None:
         self.bus.emit(event)
 
+    def _budget(self) -> Budget:
+        return Budget(self.options.max_steps, self.options.max_time_s, self.options.max_tokens)
+
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
@@ -175,9 +180,7 @@ class TuiSession:
             self._ready.set_result(False)
             return
         self.status.backend, self.status.context_window = self.backend.name, self.backend.context_window
-        self.status.limits = Budget(
-            self.options.max_steps, self.options.max_time_s, self.options.max_tokens
-        ).limits()
+        self.status.limits = self._budget().limits()
         self.info.backend = self.backend.name
         self._emit(
             SessionStarted(
@@ -197,93 +200,137 @@ class TuiSession:
             await self.sandbox.start()
             self.handback = Handback(self.sandbox, self.repo, self.folder, self.session_id)
             await self.handback.start()
-            if saved is not None and saved.state is not None and saved.state.patch.strip():
-                try:
-                    await restore_workspace(self.sandbox, saved.state.patch)
-                except CheckpointError as exc:
-                    self._emit(
-                        Notice(
-                            text=f"The saved session's changes could not be restored ({exc.message}); "
-                            "the workspace is your working tree as it is now.",
-                            level="warning",
-                        )
-                    )
-            facts = await gather_facts(self.sandbox)
+            agent = Agent(
+                self.backend,
+                self.sandbox,
+                self.bus,
+                run_id=self.session_id,
+                policy=self.policy,
+                budget=self._budget(),
+                approvals=Approvals(),
+            )
+            if saved is not None and saved.state is not None:
+                await self._take_up(agent, saved)
+            self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
         except RUN_ERRORS as exc:
             self._sandbox_state("failed", message_of(exc))
             self._ready.set_result(False)
             return
-        agent = Agent(self.backend, self.sandbox, self.bus, run_id=self.session_id, policy=self.policy)
-        state = saved.state if saved else None
-        self.driver = AgentDriver(
-            agent,
-            system=system_prompt(facts) + INTERACTIVE_NOTE,
-            make_budget=lambda: Budget(
-                self.options.max_steps, self.options.max_time_s, self.options.max_tokens
-            ),
-            ask_user=self._ask_user,
-            conversation=state.messages if state else None,
-            steps=state.steps if state else 0,
-            tokens=state.tokens if state else 0,
-        )
+        self.agent = agent
+        for text in self._held:  # sent while the sandbox started: read at the request's next step
+            agent.send(text)
+        self._held.clear()
         self._sandbox_state("ready", self.sandbox.warning or "")
         self._ready.set_result(True)
+
+    async def _take_up(self, agent: Agent, saved: SavedSession) -> None:
+        """A resumed session: the agent takes up its conversation, its snapshots and its workspace."""
+        assert saved.state is not None
+        try:
+            lost = await agent.resume(saved.state, fresh_budget=True)
+        except CheckpointError as exc:
+            self._emit(
+                Notice(
+                    text=f"The saved session's changes could not be restored ({exc.message}); "
+                    "the workspace is your working tree as it is now.",
+                    level="warning",
+                )
+            )
+            return
+        if lost:
+            steps = ", ".join(str(c.turn) for c in lost)
+            self._emit(
+                Notice(
+                    text=f"The workspace as it was at step {steps} could not be rebuilt (the working tree "
+                    "changed since the session was saved): /undo cannot go back that far.",
+                    level="warning",
+                )
+            )
 
     def _sandbox_state(self, state: str, message: str = "") -> None:
         self.status.sandbox = state
         self._emit(SandboxState(state=state, kind=self.options.sandbox_kind, message=message))
 
-    async def _wait_ready(self) -> AgentDriver:
+    async def _wait_ready(self) -> Agent:
         assert self._ready is not None
-        if not await asyncio.shield(self._ready) or self.driver is None:
+        if not await asyncio.shield(self._ready) or self.agent is None:
             raise CloverError("the session cannot work: the sandbox or the model backend did not start")
-        return self.driver
-
-    def mention_paths(self, text: str) -> str:
-        """``@path`` of a file in the repository becomes its path in the sandbox."""
-
-        def replace(match: re.Match[str]) -> str:
-            path = match.group(1).rstrip(".")
-            tail = match.group(1)[len(path) :]
-            if (self.repo / path).exists() and ".." not in path.split("/"):
-                return f"{WORKSPACE}/{path}{tail}"
-            return match.group(0)
-
-        return _MENTION.sub(replace, text)
+        return self.agent
 
     async def _send(self, text: str) -> None:
-        if self._sending:
-            self.queue.append(text)
-            self._emit(MessageQueued(text=text))
+        if self._working:
+            self._steer(text)
             return
-        self._sending = True
+        self._working = True
         try:
             pending: str | None = text
             while pending is not None:
                 await self._turn(pending)
-                pending = self.queue.pop(0) if self.queue else None
+                pending = await self._left_unread()
         finally:
-            self._sending = False
+            self._working = False
+
+    def _steer(self, text: str) -> None:
+        """A message while the agent works: the agent reads it at its next step (at once when an
+        interrupt made it wait)."""
+        sent = sandbox_paths(self.repo, text)
+        self._unread.append(sent)
+        self._emit(MessageQueued(text=text, sent=sent))
+        if self.agent is None:
+            self._held.append(sent)
+        else:
+            self.agent.send(sent)
+
+    async def _left_unread(self) -> str | None:
+        """A message the agent did not read before its run ended is the next request (any later
+        ones go in with it, read at its first step)."""
+        agent = self.agent
+        if not self._unread or agent is None:
+            return None
+        self._unread.clear()
+        agent.steering.resume()  # a new request comes of them: nothing more to wait for
+        first, *rest = await agent.steering.take_messages() or [None]
+        for text in rest:
+            self._unread.append(text)
+            agent.send(text)
+        return first
+
+    def _observe(self, event: Event) -> None:
+        if isinstance(event, MessageAdded) and event.message.get("role") == "user":
+            content = event.message.get("content")
+            if content in self._unread:
+                self._unread.remove(content)
+        elif isinstance(event, ApprovalRequested):
+            task = asyncio.get_running_loop().create_task(self._ask(event))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
 
     async def _turn(self, text: str) -> None:
+        """One request: shown, recorded, and run by the agent to its end."""
+        agent = self.agent
         saved = self.options.resume.state if self.options.resume else None
-        first_step = self.driver.next_step if self.driver else (saved.steps if saved else 0) + 1
+        first_step = agent.next_step if agent else (saved.steps if saved else 0) + 1
         turn = Turn(len(self.turns) + 1, text, first_step)
         self.turns.append(turn)
         self._emit(TurnStarted(turn=turn.turn, text=text, first_step=turn.first_step))
         self.info.title = self.info.title or " ".join(text.split())[:80]
         self.info.requests = len(self.turns)
         self._save_info()
-        if self.driver is None and self.status.sandbox == "starting":
+        if agent is None and self.status.sandbox == "starting":
             self._emit(Notice(text="Waiting for the sandbox to start…"))
         try:
-            driver = await self._wait_ready()
+            agent = await self._wait_ready()
         except CloverError as exc:
             self._emit(Notice(text=exc.message, level="error"))
             return
+        agent.budget = self._budget()  # budgets count per request
+        message = sandbox_paths(self.repo, text)
+        work = agent.continue_with(message) if agent.messages else agent.run(message, self.system)
+        self._request = asyncio.ensure_future(work)
         try:
-            await driver.run_turn(self.mention_paths(text))
+            await self._request
         finally:
+            self._request = None
             self._save_info()
 
     def _save_info(self) -> None:
@@ -291,26 +338,30 @@ class TuiSession:
         write_info(self.folder, self.info)
 
     def _interrupt(self) -> None:
-        if self.driver is not None and self.driver.interrupt():
-            self._emit(Notice(text="Interrupted. Type a correction or a new request.", level="warning"))
+        """Esc: the call under way stops (``CallInterrupted`` says so) and the agent waits for a
+        message; between calls, it waits before its next model call."""
+        agent = self.agent
+        if agent is not None and agent.running and not agent.interrupt() and not self._unread:
+            self._emit(Notice(text="The agent stops before its next model call and waits for your message."))
 
     def _answer(self, call_id: str, choice: str) -> None:
-        if self.driver is not None:
-            self.driver.answer(call_id, choice)
+        if self.agent is not None:
+            self.agent.answer_approval(call_id, Answer(choice))
 
-    async def _ask_user(self, pending: PendingApproval) -> None:
+    async def _ask(self, event: ApprovalRequested) -> None:
+        """Show the request to the person, with the diff an edit would make."""
         preview = ""
         if self.sandbox is not None:
             try:
-                preview = await edit_preview(self.sandbox, pending.name, pending.arguments)
+                preview = await edit_preview(self.sandbox, event.name, event.arguments)
             except (*RUN_ERRORS, OSError):
                 preview = ""
         self._emit(
             ApprovalNeeded(
-                call_id=pending.call_id,
-                name=pending.name,
-                arguments=pending.arguments,
-                reason=pending.reason,
+                call_id=event.call_id,
+                name=event.name,
+                arguments=event.arguments,
+                reason=event.reason,
                 preview=preview,
             )
         )
@@ -323,9 +374,10 @@ class TuiSession:
                 await starting
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(False)
-        if self.driver is not None and self.driver.busy:
-            self.driver.interrupt()
-            await asyncio.sleep(0)
+        if self._request is not None and not self._request.done():  # the run ends as interrupted
+            self._request.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
+                await self._request
         try:
             if self.backend is not None:
                 await self.backend.close()
@@ -335,88 +387,3 @@ class TuiSession:
                 self._sandbox_state("closed")
             await self.bus.drain()
             self._writer.close()
-
-    # -- commands (coroutines for :meth:`run`) -----------------------------------------------------
-
-    async def diff(self) -> str:
-        """The workspace's changes since the session started (the sandbox's diff)."""
-        await self._wait_ready()
-        assert self.sandbox is not None
-        return await self.sandbox.diff()
-
-    async def changes(self) -> tuple[str, list[FileChange]]:
-        """The files ``/apply`` can hand back now (see :mod:`clover_agent.tui.handback`)."""
-        await self._wait_ready()
-        assert self.handback is not None
-        return await self.handback.changes()
-
-    async def apply(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
-        await self._wait_ready()
-        assert self.handback is not None
-        outcome = await self.handback.apply(snapshot, chosen)
-        if outcome.applied:
-            self._emit(
-                Notice(
-                    text=f"Applied to {self.repo}: {', '.join(outcome.applied)}",
-                    data={"applied": outcome.applied},
-                )
-            )
-        for path, why in outcome.refused.items():
-            self._emit(Notice(text=f"Not applied: {path} {why}", level="warning"))
-        return outcome
-
-    async def run_tests(self, target: str | None) -> TestReport:
-        """Run the tests in the sandbox now (``/tests``), recorded as a ``TestsRun`` event."""
-        await self._wait_ready()
-        assert self.sandbox is not None
-        report = await run_tests_in(self.sandbox, target)
-        self._emit(TestsRun(phase="user", target=target or "", report=report.to_dict()))
-        return report
-
-    async def undoable(self) -> list[Turn]:
-        """The requests whose changes can be undone now (newest first)."""
-        if self.driver is None:
-            return []
-        return [
-            t for t in reversed(self.turns) if not t.undone and self.driver.can_undo_to_step(t.first_step)
-        ]
-
-    async def undo(self, turn: int) -> list[str]:
-        """Put the workspace back as it was before request ``turn``; the files that changed."""
-        driver = await self._wait_ready()
-        if driver.busy:
-            raise CloverError("the agent is working; interrupt it (Esc) before undoing")
-        target = next((t for t in self.turns if t.turn == turn), None)
-        if target is None:
-            raise CloverError(f"there is no request {turn}")
-        assert self.sandbox is not None
-        before = await self.sandbox.diff()
-        if await driver.undo_to_step(target.first_step) is None:
-            raise CloverError(f"nothing changed in the workspace since request {turn}; nothing to undo")
-        after = await self.sandbox.diff()
-        files = files_differing(before, after)
-        for t in self.turns:
-            t.undone |= t.turn >= turn
-        self._emit(TurnsUndone(turn=turn, files=files))
-        self._emit(WorkspaceChanged(step=driver.steps, call_id=f"undo-{turn}", patch=after))
-        quoted = " ".join(target.text.split())[:80]
-        driver.add_note(
-            f"I undid the changes made since my request {turn} ({quoted!r}): the workspace is back as it "
-            f"was before it{' (files put back: ' + ', '.join(files) + ')' if files else ''}. "
-            "Do not redo them unless I ask."
-        )
-        return files
-
-    async def set_policy(self, name: str) -> Policy:
-        policy = policy_named(name)
-        self.policy = policy
-        self.status.policy = policy.name
-        if self.driver is not None:
-            self.driver.agent.policy = policy
-        self._emit(Notice(text=f"Policy is now {policy.name}."))
-        return policy
-
-    async def clear(self) -> bool:
-        driver = await self._wait_ready()
-        driver.forget()
-        return True

@@ -1,4 +1,5 @@
-"""Text from the model, the tools or the repository made safe to draw.
+"""Text from the model, the tools or the repository made safe to draw; and the person's ``@path``
+mentions made sandbox paths.
 
 A terminal acts on control characters: an escape sequence in a tool's output (``\\x1b[2J``) would
 clear the screen, move the cursor or change colours under the app. Every such character is shown
@@ -9,13 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any, TypeVar
 
 from clover_agent.events import Event
+from clover_agent.sandboxes.base import WORKSPACE
 
 EventT = TypeVar("EventT", bound=Event)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+_MENTION = re.compile(r"(?<![\w/])@([\w./-]+)")
 
 
 def _picture(match: re.Match[str]) -> str:
@@ -48,3 +52,16 @@ def printable_event(event: EventT) -> EventT:
         if isinstance(getattr(event, f.name), str | list | dict)
     }
     return dataclasses.replace(event, **changes)
+
+
+def sandbox_paths(repo: Path, text: str) -> str:
+    """``@path`` of a file in ``repo`` becomes its path in the sandbox (others stay as typed)."""
+
+    def replace(match: re.Match[str]) -> str:
+        path = match.group(1).rstrip(".")
+        tail = match.group(1)[len(path) :]
+        if (repo / path).exists() and ".." not in path.split("/"):
+            return f"{WORKSPACE}/{path}{tail}"
+        return match.group(0)
+
+    return _MENTION.sub(replace, text)

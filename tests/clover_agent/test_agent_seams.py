@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from clover_agent.agent import Agent, Approvals, Budget, TrajectoryWriter, load_trajectory
+from clover_agent.agent.checkpoints import CheckpointError
 from clover_agent.agent.policy import preset
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import (
@@ -23,11 +24,14 @@ from clover_agent.events import (
     ApprovalRequested,
     CallInterrupted,
     CheckpointTaken,
+    ErrorReported,
     Event,
     EventBus,
     ModelDelta,
+    RunStarted,
     ToolCallFinished,
     ToolCallStarted,
+    WorkspaceChanged,
     WorkspaceUndone,
 )
 from clover_agent.sandboxes import Sandbox, create_sandbox
@@ -271,3 +275,94 @@ async def test_the_agent_runs_the_tools_it_is_given(sandbox: Sandbox, tmp_path: 
     assert not any(e.name == "editor" for e in seen.of(ToolCallStarted))
     (checkpoint,) = seen.of(CheckpointTaken)  # the tool said it mutates: a snapshot came first
     assert checkpoint.tool == "stamp"
+
+
+CREATE_NOTES = call("editor", command="create", path="/workspace/notes.md", file_text="one")
+EDIT_NOTES = call("editor", command="str_replace", path="/workspace/notes.md", old_str="one", new_str="two")
+
+
+def recording(trajectory: Path) -> tuple[EventBus, TrajectoryWriter]:
+    """A bus whose events go to ``trajectory``, as a front end's do."""
+    bus = EventBus()
+    writer = TrajectoryWriter(trajectory)
+    bus.subscribe(writer)
+    return bus, writer
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_undo_after_a_resume_reaches_the_steps_before_it(kind: str, repo: Path, tmp_path: Path) -> None:
+    bus, writer = recording(trajectory := tmp_path / "run" / "trajectory.jsonl")
+    async with create_sandbox(kind, sandbox_spec(repo)) as first_box:
+        backend = replay(tmp_path / "before.jsonl", CREATE_NOTES, FINISH, EDIT_NOTES, FINISH)
+        agent = Agent(backend, first_box, bus, run_id="resumed")
+        assert (await agent.run("Write notes.", "You are a test agent.")).submitted
+        agent.budget = Budget()  # a fresh budget per request: the steps count on all the same
+        assert agent.next_step == 3
+        assert (await agent.continue_with("Now two.")).submitted
+    writer.close()
+    state = load_trajectory(trajectory)
+    assert [(c.turn, c.tool) for c in state.checkpoints] == [(1, "editor:create"), (3, "editor:str_replace")]
+    assert state.checkpoints[0].patch == "" and "+one" in state.checkpoints[1].patch
+
+    async with create_sandbox(kind, sandbox_spec(repo)) as box:  # a fresh sandbox: no snapshot in it
+        bus = EventBus()
+        seen = Recorder(bus)
+        again = Agent(replay(tmp_path / "after.jsonl", FINISH), box, bus, run_id="resumed")
+        assert await again.resume(state, fresh_budget=True) == []
+        assert (await box.read_file("/workspace/notes.md")) == b"two" and again.next_step == 5
+        assert (await again.undo(3)) is not None  # a step of the first sandbox's
+        assert (await box.read_file("/workspace/notes.md")) == b"one"
+        assert seen.of(WorkspaceUndone)[0].undone == "step 3 editor:str_replace"
+        assert (await again.undo(1)) is not None
+        assert "notes.md" not in (await box.exec("ls /workspace")).output
+        assert await box.diff() == ""
+        assert (await again.continue_with("Leave it.")).submitted  # the conversation goes on
+
+
+async def test_after_a_resume_a_snapshot_that_cannot_be_rebuilt_is_named(repo: Path, tmp_path: Path) -> None:
+    """The working tree changed between the sessions, so a recorded diff does not apply to it any
+    more: undo says which step it cannot reach and which it can."""
+    bus, writer = recording(trajectory := tmp_path / "run" / "trajectory.jsonl")
+    async with create_sandbox("local", sandbox_spec(repo)) as first_box:
+        agent = Agent(
+            replay(tmp_path / "a.jsonl", CREATE_NOTES, EDIT_NOTES, FINISH), first_box, bus, run_id="lost"
+        )
+        assert (await agent.run("Write notes.", "You are a test agent.")).submitted
+        assert not agent.checkpoints.can_undo_to(3)  # nothing changed since step 3 began
+    writer.close()
+    state = load_trajectory(trajectory)
+    (repo / "notes.md").write_text("mine\n")  # the person's own file of that name, not committed
+    async with create_sandbox("local", sandbox_spec(repo)) as box:
+        again = Agent(replay(tmp_path / "b.jsonl", FINISH), box, EventBus(), run_id="lost")
+        with pytest.raises(CheckpointError, match="could not restore the workspace"):
+            await again.resume(state, fresh_budget=True)  # the saved patch creates notes.md too
+        # step 1's snapshot (before the create) holds no change: it is made again; step 2's is not
+        assert [(c.turn, bool(c.commit)) for c in again.checkpoints.taken] == [(1, True), (2, False)]
+        assert again.checkpoints.can_undo_to(1) and not again.checkpoints.can_undo_to(2)
+        with pytest.raises(
+            CheckpointError, match=r"step 2 could not be rebuilt .*; undo can go back to step 1"
+        ):
+            await again.undo(2)
+        assert (await again.undo(1)) is not None
+        assert (await box.read_file("/workspace/notes.md")) == b"mine\n"
+
+
+def test_a_snapshot_taken_when_the_diff_was_unreadable_is_not_rebuilt(tmp_path: Path) -> None:
+    """The trajectory knows what a snapshot held only while the recorded diff is the workspace's:
+    after a change whose diff could not be read, the next snapshot's state is unknown until a diff
+    is recorded again."""
+    path = tmp_path / "trajectory.jsonl"
+    writer = TrajectoryWriter(path)
+    for event in (
+        RunStarted(run_id="r", task="t", backend="replay"),
+        CheckpointTaken(turn=1, ref="a", commit="1" * 40, tool="editor:create"),
+        WorkspaceChanged(step=1, call_id="c1", patch="P1"),
+        ErrorReported(kind="workspace", message="the workspace diff could not be read"),
+        CheckpointTaken(turn=2, ref="b", commit="2" * 40, tool="shell"),
+        WorkspaceChanged(step=3, call_id="c3", patch="P3"),
+        CheckpointTaken(turn=4, ref="c", commit="3" * 40, tool="shell"),
+    ):
+        writer(event)
+    writer.close()
+    recorded = load_trajectory(path).checkpoints
+    assert [(c.turn, c.patch) for c in recorded] == [(1, ""), (2, None), (4, "P3")]

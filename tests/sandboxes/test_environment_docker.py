@@ -27,7 +27,7 @@ from clover_agent.sandboxes.env_image import (
 )
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, host_package_index
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, host_package_index
 from clover_agent.tools.run_tests import run_tests_in
 from tests.git_repos import make_repo
 
@@ -50,7 +50,7 @@ def spec_for(repo: Path, messages: list[str] | None = None, **options: object) -
 def remove_environment_images(tmp_path: Path) -> Iterator[None]:
     """Remove the environment images made for this test's repositories afterwards."""
     yield
-    client = docker_client({})
+    client = docker_client(Settings.load().docker_env)
     try:
         mine = [
             i
@@ -83,7 +83,7 @@ def project(root: Path, *, dependency: str = "text-unidecode==1.3", extra: str =
 
 def own_leftovers() -> list[dict]:
     """Containers of this test process still on the engine."""
-    client = docker_client({})
+    client = docker_client(Settings.load().docker_env)
     try:
         found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
         return [c for c in found if (c.get("Labels") or {}).get(LABEL_OWNER_PID) == str(os.getpid())]
@@ -149,7 +149,7 @@ async def test_changed_dependency_files_make_a_new_environment_and_prune_removes
         serial = await run_tests_in(sb, None)
         assert serial.passed == 2 and "workers" not in serial.output
     assert first != second
-    client = docker_client({})
+    client = docker_client(Settings.load().docker_env)
     try:
         ours = {
             i["RepoTags"][0]
@@ -169,7 +169,7 @@ async def test_changed_dependency_files_make_a_new_environment_and_prune_removes
     )
     assert prune.returncode == 0, prune.stderr
     assert "environment image" in prune.stdout
-    client = docker_client({})
+    client = docker_client(Settings.load().docker_env)
     try:
         left = {t for i in environment_images(client) for t in i.get("RepoTags") or []}
     finally:

@@ -48,12 +48,12 @@ async def test_prompt_lines_history_and_path_completion(tmp_path: Path) -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: _done(app), "the first request")
         assert [m.text for m in app.query(UserMessage)] == ["look at @calculator.py \nand the tests"]
-        users = [m["content"] for m in app.session.driver.conversation if m["role"] == "user"]
+        users = [m["content"] for m in app.session.agent.messages if m["role"] == "user"]
         assert users[-1] == "look at /workspace/calculator.py \nand the tests"  # the mention: a sandbox path
 
         await send(pilot, "and @nothing-such.py")  # not a file: left as typed
         await wait_for(pilot, lambda: _done(app, 2), "the second request")
-        users = [m["content"] for m in app.session.driver.conversation if m["role"] == "user"]
+        users = [m["content"] for m in app.session.agent.messages if m["role"] == "user"]
         assert users[-1] == "and @nothing-such.py"
 
         assert prompt.text == ""
@@ -118,7 +118,7 @@ async def test_folding_thinking_rejecting_a_file_tests_policy_export_help(tmp_pa
 
         await send(pilot, "/policy read-only")
         await wait_for(pilot, lambda: "Policy is now read-only." in _notices(app), "the policy change")
-        assert app.session.driver.agent.policy.name == "read-only"
+        assert app.session.agent.policy.name == "read-only"
         await send(pilot, "/policy nonsense")
         await wait_for(pilot, lambda: "unknown policy 'nonsense'" in _notices(app), "the refusal")
 

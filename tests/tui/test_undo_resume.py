@@ -1,4 +1,5 @@
-"""/undo through the agent's checkpoints, and saved sessions resumed (by id and from the picker)."""
+"""/undo through the agent's checkpoints (``Agent.undo``), and saved sessions resumed (by id and from the
+picker), where /undo still reaches the requests made before the resume."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from clover_agent.backends.replay import ReplayBackend
-from clover_agent.events import Done
+from clover_agent.events import Done, WorkspaceUndone
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.picker import PickerScreen
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.store import list_sessions, load_session
+from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay
@@ -27,6 +29,10 @@ DOC_SUBTRACT = call(
 
 def _done(app: CloverApp, count: int) -> bool:
     return sum(isinstance(e, Done) for e in app.events) >= count
+
+
+def _notices(app: CloverApp) -> str:
+    return " ".join(n.text for n in app.query(NoticeLine))
 
 
 def _diff(app: CloverApp) -> str:
@@ -60,8 +66,15 @@ async def test_undo_to_an_earlier_request(tmp_path: Path) -> None:
         messages = {m.turn: m for m in app.query(UserMessage)}
         await wait_for(pilot, lambda: messages[2].has_class("-undone"), "request 2 marked undone")
         assert not messages[1].has_class("-undone")
-        note = app.session.driver.conversation[-1]
-        assert note["role"] == "user" and "undid the changes made since my request 2" in note["content"]
+        undone = [e for e in app.events if isinstance(e, WorkspaceUndone)]
+        assert [(u.step, u.undone) for u in undone] == [(3, "step 3 editor:str_replace")]
+        await wait_for(
+            pilot,
+            lambda: "Workspace back to step 3: undid step 3 editor:str_replace" in _notices(app),
+            "the undo shown",
+        )
+        note = app.session.agent.messages[-1]  # Agent.undo told the model
+        assert note["role"] == "user" and "undid the changes made since step 3" in note["content"]
 
         await send(pilot, "/undo")  # no number: pick from the requests that can still be undone
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the undo picker")
@@ -100,17 +113,32 @@ async def test_a_saved_session_resumes_with_its_transcript_workspace_and_convers
         # the transcript is redrawn from the saved events
         assert [m.text for m in second.query(UserMessage)] == ["fix add"]
         assert [c.tool for c in second.query(ToolCard)] == ["editor", "finish"]
-        await wait_for(pilot, lambda: second.session.driver is not None, "the resumed sandbox")
+        await wait_for(pilot, lambda: second.session.agent is not None, "the resumed sandbox")
         assert "return a + b" in _diff(second)  # the saved change is in the fresh sandbox
 
         await send(pilot, "now document subtract")
         await wait_for(pilot, lambda: _done(second, 2), "the resumed session's request")  # 1 redrawn + 1 new
-        conversation = second.session.driver.conversation
+        conversation = second.session.agent.messages
         users = [m["content"] for m in conversation if m["role"] == "user"]
         assert users == ["fix add", "now document subtract"]
         diff = _diff(second)
         assert "return a + b" in diff and "(a - b)" in diff
         assert second.session.session_id == session_id
+
+        # /undo reaches the request made before the resume (its snapshot was made again)
+        await send(pilot, "/undo")
+        await wait_for(pilot, lambda: isinstance(second.screen, PickerScreen), "the undo picker")
+        assert [key for key, _ in second.screen.entries] == ["2", "1"]
+        await pilot.press("escape")
+        await send(pilot, "/undo 1")
+        await wait_for(pilot, lambda: _diff(second) == "", "the undo of request 1")
+        undone = [e for e in second.events if isinstance(e, WorkspaceUndone)]
+        assert [(u.step, u.undone) for u in undone] == [
+            (1, "step 1 editor:str_replace, step 3 editor:str_replace")
+        ]
+        messages = {m.turn: m for m in second.query(UserMessage)}
+        await wait_for(pilot, lambda: messages[1].has_class("-undone"), "request 1 marked undone")
+        assert messages[2].has_class("-undone")
         await pilot.press("ctrl+q")
     assert list_sessions(repo)[0].requests == 2
 

@@ -11,14 +11,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from clover_agent.tui.driver import ALWAYS, DENY, ONCE
+from clover_agent.agent.approvals import Answer
 from clover_agent.tui.events import ApprovalNeeded
 from clover_agent.tui.widgets.diff_view import DiffView
 from clover_agent.tui.widgets.tool_card import summarize
 
 
 class ApprovalScreen(ModalScreen[str]):
-    """Dismissed with ``once``, ``always`` or ``deny`` (Esc denies)."""
+    """Dismissed with an :class:`~clover_agent.agent.approvals.Answer` (Esc denies)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "choose('once')", "Allow once"),
@@ -62,7 +62,7 @@ class ApprovalScreen(ModalScreen[str]):
                 yield Button("Deny (n)", id="deny", variant="error")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss({"once": ONCE, "always": ALWAYS}.get(event.button.id or "", DENY))
+        self.dismiss(Answer(event.button.id) if event.button.id in set(Answer) else Answer.DENY)
 
     def action_choose(self, choice: str) -> None:
         self.dismiss(choice)

@@ -12,8 +12,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from clover_agent.events import (
+    CallInterrupted,
     Done,
     Event,
+    MessageAdded,
     ModelDelta,
     ModelResponded,
     ProvisionalBlock,
@@ -59,6 +61,7 @@ class StatusBar(Static):
         self.tokens_per_s: float | None = None
         self.tokens_per_forward: float | None = None
         self.busy = False
+        self.waiting = False  # interrupted: the agent waits for the person's message
         self._call_started: float | None = None  # first streamed event of the model call going on
         self._passes = 0  # denoising passes in that call
         self._last_time = 0.0
@@ -89,8 +92,12 @@ class StatusBar(Static):
             self._call_started, self._passes = None, 0
         elif isinstance(event, ToolCallFinished):
             self._call_started = event.time  # the next model call starts about now
+        elif isinstance(event, CallInterrupted):
+            self.waiting = True
+        elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
+            self.waiting = False
         elif isinstance(event, Done):
-            self.busy = False
+            self.busy = self.waiting = False
             self._call_started = None
         self.refresh_line()
 
@@ -105,6 +112,8 @@ class StatusBar(Static):
             (self.backend, "bold"),
             (f"{self.sandbox_kind or 'sandbox'} {self.sandbox}", state_style),
         ]
+        if self.waiting:
+            parts.append(("interrupted: waiting for you", "yellow bold"))
         max_steps = self.limits.get("max_steps")
         if self.busy and self.turn_started is not None:
             used = max(0, self.step - self.turn_first_step + 1)

@@ -68,6 +68,7 @@ class ToolCard(Vertical, can_focus=True):
         self.folded = True
         self.foldable = False
         self.decision = ""  # e.g. "allowed by user"
+        self.was_interrupted = False  # Esc stopped it (CallInterrupted)
         self._before_tests: dict[str, str] | None = None
         self._head = Static(
             Text.assemble((f"▸ {name} ", "bold"), summarize(name, arguments)), classes="card-head"
@@ -87,6 +88,11 @@ class ToolCard(Vertical, can_focus=True):
         if css_class:
             self.set_class(True, css_class)
 
+    def interrupted(self) -> None:
+        """The person interrupted this call (Esc): its processes were stopped."""
+        self.was_interrupted = True
+        self.note("interrupted", "-error")
+
     def decided(self, approved: bool, by: str) -> None:
         """The policy's or the person's decision on this call; it stays in the status line."""
         self.decision = f"{'allowed' if approved else 'denied'} by {by}"
@@ -97,7 +103,8 @@ class ToolCard(Vertical, can_focus=True):
         self.remove_class("-running", "-waiting")
         self.add_class("-error" if result.is_error else "-ok")
         data = result.data or {}
-        parts = ["✗ failed" if result.is_error else "✓ done", f"{result.duration_s:.1f} s"]
+        outcome = "✗ interrupted" if self.was_interrupted else "✗ failed" if result.is_error else "✓ done"
+        parts = [outcome, f"{result.duration_s:.1f} s"]
         if self.decision:
             parts.insert(1, self.decision)
         if data.get("exit_code") is not None:

@@ -13,16 +13,19 @@ from textual.containers import VerticalScroll
 
 from clover_agent.events import (
     ApprovalDecided,
+    CallInterrupted,
     ContextCondensed,
     Done,
     ErrorReported,
     Event,
+    MessageAdded,
     ModelDelta,
     ModelResponded,
     ProvisionalBlock,
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
+    WorkspaceUndone,
 )
 from clover_agent.tui.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
 from clover_agent.tui.widgets.agent_text import AgentText
@@ -67,7 +70,7 @@ class Transcript(VerticalScroll):
         """Draw ``event`` (events this view does not show are ignored)."""
         if isinstance(event, TurnStarted):
             await self._end_stream()
-            queued = next((m for m in self._queued if m.text == event.text), None)
+            queued = next((m for m in self._queued if event.text in (m.text, m.sent)), None)
             if queued is not None:
                 self._queued.remove(queued)
                 queued.remove_class("-queued")
@@ -76,11 +79,30 @@ class Transcript(VerticalScroll):
                 await self.mount(UserMessage(event.text, event.turn))
         elif isinstance(event, MessageQueued):
             message = UserMessage(
-                event.text + "  (queued: sent when the agent's turn ends; Esc sends it now)", queued=True
+                event.text + "  (queued: the agent reads it after its current call; Esc: now)", queued=True
             )
-            message.text = event.text
+            message.text, message.sent = event.text, event.sent or event.text
             self._queued.append(message)
             await self.mount(message)
+        elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
+            read = next((m for m in self._queued if m.sent == event.message.get("content")), None)
+            if read is not None:  # the agent read a queued message
+                self._queued.remove(read)
+                read.remove_class("-queued")
+                read.show(read.text, None)
+        elif isinstance(event, CallInterrupted):
+            await self._end_stream()
+            card = self._cards.get(event.call_id or "")
+            if card is not None:
+                card.interrupted()
+            during = "the model's reply" if event.during == "model" else f"the {event.name} call"
+            await self.mount(
+                NoticeLine(f"Interrupted {during}; the agent waits for your message.", "warning")
+            )
+        elif isinstance(event, WorkspaceUndone):
+            await self.mount(
+                NoticeLine(f"Workspace back to step {event.step}: undid {event.undone}", "warning")
+            )
         elif isinstance(event, ModelDelta):
             await self._delta(event)
         elif isinstance(event, ProvisionalBlock):

@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 
 class UserMessage(Static):
-    """The text the person sent. Classes: ``-queued`` (waits for the agent's turn to end),
+    """The text the person sent. Classes: ``-queued`` (sent while the agent works, not read by it yet),
     ``-undone`` (its changes were undone)."""
 
     DEFAULT_CSS = """
@@ -25,6 +25,7 @@ class UserMessage(Static):
         super().__init__(classes="-queued" if queued else "")
         self.turn = turn
         self.text = text
+        self.sent = text  # as the agent gets it (@paths resolved): how a queued one is recognised
         self.show(text, turn)
 
     def show(self, text: str, turn: int | None) -> None:

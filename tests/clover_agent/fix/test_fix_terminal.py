@@ -120,7 +120,7 @@ def test_no_color_at_a_terminal_and_a_pipe_give_plain_text(tmp_path: Path, serve
     assert done.returncode == ExitCode.OK, done.stdout[-3000:]
     assert "\x1b" not in done.stdout, "not a terminal: no escape sequences at all"
     # Plain lines instead of the live area: each phase, and each model call's figures.
-    assert "… tests before: running the whole suite (the baseline)" in done.stdout
+    assert "… tests before: the regression baseline: the whole suite" in done.stdout
     assert re.search(r"^  step 1: [\d,]+ tokens out in \d+\.\d s.*; prompt [\d,]+ tokens$", done.stdout, re.M)
     assert re.search(r"^  agent       submitted; 5 model calls; ", done.stdout, re.M)
 

@@ -1,0 +1,137 @@
+"""``--json-events``: the CI run's events as JSON Lines on stdout, a small versioned subset.
+
+The trajectory (``trajectory.jsonl``) holds every event of the run in the agent's own, richer and
+changing vocabulary. What a CI job consumes as the run goes is this subset instead, stable within a
+version (:data:`EVENTS_VERSION`; its JSON Schema is :data:`EVENTS_SCHEMA_FILE`, documented in
+docs/ci.md). Every line is one object with ``v`` (the version), ``type``, ``time`` (seconds since
+the epoch) and ``run_id``; ``type`` is one of:
+
+- ``run_started``: the run begins (``repo``, ``target``, ``version``);
+- ``turn``: one model turn (``step``, its visible ``text``, the ``tool_calls`` named, tokens);
+- ``tool_call`` / ``tool_result``: a call the model made, and what it returned;
+- ``tests``: a test run of the bot's own (``phase``: target_before, suite_before, target_after,
+  suite_after, without_change), with its counts and failing tests;
+- ``finished``: the last line, always: ``status``, ``exit_code``, ``message`` and ``result``
+  (the content of ``result.json``).
+
+Long texts are cut (:data:`TEXT_LIMIT` characters; the trajectory keeps them whole). A new field
+may appear within a version; a field changing meaning or going away makes a new version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from clover_agent import __version__
+from clover_agent.events import (
+    Event,
+    ModelResponded,
+    TaskStarted,
+    TestsRun,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+
+EVENTS_VERSION = 1
+EVENTS_SCHEMA_FILE = Path(__file__).with_name("events.schema.json")
+#: Characters of one text field in an event line.
+TEXT_LIMIT = 4000
+#: Failing test ids named in a ``tests`` line.
+FAILING_SHOWN = 50
+
+
+def events_schema() -> dict[str, Any]:
+    """The JSON Schema of one ``--json-events`` line."""
+    return json.loads(EVENTS_SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
+class JsonEvents:
+    """Bus subscriber writing the subset to ``out``, one flushed line per event; :meth:`finished`
+    writes the last line."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.run_id: str | None = None
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line is not None:
+            self._write(line["type"], event.time, line["fields"])
+
+    def finished(self, result: dict[str, Any], time: float) -> None:
+        self.run_id = result.get("run_id") or self.run_id
+        self._write(
+            "finished",
+            time,
+            {
+                "status": result["status"],
+                "exit_code": result["exit_code"],
+                "message": result["message"],
+                "result": result,
+            },
+        )
+
+    def _line(self, event: Event) -> dict[str, Any] | None:
+        if isinstance(event, TaskStarted):
+            self.run_id = event.run_id
+            return _of("run_started", repo=event.repo, target=event.target or None, version=__version__)
+        if isinstance(event, ModelResponded):
+            return _of(
+                "turn",
+                step=event.step,
+                text=_cut(event.content),
+                tool_calls=[(call.get("function") or {}).get("name", "") for call in event.tool_calls],
+                format_error=event.format_error,
+                prompt_tokens=event.prompt_tokens,
+                completion_tokens=event.completion_tokens,
+                finish_reason=event.finish_reason,
+            )
+        if isinstance(event, ToolCallStarted):
+            arguments = {k: _cut(v) if isinstance(v, str) else v for k, v in event.arguments.items()}
+            return _of(
+                "tool_call", step=event.step, call_id=event.call_id, name=event.name, arguments=arguments
+            )
+        if isinstance(event, ToolCallFinished):
+            return _of(
+                "tool_result",
+                step=event.step,
+                call_id=event.call_id,
+                name=event.name,
+                is_error=event.is_error,
+                output=_cut(event.output),
+                duration_s=round(event.duration_s, 3),
+            )
+        if isinstance(event, TestsRun):
+            report = event.report
+            outcomes = report.get("outcomes") or {}
+            failing = [t for t, outcome in outcomes.items() if outcome in ("failed", "error")]
+            return _of(
+                "tests",
+                phase=event.phase,
+                target=event.target or None,
+                passed=report.get("passed", 0),
+                failed=report.get("failed", 0),
+                errors=report.get("errors", 0),
+                skipped=report.get("skipped", 0),
+                all_passed=bool(report.get("all_passed")),
+                failing=failing[:FAILING_SHOWN],
+                problem=report.get("problem"),
+            )
+        return None
+
+    def _write(self, kind: str, time: float, fields: dict[str, Any]) -> None:
+        line = {"v": EVENTS_VERSION, "type": kind, "time": round(time, 3), "run_id": self.run_id, **fields}
+        self.out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        self.out.flush()
+
+
+def _of(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "fields": fields}
+
+
+def _cut(text: str) -> str:
+    if len(text) <= TEXT_LIMIT:
+        return text
+    return text[:TEXT_LIMIT] + f"\n[... {len(text) - TEXT_LIMIT:,} more characters in the trajectory]"

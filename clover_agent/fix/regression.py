@@ -1,0 +1,153 @@
+"""Which tests the ``fix`` workflow checks for regressions: the scope, and the run target it means.
+
+- ``suite`` (default): every test, before the agent and after it.
+- ``related``: the test files of the target, and the test files that import a module or name of
+  the project that those import (``from pkg.mod import f`` relates files importing ``pkg.mod`` or
+  ``pkg.mod.f``; read from the files' ``import`` statements, the project's own top-level modules
+  only): the tests a change for this target is most likely to break, in a fraction of the suite's
+  time.
+- ``none``: no regression run; the verdict then says that only the target was checked.
+
+Each phase runs its regression tests once (the baseline before the agent, the check after it),
+in parallel where the project has pytest-xdist (:data:`WORKERS`).
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+from dataclasses import dataclass
+
+from clover_agent.fix.diagnosis import workspace_module_names
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.run_tests import TestReport
+
+REGRESSION_SCOPES = ("suite", "related", "none")
+DEFAULT_SCOPE = "suite"
+#: pytest-xdist processes for a regression run (the sandbox has 2 CPUs by default).
+WORKERS = 2
+_TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
+#: Folders never searched for test files.
+_SKIPPED = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "__pycache__"}
+
+
+#: What the baseline of a run without regression runs says (kept so a resumed run knows).
+NO_REGRESSION_RUN = "no regression run (--regression none): only the target is checked"
+
+
+def skipped_regression_report() -> TestReport:
+    """The stand-in baseline of a run with ``--regression none``."""
+    return TestReport(framework="none", command="", target=None, exit_code=None, problem=NO_REGRESSION_RUN)
+
+
+def regression_skipped(baseline: TestReport) -> bool:
+    return baseline.problem == NO_REGRESSION_RUN and not baseline.outcomes
+
+
+@dataclass(frozen=True)
+class RegressionSelection:
+    """What the regression runs cover: ``target`` for ``run_tests`` (None: the whole suite), or
+    nothing at all (``scope == "none"``)."""
+
+    scope: str
+    target: str | None
+    files: tuple[str, ...] = ()  # the related test files
+
+    @property
+    def runs(self) -> bool:
+        return self.scope != "none"
+
+    def describe(self) -> str:
+        if self.scope == "suite":
+            return "the whole suite"
+        if self.scope == "none":
+            return "no regression run (only the target is checked)"
+        shown = ", ".join(self.files[:5]) + (
+            f" and {len(self.files) - 5} more" if len(self.files) > 5 else ""
+        )
+        return f"{len(self.files)} related test file{'s' if len(self.files) != 1 else ''} ({shown})"
+
+
+def _case_base(test_id: str) -> str:
+    """``tests/t.py::test_f[a-1]`` without its parametrize id: ``tests/t.py::test_f``."""
+    return re.sub(r"\[.*\]$", "", test_id)
+
+
+def renamed_cases(before: TestReport, after: TestReport) -> set[str]:
+    """The tests of ``before`` that are gone from ``after`` only because their parametrize ids
+    differ between runs (ids made from the clock, random values or object addresses, e.g. a case
+    named after ``datetime.now()``): their test function has as many cases in both runs, and those
+    only in ``after`` all passed. A deleted, deselected or failing case is not among them."""
+
+    def cases(report: TestReport) -> dict[str, set[str]]:
+        grouped: dict[str, set[str]] = {}
+        for test_id in report.outcomes:
+            if test_id.endswith("]"):
+                grouped.setdefault(_case_base(test_id), set()).add(test_id)
+        return grouped
+
+    was, now = cases(before), cases(after)
+    renamed: set[str] = set()
+    for base, old in was.items():
+        new = now.get(base, set())
+        gone, added = old - new, new - old
+        if gone and len(old) == len(new) and all(after.outcomes[t] == "passed" for t in added):
+            renamed |= gone
+    return renamed
+
+
+async def select_regression(sandbox: Sandbox, scope: str, target_tests: list[str]) -> RegressionSelection:
+    """The regression tests for ``scope`` given the target's test ids (``tests/test_x.py::...``)."""
+    if scope not in REGRESSION_SCOPES:
+        raise ValueError(f"unknown regression scope {scope!r}")
+    if scope != "related":
+        return RegressionSelection(scope, None)
+    own = sorted({t.split("::")[0] for t in target_tests if t.split("::")[0].endswith(".py")})
+    files = await _test_files(sandbox)
+    project = await workspace_module_names(sandbox)
+    imports = {f: {m for m in await _imports(sandbox, f) if m.split(".")[0] in project} for f in files}
+    wanted = set().union(*(imports.get(f, set()) for f in own)) if own else set()
+    related = sorted(set(own) | {f for f, mods in imports.items() if mods & wanted})
+    if not related:  # nothing to narrow to (no test files known): check everything
+        return RegressionSelection("suite", None)
+    return RegressionSelection("related", " ".join(related), tuple(related))
+
+
+async def _test_files(sandbox: Sandbox) -> list[str]:
+    entries = await sandbox.list_files(WORKSPACE, max_depth=6)
+    found = []
+    for entry in entries:
+        rel = entry.path[len(WORKSPACE) + 1 :]
+        if entry.is_dir or not _TEST_FILE.search(rel) or _SKIPPED & set(rel.split("/")[:-1]):
+            continue
+        found.append(rel)
+    return sorted(found)
+
+
+async def _imports(sandbox: Sandbox, rel: str) -> set[str]:
+    """The dotted modules ``rel`` imports, each with its parents (``a.b.c`` gives ``a.b`` and
+    ``a.b.c``), top-level packages that every test imports (the project itself) left out so they
+    do not relate everything to everything."""
+    try:
+        tree = ast.parse((await sandbox.read_file(f"{WORKSPACE}/{rel}")).decode("utf-8", "replace"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    package = posixpath.dirname(rel).replace("/", ".")
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
+            if base:
+                names.add(base)
+    modules = set()
+    for name in names:
+        parts = name.split(".")
+        modules.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return modules

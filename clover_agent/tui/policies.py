@@ -1,0 +1,42 @@
+"""The policies the TUI offers: the core's presets and its own ``ask`` (ask before every call that
+may change the workspace), and what every TUI session tells the model about working with a person."""
+
+from __future__ import annotations
+
+from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule
+from clover_agent.errors import UsageError
+
+#: Said to the model in every TUI session, after the repository's system prompt.
+INTERACTIVE_NOTE = """
+
+# Working with the user
+You are pair-programming with a person in a terminal. Each of their messages is a request; work on
+it with your tools, and when it is done (or you need their answer to go on) call `finish` with your
+reply to them. They may interrupt you and correct course: follow their latest message."""
+
+
+def _mutating_editor_rules(decision: Decision) -> tuple[Rule, ...]:
+    commands = ("create", "str_replace", "insert", "undo_edit")
+    return tuple(Rule(decision, tool=f"editor:{c}") for c in commands)
+
+
+#: The TUI's own preset beside the core's: ask before every call that may change the workspace.
+ASK_POLICY = Policy(
+    "ask",
+    (
+        Rule(Decision.DENY, tool="*", path="!/workspace/*"),
+        *_mutating_editor_rules(Decision.ASK),
+        Rule(Decision.ASK, tool="shell"),
+    ),
+    default=Decision.ALLOW,
+)
+
+#: Policies the TUI offers: the core's presets and its own ``ask``.
+POLICIES: dict[str, Policy] = {**PRESETS, ASK_POLICY.name: ASK_POLICY}
+
+
+def policy_named(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}") from None

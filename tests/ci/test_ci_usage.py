@@ -1,0 +1,144 @@
+"""``clover-agent ci``'s checks before anything runs: each is exit 2 with one clear message, the
+working tree untouched, and (once the output folder is the bot's) result.json and a ``finished``
+event saying so. None of these needs Docker: they stop before a sandbox is made."""
+
+from __future__ import annotations
+
+import pytest
+
+from clover_agent.ci.result import model_of
+from clover_agent.ci.safety import SANDBOX_VARIABLES, sandbox_environment, stored_credentials
+from tests.ci.ci_runs import run_ci
+from tests.cli_process import run_cli
+from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo
+from tests.git_repos import git
+
+REPLAYED = ("--backend", "replay", "--replay", str(REPLAY))
+
+
+def test_a_missing_task_is_a_usage_error(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    proc = run_cli("ci", "--repo", str(repo), "--output-dir", str(tmp_path / "out"), *REPLAYED)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: clover-agent ci ")
+    assert "one of the arguments --task --task-file is required" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    both = run_cli(
+        "ci", "--task", "x", "--task-file", "f", "--repo", str(repo), "--output-dir", str(tmp_path / "o")
+    )
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_task_of_hidden_text_only_is_empty(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    run = run_ci(repo, tmp_path / "out", "--task", "<!-- fix it -->\u200b", *REPLAYED)
+    assert run.code == 2
+    assert "the task (--task) is empty once hidden text is removed" in run.stderr
+    assert run.result["task"]["removed"] == {"html_comments": 1, "invisible_characters": 1}
+    assert run.result["agent"] is None and run.result["outputs"]["trajectory"] is None
+    assert run.result["starting_commit"] == git(repo, "rev-parse", "HEAD").strip()
+    assert "NOT RUN: usage or configuration error" in run.summary
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("http.https://github.com/.extraheader", "AUTHORIZATION: basic c2VjcmV0LXRva2Vu", "extraheader"),
+        ("remote.origin.url", "https://x-access-token:ghs_secret123@github.com/o/r.git", "remote.origin.url"),
+        ("credential.helper", "store --file=.git/creds", "credential.helper"),
+    ],
+)
+def test_stored_git_credentials_are_refused(tmp_path, key: str, value: str, shown: str) -> None:
+    repo = calculator_repo(tmp_path)
+    git(repo, "config", key, value)
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", *REPLAYED)
+    assert run.code == 2
+    assert (
+        "holds credentials" in run.stderr
+        and shown in run.stderr
+        and "persist-credentials: false" in run.stderr
+    )
+    secret = value.split(":")[-1].split("@")[0] if "@" in value else value.split()[-1]
+    assert secret not in run.outputs_text()
+
+
+def test_harmless_git_configuration_is_not_a_credential(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    git(repo, "config", "remote.origin.url", "https://github.com/o/r.git")
+    git(repo, "config", "credential.helper", "")  # turning helpers off
+    git(repo, "config", "url.git@github.com:.insteadOf", "https://github.com/")
+    assert stored_credentials(repo) == []
+
+
+def test_the_bot_works_on_a_clean_commit(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    (repo / "calculator.py").write_text("# edited\n")
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", *REPLAYED)
+    assert run.code == 2 and "has uncommitted changes or untracked files (M calculator.py)" in run.stderr
+    git(repo, "checkout", "calculator.py")
+    (repo / "notes.txt").write_text("untracked\n")
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", *REPLAYED)
+    assert run.code == 2 and "?? notes.txt" in run.stderr
+
+
+def test_the_output_folder_must_be_the_bots_own(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    run = run_ci(repo, repo / "out", "--task", "fix add", *REPLAYED)  # inside the tree, not ignored
+    assert run.code == 2 and "is inside the repository and not ignored by git" in run.stderr
+    assert not (repo / "out").exists()
+    assert [e["type"] for e in run.events] == ["finished"] and run.events[0]["result"][
+        "status"
+    ] == "usage_error"
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("keep me\n")
+    run = run_ci(repo, full, "--task", "fix add", *REPLAYED)
+    assert run.code == 2 and "is not empty (mine.txt)" in run.stderr
+    assert (full / "mine.txt").read_text() == "keep me\n" and not (full / "result.json").exists()
+
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", "--target=--junitxml=/workspace/x", *REPLAYED)
+    assert run.code == 2 and "looks like an option" in run.stderr
+    assert run.result["status"] == "usage_error"
+    # The same folder again: the previous run's files are replaced by this one's.
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", "--target=-k add", "--backend", "replay")
+    assert run.code == 2 and "--backend replay needs --replay FILE" in run.stderr
+
+
+def test_an_ignored_output_folder_inside_the_repository_is_fine(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    (repo / ".gitignore").write_text("/out/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore out")
+    run = run_ci(repo, repo / "out", "--task", "<!-- -->", *REPLAYED)
+    assert run.code == 2 and "empty once hidden text is removed" in run.stderr
+    assert (repo / "out" / "result.json").exists()
+
+
+def test_a_task_file_that_cannot_be_read(tmp_path) -> None:
+    repo = calculator_repo(tmp_path)
+    proc = run_cli("ci", "--task-file", str(tmp_path / "nope.md"), "--repo", str(repo), "--output-dir",
+                   str(tmp_path / "out"), *REPLAYED)  # fmt: skip
+    assert (
+        proc.returncode == 2
+        and f"--task-file {tmp_path / 'nope.md'}: No such file or directory" in proc.stderr
+    )
+
+
+def test_only_the_allow_listed_variables_go_into_the_sandbox() -> None:
+    host = {
+        "CI": "true",
+        "TZ": "UTC",
+        "GITHUB_TOKEN": "ghp_x",
+        "CLOVER_API_KEY": "sk",
+        "PATH": "/bin",
+        "LANG": "",
+    }
+    assert sandbox_environment(host) == {"CI": "true", "TZ": "UTC"}
+    assert not any(word in name for name in SANDBOX_VARIABLES for word in ("KEY", "TOKEN", "SECRET", "PASS"))
+
+
+def test_the_model_named_by_a_backend() -> None:
+    assert model_of("engine:Clover-35B-A3B@cuda") == "Clover-35B-A3B"
+    assert model_of("openai:clover@gpu-host:30000") == "clover"
+    assert model_of("replay:turns.jsonl") is None and model_of(None) is None
