@@ -33,7 +33,7 @@ from clover_agent.backends.base import (
     ModelBackend,
     ModelTurn,
 )
-from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
+from clover_agent.backends.threads import BackendThreads, iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.chat import render_chat
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.locate import ModelSources
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 CPU_MAX_WEIGHT_BYTES = 2 * GiB
 #: Tokens an answer may take when the caller sets no limit (reasoning included).
 DEFAULT_MAX_NEW_TOKENS = 8192
+#: How long :meth:`EngineBackend.close` waits for the engine's threads.
+CLOSE_WAIT_S = 300.0
 
 ZERO_WIDTH_SPACE = "\u200b"
 
@@ -182,6 +184,7 @@ class EngineBackend(ModelBackend):
         # (messages, tools, prompt text, its ids) of the last prompt rendered
         self._last_prompt: tuple[list[dict[str, Any]], list[dict[str, Any]], str, list[int]] | None = None
         self._turn_start = tokenizer.im_start_id
+        self._threads = BackendThreads()  # loading and decoding: close() waits for them
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -210,7 +213,7 @@ class EngineBackend(ModelBackend):
     async def load(self) -> None:
         async with self._load_lock:
             if self._engine is None:
-                await run_in_daemon_thread(self.load_now, name="clover-engine-load")
+                await run_in_daemon_thread(self.load_now, name="clover-engine-load", threads=self._threads)
 
     # -- generation ----------------------------------------------------------------------------------
 
@@ -287,7 +290,7 @@ class EngineBackend(ModelBackend):
         result = None
         previous: BlockProgress | None = None  # the last pass's state, to tell what this one decided
         events = iterate_in_daemon_thread(
-            lambda: engine.stream(prompt_ids, params), name="clover-engine-decode"
+            lambda: engine.stream(prompt_ids, params), name="clover-engine-decode", threads=self._threads
         )
         async with aclosing(events):
             async for event in events:
@@ -321,6 +324,16 @@ class EngineBackend(ModelBackend):
         )
 
     async def close(self) -> None:
+        """Wait for a stopped decode (it ends after its current pass) or a load still running: a
+        thread inside torch when the interpreter exits aborts the process. A load cannot be cut
+        short; past :data:`CLOSE_WAIT_S` the process goes on (and says so)."""
+        left = await self._threads.wait(CLOSE_WAIT_S)
+        if left:
+            print(
+                f"clover-agent: the engine's {', '.join(t.name for t in left)} thread did not stop within "
+                f"{CLOSE_WAIT_S:.0f} s",
+                file=sys.stderr,
+            )
         self._engine = None
 
 
