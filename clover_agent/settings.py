@@ -43,6 +43,11 @@ ENV_VARS: dict[str, str] = {
     "DOCKER_CERT_PATH": "folder of the Docker engine's TLS client certificates",
     "CLOVER_DOCKER_TIMEOUT": "seconds a slow Docker API call (create, remove, copy) may take; quick ones "
     "(ping, inspect, list) get a quarter; default 120",
+    "NO_COLOR": "set (to anything): plain text, no colour or other styles (https://no-color.org)",
+    "FORCE_COLOR": "set: styles even when the output is not a terminal",
+    "TERM": "dumb: no live status line",
+    "COLUMNS": "the terminal's width, when it cannot be asked",
+    "PAGER": "pager for a long diff at fix's confirmation; default `less -R -F -X`",
 }
 #: The variables that locate the Docker engine and bound its calls (handed to the Docker sandbox,
 #: never into it).
