@@ -132,11 +132,12 @@ def report(out: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def write_results(section: str) -> None:
+def write_results(section: str, start: str = START, end: str = END) -> None:
+    """Put ``section`` in RESULTS.md between the ``start`` and ``end`` markers (appended when absent)."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1]
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     RESULTS.write_text(text)

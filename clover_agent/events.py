@@ -57,6 +57,9 @@ class TaskStarted(Event):
     target: str
     repo: str
     sandbox: str
+    #: How the front end was started (backend and its options, sandbox, budgets), so a resumption
+    #: can start it the same way without being told (``fix --resume``).
+    launch: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +76,7 @@ class TaskResumed(Event):
     previous_message: str
     repo: str
     sandbox: str
+    launch: dict[str, Any] = field(default_factory=dict)  # how this segment was started (see TaskStarted)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +113,16 @@ class TaskFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PhaseStarted(Event):
+    """A front end's long phase begins or moves on (``fix``: set-up, tests before, verification):
+    what a live status shows until the next event. ``detail`` says what it does now."""
+
+    type: ClassVar[str] = "phase_started"
+    phase: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     """A run (or the resumption of one) begins."""
 
@@ -119,6 +133,16 @@ class RunStarted(Event):
     tools: list[dict] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)
     resumed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCallStarted(Event):
+    """The model is asked for the turn of ``step``, with a prompt of ``prompt_tokens`` tokens."""
+
+    type: ClassVar[str] = "model_call_started"
+    step: int
+    prompt_tokens: int
+    prompt_messages: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +186,8 @@ class ModelResponded(Event):
     completion_tokens: int
     finish_reason: str
     prompt_messages: int = 0  # messages in the conversation the model was given
+    forwards: int = 0  # model forward passes the turn took (engine backend; 0: not known)
+    seconds: float = 0.0  # how long the model call took
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,7 @@ class BackendOptions:
     base_url: str | None = None  # openai: the server's API root (--base-url)
     model_name: str | None = None  # openai: the model name sent to the server (--model-name)
     replay: str | None = None  # replay: the JSON Lines file of recorded turns (--replay)
+    replay_start: int = 0  # replay: turns of the file already used (a resumed run continues after them)
     engine_options: dict[str, Any] = field(default_factory=dict)  # more EngineBackend keywords
 
 
@@ -66,13 +67,25 @@ def check_backend_options(options: BackendOptions, settings: Settings) -> None:
         choose_device(model_sources(settings, options.model))
 
 
+async def probe_backend(options: BackendOptions, settings: Settings) -> None:
+    """That a server backend can be reached (:meth:`ModelBackend.check`), before a front end does
+    any work for it (``fix``: before the sandbox and the tests); the engine and replay backends
+    were checked by :func:`check_backend_options`."""
+    if options.kind == "openai":
+        backend = backend_factory(options, settings)()
+        try:
+            await backend.check()
+        finally:
+            await backend.close()
+
+
 def backend_factory(options: BackendOptions, settings: Settings) -> BackendFactory:
     """A function making the chosen backend when called (a front end calls it only once the
     backend is needed: ``fix`` after the failure is confirmed)."""
 
     def make() -> ModelBackend:
         if options.kind == "replay":
-            return create_backend("replay", path=options.replay)
+            return create_backend("replay", path=options.replay, start=options.replay_start)
         if options.kind == "openai":
             values: dict[str, Any] = {
                 "base_url": options.base_url or settings.base_url,

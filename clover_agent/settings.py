@@ -41,9 +41,17 @@ ENV_VARS: dict[str, str] = {
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
     "DOCKER_TLS_VERIFY": "verify the Docker engine's TLS certificate (with DOCKER_HOST)",
     "DOCKER_CERT_PATH": "folder of the Docker engine's TLS client certificates",
+    "CLOVER_DOCKER_TIMEOUT": "seconds a slow Docker API call (create, remove, copy) may take; quick ones "
+    "(ping, inspect, list) get a quarter; default 120",
+    "NO_COLOR": "set (to anything): plain text, no colour or other styles (https://no-color.org)",
+    "FORCE_COLOR": "set: styles even when the output is not a terminal",
+    "TERM": "dumb: no live status line",
+    "COLUMNS": "the terminal's width, when it cannot be asked",
+    "PAGER": "pager for a long diff at fix's confirmation; default `less -R -F -X`",
 }
-#: The variables that locate the Docker engine (handed to the Docker sandbox, never into it).
-DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+#: The variables that locate the Docker engine and bound its calls (handed to the Docker sandbox,
+#: never into it).
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "CLOVER_DOCKER_TIMEOUT")
 #: The repository's own configuration file.
 REPO_CONFIG = Path(".clover") / "config.toml"
 
@@ -75,7 +83,8 @@ class Settings:
 
     @property
     def docker_env(self) -> dict[str, str]:
-        """The variables that locate the Docker engine (none set: the default socket)."""
+        """The variables that locate the Docker engine (none set: the default socket) and bound its
+        calls."""
         return {name: self.environment[name] for name in DOCKER_VARIABLES if self.environment.get(name)}
 
     @classmethod

@@ -22,6 +22,10 @@ in ``/workspace`` are unpacked into the fresh copy before the baseline is record
 
 Set-up commands that need the network run first on the default bridge network; the container is
 then disconnected, leaving only the loopback interface, before the agent's first command.
+
+Every Engine API call goes through :class:`~clover_agent.sandboxes.docker_api.EngineCalls` (its
+deadline, retries where safe, a message in words). The module is long because a container's whole
+life (create, fill, attach, lose, remove) is one class whose steps share its state.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from clover_agent.sandboxes import cleanup, env_image
 from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec, require_repo
+from clover_agent.sandboxes.docker_api import QUICK, SLOW, EngineCalls, slow_timeout
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
@@ -69,19 +74,15 @@ LABEL_OWNER_PID = "clover-agent.owner-pid"
 LABEL_HOST = "clover-agent.host"
 LABEL_RUN_ID = "clover-agent.run-id"
 TMP_SIZE = "1g"
-#: Seconds one Docker Engine API request may take. Generous: a loaded machine's engine can take many
-#: seconds to create or force-remove a container, and a client that gives up early leaves one behind.
-DOCKER_API_TIMEOUT_S = 120.0
 _LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this machine)"
 
 
-def docker_client(
-    environment: Mapping[str, str], *, timeout: float = DOCKER_API_TIMEOUT_S, offer_local: bool = True
-) -> docker.DockerClient:
+def docker_client(environment: Mapping[str, str], *, offer_local: bool = True) -> docker.DockerClient:
     """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it.
 
     ``environment`` holds the engine's address (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
-    ``DOCKER_CERT_PATH``; none of them: the default socket), passed by the caller
+    ``DOCKER_CERT_PATH``; none of them: the default socket) and the API calls' deadline
+    (``CLOVER_DOCKER_TIMEOUT``, :mod:`clover_agent.sandboxes.docker_api`), passed by the caller
     (:attr:`SandboxSpec.host_env`). ``offer_local`` adds "or run with ``--sandbox local``" to the
     fix: right for the commands that take that option (``fix``, ``tool``), wrong for ``sandbox
     build|prune``, which need Docker itself.
@@ -96,8 +97,10 @@ def docker_client(
         ) from None
     where = environment.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
     try:
-        client = docker.from_env(timeout=timeout, environment=dict(environment))
+        slow = slow_timeout(environment)
+        client = docker.from_env(timeout=slow / 4, environment=dict(environment))  # a ping is quick
         client.ping()
+        client.api.timeout = slow  # the default for calls not made through EngineCalls
     except (DockerException, OSError) as exc:
         raise SandboxUnavailable(
             f"no Docker engine answers at {where} ({_unreachable_reason(exc)}). Install Docker and start it "
@@ -195,6 +198,7 @@ class DockerSandbox(SessionSandbox):
         self.container_id: str | None = None
         self.image: str | None = None
         self._client: docker.DockerClient | None = None
+        self._calls: EngineCalls | None = None  # the client's calls, each with its deadline
         self._socket: Any = None
         self._runner: RunnerSession | None = None  # connected; becomes ``_session`` once ready
         self._cleanup_token: int | None = None
@@ -207,9 +211,18 @@ class DockerSandbox(SessionSandbox):
         if not spec.image:
             raise SandboxConfigError("the Docker sandbox needs an image (SandboxSpec.image; none was given)")
         self._client = client = await asyncio.to_thread(docker_client, spec.host_env)
+        self._calls = calls = EngineCalls(client, spec.host_env)
         try:
-            await asyncio.to_thread(require_image, client, spec.image)
-            reaped = await asyncio.to_thread(lambda: remove_containers(client, stale_containers(client)))
+            await asyncio.to_thread(
+                calls, "looking up the sandbox image", QUICK, require_image, client, spec.image, retry=True
+            )
+            reaped = await asyncio.to_thread(
+                calls,
+                "removing sandbox containers left by earlier runs",
+                SLOW,
+                lambda: remove_containers(client, stale_containers(client)),
+                retry=True,  # removing again what is gone is a no-op
+            )
             if reaped:
                 log.info("removed %d sandbox container(s) left by earlier runs", len(reaped))
             plan = await asyncio.to_thread(plan_workspace, spec.repo)
@@ -262,14 +275,22 @@ class DockerSandbox(SessionSandbox):
         not on the engine (see :mod:`clover_agent.sandboxes.env_image`)."""
         assert self._client is not None and spec.environment is not None and spec.image is not None
         client, recipe, progress = self._client, spec.environment, spec.progress or _log_progress
-        base_id = (await asyncio.to_thread(client.api.inspect_image, spec.image))["Id"]
+        assert self._calls is not None
+        calls = self._calls
+        inspected = await asyncio.to_thread(
+            calls, "inspecting the sandbox image", QUICK, client.api.inspect_image, spec.image, retry=True
+        )
+        base_id = inspected["Id"]
         tag = env_image.environment_tag(recipe, base_id)
-        if await asyncio.to_thread(_image_present, client, tag):
+        if await asyncio.to_thread(
+            calls, "looking up the environment image", QUICK, _image_present, client, tag, retry=True
+        ):
             progress(f"environment: cached ({tag})")
             return tag
         progress(f"environment: setting the project up in a new environment ({tag}, made once)")
         builder = DockerSandbox(spec)
         builder._client = await asyncio.to_thread(docker_client, spec.host_env)  # its own: closed with it
+        builder._calls = EngineCalls(builder._client, spec.host_env)
         builder._cleanup_token = cleanup.register(builder._remove_with_fresh_client)
         try:
             await builder._start_container(spec, plan, spec.image, setup=True)
@@ -278,7 +299,14 @@ class DockerSandbox(SessionSandbox):
             changes = env_image.commit_changes(str(Path(spec.repo).resolve()), base_id)
             repository, _, name = tag.partition(":")
             await asyncio.to_thread(
-                client.api.commit, builder.container_id, repository=repository, tag=name, changes=changes
+                calls,
+                "saving the environment image",
+                SLOW,
+                client.api.commit,
+                builder.container_id,
+                repository=repository,
+                tag=name,
+                changes=changes,
             )
         finally:
             await builder.close()
@@ -300,8 +328,8 @@ class DockerSandbox(SessionSandbox):
         """Create and start the container from ``image`` and copy the workspace in. ``setup``: an
         environment's set-up container (writable root file system, the recipe's network, its inputs
         in a volume at SETUP_DIR) instead of the sandbox itself."""
-        assert self._client is not None
-        api = self._client.api
+        assert self._client is not None and self._calls is not None
+        api, calls = self._client.api, self._calls
         limits = spec.limits
         if setup:
             assert spec.environment is not None
@@ -339,7 +367,11 @@ class DockerSandbox(SessionSandbox):
             init=True,
         )
         env = {"HOME": "/tmp", "WORKSPACE": WORKSPACE, "LANG": "C.UTF-8", **spec.env}
-        container = api.create_container(
+        # A create that times out may still make the container: close() finds it by its run id.
+        container = calls(
+            "creating the sandbox container",
+            SLOW,
+            api.create_container,
             image,
             command=runner_command("python3", WORKSPACE, "container"),
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
@@ -366,12 +398,21 @@ class DockerSandbox(SessionSandbox):
         with tempfile.TemporaryFile() as archive:
             self._sparse = write_workspace_tar(plan, archive, uid=SANDBOX_UID, gid=SANDBOX_GID)
             archive.seek(0)
-            api.start(self.container_id)
-            api.put_archive(self.container_id, WORKSPACE, archive)
+            calls("starting the sandbox container", SLOW, api.start, self.container_id)
+            calls(
+                "copying the repository into the sandbox",
+                SLOW,
+                api.put_archive,
+                self.container_id,
+                WORKSPACE,
+                archive,
+            )
         if setup:
             assert spec.environment is not None
             inputs = env_image.setup_inputs_tar(spec.environment, uid=SANDBOX_UID, gid=SANDBOX_GID)
-            api.put_archive(self.container_id, SETUP_DIR, inputs)
+            calls(
+                "copying the set-up's inputs in", SLOW, api.put_archive, self.container_id, SETUP_DIR, inputs
+            )
 
     async def _fill_sparse_files(self) -> None:
         """Write the data of the sparse files (copied in empty) at their offsets, holes left out."""
@@ -395,11 +436,20 @@ class DockerSandbox(SessionSandbox):
                 view = view[raw.send(view) :]
 
     def _disconnect_all_networks(self) -> None:
-        assert self._client is not None and self.container_id is not None
-        api = self._client.api
-        networks = api.inspect_container(self.container_id)["NetworkSettings"]["Networks"] or {}
-        for name in networks:
-            api.disconnect_container_from_network(self.container_id, name, force=True)
+        assert self._client is not None and self._calls is not None and self.container_id is not None
+        api, calls = self._client.api, self._calls
+        inspected = calls(
+            "inspecting the sandbox container", QUICK, api.inspect_container, self.container_id, retry=True
+        )
+        for name in inspected["NetworkSettings"]["Networks"] or {}:
+            calls(
+                "disconnecting the sandbox from the network",
+                SLOW,
+                api.disconnect_container_from_network,
+                self.container_id,
+                name,
+                force=True,
+            )
 
     def _explain_loss(self) -> str:
         """Why the runner's stream ended: closed by us, or what happened to the container."""
@@ -427,8 +477,6 @@ class DockerSandbox(SessionSandbox):
             cleanup.unregister(self._cleanup_token)
             self._cleanup_token = None
         container_id, self.container_id = self.container_id, None
-        if container_id is not None and self._client is not None:
-            remove_containers(self._client, [{"Id": container_id}])
         sock, self._socket = self._socket, None
         if sock is not None:
             try:
@@ -436,20 +484,52 @@ class DockerSandbox(SessionSandbox):
             except OSError:
                 pass
         client, self._client = self._client, None
-        if client is not None:
+        calls, self._calls = self._calls, None
+        if client is None or calls is None:
+            return
+        try:
+            self._remove_own_containers(calls, container_id)
+        finally:
             client.close()  # its pooled HTTP connections to the engine
+
+    def _remove_own_containers(self, calls: EngineCalls, container_id: str | None) -> None:
+        """Remove this sandbox's container: by id, or, when its creation got no answer (the engine
+        may have made it all the same), by this sandbox's run-id label. Says which container may be
+        left when the engine does not answer."""
+        client = calls.client
+        try:
+            if container_id is None:
+                containers = calls(
+                    "looking for the sandbox container",
+                    QUICK,
+                    client.api.containers,
+                    all=True,
+                    filters={"label": f"{LABEL_RUN_ID}={self.run_id}"},
+                    retry=True,
+                )
+            else:
+                containers = [{"Id": container_id}]
+            if containers:
+                calls(
+                    "removing the sandbox container", SLOW, remove_containers, client, containers, retry=True
+                )
+        except (SandboxUnavailable, DockerException) as exc:
+            why = exc.message if isinstance(exc, SandboxUnavailable) else f"the Docker engine: {_short(exc)}"
+            which = container_id[:12] if container_id else f"labelled {LABEL_RUN_ID}={self.run_id}"
+            raise SandboxUnavailable(
+                f"{why}. The sandbox container ({which}) may be left: `clover-agent sandbox prune` "
+                "removes it once the engine answers"
+            ) from None
 
     def _remove_with_fresh_client(self) -> None:
         """Cleanup for signal handlers and exit: a new client, since the signal may have interrupted
         a request on the shared one."""
         self._closing = True
-        container_id = self.container_id
-        if container_id is not None:
-            client = docker_client(self.spec.host_env)
-            try:
-                remove_containers(client, [{"Id": container_id}])
-            finally:
-                client.close()
+        client = docker_client(self.spec.host_env)
+        try:
+            self._remove_own_containers(EngineCalls(client, self.spec.host_env), self.container_id)
+        finally:
+            client.close()
 
 
 def _image_present(client: docker.DockerClient, tag: str) -> bool:

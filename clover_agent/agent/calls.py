@@ -1,5 +1,6 @@
 """One tool call, from the policy's verdict to its result: ask a person where the policy says so,
-snapshot the workspace before a call its tool says may change it, run it, and emit its events.
+make sure a checkpoint holds the workspace before a call its tool says may change it
+(:meth:`~clover_agent.agent.checkpoints.Checkpoints.before_call`), run it, and emit its events.
 
 The agent loop (:mod:`clover_agent.agent.loop`) owns the conversation; this module owns what
 happens between a call's ``ToolCallStarted`` and ``ToolCallFinished`` events.
@@ -90,7 +91,7 @@ class ToolCaller:
             approval = await self.steering.interruptible(lambda: self._approve(step, call, view))
             if approval.approved:
                 if self.checkpoints is not None and view.mutates:
-                    checkpoint = await self.checkpoints.snapshot(step, view.action)
+                    checkpoint = await self.checkpoints.before_call(step, view.action)
                     self.bus.emit(
                         CheckpointTaken(
                             turn=step, ref=checkpoint.ref, commit=checkpoint.commit, tool=checkpoint.tool

@@ -1,4 +1,4 @@
-"""Workspace snapshots before every mutating tool call, and undo to any earlier turn.
+"""Workspace snapshots before mutating tool calls, and undo to any earlier turn.
 
 A snapshot is a git commit of the whole workspace (tracked and untracked files, ``.gitignore``
 respected) made with plumbing commands on a private copy of the index (one that makes git compare
@@ -8,6 +8,14 @@ so the sandbox's diff against its starting commit stays correct. It runs inside 
 its own git, so it works the same in Docker and locally.
 
 Ignored files (build output, caches) are not part of a snapshot, and restoring leaves them alone.
+
+The agent loop does not commit before every call its tool says may change the workspace (a shell
+call may; most do not): :meth:`Checkpoints.look` after such a call writes the workspace's tree
+(one script in the sandbox) and commits it only when it differs from the last one seen, and
+:meth:`Checkpoints.before_call` then records the last commit for the next such call's turn
+without running anything in the sandbox. A call its tool says changes nothing (``view``,
+``search``, ``run_tests``) is not looked at, as before: what it leaves behind (caches, build
+output) is usually ignored by git anyway.
 
 A resumed run is in a fresh sandbox, where the earlier snapshots are gone. The trajectory holds
 what each one held — the workspace diff recorded when it was taken (:class:`Recorded`) — so
@@ -40,11 +48,14 @@ tree=$(git write-tree)
 parent=$(git rev-parse -q --verify HEAD || true)
 """
 
-_SNAPSHOT = """\
+#: After :data:`_WORKSPACE_TREE`: when the tree differs from ``{previous}`` (``-``: always), a commit
+#: of it on ``{ref}``; prints the tree, then the commit when one was made.
+_COMMIT = """\
+rm -f "$GIT_INDEX_FILE"
+if [ "$tree" = {previous} ]; then echo "$tree"; exit 0; fi
 commit=$(git {identity} commit-tree "$tree" ${{parent:+-p "$parent"}} -m {message})
 git update-ref {ref} "$commit"
-rm -f "$GIT_INDEX_FILE"
-echo "$commit"
+echo "$tree $commit"
 """
 
 _RESTORE = """\
@@ -103,6 +114,15 @@ class Recorded:
     patch: str | None  # None: not known (the diff could not be read then), so it cannot be rebuilt
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """The workspace as :meth:`Checkpoints.look` last saw it: its tree and a commit holding it."""
+
+    tree: str
+    commit: str
+    ref: str
+
+
 class Checkpoints:
     """The snapshots of one run, oldest first."""
 
@@ -110,20 +130,60 @@ class Checkpoints:
         self.sandbox = sandbox
         self.run_id = run_id
         self.taken: list[Checkpoint] = []
+        self._seen: _Seen | None = None  # None: the workspace is not known (start, undo, restore)
+        self._looks = 0
+
+    async def before_call(self, turn: int, tool: str) -> Checkpoint:
+        """The snapshot of the workspace before a call of ``tool`` that may change it, in ``turn``:
+        the commit the last :meth:`snapshot` or :meth:`look` made of it (nothing runs in the
+        sandbox; several turns may share one commit), or a fresh :meth:`snapshot` when the
+        workspace is not known. Each such call gets its checkpoint, so :meth:`at_turn` finds the
+        state any turn began with, as when every call was snapshotted."""
+        seen = self._seen
+        if seen is None:
+            return await self.snapshot(turn, tool)
+        checkpoint = Checkpoint(turn, seen.ref, seen.commit, tool)
+        self.taken.append(checkpoint)
+        return checkpoint
+
+    async def look(self) -> bool:
+        """Look at the workspace after a call that may have changed it; whether it differs from what
+        the last look (or snapshot) saw. A changed workspace is committed for :meth:`before_call`."""
+        self._looks += 1
+        previous = self._seen.tree if self._seen is not None else "-"
+        seen = await self._commit(f"refs/clover/{self.run_id}/seen-{self._looks}", "after a call", previous)
+        if seen is None:  # the same tree
+            return False
+        self._seen = seen
+        return True
+
+    async def _commit(self, ref: str, what: str, previous: str) -> _Seen | None:
+        """Commit the workspace on ``ref`` unless its tree is ``previous`` (then None)."""
+        script = _workspace_tree("clover-checkpoint.index") + _COMMIT.format(
+            identity=GIT_IDENTITY,
+            message=shlex.quote(f"clover-agent checkpoint: {what}"),
+            ref=shlex.quote(ref),
+            previous=shlex.quote(previous),
+        )
+        result = await self.sandbox.exec(script, cwd=WORKSPACE, timeout=120)
+        words = result.output.split()
+        if result.exit_code != 0 or not 1 <= len(words) <= 2 or len(words[0]) < 40:
+            raise CheckpointError(f"could not snapshot the workspace ({what}): {result.output.strip()}")
+        return _Seen(words[0], words[1], ref) if len(words) == 2 else None
+
+    def forget_workspace(self) -> None:
+        """The workspace was changed behind the checkpoints' back (undo, a restored patch): the next
+        :meth:`before_call` snapshots it afresh."""
+        self._seen = None
 
     async def snapshot(self, turn: int, tool: str) -> Checkpoint:
         """Snapshot the workspace as it is now, before ``tool`` runs in ``turn``."""
         ref = f"refs/clover/{self.run_id}/turn-{turn}-{len(self.taken)}"
-        message = f"clover-agent checkpoint: turn {turn}, before {tool}"
-        script = _workspace_tree("clover-checkpoint.index") + _SNAPSHOT.format(
-            identity=GIT_IDENTITY, message=shlex.quote(message), ref=shlex.quote(ref)
-        )
-        result = await self.sandbox.exec(script, cwd=WORKSPACE, timeout=120)
-        commit = result.output.strip().splitlines()[-1] if result.output.strip() else ""
-        if result.exit_code != 0 or len(commit) < 40:
-            raise CheckpointError(f"could not snapshot the workspace before {tool}: {result.output.strip()}")
-        checkpoint = Checkpoint(turn, ref, commit, tool)
+        seen = await self._commit(ref, f"turn {turn}, before {tool}", "-")
+        assert seen is not None  # "-" is no tree: always committed
+        checkpoint = Checkpoint(turn, ref, seen.commit, tool)
         self.taken.append(checkpoint)
+        self._seen = seen
         return checkpoint
 
     def at_turn(self, turn: int) -> Checkpoint | None:
@@ -157,6 +217,7 @@ class Checkpoints:
             )
         await self.restore(checkpoint)
         del self.taken[self.taken.index(checkpoint) :]
+        self.forget_workspace()
         return checkpoint
 
     async def rebuild(self, recorded: Sequence[Recorded]) -> list[Checkpoint]:

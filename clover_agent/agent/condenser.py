@@ -48,7 +48,9 @@ class Condenser:
         before = count(messages) if tokens is None else tokens
         if before <= self.limit:
             return None
-        work = [dict(m) for m in messages]
+        work = list(
+            messages
+        )  # a message changed is replaced, never changed in place (counts are kept by message)
         end = max(self.pinned_prefix, len(work) - self.keep_recent)
         dropped: list[str] = []
         tokens = before
@@ -59,7 +61,10 @@ class Condenser:
             if message.get("role") != "tool" or message.get("content", "").startswith(DROPPED_OUTPUT):
                 continue
             what = describe_tool_message(work, i)
-            message["content"] = f"{DROPPED_OUTPUT}: {what}, {len(message.get('content', ''))} characters]"
+            work[i] = {
+                **message,
+                "content": f"{DROPPED_OUTPUT}: {what}, {len(message.get('content', ''))} characters]",
+            }
             dropped.append(f"output of {what}")
             tokens = count(work)
         removed_turns = 0

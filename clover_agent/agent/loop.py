@@ -31,6 +31,7 @@ the stop cut off, and continues the recorded conversation.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from clover_agent.events import (
     ErrorReported,
     EventBus,
     MessageAdded,
+    ModelCallStarted,
     ModelResponded,
     RunStarted,
     WorkspaceChanged,
@@ -380,6 +382,10 @@ class Agent:
             self.bus.emit(BudgetWarning(resource=resource, used=used, limit=limit))
         if self.steering.paused:  # interrupted between calls: wait for the user before asking the model
             return
+        self.bus.emit(
+            ModelCallStarted(step=step, prompt_tokens=prompt_tokens, prompt_messages=len(self.messages))
+        )
+        asked = time.monotonic()
         try:
             turn, self.messages = await self.steering.interruptible(
                 lambda: self.model.complete(step, self.messages)
@@ -403,6 +409,8 @@ class Agent:
                 completion_tokens=turn.completion_tokens,
                 finish_reason=turn.finish_reason,
                 prompt_messages=len(self.messages),
+                forwards=turn.forwards,
+                seconds=round(time.monotonic() - asked, 3),
             )
         )
         self._add(turn.to_message())
@@ -445,8 +453,12 @@ class Agent:
 
     async def _record_workspace(self, step: int, call_id: str) -> None:
         """Record the workspace diff when a call changed it: the trajectory then always holds the
-        state to resume from, even if the run is interrupted or killed before its end."""
+        state to resume from, even if the run is interrupted or killed before its end. After a
+        call (``call_id``), the checkpoints look first, and the diff is read only when the
+        workspace changed (one script in the sandbox, instead of two, for most shell calls)."""
         try:
+            if call_id and self.checkpoints is not None and not await self.checkpoints.look():
+                return
             patch = await self.sandbox.diff()
         except WorkspaceDiffError as exc:  # the sandbox lives: the run goes on without this record
             self.bus.emit(

@@ -1,13 +1,33 @@
-"""The trajectory: every event of a run as JSON Lines, and the resume state rebuilt from it.
+"""The trajectory: the events of a run as JSON Lines, and the resume state rebuilt from it.
 
 The writer is a plain bus subscriber, so each event is on disk (flushed) before the loop goes on:
 a run killed at any point leaves a trajectory that ends at the last thing that happened. A resumed
 run appends to the same file, so one file holds the whole history.
+
+The file is compact: each turn and each output is stored once, and :func:`read_events` gives back
+the events as they were emitted.
+
+- The streamed text (``ModelDelta``) and the engine's provisional blocks (``ProvisionalBlock``)
+  are not written (``keep_stream=True`` keeps them, for analysis): the complete turn follows in
+  ``ModelResponded``.
+- A ``ModelResponded``'s ``content`` and ``reasoning`` are pieces of its ``raw`` text: stored as
+  ``content_span`` / ``reasoning_span`` ([start, end] in ``raw``) when they are; so are its calls'
+  long string arguments (``argument_spans``: [call index, name, start, end], the key left out of
+  ``arguments``).
+- The ``MessageAdded`` of an assistant turn or a tool result holding exactly what the
+  ``ModelResponded`` / ``ToolCallFinished`` before it holds is stored as ``"from": "turn"`` or
+  ``"from": "call"`` (with ``call_id``), a ``ToolCallStarted`` whose arguments are its call's in
+  that turn as ``"arguments_from": "turn"``; a ``ToolCallFinished`` whose ``full_output`` is its
+  ``output`` stores it once (when ``output`` is the head and tail of it, ``output_from_full`` holds
+  the head's length, the text between, the tail's length and the text after), and a ``Done`` whose patch is the last ``WorkspaceChanged``'s says so
+  (``"patch_from": "workspace_changed"``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -20,8 +40,12 @@ from clover_agent.events import (
     ErrorReported,
     Event,
     MessageAdded,
+    ModelDelta,
     ModelResponded,
+    ProvisionalBlock,
     RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
     WorkspaceChanged,
     WorkspaceUndone,
     event_from_dict,
@@ -31,7 +55,8 @@ TRAJECTORY_FILE = "trajectory.jsonl"
 
 
 class TrajectoryWriter:
-    """Appends each event as one JSON line to ``path`` (parents created).
+    """Appends each event as one compact JSON line to ``path`` (parents created; see the module
+    docstring); ``keep_stream`` also writes the streamed deltas and provisional blocks.
 
     Text is written as UTF-8 (``ensure_ascii=False``, readable as it is). A lone surrogate (model
     text decoded with ``surrogateescape``, an undecodable file name) has no UTF-8 form: it is
@@ -39,21 +64,173 @@ class TrajectoryWriter:
     only occur inside JSON strings), so the line is valid JSON and reads back to the same text.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, keep_stream: bool = False) -> None:
         self.path = path
+        self.keep_stream = keep_stream
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = path.open("a", encoding="utf-8", errors="backslashreplace")
+        self._turn: dict[str, Any] | None = None  # the assistant message of the last ModelResponded
+        self._calls: dict[str, Any] = {}  # call id -> its arguments in that turn
+        self._results: dict[str, dict[str, Any]] = {}  # call id -> the tool message its result makes
+        self._patch: str | None = None  # of the last WorkspaceChanged
 
     def __call__(self, event: Event) -> None:
-        if self._file is None:
+        if self._file is None or (isinstance(event, STREAM_EVENTS) and not self.keep_stream):
             return
-        self._file.write(json.dumps(event.to_dict(), ensure_ascii=False, default=str) + "\n")
+        self._file.write(json.dumps(self._compact(event), ensure_ascii=False, default=str) + "\n")
         self._file.flush()
+
+    def _compact(self, event: Event) -> dict[str, Any]:
+        data = event.to_dict()
+        if isinstance(event, ModelResponded):
+            self._turn = _turn_message(event)
+            self._calls = _call_arguments(event.tool_calls)
+            for key in ("content", "reasoning"):
+                span = _span(event.raw, data[key])
+                if span is not None:
+                    del data[key]
+                    data[f"{key}_span"] = span
+            spans = []
+            for index, call in enumerate(data["tool_calls"]):
+                arguments = call.get("function", {}).get("arguments")
+                for name, value in list(arguments.items()) if isinstance(arguments, dict) else ():
+                    span = _span(event.raw, value) if isinstance(value, str) and len(value) >= 64 else None
+                    if span is not None:
+                        spans.append([index, name, *span])
+                        del arguments[name]
+            if spans:
+                data["argument_spans"] = spans
+        elif isinstance(event, ToolCallStarted):
+            if event.call_id in self._calls and self._calls[event.call_id] == event.arguments:
+                del data["arguments"]
+                data["arguments_from"] = "turn"
+        elif isinstance(event, WorkspaceChanged):
+            self._patch = event.patch
+        elif isinstance(event, Done) and event.patch and event.patch == self._patch:
+            del data["patch"]
+            data["patch_from"] = WorkspaceChanged.type
+        elif isinstance(event, ToolCallFinished):
+            self._results = {event.call_id: _result_message(event)}
+            if data["full_output"] == data["output"]:
+                del data["full_output"]
+            else:
+                parts = _head_and_tail(event.output, event.full_output)
+                if parts is not None:
+                    del data["output"]
+                    data["output_from_full"] = parts
+        elif isinstance(event, MessageAdded):
+            if event.message == self._turn:
+                data["from"] = "turn"
+                del data["message"]
+            elif event.message == self._results.get(str(event.message.get("tool_call_id"))):
+                data.update({"from": "call", "call_id": event.message["tool_call_id"]})
+                del data["message"]
+        return data
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+#: Streamed while the model writes; its complete turn follows (not written unless asked for).
+STREAM_EVENTS = (ModelDelta, ProvisionalBlock)
+
+
+def _turn_message(event: ModelResponded) -> dict[str, Any]:
+    """The assistant message the loop adds for this turn (``ModelTurn.to_message``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": event.content}
+    if event.reasoning is not None:
+        message["reasoning_content"] = event.reasoning
+    if event.tool_calls:
+        message["tool_calls"] = event.tool_calls
+    return message
+
+
+def _call_arguments(tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Call id -> arguments, for the calls of one turn."""
+    return {str(c.get("id")): c.get("function", {}).get("arguments") for c in tool_calls}
+
+
+def _result_message(event: ToolCallFinished) -> dict[str, Any]:
+    """The tool message the loop adds for this result."""
+    return {"role": "tool", "tool_call_id": event.call_id, "name": event.name, "content": event.output}
+
+
+def _head_and_tail(output: str, full: str) -> list[Any] | None:
+    """``[head, between, tail, after]`` when ``output`` is ``full[:head] + between +
+    full[len(full) - tail:] + after`` and most of it comes from ``full`` (a long output cut to its
+    head and tail for the model, a note between and after); else None."""
+    head = _common_prefix(output, full)
+    rest = output[head:]
+    probe = full[max(head, len(full) - 64) :]
+    found = rest.rfind(probe) if probe else -1
+    if found < 0:
+        tail, between, after = 0, rest, ""
+    else:
+        end = found + len(probe)
+        limit = min(end, len(full) - head)
+        tail = _common_prefix(rest[end - limit : end][::-1], full[len(full) - limit :][::-1])
+        between, after = rest[: end - tail], rest[end:]
+    return [head, between, tail, after] if 2 * (len(between) + len(after)) < len(output) else None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of two strings (at C speed)."""
+    return len(os.path.commonprefix([a, b]))  # noqa: RUF071 - characters are what is compared here
+
+
+def _span(raw: str, piece: Any) -> list[int] | None:
+    if not isinstance(piece, str) or not piece:
+        return None
+    start = raw.find(piece)
+    return None if start < 0 else [start, start + len(piece)]
+
+
+class _Expander:
+    """Turns the compact lines back into the events' own dicts (the writer's inverse)."""
+
+    def __init__(self) -> None:
+        self._turn: dict[str, Any] | None = None
+        self._calls: dict[str, Any] = {}
+        self._results: dict[str, dict[str, Any]] = {}
+        self._patch = ""
+
+    def expand(self, data: dict[str, Any]) -> dict[str, Any]:
+        kind = data.get("type")
+        if kind == ModelResponded.type:
+            raw = data["raw"]
+            for key in ("content", "reasoning"):
+                span = data.pop(f"{key}_span", None)
+                if span is not None:
+                    data[key] = raw[span[0] : span[1]]
+            for index, name, start, end in data.pop("argument_spans", ()):
+                data["tool_calls"][index]["function"]["arguments"][name] = raw[start:end]
+            self._turn = _turn_message(event_from_dict(dict(data)))  # type: ignore[arg-type]
+            self._calls = _call_arguments(data["tool_calls"])
+        elif kind == ToolCallStarted.type and data.pop("arguments_from", None) == "turn":
+            data["arguments"] = copy.deepcopy(self._calls[str(data["call_id"])])
+        elif kind == WorkspaceChanged.type:
+            self._patch = data.get("patch", "")
+        elif kind == Done.type and data.pop("patch_from", None) == WorkspaceChanged.type:
+            data["patch"] = self._patch
+        elif kind == ToolCallFinished.type:
+            if "output_from_full" in data:
+                head, between, tail, after = data.pop("output_from_full")
+                full = data["full_output"]
+                data["output"] = full[:head] + between + full[len(full) - tail :] + after
+            data.setdefault("full_output", data.get("output", ""))
+            finished = event_from_dict(dict(data))
+            self._results[finished.call_id] = _result_message(finished)  # type: ignore[arg-type]
+        elif kind == MessageAdded.type and "message" not in data:
+            origin = data.pop("from", None)
+            if origin == "turn" and self._turn is not None:
+                data["message"] = copy.deepcopy(self._turn)
+            elif origin == "call" and str(data.get("call_id")) in self._results:
+                data["message"] = copy.deepcopy(self._results[str(data.pop("call_id"))])
+            else:
+                raise KeyError(f"a message from {origin!r} with nothing before it to take it from")
+        return data
 
 
 class TrajectoryError(ValueError):
@@ -70,6 +247,7 @@ def read_events(path: Path) -> list[Event]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TrajectoryError(f"cannot read {path}: {exc}") from exc
+    expander = _Expander()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -84,8 +262,8 @@ def read_events(path: Path) -> list[Event]:
         if not isinstance(data, dict):
             raise TrajectoryError(f"{path}:{number}: not a trajectory event (a JSON {type(data).__name__})")
         try:
-            events.append(event_from_dict(data))
-        except (KeyError, TypeError, AttributeError) as exc:
+            events.append(event_from_dict(expander.expand(data)))
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
             raise TrajectoryError(
                 f"{path}:{number}: not a trajectory event ({type(exc).__name__}: {exc})"
             ) from exc

@@ -50,6 +50,30 @@ class ContextOverflow(CloverError):
         self.context_window = context_window
 
 
+class PromptEstimate:
+    """Estimated prompt sizes (:func:`estimate_tokens` of each message's JSON and the tools'), kept
+    per message: the agent's conversation grows by appending, and condensing or a resumption makes
+    new message objects, so a message seen before (the same object, never changed in place) is not
+    measured again."""
+
+    def __init__(self) -> None:
+        self._tools: tuple[list[dict[str, Any]], int] | None = None
+        self._seen: list[tuple[dict[str, Any], int]] = []  # (message, tokens so far through it)
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        if self._tools is None or self._tools[0] is not tools:
+            self._tools = (tools, estimate_tokens(json.dumps(tools, ensure_ascii=False)))
+        same = 0
+        while same < min(len(self._seen), len(messages)) and self._seen[same][0] is messages[same]:
+            same += 1
+        del self._seen[same:]
+        total = self._seen[-1][1] if self._seen else 0
+        for message in messages[same:]:
+            total += estimate_tokens(json.dumps(message, ensure_ascii=False))
+            self._seen.append((message, total))
+        return total + self._tools[1]
+
+
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 
@@ -70,6 +94,7 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: FinishReason = "stop"
+    forwards: int = 0  # model forward passes it took (the engine counts them; 0: not known)
 
     @classmethod
     def from_text(
@@ -80,6 +105,7 @@ class ModelTurn:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         finish_reason: FinishReason | None = None,
+        forwards: int = 0,
     ) -> ModelTurn:
         """Parse a raw assistant text strictly; a malformed call becomes ``format_error``.
         ``finish_reason`` defaults to "tool_calls" when there are calls, else "stop"."""
@@ -95,6 +121,7 @@ class ModelTurn:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 finish_reason=finish_reason or "stop",
+                forwards=forwards,
             )
         return cls(
             content=parsed.content,
@@ -104,6 +131,7 @@ class ModelTurn:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             finish_reason=finish_reason or ("tool_calls" if parsed.tool_calls else "stop"),
+            forwards=forwards,
         )
 
     def to_message(self) -> dict[str, Any]:
@@ -165,10 +193,19 @@ class ModelBackend(abc.ABC):
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         """Prompt size in tokens. This default estimates it from the characters of the messages and
-        tools, for backends with no tokenizer at hand; one that has the tokenizer counts exactly."""
-        return estimate_tokens(
-            json.dumps(messages, ensure_ascii=False) + json.dumps(tools, ensure_ascii=False)
-        )
+        tools, for backends with no tokenizer at hand (one that has the tokenizer counts exactly);
+        a conversation that grew by appending since the last count costs only its new messages."""
+        counter: PromptEstimate | None = getattr(self, "_estimates", None)
+        if counter is None:  # made on first use: subclasses need not call an __init__ here
+            counter = self._estimates = PromptEstimate()
+        return counter.count(messages, tools)
+
+    async def check(self) -> None:
+        """Raise :class:`BackendUnavailable` when the backend cannot serve, within seconds and
+        before any work is done for it (a server that cannot be reached). This default checks
+        nothing: a replay file is checked when it is read, the engine's readiness by
+        ``clover_agent.launch.check_backend_options``."""
+        return None
 
     async def close(self) -> None:
         """Release what the backend holds (connections, the model). Safe to call twice."""

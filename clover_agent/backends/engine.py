@@ -33,13 +33,13 @@ from clover_agent.backends.base import (
     ModelBackend,
     ModelTurn,
 )
-from clover_agent.backends.threads import iterate_in_daemon_thread, run_in_daemon_thread
+from clover_agent.backends.threads import BackendThreads, iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.chat import render_chat
 from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.locate import ModelSources
 from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
 from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.engine.tokenizer import IM_START, load_tokenizer
 from clover_agent.protocol import THINK_OPEN, ThinkingSplitter
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 CPU_MAX_WEIGHT_BYTES = 2 * GiB
 #: Tokens an answer may take when the caller sets no limit (reasoning included).
 DEFAULT_MAX_NEW_TOKENS = 8192
+#: How long :meth:`EngineBackend.close` waits for the engine's threads.
+CLOSE_WAIT_S = 300.0
 
 ZERO_WIDTH_SPACE = "\u200b"
 
@@ -179,7 +181,10 @@ class EngineBackend(ModelBackend):
         self.context_window = self.config.max_position_embeddings
         self._engine: Any = None
         self._load_lock = asyncio.Lock()
-        self._last_prompt: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]] | None = None
+        # (messages, tools, prompt text, its ids) of the last prompt rendered
+        self._last_prompt: tuple[list[dict[str, Any]], list[dict[str, Any]], str, list[int]] | None = None
+        self._turn_start = tokenizer.im_start_id
+        self._threads = BackendThreads()  # loading and decoding: close() waits for them
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -208,7 +213,7 @@ class EngineBackend(ModelBackend):
     async def load(self) -> None:
         async with self._load_lock:
             if self._engine is None:
-                await run_in_daemon_thread(self.load_now, name="clover-engine-load")
+                await run_in_daemon_thread(self.load_now, name="clover-engine-load", threads=self._threads)
 
     # -- generation ----------------------------------------------------------------------------------
 
@@ -231,13 +236,32 @@ class EngineBackend(ModelBackend):
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """The prompt's token ids. The last rendering is kept: the agent counts the prompt, then
-        asks for the turn of the same conversation, and that renders and tokenises it once."""
+        asks for the turn of the same conversation, and that renders and tokenises it once. The
+        next step's prompt extends the last one (the template re-renders the history the same), so
+        only what follows their common part is tokenised: :meth:`_incremental_ids`."""
         last = self._last_prompt
         if last is not None and last[1] is tools and last[0] == messages:
-            return last[2]
-        ids = self.tokenizer.encode(self.prompt(messages, tools))
-        self._last_prompt = ([dict(m) for m in messages], tools, ids)
+            return last[3]
+        text = self.prompt(messages, tools)
+        ids = self._incremental_ids(text)
+        self._last_prompt = ([dict(m) for m in messages], tools, text, ids)
         return ids
+
+    def _incremental_ids(self, text: str) -> list[int]:
+        """The ids of ``text``, reusing the last prompt's up to its last turn start: text before a
+        special token is tokenised on its own (the tokenizer splits at special tokens first), so
+        ``encode(a + b) == encode(a) + encode(b)`` when ``b`` starts with ``<|im_start|>``. A
+        template that re-renders earlier turns differently (it drops old reasoning) makes the texts
+        part earlier: then the whole text is tokenised."""
+        last = self._last_prompt
+        start = self._turn_start
+        if last is not None and start is not None:
+            previous_text, previous_ids = last[2], last[3]
+            cut = previous_text.rfind(IM_START)
+            index = len(previous_ids) - 1 - previous_ids[::-1].index(start) if start in previous_ids else -1
+            if cut > 0 and index >= 0 and text.startswith(previous_text[: cut + len(IM_START)]):
+                return previous_ids[:index] + self.tokenizer.encode(text[cut:])
+        return self.tokenizer.encode(text)
 
     def count_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         return len(self.prompt_ids(messages, tools))
@@ -266,7 +290,7 @@ class EngineBackend(ModelBackend):
         result = None
         previous: BlockProgress | None = None  # the last pass's state, to tell what this one decided
         events = iterate_in_daemon_thread(
-            lambda: engine.stream(prompt_ids, params), name="clover-engine-decode"
+            lambda: engine.stream(prompt_ids, params), name="clover-engine-decode", threads=self._threads
         )
         async with aclosing(events):
             async for event in events:
@@ -296,9 +320,20 @@ class EngineBackend(ModelBackend):
             completion_tokens=len(result.token_ids),
             # "length" and "loop" both mean the answer was cut, not finished
             finish_reason=None if result.finish_reason == "stop" else "length",
+            forwards=result.forwards,
         )
 
     async def close(self) -> None:
+        """Wait for a stopped decode (it ends after its current pass) or a load still running: a
+        thread inside torch when the interpreter exits aborts the process. A load cannot be cut
+        short; past :data:`CLOSE_WAIT_S` the process goes on (and says so)."""
+        left = await self._threads.wait(CLOSE_WAIT_S)
+        if left:
+            print(
+                f"clover-agent: the engine's {', '.join(t.name for t in left)} thread did not stop within "
+                f"{CLOSE_WAIT_S:.0f} s",
+                file=sys.stderr,
+            )
         self._engine = None
 
 

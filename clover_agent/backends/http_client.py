@@ -158,15 +158,13 @@ class JsonPostClient:
                     return
                 yield item
 
-    def _open(
-        self,
-        payload: bytes,
-        headers: dict[str, str],
-        on_connected: Callable[[http.client.HTTPConnection], None] | None = None,
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Connect, send, and return the response once its status is 200 (blocking).
-        ``on_connected`` gets the connection before the request is sent, so another thread can close
-        it (which ends the wait for the answer)."""
+    def reach(self) -> None:
+        """Connect to the server (TCP, and TLS for https) and hang up: :class:`BackendUnavailable`
+        saying why when it cannot be reached (blocking; seconds at most: ``connect_timeout``)."""
+        self._connect().close()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        """A connection to the server (blocking), or :class:`BackendUnavailable` saying why not."""
         connection_type = (
             http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         )
@@ -176,6 +174,18 @@ class JsonPostClient:
         except OSError as exc:
             connection.close()
             raise BackendUnavailable(self._unreachable(_why_unreachable(exc, self.connect_timeout))) from exc
+        return connection
+
+    def _open(
+        self,
+        payload: bytes,
+        headers: dict[str, str],
+        on_connected: Callable[[http.client.HTTPConnection], None] | None = None,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Connect, send, and return the response once its status is 200 (blocking).
+        ``on_connected`` gets the connection before the request is sent, so another thread can close
+        it (which ends the wait for the answer)."""
+        connection = self._connect()
         if on_connected is not None:
             on_connected(connection)
         try:

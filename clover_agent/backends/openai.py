@@ -29,6 +29,7 @@ from clover_agent.backends.base import (
     estimate_tokens,
 )
 from clover_agent.backends.http_client import HangUp, JsonPostClient, StatusError, describe_error
+from clover_agent.backends.threads import run_in_daemon_thread
 from clover_agent.errors import UsageError
 from clover_agent.protocol import (
     ToolCall,
@@ -268,6 +269,9 @@ class OpenAIBackend(ModelBackend):
             hint = "Check the server's log and the request limits (context length, max tokens)."
         status = "an error" if error.status == 200 else f"HTTP {error.status}"
         return f"The model server at {self.url} answered {status}: {error.detail}\n{hint}"
+
+    async def check(self) -> None:
+        await run_in_daemon_thread(self.client.reach, name="clover-openai-check")
 
     # -- completion ----------------------------------------------------------------------------------
 

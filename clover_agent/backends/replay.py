@@ -68,12 +68,13 @@ def load_replay(path: Path) -> list[ReplayTurn]:
 
 
 class ReplayBackend(ModelBackend):
-    """Returns the turns of a replay file in order; running out raises :class:`ReplayExhausted`."""
+    """Returns the turns of a replay file in order, from turn ``start`` (0: the first; a resumed run
+    skips the turns its earlier segments used); running out raises :class:`ReplayExhausted`."""
 
-    def __init__(self, path: str | Path, *, context_window: int = 131072) -> None:
+    def __init__(self, path: str | Path, *, start: int = 0, context_window: int = 131072) -> None:
         self.path = Path(path)
         self.turns = load_replay(self.path)
-        self.used = 0
+        self.used = start
         self.name = f"replay:{self.path.name}"
         self.context_window = context_window
 

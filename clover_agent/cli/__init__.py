@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
 
 from clover_agent import __version__
@@ -19,6 +20,7 @@ from clover_agent.errors import RUN_ERRORS, ExitCode, exit_code_for, message_of
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
+    "clover_agent.cli.runs",
     "clover_agent.cli.ci",
     "clover_agent.cli.tui",
     "clover_agent.cli.doctor",
@@ -45,6 +47,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (None: this program's arguments) and return its exit code. Run as
+    the program, the process ends here when a decoding thread was abandoned (see
+    :func:`_end_abandoned_decoding`)."""
+    code = _run(argv)
+    if argv is None:
+        _end_abandoned_decoding(code)
+    return code
+
+
+def _end_abandoned_decoding(code: int) -> None:
+    """End the process at once, after flushing its output, when an engine generation left mid-way
+    (a time budget, Ctrl-C) still runs in its daemon thread: the interpreter's shutdown would tear
+    torch down under it and abort ("terminate called without an active exception", exit 134)
+    instead of exiting with ``code``. Everything the run keeps is on disk already."""
+    if any(t.is_alive() and t.name.startswith("clover-engine") for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader gone away, a closed stream
+                pass
+        os._exit(code)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

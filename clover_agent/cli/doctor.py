@@ -79,7 +79,7 @@ def check_docker(image: str, docker_env: dict[str, str]) -> list[Check]:
 
     blocks = "the Docker sandbox"
     try:
-        client = docker_client(docker_env, timeout=30)
+        client = docker_client(docker_env)
         version = client.version()
     except SandboxUnavailable as exc:
         return [

@@ -7,29 +7,36 @@ import asyncio
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+
+from rich.console import Console
+from rich.text import Text
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
+from clover_agent.cli.hand_back import hand_back, print_summary
 from clover_agent.cli.options import (
+    BUDGET_DEFAULTS,
     add_backend_arguments,
     add_budget_arguments,
     add_sandbox_arguments,
+    apply_launch_record,
     backend_options,
     check_repo,
+    launch_record,
     positive,
+    sandbox_kind,
     sandbox_spec_of,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
-from clover_agent.fix.console import ConsoleRenderer, TerminalApprover
-from clover_agent.fix.handback import ASK, DRY_RUN, YES, hand_back, record_outcome
+from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
+from clover_agent.fix.figures import RunFigures
+from clover_agent.fix.hostgit import git as host_git
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
-from clover_agent.fix.task import FixReport, FixRequest, run_fix
-from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
-from clover_agent.launch import backend_factory, check_backend_options
+from clover_agent.fix.task import FixRequest, run_fix
+from clover_agent.launch import backend_factory, check_backend_options, probe_backend
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -55,124 +62,74 @@ summary.json's hand_back says what became of the patch (applied, dry run, declin
 resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unavailable model
 (3), a lost sandbox (4) or being stuck (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
-recorded conversation with the budgets given now, the same trajectory grows, and the result is
-verified and handed back as usual. TARGET may be left out (it is the recorded one)."""
+recorded conversation with a fresh budget, the same trajectory grows, and the result is verified and
+handed back as usual. The run recorded how it was started (backend, model, sandbox, budgets, policy):
+options given now replace those; TARGET may be left out (it is the recorded one).
+
+`clover-agent runs` lists the runs of a repository; `clover-agent runs show RUN_ID` shows one."""
 
 
-def _counts(report: Any) -> str:
-    if report is None:
-        return "not run"
-    text = f"{report.passed} passed, {report.failed} failed"
-    if report.errors:
-        text += f", {report.errors} errors"
-    return text
-
-
-def print_summary(report: FixReport) -> None:
-    def rel(path: Path) -> str:
-        try:
-            return str(path.relative_to(Path.cwd()))
-        except ValueError:
-            return str(path)
-
-    if report.verdict == FIXED:
-        status = "FIXED"
-    elif report.verdict == FIXED_UNVERIFIED:
-        status = "FIXED, SUITE UNVERIFIED (exit 8)"
-    elif report.verdict == TESTS_WEAKENED:
-        status = "TESTS WEAKENED (exit 1)"
-    elif report.exit_code == ExitCode.NOTHING_TO_FIX:
-        status = "NOTHING TO FIX (exit 5)"
-    else:
-        status = f"NOT FIXED (exit {int(report.exit_code)})"
-    lines = [f"\nclover-agent fix: {status} — {report.message}"]
-    if report.selection:
-        lines.append(f"  target      {report.selection}")
-    lines.append(
-        f"  before      target: {_counts(report.target_before)}; suite: {_counts(report.suite_before)}"
-    )
-    if report.target_after is not None:
-        lines.append(
-            f"  after       target: {_counts(report.target_after)}; suite: {_counts(report.suite_after)}"
-        )
-    if report.regressions:
-        lines.append(f"  broke       {', '.join(report.regressions)}")
-    for label, items in (
-        ("still fails", report.still_failing),
-        ("unverified", report.unverified),
-        ("weakened", report.weakened),
-    ):
-        if items:
-            more = f" (+{len(items) - 10})" if len(items) > 10 else ""
-            lines.append(f"  {label:<11} {'; '.join(items[:10])}{more}")
-    if report.agent is not None:
-        stats = report.agent.stats
-        notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
-        changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
-        lines.append(f"  changed     {', '.join(changed) or 'nothing'}")
-        for path, why in report.left_out.items():
-            lines.append(f"  left out    {path}: {why}")
-        if report.test_files_changed:
-            lines.append(
-                f"  WARNING     test files changed: {', '.join(report.test_files_changed)} — review them"
+def _warn_about_local_changes(repo: Path, console: Console) -> None:
+    """Before any work: say which files have uncommitted changes (the sandbox starts from them, and
+    a patch touching them will not be applied over them)."""
+    # The host's safe git: a repository's hooks, fsmonitor or filters run nothing here.
+    status = host_git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", ".", check=False)
+    entries = status.stdout.decode("utf-8", "surrogateescape").split("\0")
+    dirty = [entry[3:] for entry in entries if len(entry) > 3]
+    if dirty:
+        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        console.print(
+            Text(
+                f"warning: uncommitted changes in {shown}. The agent starts from them (the sandbox copies "
+                "your tree as it is), but a patch that touches those files will not be applied over your "
+                "changes: commit or stash them first if you want it applied.",
+                style="yellow",
             )
-        note = " (replayed turns, not a model)" if report.backend.startswith("replay") else ""
-        lines.append(
-            f"  agent       {report.agent.outcome}; {stats.get('steps', 0)} steps, {stats.get('tokens', 0)} tokens, "
-            f"{stats.get('elapsed_s', 0):.1f} s; backend {report.backend}{note}"
         )
-        lines.append(f"  patch       {rel(report.patch_path)}")
-    lines.append(f"  trajectory  {rel(report.trajectory_path)}")
-    lines.append(f"  time        {report.elapsed_s:.1f} s")
-    print("\n".join(lines), flush=True)
 
 
-def _hand_back(report: FixReport, repo: Path, args: argparse.Namespace) -> int:
-    """Apply the patch when the user agrees (:func:`clover_agent.fix.handback.hand_back`), record
-    the command's exit code and message in the run's summary.json and trajectory, and return it
-    (a CloverError for a non-zero one)."""
-    mode = DRY_RUN if args.dry_run else YES if args.yes else ASK
-    confirm = _confirm if mode == ASK and sys.stdin.isatty() else None
-    try:
-        code, message = hand_back(report, repo, mode=mode, confirm=confirm)
-    except KeyboardInterrupt:  # at the question: nothing was applied
-        report.hand_back = "interrupted: not applied"
-        code = int(ExitCode.INTERRUPTED)
-        message = "interrupted before the patch was applied: your tree is unchanged"
-    record_outcome(report, code, message)
-    if code != ExitCode.OK:
-        raise CloverError(message or report.message, exit_code=ExitCode(code))
-    return code
-
-
-def _confirm(text: str) -> bool:
-    try:
-        answer = input(text).strip().lower()
-    except EOFError:  # Ctrl-D: no
-        print()
-        return False
-    return answer in ("y", "yes")
-
-
-def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun]:
+def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun, list[str]]:
     """The repository and the stopped run ``--resume`` names (an id or ``last`` under ``--repo``,
-    or the path of a run folder, whose repository is the one it lies in)."""
+    or the path of a run folder, whose repository is the one it lies in), with ``args`` filled
+    in from how the run was started (the flags taken from it are returned)."""
     repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
     args.repo = str(repo)
-    return check_repo(args), load_stopped_run(run_dir, args.target)
+    repo = check_repo(args)
+    stopped = load_stopped_run(run_dir, args.target)
+    return repo, stopped, apply_launch_record(args, stopped.launch, stopped.model_calls)
+
+
+#: The budgets and policy when neither the command line nor a resumed run's record gives them.
+DEFAULTS = {**BUDGET_DEFAULTS, "policy": DEFAULT_PRESET}
 
 
 def _fix(args: argparse.Namespace) -> int:
     if args.target is None and args.resume is None:
         raise UsageError("fix needs a TARGET (a test, test file, keyword or description), or --resume RUN_ID")
     settings = Settings.load()  # once per command; everything below gets its values passed in
-    options = backend_options(args)
-    check_backend_options(options, settings)
+    console = make_console(environ=settings.environment)
+    errors = make_console(sys.stderr, environ=settings.environment)
     if args.resume is not None:
-        repo, stopped = _resolve_resume(args)
+        repo, stopped, taken = _resolve_resume(args)
     else:
-        repo, stopped = check_repo(args), None
-    policy = preset(args.policy)
+        repo, stopped, taken = check_repo(args), None, []
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    figures = RunFigures()
+    renderer = ConsoleRenderer(console, figures=figures, verbose=args.verbose, quiet=args.quiet)
+    options = backend_options(args, progress=ProgressText(renderer))
+    check_backend_options(options, settings)
+    asyncio.run(probe_backend(options, settings))  # a server that cannot be reached: before any work
+    if taken and not args.quiet:
+        console.print(
+            Text(
+                f"resuming with the options run {stopped.run_id} was started with: {' '.join(taken)}",
+                style="dim",
+            )
+        )  # type: ignore[union-attr]
+    if not args.quiet:
+        _warn_about_local_changes(repo, errors)
     # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
     approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
     request = FixRequest(
@@ -180,17 +137,22 @@ def _fix(args: argparse.Namespace) -> int:
         repo=repo,
         make_backend=backend_factory(options, settings),
         sandbox=sandbox_spec_of(args, settings, repo),
-        sandbox_kind=args.sandbox,
+        sandbox_kind=sandbox_kind(args),
         regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
-        policy=policy,
+        policy=preset(args.policy),
         approvals=approvals,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         suite_timeout_s=args.suite_timeout or repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
+        launch=launch_record(args, options),
+        keep_stream=args.keep_stream,
     )
+    if stopped is not None:
+        figures.steps_before = stopped.state.steps
     bus = EventBus()
-    bus.subscribe(ConsoleRenderer(show_reasoning=args.verbose))
+    bus.subscribe(figures)
+    bus.subscribe(renderer)
     if approvals is not None:
         bus.subscribe(TerminalApprover(approvals))
     progress = _RunProgress()
@@ -202,13 +164,15 @@ def _fix(args: argparse.Namespace) -> int:
         raise CloverError(
             f"interrupted{'; ' + hint if hint else ''}", exit_code=ExitCode.INTERRUPTED
         ) from None
-    print_summary(report)
+    finally:
+        renderer.close()
+    print_summary(report, figures, console)
     if not report.fixed:
         hint = progress.resume_hint(repo)
         if report.stock is not None:
             report.stock.discard()  # the verdict is already the trajectory's last line
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
-    return _hand_back(report, repo, args)
+    return hand_back(report, repo, args, console, environ=settings.environment)
 
 
 class _RunProgress:
@@ -229,7 +193,8 @@ class _RunProgress:
             self.agent_outcome = event.outcome
 
     def resume_hint(self, repo: Path) -> str | None:
-        """How to continue the run, when it stopped in its agent (``fix --resume`` refuses the rest)."""
+        """How to continue the run, when it stopped in its agent (``fix --resume`` refuses the rest).
+        The run records how it was started, so the command needs nothing more."""
         if self.run_id is None or not self.agent_started or self.agent_outcome == "submitted":
             return None
         return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
@@ -255,7 +220,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_ID",
         help="continue a stopped run (budget, interrupt, outage): its id under <repo>/.clover/runs, "
-        "`last` for the newest, or the run's folder; backend, sandbox and budget options apply anew",
+        "`last` for the newest, or the run's folder; it goes on with the backend, sandbox, budgets and "
+        "policy it was started with, unless options given now say otherwise",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
@@ -270,11 +236,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
-    add_budget_arguments(p)
+    add_budget_arguments(p, recorded=True)  # None when not given: a resumed run's record fills in
     p.add_argument(
         "--policy",
         choices=tuple(PRESETS),
-        default=DEFAULT_PRESET,
         help=f"which tool calls may run (default {DEFAULT_PRESET}): read-only: view, search and run tests, "
         "no edits or shell; workspace: anything inside /workspace, asking you first for network or "
         "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal); "
@@ -287,5 +252,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
         ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="also stream the model's reasoning")
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the model's thinking whole (default: one line a turn)",
+    )
+    talk.add_argument(
+        "-q", "--quiet", action="store_true", help="for scripts: only the summary and errors, no progress"
+    )
+    p.add_argument(
+        "--keep-stream",
+        action="store_true",
+        help="also keep the streamed text and the engine's provisional blocks in the trajectory (for "
+        "analysis; the trajectory holds each turn whole anyway)",
+    )
     p.set_defaults(func=_fix)

@@ -1,6 +1,16 @@
 """Command-line options that several commands share (``fix``, ``tui``, and the CI bot): the model
 backend, the sandbox, the repository and the budgets, defined once so they mean the same
-everywhere."""
+everywhere.
+
+An option of one backend selects it: ``--replay FILE`` is the replay backend, ``--base-url`` (or
+``--model-name``) the openai backend, ``--model`` the engine; ``--backend`` is needed only to say
+it outright. Options of two backends, or an option of another backend than ``--backend`` names,
+are a usage error that says which flag belongs where (never silently ignored).
+
+A run records how it was started (:func:`launch_record`: the backend and its options, the sandbox,
+and what the command adds: budgets, policy), so ``fix --resume`` needs no flags:
+:func:`apply_launch_record` fills in what the command line leaves out.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +28,32 @@ from clover_agent.launch import BackendOptions, sandbox_spec
 from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
 from clover_agent.settings import Settings
 
+DEFAULT_BACKEND = "engine"
+DEFAULT_SANDBOX = "docker"
+
+#: Backend options: (attribute, flag, the backend it belongs to).
+BACKEND_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("model", "--model", "engine"),
+    ("base_url", "--base-url", "openai"),
+    ("model_name", "--model-name", "openai"),
+    ("replay", "--replay", "replay"),
+)
+#: What each backend is, for the messages that point a flag to its backend.
+BACKEND_WORDS = {
+    "engine": "runs Clover in this process from --model DIR",
+    "openai": "asks the server at --base-url URL",
+    "replay": "plays the recorded turns of --replay FILE and runs no model",
+}
+
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     """``--backend``, ``--model``, ``--base-url``, ``--model-name``, ``--replay``."""
     p.add_argument(
         "--backend",
         choices=BACKEND_KINDS,
-        default="engine",
-        help="engine: Clover in this process (default); openai: an OpenAI-compatible server; "
-        "replay: recorded turns (tests and demos, not a model)",
+        help="engine: Clover in this process (the default); openai: an OpenAI-compatible server; "
+        "replay: recorded turns (tests and demos, not a model). An option of one backend selects "
+        "it (--replay FILE: replay; --base-url: openai; --model: engine)",
     )
     p.add_argument("--model", metavar="DIR", help="Clover weights folder (engine backend)")
     p.add_argument(
@@ -44,8 +71,8 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sandbox",
         choices=SANDBOX_KINDS,
-        default="docker",
-        help="docker: an isolated container (default); local: a private copy on this machine, no isolation",
+        help=f"{DEFAULT_SANDBOX}: an isolated container (the default); local: a private copy on this "
+        "machine, no isolation",
     )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
     p.add_argument(
@@ -60,17 +87,32 @@ def sandbox_spec_of(args: argparse.Namespace, settings: Settings, repo: Path) ->
     """The complete sandbox spec the sandbox options chose (the project's environment is built for
     the Docker sandbox)."""
     return sandbox_spec(
-        settings, repo, image=args.image, environment=args.sandbox == "docker", wheels=args.wheels
+        settings, repo, image=args.image, environment=sandbox_kind(args) == "docker", wheels=args.wheels
     )
 
 
-def add_budget_arguments(p: argparse.ArgumentParser) -> None:
-    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``)."""
+#: The budgets when neither the command line nor a resumed run's record gives them.
+BUDGET_DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_time": 1800.0}
+
+
+def add_budget_arguments(p: argparse.ArgumentParser, *, recorded: bool = False) -> None:
+    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``).
+    ``recorded``: no defaults are set (None: not given), so a resumed run can take its recorded
+    budgets; the command then fills in :data:`BUDGET_DEFAULTS` itself."""
+    defaults = {} if recorded else BUDGET_DEFAULTS
     p.add_argument(
-        "--max-steps", type=positive(int), default=50, metavar="N", help="model calls at most (default 50)"
+        "--max-steps",
+        type=positive(int),
+        default=defaults.get("max_steps"),
+        metavar="N",
+        help=f"model calls at most (default {BUDGET_DEFAULTS['max_steps']})",
     )
     p.add_argument(
-        "--max-time", type=positive(float), default=1800.0, metavar="S", help="seconds at most (default 1800)"
+        "--max-time",
+        type=positive(float),
+        default=defaults.get("max_time"),
+        metavar="S",
+        help=f"seconds at most (default {BUDGET_DEFAULTS['max_time']:g})",
     )
     p.add_argument(
         "--max-tokens",
@@ -80,14 +122,37 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def sandbox_kind(args: argparse.Namespace) -> str:
+    return args.sandbox or DEFAULT_SANDBOX
+
+
+def chosen_backend(args: argparse.Namespace) -> str:
+    """The backend the command line selects (see the module docstring), or :class:`UsageError`."""
+    given = [(flag, owner) for name, flag, owner in BACKEND_FLAGS if getattr(args, name, None)]
+    if args.backend is None:
+        owners = sorted({owner for _, owner in given})
+        if len(owners) > 1:
+            flags = ", ".join(f"{flag} ({owner})" for flag, owner in given)
+            raise UsageError(f"{flags}: these options belong to different backends; give the options of one")
+        return owners[0] if owners else DEFAULT_BACKEND
+    for flag, owner in given:
+        if owner != args.backend:
+            raise UsageError(
+                f"{flag} is an option of the {owner} backend, not of --backend {args.backend} (which "
+                f"{BACKEND_WORDS[args.backend]}); drop {flag}, or choose --backend {owner}"
+            )
+    return args.backend
+
+
 def backend_options(args: argparse.Namespace, **engine_options: Any) -> BackendOptions:
     """The backend the command line chose; ``engine_options`` are more ``EngineBackend`` keywords."""
     return BackendOptions(
-        args.backend,
+        chosen_backend(args),
         model=args.model,
         base_url=args.base_url,
         model_name=args.model_name,
         replay=args.replay,
+        replay_start=getattr(args, "replay_start", 0),
         engine_options=engine_options,
     )
 
@@ -143,3 +208,48 @@ def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
     parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
     return parse
+
+
+#: What a launch record holds besides the backend's options: the command's own options.
+RECORDED_OPTIONS = ("sandbox", "image", "max_steps", "max_time", "max_tokens", "policy")
+
+
+def launch_record(args: argparse.Namespace, options: BackendOptions) -> dict[str, Any]:
+    """How a run was started, for its trajectory (``TaskStarted.launch``): the backend chosen, its
+    options (a replay file by its absolute path), the sandbox and the command's budgets."""
+    record: dict[str, Any] = {"backend": options.kind}
+    for name, _, owner in BACKEND_FLAGS:
+        value = getattr(options, name)
+        if value and owner == options.kind:
+            record[name] = str(Path(value).resolve()) if name in ("replay", "model") else value
+    record["sandbox"] = sandbox_kind(args)
+    for name in RECORDED_OPTIONS[1:]:
+        if getattr(args, name, None) is not None:
+            record[name] = getattr(args, name)
+    return record
+
+
+def apply_launch_record(
+    args: argparse.Namespace, record: dict[str, Any], replay_turns_used: int
+) -> list[str]:
+    """Fill ``args`` with what the run was started with, where the command line says nothing; the
+    flags the command line gave win. The backend is taken whole: recorded (with its options) when
+    no backend option is given now, else the one the given options select. A replay recorded and
+    taken again continues after the ``replay_turns_used`` turns its earlier segments used.
+    Returns the flags taken from the record (to say so)."""
+    taken: list[str] = []
+    backend_given = args.backend is not None or any(getattr(args, name, None) for name, _, _ in BACKEND_FLAGS)
+    if not backend_given and record.get("backend") in BACKEND_KINDS:
+        args.backend = record["backend"]
+        taken.append(f"--backend {args.backend}")
+        for name, flag, owner in BACKEND_FLAGS:
+            if owner == args.backend and record.get(name):
+                setattr(args, name, record[name])
+                taken.append(f"{flag} {record[name]}")
+        if args.backend == "replay":
+            args.replay_start = replay_turns_used
+    for name in RECORDED_OPTIONS:
+        if getattr(args, name, None) is None and record.get(name) is not None:
+            setattr(args, name, record[name])
+            taken.append(f"--{name.replace('_', '-')} {record[name]}")
+    return taken

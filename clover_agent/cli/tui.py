@@ -11,6 +11,7 @@ from clover_agent.cli.options import (
     backend_options,
     check_repo,
     positive,
+    sandbox_kind,
     sandbox_spec_of,
 )
 from clover_agent.errors import UsageError
@@ -39,7 +40,7 @@ def _tui(args: argparse.Namespace) -> int:
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
-        sandbox_kind=args.sandbox,
+        sandbox_kind=sandbox_kind(args),
         spec=sandbox_spec_of(args, settings, repo),
         policy=args.policy,
         max_steps=args.max_steps,

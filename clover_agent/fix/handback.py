@@ -17,6 +17,7 @@ and as the trajectory's last line (a second ``TaskFinished``), so both say what 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -61,15 +62,18 @@ def hand_back(
     repo: Path,
     *,
     mode: str,
-    confirm: Callable[[str], bool] | None = None,
+    confirm: Callable[[str], bool | list[str]] | None = None,
     say: Callable[[str], None] = print,
 ) -> tuple[int, str]:
     """Apply the patch as the user chose (see the module docstring); sets ``report.hand_back`` and
-    returns the command's exit code and message (empty when there is nothing more to say)."""
+    returns the command's exit code and message (empty when there is nothing more to say).
+    ``confirm`` answers the question: whether to apply, or the paths of the files to apply (the
+    person chose file by file; the others are left out, said so)."""
     verdict_code = int(report.exit_code)
     if not report.fixed or report.patch_set is None:
         return verdict_code, report.message
     how = apply_hint(report, repo)
+    patch_set = report.patch_set  # what is applied: all of it, or the files the person chose
     if not report.patch_set.changes:
         report.hand_back = "nothing to apply"
         return verdict_code, ""
@@ -92,20 +96,27 @@ def hand_back(
                 f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
             )
             return verdict_code, ""
-        if not confirm(question(report, repo)):
+        answer = confirm(question(report, repo))
+        if not answer:
             report.hand_back = "declined"
             say(f"Not applied. To apply it later: {how}")
             return verdict_code, ""
+        if isinstance(answer, list):
+            chosen = [c for c in report.patch_set.changes if c.path in answer]
+            patch_set = dataclasses.replace(report.patch_set, changes=chosen)
     try:
-        files = apply_patch_set(repo, report.patch_set)
+        files = apply_patch_set(repo, patch_set)
     except PatchNotApplied as exc:
         report.hand_back = f"refused: {exc.message}"
         return int(ExitCode.FAILURE), f"{exc.message} To apply it yourself: {how}"
     except ApplyInterrupted as exc:
         report.hand_back = "interrupted: " + ("applied in full" if exc.applied else "not applied")
         return int(ExitCode.INTERRUPTED), exc.message
-    report.hand_back = "applied"
+    left = [path for path in report.patch_set.files if path not in patch_set.files]
+    report.hand_back = f"applied: {', '.join(files)}; not applied: {', '.join(left)}" if left else "applied"
     say(f"Applied to {repo}: {', '.join(files)}")
+    if left:
+        say(f"Not applied: {', '.join(left)}. The whole patch: {how}")
     return verdict_code, ""
 
 

@@ -24,7 +24,17 @@ from clover_agent.agent.trajectory import (
     read_events,
 )
 from clover_agent.errors import UsageError
-from clover_agent.events import Done, Event, RunStarted, TaskFinished, TaskResumed, TaskStarted, TestsRun
+from clover_agent.events import (
+    Done,
+    Event,
+    ModelCallStarted,
+    ModelResponded,
+    RunStarted,
+    TaskFinished,
+    TaskResumed,
+    TaskStarted,
+    TestsRun,
+)
 from clover_agent.tools.run_tests import TestFailure, TestReport
 
 EventT = TypeVar("EventT", bound=Event)
@@ -46,6 +56,8 @@ class StoppedRun:
     exit_code: int | None  # of the last segment; None when it ended without a verdict (killed)
     outcome: str  # the agent's outcome in the last segment
     message: str
+    launch: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the run was started
+    model_calls: int = 0  # model calls made so far (a replay taken again continues after them)
 
 
 def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
@@ -116,6 +128,16 @@ def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
         exit_code=finished.exit_code if finished else (done.exit_code if done else None),
         outcome=done.outcome if done else "killed",
         message=(finished or done).message if (finished or done) else "the run ended without a verdict",
+        launch=dict(
+            next(
+                (e.launch for e in reversed(events) if isinstance(e, TaskResumed) and e.launch),
+                started.launch,
+            )
+        ),
+        model_calls=max(
+            sum(isinstance(e, ModelCallStarted) for e in events),
+            sum(isinstance(e, ModelResponded) for e in events),
+        ),
     )
 
 

@@ -45,30 +45,31 @@ def runs_dir(repo: Path) -> Path:
     return path
 
 
-def find_run(runs: Path, ref: str) -> Path:
-    """The run folder ``ref`` names under ``runs`` (``<repo>/.clover/runs``): a run id, or ``last``."""
+def find_run(runs: Path, ref: str, flag: str = "--resume") -> Path:
+    """The run folder ``ref`` names under ``runs`` (``<repo>/.clover/runs``): a run id, or ``last``.
+    ``flag`` is how the command took ``ref``, for its messages."""
     existing = sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
     if ref == LATEST:
         if not existing:
-            raise UsageError(f"--resume last: there are no runs under {runs}")
+            raise UsageError(f"{flag} last: there are no runs under {runs}")
         return runs / existing[-1]
     if ref not in existing:
         known = f"the newest are: {', '.join(existing[-3:])}" if existing else "there are none"
-        raise UsageError(f"--resume {ref}: no such run under {runs} ({known})")
+        raise UsageError(f"{flag} {ref}: no such run under {runs} ({known})")
     return runs / ref
 
 
-def locate_run(ref: str, repo: Path | None) -> tuple[Path, Path]:
+def locate_run(ref: str, repo: Path | None, flag: str = "--resume") -> tuple[Path, Path]:
     """(repository, run folder) for ``ref``: a run id or ``last`` under ``repo``'s runs, or the path of
     a run folder, whose repository is the one it lies in (``repo``, when given, must be that one).
     ``repo`` None: the current folder (for an id) or the folder's repository (for a path)."""
     if ref != LATEST and (os.sep in ref or "/" in ref):
         folder = Path(ref).resolve()
         if not folder.is_dir() or len(folder.parents) < 3 or folder.parent != folder.parents[2] / RUNS_DIR:
-            raise UsageError(f"--resume {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
+            raise UsageError(f"{flag} {ref}: no run folder there (<repo>/{RUNS_DIR}/<id>)")
         owner = folder.parents[2]
         if repo is not None and repo.resolve() != owner:
-            raise UsageError(f"--resume {ref} is a run of {owner}, not of --repo {repo}")
+            raise UsageError(f"{flag} {ref} is a run of {owner}, not of --repo {repo}")
         return owner, folder
     repo = (repo or Path(".")).resolve()
-    return repo, find_run(repo / RUNS_DIR, ref)
+    return repo, find_run(repo / RUNS_DIR, ref, flag)

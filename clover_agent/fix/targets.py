@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import difflib
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.errors import UsageError
 from clover_agent.fix.diagnosis import diagnose
+from clover_agent.fix.hostgit import git as host_git
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
@@ -154,12 +154,9 @@ def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:
 
 def _closest_files(text: str, repo: Path) -> str:
     """ ", did you mean ...?" naming the repository's files nearest to ``text``, or ""."""
-    listed = subprocess.run(
-        ["git", "-C", str(repo), "ls-files", "-co", "--exclude-standard"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.splitlines()
+    # The host's safe git: the repository's hooks, fsmonitor or filters run nothing here.
+    out = host_git(repo, "ls-files", "-z", "-co", "--exclude-standard", check=False).stdout
+    listed = [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
     close = difflib.get_close_matches(text, listed, n=3, cutoff=0.6)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 

@@ -59,6 +59,7 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     EventBus,
+    PhaseStarted,
     SandboxProgress,
     TaskFinished,
     TaskResumed,
@@ -114,6 +115,8 @@ class FixRequest:
     regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
     #: The user's request, as the front end framed it for the model, put before the task.
     request: str = ""
+    launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
+    keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
 
 
 class EnvironmentNotReady(CloverError):
@@ -255,7 +258,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
     else:
         run_dir = runs_dir(request.repo) / run_id
     report = FixReport(run_id, run_dir)
-    writer = TrajectoryWriter(report.trajectory_path)
+    writer = TrajectoryWriter(report.trajectory_path, keep_stream=request.keep_stream)
     unsubscribe = bus.subscribe(writer)
     if resume is None:
         bus.emit(
@@ -265,6 +268,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 target=request.target,
                 repo=str(request.repo),
                 sandbox=request.sandbox_kind,
+                launch=request.launch,
             )
         )
     else:
@@ -278,6 +282,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 previous_message=resume.message,
                 repo=str(request.repo),
                 sandbox=request.sandbox_kind,
+                launch=request.launch,
             )
         )
     try:
@@ -318,6 +323,7 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
     # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
     request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
     report.stock = stock = Stock(report.run_dir, request.repo)
+    bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
         await stock.record_start(sandbox)  # before any test or the agent ran
@@ -474,6 +480,9 @@ async def _reproduce(
     if not request.target:
         return await _failing_in_suite(request, sandbox, bus, report)
     report.mode = "target"
+    bus.emit(
+        PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
+    )
     selection = await select_tests(
         sandbox, request.target, request.repo, workers=WORKERS, suite_timeout=request.suite_timeout_s
     )
@@ -494,7 +503,7 @@ async def _reproduce(
     elif chosen.target is None and selection.suite is not None:
         report.suite_before = selection.suite  # the suite run free text needed: the same phase
     else:
-        bus.emit(SandboxProgress(message=f"regression baseline: {chosen.describe()}"))
+        bus.emit(PhaseStarted(phase="tests before", detail=f"the regression baseline: {chosen.describe()}"))
         report.suite_before = await run_tests_in(
             sandbox, chosen.target, timeout=request.suite_timeout_s, workers=WORKERS
         )

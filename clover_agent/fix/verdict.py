@@ -53,15 +53,34 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)[:300]
 
 
+def uncollected(report: TestReport) -> set[str]:
+    """The ids of the modules ``report``'s run could not collect (import)."""
+    return {f.test_id for f in report.failures if f.message == COLLECTION_FAILURE}
+
+
 def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
     """Each target test that is not a pass after the change, with what it is: "failed",
-    "error", "skipped" or "gone" (not run at all: deselected, renamed or deleted)."""
-    problems = {t: after.outcomes.get(t, "gone") for t in before.outcomes}
+    "error", "skipped" or "gone" (not run at all: deselected, renamed or deleted). A module that
+    could not be collected before either is not a target test (it holds none that ran): the suite's
+    verdict counts it (:func:`suite_gaps`)."""
+    old = uncollected(before)
+    problems = {t: after.outcomes.get(t, "gone") for t in before.outcomes if t not in old}
     problems = {t: what for t, what in problems.items() if what != "passed"}
     problems.update(
-        {t: o for t, o in after.outcomes.items() if o in ("failed", "error") and t not in problems}
+        {
+            t: o
+            for t, o in after.outcomes.items()
+            if o in ("failed", "error") and t not in problems and t not in old
+        }
     )
     return problems
+
+
+def target_passes(before: TestReport, after: TestReport) -> bool:
+    """The target's run after the change is a pass: it ran, some target test passed, and
+    :func:`target_problems` finds nothing."""
+    ran = after.problem is None and not after.timed_out and after.passed > 0
+    return ran and not target_problems(before, after)
 
 
 def regressions(before: TestReport, after: TestReport) -> list[str]:
@@ -85,12 +104,10 @@ def suite_gaps(before: TestReport, after: TestReport, environment_errors: set[st
         elif report.problem and not report.outcomes:
             gaps.append(f"the suite could not be run {when} the change: {_first_line(report.problem)}")
     if not gaps:
-        uncollected = sorted(
-            {f.test_id for r in (before, after) for f in r.failures if f.message == COLLECTION_FAILURE}
-        )
-        if uncollected:
-            shown = ", ".join(t.split("::")[0] for t in uncollected[:5])
-            gaps.append(f"{len(uncollected)} test module(s) could not be collected: {shown}")
+        modules = sorted(uncollected(before) | uncollected(after))
+        if modules:
+            shown = ", ".join(t.split("::")[0] for t in modules[:5])
+            gaps.append(f"{len(modules)} test module(s) could not be collected: {shown}")
         if environment_errors:
             shown = ", ".join(sorted(environment_errors)[:5])
             gaps.append(
@@ -120,7 +137,7 @@ def judge(
             NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
         )
     problems = target_problems(target_before, target_after)
-    if problems or not target_after.all_passed:
+    if problems or not target_passes(target_before, target_after):
         shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10])
         return Judgement(
             NOT_FIXED,

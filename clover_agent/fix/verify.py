@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from clover_agent.events import EventBus, TestsRun
+from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.shadow import Change
 from clover_agent.fix.stock import PatchSet, Stock
-from clover_agent.fix.verdict import COLLECTION_FAILURE, Judgement, judge
+from clover_agent.fix.verdict import COLLECTION_FAILURE, Judgement, judge, target_passes
 from clover_agent.fix.weakened import weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
@@ -75,12 +75,15 @@ async def verify_patch(
 ) -> Verification:
     """Make a fresh sandbox the patched tree, run the target (then, if it passes, the suite,
     through ``run_suite``) there, and judge."""
+    bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
     async with create_sandbox(kind, spec) as sandbox:
         await stock.make_like_final(sandbox, patch)
+        bus.emit(PhaseStarted(phase="verification", detail=f"running the target tests {target_tests}"))
         target_after = await run_tests_in(sandbox, target_tests)
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
         suite_after = None
-        if target_after.all_passed:
+        if target_passes(target_before, target_after):
+            bus.emit(PhaseStarted(phase="verification", detail="running the whole suite"))
             suite_after = await run_suite(sandbox)
             bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))
             names = await workspace_module_names(sandbox)

@@ -124,6 +124,23 @@ def test_fixed_with_the_suite_unverified_is_8_and_opens_no_claim(tmp_path: Path)
 
 
 @pytest.mark.docker
+def test_weakened_tests_are_not_a_fix(tmp_path: Path) -> None:
+    """The agent makes the target pass by removing its checks: fix's verdict "tests weakened", exit 1."""
+    repo = calculator_repo(tmp_path)
+    weaken = call("editor", command="str_replace", path="/workspace/tests/test_calculator.py",
+                  old_str="    assert add(2, 3) == 5\n    assert add(-1, 1) == 0\n", new_str="    add(2, 3)\n")  # fmt: skip
+    replay = replay_of(tmp_path, [weaken, call("finish", summary="Fixed add.")])
+    run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--target", "tests/test_calculator.py::test_add",
+                 "--backend", "replay", "--replay", str(replay))  # fmt: skip
+    assert run.code == 1
+    result = run.result
+    assert result["status"] == "not_fixed" and result["verdict"] == "tests weakened"
+    assert result["weakened"] and "weakened" in result["message"] and result["patch"]["status"] == "partial"
+    assert result["test_files_changed"] == ["tests/test_calculator.py"]
+    assert "Tests weakened:" in run.summary and "NOT FIXED (exit 1)" in run.summary
+
+
+@pytest.mark.docker
 def test_budget_exhausted_is_6_with_the_partial_patch(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay", str(REPLAY),

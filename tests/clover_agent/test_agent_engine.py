@@ -69,7 +69,7 @@ async def test_engine_drives_a_bounded_loop(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(engine, "stream", recording_stream)
     bus = EventBus()
-    writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
+    writer = TrajectoryWriter(tmp_path / "trajectory.jsonl", keep_stream=True)  # the stream is looked at
     bus.subscribe(writer)
     async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
         agent = Agent(backend, sandbox, bus, run_id="engine", budget=Budget(max_steps=STEPS, max_time_s=600))

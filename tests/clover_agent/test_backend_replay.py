@@ -106,3 +106,26 @@ def test_a_binary_file_is_a_usage_error(tmp_path: Path) -> None:
 def test_unknown_backend_kind() -> None:
     with pytest.raises(UsageError, match="choose one of: engine, openai, replay"):
         create_backend("magic")
+
+
+def test_a_replay_resumed_after_some_turns_starts_after_them(tmp_path: Path) -> None:
+    path = _write(tmp_path / "run.jsonl", [json.dumps({"content": FIRST}), json.dumps({"content": SECOND})])
+    backend = ReplayBackend(path, start=1)
+    assert backend.used == 1 and backend.turns[backend.used].text == SECOND
+
+
+def test_the_prompt_estimate_counts_what_a_conversation_adds_and_what_was_replaced(tmp_path: Path) -> None:
+    """The estimate of a grown conversation equals a fresh count of it; a message replaced (as the
+    condenser replaces an output) is counted anew."""
+    path = _write(tmp_path / "run.jsonl", [json.dumps({"content": SECOND})])
+    kept, fresh = ReplayBackend(path), ReplayBackend(path)
+    messages = [{"role": "system", "content": "S" * 700}, {"role": "user", "content": "task"}]
+    for i in range(6):
+        assert kept.count_tokens(messages, TOOLS) == ReplayBackend(path).count_tokens(list(messages), TOOLS)
+        messages = [
+            *messages,
+            {"role": "tool", "tool_call_id": f"c{i}", "name": "shell", "content": "x" * 350 * i},
+        ]
+    before = kept.count_tokens(messages, TOOLS)
+    messages[-1] = {**messages[-1], "content": "[dropped]"}
+    assert kept.count_tokens(messages, TOOLS) == fresh.count_tokens(messages, TOOLS) < before - 400

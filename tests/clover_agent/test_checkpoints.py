@@ -132,3 +132,31 @@ async def test_a_same_size_rewrite_in_the_second_the_index_was_written_is_seen(s
     assert snapshotted.output == "A = 8\nkept\n"
     diff = await sandbox.diff()
     assert "+A = 8" in diff and "+kept" in diff
+
+
+async def test_a_commit_is_made_only_when_the_workspace_changed_since_the_last(sandbox) -> None:
+    """The loop's use: ``before_call`` before each call that may change the workspace, ``look``
+    after it. A call that changes nothing costs one look and no commit; undo still finds the state
+    each turn began with."""
+    checkpoints = Checkpoints(sandbox, "run2")
+    first = await checkpoints.before_call(1, "shell")  # nothing known yet: a snapshot
+    assert not await checkpoints.look()  # `echo` changed nothing
+    second = await checkpoints.before_call(2, "shell")
+    assert second.commit == first.commit  # the same state, recorded for turn 2 without a commit
+    await sandbox.exec("echo 'A = 2' > a.py", cwd="/workspace")  # turn 2 changes a file
+    assert await checkpoints.look()
+    assert not await checkpoints.look()  # and it is as the last look saw it
+    fourth = await checkpoints.before_call(4, "editor:str_replace")  # turn 3 called no such tool
+    assert fourth.commit != first.commit
+    await sandbox.exec("echo junk > debug.log", cwd="/workspace")  # an ignored file: no change
+    assert not await checkpoints.look()
+    refs = await sandbox.exec("git for-each-ref refs/clover/run2 | wc -l", cwd="/workspace")
+    assert refs.output.strip() == "2"  # two commits for three checkpoints
+
+    await checkpoints.undo_to(3)  # turn 3 began after turn 2's change
+    assert await read(sandbox, "a.py") == "A = 2\n"
+    await checkpoints.undo_to(2)
+    assert await read(sandbox, "a.py") == "A = 1\n"
+    # After an undo the workspace is not taken as known: the next call snapshots it afresh.
+    again = await checkpoints.before_call(5, "shell")
+    assert [c.turn for c in checkpoints.taken] == [1, 5] and again.commit != fourth.commit

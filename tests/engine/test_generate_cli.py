@@ -5,13 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pty
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +19,7 @@ from clover_agent.engine.sampling import SamplingParams
 from clover_agent.engine.tiny import write_tiny_checkpoint
 from clover_agent.engine.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
-from tests.cli_process import run_cli, start_signalable
+from tests.cli_process import run_at_a_terminal, run_cli, start_signalable
 
 
 def test_json_output_matches_the_engine(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,34 +239,6 @@ def test_ctrl_c_ends_the_partial_line_before_interrupted(checkpoint: Path) -> No
     assert child.returncode == ExitCode.INTERRUPTED
     assert stderr.splitlines()[-1] == "clover-agent: interrupted", stderr[-300:]
     assert "Traceback" not in stderr
-
-
-def run_at_a_terminal(args: list[str], timeout: float = 300) -> tuple[int, str]:
-    """``clover-agent ARGS`` with stdout and stderr on one pseudo-terminal, as a person runs it;
-    its exit code and everything the terminal showed."""
-    main_fd, terminal_fd = pty.openpty()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "clover_agent", *args], stdin=subprocess.DEVNULL, stdout=terminal_fd,
-        stderr=terminal_fd, close_fds=True,
-    )  # fmt: skip
-    os.close(terminal_fd)
-    shown = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([main_fd], [], [], 1.0)
-        if not ready:
-            if child.poll() is not None:
-                break
-            continue
-        try:
-            chunk = os.read(main_fd, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(main_fd)
-    return child.wait(timeout=60), shown.decode(errors="replace").replace("\r\n", "\n")
 
 
 def test_at_a_terminal_the_answer_is_shown_once_with_its_rates(checkpoint: Path) -> None:

@@ -1,29 +1,49 @@
-"""The console renderer: model text streams, tool-call markup never shows, results are trimmed."""
+"""The console renderer and the run's figures: model text streams line by line, tool-call markup
+never shows, thinking is labelled (one line a turn unless verbose), results are trimmed, errors
+that end a run are left to the command, and the figures count a call cut off mid-way."""
 
 from __future__ import annotations
 
 import io
+import re
 
-from clover_agent.events import Done, ModelDelta, ModelResponded, ToolCallFinished, ToolCallStarted
-from clover_agent.fix.console import ConsoleRenderer
+from clover_agent.events import (
+    Done,
+    ErrorReported,
+    ModelCallStarted,
+    ModelDelta,
+    ModelResponded,
+    ProvisionalBlock,
+    RunStarted,
+    TaskFinished,
+    TaskStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from clover_agent.fix.console import ConsoleRenderer, make_console
+from clover_agent.fix.figures import RunFigures
 
 CALL = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
+SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def responded(content: str = "") -> ModelResponded:
-    return ModelResponded(
-        step=1, raw="", content=content, reasoning=None, tool_calls=[], format_error=None,
-        prompt_tokens=1, completion_tokens=1, finish_reason="stop",
-    )  # fmt: skip
+def responded(content: str = "", *, step: int = 1, reasoning: str | None = None, **more) -> ModelResponded:
+    fields = dict(step=step, raw="", content=content, reasoning=reasoning, tool_calls=[], format_error=None,
+                  prompt_tokens=1, completion_tokens=1, finish_reason="stop")  # fmt: skip
+    return ModelResponded(**{**fields, **more})
+
+
+def plain(**options) -> tuple[io.StringIO, ConsoleRenderer]:
+    out = io.StringIO()
+    return out, ConsoleRenderer(make_console(out, environ={}), **options)
 
 
 def test_streamed_text_stops_at_the_tool_call_even_when_the_tag_is_split() -> None:
-    out = io.StringIO()
-    render = ConsoleRenderer(out)
+    out, render = plain()
     text = "Listing the files.\n\n" + CALL
+    render(ModelDelta(step=1, kind="reasoning", text="hidden thoughts\nand more of them\n"))
     for i in range(0, len(text), 3):  # deltas that cut "<tool_call>" in pieces
         render(ModelDelta(step=1, kind="text", text=text[i : i + 3]))
-    render(ModelDelta(step=1, kind="reasoning", text="hidden thoughts"))
     render(responded())
     render(ToolCallStarted(step=1, call_id="c", name="shell", arguments={"command": "ls"}))
     render(
@@ -33,19 +53,81 @@ def test_streamed_text_stops_at_the_tool_call_even_when_the_tag_is_split() -> No
     )
     render(Done(outcome="submitted", exit_code=0, message="m", summary="all done"))
     shown = out.getvalue()
-    assert shown.startswith("Listing the files.\n→ shell command=ls\n")
-    assert "<tool" not in shown and "hidden thoughts" not in shown
+    assert shown.startswith(
+        "thinking │ hidden thoughts (+1 lines; -v shows them)\nListing the files.\n  step 1:"
+    )  # the thinking folded to its first line; no blank line before the call
+    assert "\n→ shell command=ls\n" in shown
+    assert "<tool" not in shown and "and more of them" not in shown
     assert "  ✓ f0\n" in shown and "f7" in shown and "f8\n" not in shown and "… 22 more lines" in shown
-    assert shown.endswith("done (submitted): all done\n")
+    assert shown.endswith("finished: all done\n")
+    assert not SGR.search(shown)  # not a terminal: plain text
 
 
-def test_unstreamed_content_is_printed_once_and_reasoning_on_request() -> None:
-    out = io.StringIO()
-    render = ConsoleRenderer(out, show_reasoning=True)
-    render(ModelDelta(step=1, kind="reasoning", text="thinking"))
+def test_unstreamed_content_is_printed_once_and_thinking_whole_when_verbose() -> None:
+    out, render = plain(verbose=True)
+    render(ModelDelta(step=1, kind="reasoning", text="thinking it over\n\nstill"))
     render(responded("visible"))
-    render(responded("second turn"))
+    render(responded("second turn", step=2, reasoning="unstreamed thought"))
     render(ModelDelta(step=3, kind="reasoning", text="more thoughts"))
     render(ModelDelta(step=3, kind="text", text="Answer."))
-    render(responded("Answer."))
-    assert out.getvalue() == "thinking\nvisible\nsecond turn\nmore thoughts\nAnswer.\n"
+    render(responded("Answer.", step=3))
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith("  step ")]
+    assert lines == [
+        "thinking │ thinking it over",
+        "thinking │ ",
+        "thinking │ still",
+        "visible",
+        "thinking │ unstreamed thought",
+        "second turn",
+        "thinking │ more thoughts",
+        "Answer.",
+    ]
+
+
+def test_errors_that_end_the_run_are_left_to_the_command_and_quiet_says_nothing() -> None:
+    out, render = plain()
+    render(ErrorReported(kind="budget_exhausted", message="step budget exhausted", fatal=True, exit_code=6))
+    render(Done(outcome="budget_exhausted", exit_code=6, message="step budget exhausted"))
+    render(ErrorReported(kind="format", message="the call is not closed"))
+    assert "budget" not in out.getvalue() and "  ! format: the call is not closed\n" in out.getvalue()
+    out, render = plain(quiet=True)
+    for event in (
+        TaskStarted(run_id="r", command="fix", target="t", repo="/r", sandbox="local"),
+        responded("x"),
+    ):
+        render(event)
+    assert out.getvalue() == ""
+
+
+def test_colour_follows_the_terminal_and_no_color() -> None:
+    def styled(environ: dict[str, str]) -> str:
+        out = io.StringIO()
+        # FORCE_COLOR: styles as at a terminal (a real one: the pseudo-terminal tests of fix).
+        ConsoleRenderer(make_console(out, environ={"FORCE_COLOR": "1", **environ}))(
+            ToolCallStarted(step=1, call_id="c", name="shell", arguments={"command": "ls"})
+        )
+        return out.getvalue()
+
+    assert SGR.search(styled({"TERM": "xterm-256color"}))
+    assert not SGR.search(styled({"TERM": "xterm-256color", "NO_COLOR": "1"}))
+    assert SGR.search(styled({"TERM": "xterm-256color", "NO_COLOR": ""}))  # set but empty: not set
+    # Not a terminal (a StringIO), and an empty FORCE_COLOR forces nothing: plain.
+    assert not SGR.search(styled({"TERM": "xterm-256color", "FORCE_COLOR": ""}))
+
+
+def test_figures_count_a_call_cut_off_mid_way() -> None:
+    """A run stopped while the model wrote (a time budget, Ctrl-C) still has a step and tokens."""
+    figures = RunFigures()
+    figures(RunStarted(run_id="r", task="t", backend="engine:tiny", limits={"max_steps": 50}))
+    figures(ModelCallStarted(step=1, prompt_tokens=1000, prompt_messages=2))
+    figures(responded("x", prompt_tokens=1000, completion_tokens=64, forwards=20, seconds=2.0))
+    figures(ModelCallStarted(step=2, prompt_tokens=1100, prompt_messages=4))
+    for _ in range(6):  # six blocks written, then the run is stopped
+        figures(ProvisionalBlock(step=2, block=0, position=0, denoise_step=1, token_ids=[], filled=[],
+                                 newly_filled=[], text=""))  # fmt: skip
+        figures(ModelDelta(step=2, kind="text", text="x" * 35))
+    assert figures.status().startswith("model writing (") and "step 2/50" in figures.status()
+    figures(TaskFinished(run_id="r", command="fix", exit_code=6, message="time budget exhausted"))
+    final = figures.final()
+    assert final.startswith("2 model calls, 1 cut off; 2,100 tokens in, 124 out")  # 64 + 60 estimated
+    assert "tokens per forward" in final

@@ -33,11 +33,14 @@ FIXED_ADD = '"""Return the sum of a and b."""\n    return a + b\n'
 FINISH = call("finish", summary="Fixed add.")
 
 
-def fix(repo: Path, tmp_path: Path, capsys, turns: list[str], *options: str) -> tuple[int, str, str, dict]:
-    """``clover-agent fix test_add`` in Docker on ``turns``; (exit code, stdout, stderr, summary)."""
+def fix(
+    repo: Path, tmp_path: Path, capsys, turns: list[str], *options: str, sandbox: str = "docker"
+) -> tuple[int, str, str, dict]:
+    """``clover-agent fix test_add`` (in Docker unless ``sandbox`` says otherwise) on ``turns``;
+    (exit code, stdout, stderr, summary.json), checked to agree with the trajectory's last line."""
     replay = write_replay(tmp_path / f"replay-{len(list(tmp_path.iterdir()))}.jsonl", turns)
     code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
-                 "--sandbox", "docker", *options])  # fmt: skip
+                 "--sandbox", sandbox, *options])  # fmt: skip
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
     (run,) = run_dirs(repo)

@@ -1,0 +1,104 @@
+"""Docker Engine API calls with a deadline suited to each, retried where that is safe, and
+failures in words (exit 4), never a ``requests`` traceback.
+
+docker-py gives every request of a client the same timeout. :class:`EngineCalls` wraps one client
+and gives each call its own: :data:`QUICK` (answering a ping, inspecting, listing: the engine
+answers these at once unless it is stuck) or :data:`SLOW` (creating, starting and removing
+containers, copying archives in, committing images: a loaded engine can take long, and a client
+that gives up early leaves a container behind). Both scale with ``CLOVER_DOCKER_TIMEOUT`` (seconds
+for a slow call, default :data:`DEFAULT_SLOW_S`; a quick call gets a quarter of it) in the
+environment the sandbox's spec carries, beside ``DOCKER_HOST``.
+
+A call that may be repeated without changing the outcome (a read; a forced removal) is tried up to
+:data:`ATTEMPTS` times when the engine does not answer or the connection drops; any other call
+fails at once, as :class:`SandboxUnavailable` naming what was being done and the deadline. The
+Docker API's own answers (404, 409, 500 ...) are not timeouts: they are raised as they are, for the
+caller that knows what they mean.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
+
+if TYPE_CHECKING:
+    import docker
+
+T = TypeVar("T")
+
+DEFAULT_SLOW_S = 120.0
+QUICK, SLOW = "quick", "slow"
+ATTEMPTS = 3
+TIMEOUT_VARIABLE = "CLOVER_DOCKER_TIMEOUT"
+
+
+def slow_timeout(environment: Mapping[str, str]) -> float:
+    """Seconds a slow Engine API call may take (``CLOVER_DOCKER_TIMEOUT``, default 120)."""
+    text = environment.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_SLOW_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise SandboxConfigError(
+            f"{TIMEOUT_VARIABLE}={text!r}: give the seconds a Docker API call may take, above 0"
+        )
+    return value
+
+
+def _unanswered() -> tuple[type[BaseException], ...]:
+    """The errors that mean the engine did not answer (not an answer saying no)."""
+    import requests
+
+    return (requests.exceptions.Timeout, requests.exceptions.ConnectionError, TimeoutError, ConnectionError)
+
+
+class EngineCalls:
+    """Engine API calls on ``client`` (see the module docstring). Thread-safe: a call holds the
+    client while it sets its deadline and runs."""
+
+    def __init__(self, client: docker.DockerClient, environment: Mapping[str, str]) -> None:
+        self.client = client
+        self.slow_s = slow_timeout(environment)
+        self.quick_s = self.slow_s / 4
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, what: str, speed: str, call: Callable[..., T], *args: Any, retry: bool = False, **kwargs: Any
+    ) -> T:
+        """``call(*args, **kwargs)`` (a method of ``client.api``) under the deadline of ``speed``;
+        ``what`` says what it does, for the message ("creating the sandbox container")."""
+        timeout = self.quick_s if speed == QUICK else self.slow_s
+        unanswered = _unanswered()
+        attempts = ATTEMPTS if retry else 1
+        attempt = 1
+        while True:
+            with self._lock:
+                api = self.client.api
+                previous, api.timeout = api.timeout, timeout
+                try:
+                    return call(*args, **kwargs)
+                except unanswered as exc:
+                    if attempt == attempts:
+                        tries = f", {attempts} tries" if attempts > 1 else ""
+                        raise SandboxUnavailable(
+                            f"the Docker engine did not answer while {what} ({_why(exc, timeout)}{tries}); "
+                            "it may be overloaded or stuck: check `docker info`, or allow more time with "
+                            f"{TIMEOUT_VARIABLE}=SECONDS (now {self.slow_s:g})"
+                        ) from None
+                finally:
+                    api.timeout = previous
+            attempt += 1
+
+
+def _why(exc: BaseException, timeout: float) -> str:
+    import requests
+
+    if isinstance(exc, (requests.exceptions.Timeout, TimeoutError)):
+        return f"no answer within {timeout:g} s"
+    return "the connection to it was lost"
