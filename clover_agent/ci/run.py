@@ -30,7 +30,7 @@ from clover_agent.ci.sanitize import frame_request, sanitize_task
 from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import EventBus
 from clover_agent.fix import FixRequest, run_fix
-from clover_agent.fix.console import ConsoleRenderer
+from clover_agent.fix.console import ConsoleRenderer, make_console
 from clover_agent.fix.patches import apply_command
 from clover_agent.fix.stock import SHADOW_DIR
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
@@ -172,7 +172,7 @@ def _run(
         request=framed,
     )
     bus = EventBus()
-    bus.subscribe(ConsoleRenderer(log))
+    bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines
     if events is not None:
         bus.subscribe(events)
     try:

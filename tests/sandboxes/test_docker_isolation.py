@@ -133,9 +133,10 @@ async def test_no_process_slot_left_is_reported(small: DockerSandbox) -> None:
     filled = await small.exec("python3 /tmp/fill.py", timeout=300)
     assert filled.exit_code == 0 and filled.pid_limit_hit
     # The filler takes back the slots its parent and the runner's thread freed: until it has, a
-    # command may still start.
+    # command may still start (and, while the filler hits the limit beside it, run with
+    # pid_limit_hit set): wait for one that could not start.
     deadline = time.monotonic() + 120
-    while not (result := await small.exec("echo hi")).pid_limit_hit and time.monotonic() < deadline:
+    while (result := await small.exec("echo hi")).exit_code is not None and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert result.exit_code is None and result.pid_limit_hit
     assert result.killed_reason == "process limit reached: the command could not start"
