@@ -255,7 +255,7 @@ class _Findings:
     def plugins(self) -> list[str]:
         """pytest plugins the configuration needs, in the order first asked for."""
         needed: list[str] = []
-        for rel, ini in self.pytest_ini:
+        for _, ini in self.pytest_ini:
             for spec in _lines(ini.get("required_plugins", "")):
                 needed.append(spec)
             words = shlex.split(ini.get("addopts", ""), posix=True) if ini.get("addopts") else []
@@ -271,7 +271,6 @@ class _Findings:
             minversion = ini.get("minversion")
             if minversion and re.fullmatch(r"[\d.]+", minversion.strip()):
                 needed.append(f"pytest>={minversion.strip()}")
-            del rel
         return list(dict.fromkeys(needed))
 
     # --- the recipe --------------------------------------------------------------------------

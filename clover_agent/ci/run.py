@@ -172,8 +172,7 @@ def _run(
         request=framed,
     )
     bus = EventBus()
-    # A CI log: plain lines as they happen, never a live area.
-    bus.subscribe(ConsoleRenderer(make_console(log, settings.environment), live=False))
+    bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines
     if events is not None:
         bus.subscribe(events)
     try:

@@ -197,8 +197,6 @@ class ConsoleRenderer:
                 f"failed, {r.get('errors', 0)} errors",
                 "tests",
             )
-        elif isinstance(event, SandboxProgress):
-            self._line(f"sandbox: {event.message}")
         elif isinstance(event, Done):
             self._flush_stream()
             if event.outcome == "submitted":  # other endings are said once, by the command, at the end
