@@ -15,6 +15,10 @@ What the host checks, since the sandbox's side is untrusted:
   :class:`SandboxArgumentError` before anything is sent;
 - every file operation has a timeout (:data:`FILE_OP_TIMEOUT_S`), and a command one past its own
   (:data:`EXEC_GRACE_S`), so a lost or swallowed answer is an error, never a hang.
+
+Why one module over 400 lines: it is the host half of one contract with the runner (framing,
+MACs, the reader thread and each operation's request and answer); split, each half of an operation
+would sit in another file from its checks.
 """
 
 from __future__ import annotations

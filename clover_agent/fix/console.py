@@ -14,6 +14,9 @@ command's summary and errors still are). Errors that end the run are not written
 says them once, at the end. Provisional diffusion blocks are not drawn (the TUI does) but count in
 the figures. :class:`TerminalApprover` answers the agent's approval requests (by call id, like any
 front end) with what the person types.
+
+(Just over 400 lines: the renderer, its live area and the approver share one terminal and its
+state; the figures it shows live in :mod:`clover_agent.fix.figures`.)
 """
 
 from __future__ import annotations
