@@ -11,7 +11,8 @@ not by re-running ``git apply``), after checking, for every path the patch touch
 - no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
 
 Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``,
-on the tree's file system); only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held, is each
+on the tree's file system); only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever
+thread receives them), is each
 original moved aside and each new file renamed into place, all within milliseconds; an error
 there moves everything back. A signal arriving before that leaves the tree unchanged; one
 arriving during it takes effect once the tree is fully patched. Either way
@@ -280,16 +281,34 @@ def _remove_emptied_folders(steps: list[_Step]) -> None:
 
 @contextlib.contextmanager
 def _held_signals() -> Iterator[None]:
-    """Hold the signals that would stop the process (main thread only; elsewhere Python
-    receives no signals anyway)."""
+    """Hold the signals that would stop the process, and deliver them once the block is done.
+
+    Python runs signal handlers in the main thread only, whichever thread the kernel gave the
+    signal to, so the handlers are swapped for one that notes the signal; a mask
+    (``pthread_sigmask``) would not do: it holds a signal for the calling thread only, and a
+    signal the kernel gives to any other thread still interrupts the main thread mid-block. Off
+    the main thread Python receives no signals, and nothing is swapped."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    noted: list[int] = []
+    previous: dict[int, object] = {}
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+
     try:
+        for s in HELD_SIGNALS:
+            handler = signal.getsignal(s)
+            if handler not in (signal.SIG_IGN, None):  # None: set outside Python, cannot be put back
+                previous[s] = handler
+                signal.signal(s, note)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(noted):
+            signal.raise_signal(s)  # now its own handler runs: KeyboardInterrupt, _Stop, or the default
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ to this process while the apply runs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -39,6 +40,19 @@ BIG_EDIT = (
 )
 
 
+@pytest.fixture
+def cli_signals():
+    """The signal handlers `clover-agent fix` hands back under: Python's own (the hand-back runs
+    after the event loop, whose runner would turn a first SIGINT into a task cancellation), so
+    these tests do not depend on what an earlier test left installed."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
 def snapshot(repo: Path) -> dict[str, tuple[bytes, bool]]:
     found = {}
     for path in repo.rglob("*"):
@@ -59,15 +73,15 @@ def expected_after(patch_report, before: dict) -> dict:
     return after
 
 
-async def test_sigint_at_any_point_of_a_large_apply_leaves_the_tree_unchanged_or_fully_patched(
-    tmp_path: Path,
+def test_sigint_at_any_point_of_a_large_apply_leaves_the_tree_unchanged_or_fully_patched(
+    tmp_path: Path, cli_signals: None
 ) -> None:
     """Before: Ctrl-C during `git apply` of a large patch left the tree half-patched (files
     deleted), with no word on what happened. Here SIGINT (and SIGTERM) reach this very process at
     several moments of the apply; each time the tree is exactly one of the two states, and the
     error says which."""
     source = big_repo(tmp_path / "source")
-    report = await stocked_report(source, tmp_path / "run", BIG_EDIT)
+    report = asyncio.run(stocked_report(source, tmp_path / "run", BIG_EDIT))
     assert len(report.patch_set.changes) == FILES + 3
     before = snapshot(source)
     after = expected_after(report, before)
@@ -110,6 +124,55 @@ async def test_sigint_at_any_point_of_a_large_apply_leaves_the_tree_unchanged_or
             timer.cancel()
         assert not list((repo / ".clover").glob("apply-*")), (n, seen)  # no staging folder left behind
     assert seen["unchanged"] >= 1, seen  # the early signals did land inside the apply
+
+
+def test_a_signal_that_another_thread_receives_during_the_moves_waits_for_the_full_patch(
+    tmp_path: Path, cli_signals: None
+) -> None:
+    """Before: the moves held the signals with ``pthread_sigmask``, which holds them for the main
+    thread only. A signal the kernel gave to another thread (here the one that sends it, as with a
+    Ctrl-C reaching a process that runs worker threads) still raised ``KeyboardInterrupt`` in the
+    main thread in the middle of the moves: the staging folder, with the originals moved aside,
+    was removed and the tree left half-patched (CI saw it once under load). The sender here waits
+    until the moves have begun (the first original is in the staging folder), so its signal lands
+    during them or after."""
+    source = big_repo(tmp_path / "source")
+    report = asyncio.run(stocked_report(source, tmp_path / "run", BIG_EDIT))
+    before = snapshot(source)
+    after = expected_after(report, before)
+    outcomes = []
+    for n, signum in enumerate([signal.SIGINT, signal.SIGTERM, signal.SIGINT]):
+        repo = tmp_path / f"user{n}"
+        git(tmp_path, "clone", "-q", str(source), str(repo))
+        stop = threading.Event()
+
+        def send_when_moving(repo: Path = repo, signum: int = signum, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                if any(p.joinpath("old-0").exists() for p in (repo / ".clover").glob("apply-*")):
+                    os.kill(os.getpid(), signum)
+                    return
+                time.sleep(0.0002)
+
+        sender = threading.Thread(target=send_when_moving)
+        try:
+            sender.start()
+            try:
+                apply_patch_set(repo, report.patch_set)
+                stop.set()
+                sender.join()
+                time.sleep(0.1)  # a signal sent after the apply returned lands here
+                outcomes.append("finished first")
+            except ApplyInterrupted as exc:
+                outcomes.append("fully patched" if exc.applied else "unchanged")
+                assert snapshot(repo) == (after if exc.applied else before), (n, exc.message)
+        except KeyboardInterrupt:
+            outcomes.append("finished first")
+        finally:
+            stop.set()
+            sender.join()
+        assert snapshot(repo) == after or outcomes[-1] == "unchanged", (n, outcomes)
+        assert not list((repo / ".clover").glob("apply-*")), (n, outcomes)
+    assert "fully patched" in outcomes, outcomes  # the signals did land during the moves
 
 
 async def test_refusals_leave_the_tree_untouched(tmp_path: Path) -> None:
