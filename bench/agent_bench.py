@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.budget import Budget
-from clover_agent.agent.checkpoints import Checkpoint, Checkpoints
+from clover_agent.agent.checkpoints import Checkpoint, Checkpoints, Look
 from clover_agent.agent.loop import Agent
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.backends.replay import ReplayBackend
@@ -55,8 +55,8 @@ class EveryCallCheckpoints(Checkpoints):
     async def before_call(self, turn: int, tool: str) -> Checkpoint | None:
         return await self.snapshot(turn, tool)
 
-    async def look(self) -> bool:
-        return True
+    async def look(self, *, with_diff: bool = False) -> Look:
+        return Look(True)
 
 
 def call(name: str, **arguments: str) -> str:
@@ -92,7 +92,16 @@ class FullTrajectory:
 class TimedSandbox:
     """Adds up the time spent in the sandbox's round trips (commands and file operations)."""
 
-    METHODS = ("exec", "read_file", "read_lines", "write_file", "list_files", "list_entries", "diff")
+    METHODS = (
+        "exec",
+        "read_file",
+        "read_lines",
+        "write_file",
+        "list_files",
+        "list_entries",
+        "diff",
+        "fingerprint",
+    )
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.seconds = 0.0

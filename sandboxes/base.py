@@ -187,6 +187,9 @@ class Sandbox(abc.ABC):
     workspace: str = WORKSPACE
     #: A caution to show the user while this sandbox is in use (the local sandbox does not isolate).
     warning: str | None = None
+    #: The commit ``diff()`` compares against (the workspace as it was after the set-up
+    #: commands), once started; None where the sandbox has none.
+    base_commit: str | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -257,6 +260,13 @@ class Sandbox(abc.ABC):
         """Every entry below the workspace (``.git`` left out, symlinks never followed, folders in
         ``prune`` not entered); ``dirs_only``: folders and ``.gitignore`` files; ``hashes``: each
         regular file's sha256. :class:`SandboxError` when the workspace has too many entries."""
+
+    async def fingerprint(self) -> str | None:
+        """A digest of every workspace entry's stat data: equal digests mean nothing in the
+        workspace changed in between, so a caller can skip looking through git. None when it
+        cannot vouch for that (an entry changed just now, too many entries, or a sandbox that
+        has no fingerprint): look."""
+        return None
 
     @abc.abstractmethod
     async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:

@@ -14,7 +14,8 @@ Protocol: the second stdin line is a hex key; then request ``{"id": N, "op": OP,
 for the host's own snapshot of the workspace (the patch is computed on the host, from bytes):
 ``stop_all`` (kill every process the commands started, daemons included), ``tree`` (every entry
 with its kind, mode, size and sha256), ``read_many`` (files' bytes in batches) and ``put`` (make
-entries what the host says, never through a symlink). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
+entries what the host says, never through a symlink); ``fingerprint`` (a digest of every entry's
+stat data, to tell without git that nothing changed). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
 
 Hostile commands run beside the runner as the same user, so:
 
@@ -851,6 +852,59 @@ def op_tree(req: dict) -> dict:
     return {"entries": entries, "complete": True}
 
 
+#: ``fingerprint`` gives up (no fingerprint) past this many entries: a look through git is then due.
+MAX_FINGERPRINT_ENTRIES = 200_000
+#: An entry changed this recently may change again within the same file-system timestamp tick
+#: (milliseconds), unseen by its stat data: a fingerprint holding one vouches for nothing.
+RACY_NS = 100_000_000
+#: The files of a ``.git`` folder that decide which work-tree files git takes (its walk skips the rest).
+GIT_FILES = ("index", "info/exclude", "config")
+
+
+def op_fingerprint(req: dict) -> dict:
+    """A digest of the stat data (path, mode, size, inode, modification and change times) of every
+    entry below the workspace, symlinks not followed, ``.git`` folders not entered (only the files
+    of theirs that decide what git takes, :data:`GIT_FILES`). Two equal digests mean nothing there
+    changed in between: a write changes the change time, which no program can set back. The digest
+    is None when an entry changed within :data:`RACY_NS` of the walk (a change in the same timestamp
+    tick would go unseen) or past :data:`MAX_FINGERPRINT_ENTRIES` entries."""
+    started = time.time_ns()
+    digest = hashlib.sha256()
+    count = 0
+    stack = [ROOT]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            digest.update(f"{folder}\0unreadable {exc.errno}\n".encode("utf-8", "surrogateescape"))
+            continue
+        for entry in entries:
+            count += 1
+            if count > MAX_FINGERPRINT_ENTRIES:
+                return {"digest": None, "entries": count, "why": "too many entries"}
+            paths = [entry.path]
+            if entry.name == ".git" and entry.is_dir(follow_symlinks=False):  # its own times change
+                paths = [os.path.join(entry.path, name) for name in GIT_FILES]  # with every git command
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            for path in paths:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    digest.update(f"{path}\0-\n".encode("utf-8", "surrogateescape"))
+                    continue
+                if max(st.st_ctime_ns, st.st_mtime_ns) >= started - RACY_NS:
+                    return {"digest": None, "entries": count, "why": "changed just now"}
+                digest.update(
+                    f"{path}\0{st.st_mode} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}\n".encode(
+                        "utf-8", "surrogateescape"
+                    )
+                )
+    return {"digest": digest.hexdigest(), "entries": count, "why": None}
+
+
 def op_read_many(req: dict) -> dict:
     """The bytes of regular files (``paths`` relative to the workspace, never through a symlink),
     ``[path, base64 data or None, error or None]`` each, in order, until ``max_bytes`` would be
@@ -941,6 +995,7 @@ OPS = {
     "exec": op_exec,
     "stop_all": op_stop_all,
     "tree": op_tree,
+    "fingerprint": op_fingerprint,
     "read_many": op_read_many,
     "put": op_put,
     "cancel": op_cancel,

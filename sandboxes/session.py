@@ -341,6 +341,9 @@ class RunnerSession:
             )
         return [TreeEntry(*e) for e in r["entries"]]
 
+    async def fingerprint(self) -> str | None:
+        return (await self.request("fingerprint", timeout=TREE_TIMEOUT_S))["digest"]
+
     async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
         found: dict[str, bytes | str] = {}
         rest = list(paths)
@@ -414,8 +417,6 @@ class SessionSandbox(Sandbox):
     """A sandbox whose operations all go through one runner session (set ``_session`` in start)."""
 
     _session: RunnerSession | None = None
-    #: The commit ``diff()`` compares against: the workspace as it was after the set-up commands.
-    base_commit: str | None = None
 
     def _live_session(self) -> RunnerSession:
         if self._session is None:
@@ -489,6 +490,9 @@ class SessionSandbox(Sandbox):
 
     async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
         return await self._live_session().read_files(paths)
+
+    async def fingerprint(self) -> str | None:
+        return await self._live_session().fingerprint()
 
     async def put(self, entries: list[Put]) -> None:
         await self._live_session().put(entries)

@@ -92,6 +92,10 @@ def copy_index_command(source: str, dest: str) -> str:
     return f"{{ cp {source} {dest} && TZ=UTC0 touch -t 197001010000.01 {dest}; }} 2>/dev/null || rm -f {dest}"
 
 
+#: How the workspace's diff is printed from an index holding its files (see :func:`diff_script`).
+DIFF_COMMAND = "git diff --cached --binary --no-ext-diff --no-textconv --no-color"
+
+
 def diff_script(base: str) -> str:
     """Shell script printing the binary-safe diff of the workspace against ``base``, new files
     included, through a throwaway index so the agent's own staging is left alone. It is the
@@ -103,7 +107,7 @@ index=$(mktemp)
 trap 'rm -f "$index"' EXIT
 {copy_index_command(".git/index", '"$index"')}
 GIT_INDEX_FILE=$index git add -A
-GIT_INDEX_FILE=$index git diff --cached --binary --no-ext-diff --no-textconv --no-color {base}
+GIT_INDEX_FILE=$index {DIFF_COMMAND} {base}
 """
 
 

@@ -39,17 +39,22 @@ NOTICES = {
 
 # The EXIT trap covers `exit` and `set -e` inside the command; the explicit save after it covers a
 # command that replaced the trap with its own. The state file is sourced at top level (inside a function
-# `declare -x` would make locals). `export -p` quotes values so that sourcing restores them.
+# `declare -x` would make locals). `export -p` quotes values so that sourcing restores them. Every
+# step but the final rename is a bash builtin (no process started: each costs a millisecond or
+# more).
 _SCRIPT = r"""
 __clover_notice=
-mkdir -p "${__clover_state%/*}" 2>/dev/null
+[ -d "${__clover_state%/*}" ] || mkdir -p "${__clover_state%/*}" 2>/dev/null
 if [ -e "$__clover_state" ]; then
-  if [ "$(head -n 1 "$__clover_state" 2>/dev/null)" = "@HEADER@" ] && [ "$(tail -n 1 "$__clover_state" 2>/dev/null)" = "# end" ]; then
+  __clover_lines=()
+  mapfile -t __clover_lines < "$__clover_state" 2>/dev/null
+  if [ "${#__clover_lines[@]}" -ge 2 ] && [ "${__clover_lines[0]}" = "@HEADER@" ] && [ "${__clover_lines[${#__clover_lines[@]}-1]}" = "# end" ]; then
     . "$__clover_state" >/dev/null 2>&1
   else
     __clover_notice=corrupt
     __clover_cwd=
   fi
+  unset __clover_lines
 fi
 if [ -n "$__clover_cwd" ] && ! cd -- "$__clover_cwd" 2>/dev/null; then
   __clover_notice=${__clover_notice:-cwd_gone}
@@ -57,15 +62,13 @@ fi
 unset __clover_cwd
 [ -n "$__clover_notice" ] && printf '@NOTICE@%s\n' "$__clover_notice"
 __clover_save() {
-  (
-    umask 077
-    {
-      printf '%s\n' "@HEADER@"
-      export -p
-      printf '__clover_cwd=%q\n' "$PWD"
-      printf '# end\n'
-    } > "$__clover_state.tmp"
-  ) 2>/dev/null && mv -f "$__clover_state.tmp" "$__clover_state"
+  umask 077  # the command is over: its umask is no longer needed (and is not saved)
+  {
+    printf '%s\n' "@HEADER@"
+    export -p
+    printf '__clover_cwd=%q\n' "$PWD"
+    printf '# end\n'
+  } 2>/dev/null > "$__clover_state.tmp" && mv -f "$__clover_state.tmp" "$__clover_state" 2>/dev/null
 }
 trap __clover_save EXIT
 exec </dev/null

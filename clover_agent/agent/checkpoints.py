@@ -10,10 +10,13 @@ its own git, so it works the same in Docker and locally.
 Ignored files (build output, caches) are not part of a snapshot, and restoring leaves them alone.
 
 The agent loop does not commit before every call its tool says may change the workspace (a shell
-call may; most do not): :meth:`Checkpoints.look` after such a call writes the workspace's tree
-(one script in the sandbox) and commits it only when it differs from the last one seen, and
-:meth:`Checkpoints.before_call` then records the last commit for the next such call's turn
-without running anything in the sandbox. A call its tool says changes nothing (``view``,
+call may; most do not): :meth:`Checkpoints.look` after such a call first asks the sandbox for a
+fingerprint of the workspace's stat data (no process started: a ``shell`` call that changed
+nothing costs no git at all); when that does not vouch for "unchanged", it writes the
+workspace's tree (one script in the sandbox), commits it only when it differs from the last one
+seen, and in the same script prints the workspace's diff for the trajectory. Then
+:meth:`Checkpoints.before_call` records the last commit for the next such call's turn without
+running anything in the sandbox. A call its tool says changes nothing (``view``,
 ``search``, ``run_tests``) is not looked at, as before: what it leaves behind (caches, build
 output) is usually ignored by git anyway.
 
@@ -34,29 +37,41 @@ from dataclasses import dataclass
 from clover_agent.errors import CloverError
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
-from clover_agent.sandboxes.workspace import GIT_IDENTITY, copy_index_command
+from clover_agent.sandboxes.workspace import DIFF_COMMAND, GIT_IDENTITY, copy_index_command
 
 #: Starts a script with the workspace's files as a tree (``$tree``) on a private index, and its
-#: HEAD (``$parent``, empty in a repository without commits).
+#: HEAD (``$parent``, empty in a repository without commits). Each process it starts costs a
+#: millisecond or more, so the usual ``.git`` folder is found without git.
 _WORKSPACE_TREE = """\
 set -e
-gitdir=$(git rev-parse --absolute-git-dir)
+if [ -d .git ] && [ ! -L .git ]; then gitdir=$PWD/.git; else gitdir=$(git rev-parse --absolute-git-dir); fi
 export GIT_INDEX_FILE="$gitdir/{index}"
 {copy_index}
 git add -A .
 tree=$(git write-tree)
-parent=$(git rev-parse -q --verify HEAD || true)
 """
 
+_PARENT = "parent=$(git rev-parse -q --verify HEAD || true)\n"
+
 #: After :data:`_WORKSPACE_TREE`: when the tree differs from ``{previous}`` (``-``: always), a commit
-#: of it on ``{ref}``; prints the tree, then the commit when one was made.
-_COMMIT = """\
-rm -f "$GIT_INDEX_FILE"
+#: of it on ``{ref}``; prints the tree, then the commit when one was made; then ``{diff}``. The
+#: private index stays (the next script copies over it).
+_COMMIT = (
+    """\
 if [ "$tree" = {previous} ]; then echo "$tree"; exit 0; fi
+"""
+    + _PARENT
+    + """\
 commit=$(git {identity} commit-tree "$tree" ${{parent:+-p "$parent"}} -m {message})
 git update-ref {ref} "$commit"
 echo "$tree $commit"
+{diff}
 """
+)
+
+#: In :data:`_COMMIT`'s ``{diff}``: the workspace's diff against ``{base}``, from the index the tree
+#: was written from (what ``Sandbox.diff`` prints); exit 99 when it fails (the commit stands).
+_DIFF = "{diff_command} {base} || exit 99"
 
 _RESTORE = """\
 set -e
@@ -115,6 +130,16 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Look:
+    """What :meth:`Checkpoints.look` saw: whether the workspace changed since the last look or
+    snapshot, and, when it changed and the diff was asked for, the workspace's diff against the
+    sandbox's starting commit (None: not read, ask :meth:`Sandbox.diff`)."""
+
+    changed: bool
+    patch: str | None = None
+
+
+@dataclass(frozen=True)
 class _Seen:
     """The workspace as :meth:`Checkpoints.look` last saw it: its tree and a commit holding it."""
 
@@ -131,6 +156,8 @@ class Checkpoints:
         self.run_id = run_id
         self.taken: list[Checkpoint] = []
         self._seen: _Seen | None = None  # None: the workspace is not known (start, undo, restore)
+        #: The sandbox's fingerprint of the workspace as :attr:`_seen` holds it (None: unknown).
+        self._fingerprint: str | None = None
         self._looks = 0
 
     async def before_call(self, turn: int, tool: str) -> Checkpoint:
@@ -146,44 +173,63 @@ class Checkpoints:
         self.taken.append(checkpoint)
         return checkpoint
 
-    async def look(self) -> bool:
-        """Look at the workspace after a call that may have changed it; whether it differs from what
-        the last look (or snapshot) saw. A changed workspace is committed for :meth:`before_call`."""
+    async def look(self, *, with_diff: bool = False) -> Look:
+        """Look at the workspace after a call that may have changed it: whether it differs from what
+        the last look (or snapshot) saw. A changed workspace is committed for :meth:`before_call`;
+        ``with_diff``: its diff is read in the same script."""
+        fingerprint = await self.sandbox.fingerprint()  # taken first: a change after it shows next time
+        if fingerprint is not None and fingerprint == self._fingerprint:
+            return Look(False)
         self._looks += 1
         previous = self._seen.tree if self._seen is not None else "-"
-        seen = await self._commit(f"refs/clover/{self.run_id}/seen-{self._looks}", "after a call", previous)
+        base = self.sandbox.base_commit if with_diff else None
+        seen, patch = await self._commit(
+            f"refs/clover/{self.run_id}/seen-{self._looks}", "after a call", previous, diff_base=base
+        )
+        self._fingerprint = fingerprint
         if seen is None:  # the same tree
-            return False
+            return Look(False)
         self._seen = seen
-        return True
+        return Look(True, patch)
 
-    async def _commit(self, ref: str, what: str, previous: str) -> _Seen | None:
-        """Commit the workspace on ``ref`` unless its tree is ``previous`` (then None)."""
+    async def _commit(
+        self, ref: str, what: str, previous: str, *, diff_base: str | None = None
+    ) -> tuple[_Seen | None, str | None]:
+        """Commit the workspace on ``ref`` unless its tree is ``previous`` (then None), and with a
+        ``diff_base``, the workspace's diff against it when a commit was made (None otherwise, or
+        when the diff could not be read)."""
         script = _workspace_tree("clover-checkpoint.index") + _COMMIT.format(
             identity=GIT_IDENTITY,
             message=shlex.quote(f"clover-agent checkpoint: {what}"),
             ref=shlex.quote(ref),
             previous=shlex.quote(previous),
+            diff=_DIFF.format(diff_command=DIFF_COMMAND, base=shlex.quote(diff_base)) if diff_base else "",
         )
         result = await self.sandbox.exec(script, cwd=WORKSPACE, timeout=120)
-        words = result.output.split()
-        if result.exit_code != 0 or not 1 <= len(words) <= 2 or len(words[0]) < 40:
+        first, _, rest = result.output.partition("\n")
+        words = first.split()
+        if result.exit_code not in (0, 99) or not 1 <= len(words) <= 2 or len(words[0]) < 40:
             raise CheckpointError(f"could not snapshot the workspace ({what}): {result.output.strip()}")
-        return _Seen(words[0], words[1], ref) if len(words) == 2 else None
+        if len(words) == 1:
+            return None, None
+        patch = rest if diff_base and result.exit_code == 0 else None
+        return _Seen(words[0], words[1], ref), patch
 
     def forget_workspace(self) -> None:
         """The workspace was changed behind the checkpoints' back (undo, a restored patch): the next
         :meth:`before_call` snapshots it afresh."""
         self._seen = None
+        self._fingerprint = None
 
     async def snapshot(self, turn: int, tool: str) -> Checkpoint:
         """Snapshot the workspace as it is now, before ``tool`` runs in ``turn``."""
         ref = f"refs/clover/{self.run_id}/turn-{turn}-{len(self.taken)}"
-        seen = await self._commit(ref, f"turn {turn}, before {tool}", "-")
+        fingerprint = await self.sandbox.fingerprint()
+        seen, _ = await self._commit(ref, f"turn {turn}, before {tool}", "-")
         assert seen is not None  # "-" is no tree: always committed
         checkpoint = Checkpoint(turn, ref, seen.commit, tool)
         self.taken.append(checkpoint)
-        self._seen = seen
+        self._seen, self._fingerprint = seen, fingerprint
         return checkpoint
 
     def at_turn(self, turn: int) -> Checkpoint | None:
@@ -234,7 +280,7 @@ class Checkpoints:
     async def _commit_states(self, patches: list[str]) -> dict[str, tuple[str, str]]:
         """(ref, commit) of the fresh workspace plus each patch; ("", "") where it does not apply."""
         async with private_temp_dir(self.sandbox) as folder:
-            script = [_workspace_tree("clover-rebuild.index"), 'base="$tree"\n']
+            script = [_workspace_tree("clover-rebuild.index"), _PARENT, 'base="$tree"\n']
             for n, patch in enumerate(patches):
                 path = f"{folder}/{n}.patch"
                 await self.sandbox.write_file(path, patch.encode("utf-8"))

@@ -454,12 +454,18 @@ class Agent:
     async def _record_workspace(self, step: int, call_id: str) -> None:
         """Record the workspace diff when a call changed it: the trajectory then always holds the
         state to resume from, even if the run is interrupted or killed before its end. After a
-        call (``call_id``), the checkpoints look first, and the diff is read only when the
-        workspace changed (one script in the sandbox, instead of two, for most shell calls)."""
+        call (``call_id``), the checkpoints look first: nothing runs in the sandbox when its
+        fingerprint says the workspace is unchanged, and otherwise one script both commits the
+        changed workspace and reads its diff."""
         try:
-            if call_id and self.checkpoints is not None and not await self.checkpoints.look():
-                return
-            patch = await self.sandbox.diff()
+            patch = None
+            if call_id and self.checkpoints is not None:
+                look = await self.checkpoints.look(with_diff=True)
+                if not look.changed:
+                    return
+                patch = look.patch
+            if patch is None:
+                patch = await self.sandbox.diff()
         except WorkspaceDiffError as exc:  # the sandbox lives: the run goes on without this record
             self.bus.emit(
                 ErrorReported(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import uuid
 from pathlib import Path
@@ -140,16 +141,16 @@ async def test_a_commit_is_made_only_when_the_workspace_changed_since_the_last(s
     each turn began with."""
     checkpoints = Checkpoints(sandbox, "run2")
     first = await checkpoints.before_call(1, "shell")  # nothing known yet: a snapshot
-    assert not await checkpoints.look()  # `echo` changed nothing
+    assert not (await checkpoints.look()).changed  # `echo` changed nothing
     second = await checkpoints.before_call(2, "shell")
     assert second.commit == first.commit  # the same state, recorded for turn 2 without a commit
     await sandbox.exec("echo 'A = 2' > a.py", cwd="/workspace")  # turn 2 changes a file
-    assert await checkpoints.look()
-    assert not await checkpoints.look()  # and it is as the last look saw it
+    assert (await checkpoints.look()).changed
+    assert not (await checkpoints.look()).changed  # and it is as the last look saw it
     fourth = await checkpoints.before_call(4, "editor:str_replace")  # turn 3 called no such tool
     assert fourth.commit != first.commit
     await sandbox.exec("echo junk > debug.log", cwd="/workspace")  # an ignored file: no change
-    assert not await checkpoints.look()
+    assert not (await checkpoints.look()).changed
     refs = await sandbox.exec("git for-each-ref refs/clover/run2 | wc -l", cwd="/workspace")
     assert refs.output.strip() == "2"  # two commits for three checkpoints
 
@@ -160,3 +161,79 @@ async def test_a_commit_is_made_only_when_the_workspace_changed_since_the_last(s
     # After an undo the workspace is not taken as known: the next call snapshots it afresh.
     again = await checkpoints.before_call(5, "shell")
     assert [c.turn for c in checkpoints.taken] == [1, 5] and again.commit != fourth.commit
+
+
+class CountedExecs:
+    """Counts the commands a real sandbox runs (the fingerprint is a runner request, no command)."""
+
+    def __init__(self, sandbox) -> None:
+        self.count = 0
+        real = sandbox.exec
+
+        async def exec(*args, **kwargs):
+            self.count += 1
+            return await real(*args, **kwargs)
+
+        sandbox.exec = exec
+
+
+async def settled(sandbox) -> str:
+    """The workspace's fingerprint once nothing in it changed just now (the sandbox vouches for
+    nothing within a timestamp tick of a change)."""
+    for _ in range(400):
+        fingerprint = await sandbox.fingerprint()
+        if fingerprint is not None:
+            return fingerprint
+        await asyncio.sleep(0.05)
+    raise AssertionError("the workspace's fingerprint never settled")
+
+
+# Rewrites a.py in place with content of the same size and puts its modification time back: its
+# size and mtime are as before, only its change time (which no program can set) differs.
+SAME_STAT_REWRITE = (
+    "python3 -c \"import os; st = os.stat('a.py'); open('a.py', 'r+').write('A = 9'); "
+    "os.utime('a.py', ns=(st.st_atime_ns, st.st_mtime_ns))\""
+)
+
+
+async def test_a_look_after_a_call_that_changed_nothing_runs_nothing_in_the_sandbox(sandbox) -> None:
+    """The look asks the sandbox's runner for a fingerprint of the workspace's stat data first:
+    unchanged, no git runs; any change (an in-place rewrite with its time put back, a file written
+    through the runner, what git is told to ignore) is still seen."""
+    checkpoints = Checkpoints(sandbox, "fp")
+    await settled(sandbox)
+    await checkpoints.before_call(1, "shell")
+    counted = CountedExecs(sandbox)
+    assert not (await checkpoints.look()).changed  # the snapshot's own fingerprint is the same
+    assert counted.count == 0
+
+    await sandbox.exec(SAME_STAT_REWRITE, cwd="/workspace")
+    await settled(sandbox)
+    counted.count = 0
+    look = await checkpoints.look(with_diff=True)
+    assert look.changed and counted.count == 1  # one script: the commit and the diff
+    assert look.patch == await sandbox.diff() and "+A = 9" in look.patch
+
+    # A new file written by no command (as the editor writes, through the runner): seen.
+    await sandbox.write_file("/workspace/late.py", b"late\n")
+    await settled(sandbox)
+    assert (await checkpoints.look()).changed
+
+    # Only git's own rules change (the untracked late.py now ignored): the tree differs.
+    await sandbox.exec("echo late.py >> .git/info/exclude", cwd="/workspace")
+    await settled(sandbox)
+    counted.count = 0
+    assert (await checkpoints.look()).changed and counted.count == 1
+    assert not (await checkpoints.look()).changed and counted.count == 1
+
+
+async def test_a_look_right_after_a_change_goes_through_git(sandbox) -> None:
+    """Within a timestamp tick of a change the fingerprint vouches for nothing, so git looks (and
+    finds the change made in that very tick)."""
+    checkpoints = Checkpoints(sandbox, "racy-fp")
+    await settled(sandbox)
+    await checkpoints.before_call(1, "shell")
+    await sandbox.exec("echo 'A = 5' > a.py", cwd="/workspace")
+    assert await sandbox.fingerprint() is None  # changed just now
+    counted = CountedExecs(sandbox)
+    assert (await checkpoints.look()).changed and counted.count == 1
