@@ -54,20 +54,15 @@ tree=$(git write-tree)
 _PARENT = "parent=$(git rev-parse -q --verify HEAD || true)\n"
 
 #: After :data:`_WORKSPACE_TREE`: when the tree differs from ``{previous}`` (``-``: always), a commit
-#: of it on ``{ref}``; prints the tree, then the commit when one was made; then ``{diff}``. The
-#: private index stays (the next script copies over it).
-_COMMIT = (
-    """\
+#: of it on ``{ref}`` (its parent HEAD, none when HEAD is not a commit); prints the tree, then the
+#: commit when one was made; then ``{diff}``. The private index stays (the next script copies over it).
+_COMMIT = """\
 if [ "$tree" = {previous} ]; then echo "$tree"; exit 0; fi
-"""
-    + _PARENT
-    + """\
-commit=$(git {identity} commit-tree "$tree" ${{parent:+-p "$parent"}} -m {message})
+commit=$(git {identity} commit-tree "$tree" -p HEAD -m {message} 2>/dev/null || git {identity} commit-tree "$tree" -m {message})
 git update-ref {ref} "$commit"
 echo "$tree $commit"
 {diff}
 """
-)
 
 #: In :data:`_COMMIT`'s ``{diff}``: the workspace's diff against ``{base}``, from the index the tree
 #: was written from (what ``Sandbox.diff`` prints); exit 99 when it fails (the commit stands).
