@@ -7,9 +7,13 @@ through the sandbox, events and the trajectory. Two kinds of step: ``shell`` run
 (a call that may change the workspace but does not) and ``editor`` ``str_replace`` (one that
 does).
 
-"before" is the agent as it was: a snapshot (a commit in the sandbox) before every call that may
-change the workspace and the diff read after each (:class:`EveryCallCheckpoints` puts that back),
-and a trajectory holding every event whole, streamed deltas included. "now" is the agent as it is.
+"before" is the agent's checkpointing as it was: a snapshot (a commit in the sandbox) before every
+call that may change the workspace and the diff read after each, in its own script
+(:class:`EveryCallCheckpoints` puts that back), and a trajectory holding every event whole,
+streamed deltas included. "now" is the agent as it is: a look after such a call that costs a
+runner request (the workspace's stat fingerprint) when nothing changed, and one script (commit and
+diff) when something did. Both rows run today's shell tool and sandbox (the shell wrapper itself
+went from six processes to one; ``bench/sandbox_bench.py`` times the round trips).
 The runs alternate, so both see the same machine load; the figures are medians over the steps.
 
 Usage: .venv/bin/python bench/agent_bench.py [--steps N] [--rounds N] [--no-write]
