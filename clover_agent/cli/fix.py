@@ -28,7 +28,16 @@ from clover_agent.cli.options import (
     sandbox_spec_of,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
-from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
+from clover_agent.events import (
+    Done,
+    Event,
+    EventBus,
+    ModelResponded,
+    PromptRefused,
+    RunStarted,
+    TaskResumed,
+    TaskStarted,
+)
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.figures import RunFigures
 from clover_agent.fix.hostgit import git as host_git
@@ -51,7 +60,8 @@ exit codes:
   4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
   5  nothing to fix: the target tests already pass
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
-  7  agent error: stuck repeating itself, replay file exhausted
+  7  agent error: stuck repeating itself, replay file exhausted, the prompt too long for the
+     model's context window (before any model call: a model with a larger window is needed)
   8  fixed, suite unverified: the target passes, but the rest of the suite could not be checked
      (it timed out, could not be collected or run, or its tests erred for environment reasons)
   130 interrupted (Ctrl-C); a Ctrl-C while the patch is applied says whether your tree is
@@ -204,6 +214,7 @@ class _RunProgress:
         self.run_id: str | None = None
         self.agent_started = False
         self.agent_outcome: str | None = None
+        self.refused = False  # the last prompt did not fit the model's window (and was not sent)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, (TaskStarted, TaskResumed)):
@@ -213,6 +224,8 @@ class _RunProgress:
             self.agent_started = True
         elif isinstance(event, Done):
             self.agent_outcome = event.outcome
+        elif isinstance(event, PromptRefused | ModelResponded):
+            self.refused = isinstance(event, PromptRefused)
 
     def resume_hint(self, repo: Path) -> str | None:
         """How to continue the run, when it stopped in its agent (``fix --resume`` refuses the rest).
@@ -220,6 +233,8 @@ class _RunProgress:
         if self.run_id is None or not self.agent_started or self.agent_outcome == "submitted":
             return None
         command = ["clover-agent", "fix", "--resume", self.run_id, "--repo", str(repo), *self.flags]
+        if self.refused and self.agent_outcome == "error":  # the same model would refuse it again
+            return f"to continue it with a model of a larger context window: {shlex.join(command)} --model DIR (or --base-url URL)"
         return f"continue it with: {shlex.join(command)}"
 
 
