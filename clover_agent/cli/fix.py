@@ -234,7 +234,10 @@ class _RunProgress:
             return None
         command = ["clover-agent", "fix", "--resume", self.run_id, "--repo", str(repo), *self.flags]
         if self.refused and self.agent_outcome == "error":  # the same model would refuse it again
-            return f"to continue it with a model of a larger context window: {shlex.join(command)} --model DIR (or --base-url URL)"
+            return (
+                "to continue it with a model of a larger context window: "
+                f"{shlex.join(command)} --model DIR (or --base-url URL)"
+            )
         return f"continue it with: {shlex.join(command)}"
 
 

@@ -121,7 +121,8 @@ def test_a_prompt_too_long_before_any_model_call_says_so_once_and_exits_7(tmp_pa
     model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5, overrides={"max_position_embeddings": 1024})
     repo = calculator_repo(tmp_path)
     proc, out = start_fix(repo, model)
-    err = proc.communicate(timeout=900)[1].decode(errors="replace")
+    proc.wait(timeout=900)  # not communicate(): it would read stdout too, taking lines from `out`
+    err = proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
     text = out.text()
     assert proc.returncode == ExitCode.AGENT_ERROR, text[-3000:] + err
     assert not [c for c in CRASHES if c in err + text], err
