@@ -169,7 +169,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         suite_timeout_s=args.suite_timeout,
-        launch=launch_record(args, options),
+        launch=launch_record(args, options, settings),
         keep_stream=args.keep_stream,
     )
     if stopped is not None:

@@ -161,6 +161,20 @@ def test_the_printed_resume_command_works_for_an_openai_run(tmp_path: Path, serv
     assert len(server.requests) == 5 and not server.replies  # each turn asked for once
 
 
+def test_the_printed_resume_command_asks_the_server_clover_base_url_named(
+    tmp_path: Path, server: ChatServer
+) -> None:
+    """The server came from the environment, not a flag: the command works pasted where it is not set."""
+    repo = calculator_repo(tmp_path)
+    server.replies.extend(replay_replies(REPLAY))
+    first = run_piped(fix_command(repo, "--backend", "openai", "--max-steps", "3"),
+                      env={"CLOVER_BASE_URL": server.base_url})  # fmt: skip
+    assert first.returncode == ExitCode.BUDGET_EXHAUSTED, first.stdout[-3000:]
+    resume = resumed_ok(first.stdout, repo)  # run_piped: this test process has no CLOVER_BASE_URL
+    assert f"--backend openai --base-url {server.base_url}" in resume.stdout
+    assert len(server.requests) == 5 and not server.replies
+
+
 def test_uncommitted_files_are_named_before_any_work(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     (repo / "calculator.py").write_text((repo / "calculator.py").read_text() + "\n# my own work\n")
