@@ -143,7 +143,7 @@ def _fix(args: argparse.Namespace) -> int:
     figures = RunFigures()
     renderer = ConsoleRenderer(console, figures=figures, verbose=args.verbose, quiet=args.quiet)
     options = backend_options(args, progress=ProgressText(renderer))
-    check_backend_options(options, settings)
+    options = check_backend_options(options, settings)  # with the model the settings chose
     asyncio.run(probe_backend(options, settings))  # a server that cannot be reached: before any work
     if taken and not args.quiet:
         console.print(
@@ -169,7 +169,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         suite_timeout_s=args.suite_timeout,
-        launch=launch_record(args, options, settings),
+        launch=launch_record(args, options),
         keep_stream=args.keep_stream,
     )
     if stopped is not None:

@@ -230,18 +230,16 @@ RECORDED_OPTIONS = (
 PATH_OPTIONS = ("replay", "model", "wheels")
 
 
-def launch_record(args: argparse.Namespace, options: BackendOptions, settings: Settings) -> dict[str, Any]:
+def launch_record(args: argparse.Namespace, options: BackendOptions) -> dict[str, Any]:
     """How a run was started, for its trajectory (``TaskStarted.launch``): the backend chosen, its
-    options (a replay file by its absolute path, with the turns of it already used; the server an
-    openai backend asked, also when ``CLOVER_BASE_URL`` or the settings named it, so a resumption
-    from another shell asks it too), the sandbox and the command's options (:data:`RECORDED_OPTIONS`)."""
+    options (as :func:`~clover_agent.launch.check_backend_options` completed them; a replay file by
+    its absolute path, with the turns of it already used), the sandbox and the command's options
+    (:data:`RECORDED_OPTIONS`)."""
     record: dict[str, Any] = {"backend": options.kind}
     for name, _, owner in BACKEND_FLAGS:
         value = getattr(options, name)
         if value and owner == options.kind:
             record[name] = str(Path(value).resolve()) if name in PATH_OPTIONS else value
-    if options.kind == "openai" and "base_url" not in record and settings.base_url:
-        record["base_url"] = settings.base_url
     if options.kind == "replay":
         record["replay_start"] = options.replay_start
     record["sandbox"] = sandbox_kind(args)

@@ -11,6 +11,7 @@ only shows there.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -137,3 +138,20 @@ def test_a_prompt_too_long_before_any_model_call_says_so_once_and_exits_7(tmp_pa
     (run,) = run_dirs(repo)
     kinds = [json.loads(line)["type"] for line in (run / TRAJECTORY_FILE).read_text().splitlines()]
     assert kinds.count("prompt_refused") == 1 and "model_responded" not in kinds
+
+
+def test_a_run_records_the_checkpoint_clover_model_named(tmp_path: Path) -> None:
+    """No --model: the engine's checkpoint comes from CLOVER_MODEL, and the run records that folder,
+    so resuming it from a shell without the variable uses the same weights."""
+    model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5, overrides={"max_position_embeddings": 1024})
+    repo = calculator_repo(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "engine",
+         "--sandbox", "local", "--dry-run"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "CLOVER_MODEL": str(model)},
+    )  # fmt: skip
+    assert done.returncode == ExitCode.AGENT_ERROR, done.stdout[-3000:] + done.stderr  # the tiny window
+    (run,) = run_dirs(repo)
+    started = json.loads((run / TRAJECTORY_FILE).read_text().splitlines()[0])
+    assert started["type"] == "task_started" and started["launch"]["backend"] == "engine"
+    assert started["launch"]["model"] == str(model.resolve())
