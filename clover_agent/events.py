@@ -149,6 +149,19 @@ class ModelCallStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PromptRefused(Event):
+    """The backend refused the prompt of ``step`` before writing anything: its ``prompt_tokens``
+    leave no room in the model's ``context_window``. The model call ``ModelCallStarted`` announced
+    was not made; the loop condenses harder and asks once more (a ``ModelResponded`` of the same
+    step), or the run ends."""
+
+    type: ClassVar[str] = "prompt_refused"
+    step: int
+    prompt_tokens: int
+    context_window: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelDelta(Event):
     """Streamed model text while it writes; ``kind`` is ``text`` or ``reasoning``."""
 

@@ -9,7 +9,7 @@ and passed in; nothing here reads the environment.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +48,31 @@ def model_sources(settings: Settings, explicit: str | None = None) -> ModelSourc
     )
 
 
-def check_backend_options(options: BackendOptions, settings: Settings) -> None:
+def check_backend_options(options: BackendOptions, settings: Settings) -> BackendOptions:
     """:class:`UsageError` for a choice that cannot work, before any sandbox or test run starts:
     a replay without its file, an openai backend without a server; for the engine, the readiness
     check (a GPU with room for the weights, or a small checkpoint on the CPU), which fails within
-    seconds with the ways forward (:class:`~clover_agent.backends.BackendUnavailable`)."""
+    seconds with the ways forward (:class:`~clover_agent.backends.BackendUnavailable`).
+
+    Returns ``options`` with what the settings chose filled in (the engine's checkpoint folder, the
+    openai server): what a run records, so resuming it elsewhere (another shell, without
+    ``CLOVER_MODEL`` or ``CLOVER_BASE_URL``) uses the same model."""
     if options.kind not in BACKEND_KINDS:
         raise UsageError(f"unknown backend {options.kind!r}; choose one of: {', '.join(BACKEND_KINDS)}")
     if options.kind == "replay" and not options.replay:
         raise UsageError("--backend replay needs --replay FILE (JSON Lines of recorded assistant turns)")
     if options.replay and not Path(options.replay).is_file():
         raise UsageError(f"--replay {options.replay}: no such file")
-    if options.kind == "openai" and not (options.base_url or settings.base_url):
-        raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+    if options.kind == "openai":
+        if not (options.base_url or settings.base_url):
+            raise UsageError("--backend openai needs --base-url URL (or CLOVER_BASE_URL)")
+        return replace(options, base_url=options.base_url or settings.base_url)
     if options.kind == "engine":
         from clover_agent.backends.engine import choose_device  # loads the engine's modules
 
-        choose_device(model_sources(settings, options.model))
+        folder, _ = choose_device(model_sources(settings, options.model))
+        return replace(options, model=options.model or str(folder))
+    return options
 
 
 async def probe_backend(options: BackendOptions, settings: Settings) -> None:

@@ -20,7 +20,7 @@ from clover_agent.agent.condenser import Condensation, Condenser
 from clover_agent.backends.base import BackendEvent, ContextOverflow, ModelBackend, ModelTurn
 from clover_agent.backends.threads import call_soon
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.events import ContextCondensed, EventBus, ModelDelta, ProvisionalBlock
+from clover_agent.events import ContextCondensed, EventBus, ModelDelta, PromptRefused, ProvisionalBlock
 
 Messages = list[dict[str, Any]]
 
@@ -71,13 +71,29 @@ class ModelCaller:
         try:
             return await self._complete(step, messages), messages
         except ContextOverflow as overflow:
+            self._refused(step, overflow)
             return await self._complete_condensed_harder(step, messages, overflow)
+
+    def _refused(self, step: int, overflow: ContextOverflow) -> None:
+        self.bus.emit(
+            PromptRefused(
+                step=step, prompt_tokens=overflow.prompt_tokens, context_window=overflow.context_window
+            )
+        )
 
     async def _complete_condensed_harder(
         self, step: int, messages: Messages, overflow: ContextOverflow
     ) -> tuple[ModelTurn, Messages]:
         """Condense once more, keeping only the newest message besides the system prompt and task
         and aiming lower by the overshoot, then ask again. Still too long ends the run (exit 7)."""
+        if not any(message["role"] == "assistant" for message in messages):
+            # Nothing but the system prompt and the task (and perhaps a note): nothing to condense.
+            raise CloverError(
+                f"the system prompt and the task alone are {overflow.prompt_tokens:,} tokens, and this "
+                f"model's context window holds {overflow.context_window:,} (prompt and answer together): "
+                "no model call was made. Use a model with a larger context window, or a shorter task.",
+                exit_code=ExitCode.AGENT_ERROR,
+            )
         harder = replace(
             self.condenser,
             keep_recent=1,
@@ -88,6 +104,7 @@ class ModelCaller:
             try:
                 return await self._complete(step, condensation.messages), condensation.messages
             except ContextOverflow as again:
+                self._refused(step, again)
                 overflow = again
         raise CloverError(
             f"{overflow.message} Condensing the conversation did not make it fit: the system prompt, "

@@ -28,7 +28,16 @@ from clover_agent.cli.options import (
     sandbox_spec_of,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
-from clover_agent.events import Done, Event, EventBus, RunStarted, TaskResumed, TaskStarted
+from clover_agent.events import (
+    Done,
+    Event,
+    EventBus,
+    ModelResponded,
+    PromptRefused,
+    RunStarted,
+    TaskResumed,
+    TaskStarted,
+)
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.figures import RunFigures
 from clover_agent.fix.hostgit import git as host_git
@@ -51,7 +60,8 @@ exit codes:
   4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
   5  nothing to fix: the target tests already pass
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out
-  7  agent error: stuck repeating itself, replay file exhausted
+  7  agent error: stuck repeating itself, replay file exhausted, the prompt too long for the
+     model's context window (before any model call: a model with a larger window is needed)
   8  fixed, suite unverified: the target passes, but the rest of the suite could not be checked
      (it timed out, could not be collected or run, or its tests erred for environment reasons)
   130 interrupted (Ctrl-C); a Ctrl-C while the patch is applied says whether your tree is
@@ -63,8 +73,10 @@ resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unav
 (3), a lost sandbox (4) or being stuck (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with a fresh budget, the same trajectory grows, and the result is verified and
-handed back as usual. The run recorded how it was started (backend, model, sandbox, budgets, policy):
-options given now replace those; TARGET may be left out (it is the recorded one).
+handed back as usual. The run recorded how it was started (backend, model, sandbox, image, wheels,
+budgets, policy, suite timeout, regression scope): options given now replace those, except the
+regression scope its baseline was measured with; TARGET may be left out (it is the recorded one).
+The printed command also repeats --yes, --dry-run and --keep-stream when they were given.
 
 `clover-agent runs` lists the runs of a repository; `clover-agent runs show RUN_ID` shows one."""
 
@@ -96,7 +108,15 @@ def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun, list[st
     args.repo = str(repo)
     repo = check_repo(args)
     stopped = load_stopped_run(run_dir, args.target)
-    return repo, stopped, apply_launch_record(args, stopped.launch, stopped.model_calls)
+    recorded = stopped.launch.get("regression")
+    if args.regression is not None and recorded is not None and args.regression != recorded:
+        # The after-runs repeat the baseline's tests: another scope would compare other tests.
+        raise UsageError(
+            f"--regression {args.regression}: run {stopped.run_id} measured its regression baseline "
+            f"with --regression {recorded}, and a resumed run is checked against that baseline; leave "
+            "--regression out, or start a new run"
+        )
+    return repo, stopped, apply_launch_record(args, stopped.launch, stopped.replay_turns_used)
 
 
 #: The budgets and policy when neither the command line nor a resumed run's record gives them.
@@ -116,10 +136,14 @@ def _fix(args: argparse.Namespace) -> int:
     for name, value in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    # Resolved here, so the run records what it used (see launch_record).
+    configured = repo_settings(repo)
+    args.regression = args.regression or configured.regression or DEFAULT_SCOPE
+    args.suite_timeout = args.suite_timeout or configured.suite_timeout or DEFAULT_TIMEOUT_S
     figures = RunFigures()
     renderer = ConsoleRenderer(console, figures=figures, verbose=args.verbose, quiet=args.quiet)
     options = backend_options(args, progress=ProgressText(renderer))
-    check_backend_options(options, settings)
+    options = check_backend_options(options, settings)  # with the model the settings chose
     asyncio.run(probe_backend(options, settings))  # a server that cannot be reached: before any work
     if taken and not args.quiet:
         console.print(
@@ -138,13 +162,13 @@ def _fix(args: argparse.Namespace) -> int:
         make_backend=backend_factory(options, settings),
         sandbox=sandbox_spec_of(args, settings, repo),
         sandbox_kind=sandbox_kind(args),
-        regression=args.regression or repo_settings(repo).regression or DEFAULT_SCOPE,
+        regression=args.regression,
         policy=preset(args.policy),
         approvals=approvals,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
-        suite_timeout_s=args.suite_timeout or repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
+        suite_timeout_s=args.suite_timeout,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
     )
@@ -155,7 +179,7 @@ def _fix(args: argparse.Namespace) -> int:
     bus.subscribe(renderer)
     if approvals is not None:
         bus.subscribe(TerminalApprover(approvals))
-    progress = _RunProgress()
+    progress = _RunProgress(_unrecorded_flags(args))
     bus.subscribe(progress)
     try:
         report = asyncio.run(run_fix(request, bus, resume=stopped))
@@ -175,13 +199,22 @@ def _fix(args: argparse.Namespace) -> int:
     return hand_back(report, repo, args, console, environ=settings.environment)
 
 
+def _unrecorded_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of this command that its run does not record (what becomes of the patch, whether
+    the stream is kept): the printed resume command repeats them, so it does what this one did."""
+    chosen = {"--yes": args.yes, "--dry-run": args.dry_run, "--keep-stream": args.keep_stream}
+    return [flag for flag, given in chosen.items() if given]
+
+
 class _RunProgress:
     """How far a fix run got, from its events: whether it can be resumed, and under which id."""
 
-    def __init__(self) -> None:
+    def __init__(self, flags: list[str]) -> None:
+        self.flags = flags  # added to the resume command
         self.run_id: str | None = None
         self.agent_started = False
         self.agent_outcome: str | None = None
+        self.refused = False  # the last prompt did not fit the model's window (and was not sent)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, (TaskStarted, TaskResumed)):
@@ -191,13 +224,21 @@ class _RunProgress:
             self.agent_started = True
         elif isinstance(event, Done):
             self.agent_outcome = event.outcome
+        elif isinstance(event, PromptRefused | ModelResponded):
+            self.refused = isinstance(event, PromptRefused)
 
     def resume_hint(self, repo: Path) -> str | None:
         """How to continue the run, when it stopped in its agent (``fix --resume`` refuses the rest).
-        The run records how it was started, so the command needs nothing more."""
+        The run records how it was started, so the command needs only what it does not record."""
         if self.run_id is None or not self.agent_started or self.agent_outcome == "submitted":
             return None
-        return f"continue it with: clover-agent fix --resume {self.run_id} --repo {shlex.quote(str(repo))}"
+        command = ["clover-agent", "fix", "--resume", self.run_id, "--repo", str(repo), *self.flags]
+        if self.refused and self.agent_outcome == "error":  # the same model would refuse it again
+            return (
+                "to continue it with a model of a larger context window: "
+                f"{shlex.join(command)} --model DIR (or --base-url URL)"
+            )
+        return f"continue it with: {shlex.join(command)}"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -220,8 +261,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_ID",
         help="continue a stopped run (budget, interrupt, outage): its id under <repo>/.clover/runs, "
-        "`last` for the newest, or the run's folder; it goes on with the backend, sandbox, budgets and "
-        "policy it was started with, unless options given now say otherwise",
+        "`last` for the newest, or the run's folder; it goes on with the backend, sandbox, budgets, "
+        "policy, suite timeout and regression scope it was started with, unless options given now say "
+        "otherwise (the regression scope cannot change: the baseline was measured with it)",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)

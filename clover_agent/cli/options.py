@@ -8,7 +8,8 @@ it outright. Options of two backends, or an option of another backend than ``--b
 are a usage error that says which flag belongs where (never silently ignored).
 
 A run records how it was started (:func:`launch_record`: the backend and its options, the sandbox,
-and what the command adds: budgets, policy), so ``fix --resume`` needs no flags:
+and what the command adds: budgets, policy, the regression scope and suite timeout), so
+``fix --resume`` needs no flags:
 :func:`apply_launch_record` fills in what the command line leaves out.
 """
 
@@ -210,22 +211,42 @@ def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-#: What a launch record holds besides the backend's options: the command's own options.
-RECORDED_OPTIONS = ("sandbox", "image", "max_steps", "max_time", "max_tokens", "policy")
+#: What a launch record holds besides the backend's options: the command's own options (for
+#: ``fix`` the regression scope and the suite's timeout as the run resolved them, so a resumed run is
+#: checked as its baseline was).
+RECORDED_OPTIONS = (
+    "sandbox",
+    "image",
+    "wheels",
+    "max_steps",
+    "max_time",
+    "max_tokens",
+    "policy",
+    "regression",
+    "suite_timeout",
+)
+#: Options that name a file or folder: recorded by their absolute path (a resumption may be started
+#: from another folder).
+PATH_OPTIONS = ("replay", "model", "wheels")
 
 
 def launch_record(args: argparse.Namespace, options: BackendOptions) -> dict[str, Any]:
     """How a run was started, for its trajectory (``TaskStarted.launch``): the backend chosen, its
-    options (a replay file by its absolute path), the sandbox and the command's budgets."""
+    options (as :func:`~clover_agent.launch.check_backend_options` completed them; a replay file by
+    its absolute path, with the turns of it already used), the sandbox and the command's options
+    (:data:`RECORDED_OPTIONS`)."""
     record: dict[str, Any] = {"backend": options.kind}
     for name, _, owner in BACKEND_FLAGS:
         value = getattr(options, name)
         if value and owner == options.kind:
-            record[name] = str(Path(value).resolve()) if name in ("replay", "model") else value
+            record[name] = str(Path(value).resolve()) if name in PATH_OPTIONS else value
+    if options.kind == "replay":
+        record["replay_start"] = options.replay_start
     record["sandbox"] = sandbox_kind(args)
     for name in RECORDED_OPTIONS[1:]:
-        if getattr(args, name, None) is not None:
-            record[name] = getattr(args, name)
+        value = getattr(args, name, None)
+        if value is not None:
+            record[name] = str(Path(value).resolve()) if name in PATH_OPTIONS else value
     return record
 
 
@@ -245,11 +266,11 @@ def apply_launch_record(
         for name, flag, owner in BACKEND_FLAGS:
             if owner == args.backend and record.get(name):
                 setattr(args, name, record[name])
-                taken.append(f"{flag} {record[name]}")
+                taken.append(f"{flag} {shlex.quote(str(record[name]))}")
         if args.backend == "replay":
             args.replay_start = replay_turns_used
     for name in RECORDED_OPTIONS:
         if getattr(args, name, None) is None and record.get(name) is not None:
             setattr(args, name, record[name])
-            taken.append(f"--{name.replace('_', '-')} {record[name]}")
+            taken.append(f"--{name.replace('_', '-')} {shlex.quote(str(record[name]))}")
     return taken

@@ -160,10 +160,9 @@ class ConsoleRenderer:
         elif isinstance(event, ApprovalDecided):
             self._start_live()
             verdict = "allowed" if event.approved else "denied"
+            who = DECIDED_BY.get(event.decided_by, f"by {event.decided_by}")
             answer = f", answered {event.answer}" if event.answer else ""
-            self._line(
-                f"  policy: {event.name} {verdict} by {event.decided_by}{answer} ({event.reason})", "note"
-            )
+            self._line(f"  policy: {event.name} {verdict} {who}{answer} ({event.reason})", "note")
         elif isinstance(event, ContextCondensed):
             self._line(
                 f"  context: {event.tokens_before:,} → {event.tokens_after:,} tokens; "
@@ -379,6 +378,15 @@ def _trim(text: str, lines: int = RESULT_LINES) -> str:
     if len(rows) > lines:
         shown.append(f"… {len(rows) - lines} more lines")
     return "\n    ".join(shown)
+
+
+#: Who decided a call the policy did not simply allow (``ApprovalDecided.decided_by``), in words.
+DECIDED_BY = {
+    "user": "by you",
+    "remembered": 'by your "always" earlier in this run',
+    "policy": "by the policy",
+    "no-terminal": "(no terminal to ask at)",
+}
 
 
 def question_text(name: str, arguments: dict[str, Any], reason: str) -> str:

@@ -4,7 +4,9 @@
 and written, time in model calls, the engine's forward passes) and knows what is going on now (a
 phase of the workflow, a model call, a tool call), so the status line can say it at any moment and
 the final line can say it once the run is over. A model call cut off before its turn came back
-(a time budget, Ctrl-C) still counts: its streamed text gives an estimate of what it wrote.
+(a time budget, Ctrl-C) still counts: its streamed text gives an estimate of what it wrote. A call
+whose prompt the backend refused (``PromptRefused``: too long for the context window) was not made
+and does not count.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from clover_agent.events import (
     ModelDelta,
     ModelResponded,
     PhaseStarted,
+    PromptRefused,
     ProvisionalBlock,
     RunStarted,
     SandboxProgress,
@@ -66,6 +69,7 @@ class RunFigures:
     model_seconds: float = 0.0  # time in finished model calls
     forwards: int = 0  # model forward passes of finished calls (engine only; 0: unknown)
     cut_off: int = 0  # model calls that ended without a turn
+    refused: int = 0  # prompts the backend refused as too long (those calls were not made)
     activity: str = "starting"
     detail: str = ""
     since: float = field(default_factory=time.monotonic)  # when the activity began
@@ -95,6 +99,13 @@ class RunFigures:
             self.loading = ""
             self.call.chars += len(event.text)
             self.call.thinking = event.kind == "reasoning"
+        elif isinstance(event, PromptRefused):
+            self.refused += 1
+            if self.call is not None:  # not made: a condensed retry's turn counts as a call of its own
+                self.steps -= 1
+                self.tokens_in -= self.call.prompt_tokens
+                self.call = None
+            self._doing("agent", "", now)
         elif isinstance(event, ProvisionalBlock) and self.call is not None:
             self.call.passes += 1
         elif isinstance(event, ModelResponded):
@@ -181,11 +192,18 @@ class RunFigures:
 
     def final(self) -> str:
         """The figures once the run is over (what the summary's last lines say)."""
+        if not self.steps and self.refused:
+            earlier = (
+                f" (after {self.steps_before} in the run's earlier segments)" if self.steps_before else ""
+            )
+            return f"no model call made{earlier}"  # the error says why
         text = f"{self.steps} model call{'' if self.steps == 1 else 's'}"
         if self.steps_before:
             text += f" (after {self.steps_before} in the run's earlier segments)"
         if self.cut_off:
             text += f", {self.cut_off} cut off"
+        if self.refused:
+            text += f", {self.refused} prompt(s) refused as too long for the context window"
         text += f"; {self.tokens_in:,} tokens in, {self.tokens_out:,} out"
         rate = self.tokens_per_second()
         if rate:

@@ -57,7 +57,7 @@ class StoppedRun:
     outcome: str  # the agent's outcome in the last segment
     message: str
     launch: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the run was started
-    model_calls: int = 0  # model calls made so far (a replay taken again continues after them)
+    replay_turns_used: int = 0  # of the recorded replay file (a replay taken again continues after them)
 
 
 def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
@@ -110,6 +110,8 @@ def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
         ),
         target_tests,
     )
+    # How the latest segment was started (a resumption that recorded nothing: the first one).
+    launch = next((e for e in reversed(events) if isinstance(e, TaskResumed) and e.launch), started)
     if target is not None and target != started.target:
         raise UsageError(
             f"TARGET {target!r} differs from the target of run {run_id} ({started.target!r}); "
@@ -128,17 +130,22 @@ def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
         exit_code=finished.exit_code if finished else (done.exit_code if done else None),
         outcome=done.outcome if done else "killed",
         message=(finished or done).message if (finished or done) else "the run ended without a verdict",
-        launch=dict(
-            next(
-                (e.launch for e in reversed(events) if isinstance(e, TaskResumed) and e.launch),
-                started.launch,
-            )
-        ),
-        model_calls=max(
-            sum(isinstance(e, ModelCallStarted) for e in events),
-            sum(isinstance(e, ModelResponded) for e in events),
-        ),
+        launch=dict(launch.launch),
+        replay_turns_used=_replay_turns_used(launch, events),
     )
+
+
+def _replay_turns_used(launch: TaskStarted | TaskResumed, events: list[Event]) -> int:
+    """The turns of the recorded replay file used when the run stopped: where the segment that
+    recorded it started in the file, and the model calls since. (A record from before
+    ``replay_start`` was kept: every model call of the run.)"""
+    start = next(i for i, e in enumerate(events) if e is launch) if "replay_start" in launch.launch else 0
+    since = events[start:]
+    calls = max(
+        sum(isinstance(e, ModelCallStarted) for e in since),
+        sum(isinstance(e, ModelResponded) for e in since),
+    )
+    return int(launch.launch.get("replay_start", 0)) + calls
 
 
 def _last_segment(events: list[Event]) -> list[Event]:

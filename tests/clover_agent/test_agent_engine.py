@@ -35,8 +35,10 @@ from clover_agent.events import (
     EventBus,
     ModelDelta,
     ModelResponded,
+    PromptRefused,
     ProvisionalBlock,
 )
+from clover_agent.fix.figures import RunFigures
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.tools.shell import ShellTool
 from tests.sandbox_specs import sandbox_spec
@@ -185,6 +187,11 @@ async def test_a_prompt_past_the_window_is_condensed_harder_once(
     assert condensed[0].tokens_before >= WINDOW > condensed[0].tokens_after
     turns = [e for e in events if isinstance(e, ModelResponded)]
     assert len(turns) == 1 and turns[0].prompt_tokens == condensed[0].tokens_after
+    (refused,) = [e for e in events if isinstance(e, PromptRefused)]
+    assert refused.prompt_tokens >= WINDOW == refused.context_window
+    figures = summed_up(events)  # the refused prompt is no call; the condensed one is
+    assert figures.steps == 1 and figures.tokens_in == turns[0].prompt_tokens
+    assert figures.final().startswith("1 model call, 1 prompt(s) refused as too long for the context window;")
 
 
 async def test_a_prompt_that_cannot_fit_stops_the_run_with_a_clear_message(
@@ -195,9 +202,22 @@ async def test_a_prompt_that_cannot_fit_stops_the_run_with_a_clear_message(
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     result, events = await run_agent(small_window_model, repo, "Fix this: " + "the build fails. " * 600)
     assert (result.outcome, result.exit_code) == ("error", ExitCode.AGENT_ERROR)
-    assert f"more than the model's context window ({WINDOW} tokens" in result.message
-    assert "did not make it fit" in result.message
+    assert result.message.startswith("the system prompt and the task alone are ")
+    assert f"this model's context window holds {WINDOW:,}" in result.message
+    assert "no model call was made" in result.message and "Condensing" not in result.message
     assert not any(isinstance(e, ModelResponded) for e in events)
+    assert len([e for e in events if isinstance(e, PromptRefused)]) == 1
+    figures = summed_up(events)
+    assert (figures.steps, figures.tokens_in, figures.cut_off) == (0, 0, 0)
+    assert figures.final() == "no model call made"
+
+
+def summed_up(events: list[Event]) -> RunFigures:
+    """The figures ``fix`` shows, from a run's events."""
+    figures = RunFigures()
+    for event in events:
+        figures(event)
+    return figures
 
 
 def decode_threads() -> list[threading.Thread]:

@@ -11,6 +11,7 @@ only shows there.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -113,3 +114,44 @@ def test_ctrl_c_inside_a_model_call_exits_130_without_an_abort(tmp_path: Path, s
     assert "interrupted" in err
     assert recorded_codes(repo) == (ExitCode.INTERRUPTED, ExitCode.INTERRUPTED)
     assert "return a - b" in (repo / "calculator.py").read_text()
+
+
+def test_a_prompt_too_long_before_any_model_call_says_so_once_and_exits_7(tmp_path: Path) -> None:
+    """A window far smaller than the system prompt and the task: the backend refuses the first
+    prompt, so no model call is made, and the summary does not count one."""
+    model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5, overrides={"max_position_embeddings": 1024})
+    repo = calculator_repo(tmp_path)
+    proc, out = start_fix(repo, model)
+    proc.wait(timeout=900)  # not communicate(): it would read stdout too, taking lines from `out`
+    err = proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
+    text = out.text()
+    assert proc.returncode == ExitCode.AGENT_ERROR, text[-3000:] + err
+    assert not [c for c in CRASHES if c in err + text], err
+    (message,) = [line for line in err.splitlines() if line.startswith("clover-agent:")]  # one message
+    assert "the system prompt and the task alone are" in message and "holds 1,024" in message
+    assert "no model call was made" in message and "Condensing" not in message
+    assert "  agent       error; no model call made; backend engine:" in text, text[-2000:]
+    assert "cut off" not in text and "model call," not in text
+    # Resuming with the same model would be refused again: the hint asks for another one.
+    assert "continue it with: " not in err and "a model of a larger context window: clover-agent fix" in err
+    assert recorded_codes(repo) == (ExitCode.AGENT_ERROR, ExitCode.AGENT_ERROR)
+    (run,) = run_dirs(repo)
+    kinds = [json.loads(line)["type"] for line in (run / TRAJECTORY_FILE).read_text().splitlines()]
+    assert kinds.count("prompt_refused") == 1 and "model_responded" not in kinds
+
+
+def test_a_run_records_the_checkpoint_clover_model_named(tmp_path: Path) -> None:
+    """No --model: the engine's checkpoint comes from CLOVER_MODEL, and the run records that folder,
+    so resuming it from a shell without the variable uses the same weights."""
+    model = write_tiny_checkpoint(tmp_path / "ckpt", seed=5, overrides={"max_position_embeddings": 1024})
+    repo = calculator_repo(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "fix", "test_add", "--repo", str(repo), "--backend", "engine",
+         "--sandbox", "local", "--dry-run"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "CLOVER_MODEL": str(model)},
+    )  # fmt: skip
+    assert done.returncode == ExitCode.AGENT_ERROR, done.stdout[-3000:] + done.stderr  # the tiny window
+    (run,) = run_dirs(repo)
+    started = json.loads((run / TRAJECTORY_FILE).read_text().splitlines()[0])
+    assert started["type"] == "task_started" and started["launch"]["backend"] == "engine"
+    assert started["launch"]["model"] == str(model.resolve())

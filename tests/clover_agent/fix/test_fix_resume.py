@@ -7,6 +7,7 @@ backend stands in for the model (recorded turns, not a model), each segment read
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -229,3 +230,67 @@ def test_a_resumption_that_fails_to_start_keeps_the_run_resumable(tmp_path: Path
     assert code == ExitCode.OK, out + err
     assert "segment 3" in out and "exit 4" in out
     assert "return a + b" in (repo / "calculator.py").read_text() and suite_passes(repo)
+
+
+def pasted(err: str, capsys) -> tuple[int, str, str]:
+    """The ``continue it with: clover-agent fix --resume ...`` command ``err`` printed, run as
+    printed (in this process: no terminal, so the patch is applied only if it says --yes)."""
+    (line,) = [x for x in err.splitlines() if "continue it with: clover-agent " in x]
+    words = shlex.split(line.split("continue it with: clover-agent ", 1)[1])
+    code = main(words)
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return code, out.out, out.err
+
+
+def test_a_resumption_takes_the_recorded_regression_scope_suite_timeout_and_wheels(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = calculator_repo(tmp_path)
+    (tmp_path / "wheels").mkdir()
+    monkeypatch.chdir(tmp_path)  # --wheels relative to where the run was started
+    code, _, err = fix(repo, capsys, "test_add", "--replay", str(REPLAY), "--max-steps", "2",
+                       "--regression", "related", "--suite-timeout", "321", "--wheels", "wheels")  # fmt: skip
+    assert code == ExitCode.BUDGET_EXHAUSTED, err
+    (run,) = run_dirs(repo)
+    (started,) = [e for e in read_events(run / TRAJECTORY_FILE) if e.type == "task_started"]
+    assert started.launch["regression"] == "related" and started.launch["suite_timeout"] == 321
+    assert started.launch["wheels"] == str(tmp_path / "wheels")
+
+    monkeypatch.chdir(repo)  # resumed from elsewhere
+    rest = replay_file(tmp_path / "rest.jsonl", TURNS[2:])
+    # A scope other than the baseline's is refused; the recorded one is taken without a flag.
+    code, _, err = fix(repo, capsys, "--resume", run.name, "--replay", str(rest), "--regression", "none")
+    assert code == ExitCode.USAGE and "measured its regression baseline with --regression related" in err
+    code, out, err = fix(repo, capsys, "--resume", run.name, "--replay", str(rest), "--max-steps", "3",
+                         "--suite-timeout", "400")  # fmt: skip
+    assert code == ExitCode.OK, out + err
+    taken = out[out.index("resuming with the options") :].splitlines()[0]
+    assert "--wheels " + str(tmp_path / "wheels") in taken and "--regression related" in taken
+    assert "--suite-timeout" not in taken  # given now: the flag wins
+    assert "related test file(s) checked (--regression related)" in out
+    (resumed,) = [e for e in read_events(run / TRAJECTORY_FILE) if e.type == "task_resumed"]
+    assert resumed.launch["regression"] == "related" and resumed.launch["suite_timeout"] == 400
+    assert resumed.launch["wheels"] == str(tmp_path / "wheels")
+
+
+def test_the_printed_command_continues_a_replay_given_on_resuming_and_repeats_yes(
+    tmp_path: Path, capsys
+) -> None:
+    """Segment 2 plays another file for one turn; the command it prints, pasted, goes on with that
+    file after that turn (not after all the run's turns), and so does the next one, which applies
+    the patch, as --yes asked."""
+    repo, run = stopped_on_the_step_budget(tmp_path, capsys)
+    rest = replay_file(tmp_path / "rest.jsonl", TURNS[2:])
+    code, _, err = fix(repo, capsys, "--resume", run.name, "--replay", str(rest), "--max-steps", "1")
+    assert code == ExitCode.BUDGET_EXHAUSTED, err
+    assert f"--resume {run.name} --repo {repo} --yes\n" in err + "\n"
+    code, out, err = pasted(err, capsys)  # the recorded budget: one turn, the suite run
+    assert code == ExitCode.BUDGET_EXHAUSTED and "5 passed, 0 failed" in out, out + err
+    code, out, err = pasted(err, capsys)  # the last turn: finish
+    assert code == ExitCode.OK, out + err
+    assert f"--backend replay --replay {rest}" in out and "--sandbox local" in out
+    assert "FIXED" in out and "Applied to" in out and "return a + b" in (repo / "calculator.py").read_text()
+    events = read_events(run / TRAJECTORY_FILE)
+    assert [e.launch["replay_start"] for e in events if e.type == "task_resumed"] == [0, 1, 2]
+    assert [e.step for e in events if e.type == "model_responded"] == [1, 2, 3, 4, 5]

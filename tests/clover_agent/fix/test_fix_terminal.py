@@ -1,6 +1,7 @@
 """``clover-agent fix`` as a person sees it: a live status line while a slow model streams (a real
 pseudo-terminal and a local OpenAI-compatible server), plain text without colour or a terminal,
-each error said once, the early warning about uncommitted files, the diff at the confirmation.
+each error said once, the early warning about uncommitted files, the diff at the confirmation,
+an approval answered "always" that is not asked again.
 
 The server streams the recorded turns of examples/calculator-fix.replay.jsonl (the reasoning as
 ``reasoning_content``), so the agent really fixes the example through the openai backend.
@@ -30,6 +31,7 @@ from clover_agent.fix.console import make_console
 from tests.cli_process import run_at_a_terminal
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo, run_dirs
+from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.clover_agent.test_backend_openai import ChatServer, _chunk
 from tests.git_repos import git
 
@@ -159,6 +161,20 @@ def test_the_printed_resume_command_works_for_an_openai_run(tmp_path: Path, serv
     assert len(server.requests) == 5 and not server.replies  # each turn asked for once
 
 
+def test_the_printed_resume_command_asks_the_server_clover_base_url_named(
+    tmp_path: Path, server: ChatServer
+) -> None:
+    """The server came from the environment, not a flag: the command works pasted where it is not set."""
+    repo = calculator_repo(tmp_path)
+    server.replies.extend(replay_replies(REPLAY))
+    first = run_piped(fix_command(repo, "--backend", "openai", "--max-steps", "3"),
+                      env={"CLOVER_BASE_URL": server.base_url})  # fmt: skip
+    assert first.returncode == ExitCode.BUDGET_EXHAUSTED, first.stdout[-3000:]
+    resume = resumed_ok(first.stdout, repo)  # run_piped: this test process has no CLOVER_BASE_URL
+    assert f"--backend openai --base-url {server.base_url}" in resume.stdout
+    assert len(server.requests) == 5 and not server.replies
+
+
 def test_uncommitted_files_are_named_before_any_work(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     (repo / "calculator.py").write_text((repo / "calculator.py").read_text() + "\n# my own work\n")
@@ -244,3 +260,38 @@ async def test_files_can_be_chosen_one_by_one_after_a_paged_diff(
     assert "Not applied: notes.txt." in out
     summary = json.loads((report.run_dir / "summary.json").read_text())
     assert summary["hand_back"] == "applied: calculator.py; not applied: notes.txt"
+
+
+def test_an_approval_answered_always_is_not_asked_again_in_the_run(tmp_path: Path) -> None:
+    """Policy workspace asks about a command that mentions curl; answered "always" at the terminal,
+    the same command later in the run runs without a question. The replay then fixes the example."""
+    repo = calculator_repo(tmp_path)
+    asks = call("shell", command="echo curl is mentioned, not run")
+    replay = write_replay(tmp_path / "asks.jsonl", [asks, asks, *(json.loads(t)["content"] for t in
+                                                                 REPLAY.read_text().splitlines())])  # fmt: skip
+    question = "Allow it? [y] once / [a] always for this run / [N] no: "
+    # A second question would be answered no (and the run would show it): it must not come.
+    code, shown = run_at_a_terminal(
+        fix_command(repo, "--replay", str(replay), "--policy", "workspace", "--yes"),
+        env={**NEUTRAL, "NO_COLOR": "1"},
+        answers=[(question, "a\n"), (question, "n\n")],
+    )
+    assert code == ExitCode.OK, shown[-3000:]
+    text = ESCAPE.sub("", shown)
+    assert text.count(question) == 1, text[-3000:]
+    assert "The agent wants to run shell command=echo curl is mentioned, not run" in text
+    assert "policy: shell allowed by you, answered always (policy 'workspace'" in text
+    assert 'policy: shell allowed by your "always" earlier in this run' in text
+    assert "clover-agent fix: FIXED" in text and "return a + b" in (repo / "calculator.py").read_text()
+    (run,) = run_dirs(repo)
+    events = read_events(run / TRAJECTORY_FILE)
+    (requested,) = [e for e in events if e.type == "approval_requested"]
+    decided = [e for e in events if e.type == "approval_decided"]
+    assert [(e.approved, e.decided_by, e.answer) for e in decided] == [
+        (True, "user", "always"),
+        (True, "remembered", None),
+    ]
+    assert decided[0].call_id == requested.call_id and "*curl *" in decided[0].reason
+    ran = [e for e in events if e.type == "tool_call_finished" and e.name == "shell"]
+    assert [e.call_id for e in ran] == [e.call_id for e in decided]  # both calls ran, in order
+    assert all(not e.is_error and "curl is mentioned, not run" in e.output for e in ran)
