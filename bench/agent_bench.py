@@ -215,8 +215,9 @@ def report(out: dict[str, dict[str, list[float]]], steps: int, rounds: int) -> s
         "",
         "A call that changes nothing (the shell row) costs its command and one runner request (the "
         "workspace's stat fingerprint) beyond it. One that changes the workspace (the editor row) also "
-        "runs one git script in the sandbox: a copy of the index, `add`, `write-tree`, `commit-tree`, "
-        "`update-ref`, `diff`, seven processes at 1-2 ms each inside the container.",
+        "runs one git script in the sandbox: `add`, `write-tree`, `commit-tree` and `diff`, four git "
+        "processes at 1-2 ms each inside the container (the runner copies the private index and the "
+        "new ref is written without git).",
         END,
     ]
     return "\n".join(lines)

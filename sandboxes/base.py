@@ -268,6 +268,12 @@ class Sandbox(abc.ABC):
         has no fingerprint): look."""
         return None
 
+    async def copy_file(self, src: str, dst: str, *, mtime_ns: int) -> bool:
+        """Copy the regular file ``src`` over ``dst`` (paths relative to the workspace, never
+        through a symlink) and date the copy ``mtime_ns``; False (``dst`` removed) when ``src`` is
+        missing. ``OSError`` when it cannot be done (a sandbox without it: ``NotImplementedError``)."""
+        raise NotImplementedError(f"the {type(self).__name__} cannot copy files")
+
     @abc.abstractmethod
     async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
         """The bytes of each regular file in ``paths`` (relative to the workspace, never read

@@ -15,7 +15,8 @@ for the host's own snapshot of the workspace (the patch is computed on the host,
 ``stop_all`` (kill every process the commands started, daemons included), ``tree`` (every entry
 with its kind, mode, size and sha256), ``read_many`` (files' bytes in batches) and ``put`` (make
 entries what the host says, never through a symlink); ``fingerprint`` (a digest of every entry's
-stat data, to tell without git that nothing changed). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
+stat data, to tell without git that nothing changed) and ``copy`` (a file copied within the
+workspace and dated, as the checkpoints' private git index is). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
 
 Hostile commands run beside the runner as the same user, so:
 
@@ -940,6 +941,56 @@ def op_read_many(req: dict) -> dict:
     return {"files": out}
 
 
+def op_copy(req: dict) -> dict:
+    """Copy the regular file ``src`` over ``dst`` (paths relative to the workspace, never read or
+    written through a symlink; replaced atomically) and date the copy ``mtime_ns``. When ``src``
+    is missing, ``dst`` is removed: ``{"copied": false}``."""
+    src, dst = _check_rel(req["src"]), _check_rel(req["dst"])
+    sdfd = _dir_fd(src[:-1], create=False)
+    try:
+        ddfd = _dir_fd(dst[:-1], create=False)
+    except BaseException:
+        os.close(sdfd)
+        raise
+    try:
+        try:
+            fd = os.open(src[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=sdfd)
+        except FileNotFoundError:
+            try:
+                os.unlink(dst[-1], dir_fd=ddfd)
+            except FileNotFoundError:
+                pass
+            return {"copied": False}
+        tmp = f".clover-copy-{os.getpid()}-{threading.get_ident()}"
+        try:
+            _refuse_special(os.fstat(fd), req["src"])
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=ddfd
+            )
+            try:
+                while chunk := os.read(fd, HASH_CHUNK):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view) :]
+                mtime = int(req["mtime_ns"])
+                os.utime(out, ns=(mtime, mtime))
+            finally:
+                os.close(out)
+            os.replace(tmp, dst[-1], src_dir_fd=ddfd, dst_dir_fd=ddfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=ddfd)
+            except OSError:
+                pass
+            raise
+        finally:
+            os.close(fd)
+        return {"copied": True}
+    finally:
+        os.close(sdfd)
+        os.close(ddfd)
+
+
 def op_put(req: dict) -> dict:
     """Make entries of the workspace what the host says, in order: ``[path, "file", mode, base64
     data]`` (replaced atomically, parents made), ``[path, "link", 0, target]``, ``[path, "absent"]``
@@ -998,6 +1049,7 @@ OPS = {
     "fingerprint": op_fingerprint,
     "read_many": op_read_many,
     "put": op_put,
+    "copy": op_copy,
     "cancel": op_cancel,
     "read": op_read,
     "read_lines": op_read_lines,

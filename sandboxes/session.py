@@ -344,6 +344,9 @@ class RunnerSession:
     async def fingerprint(self) -> str | None:
         return (await self.request("fingerprint", timeout=TREE_TIMEOUT_S))["digest"]
 
+    async def copy_file(self, src: str, dst: str, *, mtime_ns: int) -> bool:
+        return (await self.request("copy", src=src, dst=dst, mtime_ns=mtime_ns))["copied"]
+
     async def read_files(self, paths: list[str]) -> dict[str, bytes | str]:
         found: dict[str, bytes | str] = {}
         rest = list(paths)
@@ -493,6 +496,9 @@ class SessionSandbox(Sandbox):
 
     async def fingerprint(self) -> str | None:
         return await self._live_session().fingerprint()
+
+    async def copy_file(self, src: str, dst: str, *, mtime_ns: int) -> bool:
+        return await self._live_session().copy_file(src, dst, mtime_ns=mtime_ns)
 
     async def put(self, entries: list[Put]) -> None:
         await self._live_session().put(entries)

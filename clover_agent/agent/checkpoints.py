@@ -53,16 +53,33 @@ tree=$(git write-tree)
 
 _PARENT = "parent=$(git rev-parse -q --verify HEAD || true)\n"
 
+#: Points ``{ref}`` at ``$commit``. A new loose ref is a file holding the commit's id, written
+#: here without a git process (a millisecond or more) when the run's ref folder is there (the
+#: first snapshot's ``update-ref`` made it) and the repository keeps loose refs (no reftable);
+#: otherwise, or when something is already at that path, ``git update-ref``.
+_REF = """\
+ref_file="$gitdir/"{ref}
+if [ -d "${{ref_file%/*}}" ] && [ ! -L "${{ref_file%/*}}" ] && [ ! -e "$gitdir/reftable" ] && [ ! -e "$ref_file" ] && [ ! -L "$ref_file" ]; then
+  printf '%s\\n' "$commit" > "$ref_file"
+else
+  git update-ref {ref} "$commit"
+fi
+"""
+
 #: After :data:`_WORKSPACE_TREE`: when the tree differs from ``{previous}`` (``-``: always), a commit
 #: of it on ``{ref}`` (its parent HEAD, none when HEAD is not a commit); prints the tree, then the
 #: commit when one was made; then ``{diff}``. The private index stays (the next script copies over it).
-_COMMIT = """\
+_COMMIT = (
+    """\
 if [ "$tree" = {previous} ]; then echo "$tree"; exit 0; fi
 commit=$(git {identity} commit-tree "$tree" -p HEAD -m {message} 2>/dev/null || git {identity} commit-tree "$tree" -m {message})
-git update-ref {ref} "$commit"
+"""
+    + _REF
+    + """\
 echo "$tree $commit"
 {diff}
 """
+)
 
 #: In :data:`_COMMIT`'s ``{diff}``: the workspace's diff against ``{base}``, from the index the tree
 #: was written from (what ``Sandbox.diff`` prints); exit 99 when it fails (the commit stands).
@@ -96,10 +113,17 @@ fi
 """
 
 
-def _workspace_tree(index: str) -> str:
-    return _WORKSPACE_TREE.format(
-        index=index, copy_index=copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"')
-    )
+def _workspace_tree(index: str, *, copied: bool = False) -> str:
+    """:data:`_WORKSPACE_TREE` on the private index ``index``; ``copied``: the runner already made
+    it (:meth:`Checkpoints._private_index`), so the script does not copy it."""
+    copy = "" if copied else copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"')
+    return _WORKSPACE_TREE.format(index=index, copy_index=copy)
+
+
+#: The checkpoints' private index (in the workspace's ``.git`` folder).
+CHECKPOINT_INDEX = "clover-checkpoint.index"
+#: Its date when the runner copies it: second 1 of 1970, as :func:`copy_index_command` dates it.
+RACY_INDEX_MTIME_NS = 1_000_000_000
 
 
 class CheckpointError(CloverError):
@@ -193,7 +217,7 @@ class Checkpoints:
         """Commit the workspace on ``ref`` unless its tree is ``previous`` (then None), and with a
         ``diff_base``, the workspace's diff against it when a commit was made (None otherwise, or
         when the diff could not be read)."""
-        script = _workspace_tree("clover-checkpoint.index") + _COMMIT.format(
+        script = _workspace_tree(CHECKPOINT_INDEX, copied=await self._private_index()) + _COMMIT.format(
             identity=GIT_IDENTITY,
             message=shlex.quote(f"clover-agent checkpoint: {what}"),
             ref=shlex.quote(ref),
@@ -209,6 +233,18 @@ class Checkpoints:
             return None, None
         patch = rest if diff_base and result.exit_code == 0 else None
         return _Seen(words[0], words[1], ref), patch
+
+    async def _private_index(self) -> bool:
+        """Have the sandbox's runner copy the workspace's index to the private one (no process
+        started, where the script's ``cp`` and ``touch`` are two); False where it cannot (``.git``
+        is no plain folder, a sandbox without copies): the script copies it then."""
+        try:
+            await self.sandbox.copy_file(
+                ".git/index", f".git/{CHECKPOINT_INDEX}", mtime_ns=RACY_INDEX_MTIME_NS
+            )
+        except (OSError, ValueError, NotImplementedError):
+            return False
+        return True
 
     def forget_workspace(self) -> None:
         """The workspace was changed behind the checkpoints' back (undo, a restored patch): the next

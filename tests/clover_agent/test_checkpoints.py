@@ -237,3 +237,18 @@ async def test_a_look_right_after_a_change_goes_through_git(sandbox) -> None:
     assert await sandbox.fingerprint() is None  # changed just now
     counted = CountedExecs(sandbox)
     assert (await checkpoints.look()).changed and counted.count == 1
+
+
+async def test_a_git_folder_that_is_a_link_is_still_snapshotted(sandbox) -> None:
+    """The runner copies the private index only through a plain ``.git`` folder; behind a link the
+    script finds the folder with git and copies the index itself."""
+    moved = await sandbox.exec(
+        "mv .git .real-git && ln -s .real-git .git && echo .real-git >> .gitignore", cwd="/workspace"
+    )
+    assert moved.exit_code == 0, moved.output
+    checkpoints = Checkpoints(sandbox, "linked")
+    first = await checkpoints.before_call(1, "shell")
+    await sandbox.exec("echo 'A = 4' > a.py", cwd="/workspace")
+    assert (await checkpoints.look()).changed
+    await checkpoints.undo_to(1)
+    assert await read(sandbox, "a.py") == "A = 1\n" and first.commit

@@ -1,5 +1,5 @@
 """The operations the host takes its own stock of a workspace with: ``stop_processes`` (daemons
-included), ``tree``, ``read_files`` and ``put``, on both sandbox kinds, against hostile layouts."""
+included), ``tree``, ``read_files``, ``put`` and ``copy_file``, on both sandbox kinds, against hostile layouts."""
 
 from __future__ import annotations
 
@@ -111,6 +111,28 @@ async def test_put_writes_links_and_removes_but_never_through_a_link(
         await sandbox.put([Put("out/planted.txt", "file", 0o644, b"x")])
     with pytest.raises(ValueError):
         await sandbox.put([Put("../planted.txt", "file", 0o644, b"x")])
+    assert list(outside.iterdir()) == []
+
+
+async def test_copy_file_copies_dated_and_never_through_a_link(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The checkpoints' private index is made this way: the bytes, the given date, atomically;
+    a missing source removes the copy; a link on the way (or a FIFO) is refused."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    setup = "printf 'a\\0b' > src.bin && mkdir -p d && ln -s " + str(outside) + " out && mkfifo pipe"
+    assert (await sandbox.exec(setup)).exit_code == 0
+    assert await sandbox.copy_file("src.bin", "d/copy.bin", mtime_ns=1_000_000_000)
+    assert await sandbox.read_file("/workspace/d/copy.bin") == b"a\0b"
+    dated = await sandbox.exec("stat -c %Y d/copy.bin && ls d")
+    assert dated.output == "1\ncopy.bin\n"  # second 1 of 1970, no temporary file left
+    assert not await sandbox.copy_file("missing.bin", "d/copy.bin", mtime_ns=1_000_000_000)
+    assert await sandbox.stat("/workspace/d/copy.bin") is None
+    with pytest.raises(OSError):
+        await sandbox.copy_file("src.bin", "out/planted.bin", mtime_ns=1_000_000_000)
+    with pytest.raises(OSError):
+        await sandbox.copy_file("pipe", "d/pipe.bin", mtime_ns=1_000_000_000)
+    with pytest.raises(ValueError):
+        await sandbox.copy_file("src.bin", "../planted.bin", mtime_ns=1_000_000_000)
     assert list(outside.iterdir()) == []
 
 
