@@ -27,6 +27,7 @@ import difflib
 import errno
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -67,16 +68,15 @@ class Match:
     end: int
 
 
-def _rung_patterns(old_str: str) -> list[tuple[str, re.Pattern[str]]]:
+def _rung_patterns(old_str: str) -> Iterator[tuple[str, re.Pattern[str]]]:
+    """The ladder's patterns, each compiled only when the rungs before it matched nothing."""
+    yield "exact", re.compile(re.escape(old_str))
     lines = re.split(r"\r?\n", old_str)
-    return [
-        ("exact", re.compile(re.escape(old_str))),
-        ("line_endings", re.compile(r"\r?\n".join(re.escape(line) for line in lines))),
-        (
-            "trailing_whitespace",
-            re.compile(r"[ \t]*\r?\n".join(re.escape(line.rstrip(" \t")) for line in lines)),
-        ),
-    ]
+    yield "line_endings", re.compile(r"\r?\n".join(re.escape(line) for line in lines))
+    yield (
+        "trailing_whitespace",
+        re.compile(r"[ \t]*\r?\n".join(re.escape(line.rstrip(" \t")) for line in lines)),
+    )
 
 
 def find_matches(text: str, old_str: str, *, overlapping: bool) -> tuple[str, list[Match]]:
