@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
+from clover_agent.tools.run_tests import guarded as guard
 from clover_agent.tools.run_tests.detect import FIND_PYTHON
 from clover_agent.tools.run_tests.report import (
     TestFailure,
@@ -85,20 +86,32 @@ def parse_junit_xml(xml_text: str, report: TestReport) -> None:
 
 
 async def run_pytest(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float, *, workers: int = 1
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    *,
+    workers: int = 1,
+    guarded: bool = False,
 ) -> TestReport:
     """Run pytest on ``target``; with ``workers`` > 1, in that many processes when the sandbox's
     Python has pytest-xdist (serially when it has not, or when the project's configuration refuses
-    ``-n``)."""
+    ``-n``). ``guarded``: started so that the workspace cannot shadow pytest or its plugins, and
+    cross-checked with a live result stream (:mod:`~clover_agent.tools.run_tests.guarded`)."""
     if workers > 1:
-        report = await _run_pytest(sandbox, target, shown_target, timeout, workers)
+        report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded)
         if not (report.total == 0 and report.exit_code == 4):  # 4: pytest refused the options
             return report
-    return await _run_pytest(sandbox, target, shown_target, timeout, 1)
+    return await _run_pytest(sandbox, target, shown_target, timeout, 1, guarded)
 
 
 async def _run_pytest(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float, workers: int
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    workers: int,
+    guarded: bool,
 ) -> TestReport:
     single = target is not None and len(target.words) == 1
     existing = (
@@ -114,20 +127,26 @@ async def _run_pytest(
             if workers > 1
             else "__par=; "
         )
+        options = ["-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"]
+        env = {"PYTHONDONTWRITEBYTECODE": "1"}
+        if guarded:
+            nonce = guard.new_nonce()
+            env[guard.NONCE_VARIABLE] = nonce
+            await sandbox.write_file(f"{folder}/{guard.LIVE_PLUGIN}.py", guard.PLUGIN_SOURCE.encode())
+            options.append("--confcutdir=.")
+            start = guard.launch_command('"$__py"', folder, options)
+            find = guard.FIND_PYTHON_GUARDED
+        else:
+            start, find = '"$__py" ' + shlex.join(["-m", "pytest", *options]), FIND_PYTHON
         command = (
-            f"{FIND_PYTHON}; "
+            f"{find}; "
             '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '
             + parallel
-            + '"$__py" '
-            + shlex.join(
-                ["-m", "pytest", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"]
-            )
+            + start
             + " $__par "
             + shlex.join(["--continue-on-collection-errors", f"--junitxml={xml_path}", *args])
         )
-        result = await sandbox.exec(
-            command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"}
-        )
+        result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE, env=env)
         report = make_report("pytest", shown, shown_target, result)
         try:
             xml_text = (await sandbox.read_file(xml_path, max_bytes=MAX_REPORT_BYTES)).decode(
@@ -144,6 +163,9 @@ async def _run_pytest(
     except ET.ParseError as exc:
         report.problem = f"pytest's JUnit XML report could not be read: {exc}"
         return report
+    if guarded:
+        guard.cross_check(report, guard.live_outcomes(result.output, nonce))
+        report.output = guard.without_stream(report.output)
     report.structured = True
     if result.exit_code == 5:
         report.problem = "pytest collected no tests (exit code 5): check the target."

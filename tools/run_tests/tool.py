@@ -33,9 +33,11 @@ async def run_tests_in(
     timeout: float = DEFAULT_TIMEOUT_S,
     framework: str | None = None,
     workers: int = 1,
+    guarded: bool = False,
 ) -> TestReport:
     """Detect the framework (unless given) and run ``target`` (all tests when None); ``workers`` > 1
-    runs pytest in that many processes where the project has pytest-xdist.
+    runs pytest in that many processes where the project has pytest-xdist; ``guarded`` starts pytest
+    so that the workspace cannot shadow it or its plugins (:mod:`.guarded`; other frameworks as usual).
 
     Raises :class:`~clover_agent.tools.base.ToolError` for a target that could become an option
     or leaves the workspace (see :mod:`~clover_agent.tools.run_tests.targets`), before anything runs.
@@ -52,8 +54,8 @@ async def run_tests_in(
             problem="No test framework found in /workspace (looked for pytest/unittest files, a package.json "
             "test script, go.mod and Cargo.toml). Run the tests with the shell tool instead.",
         )
-    if runner is run_pytest and workers > 1:
-        return await run_pytest(sandbox, checked, target, timeout, workers=workers)
+    if runner is run_pytest and (workers > 1 or guarded):
+        return await run_pytest(sandbox, checked, target, timeout, workers=workers, guarded=guarded)
     return await runner(sandbox, checked, target, timeout)
 
 
