@@ -10,7 +10,8 @@ the epoch) and ``run_id``; ``type`` is one of:
 - ``turn``: one model turn (``step``, its visible ``text``, the ``tool_calls`` named, tokens);
 - ``tool_call`` / ``tool_result``: a call the model made, and what it returned;
 - ``tests``: a test run of the bot's own (``phase``: target_before, suite_before, target_after,
-  suite_after, without_change), with its counts and failing tests;
+  suite_after (held out: the starting commit's tests), target_handed_back, tests_handed_back (the
+  patch as handed back), without_change), with its counts and failing tests;
 - ``finished``: the last line, always: ``status``, ``exit_code``, ``message`` and ``result``
   (the content of ``result.json``).
 

@@ -37,7 +37,15 @@ STATUS = {
 }
 #: Failing test ids listed per test run (the counts are always whole).
 FAILING_SHOWN = 100
-PHASES = ("target_before", "suite_before", "target_after", "suite_after", "without_change")
+PHASES = (
+    "target_before",
+    "suite_before",
+    "target_after",
+    "suite_after",
+    "target_handed_back",
+    "tests_handed_back",
+    "without_change",
+)
 
 
 def ci_exit_code(code: int) -> ExitCode:
@@ -101,6 +109,8 @@ def build_result(
         "still_failing": list(fix.get("still_failing") or []),
         "unverified": unverified,
         "weakened": list(fix.get("weakened") or []),
+        "harness": list(fix.get("harness") or []),
+        "tests_changed": list(fix.get("tests_changed") or []),
         "regressions": regressions,
         "shown_by": list(fix.get("shown_by") or []),
         "files_changed": list(fix.get("files_changed") or []),
@@ -238,6 +248,11 @@ def render_summary(result: dict[str, Any]) -> str:
         lines += ["", "Broken by the change: " + ", ".join(_code(t) for t in result["regressions"][:20])]
     if result["weakened"]:
         lines += ["", "Tests weakened: " + "; ".join(_code(w) for w in result["weakened"][:10])]
+    if result["harness"]:
+        lines += [
+            "",
+            "Changes to what judges the patch: " + "; ".join(_code(h) for h in result["harness"][:10]),
+        ]
     if result["unverified"]:
         lines += [
             "",

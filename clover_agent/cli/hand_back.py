@@ -30,7 +30,7 @@ from clover_agent.fix import handback
 from clover_agent.fix.console import write_plain
 from clover_agent.fix.figures import RunFigures, duration
 from clover_agent.fix.task import FixReport
-from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_WEAKENED
+from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_CHANGED, TESTS_WEAKENED
 
 DEFAULT_PAGER = "less -R -F -X"
 
@@ -92,6 +92,8 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
     elif report.verdict == TESTS_WEAKENED:
         status, style = "TESTS WEAKENED (exit 1)", "bold red"
+    elif report.verdict == TESTS_CHANGED:
+        status, style = "TESTS CHANGED (exit 1)", "bold red"
     elif report.exit_code == ExitCode.NOTHING_TO_FIX:
         status, style = "NOTHING TO FIX (exit 5)", "bold yellow"
     else:
@@ -108,12 +110,15 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         lines.append(
             f"  after       target: {_counts(report.target_after)}; suite: {_counts(report.suite_after)}"
         )
+    if report.target_handed_back is not None:
+        lines.append(f"  as handed   target: {_counts(report.target_handed_back)} (the patch's own tests)")
     if report.regressions:
         lines.append(f"  broke       {', '.join(report.regressions)}")
     for label, items in (
         ("still fails", report.still_failing),
         ("unverified", report.unverified),
         ("weakened", report.weakened),
+        ("harness", report.harness),
     ):
         if items:
             more = f" (+{len(items) - 10})" if len(items) > 10 else ""

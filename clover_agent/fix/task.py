@@ -137,8 +137,16 @@ class FixReport:
     selection: str = ""
     target_before: TestReport | None = None
     suite_before: TestReport | None = None
-    target_after: TestReport | None = None
-    suite_after: TestReport | None = None
+    target_after: TestReport | None = None  # held out: the starting commit's tests
+    suite_after: TestReport | None = None  # held out
+    #: The target, and the test files the patch adds or changes, on the patch as handed back; None
+    #: when the patch changes nothing the held-out run puts back (the same tree).
+    target_handed_back: TestReport | None = None
+    tests_handed_back: TestReport | None = None
+    #: What the patch changes in what judges it (named whatever the verdict), and the paths the
+    #: held-out run put back.
+    harness: list[str] = field(default_factory=list)
+    tests_changed: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     #: Working from a request with no failing test: the changed tests run on the starting code with
     #: only the patch's test files, and the tests that pass with the change and not without it.
@@ -201,8 +209,12 @@ class FixReport:
                 "suite_before": counts(self.suite_before),
                 "target_after": counts(self.target_after),
                 "suite_after": counts(self.suite_after),
+                "target_handed_back": counts(self.target_handed_back),
+                "tests_handed_back": counts(self.tests_handed_back),
                 "without_change": counts(self.without_change),
             },
+            "harness": self.harness,
+            "tests_changed": self.tests_changed,
             "verdict": self.verdict,
             "regressions": self.regressions,
             "still_failing": self.still_failing,
@@ -407,7 +419,11 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
             return skipped_regression_report()
         # the same tests as the baseline: the whole suite, or the related files it ran
         return await run_tests_in(
-            sandbox, report.suite_before.target, timeout=request.suite_timeout_s, workers=WORKERS
+            sandbox,
+            report.suite_before.target,
+            timeout=request.suite_timeout_s,
+            workers=WORKERS,
+            guarded=True,
         )
 
     try:
@@ -421,12 +437,20 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
             suite_before=report.suite_before,
             bus=bus,
             run_suite=suite,
+            keep_tests=frozenset(target_tests.split()) if from_request else frozenset(),
         )
     except HandBackError as exc:
         report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
         return
     report.target_after, report.suite_after = checked.target_after, checked.suite_after
+    if checked.handed_back is not None:
+        report.target_handed_back, report.tests_handed_back = (
+            checked.handed_back.target,
+            checked.handed_back.tests,
+        )
+    report.harness = checked.harness
     j = checked.judgement
+    report.tests_changed = j.tests_changed
     report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
     report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
     report.weakened, report.target_not_passing = j.weakened, j.target_not_passing

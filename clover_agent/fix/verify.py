@@ -2,33 +2,46 @@
 
 The agent's sandbox is not where the patch is verified: after :meth:`Stock.record_end` (every
 process killed, the files read back, the patch made on the host) it is closed, and a fresh sandbox
-from the same spec is made exactly the patched tree (:meth:`Stock.make_like_final`); the target and
-the suite run there. So what the tests saw is, byte for byte, what the user's tree gets, and
-nothing the agent left running (a daemon, a background job, a patched ``.git``) is there.
+from the same spec is made exactly the patched tree (:meth:`Stock.make_like_final`), so nothing the
+agent left running (a daemon, a background job, a patched ``.git``) is there. Two runs judge it:
+
+1. held out (first, so nothing the patch's own tests run can linger into it): the starting
+   commit's test infrastructure put back over the patched source (:mod:`clover_agent.fix.heldout`),
+   pytest started guarded (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
+2. as handed back (every process stopped, the workspace made the patched tree again): the target
+   and the test files the patch adds.
+
+``fixed`` needs both.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Awaitable, Callable
 
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
+from clover_agent.fix.heldout import held_out
 from clover_agent.fix.shadow import Change
-from clover_agent.fix.stock import PatchSet, Stock
-from clover_agent.fix.verdict import COLLECTION_FAILURE, Judgement, judge, target_passes
+from clover_agent.fix.stock import HandBackError, PatchSet, Stock
+from clover_agent.fix.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
 from clover_agent.fix.weakened import weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests.detect import PYTHON_TEST_FILE
+from clover_agent.tools.run_tests.guarded import FIND_PYTHON_GUARDED, INSTALLED_NAMES, PYTEST_MODULES
 
 
 @dataclasses.dataclass
 class Verification:
     """The runs on the patched tree, and the verdict."""
 
-    target_after: TestReport
-    suite_after: TestReport | None
+    target_after: TestReport  # held out
+    suite_after: TestReport | None  # held out
+    handed_back: HandedBack | None  # the runs on the patch as handed back (None: the same tree)
+    harness: list[str]  # what the patch changes in what judges it
     judgement: Judgement
 
 
@@ -61,6 +74,27 @@ def _python_sides(patch: PatchSet) -> tuple[dict[str, bytes | None], dict[str, b
     return {c.path: old.get(c.path) for c in python}, {c.path: new.get(c.path) for c in python}
 
 
+async def installed_modules(sandbox: Sandbox) -> tuple[set[str], set[str]]:
+    """The module names the sandbox's Python finds outside the workspace (empty when it has none),
+    and those of them pytest imports before any test runs (pytest's own, its plugins')."""
+    command = f"{FIND_PYTHON_GUARDED}; " + '[ -n "$__py" ] || __py=python3; "$__py" -c '
+    found = await sandbox.exec(command + shlex.quote(INSTALLED_NAMES), timeout=120, cwd=WORKSPACE)
+    if found.exit_code != 0:
+        return set(), set(PYTEST_MODULES)
+    lines = found.output.split("\n")
+    plugins = {
+        line.split()[1] for line in lines if line.startswith("pytest-plugin ") and len(line.split()) == 2
+    }
+    return {
+        line.strip() for line in lines if line.strip() and " " not in line.strip()
+    }, PYTEST_MODULES | plugins
+
+
+def _changed_test_files(patch: PatchSet, keep: frozenset[str]) -> list[str]:
+    """The Python test files the patch adds, changes or deletes (run as handed back)."""
+    return [c.path for c in patch.changes if PYTHON_TEST_FILE.search(c.path) and c.path not in keep]
+
+
 async def verify_patch(
     spec: SandboxSpec,
     kind: str,
@@ -72,23 +106,71 @@ async def verify_patch(
     suite_before: TestReport,
     bus: EventBus,
     run_suite: Callable[[Sandbox], Awaitable[TestReport]],
+    keep_tests: frozenset[str] = frozenset(),
 ) -> Verification:
-    """Make a fresh sandbox the patched tree, run the target (then, if it passes, the suite,
-    through ``run_suite``) there, and judge."""
+    """Make a fresh sandbox the patched tree and judge it by the two runs of the module docstring
+    (the held-out suite through ``run_suite``, only when the target passes both ways).
+    ``keep_tests``: test files the held-out run keeps as patched (a change made from a request)."""
     bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
     async with create_sandbox(kind, spec) as sandbox:
         await stock.make_like_final(sandbox, patch)
-        bus.emit(PhaseStarted(phase="verification", detail=f"running the target tests {target_tests}"))
-        target_after = await run_tests_in(sandbox, target_tests)
+        installed, harness_modules = await installed_modules(sandbox)
+        plan = held_out(
+            patch,
+            target_ids=list(target_before.outcomes),
+            installed=installed,
+            harness_modules=harness_modules,
+            keep=keep_tests,
+        )
+        if plan.puts:
+            detail = f"the starting commit's tests and harness put back ({len(plan.reverted)} path(s))"
+            bus.emit(PhaseStarted(phase="verification", detail=detail))
+            try:
+                await sandbox.put(plan.puts)
+            except (OSError, ValueError) as exc:
+                raise HandBackError(
+                    f"could not put the starting commit's tests back for the held-out run: {exc}"
+                ) from exc
+        bus.emit(
+            PhaseStarted(phase="verification", detail=f"running the target tests {target_tests} (held out)")
+        )
+        target_after = await run_tests_in(sandbox, target_tests, guarded=True)
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
-        suite_after = None
+        suite_after, names = None, set()
         if target_passes(target_before, target_after):
-            bus.emit(PhaseStarted(phase="verification", detail="running the whole suite"))
+            bus.emit(PhaseStarted(phase="verification", detail="running the whole suite (held out)"))
             suite_after = await run_suite(sandbox)
             bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))
             names = await workspace_module_names(sandbox)
-        else:
-            names = set()
+        handed_back = None
+        if plan.puts:  # else the held-out tree is the patch as handed back
+            await sandbox.stop_processes()  # nothing of the held-out run lingers
+            await stock.make_like_final(sandbox, patch)
+            bus.emit(
+                PhaseStarted(
+                    phase="verification", detail=f"running {target_tests} on the patch as handed back"
+                )
+            )
+            handed_back = HandedBack(
+                await run_tests_in(sandbox, target_tests), _changed_test_files(patch, keep_tests)
+            )
+            bus.emit(
+                TestsRun(phase="target_handed_back", target=target_tests, report=handed_back.target.to_dict())
+            )
+            present = [f for f in handed_back.files if f in {c.path for c in patch.changes if c.new_mode}]
+            if handed_back.files and handed_back.problem(target_before) is None:
+                handed_back.tests = (
+                    await run_tests_in(sandbox, " ".join(present))
+                    if present  # else only deletions: every test of those files is gone
+                    else TestReport(framework=target_before.framework, command="", target="", exit_code=0)
+                )
+                bus.emit(
+                    TestsRun(
+                        phase="tests_handed_back",
+                        target=" ".join(present),
+                        report=handed_back.tests.to_dict(),
+                    )
+                )
     before, after = _python_sides(patch)
     judgement = judge(
         target_before,
@@ -100,5 +182,8 @@ async def verify_patch(
         environment_errors=set()
         if suite_after is None
         else environment_errors(suite_before, suite_after, names),
+        handed_back=handed_back,
+        tests_changed=plan.reverted,
     )
-    return Verification(target_after, suite_after, judgement)
+    judgement.tests_changed = plan.reverted
+    return Verification(target_after, suite_after, handed_back, plan.harness, judgement)

@@ -52,7 +52,9 @@ def test_an_agent_that_skips_the_target_has_not_fixed_it(tmp_path: Path, capsys)
     skip = edit_tests("def test_add():", "@pytest.mark.skip(reason='later')\ndef test_add():")
     code, out, err, summary = fix(repo, tmp_path, capsys, [skip, FINISH])
     assert code == ExitCode.FAILURE and summary["verdict"] == "not fixed" and not summary["fixed"]
-    assert "the target does not pass: tests/test_calculator.py::test_add (skipped)" in err
+    # the starting commit's test fails; the patch's own skips it
+    assert "the target does not pass: tests/test_calculator.py::test_add (failed)" in err
+    assert "on the patch as handed back: tests/test_calculator.py::test_add (skipped)" in err
     assert "NOT FIXED (exit 1)" in out
     assert "@pytest.mark.skip" not in (repo / TESTS).read_text()  # nothing applied
 
@@ -62,7 +64,11 @@ def test_an_agent_that_deletes_a_passing_test_broke_it(tmp_path: Path, capsys) -
     delete = edit_tests("def test_subtract():\n    assert subtract(5, 3) == 2\n", "")
     code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, delete, FINISH])
     assert code == ExitCode.FAILURE and summary["verdict"] == "not fixed"
-    assert "tests that passed before do not: tests/test_calculator.py::test_subtract (gone)" in err
+    # the starting commit's test_subtract passes on the patched code, but the patch deletes it
+    assert (
+        "tests that passed before do not: tests/test_calculator.py::test_subtract (gone, as handed back)"
+        in err
+    )
     assert "broke       tests/test_calculator.py::test_subtract" in out
     assert (
         "def test_subtract" in (repo / TESTS).read_text()
