@@ -6,14 +6,17 @@ are rewritten on the host from git's own parse of each file (includes not follow
 what git needs to read the repository and name its remotes and branches (:data:`KEPT`), with
 user-info taken out of URLs. Everything else is left out: credential helpers and their settings,
 HTTP headers and cookie files, ``url.<base>`` rewrites, includes, programs (``core.sshCommand``,
-drivers, hooks). The user's files are only read.
+drivers, hooks). Files a configuration names that may hold credentials (an include, a ``store``
+helper's file) are reported, for the copy to leave them behind. The user's files are only read.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +161,7 @@ class SandboxConfig:
     """A configuration file rewritten for the sandbox."""
 
     text: bytes  # the file the sandbox gets
-    includes: list[Path]  # the files it included (not followed), as host paths
+    named: list[Path]  # files it names that may hold credentials (includes, a store helper's file)
     left_out: list[str]  # the keys left out, or whose URL lost its user-info
 
 
@@ -169,11 +172,13 @@ def sandbox_config(path: Path, rel: str) -> SandboxConfig:
     if entries is None:
         return SandboxConfig(b"", [], ["(unreadable)"])
     kept: list[tuple[str, str | None]] = []
-    includes, left_out = [], []
+    named, left_out = [], []
     for key, value in entries:
         section, name = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
         if section in ("include", "includeif") and name == "path" and value:
-            includes.append(_include_target(path, value))
+            named.append(_host_path(path.parent, value))
+        if section == "credential" and name == "helper" and value:
+            named += [_host_path(path.parent.parent, f) for f in _store_files(value)]
         if name in ("url", "pushurl") and value is not None and strip_credentials(value) != value:
             value = strip_credentials(value)
             left_out.append(key)
@@ -181,7 +186,7 @@ def sandbox_config(path: Path, rel: str) -> SandboxConfig:
             kept.append((key, value))
         else:
             left_out.append(key)
-    return SandboxConfig(write_config(kept), includes, left_out)
+    return SandboxConfig(write_config(kept), named, left_out)
 
 
 def _kept(section: str, name: str, key: str, value: str | None, rel: str) -> bool:
@@ -199,10 +204,22 @@ def _outside(rel: str, relative: str) -> bool:
     return joined == ".." or joined.startswith("../")
 
 
-def _include_target(config: Path, value: str) -> Path:
-    """The host path an include names (relative paths are relative to the including file)."""
+def _host_path(base: Path, value: str) -> Path:
+    """The host path a setting names (``~/`` expanded; a relative one taken from ``base``)."""
     target = Path(os.path.expanduser(value)) if value.startswith("~/") else Path(value)
-    return Path(os.path.normpath(config.parent / target))
+    return Path(os.path.normpath(base / target))
+
+
+def _store_files(helper: str) -> list[str]:
+    """The files a ``store`` credential helper keeps credentials in (``store --file=F``)."""
+    try:
+        words = shlex.split(helper)
+    except ValueError:
+        return []
+    if not words or words[0] not in ("store", "git-credential-store"):
+        return []
+    files = [w.removeprefix("--file=") for w in words[1:] if w.startswith("--file=")]
+    return files + [after for before, after in itertools.pairwise(words) if before == "--file"]
 
 
 def _quote(text: str, *, value: bool) -> str:

@@ -334,13 +334,13 @@ def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
 def _rewrite_git_config(entries: list[tuple[Path, str, os.stat_result]]) -> dict[str, bytes]:
     """The credential-free versions of the git configuration files among ``entries`` (see
     :mod:`clover_agent.sandboxes.git_config`), by relative path. Files under a ``.git`` folder
-    that one of them includes are taken out of ``entries``: includes are never followed."""
-    rewritten, included, left_out = {}, set(), 0
+    that one of them names (an include, a ``store`` helper's file) are taken out of ``entries``."""
+    rewritten, named, left_out = {}, set(), 0
     for path, rel, st in entries:
         if ".git" in rel.split("/")[:-1] and not stat.S_ISDIR(st.st_mode) and is_config_file(path):
             config = sandbox_config(path, rel)
             rewritten[rel] = config.text
-            included.update(config.includes)
+            named.update(config.named)
             left_out += len(config.left_out)
     if left_out:
         log.info(
@@ -350,7 +350,7 @@ def _rewrite_git_config(entries: list[tuple[Path, str, os.stat_result]]) -> dict
     entries[:] = [
         entry
         for entry in entries
-        if entry[1] in rewritten or entry[0] not in included or ".git" not in entry[1].split("/")[:-1]
+        if entry[1] in rewritten or entry[0] not in named or ".git" not in entry[1].split("/")[:-1]
     ]
     return rewritten
 

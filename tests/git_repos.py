@@ -36,8 +36,9 @@ def make_repo(root: Path, files: dict[str, str | bytes]) -> Path:
 #: Every credential :func:`store_credentials` leaves in a repository (none may reach a sandbox).
 STORED_SECRETS = (
     "SECRET_HEADER_A", "SECRET_HEADER_B", "ghp_SECRET_URL", "SECRET_PUSH_TOKEN", "SECRET_HELPER",
-    "SECRET_USER", "SECRET_STORE", "SECRET_INCLUDED", "SECRET_INNER", "SECRET_INSTEADOF",
-    "SECRET_COOKIES", "SECRET_PROXY", "SECRET_SSH_KEY", "SECRET_ASKPASS", "SECRET_WORKTREE",
+    "SECRET_USER", "SECRET_STORE", "SECRET_IN_STORE_FILE", "SECRET_INCLUDED", "SECRET_INNER",
+    "SECRET_INSTEADOF", "SECRET_COOKIES", "SECRET_PROXY", "SECRET_SSH_KEY", "SECRET_ASKPASS",
+    "SECRET_WORKTREE",
 )  # fmt: skip
 
 _CREDENTIALS = """\
@@ -56,7 +57,7 @@ _CREDENTIALS = """\
 \thelper = !echo password=SECRET_HELPER
 \tUserName = SECRET_USER
 [Credential "https://example.com"]
-\tHelper = store --file=/tmp/SECRET_STORE
+\tHelper = store --file=.git/SECRET_STORE
 [include]
 \tpath = {outside}
 [includeIf "gitdir:/"]
@@ -75,10 +76,12 @@ _CREDENTIALS = """\
 def store_credentials(repo: Path, outside: Path) -> None:
     """Leave every shape of stored git credential in ``repo``'s configuration (each secret is one
     of :data:`STORED_SECRETS`): HTTP headers (``[http]`` and a mixed-case ``[HTTP "url"]``), a token
-    in the remote URLs, inline and storing credential helpers, an include of ``outside`` (a file it
-    writes holding a token) and of ``.git/inner.inc``, a ``url.<base>.insteadOf`` with a token,
-    cookie file, proxy password, ``core.sshCommand`` / ``core.askPass``, and a ``config.worktree``."""
+    in the remote URLs, inline and storing credential helpers (the store's file in ``.git``), an
+    include of ``outside`` (a file it writes holding a token) and of ``.git/inner.inc``, a
+    ``url.<base>.insteadOf`` with a token, cookie file, proxy password, ``core.sshCommand`` /
+    ``core.askPass``, and a ``config.worktree``."""
     outside.write_text("[http]\n\textraheader = AUTHORIZATION: bearer SECRET_INCLUDED\n")
+    (repo / ".git" / "SECRET_STORE").write_text("https://me:SECRET_IN_STORE_FILE@example.com\n")
     (repo / ".git" / "inner.inc").write_text(
         '[http "https://example.com/"]\n\textraheader = X: SECRET_INNER\n'
     )

@@ -16,6 +16,7 @@ from clover_agent.sandboxes.git_config import (
     strip_credentials,
     write_config,
 )
+from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
 from tests.git_repos import STORED_SECRETS, git, make_repo, store_credentials
 from tests.sandbox_specs import sandbox_spec
 
@@ -145,3 +146,30 @@ def test_core_worktree_is_kept_only_inside_the_copy(
     rewritten = sandbox_config(path, rel)
     (tmp_path / "new").write_bytes(rewritten.text)
     assert read_config(tmp_path / "new") == ([("core.worktree", worktree)] if kept else [])
+
+
+def test_a_nested_repository_and_a_symlinked_config_are_rewritten_too(tmp_path: Path) -> None:
+    """A nested repository's own ``.git`` (copied whole) is rewritten like the top one; a
+    ``.git/config`` that is a symlink to a file elsewhere goes in as a plain rewritten file."""
+    repo = make_repo(tmp_path / "repo", {"app.py": "APP = 1\n"})
+    nested = make_repo(repo / "vendor" / "nested", {"n.py": "N = 1\n"})
+    git(nested, "config", "remote.origin.url", "https://ghp_NESTED@github.com/o/n.git")
+    elsewhere = tmp_path / "elsewhere.config"
+    (repo / ".git" / "config").rename(elsewhere)
+    with elsewhere.open("a") as config:
+        config.write(
+            '[http]\n\textraheader = X: SECRET_LINKED\n[remote "origin"]\n\turl = https://github.com/o/r\n'
+        )
+    (repo / ".git" / "config").symlink_to(elsewhere)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    copy_workspace(plan_workspace(repo), copy)
+    assert not (copy / ".git" / "config").is_symlink()
+    assert read_config(copy / ".git" / "config")[-1] == ("remote.origin.url", "https://github.com/o/r")
+    assert read_config(copy / "vendor" / "nested" / ".git" / "config")[-1] == (
+        "remote.origin.url",
+        "https://github.com/o/n.git",
+    )
+    text = b"".join(p.read_bytes() for p in copy.rglob("config"))
+    assert b"SECRET_LINKED" not in text and b"ghp_NESTED" not in text
+    assert git(copy, "status", "--porcelain") == "?? vendor/\n"
