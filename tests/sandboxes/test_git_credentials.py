@@ -56,8 +56,10 @@ async def test_the_sandbox_gets_no_stored_credential_and_git_still_works(kind: s
             and "file:.git/config\tremote.origin.url=https://github.com/o/r.git" in listed.output
         )
         assert_no_secret(listed.output)
-        # Nothing anywhere in the copied .git: the included file inside it stayed behind too.
-        anywhere = await sb.exec("grep -r -a -l SECRET_ .git; test ! -e .git/inner.inc")
+        # Nothing anywhere in the copied .git: the files an include or a store helper names stayed behind.
+        anywhere = await sb.exec(
+            "grep -r -a -l SECRET_ .git; test ! -e .git/inner.inc -a ! -e .git/SECRET_STORE"
+        )
         assert anywhere.exit_code == 0 and anywhere.output == ""
         status = await sb.exec("git status --porcelain && git log --format=%s && git -C sub status --short")
         assert status.exit_code == 0 and status.output.splitlines() == ["submodule", "initial"]
