@@ -1,9 +1,10 @@
 """The workspace copy: which files of the user's repository go into a sandbox, and its git baseline.
 
 The sandbox gets the repository as the user has it right now: tracked files with their uncommitted
-changes plus untracked files that are not ignored, and the ``.git`` folder (history, branches).
-Ignored files (virtual environments, build output) stay behind. A folder that is not a git
-repository is copied whole. The user's tree is only read, never written.
+changes plus untracked files that are not ignored, and the ``.git`` folder (history, branches),
+its configuration files rewritten without credentials (:mod:`clover_agent.sandboxes.git_config`;
+files they include stay behind). Ignored files (virtual environments, build output) stay behind.
+A folder that is not a git repository is copied whole. The user's tree is only read, never written.
 
 Inside the sandbox a baseline commit records that starting state (only when it differs from
 ``HEAD``), so ``git diff BASE`` shows exactly what the agent changed, new files included.
@@ -22,17 +23,22 @@ count whole against the limit. FIFOs, sockets and devices are never opened or co
 from __future__ import annotations
 
 import errno
+import io
+import logging
 import os
 import shutil
 import stat
 import subprocess
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from clover_agent.sandboxes.base import SandboxError
+from clover_agent.sandboxes.git_config import is_config_file, sandbox_config
+
+log = logging.getLogger(__name__)
 
 #: A file whose holes add up to at least this is copied as a sparse file.
 SPARSE_MIN_HOLE = 1024 * 1024
@@ -258,6 +264,8 @@ class WorkspacePlan:
     size: int  # bytes it takes in the sandbox, in whole pages (holes of untracked files not counted)
     files: int
     git_size: int = 0  # the part of ``size`` that is the .git folder
+    #: The git configuration files, by relative path, as the sandbox gets them (no credentials).
+    rewritten: dict[str, bytes] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The copy's size for the user ("69 MB in 1,234 files, the .git folder 40 MB")."""
@@ -320,7 +328,31 @@ def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
         size += pages
         if rel.startswith(".git/"):
             git_size += pages
-    return WorkspacePlan(entries, sparse, size, files, git_size)
+    return WorkspacePlan(entries, sparse, size, files, git_size, _rewrite_git_config(entries))
+
+
+def _rewrite_git_config(entries: list[tuple[Path, str, os.stat_result]]) -> dict[str, bytes]:
+    """The credential-free versions of the git configuration files among ``entries`` (see
+    :mod:`clover_agent.sandboxes.git_config`), by relative path. Files under a ``.git`` folder
+    that one of them names (an include, a ``store`` helper's file) are taken out of ``entries``."""
+    rewritten, named, left_out = {}, set(), 0
+    for path, rel, st in entries:
+        if ".git" in rel.split("/")[:-1] and not stat.S_ISDIR(st.st_mode) and is_config_file(path):
+            config = sandbox_config(path, rel)
+            rewritten[rel] = config.text
+            named.update(config.named)
+            left_out += len(config.left_out)
+    if left_out:
+        log.info(
+            "the sandbox's git configuration leaves out %d setting(s): credentials, includes, programs",
+            left_out,
+        )
+    entries[:] = [
+        entry
+        for entry in entries
+        if entry[1] in rewritten or entry[0] not in named or ".git" not in entry[1].split("/")[:-1]
+    ]
+    return rewritten
 
 
 def copy_workspace(plan: WorkspacePlan, dest: str | os.PathLike[str]) -> None:
@@ -329,7 +361,9 @@ def copy_workspace(plan: WorkspacePlan, dest: str | os.PathLike[str]) -> None:
     target = Path(dest)
     for path, rel, st in plan.entries:
         out = target / rel
-        if stat.S_ISLNK(st.st_mode):
+        if rel in plan.rewritten:
+            out.write_bytes(plan.rewritten[rel])
+        elif stat.S_ISLNK(st.st_mode):
             out.symlink_to(os.readlink(path))
         elif stat.S_ISDIR(st.st_mode):
             out.mkdir(exist_ok=True)
@@ -350,13 +384,19 @@ def write_workspace_tar(plan: WorkspacePlan, out: BinaryIO, *, uid: int, gid: in
     """Write an uncompressed tar of the planned workspace to ``out``, every entry owned by
     ``uid:gid``; sparse files go in empty and are returned, for their data to be written in place."""
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, rel, _ in plan.entries:
-            try:
-                info = tar.gettarinfo(str(path), arcname=rel)
-            except OSError:
-                continue  # gone since the scan
+        for path, rel, st in plan.entries:
+            if rel in plan.rewritten:
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(plan.rewritten[rel]), 0o644, int(st.st_mtime)
+            else:
+                try:
+                    info = tar.gettarinfo(str(path), arcname=rel)
+                except OSError:
+                    continue  # gone since the scan
             info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-            if info.isreg() and rel in plan.sparse:
+            if rel in plan.rewritten:
+                tar.addfile(info, io.BytesIO(plan.rewritten[rel]))
+            elif info.isreg() and rel in plan.sparse:
                 info.size = 0
                 tar.addfile(info)
             elif info.isreg():

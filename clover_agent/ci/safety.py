@@ -6,28 +6,30 @@ of :data:`SANDBOX_VARIABLES` that the host has (none of them a secret), and hand
 only the engine's address, which never goes into the container. The API key stays in this process,
 with the backend.
 
-The sandbox gets a copy of the repository's ``.git`` folder, so a credential stored in its
-configuration would go in with it: ``actions/checkout`` leaves the job's token there as an
-``http.<url>.extraheader`` unless ``persist-credentials: false``, and a remote URL can hold
-``user:token@``. :func:`stored_credentials` finds them, and the bot refuses to start (exit 2) until
-they are gone. The sandbox never has the network either (``SandboxSpec.network`` is off), so
-nothing could be pushed from it even with a credential.
+The sandbox gets a copy of the repository's ``.git`` folder, its configuration rewritten without
+credentials (:mod:`clover_agent.sandboxes.git_config`). A CI job is where a stored credential is
+worth most (``actions/checkout`` leaves the job's token as an ``http.<url>.extraheader`` unless
+``persist-credentials: false``), so the bot does not rely on that alone: :func:`stored_credentials`
+finds every setting of the same shapes (:func:`~clover_agent.sandboxes.git_config.holds_credential`),
+and the bot refuses to start (exit 2) until they are gone. The sandbox never has the network
+either (``SandboxSpec.network`` is off), so nothing could be pushed from it even with a credential.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from clover_agent.sandboxes.git_config import (
+    config_files,
+    holds_credential,
+    read_config,
+    strip_credentials,
+)
+
 #: Host variables passed into the sandbox when set: none holds a secret, and tests may read them.
 SANDBOX_VARIABLES = ("CI", "TZ", "LANG", "LC_ALL", "SOURCE_DATE_EPOCH")
-
-#: A URL with a password or token in it: ``scheme://user:secret@host`` (``user@host`` alone is fine).
-_URL_SECRET = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
-#: A credential helper that keeps credentials in a file (``store``, ``store --file=...``).
-_STORING_HELPER = re.compile(r"\bstore\b")
 
 
 def sandbox_environment(host: Mapping[str, str]) -> dict[str, str]:
@@ -36,34 +38,19 @@ def sandbox_environment(host: Mapping[str, str]) -> dict[str, str]:
 
 
 def stored_credentials(repo: Path) -> list[str]:
-    """The settings in the repository's own git configuration that hold a credential, as
-    ``file: key`` (the values are never shown): HTTP headers (``http.*.extraheader``), credential
-    helpers and their stores, URLs with a password or token."""
+    """The settings in the repository's own git configuration files (its submodules' and linked
+    worktrees' included) that hold a credential, as ``file: key`` (values are never shown, nor user-info in a key)."""
     found = []
     for path in _config_files(repo):
-        # --file reads that one file: no includes, no system or global configuration.
-        listed = subprocess.run(
-            ["git", "config", "--file", str(path), "--null", "--list"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        for entry in filter(None, listed.stdout.split("\0")):
-            key, _, value = entry.partition("\n")
-            lowered = key.lower()
-            if (
-                lowered.endswith(".extraheader")
-                or (lowered.startswith("credential.") and _STORING_HELPER.search(value))
-                or _URL_SECRET.search(value)
-                or _URL_SECRET.search(key)  # url.<https://user:token@host/>.insteadOf
-            ):
-                found.append(f"{path}: {key}")
+        for key, value in read_config(path) or []:
+            if holds_credential(key, value):
+                found.append(f"{path}: {strip_credentials(key)}")  # a key may hold one too
     return found
 
 
 def _config_files(repo: Path) -> list[Path]:
-    """The repository's own configuration files: ``config`` of its common git folder and, in a
-    linked worktree, that worktree's ``config.worktree``."""
+    """The repository's own configuration files: those of its common git folder (with the git
+    folders inside it) and, in a linked worktree, that worktree's ``config.worktree``."""
     answer = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir", "--git-dir"],
         capture_output=True,
@@ -73,5 +60,5 @@ def _config_files(repo: Path) -> list[Path]:
     if len(answer) != 2:
         return []
     common, own = Path(answer[0]), Path(answer[1])
-    candidates = [common / "config", common / "config.worktree", own / "config.worktree"]
+    candidates = [*config_files(common), own / "config.worktree"]
     return [path for path in dict.fromkeys(candidates) if path.is_file()]

@@ -11,7 +11,7 @@ from clover_agent.ci.safety import SANDBOX_VARIABLES, sandbox_environment, store
 from tests.ci.ci_runs import run_ci
 from tests.cli_process import run_cli
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo
-from tests.git_repos import git
+from tests.git_repos import STORED_SECRETS, git, store_credentials
 
 REPLAYED = ("--backend", "replay", "--replay", str(REPLAY))
 
@@ -60,6 +60,25 @@ def test_stored_git_credentials_are_refused(tmp_path, key: str, value: str, show
     )
     secret = value.split(":")[-1].split("@")[0] if "@" in value else value.split()[-1]
     assert secret not in run.outputs_text()
+
+
+def test_every_stored_credential_shape_is_refused_and_named(tmp_path) -> None:
+    """The bot and the sandbox share the shapes (clover_agent.sandboxes.git_config): each one in
+    .git/config, config.worktree and a submodule's git folder stops the run, named, never shown."""
+    repo = calculator_repo(tmp_path)
+    store_credentials(repo, tmp_path / "secret.inc")
+    modules = repo / ".git" / "modules" / "lib"
+    git(tmp_path, "init", "-q", "--bare", str(modules))
+    git(modules, "config", "http.https://github.com/.extraheader", "AUTHORIZATION: bearer SECRET_MODULE")
+    run = run_ci(repo, tmp_path / "out", "--task", "fix add", *REPLAYED)
+    assert run.code == 2 and "holds credentials" in run.stderr
+    for key in ("http.extraheader", "http.https://github.com/.extraheader", "remote.origin.url",
+                "remote.origin.pushurl", "credential.helper", "credential.username", "include.path",
+                "includeif.gitdir:/.path", "url.https://github.com/.insteadof", "http.cookiefile",
+                "http.proxy", "core.sshcommand", "core.askpass", "config.worktree: http.extraheader",
+                "modules/lib/config: http.https://github.com/.extraheader"):  # fmt: skip
+        assert key in run.stderr
+    assert not [s for s in (*STORED_SECRETS, "SECRET_MODULE") if s in run.outputs_text()]
 
 
 def test_harmless_git_configuration_is_not_a_credential(tmp_path) -> None:

@@ -20,7 +20,7 @@ from clover_agent.errors import ExitCode
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs, suite_passes
 from tests.clover_agent.test_agent_loop import call, write_replay
-from tests.git_repos import git
+from tests.git_repos import STORED_SECRETS, git, store_credentials
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -431,3 +431,34 @@ def test_a_repository_with_hooks_fsmonitor_and_filters_runs_none_of_them(tmp_pat
     assert summary["files_changed"] == ["calculator.py"] and summary["hand_back"] == "applied"
     assert FIXED_ADD in (repo / "calculator.py").read_text()
     assert not marker.exists(), marker.read_text()
+
+
+# Credentials
+# The sandbox's .git configuration is rewritten without credentials (clover_agent.sandboxes.git_config).
+
+
+def test_stored_git_credentials_never_reach_the_patch_the_trajectory_or_the_summary(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: the sandbox got .git/config as it was, so an agent could read a token there (an
+    extraheader, a remote URL, an inline helper, an included file) and hand it back in a new file."""
+    repo = calculator_repo(tmp_path)
+    store_credentials(repo, tmp_path / "secret.inc")
+    config_before = (repo / ".git" / "config").read_bytes()
+    loot = call(
+        "shell",
+        command="{ cat .git/config .git/config.worktree; git config --list --show-origin; env; ls -a .git; } "
+        "2>&1 | tee found.txt",
+    )
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, loot, FINISH], "--yes")
+    assert code == ExitCode.OK, out + err
+    assert sorted(summary["files_changed"]) == ["calculator.py", "found.txt"]
+    (run,) = run_dirs(repo)
+    patch = (run / PATCH_FILE).read_text()
+    assert "+file:.git/config\tremote.origin.url=https://github.com/o/r.git" in patch  # it did look
+    handed_back = {p.name: p.read_text(errors="replace") for p in run.iterdir() if p.is_file()}
+    assert {PATCH_FILE, SUMMARY_FILE, "trajectory.jsonl"} <= set(handed_back)
+    handed_back["found.txt (applied)"] = (repo / "found.txt").read_text()
+    leaked = {name: [s for s in STORED_SECRETS if s in text] for name, text in handed_back.items()}
+    assert not any(leaked.values()), leaked
+    assert (repo / ".git" / "config").read_bytes() == config_before
