@@ -1,0 +1,97 @@
+"""``terminal_safe``: every character a terminal or a CI runner acts on is shown, nothing else changes."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from clover_agent.safe_text import BIDI_CONTROLS, shown_names, terminal_safe
+
+C0 = [chr(c) for c in range(0x20)]
+C1 = [chr(c) for c in range(0x80, 0xA0)]
+SHORT = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}
+
+
+def acted_on(char: str) -> bool:
+    """The oracle, from Unicode's own tables: controls, line and paragraph separators, surrogates,
+    the explicit bidi formatting characters and the three bidi marks."""
+    return (
+        unicodedata.category(char) in ("Cc", "Zl", "Zp", "Cs")
+        or unicodedata.bidirectional(char) in ("LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI")
+        or char in "\u200e\u200f\u061c"  # left-to-right, right-to-left and Arabic letter marks
+    )
+
+
+def escaped(char: str) -> str:
+    code = ord(char)
+    if char in SHORT:
+        return SHORT[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def test_every_c0_c1_and_del_is_a_visible_escape() -> None:
+    for char in [*C0, "\x7f", *C1]:
+        expected = SHORT.get(char, f"\\x{ord(char):02x}")
+        assert terminal_safe(f"a{char}b", single_line=True) == f"a{expected}b"
+        if char not in "\n\t":
+            assert terminal_safe(f"a{char}b") == f"a{expected}b"
+    assert terminal_safe("one\n\ttwo") == "one\n\ttwo"  # multi-line text keeps its lines and tabs
+    assert (
+        terminal_safe("\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07") == r"\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07"
+    )
+    assert terminal_safe("odd\b\b\b.py", single_line=True) == r"odd\x08\x08\x08.py"
+
+
+@pytest.mark.parametrize("char", [*sorted(BIDI_CONTROLS), "\u2028", "\u2029"])
+def test_bidi_controls_and_line_separators_are_escaped(char: str) -> None:
+    assert terminal_safe(f"x{char}y") == f"x\\u{ord(char):04x}y"
+    assert terminal_safe(f"x{char}y", single_line=True) == f"x\\u{ord(char):04x}y"
+
+
+def test_a_byte_that_is_not_utf8_shows_as_that_byte() -> None:
+    name = b"bad\x9b\xff.py".decode("utf-8", "surrogateescape")
+    assert terminal_safe(name, single_line=True) == r"bad\x9b\xff.py"
+    assert terminal_safe("\ud800") == r"\ud800"
+    terminal_safe(name).encode("utf-8")  # printable on any UTF-8 stream
+
+
+def test_over_every_code_point_exactly_what_is_acted_on_changes() -> None:
+    every = [chr(c) for c in range(0x110000)]
+    shown = terminal_safe("".join(every), single_line=True, workflow_commands=False)
+    assert shown == "".join(escaped(c) if acted_on(c) else c for c in every)
+    assert set(BIDI_CONTROLS) == {c for c in every if acted_on(c) and unicodedata.category(c) == "Cf"}
+    for text in (
+        "café",
+        "漢字とかな",
+        "naïve — “quotes” ✓ ✗ → ⋯",
+        "👩\u200d💻 e\u0301",
+        "a [bold]b[/b] <img src=x>",
+    ):
+        assert terminal_safe(text) == text and terminal_safe(text, single_line=True) == text
+
+
+def test_no_line_reads_as_a_workflow_command() -> None:
+    text = "::add-mask::x\n  ::error::y\n\u00a0\u3000::stop-commands::tok\n\ufeff::set-output name=a::b\nok ::fine\n"
+    shown = terminal_safe(text)
+    assert (
+        shown
+        == "\\::add-mask::x\n  \\::error::y\n\u00a0\u3000\\::stop-commands::tok\n\ufeff\\::set-output name=a::b\nok ::fine\n"
+    )
+    assert all(not line.lstrip().lstrip("\ufeff").startswith("::") for line in shown.splitlines())
+    assert terminal_safe("see ##[error]x and ###[warning]") == "see #\\#[error]x and ##\\#[warning]"
+    assert "##[" not in terminal_safe("####[[##[")
+    # A line break escaped on one line starts no line: only the start is a line's start.
+    assert terminal_safe("a\n::b", single_line=True) == r"a\n::b"
+    assert terminal_safe("::b", single_line=True) == r"\::b"
+    assert terminal_safe("std::vector\n::x", workflow_commands=False) == "std::vector\n::x"
+    assert terminal_safe("a::b") == "a::b"  # in a line, `::` is just text
+
+
+def test_names_are_listed_one_line_each() -> None:
+    assert shown_names(["calc.py", "tab\there.py", "new\nline.py", "\x1b[8m.py"]) == (
+        r"calc.py, tab\there.py, new\nline.py, \x1b[8m.py"
+    )
+    assert shown_names(["a", "b"], "; ") == "a; b" and shown_names([]) == ""
