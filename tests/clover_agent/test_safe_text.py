@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
+from pathlib import Path
 
 import pytest
 
+from clover_agent.cli import main
 from clover_agent.safe_text import BIDI_CONTROLS, shown_names, terminal_safe
 
 C0 = [chr(c) for c in range(0x20)]
@@ -95,3 +98,17 @@ def test_names_are_listed_one_line_each() -> None:
         r"calc.py, tab\there.py, new\nline.py, \x1b[8m.py"
     )
     assert shown_names(["a", "b"], "; ") == "a; b" and shown_names([]) == ""
+
+
+def test_the_tool_command_shows_a_commands_escapes(tmp_path: Path, capsys) -> None:
+    """`clover-agent tool shell` (local sandbox, a real shell): the window title and clipboard
+    sequences a command prints are shown, not obeyed; `--json` keeps the output as it is."""
+    arguments = json.dumps({"command": r"printf '\033]0;pwned\007\033]52;c;ZXZpbA==\007 \342\200\256x\n'"})
+    command = ["tool", "shell", arguments, "--sandbox", "local", "--workdir", str(tmp_path)]
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert (
+        r"\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07 \u202ex" in out and "\x1b" not in out and "\u202e" not in out
+    )
+    assert main([*command, "--json"]) == 0
+    assert "\x1b]0;pwned\x07" in json.loads(capsys.readouterr().out)["output"]
