@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import unicodedata
 from pathlib import Path
@@ -9,6 +10,22 @@ from pathlib import Path
 import pytest
 
 from clover_agent.cli import main
+from clover_agent.events import (
+    ApprovalDecided,
+    ContextCondensed,
+    Done,
+    ErrorReported,
+    ModelDelta,
+    ModelResponded,
+    PhaseStarted,
+    SandboxProgress,
+    TaskResumed,
+    TaskStarted,
+    TestsRun,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from clover_agent.fix.console import ConsoleRenderer, make_console, question_text
 from clover_agent.safe_text import BIDI_CONTROLS, shown_names, terminal_safe
 
 C0 = [chr(c) for c in range(0x20)]
@@ -112,3 +129,57 @@ def test_the_tool_command_shows_a_commands_escapes(tmp_path: Path, capsys) -> No
     )
     assert main([*command, "--json"]) == 0
     assert "\x1b]0;pwned\x07" in json.loads(capsys.readouterr().out)["output"]
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[2J\b\x9b\u202e\n::add-mask::x\n##[error]y [bold]z[/] [link=https://e]l[/link]"
+
+
+def test_the_console_shows_every_event_kind_inert() -> None:
+    """``fix``'s console (as ``runs show`` and the CI log use it) fed every event kind it draws, each
+    text field hostile: nothing it writes holds a raw control or bidi character or a line a CI
+    runner reads as a workflow command, and rich markup in the texts is shown as written. The
+    approval question is made the same way."""
+    out = io.StringIO()
+    renderer = ConsoleRenderer(make_console(out, {}), verbose=True, live=False)
+    for event in (
+        TaskStarted(run_id="r", command="fix", target=EVIL, repo=EVIL, sandbox="local"),
+        TaskResumed(
+            run_id="r",
+            command="fix",
+            segment=2,
+            previous_exit_code=6,
+            previous_outcome=EVIL,
+            previous_message=EVIL,
+            repo=EVIL,
+            sandbox="local",
+        ),
+        PhaseStarted(phase=EVIL, detail=EVIL),
+        SandboxProgress(message=EVIL),
+        ModelDelta(step=1, kind="reasoning", text=EVIL + "\n"),
+        ModelDelta(step=1, kind="text", text=EVIL + "\n"),
+        ModelResponded(
+            step=1,
+            raw=EVIL,
+            content=EVIL,
+            reasoning=EVIL,
+            tool_calls=[],
+            format_error=None,
+            prompt_tokens=1,
+            completion_tokens=1,
+            finish_reason="stop",
+        ),
+        ToolCallStarted(step=1, call_id="c", name=EVIL, arguments={EVIL: EVIL, "n": [EVIL]}),
+        ApprovalDecided(step=1, call_id="c", name=EVIL, approved=False, decided_by=EVIL, reason=EVIL),
+        ToolCallFinished(step=1, call_id="c", name="shell", output=EVIL, is_error=True),
+        ContextCondensed(step=1, note=EVIL, dropped=[EVIL], tokens_before=2, tokens_after=1, messages=[]),
+        ErrorReported(kind=EVIL, message=EVIL),
+        TestsRun(phase=EVIL, target=EVIL, report={"passed": 1}),
+        Done(outcome="submitted", exit_code=0, message=EVIL, summary=EVIL),
+    ):
+        renderer(event)
+    shown = out.getvalue() + question_text(EVIL, {EVIL: EVIL}, EVIL)
+    assert shown.count(r"\x1b]0;pwned\x07\x1b[2J\x08\x9b\u202e") >= 14
+    assert "[bold]z[/] [link=https://e]l[/link]" in shown
+    assert not [c for c in shown if unicodedata.category(c) == "Cc" and c not in "\n\t"]
+    assert "\u202e" not in shown
+    assert not [line for line in shown.splitlines() if line.lstrip().startswith("::") or "##[" in line]
