@@ -38,9 +38,10 @@ LAYERS: dict[str, str] = {
     "clover_agent.protocol": "protocol",
     "clover_agent.events": "events",
     "clover_agent.errors": "errors",
+    "clover_agent.safe_text": "safe_text",
 }
 
-_SHARED = {"package", "errors", "events", "protocol"}
+_SHARED = {"package", "errors", "events", "protocol", "safe_text"}
 _BELOW_FRONT_ENDS = {"launch", "fix", "agent", "backends", "tools", "sandboxes", "settings", *_SHARED}
 #: Layer → what it may import besides itself: layer names, or module prefixes for a narrow allowance.
 ALLOWED: dict[str, set[str]] = {
@@ -68,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
     "settings": {"errors", "sandboxes", "package"},
     "protocol": {"errors", "package"},
     "events": {"package"},
+    "safe_text": {"package"},
     # The one table from every layer's errors to exit codes knows each layer's error module.
     "errors": {"clover_agent.engine.errors", "clover_agent.sandboxes.errors", "package"},
     "package": set(),

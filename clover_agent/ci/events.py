@@ -16,16 +16,20 @@ the epoch) and ``run_id``; ``type`` is one of:
   (the content of ``result.json``).
 
 Long texts are cut (:data:`TEXT_LIMIT` characters; the trajectory keeps them whole). A new field
-may appear within a version; a field changing meaning or going away makes a new version.
+may appear within a version; a field changing meaning or going away makes a new version. What a
+terminal or the CI runner would act on is written as a JSON escape (the same text once decoded):
+every control character, bidirectional controls, and the ``#`` of ``##[`` (an old-form workflow
+command anywhere in a log line).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TextIO
 
-from clover_agent import __version__
+from clover_agent import __version__, safe_text
 from clover_agent.events import (
     Event,
     ModelResponded,
@@ -41,6 +45,8 @@ EVENTS_SCHEMA_FILE = Path(__file__).with_name("events.schema.json")
 TEXT_LIMIT = 4000
 #: Failing test ids named in a ``tests`` line.
 FAILING_SHOWN = 50
+#: Left raw by ``json.dumps`` without ``ensure_ascii`` (which escapes only C0 controls).
+_RAW_UNSAFE = re.compile(f"[\\x7f-\\x9f\\u2028\\u2029{safe_text.BIDI_CONTROLS}\\ud800-\\udfff]")
 
 
 def events_schema() -> dict[str, Any]:
@@ -124,7 +130,9 @@ class JsonEvents:
 
     def _write(self, kind: str, time: float, fields: dict[str, Any]) -> None:
         line = {"v": EVENTS_VERSION, "type": kind, "time": round(time, 3), "run_id": self.run_id, **fields}
-        self.out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        text = json.dumps(line, ensure_ascii=False, default=str)
+        text = _RAW_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).replace("##[", "#\\u0023[")
+        self.out.write(text + "\n")
         self.out.flush()
 
 

@@ -5,7 +5,9 @@ module) and ``summary.md`` (a short report fit for a pull-request comment).
 sanitised task and what the bot knows itself (the starting commit, the output files); its schema
 is :data:`RESULT_SCHEMA_FILE` (``schema_version`` 1). Everything the model could shape (its summary,
 test and file names) goes into ``summary.md`` inside code spans or a fenced block, so a comment
-made from it renders no links, mentions, images or HTML from the model.
+made from it renders no links, mentions, images or HTML from the model, and
+:func:`clover_agent.safe_text.terminal_safe`, so the human log that repeats it holds no escape
+sequence and no workflow command.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from clover_agent import __version__
 from clover_agent.errors import ExitCode
+from clover_agent.safe_text import terminal_safe
 
 RESULT_FILE = "result.json"
 SUMMARY_MD = "summary.md"
@@ -295,14 +298,15 @@ def _counts(counts: dict[str, Any] | None) -> str:
 
 def _code(text: str) -> str:
     """``text`` as an inline code span on one line (its backticks made quotes): inert Markdown."""
-    return "`" + " ".join(text.replace("`", "'").split())[:300] + "`"
+    return "`" + " ".join(terminal_safe(text, single_line=True).replace("`", "'").split())[:300] + "`"
 
 
 def _fenced(text: str) -> str:
     """``text`` in a fenced block longer than any run of backticks in it: inert Markdown."""
+    text = terminal_safe(text.strip())
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text.strip()}\n{fence}"
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -35,6 +35,7 @@ from clover_agent.fix.patches import apply_command
 from clover_agent.fix.stock import SHADOW_DIR
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
+from clover_agent.safe_text import terminal_safe
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -131,7 +132,7 @@ def run_ci(request: CiRequest, settings: Settings, *, out: TextIO, err: TextIO) 
         log.write(f"Outputs: {output}/ ({', '.join(sorted(p.name for p in output.iterdir()))})\n")
     log.flush()
     if result["exit_code"] != ExitCode.OK:
-        err.write(f"clover-agent: {message}\n")
+        err.write(f"clover-agent: {terminal_safe(message)}\n")
         err.flush()
     return int(result["exit_code"])
 

@@ -22,12 +22,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from clover_agent import safe_text
+
 #: Characters of task text kept; the rest is cut (and the cut is said in the text).
 MAX_TASK_CHARS = 16_000
 FRAME_TAG = "user_request"
 
-#: Bidirectional controls: embeddings, overrides, isolates and marks.
-BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+BIDI_CONTROLS = frozenset(safe_text.BIDI_CONTROLS)
 #: Invisible characters that are not Unicode format characters (``Cf``, all removed): variation
 #: selectors and the Hangul fillers, which draw nothing.
 _INVISIBLE_EXTRA = frozenset(

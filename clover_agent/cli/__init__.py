@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from clover_agent import __version__
 from clover_agent.errors import RUN_ERRORS, ExitCode, exit_code_for, message_of
+from clover_agent.safe_text import terminal_safe
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -96,7 +97,7 @@ def _run(argv: Sequence[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.FAILURE)
     except RUN_ERRORS as exc:
-        print(f"clover-agent: {message_of(exc)}", file=sys.stderr)
+        print(f"clover-agent: {terminal_safe(message_of(exc))}", file=sys.stderr)
         return int(exit_code_for(exc))
     except KeyboardInterrupt:
         print("clover-agent: interrupted", file=sys.stderr)

@@ -46,6 +46,7 @@ from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixRequest, run_fix
 from clover_agent.launch import backend_factory, check_backend_options, probe_backend
+from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -89,7 +90,7 @@ def _warn_about_local_changes(repo: Path, console: Console) -> None:
     entries = status.stdout.decode("utf-8", "surrogateescape").split("\0")
     dirty = [entry[3:] for entry in entries if len(entry) > 3]
     if dirty:
-        shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
+        shown = shown_names(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         console.print(
             Text(
                 f"warning: uncommitted changes in {shown}. The agent starts from them (the sandbox copies "
@@ -148,7 +149,9 @@ def _fix(args: argparse.Namespace) -> int:
     if taken and not args.quiet:
         console.print(
             Text(
-                f"resuming with the options run {stopped.run_id} was started with: {' '.join(taken)}",
+                terminal_safe(
+                    f"resuming with the options run {stopped.run_id} was started with: {' '.join(taken)}"
+                ),
                 style="dim",
             )
         )  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from clover_agent.engine.sampling import MODES
 from clover_agent.errors import ExitCode, ModelUnavailable, UsageError
+from clover_agent.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     import torch
@@ -173,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
                 piece = event.text if event.text is not None else " ".join(map(str, event.token_ids)) + " "
                 if piece:  # set before writing, so an interrupt during the write still ends the line
                     line_open = not piece.endswith("\n")
-                print(piece, end="", file=live, flush=True)
+                # Pieces of lines, shown at a terminal or in the progress on stderr: never obeyed.
+                print(terminal_safe(piece, workflow_commands=False), end="", file=live, flush=True)
             elif isinstance(event, GenerationDone):
                 result = event.result
     except ValueError as exc:  # bad parameters or prompt (empty, outside the vocabulary, too long)

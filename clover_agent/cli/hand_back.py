@@ -31,6 +31,7 @@ from clover_agent.fix.console import write_plain
 from clover_agent.fix.figures import RunFigures, duration
 from clover_agent.fix.task import FixReport
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, TESTS_CHANGED, TESTS_WEAKENED
+from clover_agent.safe_text import shown_names, terminal_safe
 
 DEFAULT_PAGER = "less -R -F -X"
 
@@ -102,7 +103,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
     console.print(Text(f"clover-agent fix: {status}", style=style))
     lines = []
     if report.selection:
-        lines.append(f"  target      {report.selection}")
+        lines.append(f"  target      {terminal_safe(report.selection, single_line=True)}")
     lines.append(
         f"  before      target: {_counts(report.target_before)}; suite: {_counts(report.suite_before)}"
     )
@@ -113,7 +114,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
     if report.target_handed_back is not None:
         lines.append(f"  as handed   target: {_counts(report.target_handed_back)} (the patch's own tests)")
     if report.regressions:
-        lines.append(f"  broke       {', '.join(report.regressions)}")
+        lines.append(f"  broke       {shown_names(report.regressions)}")
     for label, items in (
         ("still fails", report.still_failing),
         ("unverified", report.unverified),
@@ -122,25 +123,26 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
     ):
         if items:
             more = f" (+{len(items) - 10})" if len(items) > 10 else ""
-            lines.append(f"  {label:<11} {'; '.join(items[:10])}{more}")
+            lines.append(f"  {label:<11} {shown_names(items[:10], '; ')}{more}")
     if report.agent is not None:
         notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
         changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
-        lines.append(f"  changed     {', '.join(changed) or 'nothing'}")
+        lines.append(f"  changed     {shown_names(changed) or 'nothing'}")
         for path, why in report.left_out.items():
-            lines.append(f"  left out    {path}: {why}")
+            lines.append(f"  left out    {shown_names([path])}: {terminal_safe(why, single_line=True)}")
         if report.test_files_changed:
             lines.append(
-                f"  WARNING     test files changed: {', '.join(report.test_files_changed)} — review them"
+                f"  WARNING     test files changed: {shown_names(report.test_files_changed)} — review them"
             )
         note = " (replayed turns, not a model)" if report.backend.startswith("replay") else ""
         lines.append(
-            f"  agent       {report.agent.outcome}; {figures.final()}; backend {report.backend}{note}"
+            f"  agent       {report.agent.outcome}; {figures.final()}; backend "
+            f"{terminal_safe(report.backend, single_line=True)}{note}"
         )
         lines.append(f"  patch       {rel(report.patch_path)}")
     lines.append(f"  trajectory  {rel(report.trajectory_path)}")
     lines.append(f"  time        {duration(report.elapsed_s)}")
-    write_plain(console, "\n".join(lines))  # file names as they are called (a tab stays a tab)
+    write_plain(console, "\n".join(lines))
 
 
 # -- handing the patch back --------------------------------------------------------------------------
@@ -215,7 +217,9 @@ class _Confirmation:
 
     def _one(self, section: FilePatch) -> bool:
         try:
-            return self.ask(f"  apply {section.path} ({section.counts})? [y/N] ").strip().lower() in (
+            return self.ask(
+                f"  apply {shown_names([section.path])} ({section.counts})? [y/N] "
+            ).strip().lower() in (
                 "y",
                 "yes",
             )
@@ -240,8 +244,10 @@ def show_diff(sections: list[FilePatch], console: Console, environ: dict[str, st
 
 
 def colored_diff(text: str) -> Text:
+    """``text``, a patch, styled line by line; each line :func:`terminal_safe` (a line ending in a
+    carriage return shows it: ``\\r``)."""
     out = Text()
-    for line in text.splitlines(keepends=True):
+    for line in terminal_safe(text).splitlines(keepends=True):  # only "\n" is left to split at
         if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file")):
             style = "bold"
         elif line.startswith("+"):

@@ -4,7 +4,8 @@
 calls, backend. ``runs show ID`` (or ``last``) prints the run's summary, its patch and a readable
 transcript: the run's trajectory rendered as ``fix`` renders it live (thinking one line a turn
 unless ``-v``, tool results trimmed). A run still going, or killed, has no summary yet; what its
-trajectory holds is shown.
+trajectory holds is shown. A run's files are the repository's, untrusted: all they say is shown
+:func:`clover_agent.safe_text.terminal_safe`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from clover_agent.events import Event, ModelResponded, TaskFinished, TaskResumed
 from clover_agent.fix.console import ConsoleRenderer, make_console
 from clover_agent.fix.runs import RUNS_DIR, locate_run
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings
 
 
@@ -72,15 +74,15 @@ def _list(args: argparse.Namespace) -> int:
         if not backend and started is not None:
             backend = started.launch.get("backend", "")
         segments = 1 + sum(isinstance(e, TaskResumed) for e in events)
-        rows.append(
-            (
-                run.name,
-                target if len(target) <= 40 else target[:39] + "…",
-                _result(summary, events) + (f" [{segments} segments]" if segments > 1 else ""),
-                str(calls),
-                backend or "",
-            )
+        target = terminal_safe(str(target), single_line=True)
+        cells = (
+            run.name,
+            target if len(target) <= 40 else target[:39] + "…",
+            _result(summary, events) + (f" [{segments} segments]" if segments > 1 else ""),
+            str(calls),
+            str(backend or ""),
         )
+        rows.append(tuple(terminal_safe(cell, single_line=True) for cell in cells))
     header = ("RUN", "TARGET", "RESULT", "CALLS", "BACKEND")
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
@@ -95,18 +97,20 @@ def _show(args: argparse.Namespace) -> int:
     summary, events = _summary(run), _events(run)
     if not events and summary is None:
         raise UsageError(f"run {run.name} has neither a trajectory nor a summary in {run}")
-    console.print(Text(f"run {run.name} of {repo}", style="bold"))
-    console.print(f"  result      {_result(summary, events)}")
+    lines = [f"run {shown_names([run.name])} of {repo}", f"  result      {_result(summary, events)}"]
     if summary is not None:
         agent = summary.get("agent") or {}
-        console.print(f"  target      {summary.get('target', '')}")
-        console.print(f"  changed     {', '.join(summary.get('files_changed') or []) or 'nothing'}")
+        lines.append(f"  target      {summary.get('target', '')}")
+        changed = shown_names(str(name) for name in summary.get("files_changed") or [])
+        lines.append(f"  changed     {changed or 'nothing'}")
         if agent:
-            console.print(
+            lines.append(
                 f"  agent       {agent.get('outcome')}; {agent.get('steps', 0)} steps, {agent.get('tokens', 0):,} "
                 f"tokens, {agent.get('elapsed_s', 0):.1f} s; backend {summary.get('backend', '')}"
             )
-        console.print(f"  time        {summary.get('elapsed_s', 0):.1f} s")
+        lines.append(f"  time        {summary.get('elapsed_s', 0):.1f} s")
+    for i, line in enumerate(lines):  # each one line, whatever the summary holds
+        console.print(Text(terminal_safe(line, single_line=True), style="bold" if i == 0 else ""))
     patch = run / PATCH_FILE
     text = patch.read_text(encoding="utf-8", errors="replace") if patch.is_file() else ""
     console.print(Text("\npatch" + ("" if text.strip() else ": none"), style="bold"))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clover_agent.errors import ExitCode, UsageError
+from clover_agent.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     from clover_agent.sandboxes import SandboxSpec
@@ -61,10 +62,10 @@ def _tool(args: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2, default=str))
     else:
-        print(result.output.rstrip("\n"))
+        print(terminal_safe(result.output.rstrip("\n")))  # a command's output: shown, never obeyed
         if diff:
             print(f"\n--- changes made in the sandbox's copy ({workdir} itself is unchanged) ---")
-            print(diff.rstrip("\n"))
+            print(terminal_safe(diff.rstrip("\n")))
     return ExitCode.OK if result.ok else ExitCode.FAILURE
 
 

@@ -40,6 +40,7 @@ from clover_agent.errors import CloverError, ExitCode
 from clover_agent.fix.patches import local_changes
 from clover_agent.fix.shadow import EXECUTABLE, SYMLINK
 from clover_agent.fix.stock import PatchSet
+from clover_agent.safe_text import shown_names
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 ZERO_OID = "0" * 40
@@ -91,7 +92,8 @@ def _check_path(repo: Path, path: str) -> Path:
         here = here / part
         if here.is_symlink():
             raise PatchNotApplied(
-                f"the patch was not applied: {path} lies in {here.relative_to(repo)}, which is a symlink in "
+                f"the patch was not applied: {shown_names([path])} lies in {shown_names([str(here.relative_to(repo))])}, "
+                "which is a symlink in "
                 "your tree (writing through it could leave the repository)"
             )
         if here.exists() and not here.is_dir():
@@ -153,7 +155,7 @@ def _checked_staging(repo: Path, patch: PatchSet) -> Path:
     dirty = local_changes(repo, list(targets))
     if dirty:
         raise PatchNotApplied(
-            f"the patch was not applied: you have uncommitted changes to {', '.join(dirty)}, which it also "
+            f"the patch was not applied: you have uncommitted changes to {shown_names(dirty)}, which it also "
             "changes. Commit or stash your changes, then apply it yourself."
         )
     moved = []
@@ -164,7 +166,7 @@ def _checked_staging(repo: Path, patch: PatchSet) -> Path:
     if moved:
         raise PatchNotApplied(
             "the patch was not applied: these files are not what the run started from (changed in your "
-            f"tree since it began?): {', '.join(moved)}. Review the patch and apply it yourself."
+            f"tree since it began?): {shown_names(moved)}. Review the patch and apply it yourself."
         )
     root = repo / ".clover"
     if root.is_symlink():
@@ -225,7 +227,7 @@ def _commit(steps: list[_Step], staging: Path, state: dict[str, bool]) -> None:
             for placed in reversed(done):
                 _undo(placed)
             raise PatchNotApplied(
-                f"the patch was not applied: {step.path}: {exc.strerror or exc}; your tree is unchanged"
+                f"the patch was not applied: {shown_names([step.path])}: {exc.strerror or exc}; your tree is unchanged"
             ) from None
         state["committed"] = True
         _remove_emptied_folders(order)

@@ -15,6 +15,9 @@ says them once, at the end. Provisional diffusion blocks are not drawn (the TUI 
 the figures. :class:`TerminalApprover` answers the agent's approval requests (by call id, like any
 front end) with what the person types.
 
+Everything shown comes from the model, a tool or the repository, so every line goes through
+:func:`clover_agent.safe_text.terminal_safe`: an escape sequence is shown, never obeyed.
+
 (Just over 400 lines: the renderer, its live area and the approver share one terminal and its
 state; the figures it shows live in :mod:`clover_agent.fix.figures`.)
 """
@@ -54,6 +57,7 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.fix.figures import MIN_RATE_SECONDS, RunFigures
+from clover_agent.safe_text import terminal_safe
 
 TOOL_CALL_TAG = "<tool_call>"
 RESULT_LINES = 8
@@ -95,10 +99,9 @@ def make_console(out: TextIO | None = None, environ: Mapping[str, str] | None = 
 
 
 def write_plain(console: Console, text: str) -> None:
-    """Write ``text`` and a newline on ``console``'s file as it is, unstyled: rich would expand a tab
-    in it to spaces, and a file name with a tab must be shown as it is called. Not while a live
-    area is drawn (the command's last lines: the summary, the hand-back)."""
-    console.file.write(text + "\n")
+    """Write ``text`` (:func:`terminal_safe`) and a newline on ``console``'s file, unstyled. Not
+    while a live area is drawn (the command's last lines: the summary, the hand-back)."""
+    console.file.write(terminal_safe(text) + "\n")
     console.file.flush()
 
 
@@ -153,7 +156,7 @@ class ConsoleRenderer:
             mark, style = ("✗", "error") if event.is_error else ("✓", "ok")
             text = Text("  ")
             text.append(mark, style=STYLES[style])
-            text.append(" " + _trim(event.output), style=STYLES["result"])
+            text.append(" " + _trim(terminal_safe(event.output)), style=STYLES["result"])
             self._print(text)
         elif isinstance(event, ApprovalRequested):
             self._stop_live()  # the question is asked on the terminal; the live area would cover it
@@ -172,7 +175,7 @@ class ConsoleRenderer:
         elif isinstance(event, BudgetWarning):
             self._line(f"  budget: {event.resource} at {event.used:g} of {event.limit:g}", "note")
         elif isinstance(event, ErrorReported) and not event.fatal:
-            self._line(f"  ! {event.kind}: {_trim(event.message, lines=2)}", "note")
+            self._line(f"  ! {event.kind}: {_trim(terminal_safe(event.message), lines=2)}", "note")
         elif isinstance(event, TaskStarted):
             self._start_live()
             target = repr(event.target) if event.target else "(the tests failing in the suite)"
@@ -219,10 +222,10 @@ class ConsoleRenderer:
         if self._pending.strip():
             style = STYLES["thinking"] if self._kind == "reasoning" else ""
             label = THINKING if self._kind == "reasoning" else ""
-            rows.append(Text(label + self._pending[-(self.console.width - len(label) - 1) :], style=style))
-        rows.append(
-            Text("⋯ " + self.figures.status(), style=STYLES["status"], no_wrap=True, overflow="ellipsis")
-        )
+            pending = terminal_safe(self._pending, single_line=True)
+            rows.append(Text(label + pending[-(self.console.width - len(label) - 1) :], style=style))
+        status = terminal_safe(self.figures.status(), single_line=True)
+        rows.append(Text("⋯ " + status, style=STYLES["status"], no_wrap=True, overflow="ellipsis"))
         return Group(*rows)
 
     def _start_live(self) -> None:
@@ -283,9 +286,9 @@ class ConsoleRenderer:
             if not self._thinking_first and line.strip():
                 self._thinking_first = line.strip()
             if self.verbose:
-                self._print(Text(THINKING + line, style=STYLES["thinking"]))
+                self._line(THINKING + line, "thinking")
         else:
-            self._print(Text(line))
+            self._line(line)
 
     def _flush_stream(self) -> None:
         """End the stream of the current kind: its last line goes out, thinking is folded."""
@@ -303,7 +306,7 @@ class ConsoleRenderer:
             if len(first) > 100:
                 first = first[:99] + "…"
             more = f" (+{self._thinking_lines - 1} lines; -v shows them)" if self._thinking_lines > 1 else ""
-            self._print(Text(f"{THINKING}{first}{more}", style=STYLES["thinking"]))
+            self._line(f"{THINKING}{first}{more}", "thinking")
         self._thinking_lines, self._thinking_first = 0, ""
 
     def _end_turn(self, event: ModelResponded) -> None:
@@ -333,7 +336,7 @@ class ConsoleRenderer:
     # -- output --------------------------------------------------------------------------------------
 
     def _line(self, text: str, style: str = "") -> None:
-        self._print(Text(text, style=STYLES.get(style, "")))
+        self._print(Text(terminal_safe(text), style=STYLES.get(style, "")))
 
     def _print(self, text: Text) -> None:
         self.console.print(text)
@@ -362,13 +365,14 @@ class ProgressText(io.TextIOBase):
 
 
 def _arguments(arguments: dict[str, Any]) -> str:
+    """The call's arguments on one line, each cut to 60 characters (shown :func:`terminal_safe`)."""
     parts = []
     for key, value in arguments.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        shown = " ".join(str(shown).split())
+        shown = " ".join(terminal_safe(str(shown), single_line=True).split())
         if len(shown) > 60:
             shown = shown[:59] + "…"
-        parts.append(f"{key}={shown}")
+        parts.append(f"{terminal_safe(key, single_line=True)}={shown}")
     return " ".join(parts)
 
 
@@ -392,7 +396,8 @@ DECIDED_BY = {
 def question_text(name: str, arguments: dict[str, Any], reason: str) -> str:
     """The approval question, in words (the arguments as the call line shows them, not reprs)."""
     return (
-        f"\nThe agent wants to run {name} {_arguments(arguments)}\n({reason}).\n"
+        f"\nThe agent wants to run {terminal_safe(name, single_line=True)} {_arguments(arguments)}\n"
+        f"({terminal_safe(reason, single_line=True)}).\n"
         "Allow it? [y] once / [a] always for this run / [N] no: "
     )
 

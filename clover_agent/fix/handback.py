@@ -29,6 +29,7 @@ from clover_agent.fix.apply import ApplyInterrupted, PatchNotApplied, apply_patc
 from clover_agent.fix.patches import apply_command
 from clover_agent.fix.task import FixReport
 from clover_agent.fix.verdict import FIXED_UNVERIFIED
+from clover_agent.safe_text import shown_names, terminal_safe
 
 #: How the user chose: apply without asking, never apply, or ask (``confirm``).
 YES, DRY_RUN, ASK = "yes", "dry run", "ask"
@@ -45,10 +46,10 @@ def question(report: FixReport, repo: Path) -> str:
     lines = [f"The patch changes {len(report.patch_set.files)} file(s) in {repo}:"]
     notes = dict(report.patch_set.to_confirm)
     for change in report.patch_set.changes:
-        extra = f" ({'; '.join(notes[change.path])})" if change.path in notes else ""
-        lines.append(f"  {change.status:<12} {change.path}{extra}")
+        extra = f" ({shown_names(notes[change.path], '; ')})" if change.path in notes else ""
+        lines.append(f"  {change.status:<12} {shown_names([change.path])}{extra}")
     for path, why in report.left_out.items():
-        lines.append(f"  left out     {path}: {why}")
+        lines.append(f"  left out     {shown_names([path])}: {terminal_safe(why, single_line=True)}")
     if report.verdict == FIXED_UNVERIFIED:
         lines.append("The target passes, but the rest of the suite could not be checked.")
     if notes:
@@ -82,7 +83,7 @@ def hand_back(
         say(f"Dry run: the patch was not applied. To apply it: {how}")
         return verdict_code, ""
     if mode == YES and report.patch_set.to_confirm:
-        shown = "; ".join(f"{p}: {', '.join(n)}" for p, n in report.patch_set.to_confirm)
+        shown = "; ".join(f"{shown_names([p])}: {shown_names(n)}" for p, n in report.patch_set.to_confirm)
         message = (
             f"the patch was not applied: it holds changes beyond text edits ({shown}), which need your "
             f"confirmation at a terminal (--yes does not cover them). Review it and apply it yourself: {how}"
@@ -114,9 +115,9 @@ def hand_back(
         return int(ExitCode.INTERRUPTED), exc.message
     left = [path for path in report.patch_set.files if path not in patch_set.files]
     report.hand_back = f"applied: {', '.join(files)}; not applied: {', '.join(left)}" if left else "applied"
-    say(f"Applied to {repo}: {', '.join(files)}")
+    say(f"Applied to {repo}: {shown_names(files)}")
     if left:
-        say(f"Not applied: {', '.join(left)}. The whole patch: {how}")
+        say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
     return verdict_code, ""
 
 

@@ -2,8 +2,8 @@
 mentions made sandbox paths.
 
 A terminal acts on control characters: an escape sequence in a tool's output (``\\x1b[2J``) would
-clear the screen, move the cursor or change colours under the app. Every such character is shown
-as its visible picture instead (``␛`` for escape), tabs and line breaks excepted.
+clear the screen, move the cursor or change colours under the app. :func:`printable` shows them as
+visible escapes (:func:`clover_agent.safe_text.terminal_safe`, the one rule every front end uses).
 """
 
 from __future__ import annotations
@@ -14,24 +14,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clover_agent.events import Event
+from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes.base import WORKSPACE
 
 EventT = TypeVar("EventT", bound=Event)
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 _MENTION = re.compile(r"(?<![\w/])@([\w./-]+)")
 
 
-def _picture(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return chr(0x2400 + code)  # the Control Pictures block: ␀ … ␟
-    return "␡" if code == 0x7F else "�"
-
-
-def printable(text: str) -> str:
-    """``text`` with its control characters (but ``\\n`` and ``\\t``) replaced by visible ones."""
-    return _CONTROL.sub(_picture, text) if _CONTROL.search(text) else text
+def printable(text: str, *, single_line: bool = False) -> str:
+    """:func:`terminal_safe` for the app's screen: never a log, and model text arrives in pieces
+    of lines, so workflow commands are left as they are."""
+    return terminal_safe(text, single_line=single_line, workflow_commands=False)
 
 
 def _printable_value(value: Any) -> Any:

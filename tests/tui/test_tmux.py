@@ -128,13 +128,13 @@ def test_hostile_output_cannot_drive_the_terminal(tmp_path: Path) -> None:
         tmux.wait("Ask for a change", "local ready")
         tmux.type("[/] hostile [b request")
         tmux.key("Enter")
-        shown = tmux.wait("done ␛[2J")
+        shown = tmux.wait(r"done \x1b[2J")
         # the screen was not cleared: the request and the cards above the result are all still there
         for text in (
             "[/] hostile [b request",
             "[bold red]markup[/]",
             "▸ shell",
-            "␛[2J␛[HEVIL [/] [b]x",
+            r"\x1b[2J\x1b[HEVIL [/] [b]x",
             "replay:hostile",
         ):
             assert text in shown, text

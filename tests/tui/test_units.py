@@ -20,7 +20,12 @@ def test_streamed_text_stops_at_a_tool_call_and_holds_back_a_partial_tag() -> No
 
 
 def test_control_characters_become_visible() -> None:
-    assert printable("\x1b[2Jred\x07\x00 ok\n\ttab\x7f\x9b") == "␛[2Jred␇␀ ok\n\ttab␡�"
+    assert (
+        printable("\x1b[2Jred\x07\x00 ok\n\ttab\x7f\x9b")
+        == r"\x1b[2Jred\x07\x00 ok" + "\n\ttab" + r"\x7f\x9b"
+    )
+    assert printable("a\tb\nc", single_line=True) == r"a\tb\nc"
+    assert printable("::add-mask::x") == "::add-mask::x"  # the screen is not a log
     event = ToolCallFinished(
         step=1,
         call_id="c",
@@ -30,7 +35,8 @@ def test_control_characters_become_visible() -> None:
         data={"report": {"outcomes": {"t\x1b": "passed"}}, "lines": ["\x1b"]},
     )
     shown = printable_event(event)
-    assert shown.output == "␛[H" and shown.data == {"report": {"outcomes": {"t␛": "passed"}}, "lines": ["␛"]}
+    assert shown.output == r"\x1b[H"
+    assert shown.data == {"report": {"outcomes": {r"t\x1b": "passed"}}, "lines": [r"\x1b"]}
     assert event.output == "\x1b[H"  # the event itself (the trajectory's) is unchanged
 
 

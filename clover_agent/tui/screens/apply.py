@@ -60,7 +60,9 @@ class ApplyScreen(ModalScreen[list[FileChange] | None]):
     @staticmethod
     def _label(change: FileChange) -> Text:
         again = ", changed since applied" if change.applied_before else ""
-        return Text(f"{printable(change.path)}  ({change.status}, +{change.added} -{change.removed}{again})")
+        return Text(
+            f"{printable(change.path, single_line=True)}  ({change.status}, +{change.added} -{change.removed}{again})"
+        )
 
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
         index = event.selection.value

@@ -39,7 +39,9 @@ class PickerScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(self.title_text)
-            yield OptionList(*(Option(Text(printable(label)), id=key) for key, label in self.entries))
+            yield OptionList(
+                *(Option(Text(printable(label, single_line=True)), id=key) for key, label in self.entries)
+            )
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)

@@ -31,7 +31,7 @@ class PathMenu(OptionList, can_focus=False):
 
     def show_matches(self, paths: list[str]) -> None:
         self.clear_options()
-        self.add_options([Option(Text(printable(p)), id=p) for p in paths])
+        self.add_options([Option(Text(printable(p, single_line=True)), id=p) for p in paths])
         self.set_class(bool(paths), "-open")
         if paths:
             self.highlighted = 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ import pytest
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.safe_text import terminal_safe
+from tests.cli_process import run_at_a_terminal
 from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs, suite_passes
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import STORED_SECRETS, git, store_credentials
@@ -328,8 +332,8 @@ def test_uncommitted_work_in_git_quoted_file_names_never_gets_the_agents_hunk(tm
     assert tree(repo) == before  # all or nothing: calculator.py untouched too
     assert set(summary["files_changed"]) == {"calculator.py", *names}
     assert summary["fixed"] and summary["hand_back"].startswith("refused:")
-    for name in names:  # every touched file named, as it is called
-        assert name in out
+    for name in names:  # every touched file named, as it is called (a tab shown as \t)
+        assert terminal_safe(name, single_line=True) in out
 
     # Without the user's own change, the same patch applies, and every file is named.
     (repo / "café.py").write_text("VALUE = 1\n")
@@ -339,7 +343,9 @@ def test_uncommitted_work_in_git_quoted_file_names_never_gets_the_agents_hunk(tm
     assert code == ExitCode.OK, out
     assert all((repo / name).read_text() == "VALUE = 1\nAGENT = 2\n" for name in names)
     (applied,) = [line for line in out.splitlines() if line.startswith(f"Applied to {repo}: ")]
-    assert sorted(applied.split(": ", 1)[1].split(", ")) == sorted(["calculator.py", *names])
+    assert sorted(applied.split(": ", 1)[1].split(", ")) == sorted(
+        terminal_safe(name, single_line=True) for name in ["calculator.py", *names]
+    )
 
 
 def test_a_symlink_to_outside_is_never_applied(tmp_path: Path, capsys) -> None:
@@ -462,3 +468,120 @@ def test_stored_git_credentials_never_reach_the_patch_the_trajectory_or_the_summ
     leaked = {name: [s for s in STORED_SECRETS if s in text] for name, text in handed_back.items()}
     assert not any(leaked.values()), leaked
     assert (repo / ".git" / "config").read_bytes() == config_before
+
+
+# Terminal escapes ----------------------------------------------------------------------------------
+# The model's text and thinking, a command's output, the finish summary and a file's name carry
+# escape sequences (window title, OSC 52 clipboard write, clear screen, cursor up + erase line),
+# backspaces, C1 and bidi controls, and GitHub Actions workflow commands. Whatever fix, runs show
+# and runs print, they are shown as visible escapes; a terminal gets none of them raw.
+
+#: A name made of backspaces, an escape sequence that hides what follows, and a bidi override.
+ODD_NAME = "odd\b\b\b\x1b[8m\u202ename.py"
+SHOWN_NAME = r"odd\x08\x08\x08\x1b[8m\u202ename.py"
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a style or a cursor move, as rich draws them
+HOSTILE_TURNS = [
+    "<think>plan \x1b]52;c;ZXZpbA==\x07 quietly\x1b[1A\x1b[2K</think>\nLooking \x1b]0;pwned\x07\x1b[2J "
+    "\u202edetacilpmoc\u202c \x9b31m\n::add-mask::hidden\n  ::error::fake\n##[error]old form\n" + FIX_ADD,
+    call(
+        "shell",
+        command=r"printf '\033]0;pwned\007\033]52;c;ZXZpbA==\007\033[2J\302\233 \342\200\256 "
+        r"::stop-commands::tok\n::add-mask::x\n'",
+    ),
+    call(
+        "shell",
+        command=r"""printf 'ODD = "\033[2J"\n::error::in the patch\n' > "$(printf 'odd\010\010\010\033[8m\342\200\256name.py')" && ls""",
+    ),
+    call(
+        "finish", summary="Fixed add. \x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K\n::stop-commands::tok\n\u202eevil"
+    ),
+]
+
+
+def raw_controls(text: str) -> set[str]:
+    """Characters a terminal acts on (tab and line feed aside), or that reorder text."""
+    return {
+        c for c in text if (unicodedata.category(c) in ("Cc", "Zl", "Zp") and c not in "\n\t") or c in BIDI
+    }
+
+
+def command_lines(text: str) -> list[str]:
+    """Lines GitHub Actions would take for a workflow command (``::`` first, or ``##[`` in them)."""
+    return [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
+
+
+@pytest.mark.parametrize("kind", ["local", "docker"])
+def test_escape_sequences_reach_no_terminal_from_fix_or_runs_show(kind: str, tmp_path: Path, capsys) -> None:
+    """Tries: the model's text and thinking, a command's output and the finish summary set the
+    window title, write the clipboard, clear the screen and erase lines, and print workflow
+    commands; a created file's name hides itself with backspaces, an escape sequence and a bidi
+    override. Held: no such character reaches stdout or stderr of `fix`, `runs show` or `runs`, no
+    printed line reads as a workflow command, and each hostile text is visibly there, escaped: the
+    odd file is named (escaped) in the `changed` and `Applied to` lines and in the patch."""
+    repo = calculator_repo(tmp_path)
+    code, out, err, summary = fix(repo, tmp_path, capsys, HOSTILE_TURNS, "--yes", sandbox=kind)
+    assert code == ExitCode.OK, out + err
+    assert ODD_NAME in summary["files_changed"] and (repo / ODD_NAME).is_file()  # the data stays raw
+    printed = out + err
+    assert raw_controls(printed) == set() and command_lines(printed) == []
+    for shown in (
+        r"\x1b]0;pwned\x07",
+        r"\x1b]52;c;ZXZpbA==\x07",
+        r"\u202edetacilpmoc",
+        r"\x9b31m",
+        r"\x9b \u202e",
+    ):
+        assert shown in out, shown
+    assert r"\::add-mask::hidden" in out and r"#\#[error]old form" in out and r"\::stop-commands::tok" in out
+    assert r"finished: Fixed add. \x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K" in out
+    (changed,) = [line for line in out.splitlines() if line.startswith("  changed     ")]
+    assert SHOWN_NAME in changed.split(", ") or changed.endswith(SHOWN_NAME)
+    (applied,) = [line for line in out.splitlines() if line.startswith(f"Applied to {repo}: ")]
+    assert sorted(applied.split(": ", 1)[1].split(", ")) == sorted(["calculator.py", SHOWN_NAME])
+
+    for command in (["runs", "show", "last", "-v"], ["runs"]):
+        assert main([*command, "--repo", str(repo)]) == ExitCode.OK
+        shown = capsys.readouterr()
+        assert raw_controls(shown.out + shown.err) == set() and command_lines(shown.out + shown.err) == []
+        assert "Traceback" not in shown.err
+    assert main(["runs", "show", "last", "--repo", str(repo), "-v"]) == ExitCode.OK
+    shown = capsys.readouterr().out
+    assert SHOWN_NAME in next(line for line in shown.splitlines() if line.startswith("  changed     "))
+    assert r'+ODD = "\x1b[2J"' in shown  # the patch, escaped
+    assert "+::error::in the patch" in shown  # after its "+": no workflow command
+    assert r"thinking │ plan \x1b]52;c;ZXZpbA==\x07 quietly\x1b[1A\x1b[2K" in shown  # -v: thinking whole
+
+
+def test_at_a_terminal_the_live_area_the_confirmation_and_the_pager_show_escapes(tmp_path: Path) -> None:
+    """Tries: the same hostile turns at a real pseudo-terminal, where the live area draws the line
+    being written and the confirmation shows the diff through the pager (a screen too short for
+    it), then lists the files. Held: the terminal received none of the hostile sequences (no OSC,
+    BEL, backspace, clear screen, conceal, C1 or bidi control; only rich's own styles and cursor
+    moves), the pager got the diff with its escapes made visible, and the question names the odd
+    file visibly before it is applied."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "hostile.jsonl", HOSTILE_TURNS)
+    pager = "sh -c 'echo PAGER-START; cat; echo PAGER-END'"
+    env = {"NO_COLOR": "", "FORCE_COLOR": "", "PYTHONUNBUFFERED": "1", "LINES": "12", "PAGER": pager}
+    code, shown = run_at_a_terminal(
+        ["fix", "test_add", "--repo", str(repo), "--replay", str(replay), "--sandbox", "local"],
+        env=env,
+        answers=[("[N] no: ", "y\n")],
+    )
+    assert code == ExitCode.OK, shown[-3000:]
+    for sequence in ("\x1b]", "\x07", "\x08", "\x1b[2J", "\x1b[8m"):
+        assert sequence not in shown, repr(sequence)
+    assert raw_controls(shown.replace("\r", "").replace("\x1b", "")) == set()
+    assert "\x1b" not in CSI.sub("", shown)  # every escape left is one of rich's own
+    text = CSI.sub("", shown)
+    pager_start, pager_end = text.index("PAGER-START"), text.index("PAGER-END")
+    diff = text[pager_start:pager_end]
+    # git quotes the odd name in the patch's headers itself (C-style, visible).
+    assert r'+++ "b/odd\b\b\b\033[8m\342\200\256name.py"' in diff and "+    return a + b" in diff
+    assert r'+ODD = "\x1b[2J"' in diff
+    question = text[pager_end : text.index("[N] no: ")]
+    assert SHOWN_NAME in question, question
+    assert (repo / ODD_NAME).read_text().startswith('ODD = "\x1b[2J"') and FIXED_ADD in (
+        repo / "calculator.py"
+    ).read_text()
