@@ -28,7 +28,7 @@ from clover_agent.sandboxes.base import Put
 CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"})
 #: Files Python runs or reads at start-up, wherever a site folder points.
 START_UP = frozenset({"sitecustomize.py", "usercustomize.py"})
-_PLUGIN_OPTION = re.compile(r"(?:^|\s)-p\s*([A-Za-z_][\w.]*)")
+_PLUGIN_OPTION = re.compile(r"(?:^|[\s\"'\[,=])-p[\s\"',]*([A-Za-z_][\w.]*)")
 
 
 @dataclass
