@@ -19,7 +19,7 @@ def assert_same_state(a: ModelCache, b: ModelCache) -> None:
     ta, tb = a.tensors(), b.tensors()
     assert len(ta) == len(tb)
     for x, y in zip(ta, tb, strict=True):
-        assert x.dtype == y.dtype and torch.equal(x, y)
+        assert x.dtype == y.dtype and torch.equal(x, y)  # exact: a pass that commits nothing writes nothing
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_block_by_block_commits_equal_full_block_recompute(model: CloverModel) -
         block = ids[start : start + 32]
         pieces.append(model(block, cache, attention="block"))  # a denoise-like pass first
         committed = model(block, cache, attention="block", commit=True)
-        assert torch.equal(committed, pieces[-1])
+        assert torch.equal(committed, pieces[-1])  # exact: a full commit runs the same ops, then writes
     assert cache.commits == 4 and cache.length == 110
     assert relative_error(torch.cat(pieces), full) <= 1e-5
 
@@ -75,16 +75,19 @@ def test_block_rule_full_inside_block_causal_across(model: CloverModel) -> None:
     base = model(ids, model.new_cache(), attention="block")
     other = model(changed, model.new_cache(), attention="block")
     # earlier positions of the same block see it (unlike causal attention) ...
-    assert not torch.allclose(base[:20], other[:20])
+    # (the changed token moves those logits by O(1): far beyond any tolerance below)
+    assert not torch.allclose(base[:20], other[:20], rtol=1e-3, atol=1e-3)
     causal_base = model(ids, model.new_cache(), attention="causal")
     causal_other = model(changed, model.new_cache(), attention="causal")
-    assert torch.equal(causal_base[:20], causal_other[:20])
+    # Equal in exact arithmetic; in float32 the rows ride in passes whose other rows differ (the MoE
+    # groups tokens by expert, so a GEMM's shape and blocking may change): reordering-level noise.
+    torch.testing.assert_close(causal_base[:20], causal_other[:20], rtol=1e-5, atol=1e-5)
     # ... and a change in block 1 never reaches block 0
     changed_later = ids.clone()
     changed_later[40] = (ids[40] + 1) % 512
     later = model(changed_later, model.new_cache(), attention="block")
-    assert torch.equal(base[:32], later[:32])
-    assert not torch.allclose(base[32:40], later[32:40])
+    torch.testing.assert_close(base[:32], later[:32], rtol=1e-5, atol=1e-5)  # as above
+    assert not torch.allclose(base[32:40], later[32:40], rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("attention", ["causal", "block"])
@@ -96,7 +99,7 @@ def test_uncommitted_forward_leaves_cache_bit_identical(model: CloverModel, atte
     first = model(ids[64:], cache, attention=attention)
     assert_same_state(cache, before)
     again = model(ids[64:], cache, attention=attention)
-    assert torch.equal(first, again)
+    assert torch.equal(first, again)  # exact: the same pass on the same state, run twice
     assert_same_state(cache, before)
 
 
@@ -127,6 +130,7 @@ def test_clone_is_independent_and_nbytes_counts_state(model: CloverModel) -> Non
     model(token_ids(5, seed=2), cache, attention="causal", commit=True)
     assert copy.length == 10 and cache.length == 15 and cache.commits == 2
     assert cache.nbytes() > empty_bytes
+    # exact: the clone kept the old state while the cache moved on (a difference test)
     assert any(not torch.equal(a, b) for a, b in zip(copy.tensors(), cache.tensors(), strict=True))
 
 
