@@ -13,6 +13,11 @@ from clover_agent.engine.engine import Engine
 from clover_agent.engine.model import CloverModel
 from tests.engine.checkpoints import relative_error, save_reference_checkpoint
 
+#: Logits of the same tokens computed in other passes (prefill then the rest, block by block, a
+#: partial commit) against one pass: float32 reductions of other lengths and orders, up to 2.8e-6 of
+#: the largest logit with AVX2 kernels and 3 threads. A wrong state or mask is off by 1e-2 and more.
+LOGITS = 1e-4
+
 
 def assert_same_state(a: ModelCache, b: ModelCache) -> None:
     assert (a.length, a.commits) == (b.length, b.commits)
@@ -41,7 +46,7 @@ def test_causal_prefill_then_rest_equals_one_forward(model: CloverModel, prefix:
     head = model(ids[:prefix], cache, attention="causal", commit=True)
     assert cache.length == prefix and cache.commits == 1
     tail = model(ids[prefix:], cache, attention="causal")
-    assert relative_error(torch.cat([head, tail]), full) <= 1e-5
+    assert relative_error(torch.cat([head, tail]), full) <= LOGITS
 
 
 @pytest.mark.parametrize(("prefix", "total"), [(32, 70), (64, 96), (32, 33)])
@@ -51,7 +56,7 @@ def test_block_prefill_then_rest_equals_one_forward(model: CloverModel, prefix: 
     cache = model.new_cache()
     head = model(ids[:prefix], cache, attention="block", commit=True)
     tail = model(ids[prefix:], cache, attention="block")
-    assert relative_error(torch.cat([head, tail]), full) <= 1e-5
+    assert relative_error(torch.cat([head, tail]), full) <= LOGITS
 
 
 def test_block_by_block_commits_equal_full_block_recompute(model: CloverModel) -> None:
@@ -65,7 +70,7 @@ def test_block_by_block_commits_equal_full_block_recompute(model: CloverModel) -
         committed = model(block, cache, attention="block", commit=True)
         assert torch.equal(committed, pieces[-1])  # exact: a full commit runs the same ops, then writes
     assert cache.commits == 4 and cache.length == 110
-    assert relative_error(torch.cat(pieces), full) <= 1e-5
+    assert relative_error(torch.cat(pieces), full) <= LOGITS
 
 
 def test_block_rule_full_inside_block_causal_across(model: CloverModel) -> None:
@@ -110,15 +115,15 @@ def test_partial_commit_equals_committing_only_those_tokens(model: CloverModel) 
     partial, exact = base.clone(), base.clone()
     logits_partial = model(ids[25:45], partial, attention="causal", commit=7)
     logits_plain = model(ids[25:45], base.clone(), attention="causal")
-    assert relative_error(logits_partial, logits_plain) <= 1e-5
+    assert relative_error(logits_partial, logits_plain) <= LOGITS
     model(ids[25:32], exact, attention="causal", commit=True)
     assert (partial.length, partial.commits) == (exact.length, exact.commits) == (32, 2)
     for x, y in zip(partial.tensors(), exact.tensors(), strict=True):
         assert x.shape == y.shape
-        assert (x - y).abs().max() <= 1e-5 * y.abs().max()
+        assert (x - y).abs().max() <= 1e-5 * y.abs().max()  # the scan split at 7: 1.5e-6 seen
     follow_partial = model(ids[32:], partial, attention="causal")
     follow_exact = model(ids[32:], exact, attention="causal")
-    assert relative_error(follow_partial, follow_exact) <= 1e-5
+    assert relative_error(follow_partial, follow_exact) <= LOGITS
 
 
 def test_clone_is_independent_and_nbytes_counts_state(model: CloverModel) -> None:
