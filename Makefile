@@ -9,7 +9,7 @@ example: setup
 	.venv/bin/clover-agent fix test_add --repo examples/calculator
 
 test: setup
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest --durations=25
 
 lint: setup
 	.venv/bin/ruff check .

@@ -66,12 +66,6 @@ def index_problem() -> str | None:
     return None
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "index: sets environments up from the package index (skipped only when it is unreachable)"
-    )
-
-
 @functools.cache
 def gpu_problem() -> str | None:
     import torch

@@ -155,13 +155,15 @@ def test_module_matches_float64_loop_from_the_document(
     with torch.no_grad():
         probe = copy.deepcopy(state)
         out = layer(x, probe, context(steps, block_size, 0, 0))
+        # exact: a pass that commits nothing leaves the state untouched
         assert torch.equal(probe.recurrent, state.recurrent) and torch.equal(probe.conv, state.conv)
         committed = layer(x, probe, context(steps, block_size, 0, steps))
-    assert torch.equal(out, committed)
+    assert torch.equal(out, committed)  # exact: a full commit runs the same ops, then writes the state
     assert relative_error(out, expected_out) <= 1e-5
     # only the forward branch and the causal conv tail enter the committed state
     assert relative_error(probe.recurrent, expected_state) <= 1e-5
-    assert relative_error(probe.conv, expected_conv) <= 1e-6
+    # float32 projection rows against the float64 loop's: 3.4e-7 seen with AVX2 kernels, so 1e-5
+    assert relative_error(probe.conv, expected_conv) <= 1e-5
 
 
 def test_without_block_mode_the_layer_is_causal() -> None:
@@ -174,7 +176,8 @@ def test_without_block_mode_the_layer_is_causal() -> None:
         prefix = layer(x[:10], copy.deepcopy(state), context(10, 8, None, 0))
         block = layer(x, copy.deepcopy(state), context(20, 8, 0, 0))
     assert relative_error(causal[:10], prefix) <= 1e-6
-    assert not torch.allclose(causal, block)
+    # the backward branch moves the output by O(0.1), far beyond float32 noise
+    assert not torch.allclose(causal, block, rtol=1e-3, atol=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -202,14 +205,16 @@ def test_model_with_bidirectional_tensors_block_by_block_equals_full_recompute(
         before = cache.clone()
         pieces.append(model(block, cache, attention="block"))
         for a, b in zip(cache.tensors(), before.tensors(), strict=True):
-            assert torch.equal(a, b)
+            assert torch.equal(a, b)  # exact: an uncommitted pass leaves the cache untouched
         model(block, cache, attention="block", commit=True)
-    assert relative_error(torch.cat(pieces), full) <= 1e-5
+    # Block by block against one pass: the scans and attention reduce over other lengths; 5.4e-6 of
+    # the largest logit seen with AVX2 kernels and 3 threads. A wrong state handoff is off by 1e-2.
+    assert relative_error(torch.cat(pieces), full) <= 1e-4
     # prefill of whole blocks, then the rest
     cache = model.new_cache()
     head = model(ids[:64], cache, attention="block", commit=True)
     tail = model(ids[64:], cache, attention="block")
-    assert relative_error(torch.cat([head, tail]), full) <= 1e-5
+    assert relative_error(torch.cat([head, tail]), full) <= 1e-4  # as above (4.1e-6 seen)
 
 
 def test_bidirectional_branch_changes_block_mode_only(

@@ -13,13 +13,18 @@ from clover_agent.engine.engine import Engine
 from clover_agent.engine.model import CloverModel
 from tests.engine.checkpoints import relative_error, save_reference_checkpoint
 
+#: Logits of the same tokens computed in other passes (prefill then the rest, block by block, a
+#: partial commit) against one pass: float32 reductions of other lengths and orders, up to 2.8e-6 of
+#: the largest logit with AVX2 kernels and 3 threads. A wrong state or mask is off by 1e-2 and more.
+LOGITS = 1e-4
+
 
 def assert_same_state(a: ModelCache, b: ModelCache) -> None:
     assert (a.length, a.commits) == (b.length, b.commits)
     ta, tb = a.tensors(), b.tensors()
     assert len(ta) == len(tb)
     for x, y in zip(ta, tb, strict=True):
-        assert x.dtype == y.dtype and torch.equal(x, y)
+        assert x.dtype == y.dtype and torch.equal(x, y)  # exact: a pass that commits nothing writes nothing
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +46,7 @@ def test_causal_prefill_then_rest_equals_one_forward(model: CloverModel, prefix:
     head = model(ids[:prefix], cache, attention="causal", commit=True)
     assert cache.length == prefix and cache.commits == 1
     tail = model(ids[prefix:], cache, attention="causal")
-    assert relative_error(torch.cat([head, tail]), full) <= 1e-5
+    assert relative_error(torch.cat([head, tail]), full) <= LOGITS
 
 
 @pytest.mark.parametrize(("prefix", "total"), [(32, 70), (64, 96), (32, 33)])
@@ -51,7 +56,7 @@ def test_block_prefill_then_rest_equals_one_forward(model: CloverModel, prefix: 
     cache = model.new_cache()
     head = model(ids[:prefix], cache, attention="block", commit=True)
     tail = model(ids[prefix:], cache, attention="block")
-    assert relative_error(torch.cat([head, tail]), full) <= 1e-5
+    assert relative_error(torch.cat([head, tail]), full) <= LOGITS
 
 
 def test_block_by_block_commits_equal_full_block_recompute(model: CloverModel) -> None:
@@ -63,9 +68,9 @@ def test_block_by_block_commits_equal_full_block_recompute(model: CloverModel) -
         block = ids[start : start + 32]
         pieces.append(model(block, cache, attention="block"))  # a denoise-like pass first
         committed = model(block, cache, attention="block", commit=True)
-        assert torch.equal(committed, pieces[-1])
+        assert torch.equal(committed, pieces[-1])  # exact: a full commit runs the same ops, then writes
     assert cache.commits == 4 and cache.length == 110
-    assert relative_error(torch.cat(pieces), full) <= 1e-5
+    assert relative_error(torch.cat(pieces), full) <= LOGITS
 
 
 def test_block_rule_full_inside_block_causal_across(model: CloverModel) -> None:
@@ -75,16 +80,19 @@ def test_block_rule_full_inside_block_causal_across(model: CloverModel) -> None:
     base = model(ids, model.new_cache(), attention="block")
     other = model(changed, model.new_cache(), attention="block")
     # earlier positions of the same block see it (unlike causal attention) ...
-    assert not torch.allclose(base[:20], other[:20])
+    # (the changed token moves those logits by O(1): far beyond any tolerance below)
+    assert not torch.allclose(base[:20], other[:20], rtol=1e-3, atol=1e-3)
     causal_base = model(ids, model.new_cache(), attention="causal")
     causal_other = model(changed, model.new_cache(), attention="causal")
-    assert torch.equal(causal_base[:20], causal_other[:20])
+    # Equal in exact arithmetic; in float32 the rows ride in passes whose other rows differ (the MoE
+    # groups tokens by expert, so a GEMM's shape and blocking may change): reordering-level noise.
+    torch.testing.assert_close(causal_base[:20], causal_other[:20], rtol=1e-5, atol=1e-5)
     # ... and a change in block 1 never reaches block 0
     changed_later = ids.clone()
     changed_later[40] = (ids[40] + 1) % 512
     later = model(changed_later, model.new_cache(), attention="block")
-    assert torch.equal(base[:32], later[:32])
-    assert not torch.allclose(base[32:40], later[32:40])
+    torch.testing.assert_close(base[:32], later[:32], rtol=1e-5, atol=1e-5)  # as above
+    assert not torch.allclose(base[32:40], later[32:40], rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("attention", ["causal", "block"])
@@ -96,7 +104,7 @@ def test_uncommitted_forward_leaves_cache_bit_identical(model: CloverModel, atte
     first = model(ids[64:], cache, attention=attention)
     assert_same_state(cache, before)
     again = model(ids[64:], cache, attention=attention)
-    assert torch.equal(first, again)
+    assert torch.equal(first, again)  # exact: the same pass on the same state, run twice
     assert_same_state(cache, before)
 
 
@@ -107,15 +115,15 @@ def test_partial_commit_equals_committing_only_those_tokens(model: CloverModel) 
     partial, exact = base.clone(), base.clone()
     logits_partial = model(ids[25:45], partial, attention="causal", commit=7)
     logits_plain = model(ids[25:45], base.clone(), attention="causal")
-    assert relative_error(logits_partial, logits_plain) <= 1e-5
+    assert relative_error(logits_partial, logits_plain) <= LOGITS
     model(ids[25:32], exact, attention="causal", commit=True)
     assert (partial.length, partial.commits) == (exact.length, exact.commits) == (32, 2)
     for x, y in zip(partial.tensors(), exact.tensors(), strict=True):
         assert x.shape == y.shape
-        assert (x - y).abs().max() <= 1e-5 * y.abs().max()
+        assert (x - y).abs().max() <= 1e-5 * y.abs().max()  # the scan split at 7: 1.5e-6 seen
     follow_partial = model(ids[32:], partial, attention="causal")
     follow_exact = model(ids[32:], exact, attention="causal")
-    assert relative_error(follow_partial, follow_exact) <= 1e-5
+    assert relative_error(follow_partial, follow_exact) <= LOGITS
 
 
 def test_clone_is_independent_and_nbytes_counts_state(model: CloverModel) -> None:
@@ -127,6 +135,7 @@ def test_clone_is_independent_and_nbytes_counts_state(model: CloverModel) -> Non
     model(token_ids(5, seed=2), cache, attention="causal", commit=True)
     assert copy.length == 10 and cache.length == 15 and cache.commits == 2
     assert cache.nbytes() > empty_bytes
+    # exact: the clone kept the old state while the cache moved on (a difference test)
     assert any(not torch.equal(a, b) for a, b in zip(copy.tensors(), cache.tensors(), strict=True))
 
 

@@ -25,7 +25,7 @@ def test_only_commit_passes_change_the_committed_state(mode: str) -> None:
         cache = args[1]
         length, tensors = before.pop()
         now = cache.tensors()
-        same = len(now) == len(tensors) and all(
+        same = len(now) == len(tensors) and all(  # exact: did the pass write the state at all?
             a.shape == b.shape and torch.equal(a, b) for a, b in zip(tensors, now, strict=True)
         )
         passes.append((cache.length - length, not same))

@@ -85,6 +85,6 @@ def test_lookup_returns_the_longest_matching_prefix_as_a_private_copy() -> None:
     before = [t.clone() for t in cache.lookup(long, "block", max_length=2 * BLOCK).tensors()]
     model()(torch.tensor([1] * BLOCK), found, attention="block", commit=True)  # write to the copy
     after = cache.lookup(long, "block", max_length=2 * BLOCK).tensors()
-    assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True))  # exact: the entry is untouched
     with pytest.raises(ValueError, match="covers"):
         cache.store([1, 2], "block", snapshot(short))

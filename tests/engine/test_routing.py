@@ -36,8 +36,10 @@ def test_routing_in_float32_differs_from_routing_in_bf16_and_the_module_uses_flo
     ids, weights = route(logits, 8)
     expected = torch.topk(torch.softmax(logits.float(), dim=-1), 8, dim=-1).indices
     in_bf16 = torch.topk(torch.softmax(logits, dim=-1), 8, dim=-1).indices  # what bf16 arithmetic picks
+    # exact: expert ids. At the top-8 boundary distinct probabilities lie >= 1e-3 apart (thousands of
+    # float32 ulps) and tied ones come from equal bf16 logits: any softmax keeps the order.
     assert torch.equal(ids, expected) and weights.dtype == torch.bfloat16
-    differ = (torch.sort(expected).values != torch.sort(in_bf16).values).any(dim=-1)
+    differ = (torch.sort(expected).values != torch.sort(in_bf16).values).any(dim=-1)  # exact: ids
     assert differ.any(), "this router must be one where bf16 routing picks other experts"
 
     # The module's output is the experts' combination under the float32 routing.
@@ -49,6 +51,7 @@ def test_routing_in_float32_differs_from_routing_in_bf16_and_the_module_uses_flo
         routed_fp32 = routed_experts(x, ids, weights, *experts)
         bf16_weights = torch.softmax(logits, dim=-1).gather(1, in_bf16)
         routed_bf16 = routed_experts(x, in_bf16, bf16_weights / bf16_weights.sum(-1, keepdim=True), *experts)
-    torch.testing.assert_close(out, routed_fp32 + shared)
+    # the module combines with the same bf16 ops; room for one bf16 rounding (2**-8) all the same
+    torch.testing.assert_close(out, routed_fp32 + shared, rtol=4e-3, atol=1e-4)
     rows = differ.nonzero().squeeze(1)
     assert not torch.allclose(out[rows].float(), (routed_bf16 + shared)[rows].float(), rtol=1e-2, atol=1e-4)

@@ -72,7 +72,8 @@ def test_weights_are_moved_off_their_init_values(tmp_path: Path) -> None:
         "model.layers.3.self_attn.q_norm.weight",
     ):
         assert tensors[name].abs().min() > 0, name  # transformers initialises these to zeros
-    assert not torch.allclose(tensors["model.layers.0.linear_attn.norm.weight"], torch.ones(16))  # init: ones
+    norm = tensors["model.layers.0.linear_attn.norm.weight"]
+    assert not torch.allclose(norm, torch.ones(16), rtol=0.0, atol=1e-3)  # init: ones; moved by more
     assert all(t.dtype == torch.float32 for t in tensors.values())
 
 
@@ -133,8 +134,8 @@ def test_seed_determines_the_weights(tmp_path: Path) -> None:
     a = read_tensors(write_tiny_checkpoint(tmp_path / "a", seed=7))
     b = read_tensors(write_tiny_checkpoint(tmp_path / "b", seed=7))
     c = read_tensors(write_tiny_checkpoint(tmp_path / "c", seed=8))
-    assert all(torch.equal(a[n], b[n]) for n in a)
-    assert not torch.equal(a["lm_head.weight"], c["lm_head.weight"])
+    assert all(torch.equal(a[n], b[n]) for n in a)  # exact: the same seeded generator, run twice
+    assert not torch.equal(a["lm_head.weight"], c["lm_head.weight"])  # exact: another seed, other bits
 
 
 def test_peaked_checkpoints_are_confident(tmp_path: Path) -> None:

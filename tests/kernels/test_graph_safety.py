@@ -29,6 +29,6 @@ def test_cases_run_without_sync_and_replay_from_a_graph(dtype: torch.dtype) -> N
             captured = case.run()
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(
+        torch.testing.assert_close(  # exact: the same launches on the same inputs, replayed
             captured, eager, rtol=0, atol=0, msg=lambda m, name=case.name: f"{name}: {m}"
         )

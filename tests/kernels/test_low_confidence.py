@@ -51,7 +51,8 @@ def test_greedy_matches_reference(rows: int, vocab: int, poisoned_allocations: N
     choice = TokenChoice(mask_token_id=4)
     chosen, confidence = lc.choose_tokens(logits, choice)
     want_chosen, want_confidence = reference.choose_tokens(logits, choice)
-    assert torch.equal(chosen, want_chosen) and chosen[0] != 4
+    assert torch.equal(chosen, want_chosen) and chosen[0] != 4  # exact: token ids, argmax of the same logits
+    # a float32 softmax's maximum (a probability <= 1) over <= 5000 logits, tiled: op order of the sum
     torch.testing.assert_close(confidence, want_confidence, rtol=1e-5, atol=1e-6)
 
 
@@ -70,9 +71,10 @@ def test_greedy_with_controls_matches_reference(small_tiles: None, poisoned_allo
     choice = TokenChoice(mask_token_id=0)
     chosen, confidence = lc.choose_tokens(logits, choice, adjust)
     want_chosen, want_confidence = reference.choose_tokens(reference.adjust_logits(logits, adjust), choice)
+    # exact: token ids; the controls add a few terms per logit, and no two top logits lie that close
     assert torch.equal(chosen, want_chosen)
     assert chosen[-1] == vocab - 5 and confidence[-1] == 1.0  # the forced row
-    torch.testing.assert_close(confidence, want_confidence, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(confidence, want_confidence, rtol=1e-5, atol=1e-6)  # as above
 
 
 @pytest.mark.parametrize(("threshold", "controls"), [(0.3, False), (0.999, False), (0.5, True)])
@@ -89,11 +91,12 @@ def test_low_confidence_step_matches_reference(
     want_tokens, want_decided = tokens.clone(), decided.clone()
     want = reference.low_confidence_step(logits, want_tokens, want_decided, choice, threshold, adjust)
     got = lc.low_confidence_step(logits, tokens, decided, choice, threshold, adjust)
+    # exact: token ids and masks (no confidence at these seeds lies near the threshold)
     assert torch.equal(tokens, want_tokens) and torch.equal(decided, want_decided)
-    assert torch.equal(got.fill, want.fill) and torch.equal(got.chosen, want.chosen)
+    assert torch.equal(got.fill, want.fill) and torch.equal(got.chosen, want.chosen)  # exact: as above
     assert bool(got.done) == bool(want.done) and bool(got.fallback) == bool(want.fallback)
     assert bool(got.fallback) == (threshold == 0.999)
-    torch.testing.assert_close(got.confidence, want.confidence, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.confidence, want.confidence, rtol=1e-5, atol=1e-6)  # as above
 
 
 def test_fallback_ties_and_done(poisoned_allocations: None) -> None:
@@ -151,6 +154,7 @@ def test_sampling_keeps_the_filtered_set_and_reports_its_probability(
     if rule == "sglang":
         ratio = torch.exp(scaled.gather(1, chosen[:, None]).squeeze(1) - scaled.max(-1).values)
         want = torch.minimum(probs.max(-1).values, ratio)
+    # probabilities after top-k/top-p renormalisation in float32: op order of the sums
     torch.testing.assert_close(confidence, want, rtol=1e-5, atol=1e-6)
 
 
@@ -168,7 +172,7 @@ def test_sampling_thresholds_by_bisection(top_k: int, top_p: float, poisoned_all
     probs = torch.softmax(reference.filtered(scaled, top_k, top_p), -1)
     picked = probs.gather(1, chosen[:, None]).squeeze(1)
     assert (picked > 0).all()
-    torch.testing.assert_close(confidence, picked, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(confidence, picked, rtol=1e-5, atol=1e-6)  # as above
 
 
 def test_same_seed_same_draws_and_a_missing_seed() -> None:
@@ -176,6 +180,6 @@ def test_same_seed_same_draws_and_a_missing_seed() -> None:
     choice = TokenChoice(temperature=1.0, top_k=5)
     first = lc.choose_tokens(logits, choice, seed=torch.tensor([9], device=DEVICE))[0]
     again = lc.choose_tokens(logits, choice, seed=torch.tensor([9], device=DEVICE))[0]
-    assert torch.equal(first, again)
+    assert torch.equal(first, again)  # exact: the same seeded draw, run twice
     with pytest.raises(ValueError, match="seed"):
         lc.choose_tokens(logits, choice)

@@ -20,6 +20,7 @@ def rand(*shape: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("shape", [(7, 3, 20), (1, 100), (5, 2048)])
 def test_rms_norm_matches_reference(shape: tuple[int, ...], poisoned_allocations: None) -> None:
     x, w = rand(*shape, seed=1), rand(shape[-1], seed=2)
+    # float32 mean of squares over <= 2048 elements, tree vs linear order: ~1e-6 relative
     torch.testing.assert_close(
         norms.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5
     )
@@ -28,7 +29,7 @@ def test_rms_norm_matches_reference(shape: tuple[int, ...], poisoned_allocations
 def test_rms_norm_strided_rows(poisoned_allocations: None) -> None:
     """Per-head q norm on a view of a projection (rows not contiguous)."""
     x, w = rand(6, 4, 2 * 24, seed=3)[..., :24], rand(24, seed=4)
-    torch.testing.assert_close(
+    torch.testing.assert_close(  # float32: as above
         norms.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5
     )
 
@@ -36,7 +37,8 @@ def test_rms_norm_strided_rows(poisoned_allocations: None) -> None:
 def test_gated_rms_norm_matches_reference(poisoned_allocations: None) -> None:
     x, gate, w = rand(9, 3, 36, seed=5), rand(9, 3, 36, seed=6), rand(36, seed=7)
     got = norms.gated_rms_norm(x, gate, w, 1e-6)
-    torch.testing.assert_close(got, reference.gated_rms_norm(x, gate, w, 1e-6), rtol=1e-5, atol=1e-5)
+    want = reference.gated_rms_norm(x, gate, w, 1e-6)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # float32: as above, times a sigmoid
 
 
 @pytest.mark.parametrize("mix", [True, False])
@@ -47,4 +49,4 @@ def test_gdn_output_matches_reference(mix: bool, poisoned_allocations: None) -> 
     got = norms.gdn_output(forward, z, w, 1e-6, *extra)
     want = reference.gdn_output(forward, z.float(), w, 1e-6, *extra)
     assert got.dtype == torch.float16
-    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)  # float16 z and output: 2**-11 each

@@ -29,10 +29,11 @@ def test_causal_conv1d_matches_reference(steps: int, channels: int, poisoned_all
     t = conv_inputs(steps, channels, 4, 4, seed=steps)
     before = t["state"].clone()
     got = short_conv.causal_conv1d(t["rows"], t["weight"], t["state"])
+    # float32, 4-tap sums (an activation after them): op order at most
     torch.testing.assert_close(
         got, reference.causal_conv1d(t["rows"], t["weight"], t["state"]), rtol=1e-5, atol=1e-5
     )
-    assert torch.equal(t["state"], before)
+    assert torch.equal(t["state"], before)  # exact: read-only
 
 
 @pytest.mark.parametrize(("steps", "block_size", "right"), [(37, 8, 4), (40, 32, 3), (5, 4, 6), (33, 32, 4)])
@@ -43,7 +44,7 @@ def test_short_conv_with_right_taps_matches_reference(
     options = {"right_weight": t["right_weight"], "block_size": block_size, "activation": True}
     got = short_conv.short_conv(t["rows"], t["weight"], t["state"], **options)
     want = reference.short_conv(t["rows"], t["weight"], t["state"], **options)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # float32, <= 10-tap sums: op order
 
 
 def test_short_conv_half_rows(poisoned_allocations: None) -> None:
@@ -54,7 +55,7 @@ def test_short_conv_half_rows(poisoned_allocations: None) -> None:
         rows.float(), t["weight"], state.float(), t["right_weight"], 8, activation=True
     )
     assert got.dtype == torch.float16
-    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)  # a float16 output (2**-11)
 
 
 def test_short_conv_rejects_bad_arguments() -> None:
