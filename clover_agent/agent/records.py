@@ -75,6 +75,8 @@ class RecordKey:
     def problem(self, folder: Path, names: tuple[str, ...]) -> str | None:
         """Why ``folder``'s files ``names`` (those that exist) were not all written by this user's
         clover-agent; None when each one's bytes are exactly what was signed."""
+        if folder.is_symlink():  # it would be another folder's record, under this name
+            return "the folder is a symlink"
         try:
             entries = json.loads((folder / MAC_FILE).read_text(encoding="utf-8"))["files"]
         except FileNotFoundError:

@@ -51,6 +51,10 @@ def test_a_growing_trajectory_stays_signed_and_any_change_is_seen(tmp_path: Path
     for name in ("trajectory.jsonl", MAC_FILE):
         (copy / name).write_bytes((run / name).read_bytes())
     assert key.problem(copy, ("trajectory.jsonl",)) is not None
+    (tmp_path / "20260102-000000-abcdef").symlink_to(run)  # a real record, seen under a link
+    assert (
+        key.problem(tmp_path / "20260102-000000-abcdef", ("trajectory.jsonl",)) == "the folder is a symlink"
+    )
     (run / MAC_FILE).unlink()
     assert "has no record.mac" in (key.problem(run, ("trajectory.jsonl",)) or "")
 
