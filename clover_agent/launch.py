@@ -19,7 +19,7 @@ from clover_agent.engine.locate import ModelSources
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
-from clover_agent.settings import Settings, host_package_index, repo_settings
+from clover_agent.settings import RepoSettings, Settings, host_package_index, repo_settings
 
 BackendFactory = Callable[[], ModelBackend]
 
@@ -120,6 +120,7 @@ def sandbox_spec(
     host_env: dict[str, str] | None = None,
     environment: bool = False,
     wheels: str | None = None,
+    repo_config: RepoSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> SandboxSpec:
     """The complete spec for a sandbox over ``repo``: the image (``image``, else the repository's
@@ -131,9 +132,11 @@ def sandbox_spec(
     off), installed with this machine's package-index configuration and ``wheels`` (a folder,
     e.g. ``--wheels``; else the repository's ``wheels``); the repository's set-up commands then run
     in it and are cached with it. Without one they run in each sandbox before the agent.
+    ``repo_config``: the repository's settings as the front end trusted them (default: its file
+    untrusted, so without its set-up commands, image, packages or wheels).
     A broken repository file is a :class:`UsageError`; dependency files that cannot be read are a
     :class:`~clover_agent.sandboxes.errors.SandboxSetupError`."""
-    repo_config = repo_settings(repo)
+    repo_config = repo_settings(repo) if repo_config is None else repo_config
     host = dict(settings.environment if host_env is None else host_env)
     recipe = None
     if environment and repo_config.environment:

@@ -6,16 +6,19 @@ no configuration file themselves. Loading does no I/O beyond reading the environ
 TOML file and (for :func:`repo_settings`) the repository's ``.clover/config.toml``.
 
 Precedence: the command line, then the environment, then the user's config file, then defaults.
-For the sandbox image: ``--image``, the repository's file, ``CLOVER_SANDBOX_IMAGE``, the user's
-``[sandbox] image``, then :data:`DEFAULT_SANDBOX_IMAGE`.
+For the sandbox image: ``--image``, the repository's file (when the user trusts it:
+:data:`TRUSTED_ONLY`), ``CLOVER_SANDBOX_IMAGE``, the user's ``[sandbox] image``, then
+:data:`DEFAULT_SANDBOX_IMAGE`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,18 @@ from clover_agent.errors import UsageError
 from clover_agent.sandboxes.environment import PackageIndex
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 
-__all__ = ["DEFAULT_SANDBOX_IMAGE", "ENV_VARS", "REPO_CONFIG", "RepoSettings", "Settings", "repo_settings"]
+__all__ = [
+    "DEFAULT_SANDBOX_IMAGE",
+    "ENV_VARS",
+    "REPO_CONFIG",
+    "RepoSettings",
+    "Settings",
+    "config_digest",
+    "repo_settings",
+    "set_trust",
+    "trusted_digest",
+    "trusted_only_values",
+]
 
 ENV_VARS: dict[str, str] = {
     "CLOVER_MODEL": "folder with the Clover weights (config.json + *.safetensors)",
@@ -32,6 +46,9 @@ ENV_VARS: dict[str, str] = {
     "CLOVER_HOME": "state folder (caches such as the converted vocabulary); default "
     "$XDG_CACHE_HOME/clover-agent",
     "XDG_CACHE_HOME": "where the state folder lives by default (~/.cache)",
+    "CLOVER_STATE": "the user's own folder (never in a repository): the key that signs run records, the "
+    "repositories whose .clover/config.toml is trusted; default $XDG_STATE_HOME/clover-agent",
+    "XDG_STATE_HOME": "where the user's own folder lives by default (~/.local/state)",
     "CLOVER_SANDBOX_IMAGE": f"sandbox image tag; default {DEFAULT_SANDBOX_IMAGE}",
     "OPENAI_API_KEY": "API key for --backend openai (also CLOVER_API_KEY)",
     "CLOVER_API_KEY": "API key for --backend openai, preferred over OPENAI_API_KEY",
@@ -60,6 +77,10 @@ def _home_default(env: Mapping[str, str]) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent"
 
 
+def _state_default(env: Mapping[str, str]) -> Path:
+    return Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "clover-agent"
+
+
 @dataclass(frozen=True)
 class Settings:
     """User settings: environment first, then the config file, then defaults."""
@@ -68,6 +89,8 @@ class Settings:
     model_path: str | None = None  # the config file's [model] path
     model_from_env: str | None = None  # CLOVER_MODEL
     home: Path = field(default_factory=lambda: _home_default(os.environ))
+    #: What is this user's alone (not a cache): the record key, the trusted repositories.
+    state: Path = field(default_factory=lambda: _state_default(os.environ))
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE  # CLOVER_SANDBOX_IMAGE, else the config file's
     base_url: str | None = None
     api_key: str | None = None
@@ -80,6 +103,16 @@ class Settings:
     def vocab_cache(self) -> Path:
         """Where the converted real vocabulary is kept (``clover_agent.engine.vocab``)."""
         return self.home / "vocab"
+
+    @property
+    def record_key_path(self) -> Path:
+        """The key run records are signed with (:mod:`clover_agent.agent.records`)."""
+        return self.state / "record.key"
+
+    @property
+    def trust_file(self) -> Path:
+        """The repositories whose ``.clover/config.toml`` the user trusts (:func:`set_trust`)."""
+        return self.state / "trusted-repos.json"
 
     @property
     def docker_env(self) -> dict[str, str]:
@@ -100,6 +133,7 @@ class Settings:
             return _string(values, table, key, path)
 
         home = env.get("CLOVER_HOME") or text(None, "home")
+        state = env.get("CLOVER_STATE")
         hub = env.get("HF_HUB_CACHE")
         hf_home = env.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
         return cls(
@@ -107,6 +141,7 @@ class Settings:
             model_path=text("model", "path"),
             model_from_env=env.get("CLOVER_MODEL") or None,
             home=Path(home).expanduser() if home else _home_default(env),
+            state=Path(state).expanduser().absolute() if state else _state_default(env),
             sandbox_image=env.get("CLOVER_SANDBOX_IMAGE")
             or text("sandbox", "image")
             or DEFAULT_SANDBOX_IMAGE,
@@ -115,6 +150,14 @@ class Settings:
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
         )
+
+
+#: The ``[sandbox]`` keys a repository's file may set only once the user trusts that file for that
+#: repository (:func:`trusted_digest`): they run commands (with the network), choose the image,
+#: add packages or name a folder copied into the environment. Untrusted, they are ignored; the
+#: other keys only choose among what the project itself declares (its extras, dependency groups,
+#: tracked requirement files) or how the run is checked (``[fix]``), and always apply.
+TRUSTED_ONLY = ("setup", "setup_network", "image", "packages", "wheels")
 
 
 @dataclass(frozen=True)
@@ -137,6 +180,9 @@ class RepoSettings:
     regression = "suite"                  # or "related" / "none": what the regression runs cover
     suite_timeout = 1800                  # seconds per run of the whole suite (default 600)
     ```
+
+    The keys of :data:`TRUSTED_ONLY` are used only when the file is trusted; ``ignored`` names
+    those the file sets and that were left out because it is not.
     """
 
     image: str | None = None
@@ -149,22 +195,21 @@ class RepoSettings:
     requirements: tuple[str, ...] | None = None
     packages: tuple[str, ...] = ()
     install_project: bool | None = None
-    wheels: str | None = None  # resolved against the repository
+    wheels: str | None = None  # resolved, inside the repository
     regression: str | None = None
     suite_timeout: float | None = None
+    ignored: tuple[str, ...] = ()  # TRUSTED_ONLY keys the file sets, left out: it is not trusted
 
 
-def repo_settings(repo: str | Path) -> RepoSettings:
+def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
     """The repository's settings (empty when it has no ``.clover/config.toml``); a broken file is a
-    :class:`UsageError` naming it and what is wrong."""
+    :class:`UsageError` naming it and what is wrong. Not ``trusted``: the :data:`TRUSTED_ONLY` keys
+    are left out (named in ``ignored``). Trusted, ``wheels`` must still be a folder inside the
+    repository (no ``~``, no path or symlink leading out): only ``--wheels`` names one elsewhere."""
     path = Path(repo) / REPO_CONFIG
     if not path.is_file():
         return RepoSettings()
-    try:
-        with path.open("rb") as f:
-            values = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+    values = _repo_values(path)
     table, fix = values.get("sandbox", {}), values.get("fix", {})
     for name, t in (("sandbox", table), ("fix", fix)):
         if not isinstance(t, dict):
@@ -200,7 +245,7 @@ def repo_settings(repo: str | Path) -> RepoSettings:
     ):
         raise UsageError(f"{path}: [fix] suite_timeout must be a number of seconds above 0")
     wheels = check("wheels", str, "a folder path")
-    return RepoSettings(
+    settings = RepoSettings(
         image=check("image", str, "a string"),
         setup=list(strings("setup") or ()),
         setup_network=check("setup_network", bool, "true or false"),
@@ -210,10 +255,87 @@ def repo_settings(repo: str | Path) -> RepoSettings:
         requirements=strings("requirements"),
         packages=strings("packages") or (),
         install_project=check("install_project", bool, "true or false"),
-        wheels=None if wheels is None else str((Path(repo) / Path(wheels).expanduser()).resolve()),
+        wheels=None if wheels is None or not trusted else _folder_inside(Path(repo), wheels, path),
         regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
     )
+    if trusted:
+        return settings
+    ignored = tuple(key for key in TRUSTED_ONLY if key in table)
+    empty = RepoSettings()
+    return replace(settings, **{key: getattr(empty, key) for key in TRUSTED_ONLY}, ignored=ignored)
+
+
+def trusted_only_values(repo: str | Path) -> dict[str, Any]:
+    """The :data:`TRUSTED_ONLY` keys the repository's file sets, with their values as written."""
+    path = Path(repo) / REPO_CONFIG
+    table = _repo_values(path).get("sandbox", {}) if path.is_file() else {}
+    return {key: table[key] for key in TRUSTED_ONLY if isinstance(table, dict) and key in table}
+
+
+def _repo_values(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _folder_inside(repo: Path, value: str, path: Path) -> str:
+    """``value`` (a repository file's folder) resolved, refused unless it lies inside ``repo``."""
+    root = repo.resolve()
+    folder = (root / value).resolve()
+    if value.startswith("~") or not folder.is_relative_to(root):
+        raise UsageError(
+            f"{path}: [sandbox] wheels = {value!r} is outside the repository: a repository's file may only "
+            "name a folder inside it (no ~, no absolute path or symlink leading out); give a folder "
+            "elsewhere with --wheels DIR"
+        )
+    return str(folder)
+
+
+def config_digest(repo: str | Path) -> str | None:
+    """The SHA-256 of the repository's ``.clover/config.toml`` (None: it has none)."""
+    path = Path(repo) / REPO_CONFIG
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
+
+
+def _trust_table(settings: Settings) -> dict[str, str]:
+    try:
+        data = json.loads(settings.trust_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{settings.trust_file}: not a readable list of trusted repositories ({exc})"
+        ) from None
+    repos = data.get("repos") if isinstance(data, dict) else None
+    if not isinstance(repos, dict):
+        raise UsageError(f'{settings.trust_file}: not a list of trusted repositories (no "repos" table)')
+    return {str(k): str(v) for k, v in repos.items()}
+
+
+def trusted_digest(settings: Settings, repo: str | Path) -> str | None:
+    """The digest of the repository's ``.clover/config.toml`` the user trusts (None: none is): the
+    file is trusted when it is the one its digest names."""
+    return _trust_table(settings).get(str(Path(repo).resolve()))
+
+
+def set_trust(settings: Settings, repo: str | Path, digest: str | None) -> None:
+    """Record that the user trusts the file of ``digest`` for ``repo`` (None: trusts none of it)."""
+    table = _trust_table(settings)
+    key = str(Path(repo).resolve())
+    if digest is None:
+        table.pop(key, None)
+    else:
+        table[key] = digest
+    settings.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = settings.trust_file.with_name(settings.trust_file.name + ".tmp")
+    temporary.write_text(json.dumps({"version": 1, "repos": table}, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(settings.trust_file)
 
 
 def _config_path(env: Mapping[str, str]) -> Path:

@@ -66,6 +66,15 @@ def index_problem() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def own_state_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Each test has its own user folder (the record key, the trusted repositories): no test reads
+    or writes the real one, and a key one test made signs nothing another test reads."""
+    folder = tmp_path_factory.mktemp("clover-state")
+    monkeypatch.setenv("CLOVER_STATE", str(folder))
+    return folder
+
+
 @functools.cache
 def gpu_problem() -> str | None:
     import torch

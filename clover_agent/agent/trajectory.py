@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from clover_agent.agent.checkpoints import Recorded
+from clover_agent.agent.records import RecordKey
 from clover_agent.events import (
     CheckpointTaken,
     ContextCondensed,
@@ -62,13 +63,16 @@ class TrajectoryWriter:
     text decoded with ``surrogateescape``, an undecodable file name) has no UTF-8 form: it is
     written as its JSON escape (``\\udc80``, what ``backslashreplace`` makes of it, and surrogates
     only occur inside JSON strings), so the line is valid JSON and reads back to the same text.
+
+    ``key``: each line is signed as it is written (:mod:`clover_agent.agent.records`).
     """
 
-    def __init__(self, path: Path, *, keep_stream: bool = False) -> None:
+    def __init__(self, path: Path, *, keep_stream: bool = False, key: RecordKey | None = None) -> None:
         self.path = path
         self.keep_stream = keep_stream
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = path.open("a", encoding="utf-8", errors="backslashreplace")
+        self._sealer = None if key is None else key.sealer(path.parent, path.name)
         self._turn: dict[str, Any] | None = None  # the assistant message of the last ModelResponded
         self._calls: dict[str, Any] = {}  # call id -> its arguments in that turn
         self._results: dict[str, dict[str, Any]] = {}  # call id -> the tool message its result makes
@@ -77,8 +81,11 @@ class TrajectoryWriter:
     def __call__(self, event: Event) -> None:
         if self._file is None or (isinstance(event, STREAM_EVENTS) and not self.keep_stream):
             return
-        self._file.write(json.dumps(self._compact(event), ensure_ascii=False, default=str) + "\n")
+        line = json.dumps(self._compact(event), ensure_ascii=False, default=str) + "\n"
+        self._file.write(line)
         self._file.flush()
+        if self._sealer is not None:
+            self._sealer.add(line.encode("utf-8", "backslashreplace"))
 
     def _compact(self, event: Event) -> dict[str, Any]:
         data = event.to_dict()

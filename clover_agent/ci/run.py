@@ -36,7 +36,7 @@ from clover_agent.fix.stock import SHADOW_DIR
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.safe_text import terminal_safe
-from clover_agent.settings import Settings, repo_settings
+from clover_agent.settings import REPO_CONFIG, Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 #: The files a run leaves in the output folder (``summary.json``, the workflow's own, is folded
@@ -62,6 +62,9 @@ class CiRequest:
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
     json_events: bool = False
+    #: Use the repository's .clover/config.toml whole (its set-up commands, image, packages, wheels):
+    #: the workflow's owner decides. Else only what needs no trust (settings.TRUSTED_ONLY).
+    trust_repo: bool = False
 
 
 def run_ci(request: CiRequest, settings: Settings, *, out: TextIO, err: TextIO) -> int:
@@ -147,6 +150,12 @@ def _run(
     events: JsonEvents | None,
 ) -> tuple[int, str]:
     """The ``fix`` workflow on the request: (exit code, message)."""
+    configured = repo_settings(repo, trusted=request.trust_repo)
+    if configured.ignored:
+        log.write(
+            f"note: {REPO_CONFIG}'s {', '.join(configured.ignored)} ignored: the repository's file is "
+            "not trusted (pass --trust-repo in a workflow that checks out only code you trust)\n"
+        )
     spec = sandbox_spec(
         settings,
         repo,
@@ -154,6 +163,7 @@ def _run(
         network=False,
         env=sandbox_environment(settings.environment),
         host_env=settings.docker_env,  # the Docker engine's address only, never into the container
+        repo_config=configured,
     )
     spec.setup_network = False  # the sandbox never has the network, not even for set-up commands
     fix_request = FixRequest(
@@ -169,7 +179,7 @@ def _run(
         max_steps=request.max_steps,
         max_time_s=request.max_time_s,
         max_tokens=request.max_tokens,
-        suite_timeout_s=repo_settings(repo).suite_timeout or DEFAULT_TIMEOUT_S,
+        suite_timeout_s=configured.suite_timeout or DEFAULT_TIMEOUT_S,
         request=framed,
     )
     bus = EventBus()

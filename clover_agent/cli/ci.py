@@ -52,6 +52,7 @@ def _ci(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         json_events=args.json_events,
+        trust_repo=args.trust_repo,
     )
     settings = Settings.load()
     previous = signal.signal(signal.SIGTERM, _terminated)  # a cancelled CI job: end as an interrupt
@@ -104,6 +105,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_backend_arguments(p)
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    p.add_argument(
+        "--trust-repo",
+        action="store_true",
+        help="use the repository's .clover/config.toml whole: its set-up commands (still without the "
+        "network), image, packages and wheels. Without it those are ignored (a pull request could "
+        "change them); only for workflows that check out code you trust (see docs/ci.md)",
+    )
     add_budget_arguments(p)
     p.add_argument(
         "--json-events",

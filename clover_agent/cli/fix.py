@@ -16,14 +16,18 @@ from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
 from clover_agent.cli.hand_back import hand_back, print_summary
 from clover_agent.cli.options import (
     BUDGET_DEFAULTS,
+    DEFAULT_SANDBOX,
     add_backend_arguments,
     add_budget_arguments,
     add_sandbox_arguments,
+    add_trust_argument,
     apply_launch_record,
     backend_options,
     check_repo,
     launch_record,
     positive,
+    record_key,
+    repo_config_of,
     sandbox_kind,
     sandbox_spec_of,
 )
@@ -47,7 +51,7 @@ from clover_agent.fix.runs import locate_run
 from clover_agent.fix.task import FixRequest, run_fix
 from clover_agent.launch import backend_factory, check_backend_options, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
-from clover_agent.settings import Settings, repo_settings
+from clover_agent.settings import Settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
 EXIT_CODES = """\
@@ -74,10 +78,12 @@ resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unav
 (3), a lost sandbox (4) or being stuck (7) continues with `fix --resume RUN_ID` (or `--resume last`, or
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with a fresh budget, the same trajectory grows, and the result is verified and
-handed back as usual. The run recorded how it was started (backend, model, sandbox, image, wheels,
-budgets, policy, suite timeout, regression scope): options given now replace those, except the
-regression scope its baseline was measured with; TARGET may be left out (it is the recorded one).
-The printed command also repeats --yes, --dry-run and --keep-stream when they were given.
+handed back as usual. The run recorded how it was started (backend, model, image, wheels, budgets,
+policy, suite timeout, regression scope): options given now replace those, except the regression
+scope its baseline was measured with; TARGET may be left out (it is the recorded one). Only runs
+your clover-agent wrote are resumed (their records are signed with a key in your CLOVER_STATE
+folder), and a run outside Docker continues only with --sandbox given again. The printed command
+also repeats --sandbox local, --trust-repo, --yes, --dry-run and --keep-stream when they were given.
 
 `clover-agent runs` lists the runs of a repository; `clover-agent runs show RUN_ID` shows one."""
 
@@ -101,14 +107,21 @@ def _warn_about_local_changes(repo: Path, console: Console) -> None:
         )
 
 
-def _resolve_resume(args: argparse.Namespace) -> tuple[Path, StoppedRun, list[str]]:
+def _resolve_resume(args: argparse.Namespace, settings: Settings) -> tuple[Path, StoppedRun, list[str]]:
     """The repository and the stopped run ``--resume`` names (an id or ``last`` under ``--repo``,
-    or the path of a run folder, whose repository is the one it lies in), with ``args`` filled
-    in from how the run was started (the flags taken from it are returned)."""
+    or the path of a run folder, whose repository is the one it lies in), signed by this user's
+    clover-agent, with ``args`` filled in from how the run was started (the flags taken from it
+    are returned). A run that ran outside Docker continues only with ``--sandbox`` given now."""
     repo, run_dir = locate_run(args.resume, None if args.repo == "." else Path(args.repo))
     args.repo = str(repo)
     repo = check_repo(args)
-    stopped = load_stopped_run(run_dir, args.target)
+    stopped = load_stopped_run(run_dir, record_key(settings, repo), args.target)
+    kind = stopped.launch.get("sandbox", DEFAULT_SANDBOX)
+    if args.sandbox is None and kind != DEFAULT_SANDBOX:
+        raise UsageError(
+            f"run {stopped.run_id} ran in the {kind} sandbox, without isolation; a resumed run runs that way "
+            f"only when the command line says so: add --sandbox {kind} (or --sandbox {DEFAULT_SANDBOX})"
+        )
     recorded = stopped.launch.get("regression")
     if args.regression is not None and recorded is not None and args.regression != recorded:
         # The after-runs repeat the baseline's tests: another scope would compare other tests.
@@ -131,14 +144,20 @@ def _fix(args: argparse.Namespace) -> int:
     console = make_console(environ=settings.environment)
     errors = make_console(sys.stderr, environ=settings.environment)
     if args.resume is not None:
-        repo, stopped, taken = _resolve_resume(args)
+        repo, stopped, taken = _resolve_resume(args, settings)
     else:
         repo, stopped, taken = check_repo(args), None, []
     for name, value in DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    configured = repo_config_of(
+        args,
+        settings,
+        repo,
+        ask=sys.stdin.isatty(),
+        say=lambda text: errors.print(Text(text, style="yellow")),
+    )
     # Resolved here, so the run records what it used (see launch_record).
-    configured = repo_settings(repo)
     args.regression = args.regression or configured.regression or DEFAULT_SCOPE
     args.suite_timeout = args.suite_timeout or configured.suite_timeout or DEFAULT_TIMEOUT_S
     figures = RunFigures()
@@ -163,7 +182,7 @@ def _fix(args: argparse.Namespace) -> int:
         target=stopped.target if stopped else args.target,
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec_of(args, settings, repo),
+        sandbox=sandbox_spec_of(args, settings, repo, configured),
         sandbox_kind=sandbox_kind(args),
         regression=args.regression,
         policy=preset(args.policy),
@@ -174,6 +193,7 @@ def _fix(args: argparse.Namespace) -> int:
         suite_timeout_s=args.suite_timeout,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
+        record_key=record_key(settings, repo),
     )
     if stopped is not None:
         figures.steps_before = stopped.state.steps
@@ -203,10 +223,17 @@ def _fix(args: argparse.Namespace) -> int:
 
 
 def _unrecorded_flags(args: argparse.Namespace) -> list[str]:
-    """The flags of this command that its run does not record (what becomes of the patch, whether
-    the stream is kept): the printed resume command repeats them, so it does what this one did."""
-    chosen = {"--yes": args.yes, "--dry-run": args.dry_run, "--keep-stream": args.keep_stream}
-    return [flag for flag, given in chosen.items() if given]
+    """The flags of this command that a resumption does not take from its record (what becomes of
+    the patch, whether the stream is kept, a sandbox without isolation, the trust given to the
+    repository's file): the printed resume command repeats them, so it does what this one did."""
+    chosen = {
+        "--yes": args.yes,
+        "--dry-run": args.dry_run,
+        "--keep-stream": args.keep_stream,
+        "--trust-repo": args.trust_repo,
+    }
+    local = [] if sandbox_kind(args) == DEFAULT_SANDBOX else [f"--sandbox {sandbox_kind(args)}"]
+    return [*local, *(flag for flag, given in chosen.items() if given)]
 
 
 class _RunProgress:
@@ -235,7 +262,8 @@ class _RunProgress:
         The run records how it was started, so the command needs only what it does not record."""
         if self.run_id is None or not self.agent_started or self.agent_outcome == "submitted":
             return None
-        command = ["clover-agent", "fix", "--resume", self.run_id, "--repo", str(repo), *self.flags]
+        command = ["clover-agent", "fix", "--resume", self.run_id, "--repo", str(repo)]
+        command += [word for flag in self.flags for word in flag.split(" ")]
         if self.refused and self.agent_outcome == "error":  # the same model would refuse it again
             return (
                 "to continue it with a model of a larger context window: "
@@ -264,13 +292,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resume",
         metavar="RUN_ID",
         help="continue a stopped run (budget, interrupt, outage): its id under <repo>/.clover/runs, "
-        "`last` for the newest, or the run's folder; it goes on with the backend, sandbox, budgets, "
-        "policy, suite timeout and regression scope it was started with, unless options given now say "
-        "otherwise (the regression scope cannot change: the baseline was measured with it)",
+        "`last` for the newest, or the run's folder; it goes on with the backend, budgets, policy, "
+        "suite timeout and regression scope it was started with, unless options given now say "
+        "otherwise (the regression scope cannot change: the baseline was measured with it); the "
+        "sandbox is docker unless --sandbox says otherwise now",
     )
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
+    add_trust_argument(p)
     p.add_argument(
         "--regression",
         choices=REGRESSION_SCOPES,

@@ -10,12 +10,14 @@ are a usage error that says which flag belongs where (never silently ignored).
 A run records how it was started (:func:`launch_record`: the backend and its options, the sandbox,
 and what the command adds: budgets, policy, the regression scope and suite timeout), so
 ``fix --resume`` needs no flags:
-:func:`apply_launch_record` fills in what the command line leaves out.
+:func:`apply_launch_record` fills in what the command line leaves out, except the sandbox: a run
+leaves Docker only when the command line says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -23,11 +25,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from clover_agent.agent.records import RecordKey
 from clover_agent.backends import BACKEND_KINDS
 from clover_agent.errors import UsageError
 from clover_agent.launch import BackendOptions, sandbox_spec
 from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
-from clover_agent.settings import Settings
+from clover_agent.settings import (
+    REPO_CONFIG,
+    RepoSettings,
+    Settings,
+    config_digest,
+    repo_settings,
+    set_trust,
+    trusted_digest,
+    trusted_only_values,
+)
 
 DEFAULT_BACKEND = "engine"
 DEFAULT_SANDBOX = "docker"
@@ -84,12 +96,93 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def sandbox_spec_of(args: argparse.Namespace, settings: Settings, repo: Path) -> SandboxSpec:
+def sandbox_spec_of(
+    args: argparse.Namespace, settings: Settings, repo: Path, repo_config: RepoSettings
+) -> SandboxSpec:
     """The complete sandbox spec the sandbox options chose (the project's environment is built for
-    the Docker sandbox)."""
+    the Docker sandbox), with the repository's settings as :func:`repo_config_of` trusted them."""
     return sandbox_spec(
-        settings, repo, image=args.image, environment=sandbox_kind(args) == "docker", wheels=args.wheels
+        settings,
+        repo,
+        image=args.image,
+        environment=sandbox_kind(args) == "docker",
+        wheels=args.wheels,
+        repo_config=repo_config,
     )
+
+
+def add_trust_argument(p: argparse.ArgumentParser) -> None:
+    """``--trust-repo``."""
+    p.add_argument(
+        "--trust-repo",
+        action="store_true",
+        help="use the repository's .clover/config.toml whole for this run, its set-up commands, image, "
+        "packages and wheels too (a file you have not trusted with `clover-agent trust` has those "
+        "ignored; at a terminal you are asked)",
+    )
+
+
+def shown_value(value: Any) -> str:
+    """A value from a repository's file, inert on a terminal (JSON, non-ASCII escaped)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def trust_request(repo: Path) -> list[str]:
+    """What the repository's file sets that needs trust, one ``key = value`` line each."""
+    return [f"{key} = {shown_value(value)}" for key, value in trusted_only_values(repo).items()]
+
+
+def repo_config_of(
+    args: argparse.Namespace, settings: Settings, repo: Path, *, ask: bool, say: Callable[[str], None]
+) -> RepoSettings:
+    """The repository's ``.clover/config.toml`` as far as it is trusted: whole with ``--trust-repo``
+    or when the user trusted this very file for this repository (``clover-agent trust``); else,
+    when it sets a key that needs trust (:data:`~clover_agent.settings.TRUSTED_ONLY`), the user is
+    asked when ``ask`` (at a terminal; yes records the trust), and otherwise those keys are ignored
+    and ``say`` is told which, and how to trust the file."""
+    digest = config_digest(repo)
+    if digest is None:
+        return RepoSettings()
+    recorded = trusted_digest(settings, repo)
+    if getattr(args, "trust_repo", False) or recorded == digest:
+        return repo_settings(repo, trusted=True)
+    untrusted = repo_settings(repo)
+    if not untrusted.ignored:
+        return untrusted
+    changed = " (it changed since you trusted it)" if recorded else ""
+    if ask:
+        print(f"{repo / REPO_CONFIG}{changed} asks for:", file=sys.stderr)
+        for line in trust_request(repo):
+            print(f"  [sandbox] {line}", file=sys.stderr)
+        print(
+            "Set-up commands run in the sandbox with the network; wheels are copied into it.", file=sys.stderr
+        )
+        try:
+            answer = input(f"Trust this file for {repo}? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() in ("y", "yes"):
+            trusted = repo_settings(repo, trusted=True)  # a bad wheels folder: refused before recorded
+            set_trust(settings, repo, digest)
+            return trusted
+    say(
+        f"note: {REPO_CONFIG}'s {', '.join(untrusted.ignored)} ignored: you have not trusted this file for "
+        f"{repo}{changed}. Review it, then run `clover-agent trust --repo {shlex.quote(str(repo))}` (or pass "
+        "--trust-repo) to use them."
+    )
+    return untrusted
+
+
+def record_key(settings: Settings, repo: Path) -> RecordKey:
+    """The user's key for signing and checking run records (made on first use); refused when the
+    settings put it inside the repository, where the repository's own files could be it."""
+    path = settings.record_key_path.absolute()
+    if path.resolve().is_relative_to(repo.resolve()):
+        raise UsageError(
+            f"CLOVER_STATE puts the key that signs your run records ({path}) inside the repository {repo}; "
+            "set it to a folder of your own outside any repository"
+        )
+    return RecordKey.load(path)
 
 
 #: The budgets when neither the command line nor a resumed run's record gives them.
@@ -257,7 +350,8 @@ def apply_launch_record(
     flags the command line gave win. The backend is taken whole: recorded (with its options) when
     no backend option is given now, else the one the given options select. A replay recorded and
     taken again continues after the ``replay_turns_used`` turns its earlier segments used.
-    Returns the flags taken from the record (to say so)."""
+    The sandbox is never taken: a resumed run runs outside Docker only when the command line says
+    so now. Returns the flags taken from the record (to say so)."""
     taken: list[str] = []
     backend_given = args.backend is not None or any(getattr(args, name, None) for name, _, _ in BACKEND_FLAGS)
     if not backend_given and record.get("backend") in BACKEND_KINDS:
@@ -269,7 +363,7 @@ def apply_launch_record(
                 taken.append(f"{flag} {shlex.quote(str(record[name]))}")
         if args.backend == "replay":
             args.replay_start = replay_turns_used
-    for name in RECORDED_OPTIONS:
+    for name in RECORDED_OPTIONS[1:]:  # the sandbox: only as the command line says (see fix)
         if getattr(args, name, None) is None and record.get(name) is not None:
             setattr(args, name, record[name])
             taken.append(f"--{name.replace('_', '-')} {shlex.quote(str(record[name]))}")

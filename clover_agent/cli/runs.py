@@ -4,8 +4,12 @@
 calls, backend. ``runs show ID`` (or ``last``) prints the run's summary, its patch and a readable
 transcript: the run's trajectory rendered as ``fix`` renders it live (thinking one line a turn
 unless ``-v``, tool results trimmed). A run still going, or killed, has no summary yet; what its
-trajectory holds is shown. A run's files are the repository's, untrusted: all they say is shown
+trajectory holds is shown. A run's files are the repository's, untrusted: all they say is shown through
 :func:`clover_agent.safe_text.terminal_safe`.
+
+Only what this user's clover-agent wrote is read (the records are signed:
+:mod:`clover_agent.agent.records`): ``runs`` lists any other folder there as foreign, with nothing
+of its contents, and ``runs show`` refuses it.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from rich.text import Text
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryError, read_events
 from clover_agent.cli.hand_back import colored_diff
+from clover_agent.cli.options import record_key
 from clover_agent.errors import ExitCode, UsageError
 from clover_agent.events import Event, ModelResponded, TaskFinished, TaskResumed, TaskStarted
 from clover_agent.fix.console import ConsoleRenderer, make_console
-from clover_agent.fix.runs import RUNS_DIR, locate_run
-from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.fix.runs import PATCH_FILE, RUNS_DIR, SUMMARY_FILE, check_signed, locate_run, record_problem
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings
 
@@ -60,12 +64,17 @@ def _list(args: argparse.Namespace) -> int:
     repo = Path(args.repo).resolve()
     runs = repo / RUNS_DIR
     folders = sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
-    console = make_console(environ=Settings.load().environment)
+    settings = Settings.load()
+    console = make_console(environ=settings.environment)
     if not folders:
         console.print(f"no runs under {runs} (`clover-agent fix TARGET` makes one)")
         return ExitCode.OK
+    key = record_key(settings, repo)
     rows = []
     for run in folders:
+        if record_problem(run, key) is not None:
+            rows.append((ascii(run.name)[1:-1], "?", "foreign: not written by your clover-agent", "", ""))
+            continue
         summary, events = _summary(run), _events(run)
         started = next((e for e in events if isinstance(e, TaskStarted)), None)
         target = started.target if started else "?"
@@ -93,7 +102,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     repo, run = locate_run(args.run, None if args.repo == "." else Path(args.repo), flag="runs show")
-    console = make_console(environ=Settings.load().environment)
+    settings = Settings.load()
+    console = make_console(environ=settings.environment)
+    check_signed(run, record_key(settings, repo))
     summary, events = _summary(run), _events(run)
     if not events and summary is None:
         raise UsageError(f"run {run.name} has neither a trajectory nor a summary in {run}")

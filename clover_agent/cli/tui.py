@@ -8,9 +8,12 @@ import sys
 from clover_agent.cli.options import (
     add_backend_arguments,
     add_sandbox_arguments,
+    add_trust_argument,
     backend_options,
     check_repo,
     positive,
+    record_key,
+    repo_config_of,
     sandbox_kind,
     sandbox_spec_of,
 )
@@ -37,23 +40,28 @@ def _tui(args: argparse.Namespace) -> int:
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
     check_backend_options(backend, settings)  # as fix checks them
     repo = check_repo(args)  # a git repository, as for fix
+    key = record_key(settings, repo).for_kind("session")
+    configured = repo_config_of(args, settings, repo, ask=True, say=lambda text: print(text, file=sys.stderr))
     options = SessionOptions(
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=sandbox_kind(args),
-        spec=sandbox_spec_of(args, settings, repo),
+        spec=sandbox_spec_of(args, settings, repo, configured),
         policy=args.policy,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
+        record_key=key,
     )
     pick_from = None
     if args.resume == PICK:
-        pick_from = list_sessions(repo)
+        pick_from = list_sessions(repo, key)
         if not pick_from:
-            raise UsageError(f"--resume: there are no saved sessions in {repo / '.clover' / 'sessions'}")
+            raise UsageError(
+                f"--resume: there are no saved sessions of yours in {repo / '.clover' / 'sessions'}"
+            )
     elif args.resume is not None:
-        options.resume = load_session(repo, args.resume)
+        options.resume = load_session(repo, args.resume, key)
     app = CloverApp(options, pick_from=pick_from, theme=args.theme)
     return app.run() or 0
 
@@ -79,6 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repo", default=".", help="repository to work on (default: current folder)")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
+    add_trust_argument(p)
     p.add_argument(
         "--max-steps",
         type=positive(int),

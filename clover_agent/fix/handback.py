@@ -128,7 +128,7 @@ def record_outcome(report: FixReport, exit_code: int, message: str, *, command: 
     if message:
         report.message = message
     summary = report.write_summary()
-    writer = TrajectoryWriter(report.trajectory_path)
+    writer = TrajectoryWriter(report.trajectory_path, key=report.key)
     try:
         writer(
             TaskFinished(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import (
     TRAJECTORY_FILE,
     ResumeState,
@@ -35,6 +36,7 @@ from clover_agent.events import (
     TaskStarted,
     TestsRun,
 )
+from clover_agent.fix.runs import check_signed
 from clover_agent.tools.run_tests import TestFailure, TestReport
 
 EventT = TypeVar("EventT", bound=Event)
@@ -60,13 +62,15 @@ class StoppedRun:
     replay_turns_used: int = 0  # of the recorded replay file (a replay taken again continues after them)
 
 
-def load_stopped_run(run_dir: Path, target: str | None = None) -> StoppedRun:
-    """Read a run's trajectory and check that it can be resumed (see the module docstring);
-    ``target``, when given, must be the run's TARGET."""
+def load_stopped_run(run_dir: Path, key: RecordKey, target: str | None = None) -> StoppedRun:
+    """Read a run's trajectory and check that it can be resumed (see the module docstring): first
+    that ``key`` signed it (:func:`~clover_agent.fix.runs.check_signed`); ``target``, when given,
+    must be the run's TARGET."""
     run_id = run_dir.name
     trajectory = run_dir / TRAJECTORY_FILE
     if not trajectory.is_file():
         raise UsageError(f"cannot resume run {run_id}: {trajectory} does not exist")
+    check_signed(run_dir, key)
     try:
         events = read_events(trajectory)
         state = load_trajectory(trajectory) if any(isinstance(e, RunStarted) for e in events) else None

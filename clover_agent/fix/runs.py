@@ -3,6 +3,11 @@
 By default a run lives in ``<repo>/.clover/runs/<id>/`` (git-ignored by a ``.gitignore`` the folder
 holds, so the user's files are untouched); a front end may give any folder instead
 (``FixRequest.run_dir``: the CI bot's output folder).
+
+A run's records are signed with the user's key (:mod:`clover_agent.agent.records`): a folder
+there that this user's clover-agent did not write (one that came with the repository, or from a
+workspace) is refused by :func:`check_signed`, and ``fix --resume`` and ``runs show`` read nothing
+of it.
 """
 
 from __future__ import annotations
@@ -12,9 +17,15 @@ import secrets
 import time
 from pathlib import Path
 
+from clover_agent.agent.records import RecordKey
+from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.errors import UsageError
 
 RUNS_DIR = Path(".clover") / "runs"
+PATCH_FILE = "patch.diff"
+SUMMARY_FILE = "summary.json"
+#: The files of a run folder that are read back (``fix --resume``, ``runs``), and so signed.
+RECORD_FILES = (TRAJECTORY_FILE, SUMMARY_FILE, PATCH_FILE)
 #: ``--resume last`` picks the newest run folder.
 LATEST = "last"
 
@@ -73,3 +84,13 @@ def locate_run(ref: str, repo: Path | None, flag: str = "--resume") -> tuple[Pat
         return owner, folder
     repo = (repo or Path(".")).resolve()
     return repo, find_run(repo / RUNS_DIR, ref, flag)
+
+
+def record_problem(run_dir: Path, key: RecordKey) -> str | None:
+    """Why the run folder was not written by this user's clover-agent (None: it was)."""
+    return key.problem(run_dir, RECORD_FILES)
+
+
+def check_signed(run_dir: Path, key: RecordKey) -> None:
+    """:class:`UsageError` unless the run's records are this user's clover-agent's, unchanged."""
+    key.check(run_dir, RECORD_FILES, f"run {run_dir.name}")

@@ -30,7 +30,7 @@ This is the entry point every front end of the workflow calls (``clover-agent fi
 :func:`run_fix` with a :class:`FixRequest` holding a complete sandbox spec, a backend factory (called
 only once a failure is confirmed) and, optionally, the run folder. Everything lands in that folder
 (default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
-host's diff, whatever the outcome), ``summary.json`` and, until the caller hands the patch back
+host's diff, whatever the outcome), ``summary.json`` (each signed with ``record_key``: :mod:`clover_agent.agent.records`) and, until the caller hands the patch back
 (:mod:`clover_agent.fix.handback`) or discards it, the shadow repository with the exact bytes.
 
 (Over 400 lines: the workflow's steps, for a target and for a request with none, read in one place.)
@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
 from clover_agent.agent.policy import Policy
+from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
@@ -78,17 +80,14 @@ from clover_agent.fix.regression import (
     skipped_regression_report,
 )
 from clover_agent.fix.resume import StoppedRun
-from clover_agent.fix.runs import new_run_id, runs_dir
-from clover_agent.fix.stock import HandBackError, PatchSet, Stock
+from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE, new_run_id, runs_dir
+from clover_agent.fix.stock import SHADOW_DIR, HandBackError, PatchSet, Stock
 from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.fix.verdict import FIXED, FIXED_UNVERIFIED, NOT_FIXED
 from clover_agent.fix.verify import verify_patch
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
-
-PATCH_FILE = "patch.diff"
-SUMMARY_FILE = "summary.json"
 
 
 class NothingToFix(CloverError):
@@ -117,6 +116,9 @@ class FixRequest:
     request: str = ""
     launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
     keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
+    #: Signs the run's records (``fix --resume`` and ``runs`` read only signed ones); None: unsigned
+    #: (the CI bot's output folder, which nothing reads back).
+    record_key: RecordKey | None = None
 
 
 class EnvironmentNotReady(CloverError):
@@ -169,6 +171,7 @@ class FixReport:
     #: The patch made on the host (None when the workspace could not be read back).
     patch_set: PatchSet | None = None
     stock: Stock | None = None
+    key: RecordKey | None = None  # signs the RECORD_FILES
 
     @property
     def fixed(self) -> bool:
@@ -240,6 +243,10 @@ class FixReport:
         """Write ``summary.json`` (again, once the patch was handed back); returns what was written."""
         summary = self.to_dict()
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        if self.key is not None:
+            for name in (SUMMARY_FILE, PATCH_FILE):
+                if (self.run_dir / name).is_file():
+                    self.key.sign(self.run_dir, name)
         return summary
 
 
@@ -269,8 +276,10 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         run_dir = request.run_dir
     else:
         run_dir = runs_dir(request.repo) / run_id
-    report = FixReport(run_id, run_dir)
-    writer = TrajectoryWriter(report.trajectory_path, keep_stream=request.keep_stream)
+    report = FixReport(run_id, run_dir, key=request.record_key)
+    if resume is not None:  # a killed segment's shadow repository: the run makes its own
+        shutil.rmtree(run_dir / SHADOW_DIR, ignore_errors=True)
+    writer = TrajectoryWriter(report.trajectory_path, keep_stream=request.keep_stream, key=report.key)
     unsubscribe = bus.subscribe(writer)
     if resume is None:
         bus.emit(

@@ -132,7 +132,8 @@ class CloverApp(App[int]):
     async def _picked(self, session_id: str | None) -> None:
         if session_id is not None:
             try:
-                self.options.resume = load_session(self.options.repo, session_id)
+                assert self.options.record_key is not None, "a picker lists signed sessions only"
+                self.options.resume = load_session(self.options.repo, session_id, self.options.record_key)
             except CloverError as exc:
                 await self.transcript.show(Notice(text=exc.message, level="error"))
         await self.start_session()

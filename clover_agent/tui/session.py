@@ -34,8 +34,9 @@ from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import CheckpointError
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
-from clover_agent.agent.trajectory import TrajectoryWriter
+from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import ApprovalRequested, Event, EventBus, MessageAdded
@@ -76,6 +77,8 @@ class SessionOptions:
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
     resume: SavedSession | None = None
+    #: Signs the session's records (``store.SESSION_FILES``); None: unsigned, so never resumed.
+    record_key: RecordKey | None = None
 
 
 @dataclass
@@ -115,7 +118,7 @@ class TuiSession(SessionCommands):
         self.policy = policy_named(options.policy)
         self.status = SessionStatus(policy=self.policy.name)
         self.bus = EventBus()
-        self._writer = TrajectoryWriter(self.folder / "trajectory.jsonl")
+        self._writer = TrajectoryWriter(self.folder / TRAJECTORY_FILE, key=options.record_key)
         self.bus.subscribe(self._writer)
         self.bus.subscribe(deliver)
         self.bus.subscribe(self._observe)
@@ -335,7 +338,7 @@ class TuiSession(SessionCommands):
 
     def _save_info(self) -> None:
         self.info.updated = time.time()
-        write_info(self.folder, self.info)
+        write_info(self.folder, self.info, self.options.record_key)
 
     def _interrupt(self) -> None:
         """Esc: the call under way stops (``CallInterrupted`` says so) and the agent waits for a

@@ -4,7 +4,9 @@
 goes on), so a session killed at any point can be resumed from it: the conversation, the budget
 spent and the workspace patch are rebuilt by :func:`clover_agent.agent.trajectory.load_trajectory`,
 and the transcript is redrawn from the same events. ``session.json`` holds what the picker lists
-(title, times, requests) and is rewritten after each request.
+(title, times, requests) and is rewritten after each request. Both are signed with the user's key
+(:mod:`clover_agent.agent.records`): a session folder this user's clover-agent did not write is
+neither listed nor resumed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import (
     TRAJECTORY_FILE,
     ResumeState,
@@ -28,6 +31,8 @@ from clover_agent.tui import events as _tui_events  # noqa: F401 - registers the
 
 SESSIONS_DIR = Path(".clover") / "sessions"
 INDEX_FILE = "session.json"
+#: The files of a session folder that are read back, and so signed.
+SESSION_FILES = (TRAJECTORY_FILE, INDEX_FILE)
 
 
 @dataclass
@@ -65,10 +70,13 @@ def session_dir(repo: Path, session_id: str) -> Path:
     return sessions_dir(repo) / session_id
 
 
-def write_info(folder: Path, info: SessionInfo) -> None:
+def write_info(folder: Path, info: SessionInfo, key: RecordKey | None) -> None:
+    """Write ``session.json`` (signed with ``key``; None: unsigned, never resumed)."""
     temporary = folder / (INDEX_FILE + ".tmp")
     temporary.write_text(json.dumps(asdict(info), indent=2) + "\n", encoding="utf-8")
     temporary.replace(folder / INDEX_FILE)
+    if key is not None:
+        key.sign(folder, INDEX_FILE)
 
 
 def read_info(folder: Path) -> SessionInfo | None:
@@ -80,14 +88,15 @@ def read_info(folder: Path) -> SessionInfo | None:
         return None
 
 
-def list_sessions(repo: Path) -> list[SessionInfo]:
-    """The saved sessions of ``repo`` that have a trajectory, newest first."""
+def list_sessions(repo: Path, key: RecordKey) -> list[SessionInfo]:
+    """The saved sessions of ``repo`` that have a trajectory and that ``key`` signed, newest first."""
     root = repo / SESSIONS_DIR
     if not root.is_dir():
         return []
     found = []
     for folder in root.iterdir():
-        info = read_info(folder) if (folder / TRAJECTORY_FILE).is_file() else None
+        signed = (folder / TRAJECTORY_FILE).is_file() and key.problem(folder, SESSION_FILES) is None
+        info = read_info(folder) if signed else None
         if info is not None:
             found.append(info)
     return sorted(found, key=lambda info: info.updated, reverse=True)
@@ -102,16 +111,20 @@ class SavedSession:
     state: ResumeState | None  # None when no request ever ran
 
 
-def load_session(repo: Path, session_id: str) -> SavedSession:
-    """Read a saved session; every reason it cannot be resumed is a :class:`UsageError`."""
+def load_session(repo: Path, session_id: str, key: RecordKey) -> SavedSession:
+    """Read a saved session ``key`` signed; every reason it cannot be resumed is a
+    :class:`UsageError`."""
     folder = repo / SESSIONS_DIR / session_id
-    info = read_info(folder)
     trajectory = folder / TRAJECTORY_FILE
-    if info is None or not trajectory.is_file():
-        known = ", ".join(s.session_id for s in list_sessions(repo)[:3]) or "there are none"
+    if "/" in session_id or session_id in ("", ".", "..") or not trajectory.is_file():
+        known = ", ".join(s.session_id for s in list_sessions(repo, key)[:3]) or "there are none"
         raise UsageError(
             f"--resume {session_id}: no saved session of that id in {repo / SESSIONS_DIR} ({known})"
         )
+    key.check(folder, SESSION_FILES, f"session {session_id}")
+    info = read_info(folder)
+    if info is None:
+        raise UsageError(f"cannot resume session {session_id}: its {INDEX_FILE} is damaged")
     try:
         events = read_events(trajectory)
         state = load_trajectory(trajectory) if any(e.type == "run_started" for e in events) else None

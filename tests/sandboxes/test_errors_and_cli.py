@@ -16,7 +16,7 @@ from clover_agent.launch import sandbox_spec as launch_spec
 from clover_agent.sandboxes import SandboxConfigError, SandboxSpec, SandboxUnavailable, create_sandbox
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.local import LocalSandbox
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, repo_settings
 from tests.cli_process import run_cli
 from tests.sandbox_specs import sandbox_spec
 
@@ -78,7 +78,8 @@ async def test_repository_config_chooses_the_image(repo: Path) -> None:
     with pytest.raises(SandboxUnavailable, match="clover-agent-test-repo-image:x"):
         await DockerSandbox(sandbox_spec(repo)).start()
     # An explicit image in the spec (--image) wins over the repository's choice.
-    assert launch_spec(Settings.load(), repo, image="mine:1").image == "mine:1"
+    trusted = repo_settings(repo, trusted=True)
+    assert launch_spec(Settings.load(), repo, image="mine:1", repo_config=trusted).image == "mine:1"
 
 
 def test_config_defaults_and_errors(repo: Path) -> None:
@@ -89,7 +90,9 @@ def test_config_defaults_and_errors(repo: Path) -> None:
     assert launch_spec(from_env, repo).image == "env:3"
     (repo / ".clover").mkdir()
     (repo / ".clover" / "config.toml").write_text('[sandbox]\nimage = "repo:2"\n')
-    assert launch_spec(from_env, repo).image == "repo:2"  # the repository's choice wins
+    assert launch_spec(from_env, repo).image == "env:3"  # not trusted: the repository's choice is ignored
+    trusted = repo_settings(repo, trusted=True)
+    assert launch_spec(from_env, repo, repo_config=trusted).image == "repo:2"  # trusted, it wins
     (repo / ".clover" / "config.toml").write_text("[sandbox]\nsetup = 'not a list'\n")
     with pytest.raises(UsageError, match="setup must be a list"):
         launch_spec(settings, repo)

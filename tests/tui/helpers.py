@@ -11,9 +11,12 @@ from pathlib import Path
 
 from textual.pilot import Pilot
 
+from clover_agent.agent.records import RecordKey
 from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.backends.replay import ReplayBackend, load_replay
+from clover_agent.cli.options import record_key
+from clover_agent.settings import Settings
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.store import SavedSession
@@ -69,8 +72,14 @@ def make_app(
     theme: str = "dark",
 ) -> CloverApp:
     make = (lambda: ReplayBackend(backend)) if isinstance(backend, Path) else backend
-    options = SessionOptions(repo=repo, make_backend=make, sandbox_kind=sandbox, policy=policy, resume=resume)
+    options = SessionOptions(repo=repo, make_backend=make, sandbox_kind=sandbox, policy=policy, resume=resume,
+                             record_key=session_key(repo))  # fmt: skip
     return CloverApp(options, theme=theme)
+
+
+def session_key(repo: Path) -> RecordKey:
+    """The key ``clover-agent tui`` signs sessions with (in the test's own state folder)."""
+    return record_key(Settings.load(), repo).for_kind("session")
 
 
 async def wait_for(

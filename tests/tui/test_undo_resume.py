@@ -16,7 +16,17 @@ from clover_agent.tui.store import list_sessions, load_session
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage
-from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay
+from tests.tui.helpers import (
+    FIX_ADD,
+    calculator_repo,
+    call,
+    make_app,
+    send,
+    session_key,
+    turn,
+    wait_for,
+    write_replay,
+)
 
 DOC_SUBTRACT = call(
     "editor",
@@ -100,14 +110,14 @@ async def test_a_saved_session_resumes_with_its_transcript_workspace_and_convers
         session_id = first.session.session_id
         await pilot.press("ctrl+q")
 
-    saved = list_sessions(repo)
+    saved = list_sessions(repo, session_key(repo))
     assert [(s.session_id, s.title, s.requests) for s in saved] == [(session_id, "fix add", 1)]
     second = make_app(
         repo,
         write_replay(
             tmp_path / "b.jsonl", [turn("", DOC_SUBTRACT), turn("", call("finish", summary="documented"))]
         ),
-        resume=load_session(repo, session_id),
+        resume=load_session(repo, session_id, session_key(repo)),
     )
     async with second.run_test(size=(100, 30)) as pilot:
         # the transcript is redrawn from the saved events
@@ -140,7 +150,7 @@ async def test_a_saved_session_resumes_with_its_transcript_workspace_and_convers
         await wait_for(pilot, lambda: messages[1].has_class("-undone"), "request 1 marked undone")
         assert messages[2].has_class("-undone")
         await pilot.press("ctrl+q")
-    assert list_sessions(repo)[0].requests == 2
+    assert list_sessions(repo, session_key(repo))[0].requests == 2
 
 
 @pytest.mark.slow
@@ -154,8 +164,9 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: _done(first, 1), "the first session")
         await pilot.press("ctrl+q")
     replay = write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="again"))])
-    options = SessionOptions(repo=repo, make_backend=lambda: ReplayBackend(replay), sandbox_kind="local")
-    app = CloverApp(options, pick_from=list_sessions(repo))
+    options = SessionOptions(repo=repo, make_backend=lambda: ReplayBackend(replay), sandbox_kind="local",
+                             record_key=session_key(repo))  # fmt: skip
+    app = CloverApp(options, pick_from=list_sessions(repo, session_key(repo)))
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen), "the picker")
         await pilot.press("enter")

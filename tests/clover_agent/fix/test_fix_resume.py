@@ -17,8 +17,11 @@ from clover_agent.agent import load_trajectory
 from clover_agent.agent.notes import INTERRUPTED_CALL
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
+from clover_agent.cli.options import record_key
 from clover_agent.errors import ExitCode
+from clover_agent.fix.runs import RECORD_FILES
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.settings import Settings
 from tests.clover_agent.fix.test_fix import (
     REPLAY,
     calculator_repo,
@@ -35,6 +38,14 @@ pytestmark = pytest.mark.slow
 TURNS = REPLAY.read_text().splitlines()
 FIX_ADD = call("editor", command="str_replace", path="/workspace/calculator.py",
                old_str="    return a - b\n\n\ndef subtract", new_str="    return a + b\n\n\ndef subtract")  # fmt: skip
+
+
+def signed_as_yours(run: Path, repo: Path) -> None:
+    """Sign a run folder's records with the test's user key, as clover-agent signs what it writes."""
+    key = record_key(Settings.load(), repo)
+    for name in RECORD_FILES:
+        if (run / name).is_file():
+            key.sign(run, name)
 
 
 def replay_file(path: Path, lines: list[str]) -> Path:
@@ -184,15 +195,22 @@ def test_runs_that_cannot_be_resumed_are_refused_clearly(tmp_path: Path, capsys)
     assert "needs a TARGET" in refused()
     assert "no run folder there" in refused("--resume", str(tmp_path / "nowhere"))
 
+    # A damaged or copied record is not what this user's clover-agent signed: nothing of it is read.
     damaged = run.parent / "20200101-000000-damage"
     shutil.copytree(run, damaged)
     lines = recorded.splitlines(keepends=True)
     lines[3] = '{"type": "tests_run", "time": 1, "phase": "suite_bef\n'
     (damaged / TRAJECTORY_FILE).write_text("".join(lines))
     err = refused("--resume", damaged.name)
+    assert f"run {damaged.name} in {damaged} was not written by your clover-agent" in err
+    assert f"{TRAJECTORY_FILE} is not what this user's clover-agent wrote" in err
+    # Signed as it is (damaged on disk after clover-agent wrote it): the damage is named.
+    signed_as_yours(damaged, repo)
+    err = refused("--resume", damaged.name)
     assert "the trajectory is damaged" in err and f"{TRAJECTORY_FILE}:4: not valid JSON" in err
     lines[3] = '{"type": "no_such_event", "time": 1}\n'
     (damaged / TRAJECTORY_FILE).write_text("".join(lines))
+    signed_as_yours(damaged, repo)
     assert f"{TRAJECTORY_FILE}:4: not a trajectory event" in refused("--resume", damaged.name)
     shutil.rmtree(damaged)
 
@@ -284,12 +302,13 @@ def test_the_printed_command_continues_a_replay_given_on_resuming_and_repeats_ye
     rest = replay_file(tmp_path / "rest.jsonl", TURNS[2:])
     code, _, err = fix(repo, capsys, "--resume", run.name, "--replay", str(rest), "--max-steps", "1")
     assert code == ExitCode.BUDGET_EXHAUSTED, err
-    assert f"--resume {run.name} --repo {repo} --yes\n" in err + "\n"
+    # The sandbox without isolation is never taken from the record: the command repeats it.
+    assert f"--resume {run.name} --repo {repo} --sandbox local --yes\n" in err + "\n"
     code, out, err = pasted(err, capsys)  # the recorded budget: one turn, the suite run
     assert code == ExitCode.BUDGET_EXHAUSTED and "5 passed, 0 failed" in out, out + err
     code, out, err = pasted(err, capsys)  # the last turn: finish
     assert code == ExitCode.OK, out + err
-    assert f"--backend replay --replay {rest}" in out and "--sandbox local" in out
+    assert f"--backend replay --replay {rest}" in out and "(local sandbox)" in out
     assert "FIXED" in out and "Applied to" in out and "return a + b" in (repo / "calculator.py").read_text()
     events = read_events(run / TRAJECTORY_FILE)
     assert [e.launch["replay_start"] for e in events if e.type == "task_resumed"] == [0, 1, 2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import unicodedata
 from pathlib import Path
@@ -585,3 +586,233 @@ def test_at_a_terminal_the_live_area_the_confirmation_and_the_pager_show_escapes
     assert (repo / ODD_NAME).read_text().startswith('ODD = "\x1b[2J"') and FIXED_ADD in (
         repo / "calculator.py"
     ).read_text()
+
+
+# Run records and repository config
+#
+# A run folder under .clover/runs that this user's clover-agent did not write (it came with the
+# repository, or from a workspace) is never resumed or shown; a resumed run leaves Docker only when
+# the command line says so; a repository's .clover/config.toml runs no set-up command and names no
+# host folder until the user trusts it, and even then names no folder outside the repository.
+
+
+def main_output(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return code, out.out, out.err
+
+
+def marker(tmp_path: Path) -> Path:
+    """A host path no test run would create unless a command an attacker chose ran on the host."""
+    return Path("/tmp") / f"PWNED-{tmp_path.name}-{os.getpid()}"
+
+
+def test_a_run_folder_that_arrived_in_the_repository_is_never_resumed_or_shown(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: a run folder written under .clover/runs by the agent (applied: git ignores it) or
+    shipped with the repository was resumed by `fix --resume last`, with the backend, replay file
+    and `--sandbox local` its trajectory named, so its commands ran on the host."""
+    repo = calculator_repo(tmp_path)
+    code, _, err, _ = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--max-steps", "1")
+    assert code == ExitCode.BUDGET_EXHAUSTED, err
+    (mine,) = run_dirs(repo)
+    pwned = marker(tmp_path)
+    evil = write_replay(repo / "evil.jsonl", [call("shell", command=f"touch {pwned}"), FINISH])
+
+    # Copied from the real run and edited to run locally with the attacker's replay; and one made
+    # from scratch, as an agent would write it (no signature at all). Both sort after the real one.
+    edited = mine.parent / "29990101-000000-aaaaaa"
+    shutil.copytree(mine, edited)
+    lines = (edited / "trajectory.jsonl").read_text().splitlines(keepends=True)
+    started = json.loads(lines[0])
+    assert started["type"] == "task_started"
+    started["launch"].update(sandbox="local", backend="replay", replay=str(evil), replay_start=0)
+    started["sandbox"] = "local"
+    (edited / "trajectory.jsonl").write_text(json.dumps(started) + "\n" + "".join(lines[1:]))
+    scratch = mine.parent / "29990101-000000-bbbbbb"
+    scratch.mkdir()
+    (scratch / "trajectory.jsonl").write_text(json.dumps(started) + "\n" + "".join(lines[1:]))
+
+    for forged, why in ((scratch, "it has no record.mac"), (edited, "trajectory.jsonl is not what")):
+        recorded = (forged / "trajectory.jsonl").read_bytes()
+        code, out, err = main_output(capsys, "fix", "--resume", "last", "--repo", str(repo), "--yes")
+        assert code == ExitCode.USAGE, out + err
+        assert f"run {forged.name} in {forged} was not written by your clover-agent: {why}" in err
+        assert "tests" not in out and "sandbox" not in out  # nothing started
+        assert not pwned.exists() and (forged / "trajectory.jsonl").read_bytes() == recorded
+        code, out, err = main_output(capsys, "runs", "show", "last", "--repo", str(repo))
+        assert code == ExitCode.USAGE and "was not written by your clover-agent" in err
+        assert "touch" not in out + err  # nothing of its transcript shown
+        code, out, _ = main_output(capsys, "runs", "--repo", str(repo))
+        assert code == ExitCode.OK
+        assert re.search(rf"^{forged.name} +\? +foreign: not written by your clover-agent", out, re.M), out
+        assert re.search(rf"^{mine.name} +test_add +exit 6: ", out, re.M), out
+        shutil.rmtree(forged)
+
+    # The run this user's clover-agent stopped still resumes (by its id), in Docker.
+    rest = write_replay(tmp_path / "rest.jsonl", [FINISH])
+    code, out, err = main_output(capsys, "fix", "--resume", mine.name, "--repo", str(repo), "--replay", str(rest),
+                                 "--yes")  # fmt: skip
+    assert code == ExitCode.OK, out + err
+    assert "(docker sandbox)" in out and FIXED_ADD in (repo / "calculator.py").read_text()
+    assert not pwned.exists()
+
+
+def test_a_run_that_ran_without_isolation_resumes_so_only_when_the_command_line_says_so(
+    tmp_path: Path, capsys
+) -> None:
+    """The record (signed, this user's) says `--sandbox local`: resuming without the flag is
+    refused, naming it, rather than running the rest of the agent's commands on the host."""
+    repo = calculator_repo(tmp_path)
+    code, _, err, _ = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--max-steps", "1", sandbox="local")
+    assert code == ExitCode.BUDGET_EXHAUSTED, err
+    (run,) = run_dirs(repo)
+    assert f"--resume {run.name} --repo {repo} --sandbox local" in err  # the printed command says it
+    pwned = marker(tmp_path)
+    rest = write_replay(tmp_path / "rest.jsonl", [call("shell", command=f"touch {pwned}"), FINISH])
+    recorded = (run / "trajectory.jsonl").read_bytes()
+    code, out, err = main_output(
+        capsys, "fix", "--resume", run.name, "--repo", str(repo), "--replay", str(rest)
+    )
+    assert code == ExitCode.USAGE, out + err
+    assert (
+        f"run {run.name} ran in the local sandbox, without isolation" in err and "add --sandbox local" in err
+    )
+    assert not pwned.exists() and (run / "trajectory.jsonl").read_bytes() == recorded
+    code, out, err = main_output(capsys, "fix", "--resume", run.name, "--repo", str(repo), "--replay", str(rest),
+                                 "--sandbox", "docker", "--max-steps", "2", "--yes")  # fmt: skip
+    assert code == ExitCode.OK, out + err
+    assert not pwned.exists()  # the command ran, in the container
+    resumed = [
+        json.loads(x) for x in (run / "trajectory.jsonl").read_text().splitlines() if "task_resumed" in x
+    ]
+    assert [e["sandbox"] for e in resumed] == ["docker"]
+
+
+def config_repo(tmp_path: Path, config: str) -> Path:
+    repo = calculator_repo(tmp_path)
+    (repo / ".clover").mkdir(exist_ok=True)
+    (repo / ".clover" / "config.toml").write_text(config)
+    git(repo, "add", ".clover/config.toml")
+    git(repo, "commit", "-qm", "the repository's clover-agent settings")
+    return repo
+
+
+def test_an_untrusted_repository_config_runs_no_set_up_and_copies_no_host_folder(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a shipped .clover/config.toml's set-up commands ran (with the network) and its
+    `wheels = "~/..."` folder of the user's home was copied into the environment image."""
+    home = tmp_path / "home"
+    (home / "somewhere").mkdir(parents=True)
+    (home / "somewhere" / f"clover-secret-{tmp_path.name}.txt").write_text("the user's private file\n")
+    monkeypatch.setenv("HOME", str(home))
+    pwned = marker(tmp_path)
+    repo = config_repo(
+        tmp_path, f'[sandbox]\nsetup = ["touch {pwned}", "touch /tmp/setup-ran"]\nwheels = "~/somewhere"\n'
+    )
+    look = call("shell", command="ls /tmp/setup-ran; find / -name 'clover-secret-*' 2>/dev/null; echo LOOKED")
+    code, out, err, _ = fix(repo, tmp_path, capsys, [look, FIX_ADD, FINISH], "--yes")
+    assert code == ExitCode.OK, out + err
+    assert ".clover/config.toml's setup, wheels ignored: you have not trusted this file for" in err
+    assert f"clover-agent trust --repo {repo}" in err and "--trust-repo" in err
+    (run,) = run_dirs(repo)
+    seen = [
+        json.loads(x)
+        for x in (run / "trajectory.jsonl").read_text().splitlines()
+        if "tool_call_finished" in x
+    ]
+    output = seen[0].get("full_output") or seen[0]["output"]
+    assert "LOOKED" in output and "No such file" in output and "clover-secret" not in output
+    assert not pwned.exists()
+
+
+def test_a_trusted_repository_config_is_used_until_it_changes(tmp_path: Path, capsys) -> None:
+    pwned = marker(tmp_path)
+    repo = config_repo(tmp_path, f'[sandbox]\nsetup = ["touch {pwned}"]\n')
+    try:
+        # Trusted for this run by --trust-repo: its set-up runs (here in the local sandbox: on the host).
+        code, out, err, _ = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--dry-run", "--trust-repo",
+                                sandbox="local")  # fmt: skip
+        assert code == ExitCode.OK, out + err
+        assert pwned.exists() and "ignored" not in err
+        pwned.unlink()
+        shutil.rmtree(repo / ".clover" / "runs")
+        # Trusted with `clover-agent trust`, which shows what the file asks for.
+        code, out, err = main_output(capsys, "trust", "--repo", str(repo))
+        assert code == ExitCode.OK, err
+        assert f'[sandbox] setup = ["touch {pwned}"]' in out and f"trusted for {repo}" in out
+        code, out, err, _ = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--dry-run", sandbox="local")
+        assert code == ExitCode.OK and pwned.exists(), out + err
+        pwned.unlink()
+        shutil.rmtree(repo / ".clover" / "runs")
+        # A changed file (a branch, a commit, an agent's edit) is not trusted until trusted again.
+        (repo / ".clover" / "config.toml").write_text(f'[sandbox]\nsetup = ["touch {pwned}", "true"]\n')
+        code, out, err, _ = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--dry-run", sandbox="local")
+        assert code == ExitCode.OK, out + err
+        assert not pwned.exists() and "setup ignored" in err and "(it changed since you trusted it)" in err
+        code, out, _ = main_output(capsys, "trust", "--repo", str(repo), "--revoke")
+        assert code == ExitCode.OK and "no longer trusted" in out
+    finally:
+        pwned.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("wheels", ["~/somewhere", "../outside", "/tmp", "inside/../../outside", "link"])
+def test_a_trusted_repository_config_names_no_folder_outside_the_repository(
+    wheels: str, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "outside").mkdir()
+    repo = config_repo(tmp_path, f'[sandbox]\nwheels = "{wheels}"\n')
+    (repo / "link").symlink_to(tmp_path / "outside")
+    for command in (["fix", "test_add", "--trust-repo", "--replay", str(tmp_path / "x.jsonl")], ["trust"]):
+        code, out, err = main_output(capsys, *command, "--repo", str(repo))
+        assert code == ExitCode.USAGE, out + err
+        assert f"[sandbox] wheels = '{wheels}' is outside the repository" in err and "--wheels DIR" in err
+        assert not (repo / ".clover" / "runs").exists() or run_dirs(repo) == []  # nothing ran
+    code, out, err = main_output(
+        capsys, "fix", "test_add", "--replay", str(tmp_path / "x.jsonl"), "--repo", str(repo)
+    )
+    assert (
+        code == ExitCode.USAGE and "--replay" in err
+    )  # untrusted, wheels is only ignored (the replay is missing)
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_at_a_terminal_the_user_is_asked_before_a_repository_config_is_used(
+    answer: str, tmp_path: Path, own_state_folder: Path
+) -> None:
+    pwned = marker(tmp_path)
+    repo = config_repo(tmp_path, f'[sandbox]\nsetup = ["touch {pwned}"]\nwheels = "wheelhouse"\n')
+    (repo / "wheelhouse").mkdir()
+    replay = write_replay(tmp_path / "fix.jsonl", [FIX_ADD, FINISH])
+    try:
+        code, shown = run_at_a_terminal(
+            [
+                "fix",
+                "test_add",
+                "--repo",
+                str(repo),
+                "--sandbox",
+                "local",
+                "--replay",
+                str(replay),
+                "--dry-run",
+            ],
+            env={"NO_COLOR": "1"},
+            answers=[(f"Trust this file for {repo}? [y/N] ", f"{answer}\n")],
+        )
+        assert code == ExitCode.OK, shown[-3000:]
+        assert (
+            f'  [sandbox] setup = ["touch {pwned}"]' in shown and '  [sandbox] wheels = "wheelhouse"' in shown
+        )
+        trusted = (
+            json.loads((own_state_folder / "trusted-repos.json").read_text())["repos"]
+            if answer == "y"
+            else {}
+        )
+        assert pwned.exists() == (answer == "y") and (str(repo) in trusted) == (answer == "y")
+        assert ("setup, wheels ignored" in shown) == (answer == "n")
+    finally:
+        pwned.unlink(missing_ok=True)

@@ -35,10 +35,11 @@ FIX_TIMEOUT_S = 1500
 
 
 def fix(repo: Path, target: str, replay: Path) -> subprocess.CompletedProcess[str]:
-    """``clover-agent fix TARGET`` with the defaults (Docker sandbox, suite regression runs)."""
+    """``clover-agent fix TARGET`` with the defaults (Docker sandbox, suite regression runs), the
+    repository's .clover/config.toml (these tests write it) trusted."""
     return subprocess.run(
         [sys.executable, "-m", "clover_agent", "fix", target, "--repo", str(repo), "--backend", "replay",
-         "--replay", str(replay), "--yes"],
+         "--replay", str(replay), "--yes", "--trust-repo"],
         capture_output=True, text=True, timeout=FIX_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"},
     )  # fmt: skip
 
