@@ -29,6 +29,7 @@ from clover_agent.agent.records import RecordKey
 from clover_agent.backends import BACKEND_KINDS
 from clover_agent.errors import UsageError
 from clover_agent.launch import BackendOptions, sandbox_spec
+from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
 from clover_agent.settings import (
     REPO_CONFIG,
@@ -123,8 +124,8 @@ def add_trust_argument(p: argparse.ArgumentParser) -> None:
 
 
 def shown_value(value: Any) -> str:
-    """A value from a repository's file, inert on a terminal (JSON, non-ASCII escaped)."""
-    return json.dumps(value, ensure_ascii=True)
+    """A value from a repository's file as JSON, inert on a terminal (:func:`terminal_safe`)."""
+    return terminal_safe(json.dumps(value, ensure_ascii=False), single_line=True)
 
 
 def trust_request(repo: Path) -> list[str]:

@@ -73,7 +73,7 @@ def _list(args: argparse.Namespace) -> int:
     rows = []
     for run in folders:
         if record_problem(run, key) is not None:
-            rows.append((ascii(run.name)[1:-1], "?", "foreign: not written by your clover-agent", "", ""))
+            rows.append((shown_names([run.name]), "?", "foreign: not written by your clover-agent", "", ""))
             continue
         summary, events = _summary(run), _events(run)
         started = next((e for e in events if isinstance(e, TaskStarted)), None)
