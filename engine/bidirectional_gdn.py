@@ -1,6 +1,6 @@
 """The bidirectional Gated DeltaNet extension inside a block (our reading of Clover's layout).
 
-Layout and forward rule: ../shared/reference/bidirectional-gdn.md. Per GDN layer a checkpoint may
+Layout and forward rule: docs/bidirectional-gdn.md. Per GDN layer a checkpoint may
 carry ``linear_attn.conv1d_right.weight`` [conv_dim, 1, K_r] (a depthwise anti-causal convolution
 over the pre-convolution qkv rows, block-local) and ``linear_attn.bidir_mix_logits`` [num_v_heads, 2]
 (per-head softmax weights over the forward and backward branches). In block mode the layer adds the

@@ -65,7 +65,7 @@ class CloverConfig:
     max_position_embeddings: int = 32768
     tie_word_embeddings: bool = False
     model_type: str = "qwen3_5_moe_text"
-    # Decoding contract (../shared/DESIGN.md); every item can be overridden by the checkpoint.
+    # Decoding contract (docs/decoding.md); every item can be overridden by the checkpoint.
     mask_token_id: int | None = None
     block_size: int = 32
     threshold: float = 0.95

@@ -1,4 +1,4 @@
-"""The decoding contract (``DESIGN.md``) as one generator of stream events per call.
+"""The decoding contract (docs/decoding.md) as one generator of stream events per call.
 
 :class:`BlockDecoder` runs calls on one model and keeps the prefix cache between them; a
 :class:`DecodeCall` is one call: validation, counters, the pieces every mode shares (forward,

@@ -1,7 +1,7 @@
 """What one generation call asks for (:class:`SamplingParams`) and what it returns
 (:class:`GenerationResult`).
 
-Defaults are the bare decoding contract of ``DESIGN.md``: blocks of 32, LowConfidence at 0.95,
+Defaults are the bare decoding contract (docs/decoding.md): blocks of 32, LowConfidence at 0.95,
 greedy, no penalties, no thinking or end-of-response controls, no loop action. Every control is
 off until a field turns it on, so ``SamplingParams(max_new_tokens=n)`` decodes exactly as the
 contract says. A checkpoint may override the contract's block size and threshold in its

@@ -14,7 +14,7 @@ Layouts: ``fused`` experts (``mlp.experts.gate_up_proj`` [E, 2I, H] with gate ro
 ``mlp.experts.down_proj`` [E, H, I]) or ``per-expert`` (``mlp.experts.{e}.gate_proj.weight`` ...).
 Prefixes: ``model.`` with a flat ``qwen3_5_moe_text`` config, or ``model.language_model.`` with a
 nested ``qwen3_5_moe`` config (``text_config``), as multimodal Qwen3.5 checkpoints are laid out.
-``--bidirectional`` adds the extra GDN tensors of ../shared/reference/bidirectional-gdn.md.
+``--bidirectional`` adds the extra GDN tensors of docs/bidirectional-gdn.md.
 
 Vocabularies (see :mod:`clover_agent.engine.vocab`): ``small`` (546 tokens; embedding rows padded to
 576) or ``real`` (Qwen3.6, 248,320 rows). The mask token ``<|mask|>`` is the first id after the Qwen

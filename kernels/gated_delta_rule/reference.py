@@ -3,8 +3,7 @@ Clover's in-block backward scan (``BidirectionalGdn.backward_scan``), and the la
 from q, k, v to the normed output (:func:`gated_delta_net`), in the order ``engine/gdn.py`` runs it.
 
 Shapes use T tokens, Hk key heads, Hv value heads (a multiple of Hk), Dk / Dv head sizes. The
-bidirectional layout: ``/work/shared/reference/bidirectional-gdn.md`` (the repository's
-``shared/reference``).
+bidirectional layout: docs/bidirectional-gdn.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The bidirectional GDN extension against a float64 loop written from the reference document
-(../shared/reference/bidirectional-gdn.md, steps 2-5, plus step 6), and inside the whole model."""
+"""The bidirectional GDN extension against a float64 loop written from the layout's document
+(docs/bidirectional-gdn.md, steps 2-5, plus step 6), and inside the whole model."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tests.sandbox_specs import sandbox_spec
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
-# Names and parameters fixed by DESIGN.md ("extend, don't rename").
+# Names and parameters fixed by docs/tools.md ("extend, don't rename").
 DESIGNED = {
     "editor": {
         "command",
