@@ -2,7 +2,7 @@
 machine's pip configuration, cached as an image, started from the cache, and failing clearly.
 
 The projects here are tiny and local (their own code plus one small dependency from the index);
-tests/clover_agent/test_fix_real_projects.py runs ``fix`` over real third-party projects.
+tests/clover_agent/fix/test_real_projects.py runs ``fix`` over real third-party projects.
 """
 
 from __future__ import annotations
