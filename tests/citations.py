@@ -2,9 +2,9 @@
 
 The repository must not cite what it does not have: a design note a comment points to lives in
 docs/, a test named in a docstring exists. The checker reads the comments (``tokenize``) and
-docstrings (``ast``) of every ``.py`` file in the source, test, bench and script folders; nothing
-is imported or run. Each path-like word must name a file under the repository root or beside the
-citing file.
+docstrings (``ast``) of every ``.py`` file in the source, test, bench and script folders, and the
+repository's Markdown notes; nothing is imported or run. Each path-like word must name a file under
+the repository root or beside the citing file.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 from clover_agent.settings import REPO_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The folders whose ``.py`` files are read.
+#: The folders whose ``.py`` files are read (comments and docstrings).
 FOLDERS = ("clover_agent", "engine", "kernels", "tools", "sandboxes", "tests", "bench", "scripts")
+#: The repository's own notes, read whole.
+NOTES = ("README.md", "docs/*.md", "sandboxes/README.md", "bench/RESULTS.md")
 #: What a cited file's name ends with.
 EXTENSIONS = ("md", "py", "json", "toml", "jinja", "sh", "yml", "yaml")
 
@@ -29,12 +31,15 @@ _WORD = re.compile(r"[\w./~*?{}<>\[\]$-]+\.(?:" + "|".join(EXTENSIONS) + r")(?![
 #: data files named for what they are (``ops.py``, ``config.json``), not cited.
 _NOTE = re.compile(r"[A-Z][A-Z0-9_-]*\.md")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S*")
+#: What follows a file named at a past commit (``clover_agent/protocol.py`` at da20bd8).
+_AT_COMMIT = re.compile(r"`*\s+at\s+[0-9a-f]{7,40}\b")
 #: Shapes that name no file of this repository: a place in a sandbox or on a user's machine, a file
 #: of the repository the agent works on, a pattern or a placeholder.
 NOT_CITATIONS: tuple[re.Pattern[str], ...] = (
     re.compile(r"^/(?:workspace|tmp)/"),  # inside a sandbox
     re.compile(r"^~"),  # a user's home
     re.compile(r"^[ab]/"),  # a side of a diff (``a/workspace/x.py``)
+    re.compile(r"^[A-Z][A-Z_]*/"),  # under a folder given as an argument (``OUT/result.json``)
     re.compile("^" + re.escape(REPO_CONFIG.parent.as_posix()) + "/"),  # a worked-on repository's config
     re.compile(r"[*?{}<>\[\]$]"),  # a glob or a placeholder (``tests/*.py``, ``$OUT/x.json``)
 )
@@ -74,7 +79,7 @@ def _texts(source: str) -> tuple[list[tuple[int, str]], set[str]]:
 
 
 def cited_paths(text: str) -> list[tuple[int, str]]:
-    """The path-like words of one comment or docstring, with their line offset inside it."""
+    """The path-like words of one text (a comment, a docstring, a note), with their line offset in it."""
     words: list[tuple[int, str]] = []
     for offset, line in enumerate(text.splitlines()):
         line = _URL.sub(" ", line)
@@ -84,6 +89,8 @@ def cited_paths(text: str) -> list[tuple[int, str]]:
                 continue
             if line.startswith("::", match.end()):
                 continue  # a test id of the repository under test (``tests/test_x.py::test_y``)
+            if _AT_COMMIT.match(line, match.end()):
+                continue
             if any(shape.search(word) for shape in NOT_CITATIONS):
                 continue
             words.append((offset, word))
@@ -116,12 +123,27 @@ def _exists(citation: Citation, root: Path) -> bool:
     return False
 
 
-def missing(root: Path = ROOT, folders: tuple[str, ...] = FOLDERS) -> list[Citation]:
-    """Citations of files that exist neither under ``root`` nor beside the citing file."""
+def note_citations(path: Path) -> list[Citation]:
+    """The files cited anywhere in one Markdown note."""
     return [
+        Citation(path, offset + 1, word) for offset, word in cited_paths(path.read_text(encoding="utf-8"))
+    ]
+
+
+def missing(
+    root: Path = ROOT, folders: tuple[str, ...] = FOLDERS, notes: tuple[str, ...] = NOTES
+) -> list[Citation]:
+    """Citations of files that exist neither under ``root`` nor beside the citing file."""
+    found = [
         citation
         for folder in folders
         for path in sorted((root / folder).rglob("*.py"))
         for citation in citations(path)
-        if not _exists(citation, root)
     ]
+    found += [
+        citation
+        for pattern in notes
+        for path in sorted(root.glob(pattern))
+        for citation in note_citations(path)
+    ]
+    return [citation for citation in found if not _exists(citation, root)]

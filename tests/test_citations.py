@@ -1,12 +1,13 @@
 """The repository cites only files it has (tests/citations.py): every path in a docstring or comment
-of the code, tests, benchmarks and scripts exists; and the check does fail on one that does not."""
+of the code, tests, benchmarks and scripts, and in the Markdown notes, exists; and the check does
+fail on one that does not."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from tests.citations import ROOT, citations, missing
+from tests.citations import ROOT, citations, missing, note_citations
 
 
 def test_docstrings_and_comments_cite_only_files_the_repository_has() -> None:
@@ -19,14 +20,19 @@ def test_the_checker_reads_the_real_tree() -> None:
     assert "docs/decoding.md" in cited  # the module docstring's first line
     cited = {citation.path for citation in citations(ROOT / "engine" / "config.py")}
     assert "docs/decoding.md" in cited  # a comment
+    assert "docs/tools.md" in {citation.path for citation in note_citations(ROOT / "README.md")}
 
 
 def test_a_missing_file_fails_the_check(tmp_path: Path) -> None:
     """A synthetic repository: the same checker that passes on the real tree names each citation of
-    a file it lacks, in a docstring or a comment, and leaves alone what names no file of its own."""
+    a file it lacks, in a docstring, a comment or a note, and leaves alone what names no file of its
+    own."""
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
-    (root / "docs" / "here.md").write_text("a note\n")
+    (root / "docs" / "here.md").write_text(
+        "# A note\n"
+        "Rules in engine/sibling.py and docs/gone.md; writes OUT/result.json; `engine/old.py` at 1a2b3c4d.\n"
+    )
     (root / "engine").mkdir()
     (root / "engine" / "sibling.py").write_text("")
     (tmp_path / "outside.md").write_text("beside the repository, not in it\n")
@@ -54,8 +60,10 @@ def test_a_missing_file_fails_the_check(tmp_path: Path) -> None:
         ("mod.py", 3, "DESIGN.md"),
         ("mod.py", 5, "../outside.md"),
         ("mod.py", 6, elsewhere),
+        ("here.md", 2, "docs/gone.md"),
     ]
 
     (root / "docs" / "nowhere.md").write_text("now it is here\n")
     (root / "DESIGN.md").write_text("and this\n")
+    (root / "docs" / "gone.md").write_text("and this\n")
     assert [c.path for c in missing(root, ("engine",))] == ["../outside.md", elsewhere]
