@@ -34,12 +34,13 @@ def _tui(args: argparse.Namespace) -> int:
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
     from clover_agent.tui.app import CloverApp
     from clover_agent.tui.session import SessionOptions
-    from clover_agent.tui.store import list_sessions, load_session
+    from clover_agent.tui.store import list_sessions, load_session, sessions_dir
 
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
     check_backend_options(backend, settings)  # as fix checks them
     repo = check_repo(args)  # a git repository, as for fix
+    sessions_dir(repo)  # a .clover that is a symlink: refused here, before the app starts
     key = record_key(settings, repo).for_kind("session")
     configured = repo_config_of(args, settings, repo, ask=True, say=lambda text: print(text, file=sys.stderr))
     options = SessionOptions(

@@ -20,6 +20,7 @@ from pathlib import Path
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.errors import UsageError
+from clover_agent.settings import state_dir
 
 RUNS_DIR = Path(".clover") / "runs"
 PATCH_FILE = "patch.diff"
@@ -36,24 +37,8 @@ def new_run_id() -> str:
 
 
 def runs_dir(repo: Path) -> Path:
-    """``<repo>/.clover/runs``, git-ignored by a ``.gitignore`` inside it (the user's files untouched).
-
-    Refused (:class:`UsageError`) when ``.clover`` or ``.clover/runs`` is a symlink or not a
-    folder: a repository that commits one would make the run's records (and the staging folder
-    of an apply) land wherever it points."""
-    for part in (repo / RUNS_DIR.parent, repo / RUNS_DIR):
-        if part.is_symlink() or (part.exists() and not part.is_dir()):
-            what = "a symlink" if part.is_symlink() else "not a folder"
-            raise UsageError(
-                f"{part} is {what}: clover-agent keeps its run records there and will not write through "
-                "it (they could land outside the repository). Remove it, or pass another --repo."
-            )
-    path = repo / RUNS_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    ignore = path / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# clover-agent run records (trajectories, patches); not part of the project\n*\n")
-    return path
+    """``<repo>/.clover/runs`` (:func:`clover_agent.settings.state_dir`: never through a symlink)."""
+    return state_dir(repo, RUNS_DIR.name, "run records (trajectories, patches)")
 
 
 def find_run(runs: Path, ref: str, flag: str = "--resume") -> Path:

@@ -27,6 +27,7 @@ from clover_agent.agent.trajectory import (
 )
 from clover_agent.errors import UsageError
 from clover_agent.events import Event
+from clover_agent.settings import state_dir
 from clover_agent.tui import events as _tui_events  # noqa: F401 - registers the TUI's event types
 
 SESSIONS_DIR = Path(".clover") / "sessions"
@@ -57,13 +58,8 @@ def new_session_id() -> str:
 
 
 def sessions_dir(repo: Path) -> Path:
-    """``<repo>/.clover/sessions``, git-ignored by a ``.gitignore`` inside it."""
-    path = repo / SESSIONS_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    ignore = path / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# clover-agent TUI sessions (trajectories); not part of the project\n*\n")
-    return path
+    """``<repo>/.clover/sessions`` (:func:`clover_agent.settings.state_dir`: never through a symlink)."""
+    return state_dir(repo, SESSIONS_DIR.name, "TUI sessions (trajectories)")
 
 
 def session_dir(repo: Path, session_id: str) -> Path:
