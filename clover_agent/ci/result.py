@@ -105,6 +105,8 @@ def build_result(
         "shown_by": list(fix.get("shown_by") or []),
         "files_changed": list(fix.get("files_changed") or []),
         "test_files_changed": list(fix.get("test_files_changed") or []),
+        "left_out": dict(fix.get("left_out") or {}),
+        "needs_yes": dict(fix.get("needs_yes") or {}),
         "patch": {
             "file": "patch.diff",
             "status": patch_status,
@@ -216,6 +218,12 @@ def render_summary(result: dict[str, Any]) -> str:
             )
     else:
         lines.append("No file.")
+    if result["needs_yes"]:
+        lines += ["", "Review these before applying the patch (a person's yes is needed for them):", ""]
+        lines += [f"- {_code(path)}: {why}" for path, why in result["needs_yes"].items()]
+    if result["left_out"]:
+        lines += ["", "Left out of the patch (never handed back, or not read):", ""]
+        lines += [f"- {_code(path)}: {why}" for path, why in result["left_out"].items()]
     if result["agent"] and result["agent"]["summary"]:
         lines += [
             "",
