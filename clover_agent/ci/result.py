@@ -218,12 +218,14 @@ def render_summary(result: dict[str, Any]) -> str:
             )
     else:
         lines.append("No file.")
-    if result["needs_yes"]:
-        lines += ["", "Review these before applying the patch (a person's yes is needed for them):", ""]
-        lines += [f"- {_code(path)}: {why}" for path, why in result["needs_yes"].items()]
-    if result["left_out"]:
-        lines += ["", "Left out of the patch (never handed back, or not read):", ""]
-        lines += [f"- {_code(path)}: {why}" for path, why in result["left_out"].items()]
+    for key, heading in (
+        ("needs_yes", "Review these before applying the patch (a person's yes is needed for them):"),
+        ("left_out", "Left out of the patch (never handed back, or not read):"),
+    ):
+        items = list(result[key].items())
+        if items:
+            lines += ["", heading, ""] + [f"- {_code(path)}: {_code(why)}" for path, why in items[:20]]
+            lines += [f"- and {len(items) - 20} more (result.json's `{key}`)"] if len(items) > 20 else []
     if result["agent"] and result["agent"]["summary"]:
         lines += [
             "",
