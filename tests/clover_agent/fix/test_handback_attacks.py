@@ -20,11 +20,14 @@ from clover_agent.cli import main
 from clover_agent.errors import ExitCode
 from clover_agent.fix import handback
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.sandboxes import create_sandbox
+from clover_agent.tui.handback import ApplyOutcome, Handback
 from tests.ci.ci_runs import run_ci
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs, suite_passes
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git
+from tests.sandbox_specs import sandbox_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -261,6 +264,11 @@ def changed_on_host(before: dict[str, bytes], repo: Path) -> set[str]:
     return {k for k in set(after) | set(before) if after.get(k) != before.get(k)}
 
 
+def command_of(turn: str) -> str:
+    """The shell command of a replayed ``shell`` call."""
+    return turn.split("<parameter=command>\n", 1)[1].split("\n</parameter>", 1)[0]
+
+
 def commit_files(repo: Path, files: dict[str, str], message: str = "files") -> None:
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -362,8 +370,7 @@ def test_git_files_ci_workflows_and_executables_are_left_out_under_yes(tmp_path:
 def test_a_yes_at_a_terminal_applies_what_needs_one(tmp_path: Path) -> None:
     """The person's own yes (here the question's answer) applies the held files too."""
     repo = calculator_repo(tmp_path)
-    command = WRITE_NEEDS_YES.split("<parameter=command>\n", 1)[1].split("\n</parameter>", 1)[0]
-    report = asyncio.run(stocked_report(repo, tmp_path / "run", command))
+    report = asyncio.run(stocked_report(repo, tmp_path / "run", command_of(WRITE_NEEDS_YES)))
     asked = []
     code, _ = handback.hand_back(
         report, repo, mode=handback.ASK, confirm=lambda q: asked.append(q) or True, say=print
@@ -507,3 +514,32 @@ def test_the_ci_bots_patch_follows_the_same_rules(tmp_path: Path) -> None:
         in run.summary
     )
     assert "- `.github/workflows/ci.yml`: `CI or hook configuration" in run.summary
+
+
+def test_the_tuis_apply_follows_the_same_rules(tmp_path: Path) -> None:
+    """/apply in the TUI never writes what `fix` never hands back; the other files chosen go ahead."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {".gitignore": ".venv/\n"}, "ignore the environment")
+    folder = tmp_path / "session"
+    folder.mkdir()
+
+    async def session() -> tuple[list[str], ApplyOutcome]:
+        async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+            handback = Handback(sandbox, repo, folder, "session")
+            await handback.start()
+            plant = (
+                "mkdir -p .clover .venv/lib && echo x > .clover/config.toml && echo 'import os' > .venv/lib/a.pth "
+                "&& : > .gitignore"
+            )
+            result = await sandbox.exec(f"{command_of(FIX_ADD)} && {plant}", timeout=60)
+            assert result.exit_code == 0, result.output
+            snapshot, changes = await handback.changes()
+            return [c.path for c in changes], await handback.apply(snapshot, changes)
+
+    offered, outcome = asyncio.run(session())
+    assert {".clover/config.toml", ".venv/lib/a.pth", "calculator.py"} <= set(offered)
+    assert sorted(outcome.applied) == [".gitignore", "calculator.py"]  # chosen at a terminal: a yes
+    assert "never handed back" in outcome.refused[".clover/config.toml"]
+    assert "ignored by your tree" in outcome.refused[".venv/lib/a.pth"]
+    assert not (repo / ".clover" / "config.toml").exists() and not (repo / ".venv").exists()
+    assert FIXED_ADD in (repo / "calculator.py").read_text()
