@@ -44,14 +44,14 @@ CI_FOLDERS = (
 )
 
 
-def escaped(path: str) -> str:
+def _escaped(path: str) -> str:
     """``path`` with its control characters written as ``\\xNN`` (for a reason's text)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()) & 0xFF:02x}", path)
 
 
 def _static_reason(path: str) -> str | None:
     if _CONTROL.search(path):
-        return f"its name holds control characters ({escaped(path)}): refused"
+        return f"its name holds control characters ({_escaped(path)}): refused"
     parts = path.split("/")
     for folder in NEVER_FOLDERS:
         if folder in parts:
