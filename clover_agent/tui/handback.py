@@ -13,8 +13,9 @@ A file is written only when the user has not touched it: never applied before, i
 uncommitted change in the working tree (as ``fix`` hands back); applied before, its content must be
 exactly what the last apply left. What ``fix`` never hands back is never applied here either
 (:func:`clover_agent.fix.handback_paths.never_handed_back`: ``.git``, ``.clover``, what the host's
-git ignores, names with control characters): named, and the other files chosen go ahead. The chosen sections go through ``git apply --check`` first, then
-``git apply``, all at once: on a refusal nothing is written. Each apply's patch is kept in the
+git ignores, names with control characters): named, and the other files chosen go ahead. The
+chosen sections go through ``git apply --check`` first, then ``git apply``, all at once: on a
+refusal nothing is written. Each apply's patch is kept in the
 session folder (``apply-N.diff``).
 """
 
@@ -135,20 +136,23 @@ class Handback:
         return await asyncio.to_thread(self._apply_now, snapshot, chosen)
 
     def _apply_now(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
-        outcome = ApplyOutcome()
         never = never_handed_back(
             self.repo,
             [c.path for c in chosen],
             excludes=user_excludes(self.repo),
             tracked=tracked_files(self.repo),
         )
-        chosen = [c for c in chosen if c.path not in never]
+        outcome = self._apply_chosen(snapshot, [c for c in chosen if c.path not in never])
+        outcome.refused.update({path: f"is left out ({why})" for path, why in never.items()})
+        return outcome
+
+    def _apply_chosen(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
+        outcome = ApplyOutcome()
         for change in chosen:
             why = self._refusal(change)
             if why is not None:
                 outcome.refused[change.path] = why
         if outcome.refused or not chosen:
-            outcome.refused.update({path: f"is left out ({why})" for path, why in never.items()})
             return outcome
         self.applies += 1
         patch_file = self.folder / f"apply-{self.applies}.diff"
@@ -170,7 +174,6 @@ class Handback:
             self.applied_from[change.path] = snapshot
             self.applied_digest[change.path] = _digest(self.repo / change.path)
             outcome.applied.append(change.path)
-        outcome.refused.update({path: f"is left out ({why})" for path, why in never.items()})
         return outcome
 
 
