@@ -98,6 +98,22 @@ def copy_index_command(source: str, dest: str) -> str:
     return f"{{ cp {source} {dest} && TZ=UTC0 touch -t 197001010000.01 {dest}; }} 2>/dev/null || rm -f {dest}"
 
 
+def add_all_command(errors: str) -> str:
+    """Shell lines running ``git add -A .`` into the current ``GIT_INDEX_FILE`` that leave out
+    what git cannot index (a nested repository with no commit, a file it may not read) instead of
+    failing, and keep git's warnings off the output (``errors``: a file for them, removed after);
+    any other error still fails. The host's own stock names what is left out
+    (``clover_agent.fix.snapshot``), so a checkpoint or a recorded diff lacking it loses nothing."""
+    return f"""if ! git add -A --ignore-errors . 2>{errors}; then
+  if grep -v -e '^error: ' -e '^warning: ' -e '^hint: ' -e '^fatal: adding files failed$' \\
+      -e ': Permission denied$' {errors} >&2; then
+    rm -f {errors}; exit 1
+  fi
+fi
+rm -f {errors}
+"""
+
+
 #: How the workspace's diff is printed from an index holding its files (see :func:`diff_script`).
 DIFF_COMMAND = "git diff --cached --binary --no-ext-diff --no-textconv --no-color"
 
@@ -112,8 +128,8 @@ cd "$WORKSPACE"
 index=$(mktemp)
 trap 'rm -f "$index"' EXIT
 {copy_index_command(".git/index", '"$index"')}
-GIT_INDEX_FILE=$index git add -A
-GIT_INDEX_FILE=$index {DIFF_COMMAND} {base}
+export GIT_INDEX_FILE=$index
+{add_all_command('"$index.err"')}{DIFF_COMMAND} {base}
 """
 
 

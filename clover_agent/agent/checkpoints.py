@@ -7,7 +7,10 @@ every file's content, see :func:`copy_index_command`), and kept on a private ref
 so the sandbox's diff against its starting commit stays correct. It runs inside the sandbox with
 its own git, so it works the same in Docker and locally.
 
-Ignored files (build output, caches) are not part of a snapshot, and restoring leaves them alone.
+Ignored files (build output, caches) are not part of a snapshot, and restoring leaves them alone;
+nor is what git cannot index (a nested repository without a commit, an unreadable file): a
+snapshot leaves it out rather than failing
+(:func:`clover_agent.sandboxes.workspace.add_all_command`).
 
 The agent loop does not commit before every call its tool says may change the workspace (a shell
 call may; most do not): :meth:`Checkpoints.look` after such a call first asks the sandbox for a
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from clover_agent.errors import CloverError
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
-from clover_agent.sandboxes.workspace import DIFF_COMMAND, GIT_IDENTITY, copy_index_command
+from clover_agent.sandboxes.workspace import DIFF_COMMAND, GIT_IDENTITY, add_all_command, copy_index_command
 
 #: Starts a script with the workspace's files as a tree (``$tree``) on a private index, and its
 #: HEAD (``$parent``, empty in a repository without commits). Each process it starts costs a
@@ -47,8 +50,7 @@ set -e
 if [ -d .git ] && [ ! -L .git ]; then gitdir=$PWD/.git; else gitdir=$(git rev-parse --absolute-git-dir); fi
 export GIT_INDEX_FILE="$gitdir/{index}"
 {copy_index}
-git add -A .
-tree=$(git write-tree)
+{add_all}tree=$(git write-tree)
 """
 
 _PARENT = "parent=$(git rev-parse -q --verify HEAD || true)\n"
@@ -117,7 +119,9 @@ def _workspace_tree(index: str, *, copied: bool = False) -> str:
     """:data:`_WORKSPACE_TREE` on the private index ``index``; ``copied``: the runner already made
     it (:meth:`Checkpoints._private_index`), so the script does not copy it."""
     copy = "" if copied else copy_index_command('"$gitdir/index"', '"$GIT_INDEX_FILE"')
-    return _WORKSPACE_TREE.format(index=index, copy_index=copy)
+    return _WORKSPACE_TREE.format(
+        index=index, copy_index=copy, add_all=add_all_command('"$GIT_INDEX_FILE.err"')
+    )
 
 
 #: The checkpoints' private index (in the workspace's ``.git`` folder).

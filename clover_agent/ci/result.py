@@ -118,6 +118,8 @@ def build_result(
         "shown_by": list(fix.get("shown_by") or []),
         "files_changed": list(fix.get("files_changed") or []),
         "test_files_changed": list(fix.get("test_files_changed") or []),
+        "left_out": dict(fix.get("left_out") or {}),
+        "needs_yes": dict(fix.get("needs_yes") or {}),
         "patch": {
             "file": "patch.diff",
             "status": patch_status,
@@ -229,6 +231,14 @@ def render_summary(result: dict[str, Any]) -> str:
             )
     else:
         lines.append("No file.")
+    for key, heading in (
+        ("needs_yes", "Review these before applying the patch (a person's yes is needed for them):"),
+        ("left_out", "Left out of the patch (never handed back, or not read):"),
+    ):
+        items = list(result[key].items())
+        if items:
+            lines += ["", heading, ""] + [f"- {_code(path)}: {_code(why)}" for path, why in items[:20]]
+            lines += [f"- and {len(items) - 20} more (result.json's `{key}`)"] if len(items) > 20 else []
     if result["agent"] and result["agent"]["summary"]:
         lines += [
             "",

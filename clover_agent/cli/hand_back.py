@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from clover_agent.errors import CloverError, ExitCode
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.fix import handback
 from clover_agent.fix.console import write_plain
 from clover_agent.fix.figures import RunFigures, duration
@@ -159,8 +159,8 @@ def hand_back(
 ) -> int:
     """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
     the module docstring), record the command's exit code and message in the run's summary.json
-    and trajectory (:func:`clover_agent.fix.handback.record_outcome`), and return it (a
-    :class:`CloverError` for a non-zero one). ``ask`` reads one answer."""
+    and trajectory (:func:`clover_agent.fix.handback.record_outcome`; also when the apply itself
+    failed), and return it (a :class:`CloverError` for a non-zero one). ``ask`` reads one answer."""
     mode = handback.DRY_RUN if args.dry_run else handback.YES if args.yes else handback.ASK
     confirm = None
     if mode == handback.ASK and sys.stdin.isatty():
@@ -176,6 +176,10 @@ def hand_back(
             "interrupted before the patch was applied: your tree is unchanged. To apply it later: "
             + handback.apply_hint(report, repo)
         )
+    except (*RUN_ERRORS, OSError) as exc:  # host git or the file system failed: the apply undid itself
+        report.hand_back = f"failed: {message_of(exc)}"
+        code = int(exit_code_for(exc))
+        message = f"the patch was not applied: {message_of(exc)}. The patch is kept: {report.patch_path}"
     handback.record_outcome(report, code, message)
     if code != ExitCode.OK:
         raise CloverError(message or report.message, exit_code=ExitCode(code))

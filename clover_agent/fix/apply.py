@@ -6,8 +6,9 @@ not by re-running ``git apply``), after checking, for every path the patch touch
 - the user's tree holds exactly what the run started from (the blob id of its bytes, its
   executable bit, or its absence), so the result is byte for byte the tree the tests verified;
 - the user has no uncommitted change to it (``git status``, by a safe host git, file names as
-  bytes: ``café.py`` or a name with a tab is never missed), so their own work is never mixed with
-  the agent's;
+  bytes: ``café.py`` or a name with a tab is never missed) and it is not marked
+  ``--skip-worktree`` or ``--assume-unchanged`` (git hides its changes: it counts as their work),
+  so their own work is never mixed with the agent's;
 - no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
 
 Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``,
@@ -37,7 +38,7 @@ from pathlib import Path
 from types import FrameType
 
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.fix.patches import local_changes
+from clover_agent.fix.patches import hidden_work, local_changes
 from clover_agent.fix.shadow import EXECUTABLE, SYMLINK
 from clover_agent.fix.stock import PatchSet
 from clover_agent.safe_text import shown_names
@@ -107,6 +108,8 @@ def _current_id(target: Path) -> tuple[str, int]:
         st = target.lstat()
     except FileNotFoundError:
         return ZERO_OID, 0
+    except NotADirectoryError:  # a file where the patch needs a folder
+        return "", -1
     if stat.S_ISLNK(st.st_mode):
         return blob_id(os.fsencode(os.readlink(target))), SYMLINK
     if stat.S_ISREG(st.st_mode):
@@ -154,9 +157,16 @@ def _checked_staging(repo: Path, patch: PatchSet) -> Path:
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
     dirty = local_changes(repo, list(targets))
     if dirty:
+        hidden = hidden_work(repo)
+        marked = [f"{p} (marked {hidden[p]})" for p in dirty if p in hidden]
         raise PatchNotApplied(
             f"the patch was not applied: you have uncommitted changes to {shown_names(dirty)}, which it also "
             "changes. Commit or stash your changes, then apply it yourself."
+            + (
+                f" Files git hides the changes of count as your work too: {', '.join(marked)}."
+                if marked
+                else ""
+            )
         )
     moved = []
     for change in patch.changes:

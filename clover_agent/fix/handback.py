@@ -5,8 +5,11 @@ or asking at a terminal), whether the patch is applied (:func:`clover_agent.fix.
 the verified bytes, all or nothing) and returns the command's exit code and message:
 
 - only a patch whose verdict is ``fixed`` or ``fixed, suite unverified`` is offered;
-- changes beyond text edits (symlinks, binary files, executable bits: :attr:`PatchSet.to_confirm`)
-  are named in the question and need an answer at a terminal: ``--yes`` alone does not apply them;
+- changes beyond text edits (symlinks, binary files, executable bits) and the files whose paths
+  need a yes (git's files, CI configuration, executables: :attr:`PatchSet.needing_yes`) are named
+  in the question and need an answer at a terminal (:attr:`PatchSet.to_confirm`). ``--yes`` alone
+  applies none of a patch with changes beyond text edits, and the rest of a patch without the
+  files that need a yes (named);
 - a refusal (uncommitted changes to a touched file, a file that changed since the start, a path
   through a symlink) is exit 1 with the reason; a signal is exit 130, saying whether the tree is
   unchanged or fully patched.
@@ -82,14 +85,23 @@ def hand_back(
         report.hand_back = "dry run"
         say(f"Dry run: the patch was not applied. To apply it: {how}")
         return verdict_code, ""
-    if mode == YES and report.patch_set.to_confirm:
-        shown = "; ".join(f"{shown_names([p])}: {shown_names(n)}" for p, n in report.patch_set.to_confirm)
-        message = (
-            f"the patch was not applied: it holds changes beyond text edits ({shown}), which need your "
-            f"confirmation at a terminal (--yes does not cover them). Review it and apply it yourself: {how}"
-        )
-        report.hand_back = f"refused: {message}"
-        return int(ExitCode.FAILURE), message
+    held: dict[str, str] = {}  # what --yes leaves out, by its paths' rules
+    if mode == YES:
+        beyond = [(c.path, c.notes) for c in report.patch_set.changes if c.notes]
+        held = report.patch_set.needing_yes
+        rest = [c for c in report.patch_set.changes if c.path not in held]
+        if beyond or not rest:
+            shown = "; ".join(
+                f"{shown_names([p])}: {shown_names(n)}" for p, n in beyond or report.patch_set.to_confirm
+            )
+            what = "changes beyond text edits" if beyond else "only changes that need a yes"
+            message = (
+                f"the patch was not applied: it holds {what} ({shown}), which need your confirmation at a "
+                f"terminal (--yes does not cover them). Review it and apply it yourself: {how}"
+            )
+            report.hand_back = f"refused: {message}"
+            return int(ExitCode.FAILURE), message
+        patch_set = dataclasses.replace(report.patch_set, changes=rest)
     if mode == ASK:
         if confirm is None:
             report.hand_back = "no terminal to confirm"
@@ -116,7 +128,11 @@ def hand_back(
     left = [path for path in report.patch_set.files if path not in patch_set.files]
     report.hand_back = f"applied: {', '.join(files)}; not applied: {', '.join(left)}" if left else "applied"
     say(f"Applied to {repo}: {shown_names(files)}")
-    if left:
+    if held:
+        say("Not applied, they need your yes at a terminal (--yes does not cover them): "
+            + "; ".join(f"{shown_names([path])} ({terminal_safe(why, single_line=True)})" for path, why in held.items())
+            + f". The whole patch: {how}")  # fmt: skip
+    elif left:
         say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
     return verdict_code, ""
 

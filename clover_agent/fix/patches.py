@@ -9,7 +9,7 @@ import posixpath
 import re
 from pathlib import Path
 
-from clover_agent.fix.hostgit import git
+from clover_agent.fix.hostgit import git, z_list
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
 
@@ -38,25 +38,45 @@ def is_test_file(path: str) -> bool:
     )
 
 
+def _prefix(repo: Path) -> str:
+    """``repo``'s path inside its work tree (``examples/calculator/``; empty at the top)."""
+    result = git(repo, "rev-parse", "--show-prefix", check=False)
+    return result.stdout.decode("utf-8", "surrogateescape").strip()
+
+
+def hidden_work(repo: Path) -> dict[str, str]:
+    """The files of ``repo`` whose changes git hides from ``status`` by the user's choice:
+    ``path -> "--skip-worktree"`` or ``"--assume-unchanged"`` (``git ls-files -v``'s tags: ``S``,
+    or a lower-case letter). They count as the user's own work: never overwritten."""
+    result = git(repo, "ls-files", "-v", "-z", check=False)
+    found = {}
+    for entry in z_list(result.stdout):
+        tag, _, path = entry.partition(" ")
+        if tag == "S" or tag == "s":
+            found[path] = "--skip-worktree"
+        elif tag.islower():
+            found[path] = "--assume-unchanged"
+    return found
+
+
 def local_changes(repo: Path, files: list[str]) -> list[str]:
-    """Which of ``files`` (relative to ``repo``) have uncommitted changes or are untracked in the
-    user's tree, by a safe host git (:mod:`~clover_agent.fix.hostgit`: no fsmonitor, hooks or
-    filters run) with literal paths, read as bytes (``café.py``, a name with a tab or a quote is
-    never missed)."""
+    """Which of ``files`` (relative to ``repo``) are the user's own work in their tree: with
+    uncommitted changes, untracked, or marked ``--skip-worktree`` / ``--assume-unchanged``
+    (:func:`hidden_work`: git hides their changes). By a safe host git
+    (:mod:`~clover_agent.fix.hostgit`: no fsmonitor, hooks or filters run), read as bytes
+    (``café.py``, a name with a tab or a quote is never missed); no path goes on the command line
+    (``git status`` of ``repo`` as a whole, so tens of thousands of files never hit the argument
+    limit)."""
     if not files:
         return []
-    prefix = (
-        git(repo, "rev-parse", "--show-prefix", check=False).stdout.decode("utf-8", "surrogateescape").strip()
-    )
+    prefix = _prefix(repo)
     result = git(
         repo,
-        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no", "--no-renames", "--",
-        *files,
-        env={"GIT_LITERAL_PATHSPECS": "1"},
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no", "--no-renames", "--", ".",
         check=False,
     )  # fmt: skip
     wanted = set(files)
-    dirty = set()
+    dirty = {p for p in hidden_work(repo) if p in wanted}
     for entry in result.stdout.decode("utf-8", "surrogateescape").split("\0"):
         if len(entry) > 3:
             path = entry[3:]
@@ -71,9 +91,7 @@ def apply_command(repo: Path, patch_file: Path) -> list[str]:
     paths are relative to ``repo``, and ``git apply`` reads them from the work tree's top, so
     ``--directory`` puts the prefix back (without it git silently skips the files).
     """
-    prefix = (
-        git(repo, "rev-parse", "--show-prefix", check=False).stdout.decode("utf-8", "surrogateescape").strip()
-    )
+    prefix = _prefix(repo)
     command = ["git", "-C", str(repo), "apply"]
     if prefix:
         command.append(f"--directory={prefix.rstrip('/')}")

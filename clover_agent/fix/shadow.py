@@ -53,7 +53,8 @@ class Change:
 
     @property
     def notes(self) -> list[str]:
-        """What needs a second look beyond a text edit (shown, and confirmed before applying)."""
+        """What needs a second look beyond a text edit (shown, and confirmed before applying; a new
+        executable file needs a yes by its path's rules: :mod:`clover_agent.fix.handback_paths`)."""
         notes = []
         if self.new_mode == SYMLINK:
             notes.append(f"a symlink to {self.target}")
@@ -62,8 +63,6 @@ class Change:
         if self.old_mode in (REGULAR, EXECUTABLE) and self.new_mode in (REGULAR, EXECUTABLE):
             if self.old_mode != self.new_mode:
                 notes.append("executable bit " + ("set" if self.new_mode == EXECUTABLE else "cleared"))
-        elif self.status == "added" and self.new_mode == EXECUTABLE:
-            notes.append("executable")
         elif self.status == "type changed":
             notes.append("replaces a " + ("symlink" if self.old_mode == SYMLINK else "file"))
         return notes

@@ -9,9 +9,12 @@ snapshots of the workspace the host took itself, not anything git printed inside
    (a daemon cannot change the workspace while or after it is read), then the files that differ
    from the start are read and become the ``final`` commit, and :class:`PatchSet` holds the
    patch and its changes. What cannot be handed back is left out of ``final`` (the start's
-   version stays) and named: a symlink pointing outside the repository, a file over
-   :data:`MAX_FILE_BYTES`, changes past :data:`MAX_PATCH_BYTES` in all, FIFOs, sockets, devices,
-   nested repositories, unreadable entries.
+   version stays) and named: what is never handed back
+   (:func:`~clover_agent.fix.handback_paths.never_handed_back`: ``.git``, ``.clover``, what the
+   host's git ignores, names with control characters), a symlink pointing outside the
+   repository, a file over :data:`MAX_FILE_BYTES`, changes past :data:`MAX_PATCH_BYTES` in all,
+   FIFOs, sockets, devices, nested repositories, unreadable entries, and what lies in a folder
+   left out so (never deleted for it).
 3. :meth:`Stock.make_like_final` makes a fresh sandbox's workspace exactly ``final`` (every file
    that differs written, every extra one removed, then checked again), so the tests that verify
    the patch run on the bytes that are handed back.
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.errors import CloverError
+from clover_agent.fix.handback_paths import needs_yes, never_handed_back
 from clover_agent.fix.shadow import EXECUTABLE, REGULAR, SYMLINK, Change, ShadowRepo
 from clover_agent.fix.snapshot import Snapshot, file_bytes, take_snapshot, tracked_files, user_excludes
 from clover_agent.sandboxes.base import Put, Sandbox, TreeEntry
@@ -60,9 +64,21 @@ class PatchSet:
         return [c.path for c in self.changes]
 
     @property
+    def needing_yes(self) -> dict[str, str]:
+        """``path -> why`` for the changes a person must say yes to by their paths' rules
+        (:func:`~clover_agent.fix.handback_paths.needs_yes`: git's files, CI, executables); ``--yes``
+        alone applies the rest of the patch without them."""
+        found = {c.path: needs_yes(c.path, c.new_mode) for c in self.changes}
+        return {path: why for path, why in found.items() if why is not None}
+
+    @property
     def to_confirm(self) -> list[tuple[str, list[str]]]:
-        """``(path, notes)`` for changes beyond text edits: symlinks, binary files, mode changes."""
-        return [(c.path, c.notes) for c in self.changes if c.notes]
+        """``(path, notes)`` for every change that needs a person's yes: beyond text edits
+        (symlinks, binary files, mode changes: ``--yes`` alone applies none of the patch then) or
+        :attr:`needing_yes`."""
+        held = self.needing_yes
+        notes = [(c.path, c.notes + ([held[c.path]] if c.path in held else [])) for c in self.changes]
+        return [(path, found) for path, found in notes if found]
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -78,6 +94,7 @@ class PatchSet:
                 for c in self.changes
             ],
             "left_out": self.left_out,
+            "needs_yes": self.needing_yes,
         }
 
 
@@ -94,6 +111,11 @@ def link_escapes(path: str, target: str | None) -> bool:
         return True
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     return joined == ".." or joined.startswith("../") or joined.split("/")[0] == ".git"
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 class Stock:
@@ -136,14 +158,23 @@ class Stock:
         start = self.start
         now = await self._snapshot(sandbox, self.keep | set(start.entries))
         left_out = {p: why for p, why in now.left_out.items() if p not in start.left_out}
+        unread = set(left_out)  # entries never read: what was there stays as it was
         changed = sorted(p for p in set(start.entries) | set(now.entries) if start.differs(p, now))
+        refused = never_handed_back(self.repo, changed, excludes=self.excludes, tracked=self.keep)
         end = dict(start.entries)
         writes: list[TreeEntry] = []
         budget = MAX_PATCH_BYTES
         for path in changed:
             entry = now.entries.get(path)
+            if path in refused:
+                left_out[path] = refused[path]
+                continue
             if entry is None:
-                if path in left_out:  # replaced by something that is never read: left as it was
+                if path in unread:  # replaced by something that is never read
+                    continue
+                folder = next((f for f in _parents(path) if f in unread), None)
+                if folder is not None:  # in a folder that could not be read, or became a repository
+                    left_out[path] = f"in {folder}, which was left out: kept as it is in your tree"
                     continue
                 end.pop(path, None)
                 continue

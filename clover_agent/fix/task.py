@@ -70,7 +70,7 @@ from clover_agent.events import (
 )
 from clover_agent.fix import evidence
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
-from clover_agent.fix.patches import is_test_file
+from clover_agent.fix.patches import hidden_work, is_test_file
 from clover_agent.fix.regression import (
     DEFAULT_SCOPE,
     NO_REGRESSION_RUN,
@@ -229,6 +229,7 @@ class FixReport:
             "test_files_changed": self.test_files_changed,
             "changes": [] if self.patch_set is None else self.patch_set.to_dict()["changes"],
             "left_out": self.left_out,
+            "needs_yes": {} if self.patch_set is None else self.patch_set.to_dict()["needs_yes"],
             "agent": None
             if self.agent is None
             else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
@@ -344,6 +345,17 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
     # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
     request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
     report.stock = stock = Stock(report.run_dir, request.repo)
+    hidden = hidden_work(request.repo)
+    if hidden:  # git hides their changes from `status`; the apply's guard still sees them
+        shown = ", ".join(f"{path} ({flag})" for path, flag in list(hidden.items())[:10])
+        more = f" and {len(hidden) - 10} more" if len(hidden) > 10 else ""
+        bus.emit(
+            ErrorReported(
+                kind="your tree",
+                message=f"{shown}{more}: marked so git hides their changes; they count as your own work, "
+                "and a patch that changes them is not applied",
+            )
+        )
     bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:

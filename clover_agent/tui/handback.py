@@ -11,8 +11,11 @@ and an addition, each accepted on its own):
 
 A file is written only when the user has not touched it: never applied before, it must have no
 uncommitted change in the working tree (as ``fix`` hands back); applied before, its content must be
-exactly what the last apply left. The chosen sections go through ``git apply --check`` first, then
-``git apply``, all at once: on a refusal nothing is written. Each apply's patch is kept in the
+exactly what the last apply left. What ``fix`` never hands back is never applied here either
+(:func:`clover_agent.fix.handback_paths.never_handed_back`: ``.git``, ``.clover``, what the host's
+git ignores, names with control characters): named, and the other files chosen go ahead. The
+chosen sections go through ``git apply --check`` first, then ``git apply``, all at once: on a
+refusal nothing is written. Each apply's patch is kept in the
 session folder (``apply-N.diff``).
 """
 
@@ -28,7 +31,9 @@ from pathlib import Path
 
 from clover_agent.agent.checkpoints import Checkpoints
 from clover_agent.errors import CloverError
+from clover_agent.fix.handback_paths import never_handed_back
 from clover_agent.fix.patches import apply_command, changed_files, local_changes
+from clover_agent.fix.snapshot import tracked_files, user_excludes
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 
@@ -131,6 +136,17 @@ class Handback:
         return await asyncio.to_thread(self._apply_now, snapshot, chosen)
 
     def _apply_now(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
+        never = never_handed_back(
+            self.repo,
+            [c.path for c in chosen],
+            excludes=user_excludes(self.repo),
+            tracked=tracked_files(self.repo),
+        )
+        outcome = self._apply_chosen(snapshot, [c for c in chosen if c.path not in never])
+        outcome.refused.update({path: f"is left out ({why})" for path, why in never.items()})
+        return outcome
+
+    def _apply_chosen(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
         outcome = ApplyOutcome()
         for change in chosen:
             why = self._refusal(change)

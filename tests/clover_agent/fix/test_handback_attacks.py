@@ -8,6 +8,7 @@ Each ends with the user's tree either untouched or exactly the verified result, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,12 +21,18 @@ import pytest
 
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
+from clover_agent.fix import handback
 from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
 from clover_agent.safe_text import terminal_safe
+from clover_agent.sandboxes import create_sandbox
+from clover_agent.tui.handback import ApplyOutcome, Handback
+from tests.ci.ci_runs import run_ci
 from tests.cli_process import run_at_a_terminal
+from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs, suite_passes
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import STORED_SECRETS, git, store_credentials
+from tests.sandbox_specs import sandbox_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -816,3 +823,292 @@ def test_at_a_terminal_the_user_is_asked_before_a_repository_config_is_used(
         assert ("setup, wheels ignored" in shown) == (answer == "n")
     finally:
         pwned.unlink(missing_ok=True)
+
+
+# Paths never handed back, and the user's tree -----------------------------------------------------
+
+
+def changed_on_host(before: dict[str, bytes], repo: Path) -> set[str]:
+    after = tree(repo)
+    return {k for k in set(after) | set(before) if after.get(k) != before.get(k)}
+
+
+def command_of(turn: str) -> str:
+    """The shell command of a replayed ``shell`` call."""
+    return turn.split("<parameter=command>\n", 1)[1].split("\n</parameter>", 1)[0]
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str = "files") -> None:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+
+
+def test_run_records_and_settings_written_under_clover_are_never_handed_back(tmp_path: Path, capsys) -> None:
+    """Before: `.clover/runs/<id>/...` and `.clover/config.toml` written by the agent were applied
+    (git ignores the run folder on the host, so `git status` stayed clean) and `--resume` ran them."""
+    repo = calculator_repo(tmp_path)
+    plant = call(
+        "shell",
+        command="mkdir -p .clover/runs/20990101-evil && echo '{}' > .clover/runs/20990101-evil/summary.json "
+        "&& printf '[setup]\\ncommands = [\"sh ./pwn.sh\"]\\n' > .clover/config.toml && mkdir -p sub/.clover "
+        "&& echo x > sub/.clover/config.toml",
+    )
+    code, out, _, summary = fix(repo, tmp_path, capsys, [FIX_ADD, plant, FINISH], "--yes", sandbox="local")
+    assert code == ExitCode.OK, out
+    assert summary["files_changed"] == ["calculator.py"] and summary["hand_back"] == "applied"
+    planted = [".clover/config.toml", ".clover/runs/20990101-evil/summary.json", "sub/.clover/config.toml"]
+    assert sorted(summary["left_out"]) == planted
+    assert all("never handed back" in summary["left_out"][p] for p in planted)
+    assert "left out    .clover/config.toml: inside .clover/: never handed back" in out
+    assert not (repo / ".clover" / "config.toml").exists() and not (repo / "sub").exists()
+    assert [p.name for p in (repo / ".clover" / "runs").iterdir() if p.is_dir()] == [summary["run_id"]]
+    assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
+
+
+def test_files_the_host_ignores_are_left_out_even_when_the_agent_unignores_them(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: a `.pth` file under the host-ignored `.venv` (which runs at the next `python`
+    start) was applied without being shown once the agent emptied the workspace's .gitignore."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {".gitignore": ".venv/\n"}, "ignore the environment")
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / ".gitignore").write_text("*\n")  # as `python -m venv` writes it
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (repo / "build").mkdir()
+    (repo / "build" / ".gitignore").write_text("*\n")  # ignored only by its own .gitignore, on the host
+    before = tree(repo)
+    pth = ".venv/lib/python3.11/site-packages/evil.pth"
+    plant = call(
+        "shell",
+        command=f"mkdir -p {pth.rsplit('/', 1)[0]} build && echo 'import os; os.system(\"touch /tmp/pwned\")' > {pth} "
+        "&& echo 'x = 1' > build/gen.py && printf '!.venv/\\n' > .gitignore && git status --short | head",
+    )
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, plant, FINISH], "--yes")
+    assert code == ExitCode.OK, out + err
+    assert changed_on_host(before, repo) == {"calculator.py"}
+    assert not (repo / pth).exists() and (repo / ".gitignore").read_text() == ".venv/\n"
+    assert summary["left_out"][pth].startswith("ignored by your tree (")
+    assert "ignored by your tree (build/.gitignore:1: *)" in summary["left_out"]["build/gen.py"]
+    assert f"left out    {pth}: ignored by your tree" in out
+    # the workspace's .gitignore, edited to un-ignore it, is itself held back under --yes, named
+    assert summary["needs_yes"] == {".gitignore": ".gitignore: changes how git treats your files"}
+    assert summary["hand_back"] == "applied: calculator.py; not applied: .gitignore"
+    assert "Not applied, they need your yes at a terminal" in out
+    assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
+
+
+NEEDS_YES = {
+    ".gitattributes": "* filter=evil\n",
+    ".gitignore": "calculator.py\n",
+    ".github/workflows/ci.yml": "on: push\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: ./pwn}]}}\n",
+    "tools/run.sh": "#!/bin/sh\nsh ./pwn.sh\n",
+}
+WRITE_NEEDS_YES = call(
+    "shell",
+    command="mkdir -p .github/workflows tools && printf '* filter=evil\\n' > .gitattributes "
+    "&& printf 'calculator.py\\n' > .gitignore "
+    "&& printf 'on: push\\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: ./pwn}]}}\\n' > .github/workflows/ci.yml "
+    "&& printf '#!/bin/sh\\nsh ./pwn.sh\\n' > tools/run.sh && chmod +x tools/run.sh",
+)
+
+
+def test_git_files_ci_workflows_and_executables_are_left_out_under_yes(tmp_path: Path, capsys) -> None:
+    """Before: with --yes, .gitattributes/.gitignore/a workflow were applied as plain text edits."""
+    repo = calculator_repo(tmp_path)
+    before = tree(repo)
+    code, out, _, summary = fix(
+        repo, tmp_path, capsys, [FIX_ADD, WRITE_NEEDS_YES, FINISH], "--yes", sandbox="local"
+    )
+    assert code == ExitCode.OK, out
+    assert changed_on_host(before, repo) == {"calculator.py"}
+    assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
+    assert sorted(summary["needs_yes"]) == sorted(NEEDS_YES)
+    assert summary["needs_yes"]["tools/run.sh"] == "an executable file"
+    assert "CI or hook configuration" in summary["needs_yes"][".github/workflows/ci.yml"]
+    assert summary["hand_back"].startswith("applied: calculator.py; not applied: ")
+    (held,) = [line for line in out.splitlines() if line.startswith("Not applied, they need your yes")]
+    assert all(path in held for path in NEEDS_YES)
+    changed = next(line for line in out.splitlines() if line.startswith("  changed"))
+    assert "tools/run.sh (an executable file)" in changed
+
+
+def test_a_yes_at_a_terminal_applies_what_needs_one(tmp_path: Path) -> None:
+    """The person's own yes (here the question's answer) applies the held files too."""
+    repo = calculator_repo(tmp_path)
+    report = asyncio.run(stocked_report(repo, tmp_path / "run", command_of(WRITE_NEEDS_YES)))
+    asked = []
+    code, _ = handback.hand_back(
+        report, repo, mode=handback.ASK, confirm=lambda q: asked.append(q) or True, say=print
+    )
+    assert code == ExitCode.OK and report.hand_back == "applied"
+    assert "tools/run.sh (an executable file)" in asked[0]
+    for path, text in NEEDS_YES.items():
+        assert (repo / path).read_text() == text
+    assert os.access(repo / "tools" / "run.sh", os.X_OK)
+
+
+def test_file_names_with_control_characters_are_refused_and_named(tmp_path: Path, capsys) -> None:
+    """Before: a name of escape sequences or backspaces was applied, hiding itself from the lines
+    that name the changed files."""
+    repo = calculator_repo(tmp_path)
+    names = ["evil\x1b[2Kname.py", "\b\b\b\bhidden.py", "line\nbreak.py"]
+    plant = call(
+        "shell",
+        command="touch \"$(printf 'evil\\033[2Kname.py')\" \"$(printf '\\b\\b\\b\\bhidden.py')\" "
+        "\"$(printf 'line\\nbreak.py')\" && ls | wc -l",
+    )
+    code, out, _, summary = fix(repo, tmp_path, capsys, [FIX_ADD, plant, FINISH], "--yes")
+    assert code == ExitCode.OK, out
+    assert summary["files_changed"] == ["calculator.py"] and summary["hand_back"] == "applied"
+    assert sorted(summary["left_out"]) == sorted(names)
+    assert all("control characters" in why for why in summary["left_out"].values())
+    assert "evil\\x1b[2Kname.py" in out and "\\x08\\x08\\x08\\x08hidden.py" in out
+    assert not [p for p in os.listdir(repo) if any(ord(c) < 0x20 for c in p)]
+    assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
+
+
+@pytest.mark.parametrize("flag", ["--skip-worktree", "--assume-unchanged"])
+def test_files_git_hides_the_changes_of_are_the_users_work(flag: str, tmp_path: Path, capsys) -> None:
+    """Before: a file marked --skip-worktree / --assume-unchanged with the user's uncommitted edits
+    was overwritten by the agent's version (git status shows no change for it)."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {"settings.py": "DEBUG = False\n"}, "settings")
+    git(repo, "update-index", flag, "settings.py")
+    mine = "DEBUG = True  # my local setting\n"
+    (repo / "settings.py").write_text(mine)
+    assert git(repo, "status", "--porcelain") == ""  # git hides it
+    before = tree(repo)
+    edit = call("shell", command="echo 'AGENT = 1' >> settings.py")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, edit, FINISH], "--yes", sandbox="local")
+    assert f"settings.py ({flag}): marked so git hides their changes" in out + err  # warned at the start
+    assert code == ExitCode.FAILURE and summary["fixed"] and summary["hand_back"].startswith("refused:")
+    assert "uncommitted changes to settings.py" in err and f"settings.py (marked {flag})" in err
+    assert tree(repo) == before and (repo / "settings.py").read_text() == mine
+
+
+def test_a_path_the_sandbox_cannot_read_is_never_deleted_on_the_host(tmp_path: Path, capsys) -> None:
+    """Before: a folder made unreadable in the sandbox (chmod 000) had its files deleted on the host."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {"data/table.csv": "a,b\n1,2\n", "notes.txt": "notes\n"}, "data")
+    before = tree(repo)
+    hide = call("shell", command="echo more >> notes.txt && chmod 000 data notes.txt && ls -la | head -20")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, hide, FINISH], "--yes")
+    assert code == ExitCode.OK, out + err
+    assert changed_on_host(before, repo) == {"calculator.py"}
+    assert (repo / "data" / "table.csv").read_text() == "a,b\n1,2\n"
+    assert (repo / "notes.txt").read_text() == "notes\n"
+    assert summary["files_changed"] == ["calculator.py"]
+    assert {"data", "data/table.csv", "notes.txt"} <= set(summary["left_out"])
+    assert "kept as it is in your tree" in summary["left_out"]["data/table.csv"]
+    assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
+
+
+def test_tens_of_thousands_of_new_files_never_hit_the_argument_limit(tmp_path: Path, capsys) -> None:
+    """Before: host git got every path on its command line ("Argument list too long") while
+    summary.json and the trajectory said exit 0."""
+    repo = calculator_repo(tmp_path)
+    folder = "gen/" + "long-folder-name-" * 4  # 30,000 paths of ~80 bytes: past the 2 MiB argv limit
+    many = call(
+        "shell",
+        command=f"mkdir -p {folder} && seq 30000 | split -l 1 -a 4 - {folder}/f- && ls {folder} | wc -l",
+    )
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, many, FINISH], "--yes", sandbox="local")
+    assert "Argument list too long" not in out + err
+    assert code == ExitCode.OK and summary["hand_back"] == "applied", err[-2000:]
+    assert len(os.listdir(repo / folder)) == 30000 and (repo / folder / "f-aaab").read_text() == "2\n"
+    assert FIXED_ADD in (repo / "calculator.py").read_text()
+
+
+def test_a_failure_while_applying_is_the_recorded_exit_code(tmp_path: Path, capsys) -> None:
+    """A file the user makes where the patch needs a folder (after the run copied the tree) stops
+    the apply; summary.json and the trajectory say exit 1, not the verdict's 0, and nothing is left
+    behind."""
+    repo = calculator_repo(tmp_path)
+    # the local sandbox runs on the host: the "user" makes `gen` a file once the copy was taken
+    race = call("shell", command=f"mkdir gen && echo new > gen/x.py && echo mine > {repo}/gen")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, race, FINISH], "--yes", sandbox="local")
+    assert code == ExitCode.FAILURE and summary["fixed"], out + err
+    assert summary["hand_back"].startswith("refused:") and "gen/x.py" in err
+    assert (repo / "gen").read_text() == "mine\n" and "return a - b" in (repo / "calculator.py").read_text()
+    assert [p.name for p in (repo / ".clover").iterdir()] == ["runs"]  # no staging folder left
+
+
+def test_a_nested_repository_and_a_fifo_are_left_out_without_breaking_the_checkpoints(
+    tmp_path: Path, capsys
+) -> None:
+    """Before: `git init sub` or a FIFO in the workspace made the next checkpoint fail (git's
+    warnings and errors broke it) and the run ended there."""
+    repo = calculator_repo(tmp_path)
+    before = tree(repo)
+    nest = call(
+        "shell",
+        command="git init -q sub && echo x > sub/a.txt && git init -q done && echo y > done/b.txt "
+        "&& git -C done add -A && git -C done -c user.name=a -c user.email=a@b commit -qm c && mkfifo pipe",
+    )
+    later = call("shell", command="echo '# checked' >> calculator.py")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [nest, FIX_ADD, later, FINISH], "--yes")
+    assert code == ExitCode.OK, out + err
+    assert "could not snapshot" not in out + err
+    assert {"sub", "done", "pipe"} <= set(summary["left_out"])
+    assert "nested git repository" in summary["left_out"]["sub"] and "FIFO" in summary["left_out"]["pipe"]
+    assert changed_on_host(before, repo) == {"calculator.py"}
+    text = (repo / "calculator.py").read_text()
+    assert FIXED_ADD in text and text.endswith("# checked\n") and suite_passes(repo)
+
+
+def test_the_ci_bots_patch_follows_the_same_rules(tmp_path: Path) -> None:
+    """The CI bot's patch.diff leaves out what `fix` never hands back and names what needs a yes."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {".gitignore": ".venv/\n"}, "ignore the environment")
+    plant = call(
+        "shell",
+        command="mkdir -p .clover .venv/lib .github/workflows && echo x > .clover/config.toml "
+        "&& echo 'import os' > .venv/lib/evil.pth && echo 'on: push' > .github/workflows/ci.yml && : > .gitignore",
+    )
+    replay = write_replay(tmp_path / "ci.jsonl", [FIX_ADD, plant, FINISH])
+    run = run_ci(repo, tmp_path / "out", "--task", "Adding numbers is wrong", "--target",
+                 "tests/test_calculator.py::test_add", "--backend", "replay", "--replay", str(replay))  # fmt: skip
+    assert run.code == 0, run.stderr
+    result = run.result
+    assert sorted(result["left_out"]) == [".clover/config.toml", ".venv/lib/evil.pth"]
+    assert sorted(result["needs_yes"]) == [".github/workflows/ci.yml", ".gitignore"]
+    assert sorted(result["files_changed"]) == [".github/workflows/ci.yml", ".gitignore", "calculator.py"]
+    assert "evil.pth" not in run.patch and ".clover" not in run.patch and "+    return a + b" in run.patch
+    assert (
+        "- `.venv/lib/evil.pth`: `ignored by your tree (.gitignore:1: .venv/): never handed back`"
+        in run.summary
+    )
+    assert "- `.github/workflows/ci.yml`: `CI or hook configuration" in run.summary
+
+
+def test_the_tuis_apply_follows_the_same_rules(tmp_path: Path) -> None:
+    """/apply in the TUI never writes what `fix` never hands back; the other files chosen go ahead."""
+    repo = calculator_repo(tmp_path)
+    commit_files(repo, {".gitignore": ".venv/\n"}, "ignore the environment")
+    folder = tmp_path / "session"
+    folder.mkdir()
+
+    async def session() -> tuple[list[str], ApplyOutcome]:
+        async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+            handback = Handback(sandbox, repo, folder, "session")
+            await handback.start()
+            plant = (
+                "mkdir -p .clover .venv/lib && echo x > .clover/config.toml && echo 'import os' > .venv/lib/a.pth "
+                "&& : > .gitignore"
+            )
+            result = await sandbox.exec(f"{command_of(FIX_ADD)} && {plant}", timeout=60)
+            assert result.exit_code == 0, result.output
+            snapshot, changes = await handback.changes()
+            return [c.path for c in changes], await handback.apply(snapshot, changes)
+
+    offered, outcome = asyncio.run(session())
+    assert {".clover/config.toml", ".venv/lib/a.pth", "calculator.py"} <= set(offered)
+    assert sorted(outcome.applied) == [".gitignore", "calculator.py"]  # chosen at a terminal: a yes
+    assert "never handed back" in outcome.refused[".clover/config.toml"]
+    assert "ignored by your tree" in outcome.refused[".venv/lib/a.pth"]
+    assert not (repo / ".clover" / "config.toml").exists() and not (repo / ".venv").exists()
+    assert FIXED_ADD in (repo / "calculator.py").read_text()
