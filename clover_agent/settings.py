@@ -73,32 +73,6 @@ DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "CLO
 REPO_CONFIG = Path(".clover") / "config.toml"
 
 
-def state_dir(repo: Path, name: str, what: str) -> Path:
-    """``<repo>/.clover/<name>`` (made when missing), git-ignored by a ``.gitignore`` inside it:
-    where clover-agent keeps ``what`` (run records, TUI sessions) for that repository.
-
-    Refused (:class:`UsageError`) when ``.clover``, the folder or its ``.gitignore`` is a symlink or
-    of the wrong kind: a repository that commits one would make the records land wherever it points.
-    Every ``.clover`` folder clover-agent writes is made here."""
-    for part in (repo / ".clover", repo / ".clover" / name):
-        if part.is_symlink() or (part.exists() and not part.is_dir()):
-            kind = "a symlink" if part.is_symlink() else "not a folder"
-            raise UsageError(
-                f"{part} is {kind}: clover-agent keeps its {what} there and will not write through it "
-                "(they could land outside the repository). Remove it, or pass another --repo."
-            )
-    path = repo / ".clover" / name
-    path.mkdir(parents=True, exist_ok=True)
-    ignore = path / ".gitignore"
-    if ignore.is_symlink() or (os.path.lexists(ignore) and not ignore.is_file()):
-        raise UsageError(f"{ignore} is not a plain file: clover-agent will not write through it. Remove it.")
-    if not ignore.exists():
-        fd = os.open(ignore, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"# clover-agent {what}; not part of the project\n*\n")
-    return path
-
-
 def _home_default(env: Mapping[str, str]) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent"
 

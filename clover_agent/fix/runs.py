@@ -17,10 +17,9 @@ import secrets
 import time
 from pathlib import Path
 
-from clover_agent.agent.records import RecordKey
+from clover_agent.agent.records import RecordKey, state_dir
 from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.errors import UsageError
-from clover_agent.settings import state_dir
 
 RUNS_DIR = Path(".clover") / "runs"
 PATCH_FILE = "patch.diff"
@@ -37,7 +36,7 @@ def new_run_id() -> str:
 
 
 def runs_dir(repo: Path) -> Path:
-    """``<repo>/.clover/runs`` (:func:`clover_agent.settings.state_dir`: never through a symlink)."""
+    """``<repo>/.clover/runs`` (:func:`clover_agent.agent.records.state_dir`: never through a symlink)."""
     return state_dir(repo, RUNS_DIR.name, "run records (trajectories, patches)")
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from clover_agent.agent.records import RecordKey
+from clover_agent.agent.records import RecordKey, state_dir
 from clover_agent.agent.trajectory import (
     TRAJECTORY_FILE,
     ResumeState,
@@ -27,7 +27,6 @@ from clover_agent.agent.trajectory import (
 )
 from clover_agent.errors import UsageError
 from clover_agent.events import Event
-from clover_agent.settings import state_dir
 from clover_agent.tui import events as _tui_events  # noqa: F401 - registers the TUI's event types
 
 SESSIONS_DIR = Path(".clover") / "sessions"
@@ -58,7 +57,7 @@ def new_session_id() -> str:
 
 
 def sessions_dir(repo: Path) -> Path:
-    """``<repo>/.clover/sessions`` (:func:`clover_agent.settings.state_dir`: never through a symlink)."""
+    """``<repo>/.clover/sessions`` (:func:`clover_agent.agent.records.state_dir`: never through a symlink)."""
     return state_dir(repo, SESSIONS_DIR.name, "TUI sessions (trajectories)")
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.agent.records import state_dir
 from clover_agent.errors import UsageError
 from clover_agent.fix.runs import runs_dir
-from clover_agent.settings import state_dir
 from clover_agent.tui.store import sessions_dir
 from tests.cli_process import run_at_a_terminal
 from tests.git_repos import make_repo
