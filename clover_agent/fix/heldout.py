@@ -25,7 +25,9 @@ from clover_agent.fix.stock import PatchSet
 from clover_agent.sandboxes.base import Put
 
 #: The files pytest reads its configuration from.
-CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"})
+CONFIG_FILES = frozenset(
+    {"pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"}
+)
 #: Files Python runs or reads at start-up, wherever a site folder points.
 START_UP = frozenset({"sitecustomize.py", "usercustomize.py"})
 _PLUGIN_OPTION = re.compile(r"(?:^|[\s\"'\[,=])-p[\s\"',]*([A-Za-z_][\w.]*)")
@@ -56,7 +58,7 @@ def _pytest_section(name: str, data: bytes | None) -> object:
             return tomllib.loads(text).get("tool", {}).get("pytest")
         except tomllib.TOMLDecodeError:
             return text
-    if name in ("pytest.ini", ".pytest.ini"):
+    if name in ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"):
         return text
     parser = configparser.ConfigParser(interpolation=None)
     try:
@@ -67,14 +69,32 @@ def _pytest_section(name: str, data: bytes | None) -> object:
     return dict(parser[section]) if parser.has_section(section) else None
 
 
+def _addopts(name: str, data: bytes) -> str:
+    """The ``addopts`` of a configuration file's pytest part, as text ("" when it has none)."""
+    section = _pytest_section(name, data)
+    if isinstance(section, str):  # a file that is pytest's alone (or could not be parsed)
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read_string(section)
+            return parser.get("pytest", "addopts", fallback="")
+        except configparser.Error:
+            match = re.search(r"addopts\s*=\s*(.*)", section)
+            return match.group(1) if match else ""
+    if isinstance(section, dict):
+        table = section.get("ini_options", section)
+        value = table.get("addopts", "") if isinstance(table, dict) else ""
+        return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return ""
+
+
 def plugin_modules(files: dict[str, bytes]) -> set[str]:
     """Module names the original configuration loads as plugins: ``-p NAME`` in a configuration
-    file, ``pytest_plugins`` in a conftest."""
+    file's pytest ``addopts``, ``pytest_plugins`` in a conftest."""
     names: set[str] = set()
     for path, data in files.items():
         base = posixpath.basename(path)
         if base in CONFIG_FILES:
-            names |= {m for m in _PLUGIN_OPTION.findall(data.decode("utf-8", "replace")) if m != "no"}
+            names |= {m for m in _PLUGIN_OPTION.findall(" " + _addopts(base, data)) if m != "no"}
         elif base == "conftest.py":
             try:
                 tree = ast.parse(data)
@@ -93,14 +113,12 @@ def plugin_modules(files: dict[str, bytes]) -> set[str]:
 
 
 def _module_paths(modules: set[str]) -> set[str]:
-    """Where in the repository a module of ``modules`` (or one of its packages) may live."""
+    """Where in the repository a module of ``modules`` may live (its own file, not its packages')."""
     found = set()
     for module in modules:
-        parts = module.split(".")
         for prefix in ("", "src/"):
-            for i in range(1, len(parts) + 1):
-                stem = prefix + "/".join(parts[:i])
-                found |= {stem + ".py", stem + "/__init__.py"}
+            stem = prefix + module.replace(".", "/")
+            found |= {stem + ".py", stem + "/__init__.py"}
     return found
 
 
@@ -181,13 +199,15 @@ def held_out(
     target_ids: list[str],
     installed: set[str],
     harness_modules: set[str],
+    test_files: frozenset[str] = frozenset(),
     keep: frozenset[str] = frozenset(),
 ) -> HeldOut:
     """The held-out tree for ``patch`` (see the module docstring). ``installed``: the module names
     the sandbox's Python has outside the workspace, ``harness_modules`` those of them pytest
     imports before any test (a new module shadowing one of those is left out of the held-out run;
     one shadowing another installed module is only named: it is code under test, with no more power
-    than the rest); ``keep``: test files that stay as patched (a change made from a request is shown
+    than the rest); ``test_files``: the files that held a test before the change (held out whatever
+    their name); ``keep``: test files that stay as patched (a change made from a request is shown
     by the tests it adds)."""
     base_files = patch.shadow.files(patch.base)
     final = set(patch.shadow.files(patch.final))
@@ -209,14 +229,17 @@ def held_out(
         if base == "conftest.py":
             why = f"{path}: {'a new' if change.status == 'added' else 'a changed'} conftest.py"
         elif base in CONFIG_FILES:
-            why = ""  # named below when its pytest part changed
-        elif is_test_file(path):
+            why = ""  # put back, and named, below when its pytest part changed
+        elif is_test_file(path) or path in test_files:
             why = f"{path}: {change.status} test file"
         elif path in plugins:
             why = f"{path}: a plugin the pytest configuration loads"
         elif (hook := _import_hook(path)) is not None:
             why = hook
-        elif change.status == "added" and (name := _shadowed(path, final, installed)) is not None:
+        elif (
+            change.status == "added"
+            and (name := _shadowed(path, final, installed | harness_modules)) is not None
+        ):
             if name not in harness_modules:
                 result.harness.append(f"{path}: a new module that shadows the installed `{name}`")
                 continue
@@ -229,11 +252,13 @@ def held_out(
             result.harness.append(why)
     old = patch.shadow.blobs({c.path: c.old_oid for c in touched if c.old_mode})
     new = patch.shadow.blobs({c.path: c.new_oid for c in touched if c.new_mode and c.new_mode != SYMLINK})
-    for change in touched:
+    for change in list(touched):
         base = posixpath.basename(change.path)
-        if base in CONFIG_FILES and _pytest_section(base, old.get(change.path)) != _pytest_section(
-            base, new.get(change.path)
-        ):
+        if base in CONFIG_FILES:
+            if _pytest_section(base, old.get(change.path)) == _pytest_section(base, new.get(change.path)):
+                touched.remove(change)  # its pytest part is the starting commit's: nothing to put back
+                result.reverted.remove(change.path)
+                continue
             result.harness.append(f"{change.path}: the pytest configuration changed")
         if not change.old_mode:
             result.puts.append(Put(change.path, "absent"))

@@ -445,6 +445,7 @@ async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_
             timeout=request.suite_timeout_s,
             workers=WORKERS,
             guarded=True,
+            framework=report.suite_before.framework,
         )
 
     try:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
-from clover_agent.fix.heldout import held_out
+from clover_agent.fix.heldout import HeldOut, held_out
 from clover_agent.fix.shadow import Change
 from clover_agent.fix.stock import HandBackError, PatchSet, Stock
 from clover_agent.fix.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
@@ -74,13 +74,13 @@ def _python_sides(patch: PatchSet) -> tuple[dict[str, bytes | None], dict[str, b
     return {c.path: old.get(c.path) for c in python}, {c.path: new.get(c.path) for c in python}
 
 
-async def installed_modules(sandbox: Sandbox) -> tuple[set[str], set[str]]:
-    """The module names the sandbox's Python finds outside the workspace (empty when it has none),
-    and those of them pytest imports before any test runs (pytest's own, its plugins')."""
+async def installed_modules(sandbox: Sandbox) -> tuple[set[str], set[str]] | None:
+    """The module names the sandbox's Python finds outside the workspace, and those of them pytest
+    imports before any test runs (pytest's own, its plugins'); None when it cannot tell (no Python)."""
     command = f"{FIND_PYTHON_GUARDED}; " + '[ -n "$__py" ] || __py=python3; "$__py" -c '
     found = await sandbox.exec(command + shlex.quote(INSTALLED_NAMES), timeout=120, cwd=WORKSPACE)
     if found.exit_code != 0:
-        return set(), set(PYTEST_MODULES)
+        return None
     lines = found.output.split("\n")
     plugins = {
         line.split()[1] for line in lines if line.startswith("pytest-plugin ") and len(line.split()) == 2
@@ -114,30 +114,48 @@ async def verify_patch(
     bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
     async with create_sandbox(kind, spec) as sandbox:
         await stock.make_like_final(sandbox, patch)
-        installed, harness_modules = await installed_modules(sandbox)
-        plan = held_out(
-            patch,
-            target_ids=list(target_before.outcomes),
-            installed=installed,
-            harness_modules=harness_modules,
-            keep=keep_tests,
-        )
-        if plan.puts:
-            detail = f"the starting commit's tests and harness put back ({len(plan.reverted)} path(s))"
+        modules = await installed_modules(sandbox)
+        if modules is None and target_before.framework in ("pytest", "unittest"):
+            raise HandBackError("the verification sandbox's Python could not list its installed modules")
+        installed, harness_modules = modules or (set(), set(PYTEST_MODULES))
+        test_files = frozenset(t.split("::")[0] for r in (target_before, suite_before) for t in r.outcomes)
+
+        def plan_for(keep: frozenset[str]) -> HeldOut:
+            return held_out(
+                patch,
+                target_ids=list(target_before.outcomes),
+                installed=installed,
+                harness_modules=harness_modules,
+                test_files=test_files,
+                keep=keep,
+            )
+
+        async def put_back(held: HeldOut) -> None:
+            detail = f"the starting commit's tests and harness put back ({len(held.reverted)} path(s))"
             bus.emit(PhaseStarted(phase="verification", detail=detail))
             try:
-                await sandbox.put(plan.puts)
+                await sandbox.put(held.puts)
             except (OSError, ValueError) as exc:
                 raise HandBackError(
                     f"could not put the starting commit's tests back for the held-out run: {exc}"
                 ) from exc
+
+        plan = plan_for(frozenset())
+        target_plan = plan_for(keep_tests) if keep_tests else plan
+        if target_plan.puts:
+            await put_back(target_plan)
+        await sandbox.stop_processes()  # nothing started before the held-out run is there during it
         bus.emit(
             PhaseStarted(phase="verification", detail=f"running the target tests {target_tests} (held out)")
         )
-        target_after = await run_tests_in(sandbox, target_tests, guarded=True)
+        target_after = await run_tests_in(
+            sandbox, target_tests, guarded=True, framework=target_before.framework
+        )
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
         suite_after, names = None, set()
         if target_passes(target_before, target_after):
+            if plan is not target_plan and plan.puts:  # a request's own tests: not in the suite's run
+                await put_back(plan)
             bus.emit(PhaseStarted(phase="verification", detail="running the whole suite (held out)"))
             suite_after = await run_suite(sandbox)
             bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))

@@ -30,7 +30,7 @@ async def _read_text(sandbox: Sandbox, rel: str) -> str | None:
 
 
 def _has_pytest_config(name: str, text: str) -> bool:
-    if name in ("pytest.ini", "conftest.py"):
+    if name in ("pytest.toml", ".pytest.toml", "pytest.ini", "conftest.py"):
         return True
     if name == "pyproject.toml":
         try:
@@ -60,7 +60,15 @@ async def detect_framework(sandbox: Sandbox) -> str:
     """The test framework of the workspace (see the module docstring), or "none"."""
     entries = await sandbox.list_files(WORKSPACE, max_depth=3)
     rels = {e.path[len(WORKSPACE) + 1 :] for e in entries if not e.is_dir and not e.special}
-    for name in ("pytest.ini", "conftest.py", "pyproject.toml", "setup.cfg", "tox.ini"):
+    for name in (
+        "pytest.toml",
+        ".pytest.toml",
+        "pytest.ini",
+        "conftest.py",
+        "pyproject.toml",
+        "setup.cfg",
+        "tox.ini",
+    ):
         if name in rels:
             text = await _read_text(sandbox, name)
             if text is not None and _has_pytest_config(name, text):

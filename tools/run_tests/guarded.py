@@ -23,7 +23,8 @@ import shlex
 
 from clover_agent.tools.run_tests.report import TestFailure, TestReport
 
-LIVE_PLUGIN = "clover_live_results"
+#: The live plugin's module name is this plus the run's secret (no workspace file can be it).
+LIVE_PLUGIN_PREFIX = "clover_live_"
 NONCE_VARIABLE = "CLOVER_LIVE_NONCE"
 
 #: The plugin that streams each report as it is made (loaded with ``-p``, from a private folder).
@@ -60,10 +61,10 @@ def pytest_collectreport(report):
         _send({{"id": report.nodeid, "when": "collect", "outcome": "failed", "xfail": False}})
 '''
 
-#: The launcher, run as ``python -c LAUNCHER PRIVATE_DIR PYTEST_ARGS...`` in the workspace.
+#: The launcher, run as ``python -c LAUNCHER PRIVATE_DIR PLUGIN PYTEST_ARGS...`` in the workspace.
 LAUNCHER = """
 import os, sys
-private = sys.argv.pop(1)
+private, live = sys.argv.pop(1), sys.argv.pop(1)
 here = os.path.realpath(os.getcwd())
 def inside(path):
     path = os.path.realpath(path or ".")
@@ -79,23 +80,25 @@ for dist in metadata.distributions():
         module = ep.value.split(":")[0].strip()
         if ep.group == "pytest11" and module and module not in plugins:
             plugins.append(module)
-sys.path += [here, private]
+sys.path.insert(0, private)
+sys.path.append(here)
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 import pytest
 named = [arg for module in plugins for arg in ("-p", module)]
 sys.argv[0] = "pytest"
-sys.exit(pytest.main([*named, "-p", "clover_live_results", *sys.argv[1:]]))
+sys.exit(pytest.main([*named, "-p", live, *sys.argv[1:]]))
 """
 
 #: The installed module names (stdlib, built-in, and top-level names outside the workspace), then
 #: ``pytest-plugin NAME`` for the top-level module of each of the environment's pytest plugins.
 INSTALLED_NAMES = """
-import os, pkgutil, sys
+import os, sys
 here = os.path.realpath(os.getcwd())
 def inside(path):
     path = os.path.realpath(path or ".")
     return path == here or path.startswith(here + os.sep)
-paths = [p for p in sys.path if not inside(p)]
+sys.path[:] = paths = [p for p in sys.path if not inside(p)]
+import pkgutil
 names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
 names |= {m.name for m in pkgutil.iter_modules(paths)}
 print("\\n".join(sorted(names)))
@@ -105,9 +108,14 @@ for dist in metadata.distributions(path=paths):
         if ep.group == "pytest11":
             print("pytest-plugin", ep.value.split(":")[0].split(".")[0].strip())
 """
-#: What pytest imports before any test runs (besides the environment's plugins).
+#: What pytest imports before any test runs (besides the environment's plugins), and what an
+#: xdist worker or ``python -m unittest`` starts with (a worker puts the workspace first).
 PYTEST_MODULES = frozenset(
     {
+        "xdist",
+        "execnet",
+        "setproctitle",
+        "unittest",
         "pytest",
         "_pytest",
         "pluggy",
@@ -136,9 +144,13 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def launch_command(python: str, private_dir: str, args: list[str]) -> str:
+def plugin_module(nonce: str) -> str:
+    return LIVE_PLUGIN_PREFIX + nonce
+
+
+def launch_command(python: str, private_dir: str, nonce: str, args: list[str]) -> str:
     """The shell words that start pytest guarded (``python`` is a shell expression, e.g. ``"$__py"``)."""
-    return f"{python} -c {shlex.quote(LAUNCHER)} " + shlex.join([private_dir, *args])
+    return f"{python} -c {shlex.quote(LAUNCHER)} " + shlex.join([private_dir, plugin_module(nonce), *args])
 
 
 def live_outcomes(output: str, nonce: str) -> dict[str, str]:

@@ -132,9 +132,10 @@ async def _run_pytest(
         if guarded:
             nonce = guard.new_nonce()
             env[guard.NONCE_VARIABLE] = nonce
-            await sandbox.write_file(f"{folder}/{guard.LIVE_PLUGIN}.py", guard.PLUGIN_SOURCE.encode())
+            plugin = f"{folder}/{guard.plugin_module(nonce)}.py"
+            await sandbox.write_file(plugin, guard.PLUGIN_SOURCE.encode())
             options.append("--confcutdir=.")
-            start = guard.launch_command('"$__py"', folder, options)
+            start = guard.launch_command('"$__py"', folder, nonce, options)
             find = guard.FIND_PYTHON_GUARDED
         else:
             start, find = '"$__py" ' + shlex.join(["-m", "pytest", *options]), FIND_PYTHON

@@ -243,6 +243,23 @@ GAMES = {
         [_write("sitecustomize.py", _PATCH_ADD), _write("zz.pth", "import calculator; calculator.add = max\n")],
         "sitecustomize.py: a sitecustomize module, run when Python starts",
     ),
+    "a new pytest.toml loads a plugin from a non-test file": (
+        [_write("helpers_plugin.py", _PATCH_ADD),
+         _write("pytest.toml", '[pytest]\naddopts = ["-p", "helpers_plugin"]\npythonpath = ["."]\ntestpaths = ["tests"]\n')],
+        "pytest.toml: the pytest configuration changed",
+    ),
+    "a workspace module named like the live result plugin, and a conftest": (
+        [_write("clover_live_results.py", "import pytest\n" + _FORCE_PASS
+                + "pytest_runtest_makereport = pytest.hookimpl(hookwrapper=True)(_always_pass)\n"),
+         _write("conftest.py", _PATCH_ADD)],
+        "conftest.py: a new conftest.py",
+    ),
+    "a root module the verification's probes would import rewrites the tests": (
+        [_write("pkgutil.py", "import pathlib\np = pathlib.Path('tests/test_calculator.py')\n"
+                "p.write_text(p.read_text().replace('== 5', '== -1').replace('== 0', '== -2'))\n"
+                "from importlib import import_module as _i\n")],
+        "pkgutil.py: a new module that shadows the installed `pkgutil`",
+    ),
     "package metadata registers a pytest11 plugin from the workspace": (
         [_write("evil_plugin.py", _PATCH_ADD),
          _write("evil-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n"),

@@ -57,11 +57,9 @@ def test_the_harness_goes_back_and_the_source_stays(tmp_path: Path) -> None:
     )
     puts = {p.path: p for p in plan.puts}
     assert set(puts) == set(plan.reverted) == {
-        "tests/test_calc.py", "tests/test_new.py", "conftest.py", "checks.py", "pyproject.toml",
-        "setup.cfg", "pytest.py", "src/x.pth",
+        "tests/test_calc.py", "tests/test_new.py", "conftest.py", "checks.py", "pytest.py", "src/x.pth",
     }  # fmt: skip
     assert puts["tests/test_calc.py"].data == TEST and puts["checks.py"].data == b"X = 1\n"
-    assert puts["pyproject.toml"].data == before["pyproject.toml"]
     assert {puts[p].kind for p in ("tests/test_new.py", "conftest.py", "pytest.py", "src/x.pth")} == {
         "absent"
     }
@@ -78,8 +76,35 @@ def test_the_harness_goes_back_and_the_source_stays(tmp_path: Path) -> None:
             "tests/test_calc.py::test_add: the test's body changed",
         ]
     )
-    # pyproject's pytest table and setup.cfg's did not change: not named, though put back
+    # pyproject's pytest table did not change, setup.cfg has none: both stay as patched, unnamed
     assert not any("configuration changed" in h for h in plan.harness)
+
+
+def test_files_that_held_tests_are_held_out_whatever_their_name_and_new_config_files_too(
+    tmp_path: Path,
+) -> None:
+    """A project whose tests pytest finds by its own ``python_files`` (``checks.py``), and a
+    ``pytest.toml`` (pytest 9 reads it before pyproject.toml) that names a plugin."""
+    before = {"calc.py": b"X = 1\n", "checks.py": TEST, "tox.ini": b"[testenv]\ncommands = mypy -p calc\n"}
+    after = {
+        **before,
+        "checks.py": TEST.replace(b"== 5", b"== -1"),
+        "calc.py": b"X = 2\n",
+        "pytest.toml": b'[pytest]\naddopts = ["-p", "helpers"]\n',
+        "helpers.py": b"",
+        "clover_live_results.py": b"",
+    }
+    plan = held_out(
+        patch_between(tmp_path, before, after),
+        target_ids=["checks.py::test_add"],
+        installed={"pytest"},
+        harness_modules={"pytest"},
+        test_files=frozenset({"checks.py"}),
+    )
+    # mypy's -p in tox.ini names no pytest plugin: calc.py, the fix, stays
+    assert sorted(plan.reverted) == ["checks.py", "pytest.toml"]
+    assert "pytest.toml: the pytest configuration changed" in plan.harness
+    assert "checks.py::test_add: the test's body changed" in plan.harness
 
 
 def test_an_honest_patch_changes_nothing_that_judges_it(tmp_path: Path) -> None:
