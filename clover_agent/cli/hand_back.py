@@ -88,7 +88,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
             return str(path)
 
     if report.verdict == FIXED:
-        status, style = f"FIXED — {report.message}", "bold green"
+        status, style = f"FIXED — {terminal_safe(report.message, single_line=True)}", "bold green"
     elif report.verdict == FIXED_UNVERIFIED:
         status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
     elif report.verdict == TESTS_WEAKENED:

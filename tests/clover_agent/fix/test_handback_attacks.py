@@ -516,7 +516,7 @@ HOSTILE_TURNS = [
     ),
     call(
         "shell",
-        command=r"""printf 'ODD = "\033[2J"\n::error::in the patch\n' > "$(printf 'odd\010\010\010\033[8m\342\200\256name.py')" && ls""",
+        command=r"""printf 'ODD = "\033[2J"\n::error::in the patch\n' | tee odd_content.py > "$(printf 'odd\010\010\010\033[8m\342\200\256name.py')" && ls""",
     ),
     call(
         "finish", summary="Fixed add. \x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K\n::stop-commands::tok\n\u202eevil"
@@ -543,11 +543,13 @@ def test_escape_sequences_reach_no_terminal_from_fix_or_runs_show(kind: str, tmp
     commands; a created file's name hides itself with backspaces, an escape sequence and a bidi
     override. Held: no such character reaches stdout or stderr of `fix`, `runs show` or `runs`, no
     printed line reads as a workflow command, and each hostile text is visibly there, escaped: the
-    odd file is named (escaped) in the `changed` and `Applied to` lines and in the patch."""
+    odd file is refused (a name with control characters is never handed back) and named, escaped,
+    in the `left out` line; the hostile bytes of a file that is handed back are escaped in the patch."""
     repo = calculator_repo(tmp_path)
     code, out, err, summary = fix(repo, tmp_path, capsys, HOSTILE_TURNS, "--yes", sandbox=kind)
     assert code == ExitCode.OK, out + err
-    assert ODD_NAME in summary["files_changed"] and (repo / ODD_NAME).is_file()  # the data stays raw
+    assert ODD_NAME in summary["left_out"] and not (repo / ODD_NAME).exists()  # the data stays raw
+    assert sorted(summary["files_changed"]) == ["calculator.py", "odd_content.py"]
     printed = out + err
     assert raw_controls(printed) == set() and command_lines(printed) == []
     for shown in (
@@ -560,10 +562,9 @@ def test_escape_sequences_reach_no_terminal_from_fix_or_runs_show(kind: str, tmp
         assert shown in out, shown
     assert r"\::add-mask::hidden" in out and r"#\#[error]old form" in out and r"\::stop-commands::tok" in out
     assert r"finished: Fixed add. \x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K" in out
-    (changed,) = [line for line in out.splitlines() if line.startswith("  changed     ")]
-    assert SHOWN_NAME in changed.split(", ") or changed.endswith(SHOWN_NAME)
+    assert any(line.startswith(f"  left out    {SHOWN_NAME}: ") for line in out.splitlines()), out
     (applied,) = [line for line in out.splitlines() if line.startswith(f"Applied to {repo}: ")]
-    assert sorted(applied.split(": ", 1)[1].split(", ")) == sorted(["calculator.py", SHOWN_NAME])
+    assert sorted(applied.split(": ", 1)[1].split(", ")) == ["calculator.py", "odd_content.py"]
 
     for command in (["runs", "show", "last", "-v"], ["runs"]):
         assert main([*command, "--repo", str(repo)]) == ExitCode.OK
@@ -572,7 +573,7 @@ def test_escape_sequences_reach_no_terminal_from_fix_or_runs_show(kind: str, tmp
         assert "Traceback" not in shown.err
     assert main(["runs", "show", "last", "--repo", str(repo), "-v"]) == ExitCode.OK
     shown = capsys.readouterr().out
-    assert SHOWN_NAME in next(line for line in shown.splitlines() if line.startswith("  changed     "))
+    assert SHOWN_NAME in shown
     assert r'+ODD = "\x1b[2J"' in shown  # the patch, escaped
     assert "+::error::in the patch" in shown  # after its "+": no workflow command
     assert r"thinking │ plan \x1b]52;c;ZXZpbA==\x07 quietly\x1b[1A\x1b[2K" in shown  # -v: thinking whole
@@ -584,7 +585,7 @@ def test_at_a_terminal_the_live_area_the_confirmation_and_the_pager_show_escapes
     it), then lists the files. Held: the terminal received none of the hostile sequences (no OSC,
     BEL, backspace, clear screen, conceal, C1 or bidi control; only rich's own styles and cursor
     moves), the pager got the diff with its escapes made visible, and the question names the odd
-    file visibly before it is applied."""
+    file visibly as left out."""
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "hostile.jsonl", HOSTILE_TURNS)
     pager = "sh -c 'echo PAGER-START; cat; echo PAGER-END'"
@@ -602,14 +603,12 @@ def test_at_a_terminal_the_live_area_the_confirmation_and_the_pager_show_escapes
     text = CSI.sub("", shown)
     pager_start, pager_end = text.index("PAGER-START"), text.index("PAGER-END")
     diff = text[pager_start:pager_end]
-    # git quotes the odd name in the patch's headers itself (C-style, visible).
-    assert r'+++ "b/odd\b\b\b\033[8m\342\200\256name.py"' in diff and "+    return a + b" in diff
+    assert "+++ b/odd_content.py" in diff and "+    return a + b" in diff
     assert r'+ODD = "\x1b[2J"' in diff
     question = text[pager_end : text.index("[N] no: ")]
-    assert SHOWN_NAME in question, question
-    assert (repo / ODD_NAME).read_text().startswith('ODD = "\x1b[2J"') and FIXED_ADD in (
-        repo / "calculator.py"
-    ).read_text()
+    assert SHOWN_NAME in question, question  # named as left out, visibly
+    assert not (repo / ODD_NAME).exists() and FIXED_ADD in (repo / "calculator.py").read_text()
+    assert (repo / "odd_content.py").read_text().startswith('ODD = "\x1b[2J"')
 
 
 # Run records and repository config
