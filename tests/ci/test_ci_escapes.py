@@ -25,7 +25,7 @@ HTML_SUMMARY = (
 )
 #: The tags a CommonMark renderer makes of summary.md's own Markdown (headings, paragraphs, code,
 #: bold, the tests table).
-OWN_TAGS = {"h3", "p", "pre", "code", "strong", "table", "thead", "tbody", "tr", "th", "td", "br"}
+OWN_TAGS = {"h3", "p", "pre", "code", "strong", "table", "thead", "tbody", "tr", "th", "td", "br", "ul", "li"}
 
 
 def test_the_log_and_summary_md_obey_nothing_the_agent_wrote(tmp_path: Path) -> None:

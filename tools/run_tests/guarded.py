@@ -1,14 +1,14 @@
 """A guarded pytest run, for the run that judges a patch (``fix``'s held-out run).
 
-The workspace cannot shadow pytest or its plugins: pytest is started by a small launcher that
-takes the workspace folder off the front of ``sys.path`` (it goes to the end, so the project's own
-modules still import but nothing there hides an installed one), turns plugin autoloading off and
-names the environment's own plugins (the ``pytest11`` entry points of distributions installed
-outside the workspace) with ``-p``. Results are read twice: from the JUnit XML report, and from a
-live stream that a plugin of ours writes as each test reports, tagged with a per-run secret, onto
-the command's own output (the plugin takes the secret from its environment before any project code
-is imported). A test counts as passed only where both say so, so a report rewritten at exit, or a
-result missing from the stream, is not a pass.
+The workspace cannot shadow pytest or its plugins: pytest is started by a small launcher that moves
+every workspace folder on ``sys.path`` (the current one, an editable install's ``src``) to its end,
+so the project's own modules still import but nothing there hides an installed one, turns plugin
+autoloading off and names the environment's own plugins (the ``pytest11`` entry points of
+distributions installed outside the workspace) with ``-p``. Results are read twice: from the JUnit
+XML report, and from a live stream that a plugin of ours writes as each test reports, tagged with a
+per-run secret, onto the command's own output (the plugin takes the secret from its environment
+before any project code is imported). A test counts as passed only where both say so, so a report
+rewritten at exit, or a result missing from the stream, is not a pass.
 
 What this cannot stop is the code under test attacking pytest from inside the same process; the
 ``fix`` workflow names such changes (:mod:`clover_agent.fix.heldout`).
@@ -69,6 +69,7 @@ here = os.path.realpath(os.getcwd())
 def inside(path):
     path = os.path.realpath(path or ".")
     return path == here or path.startswith(here + os.sep)
+own = [p for p in sys.path if p and inside(p)]  # e.g. an editable install's src folder
 sys.path[:] = [p for p in sys.path if not inside(p)]
 import importlib.metadata as metadata
 plugins = []
@@ -81,7 +82,7 @@ for dist in metadata.distributions():
         if ep.group == "pytest11" and module and module not in plugins:
             plugins.append(module)
 sys.path.insert(0, private)
-sys.path.append(here)
+sys.path += [p for p in own if p != here] + [here]
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 import pytest
 named = [arg for module in plugins for arg in ("-p", module)]
