@@ -200,8 +200,9 @@ def test_a_request_with_no_failing_test_needs_a_test_that_shows_it(tmp_path: Pat
     assert "fails without the change and passes with it" in result["message"]
     assert patch_applies(repo, run)
     assert "No test failed; the change is the one the request asks for" in run.summary
+    # the suite runs without the request's own test (held out), then the patch as handed back
     assert [e["phase"] for e in run.events if e["type"] == "tests"] == [
-        "suite_before", "target_after", "suite_after", "without_change"]  # fmt: skip
+        "suite_before", "target_after", "suite_after", "target_handed_back", "without_change"]  # fmt: skip
 
     # A test that passes without the change shows nothing: not done.
     same = call("editor", command="create", path="/workspace/tests/test_more.py",
