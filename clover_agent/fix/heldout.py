@@ -43,10 +43,6 @@ class HeldOut:
     #: One line for each change to what judges the patch.
     harness: list[str] = field(default_factory=list)
 
-    @property
-    def changes_tests(self) -> bool:
-        return bool(self.reverted)
-
 
 def _pytest_section(name: str, data: bytes | None) -> object:
     """The pytest part of a configuration file (None where it has none or cannot be read)."""

@@ -198,7 +198,9 @@ def cross_check(report: TestReport, live: dict[str, str]) -> list[str]:
         seen = live.get(test_id)
         if outcome == "passed" and seen != "passed":
             report.outcomes[test_id] = seen or "error"
-            what = f"was {seen}" if seen else "was not seen to pass"
+            what = {"failed": "failed", "error": "erred", "skipped": "was skipped"}.get(
+                seen or "", "was not seen to pass"
+            )
             kind = "failed" if seen == "failed" else "error"
             if seen != "skipped":
                 report.failures.append(
