@@ -10,7 +10,7 @@ Measures
     .venv/bin/python bench/decode_bench.py [--device cpu|cuda] [--out bench/RESULTS.md]
 
 Block times come from the stream: the time between consecutive committed blocks, median over the
-blocks of several calls. The checkpoint is written by ``clover_agent.engine.tiny`` (peaked logits).
+blocks of several calls. The checkpoint is written by ``clover_agent.engine.loading.tiny`` (peaked logits).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
+from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.stream import BlockCommitted, GenerationDone
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 
 SECTION_START = "<!-- decode-bench:start -->"
 SECTION_END = "<!-- decode-bench:end -->"

@@ -13,7 +13,7 @@ and it downloads nothing. Measured in one run, each piece skipped (and named) on
    4,096-token prefill, against its PyTorch reference in the run's dtype (relative error and
    bound), timed with CUDA events (median over rotating inputs), its minimum traffic in GB/s and as
    a share of the copy bandwidth (``gpu_kernels.py``);
-3. the model at ``--shape`` (``full``: engine/configs/clover-35b-a3b.json, 40 layers, 256 experts
+3. the model at ``--shape`` (``full``: engine/model/configs/clover-35b-a3b.json, 40 layers, 256 experts
    top-8, vocabulary 248,320) with random weights built on the device (``--model DIR``: a real
    checkpoint instead), and its decoding steps at ``--context`` committed tokens: denoise 32,
    commit 32, commit fused with the next denoise (64), verify 64 and one autoregressive token;
@@ -69,13 +69,13 @@ from gpu_report import markdown  # noqa: E402
 from gpu_timing import Budget, copy_bandwidth, synchronize  # noqa: E402
 
 import clover_agent.engine  # noqa: E402
-from clover_agent.engine.config import CloverConfig, full_size_config_json  # noqa: E402
-from clover_agent.engine.decoding import BlockDecoder  # noqa: E402
+from clover_agent.engine.decoding.decoder import BlockDecoder  # noqa: E402
+from clover_agent.engine.decoding.sampling import MODES, SamplingParams  # noqa: E402
 from clover_agent.engine.engine import Engine  # noqa: E402
-from clover_agent.engine.locate import ModelSources, locate_model  # noqa: E402
-from clover_agent.engine.model import CloverModel  # noqa: E402
-from clover_agent.engine.sampling import MODES, SamplingParams  # noqa: E402
-from clover_agent.engine.tiny import TINY_TEXT_CONFIG  # noqa: E402
+from clover_agent.engine.loading.locate import ModelSources, locate_model  # noqa: E402
+from clover_agent.engine.loading.tiny import TINY_TEXT_CONFIG  # noqa: E402
+from clover_agent.engine.model.config import CloverConfig, full_size_config_json  # noqa: E402
+from clover_agent.engine.model.network import CloverModel  # noqa: E402
 
 CODE_PROMPT = (
     "def merge_intervals(intervals):\n"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from gpu_timing import Budget
 
-from clover_agent.engine.config import CloverConfig
+from clover_agent.engine.model.config import CloverConfig
 
 #: Vocabulary of the token-choice case when the kernels are interpreted.
 INTERPRETER_VOCAB = 1024

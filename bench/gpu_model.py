@@ -29,11 +29,11 @@ import torch
 from gpu_timing import Budget, median_seconds, synchronize
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from clover_agent.engine.cache import AttentionKV, GdnState, ModelCache
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.graphs import StepGraphs, StepShape
-from clover_agent.engine.model import CloverModel
-from clover_agent.engine.moe import SparseMoe
+from clover_agent.engine.decoding.graphs import StepGraphs, StepShape
+from clover_agent.engine.model.cache import AttentionKV, GdnState, ModelCache
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.moe import SparseMoe
+from clover_agent.engine.model.network import CloverModel
 from clover_agent.kernels.moe.reference import route
 
 #: Token-id sets cycled through while timing a step.

@@ -15,7 +15,7 @@ from typing import Any
 
 from clover_agent.backends import BACKEND_KINDS, create_backend
 from clover_agent.backends.base import ModelBackend
-from clover_agent.engine.locate import ModelSources
+from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover

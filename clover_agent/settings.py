@@ -101,7 +101,7 @@ class Settings:
 
     @property
     def vocab_cache(self) -> Path:
-        """Where the converted real vocabulary is kept (``clover_agent.engine.vocab``)."""
+        """Where the converted real vocabulary is kept (``clover_agent.engine.text.vocab``)."""
         return self.home / "vocab"
 
     @property

@@ -11,14 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from clover_agent.engine.decoding.sampling import GenerationResult, SamplingParams
     from clover_agent.engine.engine import Engine
-    from clover_agent.engine.sampling import GenerationResult, SamplingParams
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "Engine": "clover_agent.engine.engine",
-    "SamplingParams": "clover_agent.engine.sampling",
-    "GenerationResult": "clover_agent.engine.sampling",
+    "SamplingParams": "clover_agent.engine.decoding.sampling",
+    "GenerationResult": "clover_agent.engine.decoding.sampling",
 }
 __all__ = ["Engine", "GenerationResult", "SamplingParams"]
 

@@ -9,15 +9,15 @@ from typing import TextIO
 
 import torch
 
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.decoding import BlockDecoder
-from clover_agent.engine.model import CloverModel
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.prefix_cache import PrefixCache
+from clover_agent.engine.decoding.sampling import GenerationResult, SamplingParams
+from clover_agent.engine.decoding.stream import StreamEvent
+from clover_agent.engine.loading.weights import load_model
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.network import CloverModel
 from clover_agent.engine.ops import KernelChoice
-from clover_agent.engine.prefix_cache import PrefixCache
-from clover_agent.engine.sampling import GenerationResult, SamplingParams
-from clover_agent.engine.stream import StreamEvent
-from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
-from clover_agent.engine.weights import load_model
+from clover_agent.engine.text.tokenizer import Tokenizer, load_tokenizer
 
 
 class Engine:

@@ -6,7 +6,7 @@ bytes the operator must move at least (inputs read once, outputs written once), 
 script can report GB/s and the ratio to the measured copy bandwidth; :func:`measure` times one. Building a case does host
 work (it may read routing back to count touched experts); ``run`` does not.
 
-``CLOVER`` repeats the numbers of ``engine/configs/clover-35b-a3b.json`` (kernels never import the
+``CLOVER`` repeats the numbers of ``engine/model/configs/clover-35b-a3b.json`` (kernels never import the
 engine; tests/kernels/test_bench.py checks the two agree).
 """
 

@@ -27,12 +27,18 @@ LAYERS: dict[str, str] = {
     "clover_agent.ci": "ci",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
+    "clover_agent.fix.handback": "fix.handback",
     "clover_agent.agent": "agent",
     "clover_agent.backends": "backends",
     "clover_agent.backends.engine": "backends.engine",
     "clover_agent.tools": "tools",
     "clover_agent.sandboxes": "sandboxes",
     "clover_agent.engine": "engine",
+    "clover_agent.engine.model": "engine.model",
+    "clover_agent.engine.ops": "engine.ops",
+    "clover_agent.engine.decoding": "engine.decoding",
+    "clover_agent.engine.loading": "engine.loading",
+    "clover_agent.engine.text": "engine.text",
     "clover_agent.kernels": "kernels",
     "clover_agent.settings": "settings",
     "clover_agent.protocol": "protocol",
@@ -42,29 +48,59 @@ LAYERS: dict[str, str] = {
 }
 
 _SHARED = {"package", "errors", "events", "protocol", "safe_text"}
-_BELOW_FRONT_ENDS = {"launch", "fix", "agent", "backends", "tools", "sandboxes", "settings", *_SHARED}
+#: The engine's top (``Engine``, its errors) and its groups, each a layer of its own inside it.
+_ENGINE = {"engine", "engine.model", "engine.ops", "engine.decoding", "engine.loading", "engine.text"}
+_ENGINE_ERRORS = "clover_agent.engine.errors"
+_BELOW_FRONT_ENDS = {
+    "launch",
+    "fix",
+    "fix.handback",
+    "agent",
+    "backends",
+    "tools",
+    "sandboxes",
+    "settings",
+    *_SHARED,
+}
 #: Layer → what it may import besides itself: layer names, or module prefixes for a narrow allowance.
 ALLOWED: dict[str, set[str]] = {
     # Front ends: cli dispatches to the others; the TUI and the CI bot never import the CLI or each other.
-    "cli": {"tui", "ci", *_BELOW_FRONT_ENDS, "backends.engine", "engine"},
+    "cli": {"tui", "ci", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",
         "backends.engine",
-        "clover_agent.engine.locate",
+        "clover_agent.engine.loading.locate",
         "sandboxes",
         "settings",
         *_SHARED,
     },
-    "fix": {"agent", "backends", "tools", "sandboxes", *_SHARED},
+    "fix": {"fix.handback", "agent", "backends", "tools", "sandboxes", *_SHARED},
+    # The hand-back (snapshots, patch, after-runs, verdict, apply) knows nothing of the workflow that
+    # calls it, its console or its run folders; it reads the regression scope and the diagnosis.
+    "fix.handback": {
+        "clover_agent.fix.regression",
+        "clover_agent.fix.diagnosis",
+        "agent",
+        "backends",
+        "tools",
+        "sandboxes",
+        *_SHARED,
+    },
     "agent": {"backends", "tools", "sandboxes", *_SHARED},
     "backends": {"backends.engine", *_SHARED},
-    "backends.engine": {"backends", "engine", *_SHARED},
+    "backends.engine": {"backends", *_ENGINE, *_SHARED},
     "tools": {"sandboxes", "package"},
     "sandboxes": {"package"},
-    "engine": {"kernels", "package"},
+    "engine": {*_ENGINE, "kernels", "package"},
+    # Inside the engine: text and ops at the bottom, the model on the ops, decoding and loading on both.
+    "engine.text": {_ENGINE_ERRORS, "package"},
+    "engine.ops": {_ENGINE_ERRORS, "kernels", "package"},
+    "engine.model": {"engine.ops", _ENGINE_ERRORS, "kernels", "package"},
+    "engine.decoding": {"engine.model", "engine.ops", "engine.text", _ENGINE_ERRORS, "kernels", "package"},
+    "engine.loading": {"engine.model", "engine.ops", "engine.text", _ENGINE_ERRORS, "package"},
     "kernels": {"package"},
     "settings": {"errors", "sandboxes", "package"},
     "protocol": {"errors", "package"},

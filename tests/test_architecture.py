@@ -9,7 +9,12 @@ from tests.import_layers import PACKAGE_ROOTS, edges, layer_of, modules, violati
 
 #: Imports against the direction that another change removes; each names why it is still here. An
 #: entry that no longer occurs fails the test, so the list only shrinks.
-KNOWN: dict[tuple[str, str], str] = {}
+KNOWN: dict[tuple[str, str], str] = {
+    (
+        "clover_agent.fix.handback.decision",
+        "clover_agent.fix.workflow",
+    ): "FixReport moves out of the workflow (issue 21)",
+}
 
 
 def test_the_package_imports_only_down_the_layers() -> None:
@@ -72,3 +77,35 @@ def test_an_edge_against_the_layers_fails_the_check(tmp_path: Path) -> None:
     assert "engine/bad.py:2: clover_agent.engine.bad (engine) imports clover_agent.agent.loop (agent)" in str(
         next(e for e in violations(roots) if e.source.endswith("bad"))
     ).replace(str(tmp_path) + "/", "")
+
+
+def test_inside_the_engine_and_the_hand_back_imports_go_down(tmp_path: Path) -> None:
+    """The engine's groups (text and ops, the model on them, decoding and loading on top) and the
+    hand-back under the fix workflow are layers too: an edge up inside them fails the check."""
+    files = {
+        "clover_agent/__init__.py": "",
+        "clover_agent/fix/__init__.py": "",
+        "clover_agent/fix/console.py": "",
+        "clover_agent/fix/workflow.py": "from clover_agent.fix.handback import stock\n",
+        "clover_agent/fix/handback/__init__.py": "",
+        "clover_agent/fix/handback/stock.py": "from clover_agent.fix import diagnosis\n",
+        "clover_agent/fix/diagnosis.py": "",
+        "engine/__init__.py": "",
+        "engine/errors.py": "",
+        "engine/model/__init__.py": "",
+        "engine/model/network.py": "from clover_agent.engine import errors, ops\n",
+        "engine/ops/__init__.py": "",
+        "engine/decoding/__init__.py": "",
+        "engine/decoding/decoder.py": "from clover_agent.engine.model import network\n",
+    }
+    roots = _write(tmp_path, files)
+    assert violations(roots) == []
+
+    (tmp_path / "engine" / "model" / "up.py").write_text("from clover_agent.engine.decoding import decoder\n")
+    (tmp_path / "engine" / "ops" / "up.py").write_text("import clover_agent.engine.model.network\n")
+    (tmp_path / "clover_agent" / "fix" / "handback" / "up.py").write_text("from .. import console\n")
+    assert {(e.source, e.target) for e in violations(roots)} == {
+        ("clover_agent.engine.model.up", "clover_agent.engine.decoding.decoder"),
+        ("clover_agent.engine.ops.up", "clover_agent.engine.model.network"),
+        ("clover_agent.fix.handback.up", "clover_agent.fix.console"),
+    }

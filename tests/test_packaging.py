@@ -70,7 +70,7 @@ def test_non_editable_install_maps_subpackages(tmp_path: Path) -> None:
         assert (site / "clover_agent" / name / "__init__.py").is_file()
     # Data files the installed package needs at run time travel with it.
     for data in (
-        "engine/templates/qwen3.6-chat-template.jinja",
+        "engine/text/templates/qwen3.6-chat-template.jinja",
         "sandboxes/images/Dockerfile",
         "sandboxes/images/make-base-image.sh",
     ):

@@ -130,7 +130,7 @@ CHECKPOINT_INDEX = "clover-checkpoint.index"
 RACY_INDEX_MTIME_NS = 1_000_000_000
 
 
-class CheckpointError(CloverError):
+class WorkspaceCheckpointError(CloverError):
     """A snapshot or restore failed (e.g. the workspace is not a git repository)."""
 
 
@@ -232,7 +232,9 @@ class Checkpoints:
         first, _, rest = result.output.partition("\n")
         words = first.split()
         if result.exit_code not in (0, 99) or not 1 <= len(words) <= 2 or len(words[0]) < 40:
-            raise CheckpointError(f"could not snapshot the workspace ({what}): {result.output.strip()}")
+            raise WorkspaceCheckpointError(
+                f"could not snapshot the workspace ({what}): {result.output.strip()}"
+            )
         if len(words) == 1:
             return None, None
         patch = rest if diff_base and result.exit_code == 0 else None
@@ -290,7 +292,7 @@ class Checkpoints:
             return None
         if not checkpoint.commit:
             can = sorted({c.turn for c in self.taken if c.commit})
-            raise CheckpointError(
+            raise WorkspaceCheckpointError(
                 f"the workspace as it was at step {checkpoint.turn} could not be rebuilt after the resume "
                 f"(the working tree changed since that session, or its diff was not recorded), so step "
                 f"{turn} cannot be undone"
@@ -332,7 +334,9 @@ class Checkpoints:
             result = await self.sandbox.exec("".join(script), cwd=WORKSPACE, timeout=300)
         made = dict(line.split(" ", 1) for line in result.output.splitlines() if line[:1].isdigit())
         if result.exit_code != 0 or len(made) != len(patches):
-            raise CheckpointError(f"could not rebuild the resumed run's snapshots: {result.output.strip()}")
+            raise WorkspaceCheckpointError(
+                f"could not rebuild the resumed run's snapshots: {result.output.strip()}"
+            )
         return {
             patch: ("", "") if made[str(n)] == "-" else (self._rebuilt_ref(n), made[str(n)])
             for n, patch in enumerate(patches)
@@ -346,7 +350,9 @@ class Checkpoints:
             _RESTORE.format(commit=shlex.quote(checkpoint.commit)), cwd=WORKSPACE, timeout=120
         )
         if result.exit_code != 0:
-            raise CheckpointError(f"could not restore turn {checkpoint.turn}: {result.output.strip()}")
+            raise WorkspaceCheckpointError(
+                f"could not restore turn {checkpoint.turn}: {result.output.strip()}"
+            )
 
 
 async def restore_workspace(sandbox: Sandbox, patch: str) -> None:
@@ -363,4 +369,6 @@ async def restore_workspace(sandbox: Sandbox, patch: str) -> None:
             f"git apply --whitespace=nowarn {shlex.quote(patch_path)}", cwd=WORKSPACE, timeout=120
         )
     if result.exit_code != 0:
-        raise CheckpointError(f"could not restore the workspace of the resumed run: {result.output.strip()}")
+        raise WorkspaceCheckpointError(
+            f"could not restore the workspace of the resumed run: {result.output.strip()}"
+        )

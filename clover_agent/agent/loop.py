@@ -201,7 +201,7 @@ class Agent:
         it cut off answered), what it spent (see :meth:`run` for ``fresh_budget``), its snapshots
         made again so :meth:`undo` reaches them, and its workspace patch. Returns the snapshots
         that could not be made again (undo before them is refused, saying so); raises
-        :class:`CheckpointError` when the patch does not apply (the conversation is taken up)."""
+        :class:`WorkspaceCheckpointError` when the patch does not apply (the conversation is taken up)."""
         self.messages = [dict(m) for m in state.messages]
         self._close_interrupted_calls()
         if fresh_budget:

@@ -10,7 +10,7 @@ Where it runs. An explicit ``device`` is used as given. Otherwise a CUDA GPU wit
 weights is used; without one, the CPU is used only for small checkpoints (at most
 :data:`CPU_MAX_WEIGHT_BYTES` and a quarter of the machine's memory: test and debugging models). The
 full Clover on a machine with no suitable GPU fails at once with the readiness report
-(:func:`clover_agent.engine.readiness.check_engine`) instead of after a 69 GB load.
+(:func:`clover_agent.engine.loading.readiness.check_engine`) instead of after a 69 GB load.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from clover_agent.backends.base import (
     ModelTurn,
 )
 from clover_agent.backends.threads import BackendThreads, iterate_in_daemon_thread, run_in_daemon_thread
-from clover_agent.engine.chat import render_chat
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.locate import ModelSources
-from clover_agent.engine.readiness import EngineReadiness, GiB, check_engine
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tokenizer import IM_START, load_tokenizer
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.loading.locate import ModelSources
+from clover_agent.engine.loading.readiness import EngineReadiness, GiB, check_engine
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.text.chat import render_chat
+from clover_agent.engine.text.tokenizer import IM_START, load_tokenizer
 from clover_agent.protocol import THINK_OPEN, ThinkingSplitter
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def choose_device(sources: ModelSources) -> tuple[Path, str]:
 class EngineBackend(ModelBackend):
     """Clover in this process, from ``model_dir``, else the first checkpoint found in ``sources``
     (built from the settings by ``clover_agent.launch.model_sources``; this backend reads no
-    environment variable). ``sampling`` is a :class:`clover_agent.engine.sampling.SamplingParams`
+    environment variable). ``sampling`` is a :class:`clover_agent.engine.decoding.sampling.SamplingParams`
     (default: ``SamplingParams.coding()`` with the checkpoint's block size and threshold);
     ``max_new_tokens`` caps each answer and the context window caps it further. A prompt that
     leaves no room in the window raises :class:`ContextOverflow`."""
@@ -284,7 +284,7 @@ class EngineBackend(ModelBackend):
         engine = self._engine
         prompt_ids = self.prompt_ids(messages, tools)
         params = self._params(len(prompt_ids))
-        from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
+        from clover_agent.engine.decoding.stream import BlockCommitted, BlockProgress, GenerationDone
 
         splitter = ThinkingSplitter(self.enable_thinking)
         result = None

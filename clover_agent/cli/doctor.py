@@ -8,7 +8,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass
 
-from clover_agent.engine.locate import ModelSources
+from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.errors import ExitCode
 from clover_agent.launch import model_sources
 from clover_agent.sandboxes.errors import SandboxUnavailable
@@ -30,7 +30,7 @@ def check_python() -> Check:
 
 
 def check_torch_and_gpu(sources: ModelSources) -> list[Check]:
-    from clover_agent.engine.readiness import GiB, check_engine
+    from clover_agent.engine.loading.readiness import GiB, check_engine
 
     try:
         import torch

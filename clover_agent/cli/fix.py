@@ -13,7 +13,7 @@ from rich.text import Text
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.policy import DEFAULT_PRESET, PRESETS, preset
-from clover_agent.cli.hand_back import hand_back, print_summary
+from clover_agent.cli.handback import hand_back, print_summary
 from clover_agent.cli.options import (
     BUDGET_DEFAULTS,
     DEFAULT_SANDBOX,
@@ -43,12 +43,12 @@ from clover_agent.events import (
     TaskStarted,
 )
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
-from clover_agent.fix.figures import RunFigures
-from clover_agent.fix.hostgit import git as host_git
+from clover_agent.fix.handback.hostgit import git as host_git
+from clover_agent.fix.progress import RunFigures
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
-from clover_agent.fix.task import FixRequest, run_fix
+from clover_agent.fix.workflow import FixRequest, run_fix
 from clover_agent.launch import backend_factory, check_backend_options, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings

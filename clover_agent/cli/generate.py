@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover_agent.engine.sampling import MODES
+from clover_agent.engine.decoding.sampling import MODES
 from clover_agent.errors import ExitCode, ModelUnavailable, UsageError
 from clover_agent.safe_text import terminal_safe
 
 if TYPE_CHECKING:
     import torch
 
-    from clover_agent.engine.tokenizer import Tokenizer
+    from clover_agent.engine.text.tokenizer import Tokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -128,10 +128,10 @@ def _device(name: str) -> torch.device:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_agent.engine.config import CloverConfig
+    from clover_agent.engine.decoding.sampling import SamplingParams
+    from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone
     from clover_agent.engine.engine import Engine
-    from clover_agent.engine.sampling import SamplingParams
-    from clover_agent.engine.stream import BlockCommitted, GenerationDone
+    from clover_agent.engine.model.config import CloverConfig
 
     if args.thinking and not args.chat:
         raise UsageError("--thinking needs --chat (it opens <think> in the chat template's assistant turn)")

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from clover_agent.engine.locate import HF_REPO_ID
+from clover_agent.engine.loading.locate import HF_REPO_ID
 from clover_agent.errors import CloverError, ExitCode, ModelUnavailable, UsageError
 
 #: Network libraries under huggingface_hub whose exceptions mean "the hub could not be reached".
@@ -110,11 +110,11 @@ def _token_label(tokenizer: Any, token_id: int | None) -> str:
 def describe_checkpoint(model_dir: Path) -> dict[str, Any]:
     """Everything ``model info`` shows, as plain data (config, tensor headers, tokenizer, machine)."""
     from clover_agent.backends.engine import serving_device
-    from clover_agent.engine.config import CloverConfig
-    from clover_agent.engine.locate import ModelSources
-    from clover_agent.engine.readiness import check_engine
-    from clover_agent.engine.tokenizer import load_tokenizer
-    from clover_agent.engine.weights import plan_load, read_tensor_index
+    from clover_agent.engine.loading.locate import ModelSources
+    from clover_agent.engine.loading.readiness import check_engine
+    from clover_agent.engine.loading.weights import plan_load, read_tensor_index
+    from clover_agent.engine.model.config import CloverConfig
+    from clover_agent.engine.text.tokenizer import load_tokenizer
 
     if model_dir.is_file():
         raise ModelUnavailable(

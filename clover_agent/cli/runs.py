@@ -22,7 +22,7 @@ from typing import Any
 from rich.text import Text
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryError, read_events
-from clover_agent.cli.hand_back import colored_diff
+from clover_agent.cli.handback import colored_diff
 from clover_agent.cli.options import record_key
 from clover_agent.errors import ExitCode, UsageError
 from clover_agent.events import Event, ModelResponded, TaskFinished, TaskResumed, TaskStarted

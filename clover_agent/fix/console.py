@@ -4,7 +4,7 @@
 tool call on one line, results trimmed (the trajectory keeps them whole), test runs, and at a
 terminal a live area at the bottom: the line being written and a status line (what is going on
 now, for how long, step N/limit, tokens in/out, tokens/s and, for the engine, tokens per
-forward; :mod:`clover_agent.fix.figures`) that updates while the model works. The model's thinking
+forward; :mod:`clover_agent.fix.progress`) that updates while the model works. The model's thinking
 is shown dim and labelled; without ``verbose`` it is folded to one line per turn.
 
 Styles come from rich and follow the terminal: colour only at a terminal and without ``NO_COLOR``,
@@ -19,7 +19,7 @@ Everything shown comes from the model, a tool or the repository, so every line g
 :func:`clover_agent.safe_text.terminal_safe`: an escape sequence is shown, never obeyed.
 
 (Just over 400 lines: the renderer, its live area and the approver share one terminal and its
-state; the figures it shows live in :mod:`clover_agent.fix.figures`.)
+state; the figures it shows live in :mod:`clover_agent.fix.progress`.)
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from clover_agent.fix.figures import MIN_RATE_SECONDS, RunFigures
+from clover_agent.fix.progress import MIN_RATE_SECONDS, RunFigures
 from clover_agent.safe_text import terminal_safe
 
 TOOL_CALL_TAG = "<tool_call>"

@@ -5,7 +5,7 @@ itself not installed, a pytest plugin or pytest version missing — is not a bug
 same failure shows with no change at all, and no edit to the code under test makes it pass.
 :func:`diagnose` reads the target's first run (before any change) and names such a cause with the
 output that shows it and how to change the set-up; ``fix`` then stops with exit code 4 instead of
-starting the agent (see :mod:`clover_agent.fix.task`).
+starting the agent (see :mod:`clover_agent.fix.workflow`).
 
 What counts as the environment's fault, and what stays the agent's:
 - ``No module named 'x'`` for a top-level name: not installed, or (when the workspace has ``x``)

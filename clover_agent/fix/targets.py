@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clover_agent.errors import UsageError
 from clover_agent.fix.diagnosis import diagnose
-from clover_agent.fix.hostgit import git as host_git
+from clover_agent.fix.handback.hostgit import git as host_git
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 

@@ -12,7 +12,7 @@ and an addition, each accepted on its own):
 A file is written only when the user has not touched it: never applied before, it must have no
 uncommitted change in the working tree (as ``fix`` hands back); applied before, its content must be
 exactly what the last apply left. What ``fix`` never hands back is never applied here either
-(:func:`clover_agent.fix.handback_paths.never_handed_back`: ``.git``, ``.clover``, what the host's
+(:func:`clover_agent.fix.handback.paths.never_handed_back`: ``.git``, ``.clover``, what the host's
 git ignores, names with control characters): named, and the other files chosen go ahead. The
 chosen sections go through ``git apply --check`` first, then ``git apply``, all at once: on a
 refusal nothing is written. Each apply's patch is kept in the
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from clover_agent.agent.checkpoints import Checkpoints
 from clover_agent.errors import CloverError
-from clover_agent.fix.handback_paths import never_handed_back
-from clover_agent.fix.patches import apply_command, changed_files, local_changes
-from clover_agent.fix.snapshot import tracked_files, user_excludes
+from clover_agent.fix.handback.patches import apply_command, changed_files, local_changes
+from clover_agent.fix.handback.paths import never_handed_back
+from clover_agent.fix.handback.snapshot import tracked_files, user_excludes
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 
 

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
-from clover_agent.agent.checkpoints import CheckpointError
+from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
@@ -231,7 +231,7 @@ class TuiSession(SessionCommands):
         assert saved.state is not None
         try:
             lost = await agent.resume(saved.state, fresh_budget=True)
-        except CheckpointError as exc:
+        except WorkspaceCheckpointError as exc:
             self._emit(
                 Notice(
                     text=f"The saved session's changes could not be restored ({exc.message}); "

@@ -1,6 +1,6 @@
 """Plain-PyTorch reference of the Gated DeltaNet core: the gated delta rule (``ops.gated_delta_rule``),
 Clover's in-block backward scan (``BidirectionalGdn.backward_scan``), and the layer's whole core
-from q, k, v to the normed output (:func:`gated_delta_net`), in the order ``engine/gdn.py`` runs it.
+from q, k, v to the normed output (:func:`gated_delta_net`), in the order ``engine/model/gdn.py`` runs it.
 
 Shapes use T tokens, Hk key heads, Hv value heads (a multiple of Hk), Dk / Dv head sizes. The
 bidirectional layout: docs/bidirectional-gdn.md.
@@ -154,7 +154,7 @@ def gated_delta_net(
     mix_logits: torch.Tensor | None = None,
     normalize_qk: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The GDN layer's core after the short conv, as ``engine/gdn.py`` computes it.
+    """The GDN layer's core after the short conv, as ``engine/model/gdn.py`` computes it.
 
     q, k: [T, Hk, Dk] (L2-normalised here when ``normalize_qk``); v: [T, Hv, Dv]; g, beta: [T, Hv];
     state: the committed recurrent state [Hv, Dk, Dv] float32, read-only; z: the output gate

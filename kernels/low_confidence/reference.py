@@ -1,5 +1,5 @@
-"""Plain-PyTorch reference of token choice and the LowConfidence fill, as ``engine/decoding.py``
-(``choose_tokens``, ``low_confidence_fill``) and ``engine/controls.py`` define them, in a form the
+"""Plain-PyTorch reference of token choice and the LowConfidence fill, as ``engine/decoding/decoder.py``
+(``choose_tokens``, ``low_confidence_fill``) and ``engine/decoding/controls.py`` define them, in a form the
 fused kernels share: the per-row numbers of the controls arrive as tensors, the fill needs no host
 read-back.
 

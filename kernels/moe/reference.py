@@ -1,6 +1,6 @@
 """Plain-PyTorch reference of the sparse MoE: routing, routed SwiGLU experts, the combine with the
 gated shared expert and the residual, and the tile alignment of token-expert pairs the Triton
-kernels use. These are the engine's CPU path (``engine/moe.py`` and ``ops.moe_experts``).
+kernels use. These are the engine's CPU path (``engine/model/moe.py`` and ``ops.moe_experts``).
 
 Shapes: N tokens, Hd hidden size, E experts, I expert inner size, k experts per token; a *pair* is
 one (token, slot) of the routing, numbered ``n * k + j``.

@@ -17,7 +17,7 @@ import pytest
 
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.engine import render_prompt
-from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.text.chat import bundled_chat_template
 from tests.ci.ci_runs import check_trajectory, ci_command, collect, patch_applies, run_ci, tree_state
 from tests.cli_process import start_signalable
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo

@@ -22,10 +22,10 @@ from clover_agent.agent.loop import RunResult
 from clover_agent.agent.notes import INTERRUPTED_REPLY
 from clover_agent.agent.trajectory import ResumeState, read_events
 from clover_agent.backends.engine import EngineBackend
-from clover_agent.engine.chat import bundled_chat_template
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.stream import GenerationDone
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.decoding.stream import GenerationDone
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+from clover_agent.engine.text.chat import bundled_chat_template
 from clover_agent.errors import ExitCode
 from clover_agent.events import (
     CallInterrupted,
@@ -38,7 +38,7 @@ from clover_agent.events import (
     PromptRefused,
     ProvisionalBlock,
 )
-from clover_agent.fix.figures import RunFigures
+from clover_agent.fix.progress import RunFigures
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.tools.shell import ShellTool
 from tests.sandbox_specs import sandbox_spec

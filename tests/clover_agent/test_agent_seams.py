@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from clover_agent.agent import Agent, Approvals, Budget, TrajectoryWriter, load_trajectory
-from clover_agent.agent.checkpoints import CheckpointError
+from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.policy import preset
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import (
@@ -334,13 +334,13 @@ async def test_after_a_resume_a_snapshot_that_cannot_be_rebuilt_is_named(repo: P
     (repo / "notes.md").write_text("mine\n")  # the person's own file of that name, not committed
     async with create_sandbox("local", sandbox_spec(repo)) as box:
         again = Agent(replay(tmp_path / "b.jsonl", FINISH), box, EventBus(), run_id="lost")
-        with pytest.raises(CheckpointError, match="could not restore the workspace"):
+        with pytest.raises(WorkspaceCheckpointError, match="could not restore the workspace"):
             await again.resume(state, fresh_budget=True)  # the saved patch creates notes.md too
         # step 1's snapshot (before the create) holds no change: it is made again; step 2's is not
         assert [(c.turn, bool(c.commit)) for c in again.checkpoints.taken] == [(1, True), (2, False)]
         assert again.checkpoints.can_undo_to(1) and not again.checkpoints.can_undo_to(2)
         with pytest.raises(
-            CheckpointError, match=r"step 2 could not be rebuilt .*; undo can go back to step 1"
+            WorkspaceCheckpointError, match=r"step 2 could not be rebuilt .*; undo can go back to step 1"
         ):
             await again.undo(2)
         assert (await again.undo(1)) is not None

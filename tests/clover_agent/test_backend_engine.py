@@ -14,12 +14,12 @@ import torch
 from clover_agent.backends import BackendEvent, BackendUnavailable, create_backend
 from clover_agent.backends.base import ContextOverflow
 from clover_agent.backends.engine import EngineBackend, choose_device, render_prompt
-from clover_agent.engine.chat import bundled_chat_template
-from clover_agent.engine.locate import ModelSources
-from clover_agent.engine.readiness import FULL_MODEL_BYTES
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
-from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.loading.locate import ModelSources
+from clover_agent.engine.loading.readiness import FULL_MODEL_BYTES
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+from clover_agent.engine.text.chat import bundled_chat_template
+from clover_agent.engine.text.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
 from tests.clover_agent.tool_specs import FINISH_TOOL
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.backends.engine import render_prompt
-from clover_agent.engine.chat import bundled_chat_template
+from clover_agent.engine.text.chat import bundled_chat_template
 from clover_agent.protocol import ToolCall, ToolCallFormatError, parse_assistant, parse_tool_calls
 from tests.clover_agent.tool_specs import SHELL_AND_FINISH
 

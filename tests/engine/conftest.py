@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)

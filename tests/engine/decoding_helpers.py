@@ -9,7 +9,7 @@ gets the same tensors (its parameter names are the checkpoint's without the ``mo
 denoising step re-runs the whole sequence (prompt, finished blocks, current block with its masks)
 through ``transformers`` with a 4D block-causal attention mask on the full-attention layers (GDN
 layers are causal, which is what a checkpoint without bidirectional tensors means), and applies
-LowConfidence written out independently of ``clover_agent.engine.decoding``. It also covers a
+LowConfidence written out independently of ``clover_agent.engine.decoding.decoder``. It also covers a
 causally encoded context (``causal_context``) and sampling with transformers' warpers
 (:class:`ReferenceSampling`).
 """
@@ -27,8 +27,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.model import CloverModel
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.network import CloverModel
 
 VOCAB = 384
 MASK_ID = VOCAB - 1

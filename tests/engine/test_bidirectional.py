@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_agent.engine.cache import GdnState, ModelCache
-from clover_agent.engine.config import CloverConfig
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import CheckpointError
-from clover_agent.engine.forward import ForwardContext
-from clover_agent.engine.gdn import GatedDeltaNet
+from clover_agent.engine.model.cache import GdnState, ModelCache
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.forward import ForwardContext
+from clover_agent.engine.model.gdn import GatedDeltaNet
 from clover_agent.engine.ops import resolve_ops
 from tests.engine.checkpoints import (
     add_bidirectional_tensors,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover_agent.engine.cache import ModelCache
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.model import CloverModel
+from clover_agent.engine.model.cache import ModelCache
+from clover_agent.engine.model.network import CloverModel
 from tests.engine.checkpoints import relative_error, save_reference_checkpoint
 
 #: Logits of the same tokens computed in other passes (prefill then the rest, block by block, a

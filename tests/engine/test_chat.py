@@ -11,8 +11,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from clover_agent.engine.chat import bundled_chat_template, load_chat_template, render_chat
 from clover_agent.engine.errors import CheckpointError
+from clover_agent.engine.text.chat import bundled_chat_template, load_chat_template, render_chat
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: The shared reference folder, when this checkout sits beside one (the fixture is a copy of it).
@@ -108,6 +108,6 @@ def test_a_template_that_does_not_compile_names_its_file(tmp_path: Path) -> None
 
 
 def test_chat_module_does_not_import_torch() -> None:
-    code = "import sys, clover_agent.engine.chat; print('torch' in sys.modules)"
+    code = "import sys, clover_agent.engine.text.chat; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clover_agent.engine.decoding import BlockDecoder
-from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.sampling import SamplingParams
 from tests.engine.decoding_helpers import MASK_ID, clover_from_hf, tiny_hf_model
 
 

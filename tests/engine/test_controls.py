@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from clover_agent.engine.controls import ControlTokens, LogitsControls
-from clover_agent.engine.decoding import BlockDecoder
-from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.decoding.controls import ControlTokens, LogitsControls
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.sampling import SamplingParams
 from tests.engine.decoding_helpers import EOS_ID, VOCAB, clover_from_hf, tiny_hf_model
 
 PROMPT = list(range(5, 45))

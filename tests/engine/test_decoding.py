@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from clover_agent.engine.decoding import BlockDecoder
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.decoding.stream import BlockCommitted, BlockProgress, GenerationDone
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from tests.engine.decoding_helpers import (
     BLOCK,
     EOS_ID,

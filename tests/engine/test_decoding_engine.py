@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.decoding.stream import BlockCommitted, BlockProgress, GenerationDone
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.stream import BlockCommitted, BlockProgress, GenerationDone
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 
 
 @functools.cache

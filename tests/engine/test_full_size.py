@@ -1,11 +1,11 @@
 """The full-size Clover-35B-A3B configuration built on the meta device: parameter count and bf16
 bytes (about 69 GB) without allocating any of it.
 
-``full_size_config_json()`` (engine/configs/clover-35b-a3b.json) holds the published Qwen3.6-35B-A3B
+``full_size_config_json()`` (engine/model/configs/clover-35b-a3b.json) holds the published Qwen3.6-35B-A3B
 text shape (40 layers as 10 x (3 Gated DeltaNet + 1 gated attention), hidden 2048, 256 experts top-8 with
 intermediate 512 plus a 512 shared expert, 16 q / 2 kv heads of 256 with 25% rotary, GDN 16 key /
 32 value heads of 128, vocabulary 248,320) and Clover's decoding contract with the bidirectional
-GDN flag (the mask id follows this project's ``<|mask|>`` convention; see engine/vocab.py).
+GDN flag (the mask id follows this project's ``<|mask|>`` convention; see engine/text/vocab.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
-from clover_agent.engine.config import CloverConfig, full_size_config_json
-from clover_agent.engine.model import CloverModel
+from clover_agent.engine.model.config import CloverConfig, full_size_config_json
+from clover_agent.engine.model.network import CloverModel
 
 BIDIRECTIONAL_PER_GDN_LAYER = 8192 * 4 + 32 * 2  # conv1d_right [conv_dim, 1, 4] + bidir_mix_logits [32, 2]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from clover_agent.cli import main
+from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
-from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+from clover_agent.engine.text.tokenizer import load_tokenizer
 from clover_agent.errors import ExitCode
 from tests.cli_process import run_at_a_terminal, run_cli, start_signalable
 

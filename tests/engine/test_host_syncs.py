@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from clover_agent.engine.cache import ModelCache
-from clover_agent.engine.choice import choose_tokens, low_confidence_fill
-from clover_agent.engine.decoding import BlockDecoder
+from clover_agent.engine.decoding.choice import choose_tokens, low_confidence_fill
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.engine import Engine
-from clover_agent.engine.model import CloverModel
-from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.model.cache import ModelCache
+from clover_agent.engine.model.network import CloverModel
 
 TENSOR_READS = (
     "item",
@@ -252,7 +252,7 @@ def test_short_prefill_needs_no_read(model: CloverModel) -> None:
 
 def test_cuda_graphs_stay_off_without_cuda(model: CloverModel) -> None:
     """The graph path (``graphs.py``) runs on CUDA only; asking for it on the CPU changes nothing."""
-    from clover_agent.engine.graphs import StepGraphs
+    from clover_agent.engine.decoding.graphs import StepGraphs
 
     decoder = BlockDecoder(model, cuda_graphs=True)
     assert decoder.cuda_graphs is False

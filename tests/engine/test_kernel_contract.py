@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from clover_agent.engine import ops
+from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import EngineArgumentError
-from clover_agent.engine.sampling import SamplingParams
 from tests.engine.checkpoints import relative_error
 
 

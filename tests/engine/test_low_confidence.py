@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from clover_agent.engine.choice import choose_tokens, low_confidence_fill
-from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.decoding.choice import choose_tokens, low_confidence_fill
+from clover_agent.engine.decoding.sampling import SamplingParams
 
 
 def test_every_position_strictly_above_the_threshold_is_filled() -> None:

@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 
 from clover_agent.backends.engine import choose_device
 from clover_agent.cli import main
-from clover_agent.engine.locate import ModelSources
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.locate import ModelSources
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from tests.cli_process import run_cli
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.engine.config import CloverConfig, full_size_config_json
 from clover_agent.engine.errors import CheckpointError
+from clover_agent.engine.model.config import CloverConfig, full_size_config_json
 from tests.engine.checkpoints import tiny_text_config
 
 # The full model's text fields in the flat form, without layer_types (derived from full_attention_interval).

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_agent.engine import ops, torch_ops
+from clover_agent.engine import ops
 from clover_agent.engine.errors import EngineArgumentError
+from clover_agent.engine.ops import torch_ops
 
 
 def allowed_by_position(steps: int, past: int, block_size: int, block_from: int | None) -> torch.Tensor:

@@ -7,10 +7,10 @@ import functools
 import pytest
 import torch
 
-from clover_agent.engine.decoding import BlockDecoder
-from clover_agent.engine.model import CloverModel
-from clover_agent.engine.prefix_cache import PrefixCache
-from clover_agent.engine.sampling import SamplingParams
+from clover_agent.engine.decoding.decoder import BlockDecoder
+from clover_agent.engine.decoding.prefix_cache import PrefixCache
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.model.network import CloverModel
 from tests.engine.decoding_helpers import BLOCK, clover_from_hf, tiny_hf_model
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.moe import SparseMoe
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.moe import SparseMoe
 from clover_agent.engine.ops import resolve_ops
-from clover_agent.engine.torch_ops import routed_experts
+from clover_agent.engine.ops.torch_ops import routed_experts
 from clover_agent.kernels.moe.reference import route
 from tests.engine.checkpoints import tiny_text_config
 

@@ -15,11 +15,11 @@ from safetensors import safe_open
 from transformers import Qwen3_5MoeForCausalLM
 from transformers.utils import logging as hf_logging
 
-from clover_agent.engine import vocab
-from clover_agent.engine.chat import bundled_chat_template
-from clover_agent.engine.tiny import PEAKED_LOGIT_STD, SMALL_MODEL_VOCAB_SIZE, write_tiny_checkpoint
-from clover_agent.engine.tiny import main as tiny_main
-from clover_agent.engine.tokenizer import load_tokenizer
+from clover_agent.engine.loading.tiny import PEAKED_LOGIT_STD, SMALL_MODEL_VOCAB_SIZE, write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import main as tiny_main
+from clover_agent.engine.text import vocab
+from clover_agent.engine.text.chat import bundled_chat_template
+from clover_agent.engine.text.tokenizer import load_tokenizer
 from clover_agent.settings import Settings
 from tests.engine.checkpoints import read_tensors, relative_error
 
@@ -158,7 +158,7 @@ def test_command_line(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "clover_agent.engine.tiny",
+            "clover_agent.engine.loading.tiny",
             str(out),
             "--shards",
             "2",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.engine import vocab
-from clover_agent.engine.chat import bundled_chat_template
 from clover_agent.engine.errors import CheckpointError
-from clover_agent.engine.tokenizer import Tokenizer, load_tokenizer
+from clover_agent.engine.text import vocab
+from clover_agent.engine.text.chat import bundled_chat_template
+from clover_agent.engine.text.tokenizer import Tokenizer, load_tokenizer
 from clover_agent.errors import ExitCode, exit_code_for
 from clover_agent.settings import Settings
 

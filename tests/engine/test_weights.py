@@ -15,7 +15,7 @@ import torch
 
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import CheckpointError
-from clover_agent.engine.weights import load_model
+from clover_agent.engine.loading.weights import load_model
 from tests.engine.checkpoints import (
     convert_checkpoint,
     read_tensors,
@@ -81,7 +81,7 @@ def test_vision_and_mtp_tensors_are_skipped_and_reported(
         {"model.visual.blocks.0.attn.qkv.weight": torch.zeros(6, 2), "mtp.fc.weight": torch.zeros(2, 2)},
     )
     stream = io.StringIO()
-    with caplog.at_level(logging.INFO, logger="clover_agent.engine.weights"):
+    with caplog.at_level(logging.INFO, logger="clover_agent.engine.loading.weights"):
         engine = Engine.from_pretrained(folder, progress=stream)
     assert "skipping 2 tensor(s) the engine does not use: model.visual.* (1), mtp.* (1)" in stream.getvalue()
     assert "model.visual.blocks.0.attn.qkv.weight, mtp.fc.weight" in caplog.text

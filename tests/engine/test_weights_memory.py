@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 
 MIB = 1 << 20
 #: Room for what is not the model or a shard: allocator and interpreter overhead while loading.
@@ -27,9 +27,9 @@ MEASURE = """
 import json, sys
 from pathlib import Path
 import torch
-from clover_agent.engine.config import CloverConfig
-from clover_agent.engine.model import CloverModel
-from clover_agent.engine.weights import load_model
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.network import CloverModel
+from clover_agent.engine.loading.weights import load_model
 
 def status_bytes(field):
     with open("/proc/self/status") as status:

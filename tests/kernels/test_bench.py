@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from clover_agent.engine.config import CloverConfig, full_size_config_json
+from clover_agent.engine.model.config import CloverConfig, full_size_config_json
 from clover_agent.kernels.bench import CLOVER, CloverSizes, cases, measure, relative_error
 from tests.kernels.helpers import DEVICE, requires_triton
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clover_agent.engine.cache import GdnState
-from clover_agent.engine.gdn import GatedDeltaNet
+from clover_agent.engine.model.cache import GdnState
+from clover_agent.engine.model.gdn import GatedDeltaNet
 from clover_agent.kernels.gated_delta_rule import gated_delta_net
 from clover_agent.kernels.short_conv import short_conv
 from tests.engine.checkpoints import relative_error

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clover_agent.backends.engine import EngineBackend
-from clover_agent.engine.sampling import SamplingParams
-from clover_agent.engine.tiny import write_tiny_checkpoint
+from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from clover_agent.events import Done, ModelDelta, ProvisionalBlock
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.session import SessionOptions

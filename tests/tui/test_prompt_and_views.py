@@ -13,7 +13,7 @@ from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.path_menu import PathMenu
-from clover_agent.tui.widgets.test_table import TestTable
+from clover_agent.tui.widgets.results_table import TestTable
 from clover_agent.tui.widgets.thinking import Thinking
 from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay

@@ -16,7 +16,7 @@ from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diff_view import DiffView
-from clover_agent.tui.widgets.test_table import TestTable
+from clover_agent.tui.widgets.results_table import TestTable
 from clover_agent.tui.widgets.thinking import Thinking
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, turn, wait_for, write_replay
 

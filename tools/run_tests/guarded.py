@@ -11,7 +11,7 @@ before any project code is imported). A test counts as passed only where both sa
 rewritten at exit, or a result missing from the stream, is not a pass.
 
 What this cannot stop is the code under test attacking pytest from inside the same process; the
-``fix`` workflow names such changes (:mod:`clover_agent.fix.heldout`).
+``fix`` workflow names such changes (:mod:`clover_agent.fix.handback.heldout`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from textual.widgets import Static
 
 from clover_agent.events import ToolCallFinished
 from clover_agent.tui.widgets.diff_view import DiffView
-from clover_agent.tui.widgets.test_table import TestTable
+from clover_agent.tui.widgets.results_table import TestTable
 
 FOLDED_LINES = 8
 

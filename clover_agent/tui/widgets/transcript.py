@@ -31,7 +31,7 @@ from clover_agent.tui.events import MessageQueued, Notice, SandboxState, TurnSta
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diffusion_view import DiffusionView
 from clover_agent.tui.widgets.notice import NoticeLine
-from clover_agent.tui.widgets.test_table import TestTable
+from clover_agent.tui.widgets.results_table import TestTable
 from clover_agent.tui.widgets.thinking import Thinking
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from clover_agent.errors import ExitCode
-from clover_agent.fix.stock import Stock
-from clover_agent.fix.task import FixReport
-from clover_agent.fix.verdict import FIXED
+from clover_agent.fix.handback.stock import Stock
+from clover_agent.fix.handback.verdict import FIXED
+from clover_agent.fix.workflow import FixReport
 from clover_agent.sandboxes import create_sandbox
 from tests.sandbox_specs import sandbox_spec
 

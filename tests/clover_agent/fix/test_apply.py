@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
-from clover_agent.fix.handback import YES, hand_back
+from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
+from clover_agent.fix.handback.decision import YES, hand_back
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.git_repos import git, make_repo
 

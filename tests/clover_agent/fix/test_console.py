@@ -21,7 +21,7 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.fix.console import ConsoleRenderer, make_console
-from clover_agent.fix.figures import RunFigures
+from clover_agent.fix.progress import RunFigures
 
 CALL = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
 SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -24,12 +24,12 @@ from clover_agent.agent import load_trajectory
 from clover_agent.agent.approvals import Answer
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
-from clover_agent.cli.hand_back import hand_back
+from clover_agent.cli.handback import hand_back
 from clover_agent.errors import ExitCode
 from clover_agent.fix.console import ask_at_terminal, make_console
-from clover_agent.fix.patches import changed_files, is_test_file
+from clover_agent.fix.handback.patches import changed_files, is_test_file
 from clover_agent.fix.targets import match_tests
-from clover_agent.fix.task import PATCH_FILE, SUMMARY_FILE
+from clover_agent.fix.workflow import PATCH_FILE, SUMMARY_FILE
 from tests.cli_process import start_signalable
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.test_agent_loop import call, write_replay

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
-from clover_agent.cli.hand_back import hand_back
+from clover_agent.cli.handback import hand_back
 from clover_agent.errors import ExitCode
 from clover_agent.events import TaskResumed
 from clover_agent.fix.console import make_console
@@ -205,7 +205,7 @@ def test_the_confirmation_shows_the_diff_then_asks(tmp_path: Path) -> None:
 def test_the_printed_resume_command_works_for_an_engine_run(tmp_path: Path) -> None:
     """A tiny random checkpoint (its text is noise): the run stops on its time budget in a model
     call; the printed command resumes it with the same backend, model and budget."""
-    from clover_agent.engine.tiny import write_tiny_checkpoint
+    from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 
     model = write_tiny_checkpoint(
         tmp_path / "ckpt", peaked=True, seed=5, overrides={"max_position_embeddings": 32768}

@@ -1,0 +1,266 @@
+"""The end of ``clover-agent fix`` at the user's side: the summary, and the confirmation.
+
+:func:`hand_back` hands the patch back through :func:`clover_agent.fix.handback.decision.hand_back` (which
+applies the verified bytes, all or nothing, and says what the command ends with). What this module
+adds is the person's side at a terminal (without ``--yes`` / ``--dry-run``): the diff first,
+coloured, through a pager when it is longer than the screen (``PAGER``, default ``less -R -F -X``),
+then the files and the choices: apply it, choose file by file (those chosen are applied together;
+the tests ran on the whole patch), show the diff again, or not apply it. Ctrl-C or Ctrl-D at the
+question applies nothing and says how to apply it later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
+from clover_agent.fix.console import write_plain
+from clover_agent.fix.handback import decision
+from clover_agent.fix.handback.verdict import FIXED, FIXED_UNVERIFIED, TESTS_CHANGED, TESTS_WEAKENED
+from clover_agent.fix.progress import RunFigures, duration
+from clover_agent.fix.workflow import FixReport
+from clover_agent.safe_text import shown_names, terminal_safe
+
+DEFAULT_PAGER = "less -R -F -X"
+
+_FILE_SECTION = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """One file's part of a git patch."""
+
+    path: str
+    text: str
+
+    @property
+    def counts(self) -> str:
+        lines = self.text.splitlines()
+        added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+        removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+        return f"+{added} -{removed}"
+
+
+def split_patch(patch: str) -> list[FilePatch]:
+    """The patch's sections, one per file (a rename is named by its new path)."""
+    starts = list(_FILE_SECTION.finditer(patch))
+    return [
+        FilePatch(
+            match.group(2),
+            patch[match.start() : starts[i + 1].start() if i + 1 < len(starts) else len(patch)],
+        )
+        for i, match in enumerate(starts)
+    ]
+
+
+# -- the summary -------------------------------------------------------------------------------------
+
+
+def _counts(report: Any) -> str:
+    if report is None:
+        return "not run"
+    text = f"{report.passed} passed, {report.failed} failed"
+    if report.errors:
+        text += f", {report.errors} errors"
+    return text
+
+
+def print_summary(report: FixReport, figures: RunFigures, console: Console) -> None:
+    """The verdict, the tests before and after, what changed, the run's figures and its files. A run
+    that did not succeed is named here by its exit code; its reason is said once, by the command."""
+
+    def rel(path: Path) -> str:
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+    if report.verdict == FIXED:
+        status, style = f"FIXED — {terminal_safe(report.message, single_line=True)}", "bold green"
+    elif report.verdict == FIXED_UNVERIFIED:
+        status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
+    elif report.verdict == TESTS_WEAKENED:
+        status, style = "TESTS WEAKENED (exit 1)", "bold red"
+    elif report.verdict == TESTS_CHANGED:
+        status, style = "TESTS CHANGED (exit 1)", "bold red"
+    elif report.exit_code == ExitCode.NOTHING_TO_FIX:
+        status, style = "NOTHING TO FIX (exit 5)", "bold yellow"
+    else:
+        status, style = f"NOT FIXED (exit {int(report.exit_code)})", "bold red"
+    console.print()
+    console.print(Text(f"clover-agent fix: {status}", style=style))
+    lines = []
+    if report.selection:
+        lines.append(f"  target      {terminal_safe(report.selection, single_line=True)}")
+    lines.append(
+        f"  before      target: {_counts(report.target_before)}; suite: {_counts(report.suite_before)}"
+    )
+    if report.target_after is not None:
+        lines.append(
+            f"  after       target: {_counts(report.target_after)}; suite: {_counts(report.suite_after)}"
+        )
+    if report.target_handed_back is not None:
+        lines.append(f"  as handed   target: {_counts(report.target_handed_back)} (the patch's own tests)")
+    if report.regressions:
+        lines.append(f"  broke       {shown_names(report.regressions)}")
+    for label, items in (
+        ("still fails", report.still_failing),
+        ("unverified", report.unverified),
+        ("weakened", report.weakened),
+        ("harness", report.harness),
+    ):
+        if items:
+            more = f" (+{len(items) - 10})" if len(items) > 10 else ""
+            lines.append(f"  {label:<11} {shown_names(items[:10], '; ')}{more}")
+    if report.agent is not None:
+        notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
+        changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
+        lines.append(f"  changed     {shown_names(changed) or 'nothing'}")
+        for path, why in report.left_out.items():
+            lines.append(f"  left out    {shown_names([path])}: {terminal_safe(why, single_line=True)}")
+        if report.test_files_changed:
+            lines.append(
+                f"  WARNING     test files changed: {shown_names(report.test_files_changed)} — review them"
+            )
+        note = " (replayed turns, not a model)" if report.backend.startswith("replay") else ""
+        lines.append(
+            f"  agent       {report.agent.outcome}; {figures.final()}; backend "
+            f"{terminal_safe(report.backend, single_line=True)}{note}"
+        )
+        lines.append(f"  patch       {rel(report.patch_path)}")
+    lines.append(f"  trajectory  {rel(report.trajectory_path)}")
+    lines.append(f"  time        {duration(report.elapsed_s)}")
+    write_plain(console, "\n".join(lines))
+
+
+# -- handing the patch back --------------------------------------------------------------------------
+
+
+def hand_back(
+    report: FixReport,
+    repo: Path,
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    environ: Mapping[str, str] | None = None,
+    ask: Callable[[str], str] = input,
+) -> int:
+    """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
+    the module docstring), record the command's exit code and message in the run's summary.json
+    and trajectory (:func:`clover_agent.fix.handback.decision.record_outcome`; also when the apply itself
+    failed), and return it (a :class:`CloverError` for a non-zero one). ``ask`` reads one answer."""
+    mode = decision.DRY_RUN if args.dry_run else decision.YES if args.yes else decision.ASK
+    confirm = None
+    if mode == decision.ASK and sys.stdin.isatty():
+        confirm = _Confirmation(report, console, dict(environ or {}), ask)
+    try:
+        code, message = decision.hand_back(
+            report, repo, mode=mode, confirm=confirm, say=lambda text: write_plain(console, text)
+        )
+    except KeyboardInterrupt:  # at the question: nothing was applied
+        report.hand_back = "interrupted: not applied"
+        code = int(ExitCode.INTERRUPTED)
+        message = (
+            "interrupted before the patch was applied: your tree is unchanged. To apply it later: "
+            + decision.apply_hint(report, repo)
+        )
+    except (*RUN_ERRORS, OSError) as exc:  # host git or the file system failed: the apply undid itself
+        report.hand_back = f"failed: {message_of(exc)}"
+        code = int(exit_code_for(exc))
+        message = f"the patch was not applied: {message_of(exc)}. The patch is kept: {report.patch_path}"
+    decision.record_outcome(report, code, message)
+    if code != ExitCode.OK:
+        raise CloverError(message or report.message, exit_code=ExitCode(code))
+    return code
+
+
+class _Confirmation:
+    """The question at a terminal: the diff, then the files and the choices. Called with
+    :func:`clover_agent.fix.handback.decision.question`'s text (the files, what needs a look); returns
+    whether to apply the patch, or the files chosen one by one."""
+
+    def __init__(
+        self, report: FixReport, console: Console, environ: dict[str, str], ask: Callable[[str], str]
+    ):
+        self.sections = split_patch(report.patch_path.read_text(encoding="utf-8", errors="replace"))
+        self.console, self.environ, self.ask = console, environ, ask
+
+    def __call__(self, question: str) -> bool | list[str]:
+        files = question.rstrip().rsplit("\n", 1)[0]  # its last line is a y/N question: ours follow
+        several = len(self.sections) > 1
+        choices = (
+            "[y] yes / [f] choose files / [d] diff again / [N] no"
+            if several
+            else "[y] yes / [d] diff again / [N] no"
+        )
+        show_diff(self.sections, self.console, self.environ)
+        while True:
+            try:
+                answer = self.ask(f"{files}\nApply it? {choices}: ").strip().lower()
+            except EOFError:  # Ctrl-D: no
+                self.console.print()
+                return False
+            if answer in ("d", "diff"):
+                show_diff(self.sections, self.console, self.environ)
+            elif several and answer in ("f", "files"):
+                return [s.path for s in self.sections if self._one(s)]
+            else:
+                return answer in ("y", "yes")
+
+    def _one(self, section: FilePatch) -> bool:
+        try:
+            return self.ask(
+                f"  apply {shown_names([section.path])} ({section.counts})? [y/N] "
+            ).strip().lower() in (
+                "y",
+                "yes",
+            )
+        except EOFError:
+            return False
+
+
+def show_diff(sections: list[FilePatch], console: Console, environ: dict[str, str]) -> None:
+    """The diff, coloured at a colour terminal, through the pager when longer than the screen."""
+    text = "".join(s.text for s in sections)
+    if len(text.splitlines()) + 4 <= console.height:
+        console.print(colored_diff(text), end="")
+        return
+    rendered = io.StringIO()
+    Console(file=rendered, force_terminal=console.color_system is not None, color_system=console.color_system,
+            width=console.width, markup=False, highlight=False, soft_wrap=True).print(colored_diff(text), end="")  # fmt: skip
+    pager = shlex.split(environ.get("PAGER") or DEFAULT_PAGER)
+    try:
+        subprocess.run(pager, input=rendered.getvalue(), text=True, check=False)
+    except OSError:  # no such pager: print it as it is
+        console.print(colored_diff(text), end="")
+
+
+def colored_diff(text: str) -> Text:
+    """``text``, a patch, styled line by line; each line :func:`terminal_safe` (a line ending in a
+    carriage return shows it: ``\\r``)."""
+    out = Text()
+    for line in terminal_safe(text).splitlines(keepends=True):  # only "\n" is left to split at
+        if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        else:
+            style = ""
+        out.append(line, style=style)
+    return out

@@ -1,0 +1,161 @@
+"""Handing a run's verified patch back to the user's working tree, and the run's last word.
+
+:func:`hand_back` decides, for a front end that says how the user chose (``--yes``, ``--dry-run``,
+or asking at a terminal), whether the patch is applied (:func:`clover_agent.fix.handback.apply.apply_patch_set`:
+the verified bytes, all or nothing) and returns the command's exit code and message:
+
+- only a patch whose verdict is ``fixed`` or ``fixed, suite unverified`` is offered;
+- changes beyond text edits (symlinks, binary files, executable bits) and the files whose paths
+  need a yes (git's files, CI configuration, executables: :attr:`PatchSet.needing_yes`) are named
+  in the question and need an answer at a terminal (:attr:`PatchSet.to_confirm`). ``--yes`` alone
+  applies none of a patch with changes beyond text edits, and the rest of a patch without the
+  files that need a yes (named);
+- a refusal (uncommitted changes to a touched file, a file that changed since the start, a path
+  through a symlink) is exit 1 with the reason; a signal is exit 130, saying whether the tree is
+  unchanged or fully patched.
+
+:func:`record_outcome` then writes the command's real exit code and message into ``summary.json``
+and as the trajectory's last line (a second ``TaskFinished``), so both say what the process did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from clover_agent.agent.trajectory import TrajectoryWriter
+from clover_agent.errors import ExitCode
+from clover_agent.events import TaskFinished
+from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
+from clover_agent.fix.handback.patches import apply_command
+from clover_agent.fix.handback.verdict import FIXED_UNVERIFIED
+from clover_agent.fix.workflow import FixReport
+from clover_agent.safe_text import shown_names, terminal_safe
+
+#: How the user chose: apply without asking, never apply, or ask (``confirm``).
+YES, DRY_RUN, ASK = "yes", "dry run", "ask"
+
+
+def apply_hint(report: FixReport, repo: Path) -> str:
+    """The command that applies the kept patch by hand."""
+    return shlex.join(apply_command(repo, report.patch_path))
+
+
+def question(report: FixReport, repo: Path) -> str:
+    """What the user is asked before the patch is applied: every file, and what needs a look."""
+    assert report.patch_set is not None
+    lines = [f"The patch changes {len(report.patch_set.files)} file(s) in {repo}:"]
+    notes = dict(report.patch_set.to_confirm)
+    for change in report.patch_set.changes:
+        extra = f" ({shown_names(notes[change.path], '; ')})" if change.path in notes else ""
+        lines.append(f"  {change.status:<12} {shown_names([change.path])}{extra}")
+    for path, why in report.left_out.items():
+        lines.append(f"  left out     {shown_names([path])}: {terminal_safe(why, single_line=True)}")
+    if report.verdict == FIXED_UNVERIFIED:
+        lines.append("The target passes, but the rest of the suite could not be checked.")
+    if notes:
+        lines.append("It holds changes beyond text edits (marked above): check them.")
+    lines.append(f"Apply it to {repo}? [y/N] ")
+    return "\n".join(lines)
+
+
+def hand_back(
+    report: FixReport,
+    repo: Path,
+    *,
+    mode: str,
+    confirm: Callable[[str], bool | list[str]] | None = None,
+    say: Callable[[str], None] = print,
+) -> tuple[int, str]:
+    """Apply the patch as the user chose (see the module docstring); sets ``report.hand_back`` and
+    returns the command's exit code and message (empty when there is nothing more to say).
+    ``confirm`` answers the question: whether to apply, or the paths of the files to apply (the
+    person chose file by file; the others are left out, said so)."""
+    verdict_code = int(report.exit_code)
+    if not report.fixed or report.patch_set is None:
+        return verdict_code, report.message
+    how = apply_hint(report, repo)
+    patch_set = report.patch_set  # what is applied: all of it, or the files the person chose
+    if not report.patch_set.changes:
+        report.hand_back = "nothing to apply"
+        return verdict_code, ""
+    if mode == DRY_RUN:
+        report.hand_back = "dry run"
+        say(f"Dry run: the patch was not applied. To apply it: {how}")
+        return verdict_code, ""
+    held: dict[str, str] = {}  # what --yes leaves out, by its paths' rules
+    if mode == YES:
+        beyond = [(c.path, c.notes) for c in report.patch_set.changes if c.notes]
+        held = report.patch_set.needing_yes
+        rest = [c for c in report.patch_set.changes if c.path not in held]
+        if beyond or not rest:
+            shown = "; ".join(
+                f"{shown_names([p])}: {shown_names(n)}" for p, n in beyond or report.patch_set.to_confirm
+            )
+            what = "changes beyond text edits" if beyond else "only changes that need a yes"
+            message = (
+                f"the patch was not applied: it holds {what} ({shown}), which need your confirmation at a "
+                f"terminal (--yes does not cover them). Review it and apply it yourself: {how}"
+            )
+            report.hand_back = f"refused: {message}"
+            return int(ExitCode.FAILURE), message
+        patch_set = dataclasses.replace(report.patch_set, changes=rest)
+    if mode == ASK:
+        if confirm is None:
+            report.hand_back = "no terminal to confirm"
+            say(
+                f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
+            )
+            return verdict_code, ""
+        answer = confirm(question(report, repo))
+        if not answer:
+            report.hand_back = "declined"
+            say(f"Not applied. To apply it later: {how}")
+            return verdict_code, ""
+        if isinstance(answer, list):
+            chosen = [c for c in report.patch_set.changes if c.path in answer]
+            patch_set = dataclasses.replace(report.patch_set, changes=chosen)
+    try:
+        files = apply_patch_set(repo, patch_set)
+    except PatchNotApplied as exc:
+        report.hand_back = f"refused: {exc.message}"
+        return int(ExitCode.FAILURE), f"{exc.message} To apply it yourself: {how}"
+    except ApplyInterrupted as exc:
+        report.hand_back = "interrupted: " + ("applied in full" if exc.applied else "not applied")
+        return int(ExitCode.INTERRUPTED), exc.message
+    left = [path for path in report.patch_set.files if path not in patch_set.files]
+    report.hand_back = f"applied: {', '.join(files)}; not applied: {', '.join(left)}" if left else "applied"
+    say(f"Applied to {repo}: {shown_names(files)}")
+    if held:
+        say("Not applied, they need your yes at a terminal (--yes does not cover them): "
+            + "; ".join(f"{shown_names([path])} ({terminal_safe(why, single_line=True)})" for path, why in held.items())
+            + f". The whole patch: {how}")  # fmt: skip
+    elif left:
+        say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
+    return verdict_code, ""
+
+
+def record_outcome(report: FixReport, exit_code: int, message: str, *, command: str = "fix") -> None:
+    """Write the command's real exit code and message into ``summary.json`` and as the
+    trajectory's last line; the shadow repository is removed (``patch.diff`` stays)."""
+    report.exit_code = ExitCode(exit_code) if exit_code in ExitCode._value2member_map_ else report.exit_code
+    if message:
+        report.message = message
+    summary = report.write_summary()
+    writer = TrajectoryWriter(report.trajectory_path, key=report.key)
+    try:
+        writer(
+            TaskFinished(
+                run_id=report.run_id,
+                command=command,
+                exit_code=exit_code,
+                message=report.message,
+                report=summary,
+            )
+        )
+    finally:
+        writer.close()
+    if report.stock is not None:
+        report.stock.discard()

@@ -1,0 +1,301 @@
+"""The verdict of a ``fix`` run: never more than was checked.
+
+:func:`judge` reads the test runs before and after the patch (the after runs are made on the
+exact patched tree, see :mod:`clover_agent.fix.handback.stock`) and picks one of (README, "Verdicts"):
+
+- ``fixed`` (exit 0): every target test passes (a skipped, deselected or vanished one is not a
+  pass), no test that passed before fails, errors, is skipped or is gone, the tests were not
+  weakened, and the suite's run is a real check;
+- ``fixed, suite unverified`` (exit 8): the same for the target, but the rest of the suite could
+  not be checked (it timed out or could not be run or collected before or after, tests erred for
+  environment reasons both times, or none passed before): "nothing else broke" is not known;
+- ``tests changed`` (exit 1): the target passes only with the patch's own changes to its tests
+  or their harness, not with the starting commit's (the held-out run,
+  :mod:`clover_agent.fix.handback.heldout`);
+- ``tests weakened`` (exit 1): the target passes because its tests were weakened
+  (:mod:`clover_agent.fix.handback.weakened`);
+- ``not fixed`` (exit 1): a target test does not pass, or tests that passed before do not, or
+  nothing changed.
+
+Tests that failed before and still fail are listed either way (``still_failing``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clover_agent.errors import ExitCode
+from clover_agent.fix.regression import renamed_cases
+from clover_agent.tools.run_tests import TestReport
+
+FIXED = "fixed"
+FIXED_UNVERIFIED = "fixed, suite unverified"
+TESTS_WEAKENED = "tests weakened"
+TESTS_CHANGED = "tests changed"
+NOT_FIXED = "not fixed"
+#: What JUnit XML calls a module pytest could not import.
+COLLECTION_FAILURE = "collection failure"
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    exit_code: ExitCode
+    message: str
+    regressions: list[str] = field(default_factory=list)
+    still_failing: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # why the suite's run checks less than all
+    weakened: list[str] = field(default_factory=list)
+    target_not_passing: dict[str, str] = field(default_factory=dict)  # test id -> what it is now
+    tests_changed: list[str] = field(default_factory=list)  # the harness files the patch changes
+
+
+def _failing(report: TestReport) -> set[str]:
+    return {t for t, outcome in report.outcomes.items() if outcome in ("failed", "error")}
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:300]
+
+
+def uncollected(report: TestReport) -> set[str]:
+    """The ids of the modules ``report``'s run could not collect (import)."""
+    return {f.test_id for f in report.failures if f.message == COLLECTION_FAILURE}
+
+
+def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
+    """Each target test that is not a pass after the change, with what it is: "failed",
+    "error", "skipped" or "gone" (not run at all: deselected, renamed or deleted). A module that
+    could not be collected before either is not a target test (it holds none that ran): the suite's
+    verdict counts it (:func:`suite_gaps`)."""
+    old = uncollected(before)
+    problems = {t: after.outcomes.get(t, "gone") for t in before.outcomes if t not in old}
+    problems = {t: what for t, what in problems.items() if what != "passed"}
+    problems.update(
+        {
+            t: o
+            for t, o in after.outcomes.items()
+            if o in ("failed", "error") and t not in problems and t not in old
+        }
+    )
+    return problems
+
+
+def target_passes(before: TestReport, after: TestReport) -> bool:
+    """The target's run after the change is a pass: it ran, some target test passed, and
+    :func:`target_problems` finds nothing."""
+    ran = after.problem is None and not after.timed_out and after.passed > 0
+    return ran and not target_problems(before, after)
+
+
+def regressions(before: TestReport, after: TestReport) -> list[str]:
+    """Tests that passed before and now fail, error, are skipped or are gone (cases whose
+    parametrize ids merely differ between the runs, :func:`renamed_cases`, are not gone)."""
+    renamed = renamed_cases(before, after)
+    return sorted(
+        t
+        for t, o in before.outcomes.items()
+        if o == "passed" and after.outcomes.get(t) != "passed" and t not in renamed
+    )
+
+
+def suite_gaps(before: TestReport, after: TestReport, environment_errors: set[str]) -> list[str]:
+    """Why the suite's runs check less than the whole suite (empty: a real check).
+    ``environment_errors``: tests that erred for environment reasons in both runs."""
+    gaps = []
+    for when, report in (("before", before), ("after", after)):
+        if report.timed_out:
+            gaps.append(f"the suite timed out {when} the change (after {report.duration_s:.0f} s)")
+        elif report.problem and not report.outcomes:
+            gaps.append(f"the suite could not be run {when} the change: {_first_line(report.problem)}")
+    if not gaps:
+        modules = sorted(uncollected(before) | uncollected(after))
+        if modules:
+            shown = ", ".join(t.split("::")[0] for t in modules[:5])
+            gaps.append(f"{len(modules)} test module(s) could not be collected: {shown}")
+        if environment_errors:
+            shown = ", ".join(sorted(environment_errors)[:5])
+            gaps.append(
+                f"{len(environment_errors)} test(s) could not run in the sandbox's environment, before or "
+                f"after: {shown}"
+            )
+        if before.passed == 0 and before.outcomes:
+            gaps.append("no test of the suite passed before the change, so none could break")
+    return gaps
+
+
+@dataclass
+class HandedBack:
+    """The runs on the patch as handed back: the target, and the test files the patch adds,
+    changes or deletes (``files``; ``tests`` None when there are none or the target failed)."""
+
+    target: TestReport
+    files: list[str] = field(default_factory=list)
+    tests: TestReport | None = None
+
+    def problem(self, target_before: TestReport) -> str | None:
+        """Why the target does not pass as handed back, None when it does."""
+        if target_passes(target_before, self.target):
+            return None
+        problems = target_problems(target_before, self.target)
+        return ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10]) or (
+            f"the run ended with exit code {self.target.exit_code}"
+        )
+
+    def broken(self, before: list[TestReport]) -> tuple[list[str], list[str]]:
+        """(tests of ``files`` that passed ``before`` and do not as handed back, tests the patch
+        adds that fail)."""
+        if self.tests is None:
+            return [], []
+        files = set(self.files)
+        passed: dict[str, str] = {}
+        for report in before:
+            passed.update(
+                {t: o for t, o in report.outcomes.items() if o == "passed" and t.split("::")[0] in files}
+            )
+        was = TestReport(
+            framework=self.tests.framework, command="", target=None, exit_code=0, outcomes=passed
+        )
+        known = {t for report in before for t in report.outcomes}
+        new_failing = sorted(
+            t for t, o in self.tests.outcomes.items() if o in ("failed", "error") and t not in known
+        )
+        return regressions(was, self.tests), new_failing
+
+
+def judge(
+    target_before: TestReport,
+    target_after: TestReport,
+    suite_before: TestReport,
+    suite_after: TestReport | None,
+    *,
+    files_changed: list[str],
+    weakened: list[str],
+    environment_errors: set[str],
+    handed_back: HandedBack | None = None,
+    tests_changed: list[str] | None = None,
+) -> Judgement:
+    """The verdict (see the module docstring). ``target_after`` and ``suite_after`` are the
+    held-out runs (the starting commit's tests over the patched source); ``handed_back``: the runs
+    on the patch as handed back (None: it is the held-out tree); ``tests_changed``: the paths the
+    held-out run put back."""
+    still = sorted(_failing(suite_before) & _failing(suite_after)) if suite_after is not None else []
+    changed = tests_changed or []
+    problems = target_problems(target_before, target_after)
+    held_out_fails = bool(problems) or not target_passes(target_before, target_after)
+    as_handed = handed_back.problem(target_before) if handed_back is not None else None
+    if held_out_fails and handed_back is not None and as_handed is None and changed:
+        shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10]) or (
+            f"the run ended with exit code {target_after.exit_code}"
+        )
+        if weakened:
+            return Judgement(
+                TESTS_WEAKENED,
+                ExitCode.FAILURE,
+                "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
+                weakened=weakened,
+                target_not_passing=problems,
+                tests_changed=changed,
+            )
+        return Judgement(
+            TESTS_CHANGED,
+            ExitCode.FAILURE,
+            "the target passes only with the patch's own changes to its tests or their harness ("
+            + ", ".join(changed[:10])
+            + f"); with the starting commit's tests: {shown}",
+            target_not_passing=problems,
+            tests_changed=changed,
+        )
+    if target_after.timed_out or (target_after.problem and not target_after.outcomes):
+        why = "timed out" if target_after.timed_out else _first_line(target_after.problem or "")
+        return Judgement(
+            NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
+        )
+    if held_out_fails:
+        shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10])
+        return Judgement(
+            NOT_FIXED,
+            ExitCode.FAILURE,
+            "the agent finished, but the target does not pass: "
+            + (shown or f"the run ended with exit code {target_after.exit_code}")
+            + (f"; on the patch as handed back: {as_handed}" if as_handed and changed else ""),
+            still_failing=still,
+            target_not_passing=problems,
+            tests_changed=changed,
+        )
+    if as_handed is not None:
+        return Judgement(
+            NOT_FIXED,
+            ExitCode.FAILURE,
+            f"the target passes with the starting commit's tests, but not on the patch as handed back: {as_handed}",
+            still_failing=still,
+            tests_changed=changed,
+        )
+    if weakened:
+        return Judgement(
+            TESTS_WEAKENED,
+            ExitCode.FAILURE,
+            "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
+            still_failing=still,
+            weakened=weakened,
+            tests_changed=changed,
+        )
+    assert suite_after is not None
+    gaps = suite_gaps(suite_before, suite_after, environment_errors)
+    broke = (
+        []
+        if any("timed out" in g or "could not be run" in g for g in gaps)
+        else regressions(suite_before, suite_after)
+    )
+    gone_as_handed, new_failing = (
+        handed_back.broken([target_before, suite_before]) if handed_back else ([], [])
+    )
+    if broke or gone_as_handed:
+        as_handed_outcomes = handed_back.tests.outcomes if handed_back and handed_back.tests else {}
+        shown = ", ".join(
+            [f"{t} ({suite_after.outcomes.get(t, 'gone')})" for t in broke]
+            + [
+                f"{t} ({as_handed_outcomes.get(t, 'gone')}, as handed back)"
+                for t in gone_as_handed
+                if t not in broke
+            ][:10]
+        )
+        return Judgement(
+            NOT_FIXED,
+            ExitCode.FAILURE,
+            f"the target passes now, but tests that passed before do not: {shown}",
+            regressions=sorted({*broke, *gone_as_handed}),
+            still_failing=still,
+            tests_changed=changed,
+        )
+    if new_failing:
+        return Judgement(
+            NOT_FIXED,
+            ExitCode.FAILURE,
+            "the target passes, but tests the patch adds fail: " + ", ".join(new_failing[:10]),
+            still_failing=still,
+            tests_changed=changed,
+        )
+    if not files_changed:
+        return Judgement(
+            NOT_FIXED,
+            ExitCode.FAILURE,
+            "the agent changed no file, yet the target passes now (a flaky test?)",
+        )
+    if gaps:
+        return Judgement(
+            FIXED_UNVERIFIED,
+            ExitCode.SUITE_UNVERIFIED,
+            "the target passes, but the rest of the suite is unverified: " + "; ".join(gaps),
+            still_failing=still,
+            unverified=gaps,
+            tests_changed=changed,
+        )
+    return Judgement(
+        FIXED,
+        ExitCode.OK,
+        "fixed: the target passes and no test that passed before fails"
+        + (f" ({len(still)} failed before and still fail)" if still else ""),
+        still_failing=still,
+        tests_changed=changed,
+    )

@@ -1,0 +1,207 @@
+"""Step 4 of ``fix``: verify the exact patch that is handed back, and judge the run.
+
+The agent's sandbox is not where the patch is verified: after :meth:`Stock.record_end` (every
+process killed, the files read back, the patch made on the host) it is closed, and a fresh sandbox
+from the same spec is made exactly the patched tree (:meth:`Stock.make_like_final`), so nothing the
+agent left running (a daemon, a background job, a patched ``.git``) is there. Two runs judge it:
+
+1. held out (first, so nothing the patch's own tests run can linger into it): the starting
+   commit's test infrastructure put back over the patched source (:mod:`clover_agent.fix.handback.heldout`),
+   pytest started guarded (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
+2. as handed back (every process stopped, the workspace made the patched tree again): the target
+   and the test files the patch adds.
+
+``fixed`` needs both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Awaitable, Callable
+
+from clover_agent.events import EventBus, PhaseStarted, TestsRun
+from clover_agent.fix.diagnosis import diagnose, workspace_module_names
+from clover_agent.fix.handback.heldout import HeldOut, held_out
+from clover_agent.fix.handback.shadow import Change
+from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
+from clover_agent.fix.handback.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
+from clover_agent.fix.handback.weakened import weakened_tests
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.tools.run_tests.detect import PYTHON_TEST_FILE
+from clover_agent.tools.run_tests.guarded import FIND_PYTHON_GUARDED, INSTALLED_NAMES, PYTEST_MODULES
+
+
+@dataclasses.dataclass
+class Verification:
+    """The runs on the patched tree, and the verdict."""
+
+    target_after: TestReport  # held out
+    suite_after: TestReport | None  # held out
+    handed_back: HandedBack | None  # the runs on the patch as handed back (None: the same tree)
+    harness: list[str]  # what the patch changes in what judges it
+    judgement: Judgement
+
+
+def environment_errors(before: TestReport, after: TestReport, names: set[str]) -> set[str]:
+    """Tests that failed before and after for a reason of the environment (a module that is not
+    installed, a plugin's fixture missing: :func:`clover_agent.fix.diagnosis.diagnose` on each)."""
+    failed_before = {f.test_id for f in before.failures}
+    found = set()
+    for failure in after.failures:
+        if failure.test_id not in failed_before or failure.message == COLLECTION_FAILURE:
+            continue
+        alone = TestReport(
+            framework=after.framework,
+            command="",
+            target=None,
+            exit_code=1,
+            failures=[dataclasses.replace(failure, kind="error")],
+            outcomes={failure.test_id: "error"},
+        )
+        if diagnose(alone, names) is not None:
+            found.add(failure.test_id)
+    return found
+
+
+def _python_sides(patch: PatchSet) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
+    """The bytes before and after of every changed ``.py`` file."""
+    python: list[Change] = [c for c in patch.changes if c.path.endswith(".py")]
+    old = patch.shadow.blobs({c.path: c.old_oid for c in python if c.old_mode})
+    new = patch.shadow.blobs({c.path: c.new_oid for c in python if c.new_mode})
+    return {c.path: old.get(c.path) for c in python}, {c.path: new.get(c.path) for c in python}
+
+
+async def installed_modules(sandbox: Sandbox) -> tuple[set[str], set[str]] | None:
+    """The module names the sandbox's Python finds outside the workspace, and those of them pytest
+    imports before any test runs (pytest's own, its plugins'); None when it cannot tell (no Python)."""
+    command = f"{FIND_PYTHON_GUARDED}; " + '[ -n "$__py" ] || __py=python3; "$__py" -c '
+    found = await sandbox.exec(command + shlex.quote(INSTALLED_NAMES), timeout=120, cwd=WORKSPACE)
+    if found.exit_code != 0:
+        return None
+    lines = found.output.split("\n")
+    plugins = {
+        line.split()[1] for line in lines if line.startswith("pytest-plugin ") and len(line.split()) == 2
+    }
+    return {
+        line.strip() for line in lines if line.strip() and " " not in line.strip()
+    }, PYTEST_MODULES | plugins
+
+
+def _changed_test_files(patch: PatchSet, keep: frozenset[str]) -> list[str]:
+    """The Python test files the patch adds, changes or deletes (run as handed back)."""
+    return [c.path for c in patch.changes if PYTHON_TEST_FILE.search(c.path) and c.path not in keep]
+
+
+async def verify_patch(
+    spec: SandboxSpec,
+    kind: str,
+    stock: Stock,
+    patch: PatchSet,
+    *,
+    target_tests: str,
+    target_before: TestReport,
+    suite_before: TestReport,
+    bus: EventBus,
+    run_suite: Callable[[Sandbox], Awaitable[TestReport]],
+    keep_tests: frozenset[str] = frozenset(),
+) -> Verification:
+    """Make a fresh sandbox the patched tree and judge it by the two runs of the module docstring
+    (the held-out suite through ``run_suite``, only when the target passes both ways).
+    ``keep_tests``: test files the held-out run keeps as patched (a change made from a request)."""
+    bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
+    async with create_sandbox(kind, spec) as sandbox:
+        await stock.make_like_final(sandbox, patch)
+        modules = await installed_modules(sandbox)
+        if modules is None and target_before.framework in ("pytest", "unittest"):
+            raise HandBackError("the verification sandbox's Python could not list its installed modules")
+        installed, harness_modules = modules or (set(), set(PYTEST_MODULES))
+        test_files = frozenset(t.split("::")[0] for r in (target_before, suite_before) for t in r.outcomes)
+
+        def plan_for(keep: frozenset[str]) -> HeldOut:
+            return held_out(
+                patch,
+                target_ids=list(target_before.outcomes),
+                installed=installed,
+                harness_modules=harness_modules,
+                test_files=test_files,
+                keep=keep,
+            )
+
+        async def put_back(held: HeldOut) -> None:
+            detail = f"the starting commit's tests and harness put back ({len(held.reverted)} path(s))"
+            bus.emit(PhaseStarted(phase="verification", detail=detail))
+            try:
+                await sandbox.put(held.puts)
+            except (OSError, ValueError) as exc:
+                raise HandBackError(
+                    f"could not put the starting commit's tests back for the held-out run: {exc}"
+                ) from exc
+
+        plan = plan_for(frozenset())
+        target_plan = plan_for(keep_tests) if keep_tests else plan
+        if target_plan.puts:
+            await put_back(target_plan)
+        await sandbox.stop_processes()  # nothing started before the held-out run is there during it
+        bus.emit(
+            PhaseStarted(phase="verification", detail=f"running the target tests {target_tests} (held out)")
+        )
+        target_after = await run_tests_in(
+            sandbox, target_tests, guarded=True, framework=target_before.framework
+        )
+        bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
+        suite_after, names = None, set()
+        if target_passes(target_before, target_after):
+            if plan is not target_plan and plan.puts:  # a request's own tests: not in the suite's run
+                await put_back(plan)
+            bus.emit(PhaseStarted(phase="verification", detail="running the whole suite (held out)"))
+            suite_after = await run_suite(sandbox)
+            bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))
+            names = await workspace_module_names(sandbox)
+        handed_back = None
+        if plan.puts:  # else the held-out tree is the patch as handed back
+            await sandbox.stop_processes()  # nothing of the held-out run lingers
+            await stock.make_like_final(sandbox, patch)
+            bus.emit(
+                PhaseStarted(
+                    phase="verification", detail=f"running {target_tests} on the patch as handed back"
+                )
+            )
+            handed_back = HandedBack(
+                await run_tests_in(sandbox, target_tests), _changed_test_files(patch, keep_tests)
+            )
+            bus.emit(
+                TestsRun(phase="target_handed_back", target=target_tests, report=handed_back.target.to_dict())
+            )
+            present = [f for f in handed_back.files if f in {c.path for c in patch.changes if c.new_mode}]
+            if handed_back.files and handed_back.problem(target_before) is None:
+                handed_back.tests = (
+                    await run_tests_in(sandbox, " ".join(present))
+                    if present  # else only deletions: every test of those files is gone
+                    else TestReport(framework=target_before.framework, command="", target="", exit_code=0)
+                )
+                bus.emit(
+                    TestsRun(
+                        phase="tests_handed_back",
+                        target=" ".join(present),
+                        report=handed_back.tests.to_dict(),
+                    )
+                )
+    before, after = _python_sides(patch)
+    judgement = judge(
+        target_before,
+        target_after,
+        suite_before,
+        suite_after,
+        files_changed=patch.files,
+        weakened=weakened_tests(list(target_before.outcomes), before, after),
+        environment_errors=set()
+        if suite_after is None
+        else environment_errors(suite_before, suite_after, names),
+        handed_back=handed_back,
+        tests_changed=plan.reverted,
+    )
+    judgement.tests_changed = plan.reverted
+    return Verification(target_after, suite_after, handed_back, plan.harness, judgement)

@@ -1,0 +1,83 @@
+"""Token choice: a token and a commit confidence per row of controlled logits, and LowConfidence.
+
+All of it stays on the device (no host read): the decoder reads the result back once per pass.
+
+* Greedy (``temperature=0``): the argmax; its confidence is its softmax probability, computed as
+  ``exp(z_max - logsumexp(z))`` without a [rows, vocab] softmax.
+* Sampling: the logits are divided by the temperature, filtered by top-k then top-p (the order of
+  ``transformers``' warpers), renormalised, and one token is drawn with ``torch.multinomial`` from
+  the call's generator. With ``top_k`` set, top-p runs on the k candidates only (no full-vocab
+  sort). The commit confidence follows ``SamplingParams.confidence``: ``"drawn"``, the drawn
+  token's probability under that filtered distribution; ``"relative"`` (SGLang's rule),
+  ``min(p_argmax, exp((z_drawn - z_max) / T))``, where ``p_argmax`` is the greedy confidence.
+
+The mask token's logit is -inf before any of this, so it is never chosen.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clover_agent.engine.decoding.sampling import SamplingParams
+
+
+def choose_tokens(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    mask_token_id: int | None,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token and commit confidence [n] for each row of controlled ``logits`` [n, V] (not modified)."""
+    logits = logits.float()
+    if mask_token_id is not None:
+        index = torch.tensor([mask_token_id], device=logits.device)
+        logits = logits.index_fill(1, index, float("-inf"))
+    top, argmax = logits.max(dim=-1)
+    argmax_probability = torch.exp(top - torch.logsumexp(logits, dim=-1))
+    if params.greedy_draws:
+        return argmax, argmax_probability
+    probs = sampling_distribution(logits, params)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    if params.confidence == "relative":
+        drawn_logit = logits.gather(1, tokens[:, None]).squeeze(1)
+        relative = torch.exp((drawn_logit - top) / params.temperature)
+        return tokens, torch.minimum(argmax_probability, relative)
+    return tokens, probs.gather(1, tokens[:, None]).squeeze(1)
+
+
+def sampling_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Probabilities [n, V] after temperature, top-k (keep the k largest), then top-p (keep the
+    smallest set of most likely tokens whose mass reaches ``top_p``), renormalised."""
+    scaled = logits.float() / params.temperature
+    vocab = scaled.shape[-1]
+    if 0 < params.top_k < vocab:
+        values, index = torch.topk(scaled, params.top_k, dim=-1)  # sorted, most likely first
+        kept = _nucleus(torch.softmax(values, dim=-1), params.top_p)
+        return torch.zeros_like(scaled).scatter_(1, index, kept)
+    if params.top_p < 1.0:
+        values, index = torch.sort(scaled, dim=-1, descending=True)
+        kept = _nucleus(torch.softmax(values, dim=-1), params.top_p)
+        return torch.zeros_like(scaled).scatter_(1, index, kept)
+    return torch.softmax(scaled, dim=-1)
+
+
+def _nucleus(sorted_probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p over probabilities sorted most likely first: a token stays while the mass before it is
+    below ``top_p`` (the most likely one always stays); renormalised."""
+    if top_p >= 1.0:
+        return sorted_probs
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    kept = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def low_confidence_fill(confidence: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which of the candidate positions (confidence [n]) to fill, and whether this was a fallback
+    (a 0-d bool tensor); both stay on the device.
+
+    Every position strictly above ``threshold``; if none, the single most confident one, the lowest
+    index among ties (``argmax`` returns the first maximum)."""
+    above = confidence > threshold
+    fallback = ~above.any()
+    best = torch.zeros_like(above).index_fill_(0, torch.argmax(confidence).view(1), True)
+    return torch.where(fallback, best, above), fallback

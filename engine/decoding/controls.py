@@ -1,0 +1,202 @@
+"""Logits controls: what :class:`SamplingParams` asks beyond the bare decoding contract.
+
+They act on the logits of every still-undecided position before its confidence is computed, and
+each acts only in its phase, so with default parameters :meth:`LogitsControls.apply` returns the
+logits untouched and decoding is the bare contract.
+
+"Generated tokens" below are the call's output so far: committed tokens plus the tokens already
+decided in the block being denoised (or, when verifying a draft causally, the draft tokens before
+the row). Prompt tokens are not penalised: an agent's prompt repeats code and tool output that the
+answer is supposed to quote.
+
+- Repetition penalty (``transformers`` semantics): for every token generated at least once, a
+  positive logit is divided by the penalty and a negative one multiplied by it.
+- Presence / frequency penalties (OpenAI semantics): subtract ``presence`` once for a generated
+  token and ``frequency`` times its count.
+- Thinking (``thinking=True``: the prompt opened ``<think>``): at most one ``</think>``; once one is
+  decided anywhere, it is forbidden elsewhere. With ``thinking_budget=N`` (N counted in generated
+  tokens) and no ``</think>`` yet, positions from ``thinking_ramp_start * N`` (rounded up) get a bias
+  on ``</think>`` growing linearly to ``thinking_ramp_strength`` at position N-1; position N is
+  forced to ``</think>`` (a hard close) and later positions may not hold it.
+- End of response: in the answer phase (after ``</think>``, after the hard close, or everywhere
+  without thinking; never when thinking is on and the vocabulary has no ``</think>``), the end
+  token (``<|im_end|>``, else the first stop token) gets a bias growing linearly from position
+  ``end_bias_start * max_new_tokens`` (rounded up) to ``end_bias_strength`` at the last allowed
+  position.
+- Loops: a finished block whose generated tokens equal an earlier block of the call is a repeat.
+  ``loop_action="penalize"`` multiplies the repetition penalty by ``loop_penalty`` for the rest of
+  the call, per repeat; ``"stop"`` ends the call with ``finish_reason="loop"`` after that block;
+  ``"none"`` only counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from clover_agent.engine.decoding.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class ControlTokens:
+    """Token ids the controls steer towards; None when the vocabulary has no such token."""
+
+    think_end: int | None
+    response_end: int | None
+
+
+class LogitsControls:
+    """Per-call state of the controls: counts of generated tokens, where ``</think>`` went, repeats."""
+
+    def __init__(self, params: SamplingParams, tokens: ControlTokens, vocab_size: int, device: torch.device):
+        if params.thinking_budget is not None and tokens.think_end is None:
+            raise ValueError(
+                "thinking_budget needs the </think> token id: the checkpoint has no tokenizer with "
+                "</think>; pass SamplingParams.think_end_token_id"
+            )
+        self.params = params
+        self.tokens = tokens
+        self.counts = torch.zeros(vocab_size, device=device)
+        self.generated = 0
+        self.think_end_at: int | None = None
+        self.repeats = 0
+        self._blocks: set[tuple[int, ...]] = set()
+
+    @property
+    def repetition_penalty(self) -> float:
+        p = self.params
+        factor = p.loop_penalty**self.repeats if p.loop_action == "penalize" else 1.0
+        return p.repetition_penalty * factor
+
+    @property
+    def penalizing(self) -> bool:
+        p = self.params
+        return self.repetition_penalty != 1.0 or p.presence_penalty > 0.0 or p.frequency_penalty > 0.0
+
+    @property
+    def active(self) -> bool:
+        """False when apply() would change nothing (the bare contract)."""
+        p = self.params
+        thinking = p.thinking and self.tokens.think_end is not None
+        ending = p.end_bias_start is not None and self.tokens.response_end is not None
+        return self.penalizing or thinking or ending
+
+    # ---- state updates -----------------------------------------------------------------------
+    def observe(self, token_ids: Sequence[int]) -> None:
+        """Record tokens appended to the output (committed, in order)."""
+        if not token_ids:
+            return
+        ids = torch.tensor(list(token_ids), device=self.counts.device)
+        self.counts.index_add_(0, ids, torch.ones_like(ids, dtype=self.counts.dtype))
+        if self.think_end_at is None and self.tokens.think_end in token_ids:
+            self.think_end_at = self.generated + list(token_ids).index(self.tokens.think_end)  # type: ignore[arg-type]
+        self.generated += len(token_ids)
+
+    def observe_block(self, token_ids: Sequence[int]) -> bool:
+        """Record a finished block's generated tokens; True when it repeats an earlier block."""
+        key = tuple(token_ids)
+        repeated = key in self._blocks
+        self._blocks.add(key)
+        if repeated:
+            self.repeats += 1
+        return repeated
+
+    # ---- the controls ------------------------------------------------------------------------
+    def apply(
+        self, logits: torch.Tensor, positions: Sequence[int], decided: Sequence[tuple[int, int]] = ()
+    ) -> torch.Tensor:
+        """Controlled copy of ``logits`` [n, V]: row i is for generated position ``positions[i]``;
+        ``decided`` lists (generated position, token) pairs decided but not yet observed."""
+        if not self.active:
+            return logits
+        out = logits.clone()
+        if self.penalizing:
+            counts = self.counts
+            if decided:
+                counts = counts.clone()
+                ids = torch.tensor([t for _, t in decided], device=counts.device)
+                counts.index_add_(0, ids, torch.ones_like(ids, dtype=counts.dtype))
+            self._penalize(out, counts)
+        self._steer(out, positions, self._think_end_at(decided))
+        return out
+
+    def _penalize(self, logits: torch.Tensor, counts: torch.Tensor) -> None:
+        seen = counts > 0
+        penalty = self.repetition_penalty
+        if penalty != 1.0:
+            penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+            logits.copy_(torch.where(seen, penalized, logits))
+        p = self.params
+        if p.presence_penalty:
+            logits -= p.presence_penalty * seen.to(logits.dtype)
+        if p.frequency_penalty:
+            logits -= p.frequency_penalty * counts.to(logits.dtype)
+
+    def _think_end_at(self, decided: Sequence[tuple[int, int]]) -> int | None:
+        at = [pos for pos, tok in decided if tok == self.tokens.think_end]
+        if self.think_end_at is not None:
+            at.append(self.think_end_at)
+        return min(at) if at else None
+
+    def _steer(self, logits: torch.Tensor, positions: Sequence[int], think_end_at: int | None) -> None:
+        """Thinking and end-of-response biases; per-row numbers in Python, then one update per column."""
+        p = self.params
+        think_end, response_end = self.tokens.think_end, self.tokens.response_end
+        thinking = p.thinking and think_end is not None
+        think_bias, end_bias, forced = [], [], []
+        for row, position in enumerate(positions):
+            bias = 0.0
+            if thinking and think_end_at is not None:
+                bias = float("-inf")  # at most one </think>
+            elif thinking and p.thinking_budget is not None:
+                budget = p.thinking_budget
+                if position == budget:
+                    forced.append(row)  # the hard close
+                elif position > budget:
+                    bias = float("-inf")
+                else:
+                    bias = _ramp(
+                        position, _ramp_start(p.thinking_ramp_start, budget), budget, p.thinking_ramp_strength
+                    )
+            think_bias.append(bias)
+            if not p.thinking:
+                answering = True
+            elif think_end_at is not None:
+                answering = position > think_end_at
+            else:
+                answering = p.thinking_budget is not None and position > p.thinking_budget
+            ending = answering and p.end_bias_start is not None and response_end is not None
+            end_bias.append(
+                _ramp(
+                    position,
+                    _ramp_start(p.end_bias_start, p.max_new_tokens),
+                    p.max_new_tokens,
+                    p.end_bias_strength,
+                )
+                if ending
+                else 0.0
+            )
+        if thinking and any(think_bias):
+            logits[:, think_end] += torch.tensor(think_bias, device=logits.device, dtype=logits.dtype)
+        if any(end_bias):
+            logits[:, response_end] += torch.tensor(end_bias, device=logits.device, dtype=logits.dtype)
+        if forced:
+            rows = torch.tensor(forced, device=logits.device)
+            logits[rows] = float("-inf")
+            logits[rows, think_end] = 0.0
+
+
+def _ramp_start(fraction: float, total: int) -> int:
+    """The first position at or after ``fraction * total`` (rounded first: 0.57 * 100 is 56.99...
+    in floating point, and the ramp must not start a position early)."""
+    return math.ceil(round(fraction * total, 6))
+
+
+def _ramp(position: int, start: int, end: int, strength: float) -> float:
+    """Linear bias: 0 before ``start``, reaching ``strength`` at ``end - 1``."""
+    if position < start or end <= start:
+        return 0.0
+    return strength * min(1.0, (position - start + 1) / (end - start))

@@ -1,0 +1,307 @@
+"""The decoding contract (docs/decoding.md) as one generator of stream events per call.
+
+:class:`BlockDecoder` runs calls on one model and keeps the prefix cache between them; a
+:class:`DecodeCall` is one call: validation, counters, the pieces every mode shares (forward,
+prefill, one denoising pass, emitting tokens, finishing) and the dispatch to the mode's loop:
+
+* ``diffusion.py``: block diffusion with LowConfidence (the default), optionally with the commit
+  fused into the next block's first pass and with a causally encoded committed context;
+* ``speculative.py``: self-speculative decoding (diffusion drafts, one causal verify pass);
+* ``autoregressive.py``: one causal forward per token.
+
+Token choice is ``choice.py``. Within a pass nothing is read back from the device but the pass's
+result, once (:meth:`DecodeCall.denoise`, the verify targets, the autoregressive token): the
+model forward and the token choice read no tensor value on the host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from clover_agent.engine.decoding.autoregressive import autoregressive
+from clover_agent.engine.decoding.choice import choose_tokens, low_confidence_fill
+from clover_agent.engine.decoding.controls import ControlTokens, LogitsControls
+from clover_agent.engine.decoding.diffusion import diffusion
+from clover_agent.engine.decoding.graphs import StepGraphs, StepShape
+from clover_agent.engine.decoding.prefix_cache import PrefixCache
+from clover_agent.engine.decoding.sampling import FinishReason, GenerationResult, SamplingParams
+from clover_agent.engine.decoding.speculative import self_speculative
+from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, StreamEvent
+from clover_agent.engine.model.cache import ModelCache
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.network import AttentionRule, CloverModel
+from clover_agent.engine.text.tokenizer import Tokenizer
+
+#: Prefill runs in chunks of at most this many tokens (rounded down to whole blocks).
+PREFILL_CHUNK_TOKENS = 4096
+
+
+class BlockDecoder:
+    """Runs generation calls on one model; keeps the prefix cache between calls."""
+
+    def __init__(
+        self,
+        model: CloverModel,
+        tokenizer: Tokenizer | None = None,
+        prefix_cache: PrefixCache | None = None,
+        *,
+        cuda_graphs: bool = False,
+    ) -> None:
+        self.model = model
+        self.config: CloverConfig = model.config
+        self.tokenizer = tokenizer
+        self.prefix_cache = prefix_cache
+        #: Replay the fixed-shape steps as CUDA graphs (``graphs.py``); only on a CUDA model.
+        self.cuda_graphs = cuda_graphs and model.device.type == "cuda"
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        for event in self.stream(prompt_ids, params):
+            if isinstance(event, GenerationDone):
+                return event.result
+        raise AssertionError("stream() ended without a GenerationDone event")
+
+    def stream(self, prompt_ids: Sequence[int], params: SamplingParams) -> Iterator[StreamEvent]:
+        """Events of one call; validation errors are raised before the first event."""
+        call = DecodeCall(self, list(prompt_ids), params)
+        loop = {"diffusion": diffusion, "self_speculative": self_speculative}.get(params.mode, autoregressive)
+        return loop(call)
+
+    def stop_token_ids(self, params: SamplingParams) -> set[int]:
+        stops = set(self.config.eos_token_id) | set(params.stop_token_ids)
+        if self.tokenizer is not None and self.tokenizer.im_end_id is not None:
+            stops.add(self.tokenizer.im_end_id)
+        return stops
+
+    def control_tokens(self, params: SamplingParams) -> ControlTokens:
+        think_end = params.think_end_token_id
+        if think_end is None and self.tokenizer is not None:
+            think_end = self.tokenizer.maybe_token_id("</think>")
+        response_end = self.tokenizer.im_end_id if self.tokenizer is not None else None
+        if response_end is None:
+            ordered = list(params.stop_token_ids) + list(self.config.eos_token_id)
+            response_end = ordered[0] if ordered else None
+        return ControlTokens(think_end=think_end, response_end=response_end)
+
+
+class DecodeCall:
+    """One call: validation, state and counters, and the pieces the modes share."""
+
+    def __init__(self, decoder: BlockDecoder, prompt: list[int], params: SamplingParams) -> None:
+        config = decoder.config
+        self.decoder, self.model, self.config, self.params = decoder, decoder.model, config, params
+        self.prompt = prompt
+        if not prompt:
+            raise ValueError("the prompt is empty: generation needs at least one prompt token")
+        bad = [t for t in prompt if not 0 <= t < config.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
+        if len(prompt) >= config.max_position_embeddings:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens but the context window is "
+                f"{config.max_position_embeddings} (leave room for at least one generated token)"
+            )
+        if params.block_size != config.block_size:
+            raise ValueError(
+                f"block_size {params.block_size} differs from the checkpoint's block_size "
+                f"{config.block_size} (build the parameters with SamplingParams.for_model(config) or "
+                "Engine.default_params() to use the checkpoint's values)"
+            )
+        if params.mode != "autoregressive" and config.mask_token_id is None:
+            raise ValueError(
+                f"mode {params.mode!r} needs a mask token but the checkpoint's config.json has no "
+                "mask_token_id (use mode='autoregressive' for a plain causal checkpoint)"
+            )
+        self.started = time.perf_counter()
+        self.block_size = config.block_size
+        self.threshold = params.threshold
+        self.mask = config.mask_token_id
+        self.stops = decoder.stop_token_ids(params)
+        self.controls = LogitsControls(
+            params, decoder.control_tokens(params), config.vocab_size, decoder.device
+        )
+        self.generator: torch.Generator | None = None
+        if not params.greedy_draws:
+            self.generator = torch.Generator(device=decoder.device)
+            self.generator.manual_seed(params.seed if params.seed is not None else 0)
+        # Tokens the call may still produce: the request, capped by the context window.
+        self.limit = min(params.max_new_tokens, config.max_position_embeddings - len(prompt))
+        self.generated: list[int] = []
+        self.forwards = 0
+        self.steps_per_block: list[int] = []
+        self.fallback_steps = 0
+        self.reused = 0
+        self.commits_before = 0
+        self.text = ""  # text of generated[text_offset:] already streamed
+        self.text_offset = 0
+        self.chunks_seen = 0
+        self.graphs: StepGraphs | None = None
+
+    # ---- model passes ------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: Sequence[int],
+        cache: ModelCache,
+        attention: AttentionRule,
+        commit: bool | int = False,
+        *,
+        logit_rows: int | None = None,
+        causal_prefix: int = 0,
+    ) -> torch.Tensor:
+        self.forwards += 1
+        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.decoder.device)
+        if self.graphs is not None and len(ids) in (1, self.block_size, 2 * self.block_size):
+            count, rows = len(ids), len(ids) if logit_rows is None else logit_rows
+            # Few shapes: no logits, a block's, or every row's (sliced here).
+            shape = StepShape(
+                count,
+                attention,
+                count if commit is True else int(commit),
+                causal_prefix,
+                rows if rows in (0, self.block_size) else count,
+            )
+            if self.graphs.fits(shape):
+                return self.graphs(ids, shape)[shape.logit_rows - rows :]
+        return self.model(
+            ids, cache, attention=attention, commit=commit, logit_rows=logit_rows, causal_prefix=causal_prefix
+        )
+
+    def start_cache(self, attention: AttentionRule, max_length: int, multiple_of: int) -> ModelCache:
+        """The longest reusable snapshot (or an empty cache) with K/V room for the whole call."""
+        capacity = len(self.prompt) + self.limit + 2 * self.block_size
+        prefix = self.decoder.prefix_cache
+        cache = None
+        if prefix is not None and max_length > 0:
+            cache = prefix.lookup(
+                self.prompt, attention, max_length=max_length, multiple_of=multiple_of, capacity=capacity
+            )
+        if cache is None:
+            cache = self.model.new_cache(capacity)
+        if self.decoder.cuda_graphs:
+            self.graphs = StepGraphs(self.model, cache)
+        self.reused = cache.length
+        self.commits_before = cache.commits
+        return cache
+
+    def prefill(self, cache: ModelCache, end: int, attention: AttentionRule) -> None:
+        """Commit prompt[cache.length:end] in whole-block chunks (no logits); keep a snapshot."""
+        if cache.length >= end:
+            return
+        chunk = max(self.block_size, PREFILL_CHUNK_TOKENS // self.block_size * self.block_size)
+        while cache.length < end:
+            stop = min(end, cache.length + chunk)
+            self.forward(self.prompt[cache.length : stop], cache, attention, commit=True, logit_rows=0)
+        self.remember(cache, attention, self.prompt[:end])
+
+    def remember(self, cache: ModelCache, attention: AttentionRule, tokens: Sequence[int]) -> None:
+        """Store a compact copy of the committed state for later calls."""
+        prefix = self.decoder.prefix_cache
+        if prefix is not None and cache.length > self.reused:
+            prefix.store(tokens, attention, cache.clone())
+
+    # ---- token choice ------------------------------------------------------------------------
+    def choose(
+        self, logits: torch.Tensor, positions: Sequence[int], decided: Sequence[tuple[int, int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and confidences (on the device) of controlled rows for generated ``positions``."""
+        controlled = self.controls.apply(logits, positions, decided)
+        return choose_tokens(controlled, self.params, self.mask, self.generator)
+
+    def denoise(
+        self, logits: torch.Tensor, tokens: list[int], decided: list[bool], *, fill_all: bool = False
+    ) -> bool:
+        """One denoising pass over a block (``logits`` [len(tokens), V]), in place: choose a token for
+        every open slot and fill the confident ones (LowConfidence), or all of them with ``fill_all``.
+        Returns whether LowConfidence fell back to the single most confident slot. The pass's one
+        read-back from the device is here."""
+        open_slots = [i for i, done in enumerate(decided) if not done]
+        base = len(self.generated)
+        rows = logits if len(open_slots) == len(tokens) else logits[open_slots]
+        chosen, confidence = self.choose(
+            rows,
+            [base + i for i in open_slots],
+            [(base + i, token) for i, (token, done) in enumerate(zip(tokens, decided, strict=True)) if done],
+        )
+        count = len(open_slots)
+        if fill_all:
+            values = chosen.tolist()
+            fill, fallback = [True] * count, False
+        else:
+            fill_mask, fallback_flag = low_confidence_fill(confidence, self.threshold)
+            values = torch.cat([chosen, fill_mask.long(), fallback_flag.long().view(1)]).tolist()
+            fill, fallback = [bool(v) for v in values[count:-1]], bool(values[-1])
+        for slot, token, take in zip(open_slots, values[:count], fill, strict=True):
+            if take:
+                tokens[slot] = token
+                decided[slot] = True
+        return fallback
+
+    # ---- output ------------------------------------------------------------------------------
+    def emit(self, block: int, tokens: list[int]) -> BlockCommitted:
+        """Append final tokens to the output and build their event (with their text)."""
+        self.generated.extend(tokens)
+        self.controls.observe(tokens)
+        text = None
+        tokenizer = self.decoder.tokenizer
+        if tokenizer is not None:
+            # Decode only since the last clean boundary (the output may be long); an incomplete
+            # UTF-8 sequence at the end waits for the tokens that complete it.
+            full = tokenizer.decode(self.generated[self.text_offset :])
+            stable = full.rstrip("\ufffd")
+            text = stable[len(self.text) :] if stable.startswith(self.text) else stable
+            self.text = stable
+            if stable == full:
+                self.text_offset, self.text = len(self.generated), ""
+        return BlockCommitted(block=block, token_ids=tokens, text=text)
+
+    def first_stop(self, tokens: Sequence[int]) -> int | None:
+        for i, token in enumerate(tokens):
+            if token in self.stops:
+                return i
+        return None
+
+    def finish(self, reason: FinishReason, cache: ModelCache, attention: AttentionRule) -> GenerationDone:
+        """The GenerationDone event; hands the final committed state to the prefix cache first (a
+        consumer may stop iterating at GenerationDone)."""
+        commits = cache.commits - self.commits_before
+        self.remember(cache, attention, (self.prompt + self.generated)[: cache.length])
+        tokenizer = self.decoder.tokenizer
+        result = GenerationResult(
+            token_ids=list(self.generated),
+            finish_reason=reason,
+            forwards=self.forwards,
+            steps_per_block=list(self.steps_per_block),
+            fallback_steps=self.fallback_steps,
+            seconds=time.perf_counter() - self.started,
+            prompt_tokens=len(self.prompt),
+            reused_tokens=self.reused,
+            commits=commits,
+            mode=self.params.mode,
+            text=tokenizer.decode(self.generated) if tokenizer is not None else None,
+        )
+        return GenerationDone(result)
+
+    def causal_done(self, cache: ModelCache) -> GenerationDone | None:
+        """After a causal mode's emit: the GenerationDone event when the output reached its limit, or
+        repeats itself and ``loop_action`` is ``stop``; None to go on."""
+        if len(self.generated) >= self.limit:
+            return self.finish("length", cache, "causal")
+        if self._observe_chunks() and self.params.loop_action == "stop":
+            return self.finish("loop", cache, "causal")
+        return None
+
+    def _observe_chunks(self) -> bool:
+        """Loop detection over whole ``block_size`` chunks of the output (causal modes)."""
+        size = self.block_size
+        repeated = False
+        while self.chunks_seen < len(self.generated) // size:
+            start = self.chunks_seen * size
+            repeated |= self.controls.observe_block(self.generated[start : start + size])
+            self.chunks_seen += 1
+        return repeated

@@ -1,0 +1,1 @@
+"""Getting a checkpoint in: finding it, checking the machine, loading weights, writing tiny ones."""

@@ -1,0 +1,57 @@
+"""Sparse mixture of experts with a gated shared expert (the MLP of every layer)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.ops import Ops
+
+
+class RoutedExperts(nn.Module):
+    """All routed experts' weights, fused: ``gate_up_proj`` [E, 2I, H] (gate rows first), ``down_proj`` [E, H, I]."""
+
+    def __init__(self, config: CloverConfig) -> None:
+        super().__init__()
+        experts, hidden, inner = config.num_experts, config.hidden_size, config.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.zeros(experts, 2 * inner, hidden))
+        self.down_proj = nn.Parameter(torch.zeros(experts, hidden, inner))
+
+
+class SharedExpert(nn.Module):
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoe(nn.Module):
+    """Router (float32 softmax, top-k, renormalised) over routed experts, plus the shared expert
+    scaled by a sigmoid gate."""
+
+    def __init__(self, config: CloverConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.experts = RoutedExperts(config)
+        self.shared_expert = SharedExpert(config.hidden_size, config.shared_expert_intermediate_size)
+        self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+
+    def forward(self, x: torch.Tensor, ops: Ops, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``residual + routed experts + sigmoid(gate) * shared expert`` (``ops.sparse_moe``)."""
+        return ops.sparse_moe(
+            x,
+            self.gate(x),
+            self.top_k,
+            self.experts.gate_up_proj,
+            self.experts.down_proj,
+            shared=self.shared_expert(x),
+            shared_gate_logits=self.shared_expert_gate(x),
+            residual=residual,
+        )

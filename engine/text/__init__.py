@@ -1,0 +1,1 @@
+"""Text: the checkpoint's tokenizer, the test vocabularies and the chat template."""
