@@ -1,17 +1,9 @@
 """Token choice: a token and a commit confidence per row of controlled logits, and LowConfidence.
 
-All of it stays on the device (no host read): the decoder reads the result back once per pass.
-
-* Greedy (``temperature=0``): the argmax; its confidence is its softmax probability, computed as
-  ``exp(z_max - logsumexp(z))`` without a [rows, vocab] softmax.
-* Sampling: the logits are divided by the temperature, filtered by top-k then top-p (the order of
-  ``transformers``' warpers), renormalised, and one token is drawn with ``torch.multinomial`` from
-  the call's generator. With ``top_k`` set, top-p runs on the k candidates only (no full-vocab
-  sort). The commit confidence follows ``SamplingParams.confidence``: ``"drawn"``, the drawn
-  token's probability under that filtered distribution; ``"relative"`` (SGLang's rule),
-  ``min(p_argmax, exp((z_drawn - z_max) / T))``, where ``p_argmax`` is the greedy confidence.
-
-The mask token's logit is -inf before any of this, so it is never chosen.
+Greedy, sampling (top-k then top-p, as ``transformers``' warpers) and the commit confidence rules
+(``SamplingParams.confidence``) are in docs/decoding.md ("Token choice and the commit confidence").
+All of it stays on the device (no host read): the decoder reads the result back once per pass. The
+mask token's logit is -inf before any of this, so it is never chosen.
 """
 
 from __future__ import annotations

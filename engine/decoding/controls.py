@@ -1,32 +1,10 @@
 """Logits controls: what :class:`SamplingParams` asks beyond the bare decoding contract.
 
-They act on the logits of every still-undecided position before its confidence is computed, and
-each acts only in its phase, so with default parameters :meth:`LogitsControls.apply` returns the
-logits untouched and decoding is the bare contract.
-
-"Generated tokens" below are the call's output so far: committed tokens plus the tokens already
-decided in the block being denoised (or, when verifying a draft causally, the draft tokens before
-the row). Prompt tokens are not penalised: an agent's prompt repeats code and tool output that the
-answer is supposed to quote.
-
-- Repetition penalty (``transformers`` semantics): for every token generated at least once, a
-  positive logit is divided by the penalty and a negative one multiplied by it.
-- Presence / frequency penalties (OpenAI semantics): subtract ``presence`` once for a generated
-  token and ``frequency`` times its count.
-- Thinking (``thinking=True``: the prompt opened ``<think>``): at most one ``</think>``; once one is
-  decided anywhere, it is forbidden elsewhere. With ``thinking_budget=N`` (N counted in generated
-  tokens) and no ``</think>`` yet, positions from ``thinking_ramp_start * N`` (rounded up) get a bias
-  on ``</think>`` growing linearly to ``thinking_ramp_strength`` at position N-1; position N is
-  forced to ``</think>`` (a hard close) and later positions may not hold it.
-- End of response: in the answer phase (after ``</think>``, after the hard close, or everywhere
-  without thinking; never when thinking is on and the vocabulary has no ``</think>``), the end
-  token (``<|im_end|>``, else the first stop token) gets a bias growing linearly from position
-  ``end_bias_start * max_new_tokens`` (rounded up) to ``end_bias_strength`` at the last allowed
-  position.
-- Loops: a finished block whose generated tokens equal an earlier block of the call is a repeat.
-  ``loop_action="penalize"`` multiplies the repetition penalty by ``loop_penalty`` for the rest of
-  the call, per repeat; ``"stop"`` ends the call with ``finish_reason="loop"`` after that block;
-  ``"none"`` only counts.
+Repetition, presence and frequency penalties, the thinking budget and its ramp, the end-of-response
+bias and loop detection act on the logits of every still-undecided position before its confidence
+is computed, each only in its phase, so with default parameters :meth:`LogitsControls.apply`
+returns the logits untouched and decoding is the bare contract. What each does, and what counts
+as a generated token, is in docs/decoding.md ("Controls").
 """
 
 from __future__ import annotations

@@ -3,15 +3,8 @@
 :class:`BlockDecoder` runs calls on one model and keeps the prefix cache between them; a
 :class:`DecodeCall` is one call: validation, counters, the pieces every mode shares (forward,
 prefill, one denoising pass, emitting tokens, finishing) and the dispatch to the mode's loop:
-
-* ``diffusion.py``: block diffusion with LowConfidence (the default), optionally with the commit
-  fused into the next block's first pass and with a causally encoded committed context;
-* ``speculative.py``: self-speculative decoding (diffusion drafts, one causal verify pass);
-* ``autoregressive.py``: one causal forward per token.
-
-Token choice is ``choice.py``. Within a pass nothing is read back from the device but the pass's
-result, once (:meth:`DecodeCall.denoise`, the verify targets, the autoregressive token): the
-model forward and the token choice read no tensor value on the host.
+:mod:`.diffusion` (the default), :mod:`.speculative` and :mod:`.autoregressive`; token choice is
+:mod:`.choice`. Within a pass nothing is read back from the device but the pass's result, once.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Block diffusion with LowConfidence (``mode="diffusion"``), the default decoding mode.
 
-Blocks are aligned to absolute positions (multiples of ``block_size`` from 0). Whole prompt blocks
-are prefilled with committing forwards; the prompt's partial last block shares the first
-generation block, its prompt positions fixed. Each block starts with every generated position
-masked. A denoising pass (``attention="block"``, no commit) gives logits for the block's open
-rows; the controls adjust them; LowConfidence fills every masked position whose confidence is
-strictly above the threshold, or, when none is, the single most confident one (ties: lowest
-index). The mask token is never emitted. When the block is full, a commit writes its K/V, GDN
-state and conv tail. The call ends
-
-* at the first stop token, excluded from the output, as soon as it and every position before it are
-  decided (no commit: nothing follows);
-* at ``max_new_tokens`` (or the context window): the last block is decoded whole, every position
-  masked as in training, and the output trimmed; it ends as soon as every position within the
-  limit is decided, since decided tokens never change;
-* after a repeated block when ``loop_action="stop"``.
-
-Options (``SamplingParams``):
-
-* ``fuse_commit``: a finished block is not committed by a pass of its own; the next block's first
-  denoising pass runs over both blocks (2 x block_size tokens), committing the first one and
-  giving logits for the second only. The state after it, and so every token, is the same.
-* ``causal_context``: the committed context is encoded causally (prefill and commits under
-  ``attention="causal"``, a fused commit with ``causal_prefix``); denoising passes still see their
-  own block whole on top of it. Its snapshots are causal state, shared with the causal modes.
+The block loop (prefill, denoising passes, LowConfidence, commits, the stop and length rules) and
+its options ``fuse_commit`` and ``causal_context`` are in docs/decoding.md ("The block loop").
 """
 
 from __future__ import annotations

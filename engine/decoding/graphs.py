@@ -1,16 +1,7 @@
 """CUDA-graph capture of the fixed-shape decoding steps (CUDA only; the CPU never gets here).
 
-A block step has a fixed shape (1 token, a 32-token denoise, a 32-token commit without LM head,
-64 tokens for a commit fused with the next first pass or a verify) and reads no tensor value on
-the host, so it can be captured once and replayed: one launch instead of thousands. What varies
-between replays lives in device memory: the token ids (a static input buffer) and the committed
-length (a 0-d tensor the model reads with ``length=``: positions, K/V rows and the attention mask
-come from it). A graph belongs to one cache's buffers; the Python bookkeeping a forward does after
-its kernels (``cache.advance`` on a commit) is done here after each replay.
-
-Capturing runs the forward twice first (warm-up: lazy initialisation, library workspaces) on a
-side stream; the committed state those runs write is saved before and restored after, so a
-capture changes nothing.
+A block step has a fixed shape and reads no tensor value on the host, so it can be captured once
+and replayed: one launch instead of thousands (:class:`StepGraphs`).
 """
 
 from __future__ import annotations
@@ -39,7 +30,19 @@ class _Captured:
 
 
 class StepGraphs:
-    """Captured forwards of ``model`` on ``cache``, one per step shape, captured on first use."""
+    """Captured forwards of ``model`` on ``cache``, one per step shape, captured on first use.
+
+    The shapes: 1 token, a block's denoise, a block's commit without LM head, two blocks for a
+    commit fused with the next first pass or a verify. What varies between replays lives in device
+    memory: the token ids (a static input buffer) and the committed length (a 0-d tensor the model
+    reads with ``length=``: positions, K/V rows and the attention mask come from it). A graph
+    belongs to one cache's buffers; the Python bookkeeping a forward does after its kernels
+    (``cache.advance`` on a commit) is done here after each replay.
+
+    Capturing runs the forward twice first (warm-up: lazy initialisation, library workspaces) on a
+    side stream; the committed state those runs write is saved before and restored after, so a
+    capture changes nothing.
+    """
 
     def __init__(self, model: CloverModel, cache: ModelCache) -> None:
         if model.device.type != "cuda":

@@ -1,17 +1,8 @@
 """Self-speculative decoding (``mode="self_speculative"``): diffusion drafts, one causal verify.
 
-The committed context is causal, so the output equals greedy autoregressive decoding. The cache
-always ends on a block boundary A; the accepted tokens after it are *pending* (re-fed to every
-verify pass). A round drafts the positions up to the end of the current block (the whole next block
-when the pending tokens fill theirs) with the diffusion forward (``attention="block"`` over pending
-+ masks on top of the causal cache), then verifies with ONE causal pass over pending + draft: it
-accepts the longest draft prefix equal to what the causal logits choose, plus the causal choice at
-the first disagreement (or after the draft). The verify pass commits (``commit=n``) only whole
-blocks of tokens accepted in earlier rounds, so state advances over accepted tokens only and never
-twice.
-
-Sampling: the causal "choice" at a row is a draw from the causal distribution, so the output is
-distributed exactly as autoregressive sampling.
+The committed context is causal, so the output equals greedy autoregressive decoding (and, when
+sampling, is distributed as autoregressive sampling); rounds, pending tokens and what a verify
+pass commits are in docs/decoding.md ("Modes").
 """
 
 from __future__ import annotations
@@ -30,6 +21,11 @@ if TYPE_CHECKING:
 
 
 def self_speculative(call: DecodeCall) -> Iterator[StreamEvent]:
+    """The rounds of one call. The cache always ends on a block boundary; the accepted tokens after
+    it are *pending* (re-fed to every verify pass). A round drafts the positions up to the end of
+    the current block (the whole next block when the pending tokens fill theirs), then one causal
+    pass over pending + draft verifies it and commits only whole blocks of tokens accepted in
+    earlier rounds, so state advances over accepted tokens only and never twice."""
     size = call.block_size
     # At least one prompt token stays pending: its causal logits give the first new token.
     aligned = (len(call.prompt) - 1) // size * size

@@ -1,7 +1,8 @@
 """Can the embedded engine serve Clover on this machine? (GPU, memory, weights)
 
 Used by ``clover-agent doctor`` and before any command that would load the full model, so a
-machine that cannot serve says so within seconds instead of failing half-way through a 69 GB load.
+machine that cannot serve says so within seconds instead of failing half-way through loading the
+weights.
 """
 
 from __future__ import annotations

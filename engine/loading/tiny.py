@@ -1,29 +1,11 @@
 """Tiny random Clover checkpoints in Hugging Face hub format, for tests and demos.
 
-``python -m clover_agent.engine.loading.tiny OUT_DIR [--vocab real|small] [--bidirectional] [--shards N]
-[--seed S] [--layout fused|per-expert] [--prefix model|language_model] [--peaked] [--vocab-cache DIR]`` writes
-``config.json`` (Qwen3.5-MoE text fields plus Clover's decoding contract), safetensors (one file,
-or N shards with ``model.safetensors.index.json``), ``tokenizer.json``, ``tokenizer_config.json``
-and ``chat_template.jinja``.
-
-The weights come from transformers' ``Qwen3_5MoeForCausalLM`` (random init, then every tensor is
-perturbed so none sits at its init value — zero-initialised norms included), so transformers is the
-oracle for the causal forward of any checkpoint written here.
-
-Layouts: ``fused`` experts (``mlp.experts.gate_up_proj`` [E, 2I, H] with gate rows first,
-``mlp.experts.down_proj`` [E, H, I]) or ``per-expert`` (``mlp.experts.{e}.gate_proj.weight`` ...).
-Prefixes: ``model.`` with a flat ``qwen3_5_moe_text`` config, or ``model.language_model.`` with a
-nested ``qwen3_5_moe`` config (``text_config``), as multimodal Qwen3.5 checkpoints are laid out.
-``--bidirectional`` adds the extra GDN tensors of docs/bidirectional-gdn.md.
-
-Vocabularies (see :mod:`clover_agent.engine.text.vocab`): ``small`` (546 tokens; embedding rows padded to
-576) or ``real`` (Qwen3.6, 248,320 rows). The mask token ``<|mask|>`` is the first id after the Qwen
-special tokens: 248077 (real) or 545 (small).
-
-``peaked``: scales ``lm_head`` so the logits have a standard deviation of about
-:data:`PEAKED_LOGIT_STD`. Random models otherwise give near-uniform distributions; peaked ones are
-confident at most positions (top-1 probability above 0.95 at most positions), which decoding tests
-need to see LowConfidence fill several tokens in one step.
+:func:`write_tiny_checkpoint` (and ``python -m clover_agent.engine.loading.tiny OUT_DIR``, whose
+``--help`` lists the options) writes ``config.json`` (Qwen3.5-MoE text fields plus Clover's
+decoding contract), safetensors, the tokenizer files and ``chat_template.jinja``, in every
+checkpoint layout the loader reads. The weights come from transformers' ``Qwen3_5MoeForCausalLM``
+(random init, then every tensor perturbed off its init value), so transformers is the oracle for
+the causal forward of any checkpoint written here.
 """
 
 from __future__ import annotations
@@ -210,7 +192,24 @@ def write_tiny_checkpoint(
     ``layer_types``) or of the decoding contract (``block_size``, ``threshold``, ``mask_token_id``,
     ``eos_token_id``, ``right_conv_kernel_size``). ``tokenizer=False`` leaves out the tokenizer
     files and chat template (a checkpoint for id-level use only). ``vocab_cache``: where the real
-    vocabulary's conversion is kept between processes (see :func:`vocab.qwen_tokenizer`)."""
+    vocabulary's conversion is kept between processes (see :func:`vocab.qwen_tokenizer`).
+
+    Safetensors: one file, or ``shards`` files with ``model.safetensors.index.json``. Layouts:
+    ``fused`` experts (``mlp.experts.gate_up_proj`` [E, 2I, H] with gate rows first,
+    ``mlp.experts.down_proj`` [E, H, I]) or ``per-expert`` (``mlp.experts.{e}.gate_proj.weight``
+    ...). Prefixes: ``model.`` with a flat ``qwen3_5_moe_text`` config, or ``model.language_model.``
+    with a nested ``qwen3_5_moe`` config (``text_config``), as multimodal Qwen3.5 checkpoints are
+    laid out. ``bidirectional`` adds the extra GDN tensors of docs/bidirectional-gdn.md. Every
+    tensor is perturbed off its init value, zero-initialised norms included.
+
+    Vocabularies (:mod:`clover_agent.engine.text.vocab`): ``small`` (546 tokens; embedding rows
+    padded to 576) or ``real`` (Qwen3.6, 248,320 rows). The mask token ``<|mask|>`` is the first id
+    after the Qwen special tokens: 248077 (real) or 545 (small).
+
+    ``peaked`` scales ``lm_head`` so the logits have a standard deviation of about
+    :data:`PEAKED_LOGIT_STD`. Random models otherwise give near-uniform distributions; peaked ones
+    are confident at most positions (top-1 probability above 0.95 at most positions), which
+    decoding tests need to see LowConfidence fill several tokens in one step."""
     if shards < 1:
         raise ValueError("shards must be at least 1")
     if layout not in ("fused", "per-expert"):

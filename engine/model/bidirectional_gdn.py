@@ -1,16 +1,12 @@
 """The bidirectional Gated DeltaNet extension inside a block (our reading of Clover's layout).
 
-Layout and forward rule: docs/bidirectional-gdn.md. Per GDN layer a checkpoint may
-carry ``linear_attn.conv1d_right.weight`` [conv_dim, 1, K_r] (a depthwise anti-causal convolution
-over the pre-convolution qkv rows, block-local) and ``linear_attn.bidir_mix_logits`` [num_v_heads, 2]
-(per-head softmax weights over the forward and backward branches). In block mode the layer adds the
-right convolution to its causal one, runs a block-local right-to-left delta-rule scan from a zero
-state beside the usual forward scan, and mixes the two outputs per head. Only the forward branch and
-the causal conv tail ever enter the committed state.
-
-This module holds the extension's parameters; the arithmetic is the ``short_conv`` (right taps) and
-``gated_delta_net`` (backward scan and mix) operators of ``ops.py``, whose PyTorch references are
-``clover_agent.kernels.short_conv.reference`` and ``clover_agent.kernels.gated_delta_rule.reference``.
+Layout and forward rule: docs/bidirectional-gdn.md. This module holds the extension's parameters
+(:class:`BidirectionalGdn`: a block-local anti-causal convolution and per-head mixing weights of the
+forward and backward branches); the arithmetic is the ``short_conv`` (right taps) and
+``gated_delta_net`` (backward scan and mix) operators of :mod:`clover_agent.engine.ops`, whose
+PyTorch references are ``clover_agent.kernels.short_conv.reference`` and
+``clover_agent.kernels.gated_delta_rule.reference``. Only the forward branch and the causal conv
+tail ever enter the committed state.
 """
 
 from __future__ import annotations

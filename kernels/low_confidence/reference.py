@@ -1,17 +1,8 @@
-"""Plain-PyTorch reference of token choice and the LowConfidence fill, as ``engine/decoding/decoder.py``
-(``choose_tokens``, ``low_confidence_fill``) and ``engine/decoding/controls.py`` define them, in a form the
-fused kernels share: the per-row numbers of the controls arrive as tensors, the fill needs no host
-read-back.
-
-Order on a row of logits (float32): repetition / presence / frequency penalties over the counts of
-generated tokens (committed plus those already decided in the block), per-row biases on a few token
-columns (the thinking and end-of-response ramps), forced rows (the thinking hard close: every
-logit -inf but the forced token's 0), the mask token to -inf; then greedy (argmax, its softmax
-probability) or sampling (temperature, top-k, top-p, a draw, its probability under the filtered
-distribution). The confidence of a sampled token follows ``TokenChoice.confidence_rule``:
-``"probability"`` (the engine's rule: the drawn token's filtered probability) or ``"sglang"``:
-``min(p_max, exp((z - z_max) / T))`` with p_max the filtered distribution's top probability, z the
-drawn token's controlled logit and z_max the largest (both rules give p_max for greedy rows).
+"""Plain-PyTorch reference of token choice and the LowConfidence fill, as ``engine/decoding/choice.py``
+(``choose_tokens``, ``low_confidence_fill``) and ``engine/decoding/controls.py`` define them, in a
+form the fused kernels share: the per-row numbers of the controls arrive as tensors
+(:class:`LogitsAdjustment`), the fill needs no host read-back. The order of the steps on a row is
+in :func:`adjust_logits` and :func:`choose_tokens`.
 """
 
 from __future__ import annotations
@@ -91,7 +82,12 @@ def adjust_logits(
     logits: torch.Tensor, adjustment: LogitsAdjustment | None, counts: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Controlled float32 copy of ``logits`` [T, V] (``LogitsControls.apply`` given its per-row numbers);
-    ``counts`` overrides ``adjustment.counts``."""
+    ``counts`` overrides ``adjustment.counts``.
+
+    Order on a row: repetition / presence / frequency penalties over the counts of generated tokens
+    (committed plus those already decided in the block), per-row biases on a few token columns (the
+    thinking and end-of-response ramps), forced rows (the thinking hard close: every logit -inf but
+    the forced token's 0)."""
     out = logits.float().clone()
     if adjustment is None:
         return out
@@ -120,7 +116,14 @@ def choose_tokens(
     logits: torch.Tensor, choice: TokenChoice, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token and commit confidence [T] for each row of controlled ``logits`` [T, V] (``choose_tokens``
-    of the engine, plus the confidence rule). The mask token's logit is -inf first."""
+    of the engine, plus the confidence rule). The mask token's logit is -inf first.
+
+    Then greedy (argmax, its softmax probability) or sampling (temperature, top-k, top-p, a draw, its
+    probability under the filtered distribution). The confidence of a sampled token follows
+    ``TokenChoice.confidence_rule``: ``"probability"`` (the engine's rule: the drawn token's filtered
+    probability) or ``"sglang"``: ``min(p_max, exp((z - z_max) / T))`` with p_max the filtered
+    distribution's top probability, z the drawn token's controlled logit and z_max the largest (both
+    rules give p_max for greedy rows)."""
     logits = logits.float().clone()
     if choice.mask_token_id is not None:
         logits[:, choice.mask_token_id] = float("-inf")

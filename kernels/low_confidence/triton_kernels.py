@@ -1,20 +1,9 @@
 """Triton kernels of token choice and the LowConfidence fill (launchers in ``choose.py``).
 
-``choose_kernel``: one program per row, streaming the row in BLOCK_V tiles (no [T, V] tensor is
-ever written). The controls are applied to each tile as it is loaded (:func:`_controlled`).
-Greedy: one pass (online max, lowest-index argmax, sum of exponentials). Sampling: pass 1 also
-keeps the TOP_K_BLOCK largest scaled logits (``tl.topk`` per tile, merged), which give the top-k
-threshold exactly and, sorted, the top-p threshold; a pass sums the mass at or above the top-k
-threshold (ties included, as ``logits < kth`` is what the reference drops). Without a candidate
-list (no top-k, or one longer than the list) the thresholds are found by bisection over the
-values' order keys, one pass per step (about 32 each), exact as well. The last pass
-draws by Gumbel-max over the kept tokens (``argmax z/T + G``, G from Philox noise keyed by the seed
-and the element index, an exact draw from the renormalised distribution) and sums the kept mass
-for the confidence.
-
-``fill_kernel``: one program over the block's rows (at most 64): threshold, fallback to the single
-most confident open row (lowest index on ties), tokens and decided flags updated in place, done and
-fallback flags.
+``choose_kernel`` streams each row of logits in tiles, applying the controls as it loads them, and
+picks the greedy token or an exact draw under top-k / top-p with its confidence, never writing a
+[T, V] tensor; ``fill_kernel`` applies LowConfidence to the block in place. Each kernel's comment
+says how.
 """
 
 from __future__ import annotations
@@ -65,6 +54,16 @@ def _order_key(z):
     return tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
+# One program per row, streaming the row in BLOCK_V tiles (no [T, V] tensor is ever written). The
+# controls are applied to each tile as it is loaded (``_controlled``). Greedy: one pass (online max,
+# lowest-index argmax, sum of exponentials). Sampling: pass 1 also keeps the TOP_K_BLOCK largest
+# scaled logits (``tl.topk`` per tile, merged), which give the top-k threshold exactly and, sorted,
+# the top-p threshold; a pass sums the mass at or above the top-k threshold (ties included, as
+# ``logits < kth`` is what the reference drops). Without a candidate list (no top-k, or one longer
+# than the list) the thresholds are found by bisection over the values' order keys, one pass per
+# step (about 32 each), exact as well. The last pass draws by Gumbel-max over the kept tokens
+# (``argmax z/T + G``, G from Philox noise keyed by the seed and the element index, an exact draw
+# from the renormalised distribution) and sums the kept mass for the confidence.
 @triton.jit
 def choose_kernel(
     logits_ptr,
@@ -212,6 +211,8 @@ def choose_kernel(
     tl.store(confidence_ptr + row, confidence)
 
 
+# One program over the block's rows (at most 64): threshold, fallback to the single most confident
+# open row (lowest index on ties), tokens and decided flags updated in place, done and fallback flags.
 @triton.jit
 def fill_kernel(
     chosen_ptr,
