@@ -1,31 +1,14 @@
 """``DockerSandbox``: the default, isolated sandbox on the Docker Engine API.
 
-One container per task, started from a locally built image (``clover-agent sandbox build``):
-
-- the repository is copied in (``put_archive`` of the workspace files into an anonymous volume at
-  ``/workspace``); the user's tree is never mounted. The volume is a size-limited tmpfs
-  (``SandboxLimits.disk_bytes``), the one disk limit a plain dockerd with overlay2 enforces (see
-  sandboxes/README.md): its files live in RAM and count toward the memory limit;
-- uid/gid 1000, all capabilities dropped, ``no-new-privileges``, read-only root file system with a
-  tmpfs ``/tmp``, ``--network none`` (unless the spec asks otherwise), CPU, memory (no swap) and
-  process limits, and an init process that reaps orphans;
-- the container's main process is the runner (:mod:`clover_agent.sandboxes.runner`); this side
-  attaches to its stdin/stdout once, so every later command is one JSON line each way over that
-  socket instead of a ``docker exec``;
-- every container is labelled (``clover-agent=1``, owner pid and host, run id); it is removed on
-  close, on SIGINT/SIGTERM and at exit, and containers left by killed runs are reaped at the next
-  start and by ``clover-agent sandbox prune``.
-
-A spec with an environment recipe starts from that recipe's environment image, made once by a
-set-up container when missing (:mod:`clover_agent.sandboxes.env_image`); the files its set-up made
-in ``/workspace`` are unpacked into the fresh copy before the baseline is recorded.
-
-Set-up commands that need the network run first on the default bridge network; the container is
-then disconnected, leaving only the loopback interface, before the agent's first command.
-
-Every Engine API call goes through :class:`~clover_agent.sandboxes.docker_api.EngineCalls` (its
-deadline, retries where safe, a message in words). The module is long because a container's whole
-life (create, fill, attach, lose, remove) is one class whose steps share its state.
+One container per task, started from a locally built image (``clover-agent sandbox build``) or a
+recipe's environment image (:mod:`clover_agent.sandboxes.env_image`): the repository copied into a
+size-limited tmpfs volume at ``/workspace`` (the user's tree is never mounted), an unprivileged,
+read-only, network-less container with resource limits, whose main process is the runner
+(:mod:`clover_agent.sandboxes.runner`), attached once. Containers are labelled and removed on
+close, on signals and at exit, and reaped after killed runs. Every Engine API call goes through
+:class:`~clover_agent.sandboxes.docker_api.EngineCalls`. The isolation, the disk limit and the
+set-up network are in sandboxes/README.md. A container's whole life (create, fill, attach, lose,
+remove) is one class whose steps share its state.
 """
 
 from __future__ import annotations

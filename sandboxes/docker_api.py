@@ -2,18 +2,12 @@
 failures in words (exit 4), never a ``requests`` traceback.
 
 docker-py gives every request of a client the same timeout. :class:`EngineCalls` wraps one client
-and gives each call its own: :data:`QUICK` (answering a ping, inspecting, listing: the engine
-answers these at once unless it is stuck) or :data:`SLOW` (creating, starting and removing
-containers, copying archives in, committing images: a loaded engine can take long, and a client
-that gives up early leaves a container behind). Both scale with ``CLOVER_DOCKER_TIMEOUT`` (seconds
-for a slow call, default :data:`DEFAULT_SLOW_S`; a quick call gets a quarter of it) in the
-environment the sandbox's spec carries, beside ``DOCKER_HOST``.
-
-A call that may be repeated without changing the outcome (a read; a forced removal) is tried up to
-:data:`ATTEMPTS` times when the engine does not answer or the connection drops; any other call
-fails at once, as :class:`SandboxUnavailable` naming what was being done and the deadline. The
-Docker API's own answers (404, 409, 500 ...) are not timeouts: they are raised as they are, for the
-caller that knows what they mean.
+and gives each call its own: :data:`QUICK` (ping, inspect, list) or :data:`SLOW` (create, start,
+remove, copy, commit: a loaded engine can take long, and a client that gives up early leaves a
+container behind), both scaled by ``CLOVER_DOCKER_TIMEOUT`` in the spec's environment (default
+:data:`DEFAULT_SLOW_S`). A call that may be repeated without changing the outcome is tried up to
+:data:`ATTEMPTS` times; any other fails at once as :class:`SandboxUnavailable`
+(sandboxes/README.md, "Docker API deadlines").
 """
 
 from __future__ import annotations

@@ -2,17 +2,12 @@
 
 The Docker sandbox (:mod:`clover_agent.sandboxes.docker`) asks for the image of a recipe
 (:class:`~clover_agent.sandboxes.environment.EnvironmentRecipe`): the tag
-``clover-agent-env:<key>``, where the key hashes the sandbox image's id, the set-up steps, the
-dependency files and the package index. When the tag is there the sandbox starts from it at once;
-otherwise a set-up container runs :func:`run_setup` and is committed under that tag. A change to
-any dependency file, or a rebuilt sandbox image, gives a new key, so a stale environment is never
-used; ``clover-agent sandbox prune`` removes the images that newer ones replaced
-(:func:`superseded_environment_images`). No registry is involved.
-
-The set-up container is the sandbox's own container with two differences: its root file system is
-writable (the environment goes into ``/opt/clover``) and it has the network when the recipe asks
-for it. Its inputs (``pip.conf``, the host's CA bundle, a wheel folder) are in a volume at
-:data:`~clover_agent.sandboxes.environment.SETUP_DIR`, which is never part of the image.
+``clover-agent-env:<key>``, the key hashing everything the environment depends on, so a stale
+environment is never used. When the tag is missing a set-up container runs :func:`run_setup` and
+is committed under it; ``clover-agent sandbox prune`` removes the images newer ones replaced
+(:func:`superseded_environment_images`). Its inputs are in a volume at
+:data:`~clover_agent.sandboxes.environment.SETUP_DIR`, never part of the image. No registry is
+involved (sandboxes/README.md, "Project environments").
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """A project's environment in the sandbox: what it is, how it is set up, and what its cache key is.
 
-The model (see sandboxes/README.md): the project's interpreter and dependencies live in a virtual
-environment at :data:`VENV` inside the sandbox, made without system site-packages (the image's
-Debian packages never shadow the project), first on ``PATH`` with ``VIRTUAL_ENV`` set, so
-``python``, ``pip`` and ``pytest`` are the project's. The set-up installs into it once — the
-project itself editable, its test dependencies, and a current pytest unless the project pins one —
-with the network on; the result is kept as a local image keyed by :meth:`EnvironmentRecipe.cache_key`
-(:mod:`clover_agent.sandboxes.env_image`), so later sandboxes over the same dependency files start
-from it in about a second and never have the network.
-
-This module holds the data a :class:`~clover_agent.sandboxes.base.SandboxSpec` carries
-(:class:`EnvironmentRecipe`, :class:`PackageIndex`), built by
-:func:`clover_agent.sandboxes.python_deps.discover` from the repository's files and by the caller
-from the host's package-index configuration. Nothing here reads the host.
+The project's interpreter and dependencies live in a virtual environment at :data:`VENV` inside
+the sandbox, set up once with the network on and kept as a local image keyed by
+:meth:`EnvironmentRecipe.cache_key` (:mod:`clover_agent.sandboxes.env_image`; the model is in
+sandboxes/README.md, "Project environments"). This module holds the data a
+:class:`~clover_agent.sandboxes.base.SandboxSpec` carries (:class:`EnvironmentRecipe`,
+:class:`PackageIndex`), built by :func:`clover_agent.sandboxes.python_deps.discover` from the
+repository's files and by the caller from the host's package-index configuration. Nothing here
+reads the host.
 """
 
 from __future__ import annotations

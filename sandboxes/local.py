@@ -2,23 +2,8 @@
 
 Opt-in (``--sandbox local``) for machines without Docker. It does NOT isolate: commands run as the
 user, with the user's network, environment and file permissions. Only the repository is protected:
-the agent works on a copy in a temporary folder, removed on close.
-
-Environment: commands get the spec's ``host_env`` (the caller passes the user's environment, or an
-allow-listed part of it), then its ``env``.
-
-Paths: the model still sees ``/workspace``. File operations map ``/workspace/...`` to the copy.
-Commands run with ``bash -c`` in the copy (the default working folder) and see its real host path,
-also exported as ``$WORKSPACE``; a literal ``/workspace`` in a command (``cd /workspace/src``) is
-rewritten to the copy's path (likewise in ``env`` values), and the copy's path in the output is
-shown as ``/workspace``. Commands get a private ``$TMPDIR`` beside the copy, removed with it, so
-what tools keep in temporary files (the shell session's state holds the exported variables) never
-stays behind in the machine's ``/tmp``. The
-network and set-up network settings of :class:`SandboxSpec` cannot be enforced here and are ignored.
-
-Disk: the copy's size is checked against ``SandboxLimits.disk_bytes`` before copying, and every
-file a command writes is capped at that size (``RLIMIT_FSIZE``: a bigger write fails with "File
-too large"), but nothing caps the total a command writes: the host's free space is the limit.
+the agent works on a copy in a temporary folder, removed on close. How ``/workspace`` maps to the
+copy, the environment commands get and the disk limit are in sandboxes/README.md.
 """
 
 from __future__ import annotations

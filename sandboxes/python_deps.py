@@ -1,25 +1,9 @@
 """What a Python project's environment needs, found from its files: :func:`discover`.
 
-Looked for, in the files the sandbox copy holds (tracked and not-ignored untracked ones):
-
-- the project itself (``pyproject.toml`` with ``[project]`` or ``[build-system]``, ``setup.py``,
-  ``setup.cfg``): installed editable, so src layouts, ``importlib.metadata.version(...)`` and
-  version files generated at build time work as in a developer's checkout;
-- its test extras: ``[project.optional-dependencies]`` or setup.cfg's ``[options.extras_require]``
-  named test / tests / testing (else dev / develop / development); when the extras are dynamic
-  (``setup.py`` only, or ``dynamic = ["optional-dependencies"]``) they are read from the installed
-  metadata and installed in a second step;
-- dependency groups (PEP 735) of the same names, ``{include-group = ...}`` followed;
-- ``requirements.txt`` and the test / dev requirement files (``requirements-test.txt``,
-  ``test-requirements.txt``, ``requirements/test.txt``...);
-- when none of those names test dependencies: setup.cfg's ``tests_require`` and tox's
-  ``[testenv] deps``;
-- pytest plugins the pytest configuration asks for (``required_plugins``; ``--cov`` in
-  ``addopts`` needs pytest-cov, ``asyncio_mode`` pytest-asyncio, ...);
-- pytest itself, unpinned: pip keeps the project's own pin when it has one, else installs the
-  current release.
-
-Everything goes into one pip run, so the resolver sees all constraints at once. The repository's
+From the files the sandbox copy holds: the project itself (installed editable), its test extras,
+dependency groups and requirement files, the pytest plugins its configuration asks for, and
+pytest; the list, in order, is in sandboxes/README.md ("Project environments"). Everything goes
+into one pip run, so the resolver sees all constraints at once. The repository's
 ``.clover/config.toml`` can replace each finding (:class:`EnvironmentOptions`).
 """
 

@@ -1,41 +1,13 @@
 """The process that lives inside a sandbox and runs every request the host sends it.
 
 One long-lived runner per sandbox answers JSON-line requests on stdin with JSON-line responses on
-stdout, so a command costs a process spawn, not a ``docker exec`` (tens of milliseconds). It is
-standard-library only and never imports clover-agent: the host sends this file's source as the
-first line of stdin to ``python3 -c BOOTSTRAP`` (see :mod:`clover_agent.sandboxes.session`), so any
-image with a Python 3 interpreter works and the code always matches the host's version.
-
-Protocol: the second stdin line is a hex key; then request ``{"id": N, "op": OP, ...}``; response
-``MAC {"id": N, "ok": true, ...}`` or ``MAC {"id": N, "ok": false, "error": NAME, "errno": E,
-"message": TEXT, ...}``, where MAC is the HMAC-SHA256 of the JSON text under the key. Ops: ``exec``,
-``read``, ``read_lines``, ``write``, ``write_at``, ``list``, ``stat``, ``realpath``, ``cancel``
-(``"target": N``: kill the processes of the ``exec`` request N, whose caller stopped waiting), and
-for the host's own snapshot of the workspace (the patch is computed on the host, from bytes):
-``stop_all`` (kill every process the commands started, daemons included), ``tree`` (every entry
-with its kind, mode, size and sha256), ``read_many`` (files' bytes in batches) and ``put`` (make
-entries what the host says, never through a symlink); ``fingerprint`` (a digest of every entry's
-stat data, to tell without git that nothing changed) and ``copy`` (a file copied within the
-workspace and dated, as the checkpoints' private git index is). File data travels base64-encoded. Each request runs in its own thread, so a slow one never holds up the others.
-
-Hostile commands run beside the runner as the same user, so:
-
-- the runner makes itself non-dumpable (``PR_SET_DUMPABLE`` 0): its ``/proc/PID/fd`` and memory are
-  closed to them; the MAC key never appears on a command line. A process that writes into the
-  container's stdout through the init process's descriptors cannot forge an answer (the host drops
-  lines whose MAC is wrong); it can only garble or swallow lines, which the host's timeouts turn
-  into errors;
-- file operations never open a FIFO, socket or device (``stat`` first, then ``O_NONBLOCK`` and
-  ``fstat`` on what was opened; a symlink to one counts), so nothing blocks on them;
-- sizes are checked before content moves (``read`` refuses files over its limit, ``read_lines``
-  sends only the lines asked for, ``list`` stops at a number of entries, every response is capped);
-- a bad argument (a NUL byte, a lone surrogate) is an ``InvalidArgument`` answer, never a crash.
-
-Why one module over 400 lines: its source is sent to the sandbox as a single string.
-
-Paths in requests are sandbox paths: ``/workspace/...`` maps to the runner's workspace root
-(``sys.argv[1]``; the identity inside a container, the private copy for the local sandbox); other
-absolute paths are used as they are; relative paths are relative to ``/workspace``.
+stdout, each authenticated by an HMAC, so a command costs a process spawn, not a ``docker exec``.
+It is standard-library only and never imports clover-agent: the host sends this file's source at
+start (see :mod:`clover_agent.sandboxes.session`), so any image with a Python 3 interpreter works
+and the code always matches the host's version; that is also why it is one module. The protocol,
+its operations and what the runner does against hostile commands beside it (non-dumpable, no
+FIFO or device ever opened, sizes checked before content moves, bad arguments answered, never a
+crash) are in sandboxes/README.md ("How it works").
 """
 
 from __future__ import annotations

@@ -3,22 +3,11 @@
 :class:`SessionSandbox` implements the :class:`Sandbox` operations over a :class:`RunnerSession`;
 the backends only create the runner (a host subprocess or a container) and connect its pipes.
 :class:`RunnerSession` sends JSON-line requests to the runner (:mod:`clover_agent.sandboxes.runner`)
-and matches responses by id, whatever carries the bytes: a local subprocess's pipes or a Docker
-attach socket. A reader thread turns incoming bytes into lines and hands each response to the event
-loop that is waiting for it, so many requests may be in flight at once.
-
-What the host checks, since the sandbox's side is untrusted:
-
-- every answer line carries an HMAC under a key sent at start; lines with a wrong one are dropped
-  (a command writing into the runner's output stream cannot forge results);
-- arguments that cannot cross into the sandbox (a NUL byte, a lone surrogate) are refused here with
-  :class:`SandboxArgumentError` before anything is sent;
-- every file operation has a timeout (:data:`FILE_OP_TIMEOUT_S`), and a command one past its own
-  (:data:`EXEC_GRACE_S`), so a lost or swallowed answer is an error, never a hang.
-
-Why one module over 400 lines: it is the host half of one contract with the runner (framing,
-MACs, the reader thread and each operation's request and answer); split, each half of an operation
-would sit in another file from its checks.
+and matches responses by id; since the sandbox's side is untrusted it drops answers without the
+right HMAC, refuses arguments that cannot cross (:class:`SandboxArgumentError`) and puts a timeout
+on every operation (:data:`FILE_OP_TIMEOUT_S`, :data:`EXEC_GRACE_S`), so a lost answer is an error,
+never a hang (sandboxes/README.md). It is the host half of one contract with the runner, kept in
+one module so each operation's request sits beside its checks.
 """
 
 from __future__ import annotations

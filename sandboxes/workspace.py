@@ -1,23 +1,12 @@
 """The workspace copy: which files of the user's repository go into a sandbox, and its git baseline.
 
 The sandbox gets the repository as the user has it right now: tracked files with their uncommitted
-changes plus untracked files that are not ignored, and the ``.git`` folder (history, branches),
-its configuration files rewritten without credentials (:mod:`clover_agent.sandboxes.git_config`;
-files they include stay behind). Ignored files (virtual environments, build output) stay behind.
-A folder that is not a git repository is copied whole. The user's tree is only read, never written.
-
-Inside the sandbox a baseline commit records that starting state (only when it differs from
-``HEAD``), so ``git diff BASE`` shows exactly what the agent changed, new files included.
-
-The copy never balloons: the repository is scanned once (:func:`plan_workspace`) and its size
-checked against the sandbox's disk limit before anything is copied, and sparse files (holes of at
-least :data:`SPARSE_MIN_HOLE` bytes in all) are copied sparse: the local copy writes only their
-data, and the Docker archive carries them empty, their data written in afterwards
-(:class:`SparseFile`), since Docker's archive extraction writes every hole out as zeros. Git reads
-a file it hashes whole (through ``mmap``, which on the Docker workspace's tmpfs allocates every hole
-it touches), so untracked sparse files are kept out of git in the sandbox (``.git/info/exclude``):
-the agent can use them, but they are not part of the starting commit or the patch. Tracked ones
-count whole against the limit. FIFOs, sockets and devices are never opened or copied.
+changes, untracked files that are not ignored, and ``.git`` with its configuration rewritten
+without credentials (:mod:`clover_agent.sandboxes.git_config`); a folder that is not a git
+repository is copied whole, and the user's tree is only read. A baseline commit in the sandbox
+records that state, so ``git diff BASE`` shows exactly what the agent changed. The repository is
+scanned once (:func:`plan_workspace`) and checked against the disk limit before anything is
+copied; sparse files stay sparse (:class:`SparseFile`). Details: sandboxes/README.md.
 """
 
 from __future__ import annotations
