@@ -1,24 +1,10 @@
 """``editor``: view, create, str_replace, insert and undo_edit files in the workspace.
 
 Commands, parameters and messages follow the ``str_replace_editor`` tool most coding models were
-trained on (``cat -n`` views with 6-wide line numbers, "No replacement was performed, ..."), so a
-model needs no new habits. Differences that make it safer: tabs are never expanded, encodings and
-CRLF line breaks are kept, binary and oversized files are refused, ``create`` never overwrites,
-``undo_edit`` of a ``create`` removes the file, and ``str_replace`` has a matching ladder.
-
-The ``str_replace`` matching ladder, tried in order; the first rung with any match decides:
-
-1. ``exact``: ``old_str`` verbatim.
-2. ``line_endings``: LF and CRLF line breaks treated alike.
-3. ``trailing_whitespace``: also ignoring spaces and tabs at the end of each line.
-
-One match at the deciding rung is replaced; several are an error listing their lines (unless
-``replace_all``). The result names the rung, so a non-exact match is never silent. A replacement
-that would leave the file as it was (``new_str`` equal to ``old_str``) is refused and records no
-undo step.
-
-``view`` and its limits are in :mod:`clover_agent.tools.editor_view`; files over 10 MB are never
-read whole, and FIFOs, sockets and devices are refused.
+trained on, so a model needs no new habits; where it differs it is safer (tabs, encodings and CRLF
+kept, binary and oversized files refused, ``create`` never overwrites, a matching ladder for
+``str_replace`` whose result names the rung): docs/tools.md ("How each tool behaves"). ``view``
+and its limits are in :mod:`clover_agent.tools.editor_view`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """``search``: a regular expression over the workspace's files, as ``path:line:text`` lines.
 
-With ripgrep (``rg``) in the sandbox it runs there (Rust regex syntax; hidden files and what
-``.gitignore`` excludes are skipped). Without it a Python fallback runs there too, as a small
-standard-library script (Python ``re`` syntax; hidden entries skipped, ``.gitignore`` not read;
-files that are binary, over 1 MB or not regular skipped). Either way the search runs in the sandbox
-under a timeout, so a pathological pattern (``(a+)+$``) costs the sandbox's time, never the host's,
-and at most :data:`MAX_MATCHES` lines are shown with the number left out stated.
+With ripgrep (``rg``) in the sandbox it runs there; without it a small standard-library Python
+script runs there instead (:data:`FALLBACK_MAX_FILE_BYTES` and the other differences are in
+docs/tools.md). Either way the search runs in the sandbox under a timeout, so a pathological
+pattern (``(a+)+$``) costs the sandbox's time, never the host's, and at most :data:`MAX_MATCHES`
+lines are shown with the number left out stated.
 """
 
 from __future__ import annotations

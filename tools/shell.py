@@ -1,20 +1,10 @@
 """``shell``: bash commands in a persistent session (``cd`` and ``export`` carry over).
 
-Each call runs in a fresh ``bash`` through ``Sandbox.exec``; the session lives in a state file
-(``$TMPDIR/.clover-shell/<session>``, ``/tmp`` when ``TMPDIR`` is unset; readable by its owner only)
-holding the working directory and the exported variables. The state stays inside the sandbox: the
-container's tmpfs, or the local sandbox's private temporary folder, removed on close.
-The command runs after the state is restored, and an ``EXIT`` trap saves it again, so a command
-that calls ``exit`` still keeps its ``cd``. Why not one long-lived bash: a timeout then kills the
-command's whole process group (the sandbox's job) and nothing stays wedged; the next call simply
-starts from the last saved state. What a killed command changed (``cd``, ``export``) is lost,
-and shell functions, aliases and unexported variables do not carry over.
-
-When the state file is unreadable the session starts again in ``/workspace`` and the output says
-so; when the saved directory is gone, the command runs in ``/workspace`` and the output says so.
-Stdin is ``/dev/null``: a command that waits for input gets end-of-file at once. When a command
-runs out of space (the workspace's disk limit, /tmp, a per-file cap), the output says how full the
-file systems are.
+Each call runs in a fresh ``bash`` through ``Sandbox.exec``; the session (working folder and
+exported variables) lives in a state file inside the sandbox, restored before the command and
+saved by an ``EXIT`` trap. Not one long-lived bash, so a timeout kills the command's whole process
+group and nothing stays wedged. What carries over and what is lost: docs/tools.md ("How each tool
+behaves").
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The encoding is UTF-8, or Latin-1 when the bytes are not valid UTF-8 (Latin-1 decodes any
 byte, so the file round-trips byte for byte). A file whose line breaks are all CRLF is a CRLF
-file: text the model writes into it gets CRLF too. Binary files (a NUL byte in the first 8 KiB)
-and files over 10 MB are refused.
+file: text the model writes into it gets CRLF too. Binary files (a NUL byte among the first
+``_BINARY_SNIFF_BYTES``) and files over :data:`MAX_TEXT_BYTES` are refused.
 """
 
 from __future__ import annotations

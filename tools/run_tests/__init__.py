@@ -1,28 +1,11 @@
 """``run_tests``: run the project's tests in the sandbox and report them as a :class:`TestReport`.
 
-The framework is found from the workspace's files, in this order:
-
-1. ``pytest``: ``pytest.ini``, ``conftest.py``, ``[tool.pytest...]`` in ``pyproject.toml``,
-   ``[tool:pytest]`` in ``setup.cfg`` or ``[pytest]`` in ``tox.ini`` — or Python test files
-   (``test_*.py``, ``*_test.py``) when pytest is installed in the sandbox. Results come from the
-   JUnit XML file pytest writes into a private temporary folder of the sandbox (``--junitxml``;
-   the folder is removed after every run), never from its console output.
-2. ``unittest``: Python test files without pytest. Best effort: ``python -m unittest -v`` output
-   is parsed (per-test ``... ok|FAIL|ERROR|skipped`` lines and the failure sections).
-3. ``npm``: a ``test`` script in ``package.json``. Best effort: TAP summary lines (``# pass N``,
-   ``# fail N``, as ``node --test`` prints them) when present, else only the exit code.
-4. ``go``: ``go.mod``. ``go test -json``: one JSON event per line, so per-test outcomes are exact.
-5. ``cargo``: ``Cargo.toml``. Best effort: ``test NAME ... ok|FAILED|ignored`` lines.
-
-``TestReport.structured`` says whether the counts come from a machine-readable report (pytest's
-JUnit XML, ``go test -json``) or from parsed console output.
-
-Targets are checked first (:mod:`.targets`): none can become an option of the framework.
-
-One module per framework (``pytest_runner``, ``unittest_runner``, ``npm_runner``, ``go_runner``,
-``cargo_runner``), the report (``report``), detection (``detect``) and the tool (``tool``).
-
-Other code (the ``fix`` command) uses :func:`run_tests_in` directly::
+The framework is found from the workspace's files (:mod:`.detect`: pytest, unittest, npm, go,
+cargo, in that order; docs/tools.md says from what and how exact each report is), targets are
+checked first (:mod:`.targets`: none can become an option of the framework), and one module per
+framework runs it (``pytest_runner``, ``unittest_runner``, ``npm_runner``, ``go_runner``,
+``cargo_runner``) into the report (``report``); ``tool`` is the tool. Other code (the ``fix``
+command) uses :func:`run_tests_in` directly::
 
     report = await run_tests_in(sandbox, "tests/test_x.py::test_y")
     if report.all_passed: ...

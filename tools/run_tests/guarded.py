@@ -1,17 +1,11 @@
 """A guarded pytest run, for the run that judges a patch (``fix``'s held-out run).
 
-The workspace cannot shadow pytest or its plugins: pytest is started by a small launcher that moves
-every workspace folder on ``sys.path`` (the current one, an editable install's ``src``) to its end,
-so the project's own modules still import but nothing there hides an installed one, turns plugin
-autoloading off and names the environment's own plugins (the ``pytest11`` entry points of
-distributions installed outside the workspace) with ``-p``. Results are read twice: from the JUnit
-XML report, and from a live stream that a plugin of ours writes as each test reports, tagged with a
-per-run secret, onto the command's own output (the plugin takes the secret from its environment
-before any project code is imported). A test counts as passed only where both say so, so a report
-rewritten at exit, or a result missing from the stream, is not a pass.
-
-What this cannot stop is the code under test attacking pytest from inside the same process; the
-``fix`` workflow names such changes (:mod:`clover_agent.fix.handback.heldout`).
+The workspace cannot shadow pytest or its plugins (a launcher moves workspace folders to the end of
+``sys.path``, turns plugin autoloading off and names the environment's own plugins), and results
+are read twice, from the JUnit XML report and from a live stream tagged with a per-run secret: a
+test counts as passed only where both say so (docs/tools.md, "run_tests"). What this cannot stop
+is the code under test attacking pytest from inside the same process; the ``fix`` workflow names
+such changes (:mod:`clover_agent.fix.handback.heldout`).
 """
 
 from __future__ import annotations
