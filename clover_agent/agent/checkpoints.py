@@ -1,34 +1,13 @@
 """Workspace snapshots before mutating tool calls, and undo to any earlier turn.
 
-A snapshot is a git commit of the whole workspace (tracked and untracked files, ``.gitignore``
-respected) made with plumbing commands on a private copy of the index (one that makes git compare
-every file's content, see :func:`copy_index_command`), and kept on a private ref
-``refs/clover/<run>/turn-<N>-<k>``. The workspace's own index, HEAD and branches are never touched,
-so the sandbox's diff against its starting commit stays correct. It runs inside the sandbox with
-its own git, so it works the same in Docker and locally.
-
-Ignored files (build output, caches) are not part of a snapshot, and restoring leaves them alone;
-nor is what git cannot index (a nested repository without a commit, an unreadable file): a
-snapshot leaves it out rather than failing
-(:func:`clover_agent.sandboxes.workspace.add_all_command`).
-
-The agent loop does not commit before every call its tool says may change the workspace (a shell
-call may; most do not): :meth:`Checkpoints.look` after such a call first asks the sandbox for a
-fingerprint of the workspace's stat data (no process started: a ``shell`` call that changed
-nothing costs no git at all); when that does not vouch for "unchanged", it writes the
-workspace's tree (one script in the sandbox), commits it only when it differs from the last one
-seen, and in the same script prints the workspace's diff for the trajectory. Then
-:meth:`Checkpoints.before_call` records the last commit for the next such call's turn without
-running anything in the sandbox. A call its tool says changes nothing (``view``,
-``search``, ``run_tests``) is not looked at, as before: what it leaves behind (caches, build
-output) is usually ignored by git anyway.
-
-A resumed run is in a fresh sandbox, where the earlier snapshots are gone. The trajectory holds
-what each one held — the workspace diff recorded when it was taken (:class:`Recorded`) — so
-:meth:`Checkpoints.rebuild` makes them again, from the fresh workspace plus each diff, without
-touching the workspace's files. One that cannot be made again (the diff no longer applies: the
-working tree changed between the sessions) stays in the list without a commit, so undo to a step
-it covers says so instead of going to another step's state.
+A snapshot is a git commit of the whole workspace made inside the sandbox with plumbing commands
+on a private index (see :func:`copy_index_command`) and kept on a private ref, so the workspace's
+own index, HEAD and branches are never touched and it works the same in Docker and locally. It
+costs a sandbox command only when the workspace changed: :meth:`Checkpoints.look` first compares
+a fingerprint of the workspace's stat data, and :meth:`Checkpoints.before_call` runs nothing. A
+resumed run makes the snapshots again from the diffs the trajectory recorded
+(:meth:`Checkpoints.rebuild`). What a snapshot holds, what it leaves out and why: docs/architecture.md
+("Events").
 """
 
 from __future__ import annotations

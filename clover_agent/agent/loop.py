@@ -1,31 +1,13 @@
 """The agent loop: ask the model, run the tool calls it makes, feed back the results, repeat.
 
-One step: take the user messages sent in since the last step → condense the conversation if it
-nears the window → check the budgets → the model writes a turn (streamed as events) → a malformed
-turn gets its format error back as a message → each call passes the policy (a person is asked
-through :class:`~clover_agent.agent.approvals.Approvals` where it says ``ask``), gets a checkpoint if
-its tool says it may change the workspace, runs in the sandbox, and its result becomes a ``tool``
-message. A prompt the backend still finds too long for its window (:class:`ContextOverflow`) is
-condensed harder once and sent again. A run ends when ``finish`` is called (:class:`Submitted`), a
-budget is spent (:class:`LimitsExceeded`), the agent is stuck (:class:`AgentStuck`) or the backend,
-the engine or the sandbox fails (any of :data:`~clover_agent.errors.RUN_ERRORS`); every ending
-emits one ``Done`` event and returns a :class:`RunResult` — no exception reaches the caller for
-these. The conversation, the sandbox and the budget outlive a run: :meth:`Agent.continue_with`
-sends a new request in the same conversation.
-
-Front ends steer a running agent from their own tasks (see docs/architecture.md): ``send`` a user
-message (read at the next step boundary), ``interrupt`` the model call or tool call under way (the
-agent then waits for the user's message), answer approvals by call id, and, between runs, ``undo``
-the workspace to an earlier step.
-
-The module sequences a run, which is why it is long; what stands alone lives beside it:
-:mod:`.calls` (one tool call), :mod:`.model_call` (one model call), :mod:`.steering`,
-:mod:`.approvals` and :mod:`.notes` (what the model is told about the run).
-
-After each mutating call that changed the workspace, its diff is recorded (``WorkspaceChanged``), so
-the trajectory always holds the workspace to resume from, even when the run is interrupted or killed
-before its final diff is read. A resumed run restores that diff in a fresh sandbox, answers the calls
-the stop cut off, and continues the recorded conversation.
+:class:`Agent` sequences a run: one step takes the messages sent in, condenses the conversation if
+needed, checks the budgets, asks the model for a turn and runs each call through the policy, a
+checkpoint and the sandbox. Every ending (``finish``, a spent budget, a stuck agent, a backend,
+engine or sandbox failure) emits one ``Done`` event and returns a :class:`RunResult`; no exception
+reaches the caller for these. Front ends steer a running agent from their own tasks (``send``,
+``interrupt``, approvals, ``undo``, ``continue_with``). The step, the endings, resuming and the
+seams are in docs/architecture.md ("The agent loop", "Steering the agent"); what stands alone lives
+beside it: :mod:`.calls`, :mod:`.model_call`, :mod:`.steering`, :mod:`.approvals`, :mod:`.notes`.
 """
 
 from __future__ import annotations

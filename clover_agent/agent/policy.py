@@ -1,16 +1,10 @@
 """Which tool calls may run: allow / ask / deny rules over tools, paths and commands.
 
-A rule matches a call (a :class:`CallView`: what the tool says about the call) by glob patterns:
-``tool`` against the call's action (the tool's :meth:`~clover_agent.tools.base.Tool.action`, e.g.
-``editor:view``, ``editor:create`` for the editor, the bare name for the others — a bare ``editor``
-matches every editor command), ``path`` against the call's normalised ``path`` argument (``!`` in
-front negates: ``!/workspace/*`` is "outside the workspace") and ``command`` against the command
-line the call runs (the tool's :meth:`~clover_agent.tools.base.Tool.command_line`; the shell's
-``command``). Among the rules that match, the strictest wins: deny over ask over allow. A call no
-rule matches gets the policy's ``default``.
-
-``ask`` is settled by a person through :class:`~clover_agent.agent.approvals.Approvals`; where no
-one can be asked, it resolves to deny, and the loop records that decision as an event.
+A rule matches a call (a :class:`CallView`: what the tool says about the call) by glob patterns
+over its action, its ``path`` and its command line; among the rules that match, the strictest wins
+(deny over ask over allow), and a call no rule matches gets the policy's ``default``. ``ask`` is
+settled by a person through :class:`~clover_agent.agent.approvals.Approvals`; where no one can be
+asked it resolves to deny. The patterns are in docs/architecture.md ("The agent loop").
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """The trajectory: the events of a run as JSON Lines, and the resume state rebuilt from it.
 
-The writer is a plain bus subscriber, so each event is on disk (flushed) before the loop goes on:
-a run killed at any point leaves a trajectory that ends at the last thing that happened. A resumed
-run appends to the same file, so one file holds the whole history.
-
-The file is compact: each turn and each output is stored once, and :func:`read_events` gives back
-the events as they were emitted.
-
-- The streamed text (``ModelDelta``) and the engine's provisional blocks (``ProvisionalBlock``)
-  are not written (``keep_stream=True`` keeps them, for analysis): the complete turn follows in
-  ``ModelResponded``.
-- A ``ModelResponded``'s ``content`` and ``reasoning`` are pieces of its ``raw`` text: stored as
-  ``content_span`` / ``reasoning_span`` ([start, end] in ``raw``) when they are; so are its calls'
-  long string arguments (``argument_spans``: [call index, name, start, end], the key left out of
-  ``arguments``).
-- The ``MessageAdded`` of an assistant turn or a tool result holding exactly what the
-  ``ModelResponded`` / ``ToolCallFinished`` before it holds is stored as ``"from": "turn"`` or
-  ``"from": "call"`` (with ``call_id``), a ``ToolCallStarted`` whose arguments are its call's in
-  that turn as ``"arguments_from": "turn"``; a ``ToolCallFinished`` whose ``full_output`` is its
-  ``output`` stores it once (when ``output`` is the head and tail of it, ``output_from_full`` holds
-  the head's length, the text between, the tail's length and the text after), and a ``Done`` whose patch is the last ``WorkspaceChanged``'s says so
-  (``"patch_from": "workspace_changed"``).
+The writer is a plain bus subscriber, so each event is on disk (flushed) before the loop goes on: a
+run killed at any point leaves a trajectory that ends at the last thing that happened. A resumed
+run appends to the same file, so one file holds the whole history. The file is compact: each turn
+and each output is stored once (how: docs/architecture.md, "Events"), and :func:`read_events`
+gives back the events as they were emitted.
 """
 
 from __future__ import annotations

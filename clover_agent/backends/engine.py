@@ -2,15 +2,11 @@
 
 The checkpoint is loaded once, on the first call, in a worker thread. Each call renders the
 conversation with the checkpoint's own chat template (tools included), decodes with
-``Engine.stream`` and parses the output with the Qwen3.6 protocol. While it decodes, the block being
-denoised is streamed as ``BackendEvent(kind="block")`` and committed text as ``"reasoning"`` (before
-``</think>``) then ``"text"``.
-
-Where it runs. An explicit ``device`` is used as given. Otherwise a CUDA GPU with room for the
-weights is used; without one, the CPU is used only for small checkpoints (at most
-:data:`CPU_MAX_WEIGHT_BYTES` and a quarter of the machine's memory: test and debugging models). The
-full Clover on a machine with no suitable GPU fails at once with the readiness report
-(:func:`clover_agent.engine.loading.readiness.check_engine`) instead of after a 69 GB load.
+``Engine.stream`` and parses the output with the Qwen3.6 protocol. While it decodes, the block
+being denoised is streamed as ``BackendEvent(kind="block")`` and committed text as ``"reasoning"``
+(before ``</think>``) then ``"text"``. Where it runs (a GPU with room for the weights; the CPU only
+for checkpoints up to :data:`CPU_MAX_WEIGHT_BYTES`; otherwise the readiness report at once,
+:func:`clover_agent.engine.loading.readiness.check_engine`) is in docs/backends.md.
 """
 
 from __future__ import annotations

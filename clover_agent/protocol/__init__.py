@@ -1,23 +1,13 @@
 """The Qwen3.6 chat format as the agent speaks it: reasoning, content and tool calls out of the
 assistant's text, and calls written back as text.
 
-A tool call is written by the model as::
-
-    <tool_call>
-    <function=NAME>
-    <parameter=ARG>
-    VALUE
-    </parameter>
-    </function>
-    </tool_call>
-
 One concept per module: :mod:`~clover_agent.protocol.messages` (tags, :class:`ToolCall`, the format
 error), :mod:`~clover_agent.protocol.thinking` (``<think>`` splitting), :mod:`~clover_agent.protocol.scanner`
 (the one-pass scanner), :mod:`~clover_agent.protocol.values` (values converted by JSON Schema),
 :mod:`~clover_agent.protocol.reader` (the lenient and strict readers) and
 :mod:`~clover_agent.protocol.rendering` (calls as text). Prompts are rendered by the model's chat
-template on the backend side (:func:`clover_agent.backends.engine.render_prompt`). The rules, and
-the choices where the serving engines disagree, are in ``docs/tool-call-parsing.md``.
+template on the backend side (:func:`clover_agent.backends.engine.render_prompt`). The format, the
+rules, and the choices where the serving engines disagree, are in ``docs/tool-call-parsing.md``.
 """
 
 from clover_agent.protocol.messages import (

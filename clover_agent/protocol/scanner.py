@@ -1,25 +1,10 @@
 """One pass over an assistant text: plain text, tool calls (names and raw values) and broken blocks.
 
 The format has no escaping, so a value may hold the format's own tags (a file that documents the
-format, a parser's tests). The rules below decide, tag by tag and with one tag of look-ahead, where a
-value ends; docs/tool-call-parsing.md states them with their reasons. In short:
-
-- Inside a value, a ``<function=NAME>`` opens a quoted call and its ``</function>`` closes it; while
-  a quoted call is open nothing ends the value, so quoted calls stay data however many there are.
-- With no quoted call open, a value ends at ``</parameter>`` (or a drifted form) followed by
-  whitespace and a ``<parameter=NAME>`` of the tool not given yet; at a ``<parameter=NAME>`` like it
-  that starts a line (the close was left out); or where the call ends: ``</parameter>`` and
-  ``</function>`` (or a ``</function>`` alone), then an optional ``</tool_call>``, when what comes
-  next could follow a call: the end of the text, or the next call (after only whitespace, unless the
-  close was the full ``</parameter></function></tool_call>``). A close that fails that test is data.
-- A value still open at the end of the text ends at the last ``</function>`` it passed over (a
-  value holding a ``<function=`` it never closes, or a stray tag after a call); with none, the call
-  is cut off.
-
-Every tag is read once by one regular expression with bounded repetitions, and each step looks at
-most one tag ahead, so the work and memory are linear in the text: the one restart (at the last
-``</function>`` of a value that ran to the end) leaves no ``</function>`` after it, so nothing after
-it can end a call and the restart is never repeated.
+format, a parser's tests). Tag by tag, with one tag of look-ahead, the scanner decides where a value
+ends: a quoted ``<function=NAME>`` inside a value is data until its ``</function>``, and a close
+ends a value only when what follows could follow it. docs/tool-call-parsing.md ("Rules") states
+the rules with their reasons, and why the work and memory are linear in the text.
 """
 
 from __future__ import annotations
