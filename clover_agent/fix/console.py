@@ -1,25 +1,11 @@
 """The terminal side of a ``fix`` run: its events as text, a live status line, and approvals.
 
-:class:`ConsoleRenderer` writes a concise log: model text as it is written (line by line), each
-tool call on one line, results trimmed (the trajectory keeps them whole), test runs, and at a
-terminal a live area at the bottom: the line being written and a status line (what is going on
-now, for how long, step N/limit, tokens in/out, tokens/s and, for the engine, tokens per
-forward; :mod:`clover_agent.fix.progress`) that updates while the model works. The model's thinking
-is shown dim and labelled; without ``verbose`` it is folded to one line per turn.
-
-Styles come from rich and follow the terminal: colour only at a terminal and without ``NO_COLOR``,
-no live area when the output is not a terminal (or ``TERM=dumb``): plain lines for logs and
-scripts, with each model call's figures on a line of their own. ``quiet`` writes nothing (the
-command's summary and errors still are). Errors that end the run are not written here: the command
-says them once, at the end. Provisional diffusion blocks are not drawn (the TUI does) but count in
-the figures. :class:`TerminalApprover` answers the agent's approval requests (by call id, like any
-front end) with what the person types.
-
-Everything shown comes from the model, a tool or the repository, so every line goes through
-:func:`clover_agent.safe_text.terminal_safe`: an escape sequence is shown, never obeyed.
-
-(Just over 400 lines: the renderer, its live area and the approver share one terminal and its
-state; the figures it shows live in :mod:`clover_agent.fix.progress`.)
+:class:`ConsoleRenderer` writes a concise log and, at a terminal, a live area with the line being
+written and a status line whose figures come from :mod:`clover_agent.fix.progress`;
+:class:`TerminalApprover` answers the agent's approval requests with what the person types. Every
+line goes through :func:`clover_agent.safe_text.terminal_safe`, since everything shown comes from
+the model, a tool or the repository: an escape sequence is shown, never obeyed. The renderer, its
+live area and the approver share one terminal and its state, hence one module.
 """
 
 from __future__ import annotations
@@ -106,9 +92,21 @@ def write_plain(console: Console, text: str) -> None:
 
 
 class ConsoleRenderer:
-    """Bus subscriber writing a run's events on ``console`` (see the module docstring).
+    """Bus subscriber writing a run's events on ``console``.
     ``figures`` is the run's :class:`RunFigures` (subscribe it before this renderer); ``live=False``
-    renders recorded events (``clover-agent runs show``): no live area, each call's figures on a line."""
+    renders recorded events (``clover-agent runs show``): no live area, each call's figures on a line.
+
+    The log: model text as it is written (line by line), each tool call on one line, results
+    trimmed (the trajectory keeps them whole), test runs, and at a terminal a live area at the
+    bottom: the line being written and a status line (what is going on now, for how long, step
+    N/limit, tokens in/out, tokens/s and, for the engine, tokens per forward) that updates while the
+    model works. The model's thinking is shown dim and labelled; without ``verbose`` it is folded
+    to one line per turn. Styles come from rich and follow the terminal: colour only at a terminal
+    and without ``NO_COLOR``, no live area when the output is not a terminal (or ``TERM=dumb``):
+    plain lines for logs and scripts, with each model call's figures on a line of their own.
+    ``quiet`` writes nothing (the command's summary and errors still are). Errors that end the run
+    are not written here: the command says them once, at the end. Provisional diffusion blocks are
+    not drawn (the TUI does) but count in the figures."""
 
     def __init__(
         self,

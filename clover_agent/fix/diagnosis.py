@@ -6,15 +6,6 @@ same failure shows with no change at all, and no edit to the code under test mak
 :func:`diagnose` reads the target's first run (before any change) and names such a cause with the
 output that shows it and how to change the set-up; ``fix`` then stops with exit code 4 instead of
 starting the agent (see :mod:`clover_agent.fix.workflow`).
-
-What counts as the environment's fault, and what stays the agent's:
-- ``No module named 'x'`` for a top-level name: not installed, or (when the workspace has ``x``)
-  the project not installed; ``No module named 'pkg.sub'`` where the project has ``pkg``: a code bug.
-- ``cannot import name 'n' from 'm' (/…/site-packages/m/…)``: an installed package of another
-  version than the project needs; the same from the project's own files: a code bug.
-- ``PackageNotFoundError`` (``importlib.metadata`` finds no distribution): not installed.
-- pytest's own refusals: unknown options (a plugin is missing), ``Missing required plugins``,
-  ``minversion``, pytest not installed; a fixture a known plugin provides that is not found.
 """
 
 from __future__ import annotations
@@ -73,6 +64,17 @@ def diagnose(
     ``workspace_names``: the module names the workspace has (``pkg`` for ``pkg/`` or ``pkg.py``, at
     any depth), to tell the project's own modules from installed ones. ``environment``: whether a
     project environment was set up (the remedy differs).
+
+    What counts as the environment's fault, and what stays the agent's:
+
+    - ``No module named 'x'`` for a top-level name: not installed, or (when the workspace has
+      ``x``) the project not installed; ``No module named 'pkg.sub'`` where the project has
+      ``pkg``: a code bug.
+    - ``cannot import name 'n' from 'm' (/…/site-packages/m/…)``: an installed package of another
+      version than the project needs; the same from the project's own files: a code bug.
+    - ``PackageNotFoundError`` (``importlib.metadata`` finds no distribution): not installed.
+    - pytest's own refusals: unknown options (a plugin is missing), ``Missing required plugins``,
+      ``minversion``, pytest not installed; a fixture a known plugin provides that is not found.
     """
     texts = [f"{f.message}\n{f.traceback}" for f in report.failures if f.kind == "error"]
     if report.problem or not report.outcomes:

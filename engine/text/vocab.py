@@ -60,7 +60,7 @@ QWEN_SPECIAL_TOKENS: tuple[str, ...] = (
 QWEN_SPECIAL_START = 248044
 #: Rows of the real model's embedding / lm_head; ids past the last token are padding rows.
 QWEN_MODEL_VOCAB_SIZE = 248320
-#: The diffusion mask token; see the module docstring for its id.
+#: The diffusion mask token; :func:`qwen_tokenizer` says its id.
 MASK_TOKEN = "<|mask|>"
 #: Qwen's pre-tokenizer for 3.5/3.6 (letters include combining marks, digits one at a time).
 QWEN3_5_PATTERN = (

@@ -1,24 +1,10 @@
 """Applying a verified patch to the user's working tree: exactly the verified bytes, all or nothing.
 
-:func:`apply_patch_set` writes the final bytes of every changed file (from the shadow repository,
-not by re-running ``git apply``), after checking, for every path the patch touches:
-
-- the user's tree holds exactly what the run started from (the blob id of its bytes, its
-  executable bit, or its absence), so the result is byte for byte the tree the tests verified;
-- the user has no uncommitted change to it (``git status``, by a safe host git, file names as
-  bytes: ``café.py`` or a name with a tab is never missed) and it is not marked
-  ``--skip-worktree`` or ``--assume-unchanged`` (git hides its changes: it counts as their work),
-  so their own work is never mixed with the agent's;
-- no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
-
-Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``,
-on the tree's file system); only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever
-thread receives them), is each
-original moved aside and each new file renamed into place, all within milliseconds; an error
-there moves everything back. A signal arriving before that leaves the tree unchanged; one
-arriving during it takes effect once the tree is fully patched. Either way
-:class:`ApplyInterrupted` says which (exit 130). Only SIGKILL (or a power cut) can land in the
-middle; the staging folder then holds ``journal.json`` naming every move, and the originals.
+:func:`apply_patch_set` writes the final bytes of every changed file from the shadow repository
+(not by re-running ``git apply``), only after checking that each path still holds what the run
+started from, carries no uncommitted work of the user's and leads nowhere outside the repository;
+every file is staged first and renamed into place with the termination signals held, so a signal
+leaves the tree either unchanged or fully patched (:class:`ApplyInterrupted`).
 """
 
 from __future__ import annotations
@@ -118,10 +104,28 @@ def _current_id(target: Path) -> tuple[str, int]:
 
 
 def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
-    """Apply ``patch`` to ``repo`` (see the module docstring); the files changed.
+    """Apply ``patch`` to ``repo``; the files changed.
 
     Raises :class:`PatchNotApplied` when a check fails (nothing changed) and
     :class:`ApplyInterrupted` when a signal stops it.
+
+    The checks, for every path the patch touches:
+
+    - the user's tree holds exactly what the run started from (the blob id of its bytes, its
+      executable bit, or its absence), so the result is byte for byte the tree the tests verified;
+    - the user has no uncommitted change to it (``git status``, by a safe host git, file names as
+      bytes: ``café.py`` or a name with a tab is never missed) and it is not marked
+      ``--skip-worktree`` or ``--assume-unchanged`` (git hides its changes: it counts as their
+      work), so their own work is never mixed with the agent's;
+    - no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
+
+    Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``, on
+    the tree's file system); only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever
+    thread receives them), is each original moved aside and each new file renamed into place, all
+    at once; an error there moves everything back. A signal arriving before that leaves the tree
+    unchanged; one arriving during it takes effect once the tree is fully patched. Either way
+    :class:`ApplyInterrupted` says which (exit 130). Only SIGKILL (or a power cut) can land in the
+    middle; the staging folder then holds ``journal.json`` naming every move, and the originals.
     """
     repo = repo.resolve()
     if not patch.changes:
@@ -152,7 +156,7 @@ def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
 
 
 def _checked_staging(repo: Path, patch: PatchSet) -> Path:
-    """Every check of the module docstring (raising :class:`PatchNotApplied`); the staging folder
+    """Every check of :func:`apply_patch_set` (raising :class:`PatchNotApplied`); the staging folder
     to use (not created yet)."""
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
     dirty = local_changes(repo, list(targets))

@@ -1,21 +1,12 @@
 """Git on the host, run so that no repository (the user's, or one a sandbox shaped) runs code or
 bends the output.
 
-:func:`git` runs one command with:
-
-- no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``),
-  ``HOME`` and ``XDG_CONFIG_HOME`` at an empty folder, and no ``GIT_*`` variable of this process
-  (a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of the caller's must not redirect it);
-- the settings that make git run programs turned off the way ``-c`` does (``GIT_CONFIG_COUNT``
-  pairs, which beat every configuration file): hooks (``core.hooksPath`` at an empty folder), the fsmonitor, external diff
-  drivers and text conversion (also ``--no-ext-diff --no-textconv`` where the caller diffs), the
-  pager, credential helpers, ``core.sshCommand``; the filter drivers the repository's own
-  configuration names (``filter.<name>.*``) are emptied one by one, since ``-c`` can only override
-  names it knows;
-- ``core.attributesFile`` off, no optional locks (``status`` does not rewrite the index), messages in English (``LC_ALL=C``).
-
-The user's repository keeps its local configuration otherwise (its ignore rules, its
-``core.quotePath``): only what runs programs is switched off.
+:func:`git` runs one command with no system or global configuration and none of this process's
+``GIT_*`` variables (:func:`environment`), and with every setting that makes git run a program
+(hooks, the fsmonitor, diff drivers, text conversion, the pager, credential helpers, filters...)
+switched off the way ``-c`` does (:func:`config_environment`). The user's repository keeps its
+local configuration otherwise (its ignore rules, its ``core.quotePath``): only what runs programs
+is switched off.
 """
 
 from __future__ import annotations
@@ -73,7 +64,11 @@ def _home() -> Path:
 
 
 def environment() -> dict[str, str]:
-    """The environment host git runs with (see the module docstring)."""
+    """The environment host git runs with: no system or global configuration
+    (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``), ``HOME`` and ``XDG_CONFIG_HOME`` at
+    an empty folder, no ``GIT_*`` variable of this process (a ``GIT_DIR`` or ``GIT_INDEX_FILE`` of
+    the caller's must not redirect it), no optional locks (``status`` does not rewrite the index)
+    and messages in English (``LC_ALL=C``)."""
     home = str(_home())
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(
@@ -114,7 +109,13 @@ def _filter_overrides(cwd: Path) -> list[tuple[str, str]]:
 def config_environment(cwd: Path) -> dict[str, str]:
     """``GIT_CONFIG_COUNT`` / ``_KEY_n`` / ``_VALUE_n`` holding the safe settings for a command in
     ``cwd``: like ``-c``, they beat every configuration file, and any key (a filter name with ``=``
-    or a line break in it) can be written."""
+    or a line break in it) can be written.
+
+    Off: hooks (``core.hooksPath`` at an empty folder), the fsmonitor, external diff drivers and
+    text conversion (callers that diff also pass ``--no-ext-diff --no-textconv``), the pager,
+    credential helpers, ``core.sshCommand``, ``core.attributesFile``; the filter drivers the
+    repository's own configuration names (``filter.<name>.*``) are emptied one by one, since ``-c``
+    can only override names it knows."""
     settings = [tuple(s.split("=", 1)) for s in SAFE_CONFIG]
     settings.append(("core.hooksPath", str(_home() / "hooks")))
     settings += _filter_overrides(cwd)

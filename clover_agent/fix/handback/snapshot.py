@@ -1,18 +1,11 @@
 """The host's own stock of a sandbox's workspace: which files it holds, with their bytes, decided
 on the host.
 
-:func:`take_snapshot` asks the sandbox's runner for the raw facts — every entry with its kind,
-mode, size and sha256 (``Sandbox.tree``; ``.git`` left out, symlinks never followed) — and
-decides here which count: the ones git would track by the repository's ignore rules, evaluated
-by a clean host git (:mod:`~clover_agent.fix.handback.hostgit`) over a skeleton of the workspace's
-folders and ``.gitignore`` files, plus the user's own ``info/exclude`` and global excludes
-(:func:`user_excludes`) and :data:`BUILTIN_EXCLUDES`. Paths in ``keep`` (tracked by the user, or
-in the starting state) always count. Ignored folders are not even entered (a 500 MB virtual
-environment costs one line). FIFOs, sockets, devices, nested repositories and unreadable entries
-are never read: they are :attr:`Snapshot.left_out`, with why.
-
-:func:`file_bytes` then reads the files' bytes, from the user's tree where it holds the same
-bytes (same sha256) and from the sandbox otherwise, in bounded batches.
+:func:`take_snapshot` asks the sandbox's runner for the raw facts (``Sandbox.tree``: every entry
+with its kind, mode, size and sha256) and decides here, with a clean host git
+(:mod:`~clover_agent.fix.handback.hostgit`), which of them git would track; what is never read is
+:attr:`Snapshot.left_out`, with why. :func:`file_bytes` then reads the files' bytes, from the
+user's tree where it holds the same bytes and from the sandbox otherwise, in bounded batches.
 """
 
 from __future__ import annotations
@@ -104,9 +97,17 @@ def _under(path: str, folders: set[str]) -> bool:
 
 
 async def take_snapshot(sandbox: Sandbox, *, excludes: bytes, keep: set[str], scratch: Path) -> Snapshot:
-    """The workspace's files as git would track them (see the module docstring). ``excludes``:
-    :func:`user_excludes`; ``keep``: paths that count even if ignored; ``scratch``: an empty
-    folder for the skeleton the ignore rules are evaluated in."""
+    """The workspace's files as git would track them. ``excludes``: :func:`user_excludes`;
+    ``keep``: paths that count even if ignored; ``scratch``: an empty folder for the skeleton the
+    ignore rules are evaluated in.
+
+    The sandbox reports every entry (``.git`` left out, symlinks never followed); which count is
+    decided by the repository's ignore rules, evaluated by a clean host git over a skeleton of the
+    workspace's folders and ``.gitignore`` files, plus the user's own ``info/exclude`` and global
+    excludes and :data:`BUILTIN_EXCLUDES`. Paths in ``keep`` (tracked by the user, or in the
+    starting state) always count. Ignored folders are not even entered (a whole virtual
+    environment costs one line). FIFOs, sockets, devices, nested repositories and unreadable
+    entries are never read: they are :attr:`Snapshot.left_out`, with why."""
     skeleton = scratch / "skeleton"
     skeleton.mkdir(parents=True)
     git(skeleton, "init", "-q", "--template=")

@@ -1,23 +1,11 @@
 """What a ``fix`` run hands back, computed on the host: the patch is the difference between two
 snapshots of the workspace the host took itself, not anything git printed inside the sandbox.
 
-:class:`Stock` keeps a shadow repository (:mod:`~clover_agent.fix.handback.shadow`) in the run folder:
-
-1. :meth:`Stock.record_start`, right after the sandbox started (before any test or agent ran):
-   the workspace's files and bytes (:mod:`~clover_agent.fix.handback.snapshot`) become the ``base`` commit.
-2. :meth:`Stock.record_end`, once the agent is done: every process in the sandbox is killed first
-   (a daemon cannot change the workspace while or after it is read), then the files that differ
-   from the start are read and become the ``final`` commit, and :class:`PatchSet` holds the
-   patch and its changes. What cannot be handed back is left out of ``final`` (the start's
-   version stays) and named: what is never handed back
-   (:func:`~clover_agent.fix.handback.paths.never_handed_back`: ``.git``, ``.clover``, what the
-   host's git ignores, names with control characters), a symlink pointing outside the
-   repository, a file over :data:`MAX_FILE_BYTES`, changes past :data:`MAX_PATCH_BYTES` in all,
-   FIFOs, sockets, devices, nested repositories, unreadable entries, and what lies in a folder
-   left out so (never deleted for it).
-3. :meth:`Stock.make_like_final` makes a fresh sandbox's workspace exactly ``final`` (every file
-   that differs written, every extra one removed, then checked again), so the tests that verify
-   the patch run on the bytes that are handed back.
+:class:`Stock` keeps a shadow repository (:mod:`~clover_agent.fix.handback.shadow`) in the run
+folder: :meth:`Stock.record_start` makes the workspace as the sandbox starts its ``base`` commit,
+:meth:`Stock.record_end` the workspace once the agent is done its ``final`` commit and the
+:class:`PatchSet`, and :meth:`Stock.make_like_final` makes a fresh sandbox exactly ``final``, so
+the tests that verify the patch run on the bytes that are handed back.
 """
 
 from __future__ import annotations
@@ -125,7 +113,7 @@ def _parents(path: str) -> list[str]:
 
 
 class Stock:
-    """The host's record of one run's workspace (see the module docstring); ``run_dir`` holds the
+    """The host's record of one run's workspace; ``run_dir`` holds the
     shadow repository, ``repo`` is the user's tree (its ignore rules, its tracked files, and the
     source of the starting bytes where they are the same)."""
 
@@ -146,7 +134,9 @@ class Stock:
                 raise HandBackError(f"could not take stock of the workspace: {exc}") from exc
 
     async def record_start(self, sandbox: Sandbox) -> None:
-        """The workspace as the sandbox starts: the ``base`` commit."""
+        """The workspace as the sandbox starts (right after it started, before any test or agent
+        ran): its files and bytes (:mod:`~clover_agent.fix.handback.snapshot`) become the ``base``
+        commit."""
         self.start = await self._snapshot(sandbox, self.keep)
         writer = self.shadow.writer(BASE_REF)
         try:
@@ -158,7 +148,17 @@ class Stock:
         self.base = writer.finish()
 
     async def record_end(self, sandbox: Sandbox) -> PatchSet:
-        """Stop every process, read what changed, and make the patch (see the module docstring)."""
+        """Stop every process, read what changed, and make the patch.
+
+        Every process in the sandbox is killed first (a daemon cannot change the workspace while or
+        after it is read), then the files that differ from the start are read and become the
+        ``final`` commit, and the :class:`PatchSet` holds the patch and its changes. What cannot be
+        handed back is left out of ``final`` (the start's version stays) and named: what is never
+        handed back (:func:`~clover_agent.fix.handback.paths.never_handed_back`: ``.git``,
+        ``.clover``, what the host's git ignores, names with control characters), a symlink
+        pointing outside the repository, a file over :data:`MAX_FILE_BYTES`, changes past
+        :data:`MAX_PATCH_BYTES` in all, FIFOs, sockets, devices, nested repositories, unreadable
+        entries, and what lies in a folder left out so (never deleted for it)."""
         assert self.start is not None and self.base is not None, "record_start first"
         await sandbox.stop_processes()
         start = self.start
@@ -219,7 +219,8 @@ class Stock:
         )
 
     async def make_like_final(self, sandbox: Sandbox, patch: PatchSet) -> None:
-        """Make ``sandbox``'s workspace (a fresh one) exactly the final tree, then check it."""
+        """Make ``sandbox``'s workspace (a fresh one) exactly the final tree (every file that
+        differs written, every extra one removed), then check it again."""
         assert self.end is not None and self.start is not None, "record_end first"
         keep = self.keep | set(self.start.entries)
         final = Snapshot(self.end)

@@ -1,17 +1,10 @@
 """Step 4 of ``fix``: verify the exact patch that is handed back, and judge the run.
 
-The agent's sandbox is not where the patch is verified: after :meth:`Stock.record_end` (every
-process killed, the files read back, the patch made on the host) it is closed, and a fresh sandbox
-from the same spec is made exactly the patched tree (:meth:`Stock.make_like_final`), so nothing the
-agent left running (a daemon, a background job, a patched ``.git``) is there. Two runs judge it:
-
-1. held out (first, so nothing the patch's own tests run can linger into it): the starting
-   commit's test infrastructure put back over the patched source (:mod:`clover_agent.fix.handback.heldout`),
-   pytest started guarded (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
-2. as handed back (every process stopped, the workspace made the patched tree again): the target
-   and the test files the patch adds.
-
-``fixed`` needs both.
+The agent's sandbox is not where the patch is verified: it is closed once the patch is made on the
+host, and a fresh sandbox from the same spec is made exactly the patched tree
+(:meth:`Stock.make_like_final`), so nothing the agent left running (a daemon, a background job, a
+patched ``.git``) is there. Two runs judge it, held out and as handed back
+(:func:`verify_patch`); ``fixed`` needs both.
 """
 
 from __future__ import annotations
@@ -108,9 +101,16 @@ async def verify_patch(
     run_suite: Callable[[Sandbox], Awaitable[TestReport]],
     keep_tests: frozenset[str] = frozenset(),
 ) -> Verification:
-    """Make a fresh sandbox the patched tree and judge it by the two runs of the module docstring
-    (the held-out suite through ``run_suite``, only when the target passes both ways).
-    ``keep_tests``: test files the held-out run keeps as patched (a change made from a request)."""
+    """Make a fresh sandbox the patched tree and judge it by two runs (the held-out suite through
+    ``run_suite``, only when the target passes both ways). ``keep_tests``: test files the held-out
+    run keeps as patched (a change made from a request).
+
+    1. Held out (first, so nothing the patch's own tests run can linger into it): the starting
+       commit's test infrastructure put back over the patched source
+       (:mod:`clover_agent.fix.handback.heldout`), pytest started guarded
+       (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
+    2. as handed back (every process stopped, the workspace made the patched tree again): the
+       target and the test files the patch adds."""
     bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
     async with create_sandbox(kind, spec) as sandbox:
         await stock.make_like_final(sandbox, patch)
