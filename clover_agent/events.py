@@ -2,15 +2,9 @@
 
 The loop never prints or writes files itself: it emits events, and subscribers (the trajectory
 writer, the console renderer of ``fix``, the TUI, the CI bot) turn them into output. The same events,
-written as JSON Lines, are the trajectory and the state a run resumes from.
-
-A subscriber is a plain callable or an ``async def``. Plain callables run inline, in emit order,
-so they see every event before the loop moves on (the trajectory writer relies on this). Async
-subscribers each get their own queue and worker task, so a slow one never reorders its events or
-blocks the loop; ``await bus.drain()`` waits until they have caught up.
-
-Why one module over 400 lines: it is the catalogue of every event type, which is also the
-trajectory's schema; readers look for an event's fields in one place.
+written as JSON Lines, are the trajectory and the state a run resumes from. The module is the
+catalogue of every event type, which is also the trajectory's schema, so readers find an event's
+fields in one place; :class:`EventBus` says in what order subscribers see them.
 """
 
 from __future__ import annotations
@@ -400,7 +394,12 @@ class _AsyncSubscription:
 
 
 class EventBus:
-    """Fan-out of events to subscribers (see the module docstring for the ordering guarantees)."""
+    """Fan-out of events to subscribers.
+
+    A subscriber is a plain callable or an ``async def``. Plain callables run inline, in emit
+    order, so they see every event before the loop moves on (the trajectory writer relies on this).
+    Async subscribers each get their own queue and worker task, so a slow one never reorders its
+    events or blocks the loop; ``await bus.drain()`` waits until they have caught up."""
 
     def __init__(self) -> None:
         self._sync: list[Callable[[Event], None]] = []

@@ -2,24 +2,10 @@
 
 The trajectory (``trajectory.jsonl``) holds every event of the run in the agent's own, richer and
 changing vocabulary. What a CI job consumes as the run goes is this subset instead, stable within a
-version (:data:`EVENTS_VERSION`; its JSON Schema is :data:`EVENTS_SCHEMA_FILE`, documented in
-docs/ci.md). Every line is one object with ``v`` (the version), ``type``, ``time`` (seconds since
-the epoch) and ``run_id``; ``type`` is one of:
-
-- ``run_started``: the run begins (``repo``, ``target``, ``version``);
-- ``turn``: one model turn (``step``, its visible ``text``, the ``tool_calls`` named, tokens);
-- ``tool_call`` / ``tool_result``: a call the model made, and what it returned;
-- ``tests``: a test run of the bot's own (``phase``: target_before, suite_before, target_after,
-  suite_after (held out: the starting commit's tests), target_handed_back, tests_handed_back (the
-  patch as handed back), without_change), with its counts and failing tests;
-- ``finished``: the last line, always: ``status``, ``exit_code``, ``message`` and ``result``
-  (the content of ``result.json``).
-
-Long texts are cut (:data:`TEXT_LIMIT` characters; the trajectory keeps them whole). A new field
-may appear within a version; a field changing meaning or going away makes a new version. What a
-terminal or the CI runner would act on is written as a JSON escape (the same text once decoded):
-every control character, bidirectional controls, and the ``#`` of ``##[`` (an old-form workflow
-command anywhere in a log line).
+version (:data:`EVENTS_VERSION`; its JSON Schema is :data:`EVENTS_SCHEMA_FILE`); the types, their
+fields and the versioning rule are in docs/ci.md ("--json-events"). Long texts are cut
+(:data:`TEXT_LIMIT` characters), and what a terminal or the CI runner would act on is written as a
+JSON escape (:class:`JsonEvents`).
 """
 
 from __future__ import annotations
@@ -56,7 +42,12 @@ def events_schema() -> dict[str, Any]:
 
 class JsonEvents:
     """Bus subscriber writing the subset to ``out``, one flushed line per event; :meth:`finished`
-    writes the last line."""
+    writes the last line.
+
+    Every line is one object with ``v``, ``type``, ``time`` and ``run_id``. What a terminal or the
+    CI runner would act on is written as a JSON escape (the same text once decoded): every control
+    character, bidirectional controls, and the ``#`` of ``##[`` (an old-form workflow command
+    anywhere in a log line)."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out

@@ -1,18 +1,12 @@
 """What a CI run lets into its sandbox: no secret from the environment, no push credential.
 
 A CI job's environment is full of secrets (the model server's API key, ``GITHUB_TOKEN``, cloud
-keys). The Docker sandbox already starts with a clean environment; the bot adds only the variables
-of :data:`SANDBOX_VARIABLES` that the host has (none of them a secret), and hands the Docker client
-only the engine's address, which never goes into the container. The API key stays in this process,
-with the backend.
-
-The sandbox gets a copy of the repository's ``.git`` folder, its configuration rewritten without
-credentials (:mod:`clover_agent.sandboxes.git_config`). A CI job is where a stored credential is
-worth most (``actions/checkout`` leaves the job's token as an ``http.<url>.extraheader`` unless
-``persist-credentials: false``), so the bot does not rely on that alone: :func:`stored_credentials`
-finds every setting of the same shapes (:func:`~clover_agent.sandboxes.git_config.holds_credential`),
-and the bot refuses to start (exit 2) until they are gone. The sandbox never has the network
-either (``SandboxSpec.network`` is off), so nothing could be pushed from it even with a credential.
+keys): the sandbox gets only :data:`SANDBOX_VARIABLES` (:func:`sandbox_environment`), and the API
+key stays in this process with the backend. A CI job is also where a stored git credential is
+worth most, so beyond the credential-free copy of ``.git``
+(:mod:`clover_agent.sandboxes.git_config`) the bot refuses to start (exit 2) while
+:func:`stored_credentials` finds one; the sandbox never has the network either. docs/ci.md
+("Untrusted input") says what counts as a credential.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The task text of a CI run is untrusted data: what is hidden in it is removed, and it reaches the
 model framed as the user's request, never as the operator's instructions.
 
-An issue's text can hold what a reader never sees: HTML comments, elements hidden by attributes or
-styles, Markdown comments (``[//]: # (...)``), zero-width and other invisible characters, ASCII
-"tag" characters that smuggle text past the eye, and bidirectional controls that reorder what is
-shown. :func:`sanitize_task` removes all of them (and counts what it removed), takes out text that
-would read as chat-format markup to the model (special tokens such as ``<|im_start|>``, tool-call and
-tool-response tags) or close the frame early, and caps the length. Inside fenced code blocks only the
-characters, tokens and frame tags go: markup there is shown as text, so it is kept.
-
-:func:`frame_request` puts the result between ``<user_request>`` tags with a preamble saying what
-it is: the user's request, data that can ask for a change but cannot change the rules, the tools,
-the policy, or reach secrets and the network.
+:func:`sanitize_task` removes what a reader never sees, neutralises chat-format markup and caps the
+length; :func:`frame_request` puts the result between ``<user_request>`` tags with a preamble
+saying what it is. What is removed and why: docs/ci.md ("Untrusted input").
 """
 
 from __future__ import annotations
@@ -97,7 +89,15 @@ class CleanTask:
 
 def sanitize_task(raw: str, *, max_chars: int = MAX_TASK_CHARS) -> CleanTask:
     """``raw`` without what a reader of the rendered text would not see, chat-format markup
-    neutralised, at most ``max_chars`` characters (see the module docstring)."""
+    neutralised, at most ``max_chars`` characters.
+
+    Removed (and counted): HTML comments, elements hidden by attributes or styles, Markdown
+    comments (``[//]: # (...)``), zero-width and other invisible characters, ASCII "tag" characters
+    that smuggle text past the eye, and bidirectional controls that reorder what is shown; text
+    that would read as chat-format markup to the model (special tokens such as ``<|im_start|>``,
+    tool-call and tool-response tags) or close the frame early is taken out too. Inside fenced code
+    blocks only the characters, tokens and frame tags go: markup there is shown as text, so it is
+    kept."""
     removed: Counter[str] = Counter()
     text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")
     for _ in range(_MAX_PASSES):
@@ -116,7 +116,9 @@ def sanitize_task(raw: str, *, max_chars: int = MAX_TASK_CHARS) -> CleanTask:
 
 
 def frame_request(task: CleanTask, source: str) -> str:
-    """The request as the model reads it: a preamble, then the text between frame tags."""
+    """The request as the model reads it: a preamble, then the text between frame tags. The
+    preamble says what it is: the user's request, data that can ask for a change but cannot change
+    the rules, the tools, the policy, or reach secrets and the network."""
     notes = []
     if task.removed:
         notes.append("hidden text and markup were removed from it")

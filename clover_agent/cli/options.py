@@ -2,16 +2,10 @@
 backend, the sandbox, the repository and the budgets, defined once so they mean the same
 everywhere.
 
-An option of one backend selects it: ``--replay FILE`` is the replay backend, ``--base-url`` (or
-``--model-name``) the openai backend, ``--model`` the engine; ``--backend`` is needed only to say
-it outright. Options of two backends, or an option of another backend than ``--backend`` names,
-are a usage error that says which flag belongs where (never silently ignored).
-
-A run records how it was started (:func:`launch_record`: the backend and its options, the sandbox,
-and what the command adds: budgets, policy, the regression scope and suite timeout), so
-``fix --resume`` needs no flags:
-:func:`apply_launch_record` fills in what the command line leaves out, except the sandbox: a run
-leaves Docker only when the command line says so.
+An option of one backend selects it (:func:`chosen_backend`). A run records how it was started
+(:func:`launch_record`), so ``fix --resume`` needs no flags: :func:`apply_launch_record` fills in
+what the command line leaves out, except the sandbox: a run leaves Docker only when the command
+line says so.
 """
 
 from __future__ import annotations
@@ -222,7 +216,12 @@ def sandbox_kind(args: argparse.Namespace) -> str:
 
 
 def chosen_backend(args: argparse.Namespace) -> str:
-    """The backend the command line selects (see the module docstring), or :class:`UsageError`."""
+    """The backend the command line selects, or :class:`UsageError`.
+
+    An option of one backend selects it: ``--replay FILE`` is the replay backend, ``--base-url``
+    (or ``--model-name``) the openai backend, ``--model`` the engine; ``--backend`` is needed only
+    to say it outright. Options of two backends, or an option of another backend than ``--backend``
+    names, are a usage error that says which flag belongs where (never silently ignored)."""
     given = [(flag, owner) for name, flag, owner in BACKEND_FLAGS if getattr(args, name, None)]
     if args.backend is None:
         owners = sorted({owner for _, owner in given})

@@ -1,22 +1,10 @@
 """Handing the session's changes back to the user's working tree, file by file (``/apply``).
 
 The sandbox works on a copy; nothing reaches the user's tree until they pick files and apply them.
-The diffs are computed inside the sandbox between two snapshot commits (where the agent cannot shape
-them: git plumbing on private refs), one section per file (``--no-renames``: a rename is a removal
-and an addition, each accepted on its own):
-
-- a file never applied before: from the workspace as the session started to now;
-- a file applied before: from the snapshot it was last applied from to now, so a second ``/apply``
-  after more work brings only what changed since.
-
-A file is written only when the user has not touched it: never applied before, it must have no
-uncommitted change in the working tree (as ``fix`` hands back); applied before, its content must be
-exactly what the last apply left. What ``fix`` never hands back is never applied here either
-(:func:`clover_agent.fix.handback.paths.never_handed_back`: ``.git``, ``.clover``, what the host's
-git ignores, names with control characters): named, and the other files chosen go ahead. The
-chosen sections go through ``git apply --check`` first, then ``git apply``, all at once: on a
-refusal nothing is written. Each apply's patch is kept in the
-session folder (``apply-N.diff``).
+The diffs are computed inside the sandbox between two snapshot commits (git plumbing on private
+refs, where the agent cannot shape them), one section per file, and a file is written only when
+the user has not touched it; what ``fix`` never hands back is never applied here either
+(:func:`clover_agent.fix.handback.paths.never_handed_back`). The rules are in :class:`Handback`.
 """
 
 from __future__ import annotations
@@ -80,7 +68,18 @@ def _section_stats(section: str) -> tuple[str, int, int]:
 
 
 class Handback:
-    """The bookkeeping of what was handed back from one sandbox (see the module docstring)."""
+    """The bookkeeping of what was handed back from one sandbox.
+
+    Each file's diff (``--no-renames``: a rename is a removal and an addition, each accepted on its
+    own) runs from the workspace as the session started to now for a file never applied before,
+    and from the snapshot it was last applied from for one applied before, so a second ``/apply``
+    after more work brings only what changed since. A file is written only when the user has not
+    touched it: never applied before, it must have no uncommitted change in the working tree (as
+    ``fix`` hands back); applied before, its content must be exactly what the last apply left.
+    What ``fix`` never hands back (``.git``, ``.clover``, what the host's git ignores, names with
+    control characters) is named, and the other files chosen go ahead. The chosen sections go
+    through ``git apply --check`` first, then ``git apply``, all at once: on a refusal nothing is
+    written. Each apply's patch is kept in the session folder (``apply-N.diff``)."""
 
     def __init__(self, sandbox: Sandbox, repo: Path, folder: Path, session_id: str) -> None:
         self.sandbox = sandbox

@@ -3,20 +3,9 @@
 Everything slow — starting the sandbox, loading and running the model, tools, git — happens in
 that thread, so the UI's event loop only ever draws. The UI calls the session's methods from its
 own thread; each returns a :class:`concurrent.futures.Future` it can await with
-``asyncio.wrap_future``. Every event of the session — the agent's and the TUI's own
-(:mod:`clover_agent.tui.events`) — goes to the trajectory of the session folder first, then to
-``deliver`` (the app posts it to itself; Textual's ``post_message`` is thread-safe).
-
-The session drives one :class:`~clover_agent.agent.loop.Agent` through its seams (see
-docs/architecture.md): a request starts ``run`` (the first) or ``continue_with`` (the later ones,
-and all of a resumed session's, which ``Agent.resume`` took up); a message typed while the agent
-works goes in with ``send`` and is read at its next step; Esc is ``interrupt`` (the model call or
-tool call stops, the agent waits for the person's next message); approvals are answered with
-``answer_approval``. The commands (``/diff``, ``/apply``, ``/undo``, ...) are in
-:mod:`clover_agent.tui.commands`.
-
-The sandbox starts as soon as the session does, while the person types; a request sent before it
-is ready waits for it.
+``asyncio.wrap_future``. The session drives one :class:`~clover_agent.agent.loop.Agent` through
+its seams (docs/architecture.md, "Steering the agent"); the commands (``/diff``, ``/apply``,
+``/undo``, ...) are in :mod:`clover_agent.tui.commands`.
 """
 
 from __future__ import annotations
@@ -93,7 +82,16 @@ class SessionStatus:
 
 
 class TuiSession(SessionCommands):
-    """See the module docstring. ``deliver`` is called (in the agent thread) with every event."""
+    """The session. ``deliver`` is called (in the agent thread) with every event.
+
+    Every event of the session — the agent's and the TUI's own (:mod:`clover_agent.tui.events`) —
+    goes to the trajectory of the session folder first, then to ``deliver`` (the app posts it to
+    itself; Textual's ``post_message`` is thread-safe). A request starts ``run`` (the first) or
+    ``continue_with`` (the later ones, and all of a resumed session's, which ``Agent.resume`` took
+    up); a message typed while the agent works goes in with ``send`` and is read at its next step;
+    Esc is ``interrupt`` (the model call or tool call stops, the agent waits for the person's next
+    message); approvals are answered with ``answer_approval``. The sandbox starts as soon as the
+    session does, while the person types; a request sent before it is ready waits for it."""
 
     def __init__(self, options: SessionOptions, deliver: Callable[[Event], None]) -> None:
         self.options = options
