@@ -14,6 +14,7 @@ test: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/python scripts/typecheck.py
 
 format: setup
 	.venv/bin/ruff format .

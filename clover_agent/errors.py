@@ -68,8 +68,9 @@ EXIT_CODES: tuple[tuple[type[Exception], ExitCode], ...] = (
     (SandboxError, ExitCode.SANDBOX_UNAVAILABLE),
 )
 
-#: Every error a layer raises on purpose: what a run or a command turns into an outcome.
-RUN_ERRORS: tuple[type[Exception], ...] = (CloverError, EngineError, SandboxError)
+#: Every error a layer raises on purpose: what a run or a command turns into an outcome. (Not
+#: annotated ``tuple[type[Exception], ...]``: mypy rejects that type starred in an ``except``.)
+RUN_ERRORS = (CloverError, EngineError, SandboxError)
 
 
 def exit_code_for(error: BaseException) -> ExitCode:

@@ -423,7 +423,7 @@ class EventBus:
 
         def unsubscribe() -> None:
             if callback in self._sync:
-                self._sync.remove(callback)  # type: ignore[arg-type]
+                self._sync.remove(callback)
 
         return unsubscribe
 

@@ -423,9 +423,9 @@ def pip_configuration(environ: Mapping[str, str], etc: Path = Path("/etc")) -> d
                     if key in PIP_SETTINGS:
                         values[name(key)] = value
     for key in PIP_SETTINGS:
-        value = environ.get("PIP_" + key.replace("-", "_").upper())
-        if value:
-            values[name(key)] = value
+        variable = environ.get("PIP_" + key.replace("-", "_").upper())
+        if variable:
+            values[name(key)] = variable
     return values
 
 

@@ -81,9 +81,11 @@ def docker_client(environment: Mapping[str, str], *, offer_local: bool = True) -
     where = environment.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
     try:
         slow = slow_timeout(environment)
-        client = docker.from_env(timeout=slow / 4, environment=dict(environment))  # a ping is quick
+        # A ping is quick. (Docker takes float timeouts, as requests does; its stubs say int.)
+        client = docker.from_env(timeout=slow / 4, environment=dict(environment))  # type: ignore[arg-type]
         client.ping()
-        client.api.timeout = slow  # the default for calls not made through EngineCalls
+        # the default for calls not made through EngineCalls
+        client.api.timeout = slow  # type: ignore[assignment]
     except (DockerException, OSError) as exc:
         raise SandboxUnavailable(
             f"no Docker engine answers at {where} ({_unreachable_reason(exc)}). Install Docker and start it "

@@ -74,7 +74,8 @@ class EngineCalls:
         while True:
             with self._lock:
                 api = self.client.api
-                previous, api.timeout = api.timeout, timeout
+                # a float timeout works (requests takes one); docker's stubs say int
+                previous, api.timeout = api.timeout, timeout  # type: ignore[assignment]
                 try:
                     return call(*args, **kwargs)
                 except unanswered as exc:

@@ -216,7 +216,8 @@ def superseded_environment_images(
     tagged_ids = {
         i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
     }
-    old, newest = [], {}
+    old: list[dict[str, Any]] = []
+    newest: dict[str, tuple[int, dict[str, Any]]] = {}  # repository → (created, image)
     for image in images:
         labels = image.get("Labels") or {}
         if labels.get(LABEL_ENV_BASE) not in tagged_ids:

@@ -154,7 +154,7 @@ class _Findings:
         setup_cfg = self._ini("setup.cfg")
         tox = self._ini("tox.ini")
         has_setup_py = self._text("setup.py") is not None
-        project = pyproject.get("project") if isinstance(pyproject.get("project"), dict) else {}
+        project = found if isinstance(found := pyproject.get("project"), dict) else {}
         self.installable = bool(project or "build-system" in pyproject or has_setup_py) or (
             setup_cfg.has_section("metadata") and setup_cfg.has_option("metadata", "name")
         )

@@ -325,6 +325,7 @@ def op_exec(req: dict) -> dict:
             f.write("500")
     except OSError:
         pass
+    assert proc.stdout is not None  # stdout=PIPE
     out_fd = proc.stdout.fileno()
     os.set_blocking(out_fd, False)
     try:
@@ -372,10 +373,10 @@ def op_exec(req: dict) -> dict:
     _kill_group(pgid)
     grace_end = time.monotonic() + DRAIN_GRACE_S
     while out_open:
-        left = grace_end - time.monotonic()
-        if left <= 0:
+        grace_left = grace_end - time.monotonic()
+        if grace_left <= 0:
             break
-        if poller.poll(min(int(left * 1000) + 1, 20)):
+        if poller.poll(min(int(grace_left * 1000) + 1, 20)):
             read_available()
         else:
             _kill_group(pgid)

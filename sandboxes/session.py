@@ -188,7 +188,8 @@ class RunnerSession:
             self._ready.set()
             return
         with self._pending_lock:
-            waiter = self._pending.pop(message.get("id"), None)
+            # any id, or none: only an int of ours finds a waiter
+            waiter = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if waiter is not None:
             loop, future = waiter
             _call_soon(loop, _resolve, future, message)

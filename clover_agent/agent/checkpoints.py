@@ -289,7 +289,11 @@ class Checkpoints:
         patches = list(dict.fromkeys(r.patch for r in recorded if r.patch is not None))
         commits = await self._commit_states(patches) if patches else {}
         # an unknown state (None) or one whose patch no longer applies: no ref, no commit
-        rebuilt = [Checkpoint(r.turn, *commits.get(r.patch, ("", "")), r.tool) for r in recorded]
+        none = ("", "")
+        rebuilt = [
+            Checkpoint(r.turn, *(none if r.patch is None else commits.get(r.patch, none)), r.tool)
+            for r in recorded
+        ]
         self.taken[:0] = rebuilt
         return [c for c in rebuilt if not c.commit]
 

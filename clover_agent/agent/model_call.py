@@ -117,6 +117,7 @@ class ModelCaller:
         loop_thread = threading.get_ident()
 
         def forward(event: BackendEvent) -> None:
+            out: ProvisionalBlock | ModelDelta
             if event.block is not None:
                 out = ProvisionalBlock(step=step, **dataclasses.asdict(event.block))
             else:

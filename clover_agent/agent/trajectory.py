@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from clover_agent.agent.checkpoints import Recorded
 from clover_agent.agent.records import RecordKey
@@ -197,7 +197,7 @@ class _Expander:
                     data[key] = raw[span[0] : span[1]]
             for index, name, start, end in data.pop("argument_spans", ()):
                 data["tool_calls"][index]["function"]["arguments"][name] = raw[start:end]
-            self._turn = _turn_message(event_from_dict(dict(data)))  # type: ignore[arg-type]
+            self._turn = _turn_message(cast(ModelResponded, event_from_dict(dict(data))))
             self._calls = _call_arguments(data["tool_calls"])
         elif kind == ToolCallStarted.type and data.pop("arguments_from", None) == "turn":
             data["arguments"] = copy.deepcopy(self._calls[str(data["call_id"])])
@@ -211,8 +211,8 @@ class _Expander:
                 full = data["full_output"]
                 data["output"] = full[:head] + between + full[len(full) - tail :] + after
             data.setdefault("full_output", data.get("output", ""))
-            finished = event_from_dict(dict(data))
-            self._results[finished.call_id] = _result_message(finished)  # type: ignore[arg-type]
+            finished = cast(ToolCallFinished, event_from_dict(dict(data)))
+            self._results[finished.call_id] = _result_message(finished)
         elif kind == MessageAdded.type and "message" not in data:
             origin = data.pop("from", None)
             if origin == "turn" and self._turn is not None:
@@ -314,6 +314,7 @@ def load_trajectory(path: Path) -> ResumeState:
             state.steps += 1
             state.tokens += event.prompt_tokens + event.completion_tokens
         elif isinstance(event, Done):
+            assert started_at is not None  # a Done with no run going on was skipped above
             state.patch = event.patch
             state.last_outcome = event.outcome
             state.elapsed_s += event.time - started_at

@@ -168,6 +168,7 @@ class JsonPostClient:
         connection_type = (
             http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         )
+        assert self._host is not None  # OpenAIBackend refuses a URL without a host
         connection = connection_type(self._host, self._port, timeout=self.connect_timeout)
         try:
             connection.connect()

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from clover_agent.backends.base import (
     BackendEvent,
@@ -106,11 +106,11 @@ async def _stream(turn: ReplayTurn, on_event: EventCallback | None) -> None:
     """The turn's reasoning, then its text, as events: at once, or in pieces over ``turn.seconds``
     (the first piece at once, then one after each pause)."""
     reasoning, rest = split_thinking(turn.text)
-    parts = [("reasoning", reasoning), ("text", rest)]
+    parts: list[tuple[Literal["reasoning", "text"], str]] = [("reasoning", reasoning or ""), ("text", rest)]
     if not turn.seconds:
         pieces = [(kind, text) for kind, text in parts if text]
     else:
-        size = max(1, -(-(len(reasoning) + len(rest)) // PACED_PIECES))
+        size = max(1, -(-sum(len(text) for _, text in parts) // PACED_PIECES))
         pieces = [(kind, text[i : i + size]) for kind, text in parts for i in range(0, len(text), size)]
     pause = turn.seconds / max(1, len(pieces))
     for index, (kind, text) in enumerate(pieces):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -87,7 +87,7 @@ async def run_in_daemon_thread(
 
 async def iterate_in_daemon_thread(
     items: Callable[[], Iterable[T]], *, name: str, threads: BackendThreads | None = None
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """The items of ``items()``, produced in a new daemon thread (kept in ``threads`` while it
     runs) and handed over as they come (its exception re-raised here). Once the consumer stops
     (close the iterator: ``contextlib.aclosing``), the thread stops after its next item and closes

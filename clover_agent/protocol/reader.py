@@ -151,13 +151,13 @@ def parse_assistant(
     parsed = _parse(text, tools, max_chars)
     parameters = tool_parameters(tools)
     validators: dict[str, Any] = {}
-    problems = [
+    found = [
         block.problem
         if isinstance(block, BrokenBlock)
         else block.problem or _problem(block.name, block.arguments, parameters, validators)
         for block in parsed.blocks
     ]
-    problems = [p for p in problems if p]
+    problems = [p for p in found if p]
     if problems:
         raise ToolCallFormatError(
             format_error_message(problems),

@@ -114,8 +114,10 @@ class _Scanner:
         self._known_by_tool: dict[str, set[str] | None] = {}
 
     def scan(self) -> list[Item]:
-        text, items, plain_from = self.text, [], 0
+        text, plain_from = self.text, 0
+        items: list[Item] = []
         while (tag := self.tags.take()) is not None:
+            found: tuple[int, Item, int] | None
             if tag.lastgroup == "tc_open":
                 found = self._wrapped(tag)
             elif _is_call_header(tag) and self._starts_bare_call(tag):

@@ -40,7 +40,7 @@ class ThinkingSplitter:
         if closed:
             self.thinking = False
             self.pending = ""
-            return ([("reasoning", head)] if head else []) + self._answer(tail)
+            return [("reasoning", head), *self._answer(tail)] if head else self._answer(tail)
         # hold back what could be the start of "</think>"
         keep = next(
             (n for n in range(len(THINK_CLOSE) - 1, 0, -1) if self.pending.endswith(THINK_CLOSE[:n])), 0

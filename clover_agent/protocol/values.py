@@ -200,8 +200,12 @@ def _python_literal(text: str) -> Any:
         if isinstance(node, ast.Constant) and type(node.value) in (int, float):
             written = number_text()  # taken for ints too, to stay in step with the tokens
             return _exact_float(written.replace("_", "")) if isinstance(node.value, float) else node.value
-        signed = isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
-        if signed and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float):
+        if (
+            isinstance(node, ast.UnaryOp)
+            and isinstance(node.op, (ast.USub, ast.UAdd))
+            and isinstance(node.operand, ast.Constant)
+            and type(node.operand.value) in (int, float)
+        ):
             number = value(node.operand)
             return -number if isinstance(node.op, ast.USub) else number
         if isinstance(node, (ast.List, ast.Tuple)):

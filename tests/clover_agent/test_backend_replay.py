@@ -54,6 +54,15 @@ async def test_turns_come_in_order_parsed_and_streamed(tmp_path: Path) -> None:
     assert (second.content, second.tool_calls, second.finish_reason) == (SECOND, [], "stop")
 
 
+async def test_a_paced_turn_without_reasoning_streams_its_text_in_pieces(tmp_path: Path) -> None:
+    path = _write(tmp_path / "run.jsonl", [json.dumps({"content": SECOND, "seconds": 0.01})])
+    events: list[BackendEvent] = []
+    turn = await create_backend("replay", path=path).complete([], TOOLS, on_event=events.append)
+    assert (turn.reasoning, turn.content) == (None, SECOND)
+    assert {e.kind for e in events} == {"text"}
+    assert len(events) > 1 and "".join(e.text for e in events) == SECOND
+
+
 async def test_running_out_is_a_clear_agent_error(tmp_path: Path) -> None:
     path = _write(tmp_path / "short.jsonl", [json.dumps({"content": SECOND})])
     backend = ReplayBackend(path)

@@ -113,9 +113,10 @@ async def _run_pytest(
     workers: int,
     guarded: bool,
 ) -> TestReport:
-    single = target is not None and len(target.words) == 1
     existing = (
-        single and await sandbox.stat(posixpath.join(WORKSPACE, target.words[0].split("::")[0])) is not None
+        target is not None
+        and len(target.words) == 1
+        and await sandbox.stat(posixpath.join(WORKSPACE, target.words[0].split("::")[0])) is not None
     )
     args = pytest_args(target, existing)
     shown = shlex.join(["python", "-m", "pytest", *args])
