@@ -1,6 +1,6 @@
 # Each target sets up .venv on its own (scripts/bootstrap is idempotent), so a fresh clone needs
 # nothing else: `make example` (the main job) and `make test` (the test suite).
-.PHONY: setup example test lint format
+.PHONY: setup example test test-fast lint format
 
 setup:
 	@scripts/bootstrap
@@ -8,8 +8,13 @@ setup:
 example: setup
 	.venv/bin/clover-agent fix test_add --repo examples/calculator
 
+# Both run in parallel, one worker per CPU (pytest-xdist; the distribution mode is in pyproject.toml).
 test: setup
-	.venv/bin/python -m pytest --durations=25
+	.venv/bin/python -m pytest -n auto --durations=25
+
+# The inner loop: no Docker, nothing slow.
+test-fast: setup
+	.venv/bin/python -m pytest -n auto -m "not docker and not slow"
 
 lint: setup
 	.venv/bin/ruff check .

@@ -82,12 +82,17 @@ def gpu_problem() -> str | None:
     return None if torch.cuda.is_available() else "no CUDA GPU"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Checked once, before any pytest-xdist worker starts (a worker's error would read as a crash).
+    if hasattr(session.config, "workerinput"):
+        return
+    if os.environ.get("CLOVER_REQUIRE_DOCKER") == "1" and docker_problem():
+        raise pytest.UsageError(f"CLOVER_REQUIRE_DOCKER=1 but {docker_problem()}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    require_docker = os.environ.get("CLOVER_REQUIRE_DOCKER") == "1"
     for item in items:
         if item.get_closest_marker("docker") and docker_problem():
-            if require_docker:
-                raise pytest.UsageError(f"CLOVER_REQUIRE_DOCKER=1 but {docker_problem()}")
             item.add_marker(pytest.mark.skip(reason=f"docker: {docker_problem()}"))
         if item.get_closest_marker("index") and index_problem():
             item.add_marker(pytest.mark.skip(reason=f"index: {index_problem()}"))

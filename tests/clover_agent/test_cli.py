@@ -72,6 +72,7 @@ def test_missing_help_finds_what_is_unexplained() -> None:
     ]
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_doctor_json_names_missing_gpu_and_weights(tmp_path: Path) -> None:
     import torch
 
@@ -91,6 +92,7 @@ def test_doctor_json_names_missing_gpu_and_weights(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.FAILURE
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_doctor_finds_weights_from_env(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
@@ -130,6 +132,7 @@ def test_main_returns_usage_without_command(capsys) -> None:
     assert main([]) == ExitCode.USAGE
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_a_reader_leaving_early_gets_no_traceback() -> None:
     """`clover-agent doctor --json | head -1`: the pipe closes before the output is written."""
     proc = subprocess.Popen(

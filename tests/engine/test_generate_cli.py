@@ -105,6 +105,7 @@ def test_bad_arguments_are_found_before_the_weights_load(
     assert main(["generate", "--model", str(weightless), "--ids", "1,2"]) == ExitCode.MODEL_UNAVAILABLE
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_user_errors_are_messages_with_their_exit_code_never_tracebacks(
     checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,6 +242,7 @@ def test_ctrl_c_ends_the_partial_line_before_interrupted(checkpoint: Path) -> No
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_at_a_terminal_the_answer_is_shown_once_with_its_rates(checkpoint: Path) -> None:
     args = ["generate", "--model", str(checkpoint), "--prompt", "hello", "--greedy", "--max-new-tokens", "40"]
     piped = run_cli(*args, "--json")
@@ -257,6 +259,7 @@ def test_at_a_terminal_the_answer_is_shown_once_with_its_rates(checkpoint: Path)
     assert piped.stdout.strip() == answer and piped.stderr.count(answer) == 1
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_device_auto_is_the_cpu_without_a_gpu(checkpoint: Path) -> None:
     import torch
 

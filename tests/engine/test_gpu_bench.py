@@ -116,6 +116,7 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert f"full results: {out}" in result.stderr
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_a_real_checkpoint_gives_measured_tokens_per_forward(
     checkpoint: Path, tree_copy: Path, tmp_path: Path
 ) -> None:
@@ -147,6 +148,7 @@ def test_a_spent_budget_names_every_skipped_piece(tree_copy: Path, tmp_path: Pat
     assert "Skipped:" in result.stdout
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_missing_pieces_are_reported_not_crashes(tree_copy: Path, tmp_path: Path) -> None:
     """A checkpoint that is not there, and a shape that does not fit this machine: each a clear
     error in the report (exit status 1), the rest of the run done."""

@@ -152,6 +152,7 @@ def test_peaked_checkpoints_are_confident(tmp_path: Path) -> None:
     assert confident[True] > 0.4
 
 
+@pytest.mark.slow  # CLI processes that load torch (10-80 s in a 2-worker run)
 def test_command_line(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     proc = subprocess.run(

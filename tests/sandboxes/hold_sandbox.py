@@ -11,12 +11,16 @@ the process does:
   does for a background job);
 - ``handle-SIGTERM``: install a Python SIGTERM handler before the sandbox starts; it prints
   ``previous handler ran`` and exits with status 3.
+
+``HOLD_SANDBOX_HOST_ID`` in the environment (set by ``own_leftovers`` in conftest.py) is the host
+id its container is labelled with, so that only the test that started it reaps it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import threading
@@ -24,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from clover_agent.launch import sandbox_spec
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes import cleanup, create_sandbox
 from clover_agent.settings import Settings
 
 EXIT_FROM_OWN_HANDLER = 3
@@ -56,6 +60,7 @@ def answer(kind: str, ident: str) -> None:
 
 
 if __name__ == "__main__":
+    cleanup.HOST_ID = os.environ["HOLD_SANDBOX_HOST_ID"]
     mode = sys.argv[3] if len(sys.argv) > 3 else ""
     if mode.startswith("ignore-"):
         signal.signal(signal.Signals[mode.removeprefix("ignore-")], signal.SIG_IGN)

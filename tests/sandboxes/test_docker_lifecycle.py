@@ -35,6 +35,7 @@ async def test_normal_exit_removes_the_container(repo: Path) -> None:
     await sandbox.close()  # a second close is harmless
 
 
+@pytest.mark.usefixtures("own_leftovers")
 def test_exception_removes_the_container(repo: Path) -> None:
     child, container_id = start_holder("docker", repo, "raise")
     assert child.wait(timeout=120) == 1
@@ -42,6 +43,7 @@ def test_exception_removes_the_container(repo: Path) -> None:
     assert not container_exists(container_id)
 
 
+@pytest.mark.usefixtures("own_leftovers")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> None:
     child, container_id = start_holder("docker", repo)
@@ -51,6 +53,7 @@ def test_signal_removes_the_container(repo: Path, signum: signal.Signals) -> Non
     assert not container_exists(container_id)
 
 
+@pytest.mark.usefixtures("own_leftovers")
 async def test_sigkill_leftover_is_reaped_by_the_next_start(repo: Path) -> None:
     child, container_id = start_holder("docker", repo)
     child.kill()

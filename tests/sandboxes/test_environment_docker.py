@@ -126,6 +126,7 @@ async def test_environment_is_isolated_set_up_once_and_reused(tmp_path: Path) ->
     assert own_leftovers() == []
 
 
+@pytest.mark.xdist_group("sandbox-prune")  # another `sandbox prune` would remove `first` early
 async def test_changed_dependency_files_make_a_new_environment_and_prune_removes_the_old(
     tmp_path: Path,
 ) -> None:

@@ -121,8 +121,19 @@ async def test_repository_setup_commands_run_before_the_baseline(repo: Path) -> 
     assert not (repo / "setup.txt").exists()
 
 
+#: ``clover-agent ARGS`` on the machine whose host id is HOLD_SANDBOX_HOST_ID (see ``own_leftovers``).
+AS_TEST_HOST = (
+    "import os, sys; from clover_agent.sandboxes import cleanup; "
+    "cleanup.HOST_ID = os.environ['HOLD_SANDBOX_HOST_ID']; "
+    "from clover_agent.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 @pytest.mark.docker
-def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(repo: Path) -> None:
+@pytest.mark.xdist_group("sandbox-prune")  # see test_environment_docker.py's prune test
+def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(
+    repo: Path, own_leftovers: str
+) -> None:
     build = run_cli("sandbox", "build", "--quiet")
     assert build.returncode == 0, build.stderr
     assert f"built {DEFAULT_SANDBOX_IMAGE}" in build.stdout
@@ -131,8 +142,10 @@ def test_cli_build_is_quick_when_the_image_exists_and_prune_removes_leftovers(re
     child.kill()
     child.wait(timeout=120)
     assert container_exists(container_id)
-    prune = run_cli("sandbox", "prune")
-    assert prune.returncode == 0 and "removed" in prune.stdout
+    prune = subprocess.run(
+        [sys.executable, "-c", AS_TEST_HOST, "sandbox", "prune"], capture_output=True, text=True, timeout=120
+    )
+    assert prune.returncode == 0 and "removed 1 sandbox container(s)" in prune.stdout, prune.stdout
     assert not container_exists(container_id)
 
 

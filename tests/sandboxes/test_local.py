@@ -49,6 +49,7 @@ async def test_failing_setup_command_stops_the_start(repo: Path) -> None:
     assert sandbox.host_workspace is not None and not sandbox.host_workspace.exists()
 
 
+@pytest.mark.usefixtures("own_leftovers")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
     child, ident = start_holder("local", repo)
@@ -59,6 +60,7 @@ def test_signal_removes_the_copy(repo: Path, signum: signal.Signals) -> None:
     assert not host.exists()
 
 
+@pytest.mark.usefixtures("own_leftovers")
 def test_sigkill_leftover_is_reaped_at_next_start(repo: Path) -> None:
     child, ident = start_holder("local", repo)
     host = Path(ident)

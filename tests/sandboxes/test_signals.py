@@ -15,6 +15,7 @@ from .conftest import start_holder
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.usefixtures("own_leftovers")
 def test_an_ignored_signal_stays_ignored(repo: Path, signum: signal.Signals) -> None:
     child, ident = start_holder("local", repo, f"ignore-{signum.name}")
     host = Path(ident)
@@ -37,6 +38,7 @@ def test_an_ignored_signal_stays_ignored(repo: Path, signum: signal.Signals) -> 
     assert not host.exists()
 
 
+@pytest.mark.usefixtures("own_leftovers")
 def test_default_sigterm_still_terminates_with_its_status(repo: Path) -> None:
     child, ident = start_holder("local", repo)
     child.send_signal(signal.SIGTERM)
@@ -44,6 +46,7 @@ def test_default_sigterm_still_terminates_with_its_status(repo: Path) -> None:
     assert not Path(ident).exists()
 
 
+@pytest.mark.usefixtures("own_leftovers")
 def test_a_previous_python_handler_still_runs_after_cleanup(repo: Path) -> None:
     child, ident = start_holder("local", repo, "handle-SIGTERM")
     child.send_signal(signal.SIGTERM)

@@ -3,6 +3,8 @@ written (checked on the sandbox's own /etc and on a folder next to the workspace
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from clover_agent.sandboxes import Sandbox
@@ -10,6 +12,10 @@ from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+#: The folder next to the workspace; this process's own (the local sandbox's /tmp is the host's,
+#: where tests running beside this one rewrite theirs).
+OUTSIDE = f"/tmp/clover-outside-{uuid.uuid4().hex[:12]}"
 
 ESCAPES = [
     ("editor", {"command": "view", "path": "/workspace/../etc/passwd"}),
@@ -59,7 +65,7 @@ async def snapshot(sandbox: Sandbox) -> str:
         'stat -c \'%n %s %Y\' /etc/passwd "$OUT"/data.txt; sha256sum /etc/passwd "$OUT"/data.txt; '
         'ls -a /etc | grep -c clover-escape; ls -a "$OUT"',
         cwd="/workspace",
-        env={"OUT": "/tmp/clover-outside"},
+        env={"OUT": OUTSIDE},
     )
     return result.output
 
@@ -71,9 +77,9 @@ async def test_escape_refused_and_nothing_outside_touched(
     sandbox: Sandbox, name: str, args: dict[str, object]
 ) -> None:
     await sandbox.exec(
-        "mkdir -p /tmp/clover-outside && printf 'outside\\n' > /tmp/clover-outside/data.txt "
-        "&& touch -d '2020-01-01' /tmp/clover-outside/data.txt; "
-        "ln -sfn /etc etclink; ln -sfn /etc/passwd pwlink; ln -sfn /tmp/clover-outside outlink",
+        f"mkdir -p {OUTSIDE} && printf 'outside\\n' > {OUTSIDE}/data.txt "
+        f"&& touch -d '2020-01-01' {OUTSIDE}/data.txt; "
+        f"ln -sfn /etc etclink; ln -sfn /etc/passwd pwlink; ln -sfn {OUTSIDE} outlink",
         cwd="/workspace",
     )
     before = await snapshot(sandbox)

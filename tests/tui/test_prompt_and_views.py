@@ -114,7 +114,8 @@ async def test_folding_thinking_rejecting_a_file_tests_policy_export_help(tmp_pa
         await wait_for(pilot, lambda: any(isinstance(e, TestsRun) for e in app.events), "the test run")
         report = next(e for e in app.events if isinstance(e, TestsRun)).report
         assert report["failed"] == 0 and report["passed"] >= 1  # the sandbox has the fix
-        assert app.query(TestTable)
+        # The transcript mounts the table when it handles the event, after the event is recorded.
+        await wait_for(pilot, lambda: app.query(TestTable), "the test table")
 
         await send(pilot, "/policy read-only")
         await wait_for(pilot, lambda: "Policy is now read-only." in _notices(app), "the policy change")

@@ -23,5 +23,6 @@ async def test_smoke(tmp_path: Path) -> None:
         assert any(isinstance(e, ToolCallFinished) for e in app.events)
         texts = [w.shown for w in app.query(AgentText)]
         assert "Let me look." in texts
-        app.save_screenshot("/tmp/tui-smoke.svg")
+        app.save_screenshot(str(tmp_path / "tui-smoke.svg"))
+        assert "<svg" in (tmp_path / "tui-smoke.svg").read_text()
         await pilot.press("ctrl+q")
