@@ -1027,15 +1027,17 @@ def test_tens_of_thousands_of_new_files_never_hit_the_argument_limit(tmp_path: P
     """Before: host git got every path on its command line ("Argument list too long") while
     summary.json and the trajectory said exit 0."""
     repo = calculator_repo(tmp_path)
-    folder = "gen/" + "long-folder-name-" * 4  # 30,000 paths of ~80 bytes: past the 2 MiB argv limit
+    # 12,000 paths of ~215 bytes (each also costs a pointer in argv): 2.7 MB, past the 2 MiB argv
+    # limit, in a third of the files (the time goes per file) that paths of ~80 bytes would need
+    folder = "gen/" + "long-folder-name-" * 12
     many = call(
         "shell",
-        command=f"mkdir -p {folder} && seq 30000 | split -l 1 -a 4 - {folder}/f- && ls {folder} | wc -l",
+        command=f"mkdir -p {folder} && seq 12000 | split -l 1 -a 4 - {folder}/f- && ls {folder} | wc -l",
     )
     code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, many, FINISH], "--yes", sandbox="local")
     assert "Argument list too long" not in out + err
     assert code == ExitCode.OK and summary["hand_back"] == "applied", err[-2000:]
-    assert len(os.listdir(repo / folder)) == 30000 and (repo / folder / "f-aaab").read_text() == "2\n"
+    assert len(os.listdir(repo / folder)) == 12000 and (repo / folder / "f-aaab").read_text() == "2\n"
     assert FIXED_ADD in (repo / "calculator.py").read_text()
 
 
