@@ -79,10 +79,12 @@ ALLOWED: dict[str, set[str]] = {
     },
     "fix": {"fix.handback", "agent", "backends", "tools", "sandboxes", *_SHARED},
     # The hand-back (snapshots, patch, after-runs, verdict, apply) knows nothing of the workflow that
-    # calls it, its console or its run folders; it reads the regression scope and the diagnosis.
+    # calls it, its console or its run folders; it reads the regression scope, the diagnosis and
+    # the run's report (the decision reads it, never writes it).
     "fix.handback": {
         "clover_agent.fix.regression",
         "clover_agent.fix.diagnosis",
+        "clover_agent.fix.report",
         "agent",
         "backends",
         "tools",

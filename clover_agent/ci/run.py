@@ -33,7 +33,7 @@ from clover_agent.fix import FixRequest, run_fix
 from clover_agent.fix.console import ConsoleRenderer, make_console
 from clover_agent.fix.handback.patches import apply_command
 from clover_agent.fix.handback.stock import SHADOW_DIR
-from clover_agent.fix.workflow import PATCH_FILE, SUMMARY_FILE
+from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
 from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
 from clover_agent.safe_text import terminal_safe
 from clover_agent.settings import REPO_CONFIG, Settings, repo_settings

@@ -28,9 +28,9 @@ from rich.text import Text
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.fix.console import write_plain
 from clover_agent.fix.handback import decision
-from clover_agent.fix.handback.verdict import FIXED, FIXED_UNVERIFIED, TESTS_CHANGED, TESTS_WEAKENED
+from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures, duration
-from clover_agent.fix.workflow import FixReport
+from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome
 from clover_agent.safe_text import shown_names, terminal_safe
 
 DEFAULT_PAGER = "less -R -F -X"
@@ -87,13 +87,13 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         except ValueError:
             return str(path)
 
-    if report.verdict == FIXED:
+    if report.verdict == Verdict.FIXED:
         status, style = f"FIXED — {terminal_safe(report.message, single_line=True)}", "bold green"
-    elif report.verdict == FIXED_UNVERIFIED:
+    elif report.verdict == Verdict.FIXED_UNVERIFIED:
         status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
-    elif report.verdict == TESTS_WEAKENED:
+    elif report.verdict == Verdict.TESTS_WEAKENED:
         status, style = "TESTS WEAKENED (exit 1)", "bold red"
-    elif report.verdict == TESTS_CHANGED:
+    elif report.verdict == Verdict.TESTS_CHANGED:
         status, style = "TESTS CHANGED (exit 1)", "bold red"
     elif report.exit_code == ExitCode.NOTHING_TO_FIX:
         status, style = "NOTHING TO FIX (exit 5)", "bold yellow"
@@ -166,24 +166,22 @@ def hand_back(
     if mode == decision.ASK and sys.stdin.isatty():
         confirm = _Confirmation(report, console, dict(environ or {}), ask)
     try:
-        code, message = decision.hand_back(
+        outcome = decision.hand_back(
             report, repo, mode=mode, confirm=confirm, say=lambda text: write_plain(console, text)
         )
     except KeyboardInterrupt:  # at the question: nothing was applied
-        report.hand_back = "interrupted: not applied"
-        code = int(ExitCode.INTERRUPTED)
         message = (
             "interrupted before the patch was applied: your tree is unchanged. To apply it later: "
             + decision.apply_hint(report, repo)
         )
+        outcome = HandBackOutcome(ExitCode.INTERRUPTED, message, HandBack.INTERRUPTED, "not applied")
     except (*RUN_ERRORS, OSError) as exc:  # host git or the file system failed: the apply undid itself
-        report.hand_back = f"failed: {message_of(exc)}"
-        code = int(exit_code_for(exc))
         message = f"the patch was not applied: {message_of(exc)}. The patch is kept: {report.patch_path}"
-    decision.record_outcome(report, code, message)
-    if code != ExitCode.OK:
-        raise CloverError(message or report.message, exit_code=ExitCode(code))
-    return code
+        outcome = HandBackOutcome(exit_code_for(exc), message, HandBack.FAILED, message_of(exc))
+    final = decision.record_outcome(report, outcome)
+    if final.exit_code != ExitCode.OK:
+        raise CloverError(final.message, exit_code=final.exit_code)
+    return int(final.exit_code)
 
 
 class _Confirmation:

@@ -7,8 +7,9 @@ tests, :mod:`.handback` makes, verifies, judges and applies the patch, :mod:`.ru
 :mod:`.console` renders a run's events on a terminal and asks its approvals there.
 """
 
+from clover_agent.fix.report import FixReport
 from clover_agent.fix.runs import RUNS_DIR, locate_run, new_run_id, runs_dir
-from clover_agent.fix.workflow import FixReport, FixRequest, NothingToFix, run_fix
+from clover_agent.fix.workflow import FixRequest, NothingToFix, run_fix
 
 __all__ = [
     "RUNS_DIR",

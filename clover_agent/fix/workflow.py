@@ -33,6 +33,8 @@ only once a failure is confirmed) and, optionally, the run folder. Everything la
 host's diff, whatever the outcome), ``summary.json`` (each signed with ``record_key``: :mod:`clover_agent.agent.records`) and, until the caller hands the patch back
 (:mod:`clover_agent.fix.handback.decision`) or discards it, the shadow repository with the exact bytes.
 
+Each step returns a value (:mod:`clover_agent.fix.report`); :func:`run_fix` keeps them and builds
+the frozen :class:`~clover_agent.fix.report.FixReport` once from them, however the run ends.
 (Over 400 lines: the workflow's steps, for a target and for a request with none, read in one place.)
 """
 
@@ -40,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -70,9 +71,9 @@ from clover_agent.events import (
 )
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.handback import evidence
-from clover_agent.fix.handback.patches import hidden_work, is_test_file
+from clover_agent.fix.handback.patches import hidden_work
 from clover_agent.fix.handback.stock import SHADOW_DIR, HandBackError, PatchSet, Stock
-from clover_agent.fix.handback.verdict import FIXED, FIXED_UNVERIFIED, NOT_FIXED
+from clover_agent.fix.handback.verdict import Judgement, Verdict
 from clover_agent.fix.handback.verify import verify_patch
 from clover_agent.fix.regression import (
     DEFAULT_SCOPE,
@@ -82,8 +83,9 @@ from clover_agent.fix.regression import (
     select_regression,
     skipped_regression_report,
 )
+from clover_agent.fix.report import Before, Checked, FixReport, Kept, Mode, Shown, build_report, write_summary
 from clover_agent.fix.resume import StoppedRun
-from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE, new_run_id, runs_dir
+from clover_agent.fix.runs import PATCH_FILE, new_run_id, runs_dir
 from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
@@ -128,127 +130,16 @@ class EnvironmentNotReady(CloverError):
 
 
 @dataclass
-class FixReport:
-    run_id: str
-    run_dir: Path
-    exit_code: ExitCode = ExitCode.FAILURE
-    message: str = ""
-    #: How the tests to fix were chosen: "target" (TARGET), "failing tests" (the suite's), or
-    #: "request" (none failed: the change is the request's); "" until known.
-    mode: str = ""
-    selection: str = ""
-    target_before: TestReport | None = None
-    suite_before: TestReport | None = None
-    target_after: TestReport | None = None  # held out: the starting commit's tests
-    suite_after: TestReport | None = None  # held out
-    #: The target, and the test files the patch adds or changes, on the patch as handed back; None
-    #: when the patch changes nothing the held-out run puts back (the same tree).
-    target_handed_back: TestReport | None = None
-    tests_handed_back: TestReport | None = None
-    #: What the patch changes in what judges it (named whatever the verdict), and the paths the
-    #: held-out run put back.
-    harness: list[str] = field(default_factory=list)
-    tests_changed: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
-    #: Working from a request with no failing test: the changed tests run on the starting code with
-    #: only the patch's test files, and the tests that pass with the change and not without it.
-    without_change: TestReport | None = None
-    shown_by: list[str] = field(default_factory=list)
-    agent: RunResult | None = None
-    backend: str = ""
-    files_changed: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-    #: What became of the patch in the user's working tree (set by the caller that hands it back):
-    #: None until then, e.g. "applied", "dry run", "declined", "refused: <why>".
-    hand_back: str | None = None
-    #: The verdict (:mod:`clover_agent.fix.handback.verdict`): "fixed", "fixed, suite unverified", "tests
-    #: weakened", "not fixed"; "" when the run ended before one (the exit code says why).
-    verdict: str = ""
-    still_failing: list[str] = field(default_factory=list)  # failed before and after the change
-    unverified: list[str] = field(default_factory=list)  # why the suite's run is not a full check
-    weakened: list[str] = field(default_factory=list)  # how the target's tests were weakened
-    target_not_passing: dict[str, str] = field(default_factory=dict)
-    #: The patch made on the host (None when the workspace could not be read back).
-    patch_set: PatchSet | None = None
+class _Found:
+    """What the phases returned so far, each set once by :func:`_fix`; the report is built from it
+    on every way out of :func:`run_fix`."""
+
     stock: Stock | None = None
-    key: RecordKey | None = None  # signs the RECORD_FILES
-
-    @property
-    def fixed(self) -> bool:
-        """The patch makes the target pass (the suite's check may be incomplete: see ``verdict``)."""
-        return self.verdict in (FIXED, FIXED_UNVERIFIED)
-
-    @property
-    def left_out(self) -> dict[str, str]:
-        return {} if self.patch_set is None else self.patch_set.left_out
-
-    @property
-    def patch_path(self) -> Path:
-        return self.run_dir / PATCH_FILE
-
-    @property
-    def trajectory_path(self) -> Path:
-        return self.run_dir / TRAJECTORY_FILE
-
-    @property
-    def test_files_changed(self) -> list[str]:
-        return [f for f in self.files_changed if is_test_file(f)]
-
-    def to_dict(self) -> dict[str, Any]:
-        def counts(report: TestReport | None) -> dict[str, Any] | None:
-            if report is None:
-                return None
-            return {k: getattr(report, k) for k in ("passed", "failed", "errors", "skipped", "outcomes")}
-
-        return {
-            "run_id": self.run_id,
-            "fixed": self.fixed,
-            "exit_code": int(self.exit_code),
-            "message": self.message,
-            "mode": self.mode,
-            "target": self.selection,
-            "tests": {
-                "target_before": counts(self.target_before),
-                "suite_before": counts(self.suite_before),
-                "target_after": counts(self.target_after),
-                "suite_after": counts(self.suite_after),
-                "target_handed_back": counts(self.target_handed_back),
-                "tests_handed_back": counts(self.tests_handed_back),
-                "without_change": counts(self.without_change),
-            },
-            "harness": self.harness,
-            "tests_changed": self.tests_changed,
-            "verdict": self.verdict,
-            "regressions": self.regressions,
-            "still_failing": self.still_failing,
-            "unverified": self.unverified,
-            "weakened": self.weakened,
-            "target_not_passing": self.target_not_passing,
-            "shown_by": self.shown_by,
-            "files_changed": self.files_changed,
-            "test_files_changed": self.test_files_changed,
-            "changes": [] if self.patch_set is None else self.patch_set.to_dict()["changes"],
-            "left_out": self.left_out,
-            "needs_yes": {} if self.patch_set is None else self.patch_set.to_dict()["needs_yes"],
-            "agent": None
-            if self.agent is None
-            else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
-            "backend": self.backend,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "hand_back": self.hand_back,
-            "patch": str(self.patch_path),
-            "trajectory": str(self.trajectory_path),
-        }
-
-    def write_summary(self) -> dict[str, Any]:
-        """Write ``summary.json`` (again, once the patch was handed back); returns what was written."""
-        summary = self.to_dict()
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-        if self.key is not None:
-            for name in (SUMMARY_FILE, PATCH_FILE):
-                if (self.run_dir / name).is_file():
-                    self.key.sign(self.run_dir, name)
-        return summary
+    before: Before | None = None
+    backend: str = ""
+    agent: RunResult | None = None
+    kept: Kept | None = None
+    checked: Checked | None = None
 
 
 def task_text(selection: TestSelection) -> str:
@@ -277,10 +168,11 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         run_dir = request.run_dir
     else:
         run_dir = runs_dir(request.repo) / run_id
-    report = FixReport(run_id, run_dir, key=request.record_key)
     if resume is not None:  # a killed segment's shadow repository: the run makes its own
         shutil.rmtree(run_dir / SHADOW_DIR, ignore_errors=True)
-    writer = TrajectoryWriter(report.trajectory_path, keep_stream=request.keep_stream, key=report.key)
+    writer = TrajectoryWriter(
+        run_dir / TRAJECTORY_FILE, keep_stream=request.keep_stream, key=request.record_key
+    )
     unsubscribe = bus.subscribe(writer)
     if resume is None:
         bus.emit(
@@ -307,21 +199,35 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 launch=request.launch,
             )
         )
+    found = _Found()
+    exit_code, message = ExitCode.FAILURE, ""
     try:
-        await _fix(request, bus, report, resume)
+        exit_code, message = await _fix(request, bus, run_id, run_dir, found, resume)
     except RUN_ERRORS as exc:
-        report.exit_code, report.message = exit_code_for(exc), message_of(exc)
+        exit_code, message = exit_code_for(exc), message_of(exc)
         outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
-        code = int(report.exit_code)
-        bus.emit(ErrorReported(kind=outcome, message=report.message, fatal=True, exit_code=code))
-        if report.agent is None:  # the loop emits its own Done
-            bus.emit(Done(outcome=outcome, exit_code=code, message=report.message))
+        bus.emit(ErrorReported(kind=outcome, message=message, fatal=True, exit_code=int(exit_code)))
+        if found.agent is None:  # the loop emits its own Done
+            bus.emit(Done(outcome=outcome, exit_code=int(exit_code), message=message))
     except (asyncio.CancelledError, KeyboardInterrupt):
-        report.exit_code, report.message = ExitCode.INTERRUPTED, "interrupted"
+        exit_code, message = ExitCode.INTERRUPTED, "interrupted"
         raise
     finally:
-        report.elapsed_s = time.monotonic() - started
-        summary = report.write_summary()
+        report = build_report(
+            run_id,
+            run_dir,
+            exit_code=exit_code,
+            message=message,
+            elapsed_s=time.monotonic() - started,
+            key=request.record_key,
+            stock=found.stock,
+            before=found.before,
+            backend=found.backend,
+            agent=found.agent,
+            kept=found.kept,
+            checked=found.checked,
+        )
+        summary = write_summary(report)
         # The last line of the trajectory is the task's verdict, the same as the summary file's.
         bus.emit(
             TaskFinished(
@@ -338,13 +244,17 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
     return report
 
 
-async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: StoppedRun | None) -> None:
+async def _fix(
+    request: FixRequest, bus: EventBus, run_id: str, run_dir: Path, found: _Found, resume: StoppedRun | None
+) -> tuple[ExitCode, str]:
+    """The phases, in order, each value kept in ``found``; returns the run's exit code and message."""
+
     def progress(message: str) -> None:
         bus.emit(SandboxProgress(message=message))
 
     # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
     request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
-    report.stock = stock = Stock(report.run_dir, request.repo)
+    found.stock = stock = Stock(run_dir, request.repo)
     hidden = hidden_work(request.repo)
     if hidden:  # git hides their changes from `status`; the apply's guard still sees them
         shown = ", ".join(f"{path} ({flag})" for path, flag in list(hidden.items())[:10])
@@ -360,204 +270,225 @@ async def _fix(request: FixRequest, bus: EventBus, report: FixReport, resume: St
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
         await stock.record_start(sandbox)  # before any test or the agent ran
-        if resume is None:
-            selection = await _reproduce(request, sandbox, bus, report)
-            target_tests = selection.target if selection else ""  # "": from the request alone
-        else:
-            report.selection, target_tests = resume.selection, resume.target_tests
-            report.target_before, report.suite_before = resume.target_before, resume.suite_before
-
+        found.before = before = (
+            await _reproduce(request, sandbox, bus) if resume is None else _resumed(resume)
+        )
+        if before.stop is not None:
+            raise before.stop
         backend = request.make_backend()
-        report.backend = backend.name
+        found.backend = backend.name
         try:
             agent = Agent(
                 backend,
                 sandbox,
                 bus,
-                run_id=report.run_id,
+                run_id=run_id,
                 policy=request.policy,
                 approvals=request.approvals,
                 budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
             )
             if resume is None:
                 facts = await gather_facts(sandbox)
-                assert report.suite_before is not None
-                own = task_text(selection) if selection else evidence.request_task_text(report.suite_before)
-                task = f"{request.request}\n\n{own}" if request.request else own
-                report.agent = await agent.run(task, system_prompt(facts))
+                task = f"{request.request}\n\n{before.task}" if request.request else before.task
+                found.agent = result = await agent.run(task, system_prompt(facts))
             else:  # the system prompt and the task are in the recorded conversation
-                report.agent = await agent.run(resume.state.task, "", resume=resume.state, fresh_budget=True)
+                found.agent = result = await agent.run(
+                    resume.state.task, "", resume=resume.state, fresh_budget=True
+                )
         finally:
             await backend.close()
-        await _keep_patch(sandbox, report)
-    if report.agent.submitted and report.patch_set is not None:
-        await _verify(request, bus, report, target_tests)
-    elif report.agent.submitted:  # the workspace could not be read back: nothing can be handed back
-        report.verdict, report.exit_code = NOT_FIXED, ExitCode.SANDBOX_UNAVAILABLE
+        found.kept = kept = await _keep_patch(sandbox, stock, run_dir / PATCH_FILE)
+    if not result.submitted:
+        return result.exit_code, result.message
+    if kept.patch_set is None:  # the workspace could not be read back: nothing can be handed back
+        found.checked = Checked(Judgement(Verdict.NOT_FIXED, ExitCode.SANDBOX_UNAVAILABLE, kept.problem))
     else:
-        report.exit_code, report.message = report.agent.exit_code, report.agent.message
+        found.checked = await _verify(request, bus, stock, kept.patch_set, before)
+    return found.checked.judged.exit_code, found.checked.judged.message
 
 
-async def _keep_patch(sandbox: Sandbox, report: FixReport) -> None:
+def _resumed(resume: StoppedRun) -> Before:
+    """Steps 1 and 2 of a resumed run, from its trajectory."""
+    return Before(
+        selection=resume.selection,
+        target_tests=resume.target_tests,
+        target_before=resume.target_before,
+        suite_before=resume.suite_before,
+    )
+
+
+async def _keep_patch(sandbox: Sandbox, stock: Stock, patch_path: Path) -> Kept:
     """Step 3's end: the host's patch (every process killed first), kept in ``patch.diff``."""
-    assert report.stock is not None and report.agent is not None
     try:
-        patch = await report.stock.record_end(sandbox)
+        patch = await stock.record_end(sandbox)
     except (*RUN_ERRORS, OSError) as exc:
-        report.patch_path.write_bytes(b"")
-        report.message = f"the workspace could not be read back from the sandbox: {message_of(exc)}"
-        if not report.agent.submitted:
-            report.message = f"{report.agent.message} ({report.message})"
-        return
-    report.patch_set = patch
-    report.patch_path.write_bytes(patch.patch)
-    report.files_changed = patch.files
+        patch_path.write_bytes(b"")
+        return Kept(None, f"the workspace could not be read back from the sandbox: {message_of(exc)}")
+    patch_path.write_bytes(patch.patch)
+    return Kept(patch)
 
 
-async def _verify(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
+async def _verify(
+    request: FixRequest, bus: EventBus, stock: Stock, patch_set: PatchSet, before: Before
+) -> Checked:
     """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict.
-    An empty ``target_tests`` (working from the request alone): the test files the patch adds or
-    changes are the target, and one of them must fail without the change (:func:`_show_change`)."""
-    assert report.patch_set is not None and report.stock is not None and report.suite_before is not None
+    No target tests (working from the request alone): the test files the patch adds or changes are
+    the target, and one of them must fail without the change (:func:`_show_change`)."""
+    suite_before, target_tests, target_before = before.suite_before, before.target_tests, before.target_before
+    assert suite_before is not None
     from_request = not target_tests
-    target_before = report.target_before
     if from_request:
-        target_tests = " ".join(evidence.test_files(report.patch_set))
+        target_tests = " ".join(evidence.test_files(patch_set))
         if not target_tests:
-            report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
-            report.message = (
-                "no test shows the change: the patch adds or changes no test file (with no failing test, "
-                "a test that fails without the change and passes with it is needed)"
+            return Checked(
+                Judgement(
+                    Verdict.NOT_FIXED,
+                    ExitCode.FAILURE,
+                    "no test shows the change: the patch adds or changes no test file (with no failing test, "
+                    "a test that fails without the change and passes with it is needed)",
+                )
             )
-            return
         # Nothing failed before: the new tests' baseline is their run without the change, below.
-        framework = report.suite_before.framework
-        target_before = TestReport(framework=framework, command="", target=target_tests, exit_code=0)
+        target_before = TestReport(
+            framework=suite_before.framework, command="", target=target_tests, exit_code=0
+        )
     assert target_before is not None
 
     async def suite(sandbox: Sandbox) -> TestReport:
-        if regression_skipped(report.suite_before):  # --regression none: nothing to run again
+        if regression_skipped(suite_before):  # --regression none: nothing to run again
             return skipped_regression_report()
         # the same tests as the baseline: the whole suite, or the related files it ran
         return await run_tests_in(
             sandbox,
-            report.suite_before.target,
+            suite_before.target,
             timeout=request.suite_timeout_s,
             workers=WORKERS,
             guarded=True,
-            framework=report.suite_before.framework,
+            framework=suite_before.framework,
         )
 
     try:
-        checked = await verify_patch(
+        runs = await verify_patch(
             request.sandbox,
             request.sandbox_kind,
-            report.stock,
-            report.patch_set,
+            stock,
+            patch_set,
             target_tests=target_tests,
             target_before=target_before,
-            suite_before=report.suite_before,
+            suite_before=suite_before,
             bus=bus,
             run_suite=suite,
             keep_tests=frozenset(target_tests.split()) if from_request else frozenset(),
         )
     except HandBackError as exc:
-        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
-        return
-    report.target_after, report.suite_after = checked.target_after, checked.suite_after
-    if checked.handed_back is not None:
-        report.target_handed_back, report.tests_handed_back = (
-            checked.handed_back.target,
-            checked.handed_back.tests,
+        return Checked(Judgement(Verdict.NOT_FIXED, ExitCode.FAILURE, exc.message))
+    judged = runs.judgement
+    if regression_skipped(suite_before) and judged.verdict == Verdict.FIXED_UNVERIFIED:
+        judged = dataclasses.replace(
+            judged,
+            unverified=[NO_REGRESSION_RUN],
+            message=f"the target passes; the rest of the suite was not checked ({NO_REGRESSION_RUN})",
         )
-    report.harness = checked.harness
-    j = checked.judgement
-    report.tests_changed = j.tests_changed
-    report.verdict, report.exit_code, report.message = j.verdict, j.exit_code, j.message
-    report.regressions, report.still_failing, report.unverified = j.regressions, j.still_failing, j.unverified
-    report.weakened, report.target_not_passing = j.weakened, j.target_not_passing
-    if regression_skipped(report.suite_before) and j.verdict == FIXED_UNVERIFIED:
-        report.unverified = [NO_REGRESSION_RUN]
-        report.message = f"the target passes; the rest of the suite was not checked ({NO_REGRESSION_RUN})"
-    elif report.suite_before.target and j.verdict == FIXED:
-        files = len(set(report.suite_before.target.split()))
-        report.message += f" in the {files} related test file(s) checked (--regression related)"
-    if from_request and report.fixed:
-        await _show_change(request, bus, report, target_tests)
-    if report.left_out and report.fixed:
-        report.message += (
-            f" ({len(report.left_out)} change(s) left out of the patch: {', '.join(report.left_out)})"
+    elif suite_before.target and judged.verdict == Verdict.FIXED:
+        files = len(set(suite_before.target.split()))
+        judged = dataclasses.replace(
+            judged,
+            message=f"{judged.message} in the {files} related test file(s) checked (--regression related)",
         )
+    shown = None
+    if from_request and judged.verdict.fixed:
+        try:
+            shown = await _show_change(request, bus, patch_set, runs.target_after, target_tests)
+        except HandBackError as exc:
+            failed = dataclasses.replace(
+                judged, verdict=Verdict.NOT_FIXED, exit_code=ExitCode.FAILURE, message=exc.message
+            )
+            return Checked(failed, runs)
+        judged = _judged_by_change(judged, shown, target_tests)
+    if patch_set.left_out and judged.verdict.fixed:
+        left_out = (
+            f" ({len(patch_set.left_out)} change(s) left out of the patch: {', '.join(patch_set.left_out)})"
+        )
+        judged = dataclasses.replace(judged, message=judged.message + left_out)
+    return Checked(judged, runs, shown)
 
 
-async def _show_change(request: FixRequest, bus: EventBus, report: FixReport, target_tests: str) -> None:
-    """The verdict for a change made from the request alone: a changed test must fail without it."""
-    assert report.patch_set is not None and report.target_after is not None
-    try:
-        without = await evidence.run_without_change(
-            request.sandbox_kind, request.sandbox, report.patch_set, target_tests
-        )
-    except HandBackError as exc:
-        report.verdict, report.exit_code, report.message = NOT_FIXED, ExitCode.FAILURE, exc.message
-        return
-    report.without_change = without
-    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
-    report.shown_by = evidence.shown_by(report.target_after, without)
-    if not report.shown_by:
-        report.verdict, report.exit_code = NOT_FIXED, ExitCode.FAILURE
-        report.message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
-            " (the run without the change timed out)" if without.timed_out else ""
-        )
-        return
-    shown = ", ".join(report.shown_by[:5]) + (" ..." if len(report.shown_by) > 5 else "")
-    done = f"done: {shown} fails without the change and passes with it"
-    # A verdict of FIXED_UNVERIFIED keeps its exit code and says why.
-    report.message = (
-        f"{done}, and nothing else broke" if report.verdict == FIXED else f"{done}; {report.message}"
+async def _show_change(
+    request: FixRequest, bus: EventBus, patch_set: PatchSet, target_after: TestReport, target_tests: str
+) -> Shown:
+    """A change made from the request alone: its tests run without it, and those that show it."""
+    without = await evidence.run_without_change(
+        request.sandbox_kind, request.sandbox, patch_set, target_tests
     )
+    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
+    return Shown(without, tuple(evidence.shown_by(target_after, without)))
 
 
-async def _reproduce(
-    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
-) -> TestSelection | None:
+def _judged_by_change(judged: Judgement, shown: Shown, target_tests: str) -> Judgement:
+    """The verdict for a change made from the request alone: a changed test must fail without it."""
+    if not shown.shown_by:
+        message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
+            " (the run without the change timed out)" if shown.without_change.timed_out else ""
+        )
+        return dataclasses.replace(
+            judged, verdict=Verdict.NOT_FIXED, exit_code=ExitCode.FAILURE, message=message
+        )
+    names = ", ".join(shown.shown_by[:5]) + (" ..." if len(shown.shown_by) > 5 else "")
+    done = f"done: {names} fails without the change and passes with it"
+    # A verdict of FIXED_UNVERIFIED keeps its exit code and says why.
+    message = (
+        f"{done}, and nothing else broke" if judged.verdict == Verdict.FIXED else f"{done}; {judged.message}"
+    )
+    return dataclasses.replace(judged, message=message)
+
+
+async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:
     """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
-    before any agent), and the regression baseline (one run; free text's suite run is reused).
-    None: no TARGET and no test fails; the agent works from the request."""
+    before any agent: ``stop``), and the regression baseline (one run; free text's suite run is
+    reused). No TARGET: :func:`_failing_in_suite`."""
     if not request.target:
-        return await _failing_in_suite(request, sandbox, bus, report)
-    report.mode = "target"
+        return await _failing_in_suite(request, sandbox, bus)
     bus.emit(
         PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
     )
     selection = await select_tests(
         sandbox, request.target, request.repo, workers=WORKERS, suite_timeout=request.suite_timeout_s
     )
-    report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
+    seen = Before(Mode.TARGET, f"{selection.target} ({selection.how})", selection.target, selection.report)
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
     if selection.report.all_passed:
         total = selection.report.total
-        raise NothingToFix(
-            f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none fails "
-            f"({selection.report.passed} passed, {selection.report.skipped} skipped)"
+        return dataclasses.replace(
+            seen,
+            stop=NothingToFix(
+                f"nothing to fix: {request.target!r} selects {total} test{'' if total == 1 else 's'} and none "
+                f"fails ({selection.report.passed} passed, {selection.report.skipped} skipped)"
+            ),
         )
-    await _check_environment(request, sandbox, selection.report, request.target)
+    problem = await _environment_problem(request, sandbox, selection.report, request.target)
+    if problem is not None:
+        return dataclasses.replace(seen, stop=problem)
     if selection.report.problem and not selection.report.outcomes:
-        raise CloverError(f"the target tests could not be run: {selection.report.problem}")
+        return dataclasses.replace(
+            seen, stop=CloverError(f"the target tests could not be run: {selection.report.problem}")
+        )
     chosen = await select_regression(sandbox, request.regression, list(selection.report.outcomes))
     if not chosen.runs:
-        report.suite_before = skipped_regression_report()
+        suite_before = skipped_regression_report()
     elif chosen.target is None and selection.suite is not None:
-        report.suite_before = selection.suite  # the suite run free text needed: the same phase
+        suite_before = selection.suite  # the suite run free text needed: the same phase
     else:
         bus.emit(PhaseStarted(phase="tests before", detail=f"the regression baseline: {chosen.describe()}"))
-        report.suite_before = await run_tests_in(
+        suite_before = await run_tests_in(
             sandbox, chosen.target, timeout=request.suite_timeout_s, workers=WORKERS
         )
-    bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=report.suite_before.to_dict()))
-    return selection
+    bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=suite_before.to_dict()))
+    return dataclasses.replace(seen, suite_before=suite_before, task=task_text(selection))
 
 
-async def _check_environment(request: FixRequest, sandbox: Sandbox, report: TestReport, target: str) -> None:
+async def _environment_problem(
+    request: FixRequest, sandbox: Sandbox, report: TestReport, target: str
+) -> EnvironmentNotReady | None:
     """:class:`EnvironmentNotReady` when the target's failure is the environment's (a module not
     installed, a fixture's plugin missing), not a bug for the agent."""
     problem = diagnose(
@@ -565,33 +496,41 @@ async def _check_environment(request: FixRequest, sandbox: Sandbox, report: Test
         await workspace_module_names(sandbox),
         environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
     )
-    if problem is not None:
-        raise EnvironmentNotReady(problem.message(target))
+    return None if problem is None else EnvironmentNotReady(problem.message(target))
 
 
-async def _failing_in_suite(
-    request: FixRequest, sandbox: Sandbox, bus: EventBus, report: FixReport
-) -> TestSelection | None:
+async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:
     """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
-    None (the request alone says what to do) or, without a request, nothing to fix."""
-    suite = report.suite_before = await run_tests_in(
-        sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS
-    )
+    the request alone says what to do or, without a request, there is nothing to fix."""
+    suite = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS)
     bus.emit(TestsRun(phase="suite_before", target="", report=suite.to_dict()))
     failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
     if failing:
-        target, report.mode = target_for(failing), "failing tests"
+        target = target_for(failing)
         selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
-        report.selection, report.target_before = f"{selection.target} ({selection.how})", selection.report
         bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
-        await _check_environment(request, sandbox, selection.report, selection.target)
-        return selection
+        return Before(
+            Mode.FAILING_TESTS,
+            f"{selection.target} ({selection.how})",
+            selection.target,
+            selection.report,
+            suite,
+            task_text(selection),
+            stop=await _environment_problem(request, sandbox, selection.report, selection.target),
+        )
+    stop: CloverError | None = None
     if not suite.outcomes:
         why = suite.problem or suite.summary()
-        raise UsageError(f"found no tests in {request.repo} ({why}); a change is checked with the tests")
-    if not suite.all_passed:
-        raise CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
-    if not request.request:
-        raise NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
-    report.mode, report.selection = "request", "none: no test fails, the change is the request's"
-    return None
+        stop = UsageError(f"found no tests in {request.repo} ({why}); a change is checked with the tests")
+    elif not suite.all_passed:
+        stop = CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
+    elif not request.request:
+        stop = NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
+    if stop is not None:
+        return Before(suite_before=suite, stop=stop)
+    return Before(
+        Mode.REQUEST,
+        "none: no test fails, the change is the request's",
+        suite_before=suite,
+        task=evidence.request_task_text(suite),
+    )

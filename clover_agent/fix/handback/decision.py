@@ -14,8 +14,10 @@ the verified bytes, all or nothing) and returns the command's exit code and mess
   through a symlink) is exit 1 with the reason; a signal is exit 130, saying whether the tree is
   unchanged or fully patched.
 
-:func:`record_outcome` then writes the command's real exit code and message into ``summary.json``
-and as the trajectory's last line (a second ``TaskFinished``), so both say what the process did.
+:func:`hand_back` reads the report and returns a :class:`~clover_agent.fix.report.HandBackOutcome`;
+:func:`record_outcome` then writes the report with it (the command's real exit code and message,
+what became of the patch) into ``summary.json`` and as the trajectory's last line (a second
+``TaskFinished``), so both say what the process did.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from clover_agent.errors import ExitCode
 from clover_agent.events import TaskFinished
 from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
 from clover_agent.fix.handback.patches import apply_command
-from clover_agent.fix.handback.verdict import FIXED_UNVERIFIED
-from clover_agent.fix.workflow import FixReport
+from clover_agent.fix.handback.verdict import Verdict
+from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome, write_summary
 from clover_agent.safe_text import shown_names, terminal_safe
 
 #: How the user chose: apply without asking, never apply, or ask (``confirm``).
@@ -53,7 +55,7 @@ def question(report: FixReport, repo: Path) -> str:
         lines.append(f"  {change.status:<12} {shown_names([change.path])}{extra}")
     for path, why in report.left_out.items():
         lines.append(f"  left out     {shown_names([path])}: {terminal_safe(why, single_line=True)}")
-    if report.verdict == FIXED_UNVERIFIED:
+    if report.verdict == Verdict.FIXED_UNVERIFIED:
         lines.append("The target passes, but the rest of the suite could not be checked.")
     if notes:
         lines.append("It holds changes beyond text edits (marked above): check them.")
@@ -68,23 +70,21 @@ def hand_back(
     mode: str,
     confirm: Callable[[str], bool | list[str]] | None = None,
     say: Callable[[str], None] = print,
-) -> tuple[int, str]:
-    """Apply the patch as the user chose (see the module docstring); sets ``report.hand_back`` and
-    returns the command's exit code and message (empty when there is nothing more to say).
+) -> HandBackOutcome:
+    """Apply the patch as the user chose (see the module docstring); returns the command's exit
+    code and message (empty when there is nothing more to say) and what became of the patch.
     ``confirm`` answers the question: whether to apply, or the paths of the files to apply (the
     person chose file by file; the others are left out, said so)."""
-    verdict_code = int(report.exit_code)
+    verdict_code = report.exit_code
     if not report.fixed or report.patch_set is None:
-        return verdict_code, report.message
+        return HandBackOutcome(verdict_code, report.message)
     how = apply_hint(report, repo)
     patch_set = report.patch_set  # what is applied: all of it, or the files the person chose
     if not report.patch_set.changes:
-        report.hand_back = "nothing to apply"
-        return verdict_code, ""
+        return HandBackOutcome(verdict_code, kind=HandBack.NOTHING_TO_APPLY)
     if mode == DRY_RUN:
-        report.hand_back = "dry run"
         say(f"Dry run: the patch was not applied. To apply it: {how}")
-        return verdict_code, ""
+        return HandBackOutcome(verdict_code, kind=HandBack.DRY_RUN)
     held: dict[str, str] = {}  # what --yes leaves out, by its paths' rules
     if mode == YES:
         beyond = [(c.path, c.notes) for c in report.patch_set.changes if c.notes]
@@ -99,34 +99,31 @@ def hand_back(
                 f"the patch was not applied: it holds {what} ({shown}), which need your confirmation at a "
                 f"terminal (--yes does not cover them). Review it and apply it yourself: {how}"
             )
-            report.hand_back = f"refused: {message}"
-            return int(ExitCode.FAILURE), message
+            return HandBackOutcome(ExitCode.FAILURE, message, HandBack.REFUSED, message)
         patch_set = dataclasses.replace(report.patch_set, changes=rest)
     if mode == ASK:
         if confirm is None:
-            report.hand_back = "no terminal to confirm"
             say(
                 f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
             )
-            return verdict_code, ""
+            return HandBackOutcome(verdict_code, kind=HandBack.NO_TERMINAL)
         answer = confirm(question(report, repo))
         if not answer:
-            report.hand_back = "declined"
             say(f"Not applied. To apply it later: {how}")
-            return verdict_code, ""
+            return HandBackOutcome(verdict_code, kind=HandBack.DECLINED)
         if isinstance(answer, list):
             chosen = [c for c in report.patch_set.changes if c.path in answer]
             patch_set = dataclasses.replace(report.patch_set, changes=chosen)
     try:
         files = apply_patch_set(repo, patch_set)
     except PatchNotApplied as exc:
-        report.hand_back = f"refused: {exc.message}"
-        return int(ExitCode.FAILURE), f"{exc.message} To apply it yourself: {how}"
+        return HandBackOutcome(
+            ExitCode.FAILURE, f"{exc.message} To apply it yourself: {how}", HandBack.REFUSED, exc.message
+        )
     except ApplyInterrupted as exc:
-        report.hand_back = "interrupted: " + ("applied in full" if exc.applied else "not applied")
-        return int(ExitCode.INTERRUPTED), exc.message
+        done = "applied in full" if exc.applied else "not applied"
+        return HandBackOutcome(ExitCode.INTERRUPTED, exc.message, HandBack.INTERRUPTED, done)
     left = [path for path in report.patch_set.files if path not in patch_set.files]
-    report.hand_back = f"applied: {', '.join(files)}; not applied: {', '.join(left)}" if left else "applied"
     say(f"Applied to {repo}: {shown_names(files)}")
     if held:
         say("Not applied, they need your yes at a terminal (--yes does not cover them): "
@@ -134,28 +131,29 @@ def hand_back(
             + f". The whole patch: {how}")  # fmt: skip
     elif left:
         say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
-    return verdict_code, ""
+    detail = f"{', '.join(files)}; not applied: {', '.join(left)}" if left else ""
+    return HandBackOutcome(verdict_code, kind=HandBack.APPLIED, detail=detail)
 
 
-def record_outcome(report: FixReport, exit_code: int, message: str, *, command: str = "fix") -> None:
-    """Write the command's real exit code and message into ``summary.json`` and as the
-    trajectory's last line; the shadow repository is removed (``patch.diff`` stays)."""
-    report.exit_code = ExitCode(exit_code) if exit_code in ExitCode._value2member_map_ else report.exit_code
-    if message:
-        report.message = message
-    summary = report.write_summary()
-    writer = TrajectoryWriter(report.trajectory_path, key=report.key)
+def record_outcome(report: FixReport, outcome: HandBackOutcome, *, command: str = "fix") -> FixReport:
+    """Write the report with the hand-back's ``outcome`` (the command's real exit code and message)
+    into ``summary.json`` and as the trajectory's last line, and return it; the shadow repository
+    is removed (``patch.diff`` stays)."""
+    final = report.with_outcome(outcome)
+    summary = write_summary(final)
+    writer = TrajectoryWriter(final.trajectory_path, key=final.key)
     try:
         writer(
             TaskFinished(
-                run_id=report.run_id,
+                run_id=final.run_id,
                 command=command,
-                exit_code=exit_code,
-                message=report.message,
+                exit_code=int(final.exit_code),
+                message=final.message,
                 report=summary,
             )
         )
     finally:
         writer.close()
-    if report.stock is not None:
-        report.stock.discard()
+    if final.stock is not None:
+        final.stock.discard()
+    return final

@@ -23,23 +23,37 @@ Tests that failed before and still fail are listed either way (``still_failing``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from clover_agent.errors import ExitCode
 from clover_agent.fix.regression import renamed_cases
 from clover_agent.tools.run_tests import TestReport
 
-FIXED = "fixed"
-FIXED_UNVERIFIED = "fixed, suite unverified"
-TESTS_WEAKENED = "tests weakened"
-TESTS_CHANGED = "tests changed"
-NOT_FIXED = "not fixed"
+
+class Verdict(StrEnum):
+    """The verdicts of the module docstring, as summary.json and the README's table name them."""
+
+    FIXED = "fixed"
+    FIXED_UNVERIFIED = "fixed, suite unverified"
+    TESTS_CHANGED = "tests changed"
+    TESTS_WEAKENED = "tests weakened"
+    NOT_FIXED = "not fixed"
+
+    @property
+    def fixed(self) -> bool:
+        """The patch makes the target pass (the suite's check may be incomplete)."""
+        return self in (Verdict.FIXED, Verdict.FIXED_UNVERIFIED)
+
+
 #: What JUnit XML calls a module pytest could not import.
 COLLECTION_FAILURE = "collection failure"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judgement:
-    verdict: str
+    """A verdict, the exit code and message it gives the command, and what it lists."""
+
+    verdict: Verdict
     exit_code: ExitCode
     message: str
     regressions: list[str] = field(default_factory=list)
@@ -190,7 +204,7 @@ def judge(
         )
         if weakened:
             return Judgement(
-                TESTS_WEAKENED,
+                Verdict.TESTS_WEAKENED,
                 ExitCode.FAILURE,
                 "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
                 weakened=weakened,
@@ -198,7 +212,7 @@ def judge(
                 tests_changed=changed,
             )
         return Judgement(
-            TESTS_CHANGED,
+            Verdict.TESTS_CHANGED,
             ExitCode.FAILURE,
             "the target passes only with the patch's own changes to its tests or their harness ("
             + ", ".join(changed[:10])
@@ -209,12 +223,12 @@ def judge(
     if target_after.timed_out or (target_after.problem and not target_after.outcomes):
         why = "timed out" if target_after.timed_out else _first_line(target_after.problem or "")
         return Judgement(
-            NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
+            Verdict.NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
         )
     if held_out_fails:
         shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10])
         return Judgement(
-            NOT_FIXED,
+            Verdict.NOT_FIXED,
             ExitCode.FAILURE,
             "the agent finished, but the target does not pass: "
             + (shown or f"the run ended with exit code {target_after.exit_code}")
@@ -225,7 +239,7 @@ def judge(
         )
     if as_handed is not None:
         return Judgement(
-            NOT_FIXED,
+            Verdict.NOT_FIXED,
             ExitCode.FAILURE,
             f"the target passes with the starting commit's tests, but not on the patch as handed back: {as_handed}",
             still_failing=still,
@@ -233,7 +247,7 @@ def judge(
         )
     if weakened:
         return Judgement(
-            TESTS_WEAKENED,
+            Verdict.TESTS_WEAKENED,
             ExitCode.FAILURE,
             "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
             still_failing=still,
@@ -261,7 +275,7 @@ def judge(
             ][:10]
         )
         return Judgement(
-            NOT_FIXED,
+            Verdict.NOT_FIXED,
             ExitCode.FAILURE,
             f"the target passes now, but tests that passed before do not: {shown}",
             regressions=sorted({*broke, *gone_as_handed}),
@@ -270,7 +284,7 @@ def judge(
         )
     if new_failing:
         return Judgement(
-            NOT_FIXED,
+            Verdict.NOT_FIXED,
             ExitCode.FAILURE,
             "the target passes, but tests the patch adds fail: " + ", ".join(new_failing[:10]),
             still_failing=still,
@@ -278,13 +292,13 @@ def judge(
         )
     if not files_changed:
         return Judgement(
-            NOT_FIXED,
+            Verdict.NOT_FIXED,
             ExitCode.FAILURE,
             "the agent changed no file, yet the target passes now (a flaky test?)",
         )
     if gaps:
         return Judgement(
-            FIXED_UNVERIFIED,
+            Verdict.FIXED_UNVERIFIED,
             ExitCode.SUITE_UNVERIFIED,
             "the target passes, but the rest of the suite is unverified: " + "; ".join(gaps),
             still_failing=still,
@@ -292,7 +306,7 @@ def judge(
             tests_changed=changed,
         )
     return Judgement(
-        FIXED,
+        Verdict.FIXED,
         ExitCode.OK,
         "fixed: the target passes and no test that passed before fails"
         + (f" ({len(still)} failed before and still fail)" if still else ""),

@@ -27,7 +27,7 @@ from clover_agent.tools.run_tests.detect import PYTHON_TEST_FILE
 from clover_agent.tools.run_tests.guarded import FIND_PYTHON_GUARDED, INSTALLED_NAMES, PYTEST_MODULES
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Verification:
     """The runs on the patched tree, and the verdict."""
 
@@ -203,5 +203,5 @@ async def verify_patch(
         handed_back=handed_back,
         tests_changed=plan.reverted,
     )
-    judgement.tests_changed = plan.reverted
+    judgement = dataclasses.replace(judgement, tests_changed=plan.reverted)
     return Verification(target_after, suite_after, handed_back, plan.harness, judgement)

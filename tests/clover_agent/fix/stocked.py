@@ -7,8 +7,8 @@ from pathlib import Path
 
 from clover_agent.errors import ExitCode
 from clover_agent.fix.handback.stock import Stock
-from clover_agent.fix.handback.verdict import FIXED
-from clover_agent.fix.workflow import FixReport
+from clover_agent.fix.handback.verdict import Judgement, Verdict
+from clover_agent.fix.report import Checked, FixReport, Kept, build_report
 from clover_agent.sandboxes import create_sandbox
 from tests.sandbox_specs import sandbox_spec
 
@@ -23,7 +23,15 @@ async def stocked_report(repo: Path, run_dir: Path, command: str, *, kind: str =
         result = await sandbox.exec(command, timeout=600)
         assert result.exit_code == 0, result.output
         patch = await stock.record_end(sandbox)
-    report = FixReport(run_dir.name, run_dir, exit_code=ExitCode.OK, message="fixed", verdict=FIXED)
-    report.patch_set, report.stock, report.files_changed = patch, stock, patch.files
+    report = build_report(
+        run_dir.name,
+        run_dir,
+        exit_code=ExitCode.OK,
+        message="fixed",
+        elapsed_s=0.0,
+        stock=stock,
+        kept=Kept(patch),
+        checked=Checked(Judgement(Verdict.FIXED, ExitCode.OK, "fixed")),
+    )
     report.patch_path.write_bytes(patch.patch)
     return report

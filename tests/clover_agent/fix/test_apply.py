@@ -224,8 +224,8 @@ async def test_a_latin1_file_round_trips_byte_exactly(tmp_path: Path) -> None:
         tmp_path / "run",
         "sed -i 's/\\xe9t\\xe9/\\xe9t\\xe9 \\xe0 Paris/' legacy.py && printf 'one\\r\\n2\\r\\n' > crlf.txt",
     )
-    code, _ = hand_back(report, repo, mode=YES, say=lambda _: None)
-    assert code == 0 and report.hand_back == "applied"
+    outcome = hand_back(report, repo, mode=YES, say=lambda _: None)
+    assert outcome.exit_code == 0 and outcome.hand_back == "applied"
     assert (repo / "legacy.py").read_bytes() == b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9 \xe0 Paris'\n"
     assert (repo / "crlf.txt").read_bytes() == b"one\r\n2\r\n"
     # The kept patch is the same bytes: git applies it to the starting tree exactly.

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from clover_agent.errors import ExitCode
-from clover_agent.fix.workflow import SUMMARY_FILE, TRAJECTORY_FILE
+from clover_agent.fix.runs import SUMMARY_FILE
 from tests.cli_process import start_signalable
 from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs
 

@@ -19,8 +19,7 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.cli.options import record_key
 from clover_agent.errors import ExitCode
-from clover_agent.fix.runs import RECORD_FILES
-from clover_agent.fix.workflow import PATCH_FILE, SUMMARY_FILE
+from clover_agent.fix.runs import PATCH_FILE, RECORD_FILES, SUMMARY_FILE
 from clover_agent.settings import Settings
 from tests.clover_agent.fix.test_fix import (
     REPLAY,

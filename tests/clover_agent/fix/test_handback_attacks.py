@@ -22,7 +22,7 @@ import pytest
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
 from clover_agent.fix.handback import decision
-from clover_agent.fix.workflow import PATCH_FILE, SUMMARY_FILE
+from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
 from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.tui.handback import ApplyOutcome, Handback
@@ -957,10 +957,10 @@ def test_a_yes_at_a_terminal_applies_what_needs_one(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     report = asyncio.run(stocked_report(repo, tmp_path / "run", command_of(WRITE_NEEDS_YES)))
     asked = []
-    code, _ = decision.hand_back(
+    outcome = decision.hand_back(
         report, repo, mode=decision.ASK, confirm=lambda q: asked.append(q) or True, say=print
     )
-    assert code == ExitCode.OK and report.hand_back == "applied"
+    assert outcome.exit_code == ExitCode.OK and outcome.hand_back == "applied"
     assert "tools/run.sh (an executable file)" in asked[0]
     for path, text in NEEDS_YES.items():
         assert (repo / path).read_text() == text

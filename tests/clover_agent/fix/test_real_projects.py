@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.workflow import SUMMARY_FILE
+from clover_agent.fix.runs import SUMMARY_FILE
 from tests.git_repos import git, make_repo
 from tests.real_projects import (
     PROJECTS,
