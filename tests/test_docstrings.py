@@ -6,17 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.docstrings import MAX_LINES, check, findings
+from tests.docstrings import MAX_LINES, ROOT, check, findings, module_docstring
 
 #: Module docstrings still too long, each with why it is still here. An entry that no longer
 #: breaks the rule fails the test, so the list only shrinks.
-KNOWN: dict[str, str] = {
-    # These modules are being rewritten by the one-way-report change (issue 21, item 3); their
-    # docstrings are trimmed after it lands, so the two changes do not collide.
-    "clover_agent/fix/workflow.py": "rewritten by the one-way-report change; trimmed after it lands",
-    "clover_agent/fix/handback/decision.py": "rewritten by the one-way-report change; trimmed after it lands",
-    "clover_agent/fix/handback/verdict.py": "rewritten by the one-way-report change; trimmed after it lands",
-}
+KNOWN: dict[str, str] = {}
 
 
 def test_module_docstrings_are_short_and_hold_no_measurement() -> None:
@@ -27,11 +21,16 @@ def test_module_docstrings_are_short_and_hold_no_measurement() -> None:
     assert not stale, f"these now keep the rule; remove them from KNOWN: {sorted(stale)}"
 
 
-def test_the_checker_reads_the_real_tree() -> None:
-    assert any(finding.path == "clover_agent/fix/workflow.py" for finding in findings())
-    # A short docstring of the real tree passes, and it is the one the file starts with.
-    source = Path(__file__).parents[1].joinpath("engine", "__init__.py").read_text()
-    assert check("engine/__init__.py", source) == []
+def test_the_checker_reads_the_real_tree(tmp_path: Path) -> None:
+    source = (ROOT / "clover_agent" / "fix" / "workflow.py").read_text()
+    found = module_docstring(source)
+    assert found is not None and found[1].startswith("The ``fix`` workflow")
+    assert check("clover_agent/fix/workflow.py", source) == []
+    # The same module with its docstring grown past the limit is flagged.
+    (tmp_path / "clover_agent" / "fix").mkdir(parents=True)
+    grown = source.replace('"""', '"""' + "More.\n" * MAX_LINES, 1)
+    (tmp_path / "clover_agent" / "fix" / "workflow.py").write_text(grown)
+    assert [f.path for f in findings(tmp_path, ("clover_agent",))] == ["clover_agent/fix/workflow.py"]
 
 
 def test_a_long_docstring_or_a_measurement_fails_the_check(tmp_path: Path) -> None:

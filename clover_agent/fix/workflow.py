@@ -1,41 +1,13 @@
 """The ``fix`` workflow: reproduce a failing test, let the agent repair it, verify, keep the patch.
 
-0. Right after the sandbox starts, the host takes its own snapshot of the workspace
-   (:mod:`clover_agent.fix.handback.stock`): the starting state the patch is computed against.
-1. Resolve TARGET to tests and run them in the sandbox; if none fails there is nothing to fix; if
-   they cannot run in the sandbox's environment (:mod:`clover_agent.fix.diagnosis`), the run
-   stops here (exit 4), before any agent.
-2. Run the regression baseline once (:mod:`clover_agent.fix.regression`: the whole suite by
-   default, or the related test files, or nothing), so "nothing that passed before now fails" can
-   be checked.
-3. Run the agent loop on the failure. Then every process in the sandbox is killed, the files
-   that changed are read back and the patch is made on the host (``patch.diff``), whatever the
-   outcome.
-4. In a fresh sandbox made exactly the patched tree (:mod:`clover_agent.fix.handback.verify`), re-run the
-   target, then the same regression tests, and judge (:mod:`clover_agent.fix.handback.verdict`: fixed; fixed, suite
-   unverified; tests weakened; not fixed).
-
-A front end with a request from a user (the CI bot) puts it before the task (``request``) and may
-leave TARGET empty: the suite runs first and its failing tests are the target. When none fails,
-the agent works from the request alone, and success also needs a test the patch adds or changes
-that fails without the change and passes with it (:mod:`clover_agent.fix.handback.evidence`).
-
-A stopped run (a spent budget, an interrupt, a backend outage) continues with ``resume=``: steps 1
-and 2 are taken from its trajectory (the baseline is the repository before the agent worked), the
-workspace is restored in a fresh sandbox (the host's snapshot is taken before that, so the patch
-holds the earlier segments' work too), and the agent carries on with the recorded conversation
-and a fresh budget, appending to the same trajectory after a ``TaskResumed`` event; then step 4.
-
-This is the entry point every front end of the workflow calls (``clover-agent fix``, the CI bot):
-:func:`run_fix` with a :class:`FixRequest` holding a complete sandbox spec, a backend factory (called
-only once a failure is confirmed) and, optionally, the run folder. Everything lands in that folder
-(default ``<repo>/.clover/runs/<id>/``): ``trajectory.jsonl`` (every event), ``patch.diff`` (the
-host's diff, whatever the outcome), ``summary.json`` (each signed with ``record_key``: :mod:`clover_agent.agent.records`) and, until the caller hands the patch back
-(:mod:`clover_agent.fix.handback.decision`) or discards it, the shadow repository with the exact bytes.
-
-Each step returns a value (:mod:`clover_agent.fix.report`); :func:`run_fix` keeps them and builds
-the frozen :class:`~clover_agent.fix.report.FixReport` once from them, however the run ends.
-(Over 400 lines: the workflow's steps, for a target and for a request with none, read in one place.)
+:func:`run_fix` is what every front end of the workflow calls (``clover-agent fix``, the CI bot)
+with a :class:`FixRequest`: a complete sandbox spec, a backend factory (called only once a failure
+is confirmed) and, optionally, the run folder. The steps (docs/architecture.md, "The fix
+workflow's steps"): the host's snapshot of the start, TARGET resolved and run, the regression
+baseline, the agent, the patch made on the host, its verification in a fresh sandbox and the
+verdict (:mod:`clover_agent.fix.handback`); a request with no failing test needs a test that shows
+the change, and a stopped run continues with ``resume=``. Each step returns a value
+(:mod:`clover_agent.fix.report`) and the frozen report is built once from them, however it ends.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Handing a run's verified patch back to the user's working tree, and the run's last word.
 
-:func:`hand_back` decides, for a front end that says how the user chose (``--yes``, ``--dry-run``,
-or asking at a terminal), whether the patch is applied (:func:`clover_agent.fix.handback.apply.apply_patch_set`:
-the verified bytes, all or nothing) and returns the command's exit code and message:
-
-- only a patch whose verdict is ``fixed`` or ``fixed, suite unverified`` is offered;
-- changes beyond text edits (symlinks, binary files, executable bits) and the files whose paths
-  need a yes (git's files, CI configuration, executables: :attr:`PatchSet.needing_yes`) are named
-  in the question and need an answer at a terminal (:attr:`PatchSet.to_confirm`). ``--yes`` alone
-  applies none of a patch with changes beyond text edits, and the rest of a patch without the
-  files that need a yes (named);
-- a refusal (uncommitted changes to a touched file, a file that changed since the start, a path
-  through a symlink) is exit 1 with the reason; a signal is exit 130, saying whether the tree is
-  unchanged or fully patched.
-
-:func:`hand_back` reads the report and returns a :class:`~clover_agent.fix.report.HandBackOutcome`;
-:func:`record_outcome` then writes the report with it (the command's real exit code and message,
-what became of the patch) into ``summary.json`` and as the trajectory's last line (a second
-``TaskFinished``), so both say what the process did.
+:func:`hand_back` reads the report and decides, for how the user chose (``--yes``, ``--dry-run``,
+asking at a terminal), whether the patch is applied (the verified bytes, all or nothing:
+:func:`clover_agent.fix.handback.apply.apply_patch_set`); it returns a
+:class:`~clover_agent.fix.report.HandBackOutcome` (exit code, message, what became of the patch).
+What is offered, what needs a yes and what is never handed back are in README ("Needs a yes at
+a terminal", "Never handed back"). :func:`record_outcome` writes the report with that outcome into ``summary.json`` and as the
+trajectory's last line, so both say what the process did.
 """
 
 from __future__ import annotations

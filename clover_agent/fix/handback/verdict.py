@@ -1,23 +1,11 @@
 """The verdict of a ``fix`` run: never more than was checked.
 
-:func:`judge` reads the test runs before and after the patch (the after runs are made on the
-exact patched tree, see :mod:`clover_agent.fix.handback.stock`) and picks one of (README, "Verdicts"):
-
-- ``fixed`` (exit 0): every target test passes (a skipped, deselected or vanished one is not a
-  pass), no test that passed before fails, errors, is skipped or is gone, the tests were not
-  weakened, and the suite's run is a real check;
-- ``fixed, suite unverified`` (exit 8): the same for the target, but the rest of the suite could
-  not be checked (it timed out or could not be run or collected before or after, tests erred for
-  environment reasons both times, or none passed before): "nothing else broke" is not known;
-- ``tests changed`` (exit 1): the target passes only with the patch's own changes to its tests
-  or their harness, not with the starting commit's (the held-out run,
-  :mod:`clover_agent.fix.handback.heldout`);
-- ``tests weakened`` (exit 1): the target passes because its tests were weakened
-  (:mod:`clover_agent.fix.handback.weakened`);
-- ``not fixed`` (exit 1): a target test does not pass, or tests that passed before do not, or
-  nothing changed.
-
-Tests that failed before and still fail are listed either way (``still_failing``).
+:func:`judge` reads the test runs before and after the patch (the after-runs are made on the exact
+patched tree, held out first: :mod:`clover_agent.fix.handback.heldout`) and picks one
+:class:`Verdict` — ``fixed``, ``fixed, suite unverified``, ``tests changed``, ``tests weakened``
+(:mod:`clover_agent.fix.handback.weakened`) or ``not fixed`` — each defined, with its exit code,
+in README's "Verdicts" table. Tests that failed before and still fail are listed either way
+(``still_failing``).
 """
 
 from __future__ import annotations
