@@ -44,10 +44,13 @@ BIG_EDIT = (
 def cli_signals():
     """The signal handlers `clover-agent fix` hands back under: Python's own (the hand-back runs
     after the event loop, whose runner would turn a first SIGINT into a task cancellation), so
-    these tests do not depend on what an earlier test left installed."""
+    these tests do not depend on what an earlier test left installed. SIGTERM raises like SIGINT
+    instead of ending the process (SIG_DFL): the apply puts its own SIGTERM handler in while it
+    runs, whatever was there, so nothing changes inside it, but a SIGTERM that comes late (the
+    sender saw the moves begin, then waited for a CPU) would otherwise end the test process."""
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     yield
     for s, handler in previous.items():
         signal.signal(s, handler)
