@@ -14,8 +14,9 @@ import ast
 import inspect
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from tests.findings import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The package's folders whose modules are checked (tests, examples, bench and scripts are not).
@@ -36,18 +37,6 @@ MEASUREMENT = re.compile(
     r"(?<![\w.])~?\d+(?:[.,]\d+)*\s?" + _UNIT + r"(?![\w/])"
     r"|(?<![\w.])\d+(?:\.\d+)?\s?(?:x|×|%|times)\s+(?:faster|slower|quicker|speed-?ups?)\b"
 )
-
-
-@dataclass(frozen=True, order=True)
-class Finding:
-    """A module docstring at ``line`` of ``path`` (relative to the root) that breaks the rule, and how."""
-
-    path: str
-    line: int
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.problem}"
 
 
 def module_docstring(source: str) -> tuple[int, str] | None:

@@ -17,8 +17,9 @@ import io
 import re
 import tokenize
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from tests.findings import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The test folders whose tensor comparisons the policy covers.
@@ -30,18 +31,6 @@ TOLERANT = {"assert_close", "allclose", "assert_allclose", "isclose"}
 #: Calls that compare bit for bit: they need the exact tag.
 EXACT = {"equal", "array_equal", "assert_array_equal"}
 EXACT_TAG = re.compile(r"#.*\bexact:\s*\S")
-
-
-@dataclass(frozen=True, order=True)
-class Finding:
-    """A comparison at ``line`` of ``path`` that breaks the policy, and how."""
-
-    path: str
-    line: int
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.problem}"
 
 
 def _name(func: ast.expr) -> str:
