@@ -146,7 +146,7 @@ async def _imports(sandbox: Sandbox, rel: str) -> set[str]:
             names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
             if base:
                 names.add(base)
-    modules = set()
+    modules: set[str] = set()
     for name in names:
         parts = name.split(".")
         modules.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))

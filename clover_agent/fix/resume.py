@@ -106,13 +106,15 @@ def load_stopped_run(run_dir: Path, key: RecordKey, target: str | None = None) -
     except TypeError as exc:
         raise UsageError(f"cannot resume run {run_id}: a recorded test run is damaged ({exc})") from None
     target_tests = baseline["target_before"].target
-    selection = next(
-        (
-            e.report.get("target")
-            for e in reversed(events)
-            if isinstance(e, TaskFinished) and e.report.get("target")
-        ),
-        target_tests,
+    selection = str(
+        next(
+            (
+                e.report.get("target")
+                for e in reversed(events)
+                if isinstance(e, TaskFinished) and e.report.get("target")
+            ),
+            target_tests,
+        )
     )
     # How the latest segment was started (a resumption that recorded nothing: the first one).
     launch = next((e for e in reversed(events) if isinstance(e, TaskResumed) and e.launch), started)
@@ -121,6 +123,7 @@ def load_stopped_run(run_dir: Path, key: RecordKey, target: str | None = None) -
             f"TARGET {target!r} differs from the target of run {run_id} ({started.target!r}); "
             "leave TARGET out when resuming"
         )
+    last = finished or done
     return StoppedRun(
         run_dir=run_dir,
         run_id=run_id,
@@ -133,7 +136,7 @@ def load_stopped_run(run_dir: Path, key: RecordKey, target: str | None = None) -
         segments=1 + sum(isinstance(e, TaskResumed) for e in events),
         exit_code=finished.exit_code if finished else (done.exit_code if done else None),
         outcome=done.outcome if done else "killed",
-        message=(finished or done).message if (finished or done) else "the run ended without a verdict",
+        message=last.message if last else "the run ended without a verdict",
         launch=dict(launch.launch),
         replay_turns_used=_replay_turns_used(launch, events),
     )

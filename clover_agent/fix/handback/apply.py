@@ -18,10 +18,11 @@ import shutil
 import signal
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from clover_agent.errors import CloverError, ExitCode
 from clover_agent.fix.handback.patches import hidden_work, local_changes
@@ -308,17 +309,19 @@ def _held_signals() -> Iterator[None]:
         yield
         return
     noted: list[int] = []
-    previous: dict[int, object] = {}
+    previous: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
 
     def note(signum: int, frame: FrameType | None) -> None:
         noted.append(signum)
 
     try:
-        for s in HELD_SIGNALS:
-            handler = signal.getsignal(s)
-            if handler not in (signal.SIG_IGN, None):  # None: set outside Python, cannot be put back
-                previous[s] = handler
-                signal.signal(s, note)
+        for held in HELD_SIGNALS:
+            handler = signal.getsignal(held)
+            if (
+                handler is not None and handler != signal.SIG_IGN
+            ):  # None: set outside Python, cannot be put back
+                previous[held] = handler
+                signal.signal(held, note)
         yield
     finally:
         for s, handler in previous.items():

@@ -17,6 +17,7 @@ import configparser
 import posixpath
 import re
 import tomllib
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from clover_agent.fix.handback.patches import is_test_file
@@ -194,7 +195,7 @@ def held_out(
     *,
     target_ids: list[str],
     installed: set[str],
-    harness_modules: set[str],
+    harness_modules: AbstractSet[str],
     test_files: frozenset[str] = frozenset(),
     keep: frozenset[str] = frozenset(),
 ) -> HeldOut:

@@ -120,9 +120,9 @@ class ShadowRepo:
         binary = set()
         for record in numstat.split(b"\0"):
             added, _, rest = record.partition(b"\t")
-            deleted, _, path = rest.partition(b"\t")
+            deleted, _, raw_path = rest.partition(b"\t")
             if added == b"-" and deleted == b"-":
-                binary.add(path.decode("utf-8", "surrogateescape"))
+                binary.add(raw_path.decode("utf-8", "surrogateescape"))
         links = {p: oid for p, _, _, new_mode, _, oid in found if new_mode == SYMLINK}
         targets = {p: data.decode("utf-8", "surrogateescape") for p, data in self.blobs(links).items()}
         return [

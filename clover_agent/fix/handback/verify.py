@@ -67,7 +67,7 @@ def _python_sides(patch: PatchSet) -> tuple[dict[str, bytes | None], dict[str, b
     return {c.path: old.get(c.path) for c in python}, {c.path: new.get(c.path) for c in python}
 
 
-async def installed_modules(sandbox: Sandbox) -> tuple[set[str], set[str]] | None:
+async def installed_modules(sandbox: Sandbox) -> tuple[set[str], frozenset[str]] | None:
     """The module names the sandbox's Python finds outside the workspace, and those of them pytest
     imports before any test runs (pytest's own, its plugins'); None when it cannot tell (no Python)."""
     command = f"{FIND_PYTHON_GUARDED}; " + '[ -n "$__py" ] || __py=python3; "$__py" -c '
@@ -117,7 +117,7 @@ async def verify_patch(
         modules = await installed_modules(sandbox)
         if modules is None and target_before.framework in ("pytest", "unittest"):
             raise HandBackError("the verification sandbox's Python could not list its installed modules")
-        installed, harness_modules = modules or (set(), set(PYTEST_MODULES))
+        installed, harness_modules = modules or (set(), PYTEST_MODULES)
         test_files = frozenset(t.split("::")[0] for r in (target_before, suite_before) for t in r.outcomes)
 
         def plan_for(keep: frozenset[str]) -> HeldOut:
