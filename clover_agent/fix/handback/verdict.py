@@ -126,7 +126,7 @@ def suite_gaps(before: TestReport, after: TestReport, environment_errors: set[st
     return gaps
 
 
-@dataclass
+@dataclass(frozen=True)
 class HandedBack:
     """The runs on the patch as handed back: the target, and the test files the patch adds,
     changes or deletes (``files``; ``tests`` None when there are none or the target failed)."""

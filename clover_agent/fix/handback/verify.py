@@ -169,15 +169,15 @@ async def verify_patch(
                     phase="verification", detail=f"running {target_tests} on the patch as handed back"
                 )
             )
-            handed_back = HandedBack(
-                await run_tests_in(sandbox, target_tests), _changed_test_files(patch, keep_tests)
-            )
+            files = _changed_test_files(patch, keep_tests)
+            target_handed_back = await run_tests_in(sandbox, target_tests)
             bus.emit(
-                TestsRun(phase="target_handed_back", target=target_tests, report=handed_back.target.to_dict())
+                TestsRun(phase="target_handed_back", target=target_tests, report=target_handed_back.to_dict())
             )
-            present = [f for f in handed_back.files if f in {c.path for c in patch.changes if c.new_mode}]
-            if handed_back.files and handed_back.problem(target_before) is None:
-                handed_back.tests = (
+            tests_handed_back = None
+            present = [f for f in files if f in {c.path for c in patch.changes if c.new_mode}]
+            if files and HandedBack(target_handed_back).problem(target_before) is None:
+                tests_handed_back = (
                     await run_tests_in(sandbox, " ".join(present))
                     if present  # else only deletions: every test of those files is gone
                     else TestReport(framework=target_before.framework, command="", target="", exit_code=0)
@@ -186,9 +186,10 @@ async def verify_patch(
                     TestsRun(
                         phase="tests_handed_back",
                         target=" ".join(present),
-                        report=handed_back.tests.to_dict(),
+                        report=tests_handed_back.to_dict(),
                     )
                 )
+            handed_back = HandedBack(target_handed_back, files, tests_handed_back)
     before, after = _python_sides(patch)
     judgement = judge(
         target_before,
