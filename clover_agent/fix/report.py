@@ -27,6 +27,7 @@ from clover_agent.fix.handback.stock import PatchSet, Stock
 from clover_agent.fix.handback.verdict import Judgement, Verdict
 from clover_agent.fix.handback.verify import Verification
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
+from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.run_tests import TestReport
 
 
@@ -82,7 +83,7 @@ class Before:
     target_before: TestReport | None = None
     suite_before: TestReport | None = None
     task: str = ""  # "": a resumed run (its task is in the recorded conversation)
-    stop: CloverError | None = None
+    stop: CloverError | SandboxError | None = None  # SandboxError: it broke after a test run
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from clover_agent.fix.runs import PATCH_FILE, new_run_id, runs_dir
 from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 
@@ -428,6 +429,17 @@ async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Be
     )
     seen = Before(Mode.TARGET, f"{selection.target} ({selection.how})", selection.target, selection.report)
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+    try:
+        return await _baseline(request, sandbox, bus, selection, seen)
+    except SandboxError as exc:  # the sandbox broke after the target's run: that run is kept
+        return dataclasses.replace(seen, stop=exc)
+
+
+async def _baseline(
+    request: FixRequest, sandbox: Sandbox, bus: EventBus, selection: TestSelection, seen: Before
+) -> Before:
+    """Step 2 after the target's run (``seen``): stop when nothing fails or the environment is to
+    blame, else the regression baseline."""
     if selection.report.all_passed:
         total = selection.report.total
         return dataclasses.replace(
@@ -479,7 +491,10 @@ async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus
     failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
     if failing:
         target = target_for(failing)
-        selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
+        try:
+            selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
+        except SandboxError as exc:  # the sandbox broke after the suite's run: that run is kept
+            return Before(suite_before=suite, stop=exc)
         bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
         return Before(
             Mode.FAILING_TESTS,

@@ -465,3 +465,39 @@ def test_yes_never_applies_over_uncommitted_changes_to_the_same_file(tmp_path: P
     assert "+    return a + b" in (run / PATCH_FILE).read_text()  # the patch is kept
     summary = json.loads((run / SUMMARY_FILE).read_text())
     assert summary["fixed"] and summary["hand_back"].startswith("refused: the patch was not applied")
+
+
+#: A test that kills the local sandbox's runner (its ancestor process whose last argument is the
+#: sandbox mode): the sandbox breaks while the suite runs.
+KILL_THE_RUNNER = """import os, signal
+
+
+def test_kills_the_sandbox():
+    pid = os.getppid()
+    while pid > 1:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")  # it ends with a NUL
+        if b"-I" in argv and argv[-2:] == [b"local", b""]:
+            os.kill(pid, signal.SIGKILL)
+            return
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("no sandbox runner above this test")
+"""
+
+
+def test_a_sandbox_that_breaks_during_the_baseline_keeps_the_target_run(tmp_path: Path, capsys) -> None:
+    """The target's run before the change is in summary.json although the sandbox died in the
+    regression baseline after it (the suite holds a test that kills the sandbox's runner)."""
+    repo = calculator_repo(tmp_path)
+    (repo / "tests" / "test_zz_breaks.py").write_text(KILL_THE_RUNNER)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a test that breaks the sandbox")
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(REPLAY),
+                 "--sandbox", "local"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == ExitCode.SANDBOX_UNAVAILABLE, err
+    (run,) = run_dirs(repo)
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["exit_code"] == code
+    assert summary["tests"]["target_before"]["failed"] == 1, summary["tests"]
+    assert summary["tests"]["suite_before"] is None, summary["tests"]
+    assert "return a - b" in (repo / "calculator.py").read_text()
