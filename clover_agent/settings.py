@@ -98,6 +98,9 @@ class Settings:
     #: The process environment, for what runs on this machine on the user's behalf (the local
     #: sandbox's commands) and for the Docker engine's address (:data:`DOCKER_VARIABLES`).
     environment: Mapping[str, str] = field(default_factory=dict)
+    #: The config file's ``[mcp_servers.NAME]`` tables as written (``clover_agent.tools.mcp`` reads
+    #: them: command, args, env or url, where, approve).
+    mcp_servers: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def vocab_cache(self) -> Path:
@@ -149,6 +152,7 @@ class Settings:
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
+            mcp_servers=_tables(values, "mcp_servers", path),
         )
 
 
@@ -198,6 +202,8 @@ class RepoSettings:
     wheels: str | None = None  # resolved, inside the repository
     regression: str | None = None
     suite_timeout: float | None = None
+    #: ``[mcp_servers.NAME]`` tables as written: only from a trusted file (they run programs).
+    mcp_servers: Mapping[str, Any] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()  # TRUSTED_ONLY keys the file sets, left out: it is not trusted
 
 
@@ -258,19 +264,30 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         wheels=None if wheels is None or not trusted else _folder_inside(Path(repo), wheels, path),
         regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
+        mcp_servers=_tables(values, "mcp_servers", path),
     )
     if trusted:
         return settings
     ignored = tuple(key for key in TRUSTED_ONLY if key in table)
+    ignored += ("mcp_servers",) if settings.mcp_servers else ()
     empty = RepoSettings()
-    return replace(settings, **{key: getattr(empty, key) for key in TRUSTED_ONLY}, ignored=ignored)
+    return replace(
+        settings, **{key: getattr(empty, key) for key in TRUSTED_ONLY}, mcp_servers={}, ignored=ignored
+    )
 
 
 def trusted_only_values(repo: str | Path) -> dict[str, Any]:
-    """The :data:`TRUSTED_ONLY` keys the repository's file sets, with their values as written."""
+    """What the repository's file sets that needs trust, with the values as written: the
+    :data:`TRUSTED_ONLY` keys of ``[sandbox]`` by name, and each ``[mcp_servers.NAME]`` table as
+    ``mcp_servers.NAME``."""
     path = Path(repo) / REPO_CONFIG
-    table = _repo_values(path).get("sandbox", {}) if path.is_file() else {}
-    return {key: table[key] for key in TRUSTED_ONLY if isinstance(table, dict) and key in table}
+    values = _repo_values(path) if path.is_file() else {}
+    table = values.get("sandbox", {})
+    found = {key: table[key] for key in TRUSTED_ONLY if isinstance(table, dict) and key in table}
+    servers = values.get("mcp_servers", {})
+    if isinstance(servers, dict):
+        found |= {f"mcp_servers.{name}": server for name, server in servers.items()}
+    return found
 
 
 def _repo_values(path: Path) -> dict[str, Any]:
@@ -352,6 +369,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: not a readable TOML file ({exc})") from exc
+
+
+def _tables(values: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    """``[key.NAME]`` tables (``{}`` when there are none); anything else at ``key`` is refused."""
+    found = values.get(key, {})
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise UsageError(f"{path}: {key} must hold tables, one per name ([{key}.NAME])")
+    return found
 
 
 def _string(values: dict[str, Any], table: str | None, key: str, path: Path) -> str | None:

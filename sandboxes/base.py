@@ -181,6 +181,17 @@ def require_repo(spec: SandboxSpec) -> None:
         raise SandboxConfigError(f"the repository folder {spec.repo} does not exist or is not a folder")
 
 
+@dataclass(frozen=True)
+class Attached:
+    """A command line to run on the host that runs a program inside the sandbox with its stdin and
+    stdout attached to the host's pipes (an MCP server over stdio): ``argv`` started in ``cwd``
+    with ``env`` as its whole environment."""
+
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+
+
 class Sandbox(abc.ABC):
     """Async interface; one instance per task. Use as ``async with sandbox: ...``."""
 
@@ -209,6 +220,12 @@ class Sandbox(abc.ABC):
         On timeout the whole process group is killed and ``timed_out`` is set; the sandbox stays
         usable.
         """
+
+    def attached(self, argv: list[str], env: dict[str, str] | None = None) -> Attached:
+        """How to run ``argv`` inside this (started) sandbox with its stdin and stdout attached, in
+        the workspace, with ``env`` added to the sandbox's environment. It gets no network where the
+        sandbox's commands get none. Raises :class:`SandboxError` where the sandbox cannot."""
+        raise SandboxError(f"the {type(self).__name__} cannot run a program attached to the host")
 
     @abc.abstractmethod
     async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clover_agent.sandboxes import cleanup, env_image
-from clover_agent.sandboxes.base import WORKSPACE, SandboxError, SandboxSpec, require_repo
+from clover_agent.sandboxes.base import WORKSPACE, Attached, SandboxError, SandboxSpec, require_repo
 from clover_agent.sandboxes.docker_api import QUICK, SLOW, EngineCalls, slow_timeout
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
@@ -448,6 +449,25 @@ class DockerSandbox(SessionSandbox):
             return "the sandbox container was killed: out of memory (its runner exceeded the memory limit)"
         return (
             f"the sandbox container stopped (status {state.get('Status')}, exit code {state.get('ExitCode')})"
+        )
+
+    def attached(self, argv: list[str], env: dict[str, str] | None = None) -> Attached:
+        """``docker exec -i`` into the container, as the sandbox's user in the workspace (the docker
+        command line on this machine, at the engine the sandbox uses)."""
+        if self.container_id is None:
+            raise SandboxError("the Docker sandbox is not started")
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise SandboxError(
+                "running a program attached to the Docker sandbox needs the `docker` command line, "
+                "which is not on PATH"
+            )
+        variables = [f"--env={name}={value}" for name, value in (env or {}).items()]
+        exec_argv = [docker_cli, "exec", "--interactive", f"--user={SANDBOX_UID}:{SANDBOX_GID}"]
+        return Attached(
+            [*exec_argv, f"--workdir={WORKSPACE}", *variables, self.container_id, *argv],
+            None,
+            dict(self.spec.host_env),
         )
 
     async def close(self) -> None:

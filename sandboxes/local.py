@@ -21,7 +21,8 @@ import threading
 from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
-from clover_agent.sandboxes.base import WORKSPACE, ExecResult, SandboxSpec, require_repo
+from clover_agent.sandboxes.base import WORKSPACE, Attached, ExecResult, SandboxSpec, require_repo
+from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.sandboxes.session import RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
 
@@ -103,6 +104,15 @@ class LocalSandbox(SessionSandbox):
         result = await super().exec(command, timeout=timeout, env=env, cwd=cwd)
         result.output = result.output.replace(host, WORKSPACE)
         return result
+
+    def attached(self, argv: list[str], env: dict[str, str] | None = None) -> Attached:
+        """``argv`` on this machine in the copy, with the environment the sandbox's commands get."""
+        if self.host_workspace is None or self._folder is None:
+            raise SandboxError("the local sandbox is not started")
+        host = str(self.host_workspace)
+        extra = {name: _WORKSPACE_WORD.sub(lambda _: host, value) for name, value in (env or {}).items()}
+        base = {**self.spec.host_env, **self.spec.env, "WORKSPACE": host, "TMPDIR": str(self._folder / "tmp")}
+        return Attached([_WORKSPACE_WORD.sub(lambda _: host, a) for a in argv], host, {**base, **extra})
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close_now)

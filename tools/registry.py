@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: Key in :attr:`ToolResult.data` holding why the sandbox stopped working during the call.
 SANDBOX_LOST = "sandbox_lost"
+#: Key in :attr:`ToolResult.data`: the names of tools withdrawn for the rest of the run (an MCP
+#: server that stopped); the agent stops offering them.
+TOOLS_GONE = "tools_gone"
 
 #: The standard tools' names, in the order the model is shown them.
 TOOL_NAMES: tuple[str, ...] = ("editor", "shell", "run_tests", "search", "finish")

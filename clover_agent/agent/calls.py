@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.checkpoints import Checkpoints
@@ -27,7 +28,7 @@ from clover_agent.events import (
 )
 from clover_agent.protocol import ToolCall
 from clover_agent.tools.base import Tool, ToolContext, ToolResult
-from clover_agent.tools.registry import run_call
+from clover_agent.tools.registry import TOOLS_GONE, run_call
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,10 @@ class ToolCaller:
         policy: Policy,
         approvals: Approvals | None,
         checkpoints: Checkpoints | None,
+        specs: list[dict[str, Any]] | None = None,
     ) -> None:
         self.tools = tools
+        self.specs = specs  # what the model is offered: a withdrawn tool leaves it too
         self.context = context
         self.bus = bus
         self.steering = steering
@@ -108,6 +111,9 @@ class ToolCaller:
             self.bus.emit(CallInterrupted(step=step, during="tool", call_id=call.id, name=call.name))
             outcome = CallOutcome(ToolResult(False, INTERRUPTED_TOOL), True, ran and view.mutates)
         result = outcome.result
+        gone = result.data.get(TOOLS_GONE)
+        if isinstance(gone, list):
+            self._withdraw({name for name in gone if isinstance(name, str)})
         full = result.data.get("output")
         if isinstance(full, str):  # kept once, as full_output (a shell's output can be megabytes)
             data = {key: value for key, value in result.data.items() if key != "output"}
@@ -126,6 +132,13 @@ class ToolCaller:
             )
         )
         return outcome
+
+    def _withdraw(self, names: set[str]) -> None:
+        """Stop offering and running ``names`` (their server stopped)."""
+        for name in names:
+            self.tools.pop(name, None)
+        if self.specs is not None:
+            self.specs[:] = [s for s in self.specs if s.get("function", {}).get("name") not in names]
 
     async def _approve(self, step: int, call: ToolCall, view: CallView) -> Approval:
         """The policy's verdict, and a person's answer where it says ask: ``ApprovalRequested`` is

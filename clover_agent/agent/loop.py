@@ -114,6 +114,7 @@ class Agent:
             policy or preset(DEFAULT_PRESET),
             approvals,
             self.checkpoints,
+            self.tool_specs,
         )
         self.messages: list[dict[str, Any]] = []
         self.running = False

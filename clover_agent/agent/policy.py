@@ -12,12 +12,13 @@ from __future__ import annotations
 import enum
 import fnmatch
 import posixpath
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clover_agent.errors import UsageError
 from clover_agent.tools.base import Tool
+from clover_agent.tools.mcp import McpServerConfig, tool_name
 
 
 class Decision(enum.IntEnum):
@@ -155,3 +156,16 @@ def preset(name: str) -> Policy:
         return PRESETS[name]
     except KeyError:
         raise UsageError(f"unknown policy {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+
+def with_mcp(policy: Policy, servers: Sequence[McpServerConfig]) -> Policy:
+    """``policy`` with one rule per MCP server: its tools asked about, or allowed where the server's
+    settings say ``approve = "allow"`` (a stricter rule of the policy still wins). A policy that
+    denies by default (read-only) gets none: their tools stay denied."""
+    if policy.default is Decision.DENY or not servers:
+        return policy
+    rules = tuple(
+        Rule(Decision.ALLOW if s.approve == "allow" else Decision.ASK, tool=tool_name(s.name, "") + "*")
+        for s in servers
+    )
+    return Policy(policy.name, (*policy.rules, *rules), policy.default)

@@ -25,6 +25,7 @@ from clover_agent.cli.options import (
     backend_options,
     check_repo,
     launch_record,
+    mcp_servers_of,
     positive,
     record_key,
     repo_config_of,
@@ -194,6 +195,7 @@ def _fix(args: argparse.Namespace) -> int:
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
         record_key=record_key(settings, repo),
+        mcp_servers=mcp_servers_of(settings, repo, configured),
     )
     if stopped is not None:
         figures.steps_before = stopped.state.steps

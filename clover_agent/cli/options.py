@@ -35,6 +35,7 @@ from clover_agent.settings import (
     trusted_digest,
     trusted_only_values,
 )
+from clover_agent.tools.mcp import McpServerConfig, parse_servers
 
 DEFAULT_BACKEND = "engine"
 DEFAULT_SANDBOX = "docker"
@@ -124,7 +125,12 @@ def shown_value(value: Any) -> str:
 
 def trust_request(repo: Path) -> list[str]:
     """What the repository's file sets that needs trust, one ``key = value`` line each."""
-    return [f"{key} = {shown_value(value)}" for key, value in trusted_only_values(repo).items()]
+    return [
+        f"[{key}]: {shown_value(value)}"
+        if key.startswith("mcp_servers.")
+        else f"[sandbox] {key} = {shown_value(value)}"
+        for key, value in trusted_only_values(repo).items()
+    ]
 
 
 def repo_config_of(
@@ -148,9 +154,11 @@ def repo_config_of(
     if ask:
         print(f"{repo / REPO_CONFIG}{changed} asks for:", file=sys.stderr)
         for line in trust_request(repo):
-            print(f"  [sandbox] {line}", file=sys.stderr)
+            print(f"  {line}", file=sys.stderr)
         print(
-            "Set-up commands run in the sandbox with the network; wheels are copied into it.", file=sys.stderr
+            "Set-up commands run in the sandbox with the network; wheels are copied into it; MCP servers "
+            "run as programs.",
+            file=sys.stderr,
         )
         try:
             answer = input(f"Trust this file for {repo}? [y/N] ")
@@ -368,3 +376,21 @@ def apply_launch_record(
             setattr(args, name, record[name])
             taken.append(f"--{name.replace('_', '-')} {shlex.quote(str(record[name]))}")
     return taken
+
+
+def mcp_servers_of(settings: Settings, repo: Path, configured: RepoSettings) -> tuple[McpServerConfig, ...]:
+    """The MCP servers of the user's config file, then those of the repository's file (only as far as
+    :func:`repo_config_of` trusted it) that the user's does not name. A bad table is a
+    :class:`UsageError` naming the file."""
+    found: dict[str, McpServerConfig] = {}
+    for tables, origin, path in (
+        (settings.mcp_servers, "settings", settings.config_path),
+        (configured.mcp_servers, "repository", repo / REPO_CONFIG),
+    ):
+        try:
+            servers = parse_servers(tables, origin=origin)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+        for server in servers:
+            found.setdefault(server.name, server)
+    return tuple(found.values())

@@ -40,7 +40,7 @@ def _trust(args: argparse.Namespace) -> int:
     asks = trust_request(repo)
     print(f"{repo / REPO_CONFIG} (sha256 {digest[:16]}…) asks for:")
     for line in asks or ["nothing that needs trust"]:
-        print(f"  [sandbox] {line}" if asks else f"  {line}")
+        print(f"  {line}")
     set_trust(settings, repo, digest)
     print(
         f"trusted for {shown_value(str(repo))[1:-1]} until the file changes (`clover-agent trust --revoke`)"
@@ -51,10 +51,12 @@ def _trust(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trust",
-        help="trust a repository's .clover/config.toml (its set-up commands, image, packages, wheels)",
+        help="trust a repository's .clover/config.toml (its set-up commands, image, packages, wheels, "
+        "MCP servers)",
         description="Show what the repository's .clover/config.toml asks for and trust it, as it is now,\n"
         "for that repository: fix, tui and ci then run its set-up commands (with the network), use its\n"
-        "image and packages and copy its wheels folder (inside the repository) into the environment.\n"
+        "image and packages, copy its wheels folder (inside the repository) into the environment and\n"
+        "start its MCP servers.\n"
         "A changed file needs trusting again.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -24,7 +24,7 @@ from typing import Any
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Policy
+from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset, with_mcp
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
@@ -62,6 +62,8 @@ from clover_agent.fix.targets import TestSelection, select_tests, target_for
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.errors import SandboxError
+from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.registry import default_tools
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
 
@@ -94,6 +96,8 @@ class FixRequest:
     #: Signs the run's records (``fix --resume`` and ``runs`` read only signed ones); None: unsigned
     #: (the CI bot's output folder, which nothing reads back).
     record_key: RecordKey | None = None
+    #: MCP servers whose tools the agent gets (started in the run's sandbox unless one says "host").
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class EnvironmentNotReady(CloverError):
@@ -250,24 +254,32 @@ async def _fix(
             raise before.stop
         backend = request.make_backend()
         found.backend = backend.name
+        servers = McpServers(
+            request.mcp_servers,
+            sandbox,
+            report=lambda message: bus.emit(ErrorReported(kind="mcp", message=message)),
+            log_dir=run_dir,
+        )
         try:
-            agent = Agent(
-                backend,
-                sandbox,
-                bus,
-                run_id=run_id,
-                policy=request.policy,
-                approvals=request.approvals,
-                budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
-            )
-            if resume is None:
-                facts = await gather_facts(sandbox)
-                task = f"{request.request}\n\n{before.task}" if request.request else before.task
-                found.agent = result = await agent.run(task, system_prompt(facts))
-            else:  # the system prompt and the task are in the recorded conversation
-                found.agent = result = await agent.run(
-                    resume.state.task, "", resume=resume.state, fresh_budget=True
+            async with servers:
+                agent = Agent(
+                    backend,
+                    sandbox,
+                    bus,
+                    run_id=run_id,
+                    policy=with_mcp(request.policy or preset(DEFAULT_PRESET), request.mcp_servers),
+                    approvals=request.approvals,
+                    budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
+                    tools=[*default_tools(), *servers.tools],
                 )
+                if resume is None:
+                    facts = await gather_facts(sandbox)
+                    task = f"{request.request}\n\n{before.task}" if request.request else before.task
+                    found.agent = result = await agent.run(task, system_prompt(facts))
+                else:  # the system prompt and the task are in the recorded conversation
+                    found.agent = result = await agent.run(
+                        resume.state.task, "", resume=resume.state, fresh_budget=True
+                    )
         finally:
             await backend.close()
         found.kept = kept = await _keep_patch(sandbox, stock, run_dir / PATCH_FILE)

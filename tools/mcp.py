@@ -1,0 +1,267 @@
+"""Tools from MCP servers: each tool a server lists becomes a :class:`Tool` named
+``mcp__<server>__<tool>``, run through the same policy, approvals, trimming and trajectory as ours.
+
+A stdio server runs inside the sandbox by default (:meth:`Sandbox.attached`), so what it does stays
+in the workspace copy, without network where the sandbox has none; ``where = "host"`` runs it on
+this machine, the user's explicit choice. A URL is a Streamable HTTP server, reached from this
+machine. A server that does not start is reported once and offers no tools; one that dies during a
+call ends that call with an error and its tools are withdrawn (:data:`TOOLS_GONE`). docs/mcp.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from clover_agent.sandboxes.base import Sandbox, SandboxError
+from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult, head_tail
+from clover_agent.tools.registry import TOOLS_GONE
+
+#: What every MCP tool's name starts with (a policy rule ``mcp__*`` matches them all).
+PREFIX = "mcp__"
+#: Seconds a server may take to start and list its tools, and one call to answer.
+START_TIMEOUT_S = 60.0
+CALL_TIMEOUT_S = 300.0
+#: OpenAI-style function names: letters, digits, ``_`` and ``-``, at most 64 characters.
+_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+#: Where a stdio server may run, and how its calls are approved (``ask``: through the policy's
+#: approvals; ``allow``: run without asking, unless the policy denies them).
+WHERE = ("sandbox", "host")
+APPROVE = ("ask", "allow")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_KEYS = ("command", "args", "env", "url", "where", "approve")
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One server: ``command`` (with ``args`` and ``env``) over stdio, or ``url``; ``where`` a
+    stdio server runs ("sandbox" or "host"); ``origin`` says who named it (shown in messages)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    where: str = "sandbox"
+    approve: str = "ask"
+    origin: str = "settings"
+
+    def describe(self) -> str:
+        if self.url:
+            return f"{self.url} (HTTP)"
+        return " ".join([self.command or "", *self.args]) + f" (stdio, in the {self.where})"
+
+
+def parse_servers(tables: Mapping[str, Any], *, origin: str) -> list[McpServerConfig]:
+    """The servers of ``[mcp_servers.NAME]`` tables (or an ACP client's list, made into such
+    tables). Raises :class:`ValueError` naming the server and the key that is wrong."""
+    servers = []
+    for name, table in tables.items():
+        where = f"[mcp_servers.{name}]"
+        if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
+            raise ValueError(f"{where}: a server's name is 1 to 32 letters, digits, _ or -")
+        if not isinstance(table, Mapping):
+            raise ValueError(f"{where} must be a table")
+        unknown = sorted(set(table) - set(_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})")
+        command, url = table.get("command"), table.get("url")
+        if (command is None) == (url is None):
+            raise ValueError(f"{where}: give either command (a stdio server) or url (an HTTP server)")
+        for key, value in (("command", command), ("url", url)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{where}: {key} must be a non-empty string")
+        args, env = table.get("args", []), table.get("env", {})
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError(f"{where}: args must be a list of strings")
+        if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
+            raise ValueError(f"{where}: env must be a table of strings")
+        place, approve = table.get("where", "sandbox"), table.get("approve", "ask")
+        if place not in WHERE:
+            raise ValueError(f"{where}: where must be one of {', '.join(map(repr, WHERE))}")
+        if approve not in APPROVE:
+            raise ValueError(f"{where}: approve must be one of {', '.join(map(repr, APPROVE))}")
+        servers.append(McpServerConfig(name, command, tuple(args), dict(env), url, place, approve, origin))
+    return servers
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The name the model sees: ``mcp__<server>__<tool>``, other characters made ``_``, cut to 64."""
+    return _NAME_OK.sub("_", f"{PREFIX}{server}__{tool}")[:64]
+
+
+class McpTool(Tool):
+    """One tool of one server. Instances are made by :meth:`McpServers.start` (one subclass per
+    tool: name, description and schema are class-level in :class:`Tool`)."""
+
+    server: _Connection
+    remote: str  # the tool's name at the server
+
+    def mutates(self, args: dict[str, Any]) -> bool:
+        return True  # nothing says what a server's tool does: the agent snapshots first
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await self.server.call(self.remote, args)
+
+
+class _Connection:
+    """A started server: its client session, its tools' names, whether it still answers."""
+
+    def __init__(self, config: McpServerConfig, client: Any) -> None:
+        self.config = config
+        self.client = client
+        self.names: list[str] = []
+        self.alive = True
+
+    async def call(self, remote: str, args: dict[str, Any]) -> ToolResult:
+        from mcp.shared.exceptions import MCPError
+
+        name = self.config.name
+        if not self.alive:
+            raise ToolError(f"the MCP server `{name}` is no longer running")
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                result = await self.client.call_tool(remote, args)
+        except TimeoutError:
+            return ToolResult(False, f"The MCP server `{name}` did not answer within {CALL_TIMEOUT_S:.0f} s.")
+        except (MCPError, OSError, EOFError) as exc:  # the connection is gone: so is the server
+            self.alive = False
+            return ToolResult(
+                False,
+                f"The MCP server `{name}` stopped ({exc}); its tools are withdrawn: {', '.join(self.names)}.",
+                {TOOLS_GONE: list(self.names), "mcp_server": name},
+            )
+        parts = [_content_text(block) for block in result.content]
+        text = "\n".join(p for p in parts if p) or "(no output)"
+        data: dict[str, Any] = {"mcp_server": name, "mcp_tool": remote}
+        if result.structured_content is not None:
+            data["structured"] = result.structured_content
+        return ToolResult(not result.is_error, head_tail(text), data)
+
+
+def _content_text(block: Any) -> str:
+    """A content block as the model reads it: text as it is, anything else named."""
+    kind = getattr(block, "type", "?")
+    if kind == "text":
+        return str(block.text)
+    if kind == "resource" and hasattr(getattr(block, "resource", None), "text"):
+        return str(block.resource.text)
+    mime = getattr(block, "mime_type", None) or getattr(block, "mimeType", None)
+    return f"[{kind} content{f' ({mime})' if mime else ''} left out]"
+
+
+class McpServers:
+    """The servers of one agent run, started in one sandbox; use as ``async with``. ``tools`` are
+    those of the servers that started; ``report`` is called once per server that did not start.
+    ``log_dir``: where each stdio server's stderr goes (``mcp-<name>.log``), else nowhere."""
+
+    def __init__(
+        self,
+        configs: Sequence[McpServerConfig],
+        sandbox: Sandbox,
+        *,
+        report: Callable[[str], None],
+        log_dir: Path | None = None,
+    ) -> None:
+        self.configs = list(configs)
+        self.sandbox = sandbox
+        self.report = report
+        self.log_dir = log_dir
+        self.tools: list[Tool] = []
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> McpServers:
+        for config in self.configs:
+            try:
+                async with asyncio.timeout(START_TIMEOUT_S):  # in this task: the client's scopes are
+                    await self._start(config)
+            except Exception as exc:  # a server of the user's: any way it fails is named, once
+                self.report(f"MCP server `{config.name}` ({config.describe()}) did not start: {_why(exc)}")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with contextlib.suppress(Exception):
+            await self._stack.aclose()
+
+    async def _start(self, config: McpServerConfig) -> _Connection:
+        from mcp import Client
+
+        stack = contextlib.AsyncExitStack()
+        try:
+            client = await stack.enter_async_context(Client(self._transport(config, stack)))
+            listed = await client.list_tools()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+            raise
+        self._stack.push_async_callback(stack.aclose)
+        connection = _Connection(config, client)
+        known = {tool.name for tool in self.tools}
+        for remote in listed.tools:
+            name = tool_name(config.name, remote.name)
+            if name in known:
+                self.report(
+                    f"MCP server `{config.name}`: tool {remote.name!r} left out (its name {name} is taken)"
+                )
+                continue
+            schema = remote.input_schema if isinstance(remote.input_schema, dict) else {"type": "object"}
+            description = (remote.description or remote.title or remote.name).strip()
+            kind = type(
+                f"McpTool_{name}",
+                (McpTool,),
+                {
+                    "name": name,
+                    "description": f"{description}\n\n(From the MCP server `{config.name}`.)",
+                    "parameters": schema,
+                    "server": connection,
+                    "remote": remote.name,
+                },
+            )
+            self.tools.append(kind())
+            connection.names.append(name)
+            known.add(name)
+        return connection
+
+    def _transport(self, config: McpServerConfig, stack: contextlib.AsyncExitStack) -> Any:
+        """The client's transport: a URL as it is, else the stdio command (in the sandbox or here)."""
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if config.url:
+            return config.url
+        if not config.command:
+            raise ToolError("it has neither a command nor a url")
+        argv = [config.command, *config.args]
+        if config.where == "host":
+            params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(config.env) or None)
+        else:
+            try:
+                attached = self.sandbox.attached(argv, dict(config.env))
+            except SandboxError as exc:
+                raise ToolError(str(exc)) from None
+            params = StdioServerParameters(
+                command=attached.argv[0], args=attached.argv[1:], env=attached.env, cwd=attached.cwd
+            )
+        return stdio_client(params, errlog=self._errlog(config, stack))
+
+    def _errlog(
+        self, config: McpServerConfig, stack: contextlib.ExitStack | contextlib.AsyncExitStack
+    ) -> TextIO:
+        if self.log_dir is None:
+            return stack.enter_context(open(os.devnull, "w"))
+        path = self.log_dir / f"mcp-{_NAME_OK.sub('_', config.name)}.log"
+        return stack.enter_context(path.open("a", encoding="utf-8"))
+
+
+def _why(exc: BaseException) -> str:
+    """A start failure in one line (a task group's error: its first inner one)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {START_TIMEOUT_S:.0f} s"
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, ToolError) else str(exc)
