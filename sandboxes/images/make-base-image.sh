@@ -13,7 +13,9 @@
 # labelled with the recipe (clover-agent.base-recipe: the suite, the packages and RECIPE_REVISION),
 # so an image made by an older version of this script is rebuilt, not silently kept. Bump
 # RECIPE_REVISION when a change other than the package list must reach existing machines.
-# Needs root (debootstrap) and docker.
+# Needs debootstrap and docker, and root for debootstrap and the root file system it makes: run it
+# as root, or as a user with passwordless sudo (a GitHub-hosted runner's `runner`), and the steps
+# that need root go through `sudo -n`; the rest (docker included) runs as the user.
 set -euo pipefail
 
 TAG="${1:-clover-agent-base:bookworm}"
@@ -37,10 +39,17 @@ if ! command -v debootstrap >/dev/null 2>&1; then
     echo "debootstrap is not installed (Debian/Ubuntu: apt-get install debootstrap)" >&2
     exit 1
 fi
-if [[ "$(id -u)" != 0 ]]; then
-    echo "debootstrap needs root: run this script as root" >&2
+# AS_ROOT: the prefix of every command that needs root (none when we are root).
+if [[ "$(id -u)" == 0 ]]; then
+    AS_ROOT=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    AS_ROOT=(sudo -n)
+    echo "not root: debootstrap and the root file system's steps run through sudo"
+else
+    echo "debootstrap needs root: run this script as root, or as a user with passwordless sudo" >&2
     exit 1
 fi
+as_root() { "${AS_ROOT[@]}" "$@"; }
 
 mirror_from_apt() {
     # First main-archive URI in apt's sources (deb822 "URIs:" or one-line "deb URI suite ...").
@@ -60,17 +69,17 @@ mirror_from_apt() {
 MIRROR="${DEBIAN_MIRROR:-$(mirror_from_apt || echo http://deb.debian.org/debian)}"
 
 ROOTFS="$(mktemp -d /var/tmp/clover-base.XXXXXX)"
-trap 'rm -rf "$ROOTFS"' EXIT
+trap 'as_root rm -rf "$ROOTFS"' EXIT
 
 echo "debootstrap $SUITE from $MIRROR into $ROOTFS (packages: $PACKAGES)"
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR"
+as_root debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR"
 
 # Trim what a sandbox never needs: package caches and lists, documentation.
-rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* \
+as_root rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* \
     "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/* "$ROOTFS"/usr/share/locale/*
 
 echo "docker import -> $TAG"
-tar --numeric-owner -C "$ROOTFS" -c . | docker import \
+as_root tar --numeric-owner -C "$ROOTFS" -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["/bin/bash"]' \
