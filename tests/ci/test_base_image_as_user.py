@@ -22,11 +22,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "sandboxes" / "images" / "make-base-image.sh"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0
-    or not all(shutil.which(t) for t in ("useradd", "userdel", "sudo", "runuser", "debootstrap")),
-    reason="needs root (to create a user) with useradd, sudo, runuser and debootstrap installed",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0
+        or not all(shutil.which(t) for t in ("useradd", "userdel", "sudo", "runuser", "debootstrap")),
+        reason="needs root (to create a user) with useradd, sudo, runuser and debootstrap installed",
+    ),
+    # one worker runs both: each compares the leftovers in /var/tmp before and after itself
+    pytest.mark.xdist_group("base-image-as-user"),
+]
 
 
 def closed_port() -> int:
