@@ -1023,21 +1023,22 @@ def test_a_path_the_sandbox_cannot_read_is_never_deleted_on_the_host(tmp_path: P
     assert FIXED_ADD in (repo / "calculator.py").read_text() and suite_passes(repo)
 
 
-def test_tens_of_thousands_of_new_files_never_hit_the_argument_limit(tmp_path: Path, capsys) -> None:
+def test_new_paths_past_the_argument_limit_never_reach_a_command_line(tmp_path: Path, capsys) -> None:
     """Before: host git got every path on its command line ("Argument list too long") while
     summary.json and the trajectory said exit 0."""
     repo = calculator_repo(tmp_path)
-    # 12,000 paths of ~215 bytes (each also costs a pointer in argv): 2.7 MB, past the 2 MiB argv
-    # limit, in a third of the files (the time goes per file) that paths of ~80 bytes would need
-    folder = "gen/" + "long-folder-name-" * 12
+    # 1,000 paths of ~2,880 bytes (12 folders of 238 characters; each path also costs a pointer in
+    # argv): 2.9 MB, past the 2 MiB argv limit, in a tiny part of the files (the time goes per file)
+    # that short paths would need, and still far from PATH_MAX with the sandbox's prefix
+    folder = "gen/" + "/".join(["long-folder-name-" * 14] * 12)
     many = call(
         "shell",
-        command=f"mkdir -p {folder} && seq 12000 | split -l 1 -a 4 - {folder}/f- && ls {folder} | wc -l",
+        command=f"mkdir -p {folder} && seq 1000 | split -l 1 -a 3 - {folder}/f- && ls {folder} | wc -l",
     )
     code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, many, FINISH], "--yes", sandbox="local")
     assert "Argument list too long" not in out + err
     assert code == ExitCode.OK and summary["hand_back"] == "applied", err[-2000:]
-    assert len(os.listdir(repo / folder)) == 12000 and (repo / folder / "f-aaab").read_text() == "2\n"
+    assert len(os.listdir(repo / folder)) == 1000 and (repo / folder / "f-aab").read_text() == "2\n"
     assert FIXED_ADD in (repo / "calculator.py").read_text()
 
 
