@@ -211,12 +211,12 @@ def test_the_printed_resume_command_works_for_an_engine_run(tmp_path: Path) -> N
         tmp_path / "ckpt", peaked=True, seed=5, overrides={"max_position_embeddings": 32768}
     )
     repo = calculator_repo(tmp_path)
-    first = run_piped(fix_command(repo, "--model", str(model), "--max-time", "20"))  # --model: the engine
+    first = run_piped(fix_command(repo, "--model", str(model), "--max-time", "8"))  # --model: the engine
     assert first.returncode == ExitCode.BUDGET_EXHAUSTED, first.stdout[-3000:]
     (line,) = [x for x in first.stdout.splitlines() if x.startswith("continue it with: clover-agent ")]
     again = run_piped(shlex.split(line.removeprefix("continue it with: clover-agent ")))
     assert again.returncode == ExitCode.BUDGET_EXHAUSTED, again.stdout[-3000:]  # the recorded budget
-    assert f"--backend engine --model {model.resolve()}" in again.stdout and "--max-time 20" in again.stdout
+    assert f"--backend engine --model {model.resolve()}" in again.stdout and "--max-time 8" in again.stdout
     for output in (first.stdout, again.stdout):
         assert "Traceback" not in output and "terminate called" not in output
     (run,) = run_dirs(repo)
