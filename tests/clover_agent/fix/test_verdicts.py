@@ -98,7 +98,7 @@ def test_an_agent_that_makes_the_target_assert_nothing_is_flagged(how: str, tmp_
 def test_a_suite_that_times_out_leaves_the_fix_unverified(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
     add_files(repo, {"tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(120)\n"})
-    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--suite-timeout", "15")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--suite-timeout", "6")
     assert code == ExitCode.SUITE_UNVERIFIED and summary["verdict"] == "fixed, suite unverified", out + err
     assert "the rest of the suite is unverified: the suite timed out before the change" in out + err
     assert "FIXED, SUITE UNVERIFIED (exit 8)" in out
