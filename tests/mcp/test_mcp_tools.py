@@ -7,7 +7,10 @@ cannot start named once. The repository's own servers count only once it is trus
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +52,12 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
-    app.run()
+    import sys
+
+    if len(sys.argv) > 1:  # a port: Streamable HTTP
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        app.run()
 '''
 
 
@@ -252,3 +260,36 @@ def test_a_stdio_server_runs_inside_the_docker_sandbox(
     assert not (repo / "note.txt").exists()
     patch = (run / "patch.diff").read_text()
     assert "+++ b/note.txt" in patch and "+from the server" in patch, patch
+
+
+def test_an_http_server_is_reached_from_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    server = tmp_path / "calc_server.py"
+    server.write_text(SERVER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(server), str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        settings_file(
+            tmp_path,
+            monkeypatch,
+            f'[mcp_servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\napprove = "allow"\n',
+        )
+        repo = calculator_repo(tmp_path)
+        code = fix(repo, tmp_path, [call("mcp__web__add", a=20, b=22), FIX_ADD, FINISH])
+        assert code == ExitCode.OK, capsys.readouterr().err
+        (run,) = run_dirs(repo)
+        (answer,) = finished_calls(run)["mcp__web__add"]
+        assert answer["output"] == "42" and not answer["is_error"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
