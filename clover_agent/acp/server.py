@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from acp.core import AgentSideConnection
 from clover_agent import __version__
 from clover_agent.acp.session import AcpSession, Client, SessionConfig
 from clover_agent.acp.transport import LineTransport, protocol_streams
-from clover_agent.errors import RUN_ERRORS, message_of
+from clover_agent.errors import RUN_ERRORS, ExitCode, message_of
 
 log = logging.getLogger("clover_agent.acp")
 
@@ -31,6 +32,8 @@ log = logging.getLogger("clover_agent.acp")
 Configure = Callable[[Path, str | None], SessionConfig]
 #: JSON-RPC error code of a session that cannot start (the server error range).
 SESSION_UNAVAILABLE = -32001
+#: Signals that end the command as an editor stops it (the sessions' sandboxes are removed first).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _prompt_text(blocks: list[Any]) -> str:
@@ -141,20 +144,37 @@ class CloverAcpAgent:
         self.sessions.clear()
 
 
-async def serve(configure: Configure) -> None:
-    """Answer the protocol on stdin/stdout until the client closes stdin."""
+async def serve(configure: Configure) -> bool:
+    """Answer the protocol on stdin/stdout until the client closes stdin (True) or SIGTERM / SIGHUP
+    stops it (False); every session's sandbox is removed either way."""
     reader, writer = await protocol_streams()
     agent = CloverAcpAgent(configure)
-    transport = LineTransport(reader, writer)
-    conn = AgentSideConnection(agent, transport, listening=False)
+    conn = AgentSideConnection(agent, LineTransport(reader, writer), listening=False)
+    loop, me = asyncio.get_running_loop(), asyncio.current_task()
+    assert me is not None
+    stopped: list[int] = []
+
+    def stop(number: int) -> None:
+        stopped.append(number)
+        me.cancel()  # the SDK's receive loop ends on it (and swallows it)
+
+    for number in STOP_SIGNALS:
+        loop.add_signal_handler(number, stop, number)
     try:
         await conn.listen()
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
     finally:
+        if stopped:
+            me.uncancel()  # the sessions are closed below, then the command ends
+        for number in STOP_SIGNALS:
+            loop.remove_signal_handler(number)
         await agent.close_all()
-        await asyncio.shield(conn._conn.close())
+        await conn._conn.close()
+    return not stopped
 
 
 def run(configure: Configure) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="clover-agent acp: %(message)s")
-    asyncio.run(serve(configure))
-    return 0
+    return 0 if asyncio.run(serve(configure)) else int(ExitCode.INTERRUPTED)

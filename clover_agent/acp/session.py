@@ -234,12 +234,12 @@ class AcpSession:
         waiting = asyncio.ensure_future(cancelled.wait())
         try:
             await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if cancelled.is_set():
+                await self._stopped(agent, run)
         finally:
             waiting.cancel()
             self._cancelled = None
-        if not run.done():  # cancelled: the call under way stopped, the agent waits for a message
-            while agent.steering.busy:
-                await asyncio.sleep(0.02)
+        if not run.done():  # cancelled: the agent waits for the next prompt, which goes on with it
             await self.bus.drain()
             self._save_info()
             return "cancelled"
@@ -248,10 +248,18 @@ class AcpSession:
         await self.bus.drain()
         if result.outcome not in ("submitted", "interrupted"):
             await self._send(update_agent_message_text(f"\n\nThe agent stopped: {result.message}"))
-        if result.submitted:
+        if result.submitted and not cancelled.is_set():
             await self._offer_handback()
         self._save_info()
-        return STOP_REASONS.get(result.outcome, "end_turn")
+        return "cancelled" if cancelled.is_set() else STOP_REASONS.get(result.outcome, "end_turn")
+
+    async def _stopped(self, agent: Agent, run: asyncio.Future[RunResult]) -> None:
+        """Until the run has stopped after a cancel: waiting for a message, or ended. A call that
+        started after the interrupt (the interrupt came between two calls) is interrupted too."""
+        while not run.done() and not agent.waiting_for_user:
+            if agent.steering.busy:
+                agent.interrupt()
+            await asyncio.sleep(0.02)
 
     def cancel(self) -> None:
         """``session/cancel``: stop the call under way; the prompt being answered ends ``cancelled``."""

@@ -145,7 +145,8 @@ async def test_the_hand_back_refused_leaves_the_tree_alone(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-async def test_approvals_answered_each_of_the_four_ways(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+async def test_approvals_answered_each_of_the_four_ways(tmp_path: Path, sandbox: str) -> None:
     repo = calculator_repo(tmp_path)
     shell = lambda text: call("shell", command=f"echo {text} >> /workspace/said.txt; echo {text}")  # noqa: E731
     replay = write_replay(
@@ -161,7 +162,7 @@ async def test_approvals_answered_each_of_the_four_ways(tmp_path: Path) -> None:
         ],
     )
     client = RecordingClient(answers=["allow_once", "allow_always", "reject_once", "reject_always", "keep"])
-    args = agent_args(replay, "local", "--policy", "ask")
+    args = agent_args(replay, sandbox, "--policy", "ask")
     async with running_agent(args, tmp_path / "agent.log", client) as agent:
         session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
         assert (await prompt(agent, session.session_id, "say things")).stop_reason == "end_turn"
@@ -231,7 +232,8 @@ async def test_cancel_mid_tool_call_stops_it_and_the_next_prompt_goes_on(
 
 
 @pytest.mark.slow
-async def test_a_saved_session_loads_after_a_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+async def test_a_saved_session_loads_after_a_restart(tmp_path: Path, sandbox: str) -> None:
     repo = calculator_repo(tmp_path)
     first = write_replay(
         tmp_path / "first.jsonl", [turn("Fixing.", FIX_ADD), turn("", call("finish", summary="Fixed add."))]
@@ -246,7 +248,7 @@ async def test_a_saved_session_loads_after_a_restart(tmp_path: Path) -> None:
     later = write_replay(tmp_path / "later.jsonl", [turn("", call("shell", command="grep -c 'a + b' /workspace/calculator.py")),
                                                     turn("", call("finish", summary="Still fixed."))])  # fmt: skip
     client = RecordingClient(answers=["keep"])
-    async with running_agent(agent_args(later), tmp_path / "agent.log", client) as agent:
+    async with running_agent(agent_args(later, sandbox), tmp_path / "agent.log", client) as agent:
         await agent.conn.load_session(cwd=str(repo), session_id=session.session_id, mcp_servers=[])
         assert client.text(schema.UserMessageChunk) == "fix add please"
         assert "Fixing." in client.text() and "Fixed add." in client.text()
@@ -280,3 +282,24 @@ async def test_session_new_says_what_cannot_start(tmp_path: Path) -> None:
             await agent.conn.new_session(cwd=str(plain), mcp_servers=[])
         assert "is not in a git repository" in str(raised.value)
     check_conformance(agent.messages)
+
+
+def _containers(pid: int) -> list[str]:
+    found = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=clover-agent.owner-pid={pid}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return found.stdout.split()
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+async def test_sigterm_removes_the_sessions_sandboxes(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="x"))])
+    async with running_agent(agent_args(replay, "docker"), tmp_path / "agent.log") as agent:
+        await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert len(_containers(agent.process.pid)) == 1
+        agent.process.terminate()
+        assert await asyncio.wait_for(agent.process.wait(), 60) == 130
+        assert _containers(agent.process.pid) == []
