@@ -282,6 +282,13 @@ async def test_session_new_says_what_cannot_start(tmp_path: Path) -> None:
             await agent.conn.new_session(cwd=str(plain), mcp_servers=[])
         assert "is not in a git repository" in str(raised.value)
     check_conformance(agent.messages)
+    no_model = tmp_path / "no-weights"
+    async with running_agent(
+        ["-m", "clover_agent", "acp", "--model", str(no_model)], tmp_path / "agent.log"
+    ) as agent:
+        with pytest.raises(RequestError) as raised:
+            await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert raised.value.code == -32001 and str(no_model) in str(raised.value)
 
 
 def _containers(pid: int) -> list[str]:
@@ -303,3 +310,36 @@ async def test_sigterm_removes_the_sessions_sandboxes(tmp_path: Path) -> None:
         agent.process.terminate()
         assert await asyncio.wait_for(agent.process.wait(), 60) == 130
         assert _containers(agent.process.pid) == []
+
+
+@pytest.mark.slow
+async def test_a_file_changed_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "fix.jsonl", [turn("", FIX_ADD), turn("", call("finish", summary="Fixed."))]
+    )
+    client = RecordingClient(answers=["apply"])
+    async with running_agent(agent_args(replay), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        mine = (repo / "calculator.py").read_text(encoding="utf-8") + "\n# my own work\n"
+        (repo / "calculator.py").write_text(mine, encoding="utf-8")  # while the agent works
+        await prompt(agent, session.session_id, "fix add")
+    assert not client.written
+    assert (repo / "calculator.py").read_text(encoding="utf-8") == mine
+    (last,) = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")]
+    assert last.status == "failed" and "calculator.py changed in your working tree" in _texts(last)
+
+
+@pytest.mark.slow
+async def test_a_spent_budget_ends_the_turn_and_says_why(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    view = call("editor", command="view", path="/workspace/calculator.py")
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", view), turn("", view), turn("", view)])
+    client = RecordingClient()
+    async with running_agent(
+        agent_args(replay, "local", "--max-steps", "2"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "look")).stop_reason == "max_turn_requests"
+    assert "The agent stopped:" in client.text() and "step" in client.text()
+    assert not client.permissions  # no finish: nothing offered
