@@ -181,12 +181,14 @@ class AcpSession:
             budget=self._budget(),
             approvals=Approvals(),
         )
-        if saved is not None and saved.state is not None:
-            await agent.resume(saved.state, fresh_budget=True)
+        # stock is taken of the user's tree as it is (before a saved session's changes come back):
+        # what the session offers is everything it changed that the tree does not hold yet
         self.handback = HandBack(
             self.sandbox, self.config.sandbox_kind, self.config.spec, self.repo, self.folder / "handback"
         )
         await self.handback.start()
+        if saved is not None and saved.state is not None:
+            await agent.resume(saved.state, fresh_budget=True)
         self.system = system_prompt(await gather_facts(self.sandbox)) + EDITOR_NOTE
         self.agent = agent
         await self.bus.drain()

@@ -260,6 +260,10 @@ async def test_a_saved_session_loads_after_a_restart(tmp_path: Path, sandbox: st
             _texts(_progress(client, grep.tool_call_id)[-1]).strip("`\n ") == "1"
         )  # the workspace came back
         assert "Still fixed." in client.text()
+    # the first session's change, never applied, is offered again with the loaded session's work
+    (offer,) = [u for u in _calls(client).values() if u.tool_call_id.startswith("handback")]
+    (diff,) = offer.content or []
+    assert diff.type == "diff" and diff.path == str(repo / "calculator.py") and FIXED in diff.new_text
     check_conformance(agent.messages)
 
 
