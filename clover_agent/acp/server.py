@@ -128,7 +128,8 @@ class CloverAcpAgent:
             raise RequestError.invalid_request(
                 {"details": "a prompt of this session is still being answered"}
             )
-        return schema.PromptResponse(stop_reason=await session.prompt(text))
+        title = " ".join(b.text for b in prompt if isinstance(b, schema.TextContentBlock))
+        return schema.PromptResponse(stop_reason=await session.prompt(text, title))
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self.sessions.get(session_id)

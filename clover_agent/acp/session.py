@@ -216,12 +216,13 @@ class AcpSession:
 
     # -- prompts -------------------------------------------------------------------------------------
 
-    async def prompt(self, text: str) -> schema.StopReason:
+    async def prompt(self, text: str, title: str = "") -> schema.StopReason:
+        """Answer one prompt (``title``: what the session list shows of it; default ``text``)."""
         agent = self.agent
         assert agent is not None, "start() first"
         self.turns += 1
         self.bus.emit(TurnStarted(turn=self.turns, text=text, first_step=agent.next_step))
-        self.info.title = self.info.title or " ".join(text.split())[:80]
+        self.info.title = self.info.title or " ".join((title or text).split())[:80]
         self.info.requests = self.turns
         self._save_info()
         message = text.replace(str(self.repo) + "/", WORKSPACE + "/")

@@ -347,3 +347,40 @@ async def test_a_spent_budget_ends_the_turn_and_says_why(tmp_path: Path) -> None
         assert (await prompt(agent, session.session_id, "look")).stop_reason == "max_turn_requests"
     assert "The agent stopped:" in client.text() and "step" in client.text()
     assert not client.permissions  # no finish: nothing offered
+
+
+@pytest.mark.slow
+async def test_sessions_are_the_tuis_and_embedded_files_reach_the_model(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="Seen."))])
+    uri = (repo / "calculator.py").as_uri()
+    text = (repo / "calculator.py").read_text(encoding="utf-8")
+    blocks = [
+        schema.TextContentBlock(type="text", text="what does this do?"),
+        schema.EmbeddedResourceContentBlock(
+            type="resource",
+            resource=schema.TextResourceContents(uri=uri, text=text, mime_type="text/x-python"),
+        ),
+    ]
+    async with running_agent(agent_args(replay), tmp_path / "agent.log") as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (
+            await agent.conn.prompt(session_id=session.session_id, prompt=blocks)
+        ).stop_reason == "end_turn"
+
+    from clover_agent.events import MessageAdded
+    from clover_agent.tui.store import list_sessions, load_session
+    from tests.tui.helpers import session_key
+
+    key = session_key(repo)
+    assert [s.session_id for s in list_sessions(repo, key)] == [session.session_id]
+    saved = load_session(repo, session.session_id, key)  # what `clover-agent tui --resume ID` reads
+    assert saved.info.title == "what does this do?" and saved.state is not None
+    asked = [
+        e.message["content"]
+        for e in saved.events
+        if isinstance(e, MessageAdded) and e.message["role"] == "user"
+    ]
+    # the file as the model knows it: in the sandbox's workspace
+    assert asked[0].startswith("what does this do?") and text in asked[0]
+    assert '<file uri="file:///workspace/calculator.py">' in asked[0]
