@@ -55,6 +55,7 @@ async def test_a_session_streams_edits_and_hands_back_through_the_editor(
         [
             turn("I read the code first.", call("editor", command="view", path="/workspace/calculator.py"),
                  think="The task names add; look at it."),
+            turn("", call("search", pattern="def add"), think="Where else is add?"),
             turn("`add` subtracts.", FIX_ADD, think="Replace the operator."),
             turn("", call("run_tests"), think="Check the suite."),
             turn("", call("finish", summary="Fixed add."), think="All pass."),
@@ -75,14 +76,11 @@ async def test_a_session_streams_edits_and_hands_back_through_the_editor(
         assert "I read the code first." in said and "`add` subtracts." in said and "Fixed add." in said
         assert "<tool_call>" not in said and "<function=" not in said
         calls = list(_calls(client).values())
-        assert [c.kind for c in calls] == [
-            "read",
-            "edit",
-            "execute",
-            "think",
-            "edit",
-        ]  # the last: the hand-back
-        read, edit, tests = calls[0], calls[1], calls[2]
+        kinds = [c.kind for c in calls]
+        assert kinds == ["read", "search", "edit", "execute", "think", "edit"]  # the last: the hand-back
+        read, search, edit, tests = calls[:4]
+        assert search.title == "Search def add"
+        assert "calculator.py" in _texts(_progress(client, search.tool_call_id)[-1])
         assert read.locations and read.locations[0].path == str(repo / "calculator.py")
         assert read.status == "in_progress" and _progress(client, read.tool_call_id)[-1].status == "completed"
         (diff,) = [c for c in _progress(client, edit.tool_call_id)[-1].content or [] if c.type == "diff"]
@@ -98,7 +96,7 @@ async def test_a_session_streams_edits_and_hands_back_through_the_editor(
         assert {o.kind for o in offer.options} == {"allow_once", "reject_once"}
         assert list(client.written) == [str(repo / "calculator.py")]
         assert FIXED in (repo / "calculator.py").read_text(encoding="utf-8")
-        handback = _progress(client, calls[4].tool_call_id)[-1]
+        handback = _progress(client, calls[5].tool_call_id)[-1]
         assert handback.status == "completed" and "Applied through the editor" in _texts(handback)
 
         # a second prompt in the same session and sandbox: the conversation goes on
