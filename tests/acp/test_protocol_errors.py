@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.acp.helpers import ROOT, agent_args
+from tests.git_repos import git
 from tests.tui.helpers import calculator_repo, call, turn, write_replay
 
 
@@ -96,3 +97,21 @@ async def test_a_docker_sandbox_that_cannot_start_is_an_error_at_session_new(tmp
     assert answer["error"]["code"] == -32001
     assert "Docker" in answer["error"]["message"], answer
     assert await agent.close() == b""
+
+
+async def test_what_the_agent_says_besides_the_protocol_goes_to_stderr(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nsetup = ["echo set up"]\n', encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "config")
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="x"))])
+    log = tmp_path / "agent.log"
+    agent = await _start(agent_args(replay), log)
+    await agent.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    opened = await agent.request(2, "session/new", {"cwd": str(repo), "mcpServers": []})
+    assert "sessionId" in opened["result"]
+    assert await agent.close() == b""
+    assert all(json.loads(line)["jsonrpc"] == "2.0" for line in agent.lines)
+    said = log.read_text(encoding="utf-8")
+    assert "setup ignored: you have not trusted this file" in said  # the untrusted config's note
