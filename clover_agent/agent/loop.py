@@ -118,6 +118,8 @@ class Agent:
         )
         self.messages: list[dict[str, Any]] = []
         self.running = False
+        #: True while a run waits for a user message after an interrupt (nothing under way).
+        self.waiting_for_user = False
         self._last_patch = ""  # the workspace diff as last read (recorded as WorkspaceChanged)
         self._workspace_known = True  # False while a resumed run's patch is not yet restored
         self._spent_before = ResumeState(run_id, "")  # steps/tokens/time of earlier segments, when
@@ -412,6 +414,7 @@ class Agent:
                 await self._call(step, call)
 
     def _waiting_for_user(self, waiting: bool) -> None:
+        self.waiting_for_user = waiting
         if waiting:
             self.budget.pause()
         else:

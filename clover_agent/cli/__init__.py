@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.runs",
     "clover_agent.cli.ci",
     "clover_agent.cli.tui",
+    "clover_agent.cli.acp",
     "clover_agent.cli.trust",
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",
