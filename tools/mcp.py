@@ -35,7 +35,7 @@ _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 WHERE = ("sandbox", "host")
 APPROVE = ("ask", "allow")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_KEYS = ("command", "args", "env", "url", "where", "approve")
+_KEYS = ("command", "args", "env", "url", "headers", "where", "approve")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class McpServerConfig:
     where: str = "sandbox"
     approve: str = "ask"
     origin: str = "settings"
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every HTTP request
 
     def describe(self) -> str:
         if self.url:
@@ -77,11 +78,14 @@ def parse_servers(tables: Mapping[str, Any], *, origin: str) -> list[McpServerCo
         for key, value in (("command", command), ("url", url)):
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{where}: {key} must be a non-empty string")
-        args, env = table.get("args", []), table.get("env", {})
+        args, env, headers = table.get("args", []), table.get("env", {}), table.get("headers", {})
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise ValueError(f"{where}: args must be a list of strings")
-        if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
-            raise ValueError(f"{where}: env must be a table of strings")
+        for key, value in (("env", env), ("headers", headers)):
+            if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+                raise ValueError(f"{where}: {key} must be a table of strings")
+        if headers and url is None:
+            raise ValueError(f"{where}: headers are for an HTTP server (url)")
         place, approve = table.get("where", "sandbox"), table.get("approve", "ask")
         if place not in WHERE:
             raise ValueError(f"{where}: where must be one of {', '.join(map(repr, WHERE))}")
@@ -175,6 +179,8 @@ class McpServers:
         self.log_dir = log_dir
         self.tools: list[Tool] = []
         self._stack = contextlib.AsyncExitStack()
+        self._held: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
 
     async def __aenter__(self) -> McpServers:
         for config in self.configs:
@@ -189,12 +195,39 @@ class McpServers:
         with contextlib.suppress(Exception):
             await self._stack.aclose()
 
+    async def open_held(self) -> McpServers:
+        """Start the servers in a task of their own, for a caller whose start and end run in
+        different tasks (the SDK's clients must end in the task they began in); :meth:`close_held`
+        stops them from any task."""
+        ready, self._stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self:
+                ready.set()
+                await self._stop.wait()
+
+        self._held = asyncio.create_task(hold())
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({self._held, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if self._held.done():
+            self._held.result()  # what made it end, raised here
+        return self
+
+    async def close_held(self) -> None:
+        if self._held is None:
+            return
+        self._stop.set()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await self._held
+        self._held = None
+
     async def _start(self, config: McpServerConfig) -> _Connection:
         from mcp import Client
 
         stack = contextlib.AsyncExitStack()
         try:
-            client = await stack.enter_async_context(Client(self._transport(config, stack)))
+            client = await stack.enter_async_context(Client(await self._transport(config, stack)))
             listed = await client.list_tools()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -228,10 +261,18 @@ class McpServers:
             known.add(name)
         return connection
 
-    def _transport(self, config: McpServerConfig, stack: contextlib.AsyncExitStack) -> Any:
-        """The client's transport: a URL as it is, else the stdio command (in the sandbox or here)."""
+    async def _transport(self, config: McpServerConfig, stack: contextlib.AsyncExitStack) -> Any:
+        """The client's transport: a URL (with its headers), else the stdio command (in the sandbox or
+        here)."""
         from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
 
+        if config.url and config.headers:
+            import httpx2
+
+            http = httpx2.AsyncClient(headers=dict(config.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+            await stack.enter_async_context(http)
+            return streamable_http_client(config.url, http_client=http)
         if config.url:
             return config.url
         if not config.command:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from clover_agent import __version__
 from clover_agent.acp.session import AcpSession, Client, SessionConfig
 from clover_agent.acp.transport import LineTransport, protocol_streams
 from clover_agent.errors import RUN_ERRORS, ExitCode, message_of
+from clover_agent.tools.mcp import McpServerConfig, parse_servers
 
 log = logging.getLogger("clover_agent.acp")
 
@@ -76,7 +78,7 @@ class CloverAcpAgent:
                 prompt_capabilities=schema.PromptCapabilities(
                     image=False, audio=False, embedded_context=True
                 ),
-                mcp_capabilities=schema.McpCapabilities(http=False, sse=False),
+                mcp_capabilities=schema.McpCapabilities(http=True, sse=False),
             ),
             agent_info=schema.Implementation(name="clover-agent", title="clover-agent", version=__version__),
             auth_methods=[],
@@ -85,9 +87,10 @@ class CloverAcpAgent:
     async def authenticate(self, method_id: str, **_: Any) -> schema.AuthenticateResponse:
         raise RequestError.invalid_params({"details": "clover-agent needs no authentication"})
 
-    async def _open(self, cwd: str, session_id: str | None) -> AcpSession:
+    async def _open(self, cwd: str, session_id: str | None, mcp_servers: list[Any] | None) -> AcpSession:
         try:
             config = self.configure(Path(cwd), session_id)
+            config.mcp_servers = (*config.mcp_servers, *client_servers(mcp_servers or [], config.mcp_servers))
             session = AcpSession(config, Client(self.conn, self.can_write))
         except RUN_ERRORS as exc:
             raise RequestError(SESSION_UNAVAILABLE, message_of(exc), {"cwd": cwd}) from None
@@ -101,15 +104,19 @@ class CloverAcpAgent:
         self.sessions[session.session_id] = session
         return session
 
-    async def new_session(self, cwd: str, **_: Any) -> schema.NewSessionResponse:
-        session = await self._open(cwd, None)
+    async def new_session(
+        self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> schema.NewSessionResponse:
+        session = await self._open(cwd, None, mcp_servers)
         return schema.NewSessionResponse(session_id=session.session_id)
 
-    async def load_session(self, cwd: str, session_id: str, **_: Any) -> schema.LoadSessionResponse:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> schema.LoadSessionResponse:
         old = self.sessions.pop(session_id, None)
         if old is not None:
             await old.close()
-        session = await self._open(cwd, session_id)
+        session = await self._open(cwd, session_id, mcp_servers)
         await session.replay_history()
         return schema.LoadSessionResponse()
 
@@ -143,6 +150,40 @@ class CloverAcpAgent:
             except (*RUN_ERRORS, OSError) as exc:
                 log.warning("closing session %s: %s", session.session_id, exc)
         self.sessions.clear()
+
+
+def client_servers(given: list[Any], configured: tuple[McpServerConfig, ...]) -> list[McpServerConfig]:
+    """The MCP servers a client passes in session/new or session/load, as ours. Its stdio servers are
+    programs of the editor's configuration (an absolute path on this machine): they run on this
+    machine, as the editor would run them, and their calls are asked about. A name already taken
+    (by the user's settings) gets a suffix; SSE servers are refused (the protocol's stdio and
+    HTTP are offered)."""
+    taken = {server.name for server in configured}
+    found: list[McpServerConfig] = []
+    for server in given:
+        name = base = (
+            re.sub(r"[^A-Za-z0-9_-]", "_", str(getattr(server, "name", "")) or "client") or "client"
+        )[:28]
+        number = 2
+        while name in taken:
+            name, number = f"{base}_{number}", number + 1
+        table: dict[str, Any]
+        if isinstance(server, schema.McpServerStdio):
+            env = {v.name: v.value for v in server.env or []}
+            table = {"command": server.command, "args": list(server.args), "env": env, "where": "host"}
+        elif isinstance(server, schema.HttpMcpServer):
+            table = {"url": server.url, "headers": {h.name: h.value for h in server.headers or []}}
+        else:
+            raise RequestError.invalid_params(
+                {"details": f"MCP server {base!r}: only stdio and http are supported"}
+            )
+        try:
+            (config,) = parse_servers({name: table}, origin="client")
+        except ValueError as exc:
+            raise RequestError.invalid_params({"details": f"MCP server {base!r}: {exc}"}) from None
+        found.append(config)
+        taken.add(name)
+    return found
 
 
 async def serve(configure: Configure) -> bool:

@@ -33,7 +33,7 @@ from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Policy
+from clover_agent.agent.policy import Policy, with_mcp
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
@@ -41,6 +41,7 @@ from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, message_of
 from clover_agent.events import (
     ApprovalRequested,
+    ErrorReported,
     Event,
     EventBus,
     ModelResponded,
@@ -49,6 +50,8 @@ from clover_agent.events import (
 )
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.registry import default_tools
 from clover_agent.tui.events import SessionStarted, TurnStarted
 from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 
@@ -91,6 +94,8 @@ class SessionConfig:
     max_tokens: int | None = None
     record_key: RecordKey | None = None
     resume: SavedSession | None = None
+    #: The user's and the trusted repository's servers, then the client's (session/new's mcpServers).
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class Client:
@@ -124,6 +129,8 @@ class AcpSession:
         self.updates = UpdateMaker(self.repo)
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
+        self.mcp: McpServers | None = None
+        self._notes: list[str] = []
         self.agent: Agent | None = None
         self.handback: HandBack | None = None
         self.system = ""
@@ -172,14 +179,22 @@ class AcpSession:
         )
         self.sandbox = create_sandbox(self.config.sandbox_kind, self.config.spec)
         await self.sandbox.start()
+        self.mcp = McpServers(
+            self.config.mcp_servers,
+            self.sandbox,
+            report=self._note,
+            log_dir=self.folder,
+        )
+        await self.mcp.open_held()  # its clients live in a task of their own: close() may run elsewhere
         agent = Agent(
             self.backend,
             self.sandbox,
             self.bus,
             run_id=self.session_id,
-            policy=self.config.policy,
+            policy=with_mcp(self.config.policy, self.config.mcp_servers),
             budget=self._budget(),
             approvals=Approvals(),
+            tools=[*default_tools(), *self.mcp.tools],
         )
         # stock is taken of the user's tree as it is (before a saved session's changes come back):
         # what the session offers is everything it changed that the tree does not hold yet
@@ -207,6 +222,12 @@ class AcpSession:
                 for update in history.updates(event):
                     await self._send(update)
 
+    def _note(self, message: str) -> None:
+        """A problem to tell the user (an MCP server that did not start): recorded now, shown with
+        the next prompt's answer (the client knows no session before session/new answers)."""
+        self.bus.emit(ErrorReported(kind="mcp", message=message))
+        self._notes.append(message)
+
     def _budget(self) -> Budget:
         return Budget(self.config.max_steps, self.config.max_time_s, self.config.max_tokens)
 
@@ -225,6 +246,9 @@ class AcpSession:
         self.info.title = self.info.title or " ".join((title or text).split())[:80]
         self.info.requests = self.turns
         self._save_info()
+        for note in self._notes:
+            await self._send(update_agent_message_text(f"Note: {note}\n\n"))
+        self._notes.clear()
         message = text.replace(str(self.repo) + "/", WORKSPACE + "/")
         cancelled = self._cancelled = asyncio.Event()
         if self._run is not None and not self._run.done():  # paused after a cancel: this goes on
@@ -376,6 +400,8 @@ class AcpSession:
             with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
                 await self._run
         try:
+            if self.mcp is not None:
+                await self.mcp.close_held()
             if self.backend is not None:
                 await self.backend.close()
         finally:

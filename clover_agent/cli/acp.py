@@ -16,6 +16,7 @@ from clover_agent.cli.options import (
     add_trust_argument,
     backend_options,
     check_repo,
+    mcp_servers_of,
     positive,
     record_key,
     repo_config_of,
@@ -55,6 +56,7 @@ def _acp(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             record_key=key,
             resume=None if session_id is None else load_session(repo, session_id, key),
+            mcp_servers=mcp_servers_of(settings, repo, configured),
         )
 
     return run(configure)
