@@ -15,7 +15,11 @@ import re
 from pathlib import Path
 from typing import Any, TextIO
 
+import jsonschema
+from referencing import Registry, Resource
+
 from clover_agent import __version__, safe_text
+from clover_agent.ci.result import result_schema
 from clover_agent.events import (
     Event,
     ModelResponded,
@@ -36,8 +40,17 @@ _RAW_UNSAFE = re.compile(f"[\\x7f-\\x9f\\u2028\\u2029{safe_text.BIDI_CONTROLS}\\
 
 
 def events_schema() -> dict[str, Any]:
-    """The JSON Schema of one ``--json-events`` line."""
+    """The JSON Schema of one ``--json-events`` line (``finished.result`` refers to
+    ``result.schema.json`` by its ``$id``: :func:`events_validator` resolves it)."""
     return json.loads(EVENTS_SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
+def events_validator() -> jsonschema.protocols.Validator:
+    """A validator of one line, the result schema its ``finished.result`` refers to included."""
+    result = result_schema()
+    registry: Registry[Any] = Registry().with_resource(result["$id"], Resource.from_contents(result))
+    schema = events_schema()
+    return jsonschema.validators.validator_for(schema)(schema, registry=registry)
 
 
 class JsonEvents:

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 
 from clover_agent.agent.trajectory import read_events
-from clover_agent.ci.events import events_schema
+from clover_agent.ci.events import events_validator
 from clover_agent.ci.result import result_schema
 from tests.git_repos import git
 
@@ -128,10 +128,10 @@ def collect(
         }
     events = []
     if json_events:
-        schema = events_schema()
+        validator = events_validator()  # finished.result: against result.schema.json
         events = [json.loads(line) for line in stdout.splitlines()]  # stdout holds events only
         for event in events:
-            jsonschema.validate(event, schema)
+            validator.validate(event)
         assert events and events[-1]["type"] == "finished" and events[-1]["exit_code"] == code
         assert [e["type"] for e in events].count("finished") == 1
         if result is not None:

@@ -4,8 +4,10 @@ event saying so. None of these needs Docker: they stop before a sandbox is made.
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
+from clover_agent.ci.events import events_validator
 from clover_agent.ci.result import model_of
 from clover_agent.ci.safety import SANDBOX_VARIABLES, sandbox_environment, stored_credentials
 from tests.ci.ci_runs import run_ci
@@ -47,6 +49,19 @@ def test_every_bad_argument_ends_with_result_json_and_finished(tmp_path, args) -
     assert run.code == 2 and "usage: clover-agent ci " in run.stderr
     assert run.result["status"] == "usage_error" and run.result["message"].startswith("bad arguments: ")
     assert run.events[-1]["message"] == run.result["message"]
+
+
+def test_the_finished_line_is_checked_against_the_result_schema(tmp_path) -> None:
+    """``finished.result`` refers to result.schema.json: a line whose result lacks a field the
+    result needs, or has a status it does not know, is not a valid line."""
+    run = run_ci(calculator_repo(tmp_path), tmp_path / "out", "--max-steps", "x")
+    validator = events_validator()
+    finished = run.events[-1]
+    validator.validate(finished)
+    for broken in ({k: v for k, v in finished["result"].items() if k != "patch"},
+                   {**finished["result"], "status": "fine"}):  # fmt: skip
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate({**finished, "result": broken})
 
 
 def test_bad_arguments_write_nothing_in_a_folder_that_is_not_the_bots(tmp_path) -> None:
