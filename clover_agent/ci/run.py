@@ -73,7 +73,8 @@ class CiRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
-    json_events: bool = False
+    #: --json-events: the version of the lines written on stdout (True: the current one); 0/False: none.
+    json_events: int = 0
     #: Use the repository's .clover/config.toml whole (its set-up commands, image, packages, wheels):
     #: the workflow's owner decides. Else only what needs no trust (settings.TRUSTED_ONLY).
     trust_repo: bool = False
@@ -89,7 +90,7 @@ def run_ci(
 ) -> int:
     """Run ``request``; returns the exit code (see the module docstring). Human logs go to ``out``,
     or to ``err`` when ``out`` carries the JSON Lines events."""
-    events = JsonEvents(out) if request.json_events else None
+    events = _events(out, request.json_events)
     log = err if request.json_events else out
     with commands_stopped(log, os.environ if environ is None else environ):
         clean = sanitize_task(request.task)
@@ -136,7 +137,7 @@ def report_early_error(
     output_dir: str | None,
     repo: str | None,
     task_source: str | None,
-    json_events: bool,
+    json_events: int,
     out: TextIO,
     err: TextIO,
     environ: Mapping[str, str] | None = None,
@@ -146,7 +147,7 @@ def report_early_error(
     could be read: ``result.json`` and ``summary.md`` in ``output_dir`` when that is usable (the
     rules of :func:`_prepare_output`; without ``repo``, the work tree it lies in), the ``finished``
     line with ``json_events``. Returns the error's exit code."""
-    events = JsonEvents(out) if json_events else None
+    events = _events(out, json_events)
     log = err if json_events else out
     message = message_of(error)
     with commands_stopped(log, os.environ if environ is None else environ):
@@ -172,6 +173,13 @@ def report_early_error(
             events,
             err,
         )
+
+
+def _events(out: TextIO, version: int) -> JsonEvents | None:
+    """The JSON Lines writer of ``version`` (True: the current one; 0: none)."""
+    if not version:
+        return None
+    return JsonEvents(out) if version is True else JsonEvents(out, int(version))
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from clover_agent.ci import CiRequest, run_ci
+from clover_agent.ci.events import EVENTS_VERSION, VERSIONS
 from clover_agent.ci.run import report_early_error
 from clover_agent.cli.options import add_backend_arguments, add_budget_arguments, backend_options
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError
@@ -55,14 +56,14 @@ def _ci(args: argparse.Namespace) -> int:
 
 
 def _early_error(
-    error: CloverError, output_dir: str | None, repo: str | None, source: str | None, json_events: bool
+    error: CloverError, output_dir: str | None, repo: str | None, source: str | None, json_events: int | None
 ) -> int:
     return report_early_error(
         error,
         output_dir=output_dir,
         repo=repo,
         task_source=source,
-        json_events=json_events,
+        json_events=json_events or 0,
         out=sys.stdout,
         err=sys.stderr,
     )
@@ -80,7 +81,7 @@ def _request(args: argparse.Namespace, task: str, source: str) -> CiRequest:
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
-        json_events=args.json_events,
+        json_events=args.json_events or 0,
         trust_repo=args.trust_repo,
     )
 
@@ -132,13 +133,27 @@ def _lenient(arguments: Sequence[str]) -> argparse.Namespace:
     reader = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for name in ("--output-dir", "--repo", "--task", "--task-file"):
         reader.add_argument(name)
-    reader.add_argument("--json-events", action="store_true")
+    reader.add_argument("--json-events", nargs="?", const=str(EVENTS_VERSION))
     try:
-        return reader.parse_known_args(list(arguments))[0]
+        known = reader.parse_known_args(list(arguments))[0]
+        known.json_events = _version(known.json_events)
+        return known
     except (argparse.ArgumentError, SystemExit):  # an option's value missing: read the flag alone
+        given = [a for a in arguments if a == "--json-events" or a.startswith("--json-events=")]
         return argparse.Namespace(
-            output_dir=None, repo=None, task=None, task_file=None, json_events="--json-events" in arguments
+            output_dir=None,
+            repo=None,
+            task=None,
+            task_file=None,
+            json_events=EVENTS_VERSION if given else None,
         )
+
+
+def _version(value: str | None) -> int | None:
+    """The events' version a --json-events value asks for (one not known: the current one)."""
+    if value is None:
+        return None
+    return int(value) if value in {str(v) for v in VERSIONS} else EVENTS_VERSION
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -179,7 +194,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_budget_arguments(p)
     p.add_argument(
         "--json-events",
-        action="store_true",
-        help="JSON Lines events on stdout (version 1, see docs/ci.md); human logs go to stderr",
+        nargs="?",
+        const=EVENTS_VERSION,
+        type=int,
+        choices=VERSIONS,
+        metavar="VERSION",
+        help=f"JSON Lines events on stdout (version {EVENTS_VERSION}; `--json-events 1`: version 1's lines "
+        "only; see docs/ci.md); human logs go to stderr",
     )
     p.set_defaults(func=_ci)
