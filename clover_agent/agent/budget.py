@@ -1,10 +1,11 @@
 """Step, wall-time and token budgets, checked before every model call.
 
 A budget is spent when the next call could not fit: the steps taken reach ``max_steps``, the time
-since the start reaches ``max_time_s``, or the tokens used so far plus the prompt about to be sent
-exceed ``max_tokens`` (tokens count what the model reads and writes on every call, as an API bills
-them). The clock stops while the agent waits for a person (:meth:`Budget.pause`). Crossing ``warn_fraction`` of a resource is reported once per resource, so front ends can
-show it before the run is cut off.
+since the start reaches ``max_time_s`` (or the clock reaches a whole run's ``deadline``), or the
+tokens used so far plus the prompt about to be sent exceed ``max_tokens`` (tokens count what the
+model reads and writes on every call, as an API bills them). The clock stops while the agent
+waits for a person (:meth:`Budget.pause`). Crossing ``warn_fraction`` of a resource is reported
+once per resource, so front ends can show it before the run is cut off.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class Budget:
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     elapsed_before_s: float = 0.0  # time spent by earlier runs this one resumes
+    #: A ``time.monotonic()`` by which the whole run ends, whatever came before the agent (the CI
+    #: bot's --max-time); never paused.
+    deadline: float | None = None
     _warned: set[str] = field(default_factory=set)
     _paused_at: float | None = None
 
@@ -54,7 +58,19 @@ class Budget:
         return {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "max_tokens": self.max_tokens}
 
     def remaining_time_s(self) -> float | None:
-        return None if self.max_time_s is None else max(0.0, self.max_time_s - self.elapsed_s)
+        """Seconds left before the time budget or the deadline is spent (None: no limit)."""
+        left = [] if self.max_time_s is None else [self.max_time_s - self.elapsed_s]
+        if self.deadline is not None:
+            left.append(self.deadline - time.monotonic())
+        return max(0.0, min(left)) if left else None
+
+    def time_message(self, during: str = "") -> str:
+        """Why the time ran out, ``during`` something (a model call, a tool call)."""
+        at = f" during {during}" if during else ""
+        left = None if self.max_time_s is None else self.max_time_s - self.elapsed_s
+        if self.deadline is not None and (left is None or self.deadline - time.monotonic() <= left):
+            return f"time budget exhausted{at}: the run's deadline passed (raise --max-time)"
+        return f"time budget exhausted{at}: {self.elapsed_s:.0f} s of {self.max_time_s or 0:.0f} s used (raise --max-time)"
 
     def check(self, next_prompt_tokens: int = 0) -> list[tuple[str, float, float]]:
         """Raise :class:`LimitsExceeded` when the next model call does not fit.
@@ -66,6 +82,8 @@ class Budget:
             ("time_s", self.elapsed_s, self.max_time_s),
             ("tokens", float(self.tokens + next_prompt_tokens), self.max_tokens),
         )
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise LimitsExceeded(self.time_message())
         for resource, used, limit in usage:
             if limit is None:
                 continue

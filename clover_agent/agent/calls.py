@@ -8,7 +8,9 @@ happens between a call's ``ToolCallStarted`` and ``ToolCallFinished`` events.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,7 @@ class CallOutcome:
     result: ToolResult
     interrupted: bool = False
     may_have_changed: bool = False  # it ran (or started) and its tool says it may change the workspace
+    out_of_time: bool = False  # cut when the run's time ran out (the caller's ``time_left``)
 
 
 class ToolCaller:
@@ -70,9 +73,12 @@ class ToolCaller:
         approvals: Approvals | None,
         checkpoints: Checkpoints | None,
         specs: list[dict[str, Any]] | None = None,
+        time_left: Callable[[], float | None] | None = None,
     ) -> None:
         self.tools = tools
         self.specs = specs  # what the model is offered: a withdrawn tool leaves it too
+        #: Seconds a call may still run (the time budget's rest; None: no limit), read as it starts.
+        self.time_left = time_left
         self.context = context
         self.bus = bus
         self.steering = steering
@@ -101,15 +107,30 @@ class ToolCaller:
                         )
                     )
                 ran = True
-                result = await self.steering.interruptible(
-                    lambda: run_call(tool, call.arguments, self.context, schema_checked=True)
-                )
+                limit = self.time_left() if self.time_left is not None else None
+                timer = asyncio.timeout(limit)
+                try:
+                    async with timer:
+                        result = await self.steering.interruptible(
+                            lambda: run_call(tool, call.arguments, self.context, schema_checked=True)
+                        )
+                except TimeoutError:
+                    if not timer.expired():
+                        raise  # the tool's own, not the budget's
+                    took = time.monotonic() - started
+                    cut = f"[The call was stopped after {took:.0f} s, with every process it started: the run's time ran out.]"
+                    outcome = CallOutcome(ToolResult(False, cut), False, view.mutates, out_of_time=True)
+                    return self._finished(step, call, outcome, started)
             else:
                 result = ToolResult(False, approval.refusal(view))
             outcome = CallOutcome(result, may_have_changed=ran and view.mutates)
         except Interrupted:
             self.bus.emit(CallInterrupted(step=step, during="tool", call_id=call.id, name=call.name))
             outcome = CallOutcome(ToolResult(False, INTERRUPTED_TOOL), True, ran and view.mutates)
+        return self._finished(step, call, outcome, started)
+
+    def _finished(self, step: int, call: ToolCall, outcome: CallOutcome, started: float) -> CallOutcome:
+        """Emit the call's ``ToolCallFinished`` (its full output kept once); returns ``outcome``."""
         result = outcome.result
         gone = result.data.get(TOOLS_GONE)
         if isinstance(gone, list):

@@ -115,6 +115,7 @@ class Agent:
             approvals,
             self.checkpoints,
             self.tool_specs,
+            time_left=lambda: self.budget.remaining_time_s(),
         )
         self.messages: list[dict[str, Any]] = []
         self.running = False
@@ -432,6 +433,8 @@ class Agent:
             )
         if outcome.may_have_changed:
             await self._record_workspace(step, call.id)
+        if outcome.out_of_time:  # cut at the budget's end: the run ends here
+            raise LimitsExceeded(self.budget.time_message(f"the {call.name} call"))
         if result.ends_task:
             raise Submitted(str(result.data.get("summary", "")))
         if not outcome.interrupted:

@@ -133,7 +133,4 @@ class ModelCaller:
             async with asyncio.timeout(remaining):
                 return await self.backend.complete(messages, self.tool_specs, on_event=forward)
         except TimeoutError:
-            raise LimitsExceeded(
-                f"time budget exhausted during a model call: {self.budget.max_time_s:.0f} s used "
-                "(raise --max-time)"
-            ) from None
+            raise LimitsExceeded(self.budget.time_message("a model call")) from None

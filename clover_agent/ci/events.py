@@ -2,10 +2,10 @@
 
 The trajectory (``trajectory.jsonl``) holds every event of the run in the agent's own, richer and
 changing vocabulary. What a CI job consumes as the run goes is this subset instead, stable within a
-version (:data:`EVENTS_VERSION`; its JSON Schema is :data:`EVENTS_SCHEMA_FILE`); the types, their
-fields and the versioning rule are in docs/ci.md ("--json-events"). Long texts are cut
-(:data:`TEXT_LIMIT` characters), and what a terminal or the CI runner would act on is written as a
-JSON escape (:class:`JsonEvents`).
+version (:data:`EVENTS_VERSION`, its JSON Schema :data:`EVENTS_SCHEMA_FILE`; version 1, still
+written on request, :data:`V1_SCHEMA_FILE`); the types, their fields and the versioning rule are
+in docs/ci.md ("--json-events"). Long texts are cut (:data:`TEXT_LIMIT` characters), and what a
+terminal or the CI runner would act on is written as a JSON escape (:class:`JsonEvents`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import re
 from pathlib import Path
 from typing import Any, TextIO
 
+import jsonschema
+from referencing import Registry, Resource
+
 from clover_agent import __version__, safe_text
+from clover_agent.ci.result import result_schema
 from clover_agent.events import (
     Event,
     ModelResponded,
@@ -23,10 +27,13 @@ from clover_agent.events import (
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
+    WorkspaceChanged,
 )
 
-EVENTS_VERSION = 1
+EVENTS_VERSION = 2
+VERSIONS = (1, 2)
 EVENTS_SCHEMA_FILE = Path(__file__).with_name("events.schema.json")
+V1_SCHEMA_FILE = Path(__file__).with_name("events.v1.schema.json")
 #: Characters of one text field in an event line.
 TEXT_LIMIT = 4000
 #: Failing test ids named in a ``tests`` line.
@@ -35,9 +42,19 @@ FAILING_SHOWN = 50
 _RAW_UNSAFE = re.compile(f"[\\x7f-\\x9f\\u2028\\u2029{safe_text.BIDI_CONTROLS}\\ud800-\\udfff]")
 
 
-def events_schema() -> dict[str, Any]:
-    """The JSON Schema of one ``--json-events`` line."""
-    return json.loads(EVENTS_SCHEMA_FILE.read_text(encoding="utf-8"))
+def events_schema(version: int = EVENTS_VERSION) -> dict[str, Any]:
+    """The JSON Schema of one ``--json-events`` line of ``version`` (``finished.result`` refers to
+    ``result.schema.json`` by its ``$id``: :func:`events_validator` resolves it)."""
+    path = V1_SCHEMA_FILE if version == 1 else EVENTS_SCHEMA_FILE
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def events_validator(version: int = EVENTS_VERSION) -> jsonschema.protocols.Validator:
+    """A validator of one line, the result schema its ``finished.result`` refers to included."""
+    result = result_schema()
+    registry: Registry[Any] = Registry().with_resource(result["$id"], Resource.from_contents(result))
+    schema = events_schema(version)
+    return jsonschema.validators.validator_for(schema)(schema, registry=registry)
 
 
 class JsonEvents:
@@ -49,14 +66,39 @@ class JsonEvents:
     character, bidirectional controls, and the ``#`` of ``##[`` (an old-form workflow command
     anywhere in a log line)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, version: int = EVENTS_VERSION) -> None:
         self.out = out
+        self.version = version
         self.run_id: str | None = None
+        self.tokens = 0  # read and written so far (the usage lines' total)
 
     def __call__(self, event: Event) -> None:
         line = self._line(event)
-        if line is not None:
-            self._write(line["type"], event.time, line["fields"])
+        before, after = self._v2_lines(event) if self.version >= 2 else ([], [])
+        for each in [*before, *([line] if line is not None else []), *after]:
+            self._write(each["type"], event.time, each["fields"])
+
+    def _v2_lines(self, event: Event) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Version 2's own lines for ``event``: those before its version 1 line, those after."""
+        if isinstance(event, ModelResponded):
+            self.tokens += event.prompt_tokens + event.completion_tokens
+            reasoning = (event.reasoning or "").strip()
+            usage = _of(
+                "usage",
+                step=event.step,
+                prompt_tokens=event.prompt_tokens,
+                completion_tokens=event.completion_tokens,
+                total_tokens=self.tokens,
+                seconds=round(event.seconds, 3),
+                cost=None,
+            )
+            return ([_of("reasoning", step=event.step, text=_cut(reasoning))] if reasoning else []), [usage]
+        if isinstance(event, WorkspaceChanged):
+            files, added, removed = _diff_files(event.patch)
+            change = _of("file_change", step=event.step, call_id=event.call_id, files=files,
+                         added_lines=added, removed_lines=removed)  # fmt: skip
+            return [], [change]
+        return [], []
 
     def finished(self, result: dict[str, Any], time: float) -> None:
         self.run_id = result.get("run_id") or self.run_id
@@ -120,7 +162,7 @@ class JsonEvents:
         return None
 
     def _write(self, kind: str, time: float, fields: dict[str, Any]) -> None:
-        line = {"v": EVENTS_VERSION, "type": kind, "time": round(time, 3), "run_id": self.run_id, **fields}
+        line = {"v": self.version, "type": kind, "time": round(time, 3), "run_id": self.run_id, **fields}
         text = json.dumps(line, ensure_ascii=False, default=str)
         text = _RAW_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).replace("##[", "#\\u0023[")
         self.out.write(text + "\n")
@@ -129,6 +171,28 @@ class JsonEvents:
 
 def _of(kind: str, **fields: Any) -> dict[str, Any]:
     return {"type": kind, "fields": fields}
+
+
+def _diff_files(patch: str) -> tuple[list[dict[str, str]], int, int]:
+    """The files a workspace diff changes (path as git names it, and how), and its lines added and
+    removed."""
+    files: list[dict[str, str]] = []
+    added = removed = 0
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            path = line.removeprefix("diff --git ").rpartition(" b/")[2] or line
+            files.append({"path": path, "change": "modified"})
+        elif files and line.startswith("new file mode"):
+            files[-1]["change"] = "added"
+        elif files and line.startswith("deleted file mode"):
+            files[-1]["change"] = "deleted"
+        elif files and line.startswith("rename from"):
+            files[-1]["change"] = "renamed"
+        elif line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    return files, added, removed
 
 
 def _cut(text: str) -> str:

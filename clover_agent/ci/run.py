@@ -5,18 +5,24 @@ credential, the output folder is the bot's own, the task is not empty once sanit
 sandbox spec with nothing of the environment in it (:mod:`.safety`), frames the task
 (:mod:`.sanitize`) and runs the ``fix`` workflow (:func:`clover_agent.fix.run_fix`) with policy
 ``ci``, no one to ask, and the output folder as the run folder. The user's working tree is only
-read. Whatever happens once the output folder is known, it ends with ``result.json`` and
-``summary.md`` there (:mod:`.result`), and with ``--json-events`` a ``finished`` line on stdout.
+read. Whatever happens, it ends with ``result.json`` and ``summary.md`` in the output folder once
+that is known to be the bot's (:mod:`.result`), and with ``--json-events`` a ``finished`` line on
+stdout; :func:`report_early_error` does the same for a command line that could not be read. In
+GitHub Actions the human log is written between ``::stop-commands::`` and its token's end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import secrets
 import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,10 +30,16 @@ from typing import Any, TextIO
 from clover_agent.agent.policy import preset
 from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.ci.events import JsonEvents
-from clover_agent.ci.result import RESULT_FILE, SUMMARY_MD, build_result, render_summary, write_result
+from clover_agent.ci.result import (
+    RESULT_FILE,
+    SUMMARY_MD,
+    build_result,
+    render_summary,
+    write_result,
+)
 from clover_agent.ci.safety import sandbox_environment, stored_credentials
 from clover_agent.ci.sanitize import frame_request, sanitize_task
-from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import EventBus
 from clover_agent.fix import FixRequest, run_fix
 from clover_agent.fix.console import ConsoleRenderer, make_console
@@ -61,50 +73,149 @@ class CiRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
-    json_events: bool = False
+    #: --json-events: the version of the lines written on stdout (True: the current one); 0/False: none.
+    json_events: int = 0
     #: Use the repository's .clover/config.toml whole (its set-up commands, image, packages, wheels):
     #: the workflow's owner decides. Else only what needs no trust (settings.TRUSTED_ONLY).
     trust_repo: bool = False
 
 
-def run_ci(request: CiRequest, settings: Settings, *, out: TextIO, err: TextIO) -> int:
+def run_ci(
+    request: CiRequest,
+    settings: Settings,
+    *,
+    out: TextIO,
+    err: TextIO,
+    environ: Mapping[str, str] | None = None,
+) -> int:
     """Run ``request``; returns the exit code (see the module docstring). Human logs go to ``out``,
     or to ``err`` when ``out`` carries the JSON Lines events."""
-    events = JsonEvents(out) if request.json_events else None
+    events = _events(out, request.json_events)
     log = err if request.json_events else out
-    clean = sanitize_task(request.task)
-    task = {"source": request.task_source, "text": clean.text, **clean.to_dict()}
-    repo = request.repo.resolve()
-    output: Path | None = None
-    commit: str | None = None
-    fix_summary: dict[str, Any] | None = None
-    try:
-        output = _prepare_output(request.output_dir.resolve(), repo)
-        commit = _check_repository(repo)
-        if not clean.text:
-            raise UsageError(f"the task ({request.task_source}) is empty once hidden text is removed")
-        if (
-            request.target is not None
-            and request.target.startswith("-")
-            and not request.target.startswith("-k ")
-        ):
-            raise UsageError(
-                f"--target {request.target!r} looks like an option; give a test id, file or `-k EXPR`"
+    with commands_stopped(log, os.environ if environ is None else environ):
+        clean = sanitize_task(request.task)
+        task = {"source": request.task_source, "text": clean.text, **clean.to_dict()}
+        repo = request.repo.resolve()
+        output: Path | None = None
+        commit: str | None = None
+        fix_summary: dict[str, Any] | None = None
+        try:
+            output = _prepare_output(request.output_dir.resolve(), repo)
+            commit = _check_repository(repo)
+            if not clean.text:
+                raise UsageError(f"the task ({request.task_source}) is empty once hidden text is removed")
+            if (
+                request.target is not None
+                and request.target.startswith("-")
+                and not request.target.startswith("-k ")
+            ):
+                raise UsageError(
+                    f"--target {request.target!r} looks like an option; give a test id, file or `-k EXPR`"
+                )
+            credentials = stored_credentials(repo)
+            if credentials:
+                raise UsageError(
+                    "the repository's git configuration holds credentials, which would be copied into the "
+                    f"sandbox: {'; '.join(credentials)}. Check out with `persist-credentials: false` "
+                    "(actions/checkout) or remove them (git config --unset-all KEY)."
+                )
+            check_backend_options(request.backend, settings)
+            exit_code, message = _run(
+                request, settings, repo, output, frame_request(clean, _source(request)), log, events
             )
-        credentials = stored_credentials(repo)
-        if credentials:
-            raise UsageError(
-                "the repository's git configuration holds credentials, which would be copied into the "
-                f"sandbox: {'; '.join(credentials)}. Check out with `persist-credentials: false` "
-                "(actions/checkout) or remove them (git config --unset-all KEY)."
-            )
-        check_backend_options(request.backend, settings)
-        exit_code, message = _run(
-            request, settings, repo, output, frame_request(clean, _source(request)), log, events
+            fix_summary = _take_fix_summary(output)
+        except RUN_ERRORS as exc:
+            exit_code, message = exit_code_for(exc), message_of(exc)
+        return _end(
+            exit_code, message, fix_summary, task, repo, output, commit, request.target, log, events, err
         )
-        fix_summary = _take_fix_summary(output)
-    except RUN_ERRORS as exc:
-        exit_code, message = exit_code_for(exc), message_of(exc)
+
+
+def report_early_error(
+    error: CloverError,
+    *,
+    output_dir: str | None,
+    repo: str | None,
+    task_source: str | None,
+    json_events: int,
+    out: TextIO,
+    err: TextIO,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """A command line that could not be read (argparse's error, an unreadable --task-file, the
+    settings): the same ending as :func:`run_ci`'s for a usage error, with what of the command line
+    could be read: ``result.json`` and ``summary.md`` in ``output_dir`` when that is usable (the
+    rules of :func:`_prepare_output`; without ``repo``, the work tree it lies in), the ``finished``
+    line with ``json_events``. Returns the error's exit code."""
+    events = _events(out, json_events)
+    log = err if json_events else out
+    message = message_of(error)
+    with commands_stopped(log, os.environ if environ is None else environ):
+        output = None
+        where = Path(repo).resolve() if repo else None
+        if output_dir:
+            try:
+                output = _prepare_output(Path(output_dir).resolve(), where)
+            except (UsageError, OSError) as exc:  # not the bot's folder: nothing written there
+                message += f" (nothing written to --output-dir: {message_of(exc) if isinstance(exc, UsageError) else exc})"
+        task = {"source": task_source or "", "text": "", "chars": 0, "original_chars": 0, "removed": {},
+                "truncated": False}  # fmt: skip
+        return _end(
+            exit_code_for(error),
+            message,
+            None,
+            task,
+            where or Path.cwd(),
+            output,
+            None,
+            None,
+            log,
+            events,
+            err,
+        )
+
+
+def _events(out: TextIO, version: int) -> JsonEvents | None:
+    """The JSON Lines writer of ``version`` (True: the current one; 0: none)."""
+    if not version:
+        return None
+    return JsonEvents(out) if version is True else JsonEvents(out, int(version))
+
+
+@contextlib.contextmanager
+def commands_stopped(log: TextIO, environ: Mapping[str, str]) -> Iterator[None]:
+    """In GitHub Actions (``GITHUB_ACTIONS=true``), what is written to ``log`` inside is written
+    between ``::stop-commands::TOKEN`` and ``::TOKEN::``: the runner obeys no workflow command in
+    it, whatever the model or a tool wrote and however a line is wrapped. The token is random, made
+    after the sandbox and the model could see anything of this process, and never shown to them."""
+    if environ.get("GITHUB_ACTIONS") != "true":
+        yield
+        return
+    token = f"clover-{secrets.token_hex(16)}"
+    log.write(f"::stop-commands::{token}\n")
+    log.flush()
+    try:
+        yield
+    finally:
+        log.flush()
+        log.write(f"::{token}::\n")
+        log.flush()
+
+
+def _end(
+    exit_code: int,
+    message: str,
+    fix_summary: dict[str, Any] | None,
+    task: dict[str, Any],
+    repo: Path,
+    output: Path | None,
+    commit: str | None,
+    target: str | None,
+    log: TextIO,
+    events: JsonEvents | None,
+    err: TextIO,
+) -> int:
+    """The run's files, its ``finished`` line and its summary in the log: every way out ends here."""
     patch_text = ""
     if output is not None:
         # The workflow's shadow repository (the patch's exact bytes, for a hand-back the bot never
@@ -124,7 +235,7 @@ def run_ci(request: CiRequest, settings: Settings, *, out: TextIO, err: TextIO) 
         patch_text=patch_text,
         apply=_apply_command(repo) if commit else None,
         trajectory=output is not None and (output / TRAJECTORY_FILE).exists(),
-        target=request.target,
+        target=target,
     )
     if output is not None:
         write_result(output, result)
@@ -181,6 +292,8 @@ def _run(
         max_tokens=request.max_tokens,
         suite_timeout_s=configured.suite_timeout or DEFAULT_TIMEOUT_S,
         request=framed,
+        whole_run_time=True,  # --max-time: the whole run's deadline
+        exit_codes={ExitCode.AGENT_ERROR: ExitCode.FAILURE},  # one code: trajectory, result, process
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines
@@ -212,12 +325,15 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*_SAFE_GIT, "-C", str(repo), *args], capture_output=True, text=True, check=False)
 
 
-def _prepare_output(output: Path, repo: Path) -> Path:
+def _prepare_output(output: Path, repo: Path | None) -> Path:
     """The output folder, made, and emptied of a previous run's files; a :class:`UsageError` when it
-    holds other files, or lies in the repository's working tree without being ignored there."""
+    holds other files, or lies in the repository's working tree (None: whatever work tree it lies
+    in) without being ignored there."""
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output-dir {output} is a file, not a folder")
-    if output == repo or repo in output.parents:
+    if repo is None:
+        repo = _work_tree_of(output)
+    if repo is not None and (output == repo or repo in output.parents):
         # As a folder ("out/"), so that a pattern for folders matches one not made yet.
         ignored = _git(repo, "check-ignore", "-q", "--no-index", f"{output}/").returncode == 0
         if not ignored:
@@ -238,6 +354,15 @@ def _prepare_output(output: Path, repo: Path) -> Path:
         shutil.rmtree(output / SHADOW_DIR, ignore_errors=True)  # a killed run's
     output.mkdir(parents=True, exist_ok=True)
     return output
+
+
+def _work_tree_of(path: Path) -> Path | None:
+    """The top of the git work tree ``path`` (or its nearest existing folder) lies in, if any."""
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    if folder is None:
+        return None
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    return Path(top.stdout.strip()).resolve() if top.returncode == 0 and top.stdout.strip() else None
 
 
 def _check_repository(repo: Path) -> str:

@@ -1,9 +1,12 @@
 """The task text of a CI run is untrusted data: what is hidden in it is removed, and it reaches the
 model framed as the user's request, never as the operator's instructions.
 
-:func:`sanitize_task` removes what a reader never sees, neutralises chat-format markup and caps the
-length; :func:`frame_request` puts the result between ``<user_request>`` tags with a preamble
-saying what it is. What is removed and why: docs/ci.md ("Untrusted input").
+:func:`sanitize_task` caps the input, renders it as GitHub does (CommonMark with tables,
+strikethrough, footnotes and raw HTML, by markdown-it-py) and keeps only the text that rendered
+page shows (:class:`_VisibleText`, an HTML parser over the rendering); then it removes invisible
+characters, neutralises chat-format markup and caps the result. :func:`frame_request` puts it
+between ``<user_request>`` tags with a preamble saying what it is. Every step is linear in its
+input. What is removed and why: docs/ci.md ("Untrusted input").
 """
 
 from __future__ import annotations
@@ -11,13 +14,19 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from html import unescape
+from html.parser import HTMLParser
+
+from markdown_it import MarkdownIt
+from mdit_py_plugins.footnote import footnote_plugin
 
 from clover_agent import safe_text
 
 #: Characters of task text kept; the rest is cut (and the cut is said in the text).
 MAX_TASK_CHARS = 16_000
+#: Characters of the raw task read at all, before any parsing (the cut is said in the text).
+MAX_INPUT_CHARS = 16_000
 FRAME_TAG = "user_request"
 
 BIDI_CONTROLS = frozenset(safe_text.BIDI_CONTROLS)
@@ -28,45 +37,46 @@ _INVISIBLE_EXTRA = frozenset(
     + [chr(c) for c in range(0xE0100, 0xE01F0)]
     + ["\u115f", "\u1160", "\u3164", "\uffa0", "\u034f"]
 )
-
-_FENCE = re.compile(
-    r"^[ \t]{0,3}(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL
-)
-_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
-_RAW_CONTENT = re.compile(
-    r"<(script|style|template|noscript|iframe|object|svg|math)\b[^>]*>.*?(?:</\1\s*>|\Z)",
-    re.DOTALL | re.IGNORECASE,
-)
-_HIDING = (
-    r"(?:\bhidden\b|\baria-hidden\s*=\s*[\"']?true"
-    r"|\bstyle\s*=\s*[\"'][^\"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0"
-    r"|opacity\s*:\s*0(?:\.0*)?\s*(?:;|[\"'])|color\s*:\s*transparent))"
-)
-_HIDDEN_OPEN = re.compile(rf"<([a-z][a-z0-9]*)\b(?=[^>]*{_HIDING})[^>]*?(/?)>", re.IGNORECASE)
-#: A Markdown link reference definition draws nothing: ``[//]: # (comment)`` hides its title.
-_REFERENCE = re.compile(
-    r"^([ \t]{0,3}\[[^\]\n]+\]:)[ \t]*(<[^>\n]*>|\S+)"
-    r"([ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$",
-    re.MULTILINE,
-)
-#: Void elements: no content, no closing tag.
-_VOID = frozenset(["br", "hr", "img", "input", "source", "wbr", "meta", "link", "area", "col", "embed"])
-#: Passes at most: removing one thing can join the pieces around it into another (``<!<!-- -->--``).
-_MAX_PASSES = 20
-#: HTML elements GitHub renders: their tags go (attributes such as ``title`` and ``alt`` are not
-#: shown in the text), what they enclose stays.
-_HTML_TAG = re.compile(
-    r"</?(?:a|abbr|b|bdi|bdo|big|blockquote|br|center|cite|code|dd|del|details|dfn|div|dl|dt|em|font|"
-    r"h[1-6]|hr|i|img|input|ins|kbd|li|mark|ol|p|picture|pre|q|rp|rt|ruby|s|samp|small|source|span|"
-    r"strike|strong|sub|summary|sup|table|tbody|td|tfoot|th|thead|tr|tt|u|ul|var|video|wbr)\b[^>]*>",
+#: Elements whose content a page never shows (browsers' default ``display: none``, raw text,
+#: fallbacks): removed with all they enclose.
+_UNSHOWN = frozenset(
+    ["script", "style", "template", "noscript", "iframe", "object", "embed", "svg", "math", "title",
+     "head", "datalist", "rp", "noembed", "noframes", "param", "frameset", "xmp"]
+)  # fmt: skip
+_HIDING_STYLE = re.compile(
+    r"display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse)|font-size\s*:\s*0(?![.\d]*[1-9])"
+    r"|opacity\s*:\s*0(?![.\d]*[1-9])|color\s*:\s*transparent|(?:max-)?(?:height|width)\s*:\s*0(?![.\d]*[1-9])",
     re.IGNORECASE,
 )
+#: Void elements: no content, no closing tag.
+_VOID = frozenset(
+    ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+     "track", "wbr"]
+)  # fmt: skip
+_BLOCKS = frozenset(
+    ["address", "article", "aside", "blockquote", "center", "dd", "details", "dialog", "div", "dl", "dt",
+     "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+     "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot", "th",
+     "thead", "tr", "ul", "caption"]
+)  # fmt: skip
+_HEADINGS = {f"h{n}": "#" * n for n in range(1, 7)}
 _SPECIAL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>")
-_FRAME = re.compile(rf"</?\s*{FRAME_TAG}\b[^>]*>", re.IGNORECASE)
+_FRAME_WORD = re.compile(FRAME_TAG, re.IGNORECASE)
 #: The model's own chat-format tags (a fake tool response in a request would read as one).
 _CHAT_MARKUP = re.compile(
-    r"<(/?)(tool_call|tool_response|think|tools)>|<(/?)(function|parameter)(=[^>\n]*)?>", re.IGNORECASE
+    r"<(/?)(tool_call|tool_response|think|tools)>|<(/?)(function|parameter)(=[^<>\n]*)?>", re.IGNORECASE
 )
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def _markdown() -> MarkdownIt:
+    """GitHub's flavour as far as what is shown goes: CommonMark, raw HTML, tables, strikethrough
+    and footnotes (a footnote's text is shown, at the page's end)."""
+    md = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    return md.use(footnote_plugin)
+
+
+_MARKDOWN = _markdown()
 
 
 @dataclass(frozen=True)
@@ -87,31 +97,43 @@ class CleanTask:
         }
 
 
-def sanitize_task(raw: str, *, max_chars: int = MAX_TASK_CHARS) -> CleanTask:
-    """``raw`` without what a reader of the rendered text would not see, chat-format markup
-    neutralised, at most ``max_chars`` characters.
+def sanitize_task(
+    raw: str, *, max_chars: int = MAX_TASK_CHARS, max_input_chars: int = MAX_INPUT_CHARS
+) -> CleanTask:
+    """``raw`` as the text its rendered page shows, chat-format markup neutralised, at most
+    ``max_chars`` characters; only its first ``max_input_chars`` are read.
 
-    Removed (and counted): HTML comments, elements hidden by attributes or styles, Markdown
-    comments (``[//]: # (...)``), zero-width and other invisible characters, ASCII "tag" characters
-    that smuggle text past the eye, and bidirectional controls that reorder what is shown; text
-    that would read as chat-format markup to the model (special tokens such as ``<|im_start|>``,
-    tool-call and tool-response tags) or close the frame early is taken out too. Inside fenced code
-    blocks only the characters, tokens and frame tags go: markup there is shown as text, so it is
-    kept."""
+    Removed (and counted): HTML comments, processing instructions, declarations and CDATA
+    sections, elements hidden by an attribute (``hidden``, ``aria-hidden``) or a style and those a
+    page never shows (``script``, ``style``, ``template`` ...) with what they enclose, image alt
+    text, titles (of links and any element), link reference definitions (their labels and titles
+    are never shown; a link using one keeps its target), other attributes' values, zero-width and
+    other invisible characters, Unicode tag characters, bidirectional controls and control
+    characters. Text that would read as chat-format markup to the model (special tokens such as
+    ``<|im_start|>``, tool-call and tool-response tags) or as the frame's tag is neutralised. What
+    code spans and blocks show (markup included) is kept, as is what ``<details>`` folds away."""
     removed: Counter[str] = Counter()
-    text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")
-    for _ in range(_MAX_PASSES):
-        before = text
-        text = _one_pass(text, removed)
-        if text == before:
-            break
-    text = re.sub(r"[ \t]+$", "", text, flags=re.MULTILINE)
-    text = re.sub(r"\n{3,}", "\n\n", text).strip()
-    truncated = len(text) > max_chars
-    if truncated:
+    text, input_cut = _cap_input(raw, max_input_chars)
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")
+    text = text.replace("\x00", "\ufffd")  # as CommonMark does; NUL would end the HTML parser's data
+    env: dict[str, object] = {}
+    html = _MARKDOWN.render(text, env)
+    references = env.get("references") or {}
+    removed["reference_definitions"] += len(references) if isinstance(references, dict) else 0
+    visible = _VisibleText(removed)
+    visible.feed(html)
+    visible.close()
+    text = _remove_characters(visible.text(), removed)
+    text = _neutralise(text, removed)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+    truncated = input_cut or len(text) > max_chars
+    if len(text) > max_chars:
         cut = text.rfind("\n", 0, max_chars)
         kept = text[: cut if cut > max_chars // 2 else max_chars].rstrip()
         text = f"{kept}\n\n[... the request was cut here: {len(text):,} characters, {max_chars:,} kept]"
+    elif input_cut:
+        text += f"\n\n[... the request was cut here: {len(raw):,} characters given, {max_input_chars:,} read]"
     return CleanTask(text, len(raw), {k: v for k, v in sorted(removed.items()) if v}, truncated)
 
 
@@ -136,24 +158,253 @@ def frame_request(task: CleanTask, source: str) -> str:
     )
 
 
-def _one_pass(text: str, removed: Counter[str]) -> str:
-    text = _remove_characters(text, removed)
-    parts = []
-    at = 0
-    for fence in _FENCE.finditer(text):
-        parts.append(_remove_markup(text[at : fence.start()], removed))
-        parts.append(fence.group(0))
-        at = fence.end()
-    parts.append(_remove_markup(text[at:], removed))
-    text = "".join(parts)
-    text = _count_sub(_SPECIAL_TOKEN, "", text, removed, "special_tokens")
-    text = _count_sub(_FRAME, "", text, removed, "frame_tags")
-    return _count_sub(_CHAT_MARKUP, _bracketed, text, removed, "chat_markup")
+def _cap_input(raw: str, limit: int) -> tuple[str, bool]:
+    """The first ``limit`` characters of ``raw``, ended at its last blank line when there is one
+    (no inline construct, link definition or HTML block of the kinds a blank line ends spans it:
+    a cut there cannot turn the hidden part of one into shown text; the others hide to the end
+    when cut); whether anything was cut."""
+    if len(raw) <= limit:
+        return raw, False
+    head = raw[:limit]
+    last = max((blank.start() for blank in _BLANK_LINE.finditer(head)), default=-1)
+    return (head[:last] if last >= 0 else head), True
 
 
-def _bracketed(match: re.Match[str]) -> str:
-    """``<tool_call>`` -> ``[tool_call]``: still readable, no longer the model's markup."""
-    return match.group(0).replace("<", "[").replace(">", "]")
+class _VisibleText(HTMLParser):
+    """The text a browser shows of GitHub's rendering, laid out as plain Markdown-like text:
+    paragraphs and headings on their lines, list items marked, quotes prefixed, code in backticks
+    and fences (their text exactly as shown), links followed by their target, images as
+    ``[image]``. Whatever a page does not show is dropped and counted in ``removed``. Where this
+    parser and a browser disagree (an unclosed comment, ``<![CDATA[``), it hides the longer part."""
+
+    def __init__(self, removed: Counter[str]) -> None:
+        super().__init__(convert_charrefs=True)
+        self.removed = removed
+        self.lines: list[str] = []
+        self.line: list[str] = []
+        self.hidden: list[list[object]] = []  # [element name, depth of that name] while hiding
+        self.quote = 0
+        self.lists: list[list[int]] = []  # per open list: [next number, or -1 for bullets]
+        self.marker = ""  # a list item's marker, written before its first text
+        self.blank = False  # a blank line goes before the next line written
+        self.pre: list[str] | None = None
+        self.code: list[str] | None = None
+        self.language = ""
+        self.row = False  # in a table row, between its cells (where the rendering's layout is)
+        self.links: list[tuple[str, int, int]] = []  # (target, line number, piece its text starts at)
+
+    # -- what is shown -------------------------------------------------------------------------------
+
+    def text(self) -> str:
+        self._end_line()
+        return "\n".join(self.lines)
+
+    def _prefix(self) -> str:
+        """What starts a new line (a blank line before it when one waits): the quotes' marks, the
+        lists' indent, an item's marker."""
+        if self.blank:
+            self.blank = False
+            self.lines.append(("> " * self.quote).rstrip())
+        indent = "   " * max(0, len(self.lists) - 1)
+        prefix = "> " * self.quote + indent
+        if self.marker:
+            prefix, self.marker = prefix + self.marker, ""
+        return prefix
+
+    def _write(self, text: str) -> None:
+        if self.code is not None:
+            self.code.append(text)
+            return
+        if self.pre is not None:
+            self.pre.append(text)
+            return
+        for i, piece in enumerate(text.split("\n")):
+            if i:
+                self._end_line()
+            if piece and (self.line or piece.strip()):
+                if not self.line:
+                    self.line.append(self._prefix())
+                    piece = piece.lstrip()
+                self.line.append(piece)
+
+    def _end_line(self) -> None:
+        if self.line:
+            self.lines.append("".join(self.line).rstrip())
+            self.line = []
+
+    def _block(self) -> None:
+        """A block starts or ends: the line ends, and a blank line separates it from the next."""
+        self._end_line()
+        self.blank = bool(self.lines)
+
+    def _block_line(self, text: str) -> None:
+        self._block()
+        prefix = self._prefix()
+        self.lines.append(prefix + text)
+        self._block()
+
+    # -- the parser's callbacks ----------------------------------------------------------------------
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._tag(tag, attrs, closes=tag in _VOID)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._tag(tag, attrs, closes=True)
+
+    def _tag(self, tag: str, attrs: list[tuple[str, str | None]], *, closes: bool) -> None:
+        if self.hidden:
+            if tag == self.hidden[-1][0] and not closes:
+                self.hidden[-1][1] = int(self.hidden[-1][1]) + 1  # type: ignore[call-overload]
+            return
+        values = dict(attrs)
+        if values.get("title"):
+            self.removed["titles"] += 1
+        if tag == "img":
+            if values.get("alt"):
+                self.removed["image_text"] += 1
+            if not self._hides(tag, values):
+                self._write("[image]")
+            return
+        if self._hides(tag, values):
+            self.removed["hidden_elements"] += 1
+            if not closes:
+                self.hidden.append([tag, 1])
+            return
+        if tag in ("br", "hr"):
+            self._end_line() if tag == "br" else self._block_line("---")
+            return
+        if tag == "pre":
+            self._block()
+            self.pre, self.language = [], ""
+        elif tag == "code":
+            if self.pre is not None:
+                css = values.get("class") or ""
+                language = css.removeprefix("language-") if css.startswith("language-") else ""
+                self.language = language if re.fullmatch(r"[\w+#.-]{1,30}", language) else ""
+            elif self.code is None:
+                self.code = []
+        elif tag == "blockquote":
+            self._block()
+            self.quote += 1
+        elif tag in ("ul", "ol"):
+            self._block() if not self.lists else self._end_line()
+            start = values.get("start") or "1"
+            self.lists.append([int(start) if tag == "ol" and start.isdigit() else -1])
+        elif tag == "li":
+            self._end_line()
+            if self.lists:
+                number = self.lists[-1][0]
+                self.marker = "- " if number < 0 else f"{number}. "
+                self.lists[-1][0] = number + 1 if number >= 0 else -1
+            else:
+                self.marker = "- "
+        elif tag == "a":
+            if "footnote-backref" in (values.get("class") or ""):
+                self.hidden.append([tag, 1])  # the footnote's way back: an arrow, nothing hidden
+                return
+            self.links.append((values.get("href") or "", len(self.lines), len(self.line)))
+        elif tag == "tr":
+            self._end_line()
+            self._write("|")
+            self.row = True
+        elif tag in ("td", "th"):
+            self._write(" ")
+            self.row = False
+        elif tag in _HEADINGS:
+            self._block()
+            self._write(_HEADINGS[tag] + " ")
+        elif tag in _BLOCKS and tag not in ("td", "th"):
+            self._block()
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.hidden:
+            if tag == self.hidden[-1][0]:
+                self.hidden[-1][1] = int(self.hidden[-1][1]) - 1  # type: ignore[call-overload]
+                if self.hidden[-1][1] == 0:
+                    self.hidden.pop()
+            return
+        if tag == "pre" and self.pre is not None:
+            content, self.pre = "".join(self.pre).rstrip("\n"), None
+            fence = "`" * max(3, _longest_run(content, "`") + 1)
+            for line in [fence + self.language, *content.split("\n"), fence]:
+                self.lines.append(self._prefix() + line)
+            self._block()
+        elif tag == "code" and self.code is not None:
+            content, self.code = "".join(self.code), None
+            ticks = "`" * (_longest_run(content, "`") + 1)
+            pad = " " if content.startswith("`") or content.endswith("`") else ""
+            self._write(f"{ticks}{pad}{content}{pad}{ticks}")
+        elif tag == "blockquote" and self.quote:
+            self._block()
+            self.quote -= 1
+            self._block()
+        elif tag in ("ul", "ol") and self.lists:
+            self.lists.pop()
+            self._block() if not self.lists else self._end_line()
+        elif tag == "a" and self.links:
+            target, line, start = self.links.pop()
+            shown = "".join(self.line[start:]).strip() if line == len(self.lines) else None
+            if target and not target.startswith("#") and target != shown:
+                self._write(f" ({target})")
+        elif tag in ("td", "th"):
+            self._write(" |")
+            self.row = True
+        elif tag in ("tr", "li"):
+            self.row = False
+            self._end_line()
+        elif tag in _BLOCKS:
+            self._block()
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            if self.pre is None and self.code is None and (self.row or not self.line) and not data.strip():
+                return  # the layout between the rendering's tags
+            self._write(data if self.pre is not None or self.code is not None else data.replace("\t", " "))
+
+    def handle_comment(self, data: str) -> None:
+        self.removed["html_comments"] += 1
+
+    def handle_pi(self, data: str) -> None:
+        self.removed["processing_instructions"] += 1
+
+    def handle_decl(self, decl: str) -> None:
+        self.removed["declarations"] += 1
+
+    def unknown_decl(self, data: str) -> None:
+        self.removed["cdata" if data.upper().startswith("CDATA[") else "declarations"] += 1
+
+    def close(self) -> None:
+        """The end: what the parser still holds (an unclosed comment, tag or declaration) is not
+        shown."""
+        if self.rawdata:
+            rest = self.rawdata[self.rawdata.find("<") :] if "<" in self.rawdata else ""
+            if rest.startswith("<!--"):
+                self.removed["html_comments"] += 1
+            elif rest:
+                self.removed["unclosed_markup"] += 1
+            before = self.rawdata[: len(self.rawdata) - len(rest)]
+            self.rawdata = ""
+            if before:
+                self.handle_data(unescape(before))
+        super().close()
+
+    @staticmethod
+    def _hides(tag: str, values: dict[str, str | None]) -> bool:
+        if tag in _UNSHOWN or "hidden" in values or (tag == "dialog" and "open" not in values):
+            return True
+        if (values.get("aria-hidden") or "").strip().lower() == "true":
+            return True
+        if (values.get("type") or "").lower() == "hidden":
+            return True
+        return bool(_HIDING_STYLE.search(values.get("style") or ""))
+
+
+def _longest_run(text: str, char: str) -> int:
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == char else 0
+        longest = max(longest, run)
+    return longest
 
 
 def _remove_characters(text: str, removed: Counter[str]) -> str:
@@ -170,59 +421,19 @@ def _remove_characters(text: str, removed: Counter[str]) -> str:
     return "".join(kept)
 
 
-def _remove_markup(text: str, removed: Counter[str]) -> str:
-    text = _count_sub(_HTML_COMMENT, "", text, removed, "html_comments")
-    text = _count_sub(_RAW_CONTENT, "", text, removed, "hidden_elements")
-    text = _remove_hidden_elements(text, removed)
-    text = _remove_markdown_comments(text, removed)
-    return _count_sub(_HTML_TAG, "", text, removed, "html_tags")
-
-
-def _remove_hidden_elements(text: str, removed: Counter[str]) -> str:
-    """Elements hidden by an attribute or a style, with all they enclose (nested elements of the
-    same name counted, so the hidden part cannot end early); an unclosed one hides to the end."""
-    while match := _HIDDEN_OPEN.search(text):
-        name, end = match.group(1).lower(), match.end()
-        if not (match.group(2) or name in _VOID):
-            depth = 1
-            tags = re.compile(rf"<(/?){re.escape(name)}\b[^>]*?(/?)>", re.IGNORECASE)
-            for tag in tags.finditer(text, end):
-                if tag.group(2):
-                    continue  # self-closing
-                depth += -1 if tag.group(1) else 1
-                if depth == 0:
-                    end = tag.end()
-                    break
-            else:
-                end = len(text)
-        text = text[: match.start()] + text[end:]
-        removed["hidden_elements"] += 1
+def _neutralise(text: str, removed: Counter[str]) -> str:
+    """Special tokens and the model's own tags get brackets instead of angle brackets (``<|im_end|>``
+    -> ``[|im_end|]``, ``<tool_call>`` -> ``[tool_call]``), and the frame's name a hyphen
+    (``user-request``): still readable, no longer markup. Characters are replaced, never removed,
+    so one pass leaves nothing that a second would find."""
+    text, count = _SPECIAL_TOKEN.subn(_bracketed, text)
+    removed["special_tokens"] += count
+    text, count = _FRAME_WORD.subn(lambda m: m.group(0).replace("_", "-"), text)
+    removed["frame_tags"] += count
+    text, count = _CHAT_MARKUP.subn(_bracketed, text)
+    removed["chat_markup"] += count
     return text
 
 
-def _remove_markdown_comments(text: str, removed: Counter[str]) -> str:
-    """A link reference definition keeps its target (``[1]: https://...``) and loses its title,
-    which is never shown; one whose target is a placeholder (``#``, ``<>``) is a comment and goes."""
-
-    def replace(match: re.Match[str]) -> str:
-        label, target, title = match.groups()
-        if target in ("#", "<>"):
-            removed["markdown_comments"] += 1
-            return ""
-        if title:
-            removed["markdown_comments"] += 1
-        return f"{label} {target}"
-
-    return _REFERENCE.sub(replace, text)
-
-
-def _count_sub(
-    pattern: re.Pattern[str],
-    repl: str | Callable[[re.Match[str]], str],
-    text: str,
-    removed: Counter[str],
-    kind: str,
-) -> str:
-    result, count = pattern.subn(repl, text)
-    removed[kind] += count
-    return result
+def _bracketed(match: re.Match[str]) -> str:
+    return match.group(0).replace("<", "[").replace(">", "]")

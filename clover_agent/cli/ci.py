@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any, NoReturn
 
 from clover_agent.ci import CiRequest, run_ci
+from clover_agent.ci.events import EVENTS_VERSION, VERSIONS
+from clover_agent.ci.run import report_early_error
 from clover_agent.cli.options import add_backend_arguments, add_budget_arguments, backend_options
-from clover_agent.errors import UsageError
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError
+from clover_agent.safe_text import terminal_safe
 from clover_agent.settings import Settings
 
 #: Bytes of a --task-file read (the task is cut far shorter after sanitising; this bounds memory).
@@ -31,16 +36,41 @@ exit codes (the same as fix's where the meanings match):
   8  fixed, suite unverified: the target passes on the patched tree, but the rest of the suite
      could not be checked (it timed out, could not be collected, ...); patch.diff is kept
   130 interrupted (SIGINT or SIGTERM, e.g. a cancelled job)
-The output folder always gets result.json and summary.md; patch.diff and trajectory.jsonl once the
-run started. The working tree is never changed: apply patch.diff with `git apply`."""
+The output folder always gets result.json and summary.md (bad arguments included, once --output-dir
+is read and is the bot's), and --json-events a last `finished` line; patch.diff and trajectory.jsonl
+once the run started. The working tree is never changed: apply patch.diff with `git apply`."""
 
 
 def _ci(args: argparse.Namespace) -> int:
-    if args.task is not None:
-        task, source = args.task, "--task"
-    else:
-        task, source = _read_task_file(args.task_file), f"--task-file {args.task_file}"
-    request = CiRequest(
+    source = "--task" if args.task is not None else f"--task-file {args.task_file}"
+    try:
+        task = args.task if args.task is not None else _read_task_file(args.task_file)
+        request, settings = _request(args, task, source), Settings.load()
+    except RUN_ERRORS as exc:  # the run's ending all the same: result.json, the finished line
+        return _early_error(exc, args.output_dir, args.repo, source, args.json_events)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # a cancelled CI job: end as an interrupt
+    try:
+        return run_ci(request, settings, out=sys.stdout, err=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _early_error(
+    error: CloverError, output_dir: str | None, repo: str | None, source: str | None, json_events: int | None
+) -> int:
+    return report_early_error(
+        error,
+        output_dir=output_dir,
+        repo=repo,
+        task_source=source,
+        json_events=json_events or 0,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
+
+
+def _request(args: argparse.Namespace, task: str, source: str) -> CiRequest:
+    return CiRequest(
         task=task,
         task_source=source,
         repo=Path(args.repo),
@@ -51,15 +81,9 @@ def _ci(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
-        json_events=args.json_events,
+        json_events=args.json_events or 0,
         trust_repo=args.trust_repo,
     )
-    settings = Settings.load()
-    previous = signal.signal(signal.SIGTERM, _terminated)  # a cancelled CI job: end as an interrupt
-    try:
-        return run_ci(request, settings, out=sys.stdout, err=sys.stderr)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
@@ -78,6 +102,60 @@ def _read_task_file(name: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+class _CiParser(argparse.ArgumentParser):
+    """``ci``'s parser: a command line it cannot read ends as every run does (docs/ci.md): argparse's
+    message and usage on stderr, then, with what can be read of the arguments, result.json and
+    summary.md in --output-dir and with --json-events the ``finished`` line; exit 2."""
+
+    arguments: Sequence[str] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.arguments = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:  # the top parser would say so, without ending as a run
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {terminal_safe(message)}\n")
+        known = _lenient(self.arguments)
+        source = "--task" if known.task is not None else known.task_file and f"--task-file {known.task_file}"
+        code = _early_error(
+            UsageError(f"bad arguments: {message}"), known.output_dir, known.repo, source, known.json_events
+        )
+        sys.exit(code if code != ExitCode.OK else ExitCode.USAGE)
+
+
+def _lenient(arguments: Sequence[str]) -> argparse.Namespace:
+    """What of ``arguments`` the ending needs, read whatever else they hold (the last of each wins;
+    a value missing or unreadable is None)."""
+    reader = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for name in ("--output-dir", "--repo", "--task", "--task-file"):
+        reader.add_argument(name)
+    reader.add_argument("--json-events", nargs="?", const=str(EVENTS_VERSION))
+    try:
+        known = reader.parse_known_args(list(arguments))[0]
+        known.json_events = _version(known.json_events)
+        return known
+    except (argparse.ArgumentError, SystemExit):  # an option's value missing: read the flag alone
+        given = [a for a in arguments if a == "--json-events" or a.startswith("--json-events=")]
+        return argparse.Namespace(
+            output_dir=None,
+            repo=None,
+            task=None,
+            task_file=None,
+            json_events=EVENTS_VERSION if given else None,
+        )
+
+
+def _version(value: str | None) -> int | None:
+    """The events' version a --json-events value asks for (one not known: the current one)."""
+    if value is None:
+        return None
+    return int(value) if value in {str(v) for v in VERSIONS} else EVENTS_VERSION
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ci",
@@ -90,6 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.__class__ = _CiParser  # add_parser makes the subparsers' class; this one ends bad arguments as a run
     task = p.add_mutually_exclusive_group(required=True)
     task.add_argument("--task", metavar="TEXT", help="what to do, as text")
     task.add_argument("--task-file", metavar="FILE", help="what to do, read from FILE (- for stdin)")
@@ -115,7 +194,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_budget_arguments(p)
     p.add_argument(
         "--json-events",
-        action="store_true",
-        help="JSON Lines events on stdout (version 1, see docs/ci.md); human logs go to stderr",
+        nargs="?",
+        const=EVENTS_VERSION,
+        type=int,
+        choices=VERSIONS,
+        metavar="VERSION",
+        help=f"JSON Lines events on stdout (version {EVENTS_VERSION}; `--json-events 1`: version 1's lines "
+        "only; see docs/ci.md); human logs go to stderr",
     )
     p.set_defaults(func=_ci)

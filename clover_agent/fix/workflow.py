@@ -13,16 +13,17 @@ the change, and a stopped run continues with ``resume=``. Each step returns a va
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clover_agent.agent.approvals import Approvals
-from clover_agent.agent.budget import Budget
+from clover_agent.agent.budget import Budget, LimitsExceeded
 from clover_agent.agent.loop import Agent, RunResult
 from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset, with_mcp
 from clover_agent.agent.records import RecordKey
@@ -87,6 +88,13 @@ class FixRequest:
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None
+    #: ``max_time_s`` is the whole run's wall-clock deadline (the CI bot's): it counts from the
+    #: run's start, and the reproduction, the agent's tool calls and the verification are cut at it.
+    #: Otherwise it is the agent's own budget.
+    whole_run_time: bool = False
+    #: Exit codes the front end gives otherwise (the CI bot's 7 -> 1), in the summary and the
+    #: trajectory's verdict alike.
+    exit_codes: dict[int, int] = field(default_factory=dict)
     suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
     regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
     #: The user's request, as the front end framed it for the model, put before the task.
@@ -117,6 +125,27 @@ class _Found:
     agent: RunResult | None = None
     kept: Kept | None = None
     checked: Checked | None = None
+    deadline: float | None = None  # the whole run's (``FixRequest.whole_run_time``), monotonic
+
+
+@contextlib.asynccontextmanager
+async def _by_deadline(deadline: float | None, doing: str) -> AsyncIterator[None]:
+    """What runs inside is cut at ``deadline`` (a ``time.monotonic()``; None: never), and the cut
+    is the run's time budget spent, ``doing`` that."""
+    if deadline is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    timer = asyncio.timeout_at(loop.time() + deadline - time.monotonic())
+    try:
+        async with timer:
+            yield
+    except TimeoutError:
+        if not timer.expired():
+            raise
+        raise LimitsExceeded(
+            f"time budget exhausted while {doing}: the run's deadline passed (raise --max-time)"
+        ) from None
 
 
 def task_text(selection: TestSelection) -> str:
@@ -178,6 +207,8 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         )
     found = _Found()
     exit_code, message = ExitCode.FAILURE, ""
+    if request.whole_run_time and request.max_time_s is not None:
+        found.deadline = started + request.max_time_s
     try:
         exit_code, message = await _fix(request, bus, run_id, run_dir, found, resume)
     except RUN_ERRORS as exc:
@@ -190,6 +221,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         exit_code, message = ExitCode.INTERRUPTED, "interrupted"
         raise
     finally:
+        exit_code = ExitCode(request.exit_codes.get(int(exit_code), int(exit_code)))
         report = build_report(
             run_id,
             run_dir,
@@ -246,10 +278,11 @@ async def _fix(
     bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
     sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
     async with sandbox:
-        await stock.record_start(sandbox)  # before any test or the agent ran
-        found.before = before = (
-            await _reproduce(request, sandbox, bus) if resume is None else _resumed(resume)
-        )
+        async with _by_deadline(found.deadline, "reproducing the failure"):
+            await stock.record_start(sandbox)  # before any test or the agent ran
+            found.before = before = (
+                await _reproduce(request, sandbox, bus) if resume is None else _resumed(resume)
+            )
         if before.stop is not None:
             raise before.stop
         backend = request.make_backend()
@@ -269,7 +302,9 @@ async def _fix(
                     run_id=run_id,
                     policy=with_mcp(request.policy or preset(DEFAULT_PRESET), request.mcp_servers),
                     approvals=request.approvals,
-                    budget=Budget(request.max_steps, request.max_time_s, request.max_tokens),
+                    budget=Budget(
+                        request.max_steps, request.max_time_s, request.max_tokens, deadline=found.deadline
+                    ),
                     tools=[*default_tools(), *servers.tools],
                 )
                 if resume is None:
@@ -288,7 +323,8 @@ async def _fix(
     if kept.patch_set is None:  # the workspace could not be read back: nothing can be handed back
         found.checked = Checked(Judgement(Verdict.NOT_FIXED, ExitCode.SANDBOX_UNAVAILABLE, kept.problem))
     else:
-        found.checked = await _verify(request, bus, stock, kept.patch_set, before)
+        async with _by_deadline(found.deadline, "verifying the patch"):
+            found.checked = await _verify(request, bus, stock, kept.patch_set, before)
     return found.checked.judged.exit_code, found.checked.judged.message
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 
 from clover_agent.agent.trajectory import read_events
-from clover_agent.ci.events import events_schema
+from clover_agent.ci.events import VERSIONS, events_validator
 from clover_agent.ci.result import result_schema
 from tests.git_repos import git
 
@@ -128,10 +128,11 @@ def collect(
         }
     events = []
     if json_events:
-        schema = events_schema()
+        validators = {v: events_validator(v) for v in VERSIONS}  # finished.result: result.schema.json's
         events = [json.loads(line) for line in stdout.splitlines()]  # stdout holds events only
         for event in events:
-            jsonschema.validate(event, schema)
+            validators[event["v"]].validate(event)
+        assert len({event["v"] for event in events}) == 1  # one version a run
         assert events and events[-1]["type"] == "finished" and events[-1]["exit_code"] == code
         assert [e["type"] for e in events].count("finished") == 1
         if result is not None:

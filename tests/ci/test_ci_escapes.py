@@ -45,11 +45,19 @@ def test_the_log_and_summary_md_obey_nothing_the_agent_wrote(tmp_path: Path) -> 
     ]
     replay = write_replay(tmp_path / "hostile.jsonl", turns)
     run = run_ci(repo, tmp_path / "out", "--task", "Adding numbers is wrong", "--target",
-                 "tests/test_calculator.py::test_add", "--backend", "replay", "--replay", str(replay))  # fmt: skip
+                 "tests/test_calculator.py::test_add", "--backend", "replay", "--replay", str(replay),
+                 env={"GITHUB_ACTIONS": "true"})  # fmt: skip
     assert run.code == 0, run.stderr
     assert HTML_NAME in run.result["files_changed"] and run.result["agent"]["summary"] == HTML_SUMMARY
 
-    log = run.stderr  # the human log, as a CI job shows it
+    # In GitHub Actions the whole human log is between ::stop-commands:: and its token's end: the
+    # runner obeys nothing in it, however a line is wrapped. The token is nowhere the model could
+    # have seen it (the trajectory holds all it read).
+    first, *inside, last = run.stderr.splitlines()
+    token = first.removeprefix("::stop-commands::")
+    assert first.startswith("::stop-commands::") and len(token) >= 32 and last == f"::{token}::"
+    assert token not in (run.out / "trajectory.jsonl").read_text() and token not in run.stdout
+    log = "\n".join(inside)  # the human log, as a CI job shows it
     assert raw_controls(log) == set() and command_lines(log) == []
     assert r"\::add-mask::hidden" in log and r"\x1b]0;pwned\x07" in log and r"\u202eevil" in log
 

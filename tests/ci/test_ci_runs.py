@@ -354,3 +354,64 @@ def test_a_cancelled_job_ends_as_interrupted_with_its_files(tmp_path: Path) -> N
     assert check_trajectory(run)[-1].exit_code == 130
     client = docker.from_env()
     assert client.containers.list(all=True, filters={"label": f"clover-agent.owner-pid={proc.pid}"}) == []
+
+
+@pytest.mark.docker
+def test_max_time_cuts_a_long_tool_call_at_the_deadline(tmp_path: Path) -> None:
+    """--max-time is the whole run's deadline: a shell command that would run for 300 s under
+    --max-time 30 is stopped at it (the run, given 250 s, would otherwise be killed by the test),
+    the run ends as budget exhausted with its partial patch, and every record says so."""
+    repo = calculator_repo(tmp_path)
+    fix = json.loads(FIX_TURNS[2])["content"]  # the editor call that repairs add
+    sleep = call("shell", command="sleep 300; echo never", timeout=400)
+    replay = replay_of(tmp_path, [fix, sleep, call("finish", summary="done")])
+    run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay",
+                 str(replay), "--max-time", "30", timeout=250)  # fmt: skip
+    assert run.code == 6, run.stderr
+    message = run.result["message"]
+    assert message.startswith("time budget exhausted during the shell call: the run's deadline passed"), (
+        message
+    )
+    shell = [e for e in run.events if e["type"] == "tool_result" and e["name"] == "shell"]
+    assert len(shell) == 1 and shell[0]["is_error"] and "the run's time ran out" in shell[0]["output"]
+    assert "never" not in shell[0]["output"] and shell[0]["duration_s"] < 300
+    assert run.result["patch"]["status"] == "partial" and "+    return a + b" in run.patch
+    assert run.result["tests"]["target_after"] is None  # the deadline passed: nothing verified
+    assert check_trajectory(run)[-1].exit_code == 6
+    assert "time budget exhausted during the shell call" in run.stderr
+
+
+@pytest.mark.docker
+def test_max_time_counts_the_verification(tmp_path: Path) -> None:
+    """The agent finishes in time, but its patch makes the target's run take 300 s: the
+    verification is cut at the deadline too, and the patch is kept, unverified."""
+    repo = calculator_repo(tmp_path)
+    slow = call("editor", command="str_replace", path="/workspace/calculator.py",
+                old_str="    return a - b\n\n\ndef subtract",
+                new_str="    import time\n\n    time.sleep(300)\n    return a + b\n\n\ndef subtract")  # fmt: skip
+    replay = replay_of(tmp_path, [slow, call("finish", summary="Fixed add.")])
+    run = run_ci(repo, tmp_path / "out", "--task", "add is broken", "--target", "tests/test_calculator.py::test_add",
+                 "--backend", "replay", "--replay", str(replay), "--max-time", "40", timeout=250)  # fmt: skip
+    assert run.code == 6, run.stderr
+    assert run.result["message"] == (
+        "time budget exhausted while verifying the patch: the run's deadline passed (raise --max-time)"
+    )
+    assert run.result["agent"]["outcome"] == "submitted" and run.result["verdict"] is None
+    assert run.result["patch"]["status"] == "partial" and "time.sleep(300)" in run.patch
+    assert check_trajectory(run)[-1].exit_code == 6
+
+
+@pytest.mark.docker
+def test_one_exit_code_in_the_trajectory_the_result_and_the_process(tmp_path: Path) -> None:
+    """The agent stops without finishing (the recorded turns run out: fix's 7, "agent error"): for
+    the bot that is not fixed, 1, in the process, result.json, the finished line and the
+    trajectory's verdict alike."""
+    repo = calculator_repo(tmp_path)
+    replay = replay_of(tmp_path, [call("editor", command="view", path="/workspace/calculator.py")])
+    run = run_ci(
+        repo, tmp_path / "out", "--task", "add is broken", "--backend", "replay", "--replay", str(replay)
+    )
+    assert run.code == 1, run.stderr
+    assert run.result["exit_code"] == 1 and run.events[-1]["exit_code"] == 1
+    finished = check_trajectory(run)[-1]
+    assert finished.exit_code == 1 and finished.report["exit_code"] == 1

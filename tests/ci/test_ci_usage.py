@@ -4,8 +4,10 @@ event saying so. None of these needs Docker: they stop before a sandbox is made.
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
+from clover_agent.ci.events import events_validator
 from clover_agent.ci.result import model_of
 from clover_agent.ci.safety import SANDBOX_VARIABLES, sandbox_environment, stored_credentials
 from tests.ci.ci_runs import run_ci
@@ -17,16 +19,63 @@ REPLAYED = ("--backend", "replay", "--replay", str(REPLAY))
 
 
 def test_a_missing_task_is_a_usage_error(tmp_path) -> None:
+    """argparse's errors end as every run does: the usage on stderr, result.json and summary.md in
+    the output folder, the ``finished`` line last on stdout (checked by run_ci), exit 2."""
     repo = calculator_repo(tmp_path)
-    proc = run_cli("ci", "--repo", str(repo), "--output-dir", str(tmp_path / "out"), *REPLAYED)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("usage: clover-agent ci ")
-    assert "one of the arguments --task --task-file is required" in proc.stderr
-    assert not (tmp_path / "out").exists()
-    both = run_cli(
-        "ci", "--task", "x", "--task-file", "f", "--repo", str(repo), "--output-dir", str(tmp_path / "o")
-    )
-    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    run = run_ci(repo, tmp_path / "out", *REPLAYED)
+    assert run.code == 2
+    assert run.stderr.startswith("usage: clover-agent ci ")
+    assert "one of the arguments --task --task-file is required" in run.stderr
+    assert run.result["status"] == "usage_error" and "one of the arguments --task" in run.result["message"]
+    assert [e["type"] for e in run.events] == ["finished"]
+    assert "NOT RUN: usage or configuration error" in run.summary
+    both = run_ci(repo, tmp_path / "o", "--task", "x", "--task-file", "f")
+    assert both.code == 2 and "not allowed with argument" in both.stderr
+    assert both.result["task"]["source"] == "--task"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--task", "fix add", "--max-steps", "many"),
+        ("--task", "fix add", "--backend", "nope"),
+        ("--task", "fix add", "--no-such-option"),
+        ("--task", "fix add", "--max-time"),  # the last option's value missing
+    ],
+)
+def test_every_bad_argument_ends_with_result_json_and_finished(tmp_path, args) -> None:
+    repo = calculator_repo(tmp_path)
+    run = run_ci(repo, tmp_path / "out", *args)
+    assert run.code == 2 and "usage: clover-agent ci " in run.stderr
+    assert run.result["status"] == "usage_error" and run.result["message"].startswith("bad arguments: ")
+    assert run.events[-1]["message"] == run.result["message"]
+
+
+def test_the_finished_line_is_checked_against_the_result_schema(tmp_path) -> None:
+    """``finished.result`` refers to result.schema.json: a line whose result lacks a field the
+    result needs, or has a status it does not know, is not a valid line."""
+    run = run_ci(calculator_repo(tmp_path), tmp_path / "out", "--max-steps", "x")
+    validator = events_validator()
+    finished = run.events[-1]
+    validator.validate(finished)
+    for broken in ({k: v for k, v in finished["result"].items() if k != "patch"},
+                   {**finished["result"], "status": "fine"}):  # fmt: skip
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate({**finished, "result": broken})
+
+
+def test_bad_arguments_write_nothing_in_a_folder_that_is_not_the_bots(tmp_path) -> None:
+    """--output-dir inside the work tree and not ignored: the same refusal as a run's, and still
+    the finished line, which says why nothing was written."""
+    repo = calculator_repo(tmp_path)
+    run = run_ci(repo, repo / "out", "--max-steps", "x")
+    assert run.code == 2 and not (repo / "out").exists() and run.result is None
+    assert "nothing written to --output-dir" in run.events[-1]["message"]
+    assert "not ignored by git" in run.events[-1]["message"]
+    # Without --repo, the work tree the folder lies in is the one checked.
+    proc = run_cli("ci", "--task", "x", "--output-dir", str(repo / "out2"), "--json-events")
+    assert proc.returncode == 2 and not (repo / "out2").exists()
+    assert '"type": "finished"' in proc.stdout.splitlines()[-1]
 
 
 def test_a_task_of_hidden_text_only_is_empty(tmp_path) -> None:
@@ -136,12 +185,32 @@ def test_an_ignored_output_folder_inside_the_repository_is_fine(tmp_path) -> Non
 
 def test_a_task_file_that_cannot_be_read(tmp_path) -> None:
     repo = calculator_repo(tmp_path)
-    proc = run_cli("ci", "--task-file", str(tmp_path / "nope.md"), "--repo", str(repo), "--output-dir",
-                   str(tmp_path / "out"), *REPLAYED)  # fmt: skip
-    assert (
-        proc.returncode == 2
-        and f"--task-file {tmp_path / 'nope.md'}: No such file or directory" in proc.stderr
-    )
+    run = run_ci(repo, tmp_path / "out", "--task-file", str(tmp_path / "nope.md"), *REPLAYED)
+    assert run.code == 2 and f"--task-file {tmp_path / 'nope.md'}: No such file or directory" in run.stderr
+    assert run.result["task"]["source"] == f"--task-file {tmp_path / 'nope.md'}"
+
+
+def test_in_github_actions_the_log_is_inside_stop_commands(tmp_path) -> None:
+    """GITHUB_ACTIONS=true: the human log (stderr with --json-events) starts with
+    ``::stop-commands::TOKEN`` and ends with ``::TOKEN::``, a new random token each run, so the
+    runner obeys no workflow command in it; elsewhere neither line is written."""
+    repo = calculator_repo(tmp_path)
+    tokens = []
+    for n in range(2):
+        for json_events in (True, False):
+            run = run_ci(repo, tmp_path / f"out{n}{json_events}", "--task", "<!-- -->", *REPLAYED,
+                         env={"GITHUB_ACTIONS": "true"}, json_events=json_events)  # fmt: skip
+            log = (run.stderr if json_events else run.stdout).splitlines()
+            assert run.code == 2 and log[0].startswith("::stop-commands::")
+            token = log[0].removeprefix("::stop-commands::")
+            assert len(token) >= 32 and log[-1] == f"::{token}::"
+            assert "NOT RUN" in "\n".join(log[1:-1])
+            tokens.append(token)
+    assert len(set(tokens)) == len(tokens)
+    bad = run_ci(repo, tmp_path / "bad", "--max-steps", "x", env={"GITHUB_ACTIONS": "true"})
+    assert "::stop-commands::" in bad.stderr and bad.stderr.rstrip().endswith("::")
+    plain = run_ci(repo, tmp_path / "plain", "--task", "<!-- -->", *REPLAYED, env={"GITHUB_ACTIONS": ""})
+    assert "stop-commands" not in plain.stderr
 
 
 def test_only_the_allow_listed_variables_go_into_the_sandbox() -> None:
