@@ -19,7 +19,8 @@ from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes import SandboxLimits, SandboxSpec
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
-from clover_agent.settings import RepoSettings, Settings, host_package_index, repo_settings
+from clover_agent.settings import REPO_CONFIG, RepoSettings, Settings, host_package_index, repo_settings
+from clover_agent.tools.mcp import McpServerConfig, parse_servers
 
 BackendFactory = Callable[[], ModelBackend]
 
@@ -164,3 +165,21 @@ def sandbox_spec(
         environment=recipe,
         progress=progress,
     )
+
+
+def mcp_servers(settings: Settings, repo: Path, configured: RepoSettings) -> tuple[McpServerConfig, ...]:
+    """The MCP servers of the user's config file, then those of the repository's file (only as far as
+    :func:`repo_config_of` trusted it) that the user's does not name. A bad table is a
+    :class:`UsageError` naming the file."""
+    found: dict[str, McpServerConfig] = {}
+    for tables, origin, path in (
+        (settings.mcp_servers, "settings", settings.config_path),
+        (configured.mcp_servers, "repository", repo / REPO_CONFIG),
+    ):
+        try:
+            servers = parse_servers(tables, origin=origin)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+        for server in servers:
+            found.setdefault(server.name, server)
+    return tuple(found.values())

@@ -78,6 +78,7 @@ ALLOWED: dict[str, set[str]] = {
         "clover_agent.engine.loading.locate",
         "sandboxes",
         "settings",
+        "tools",
         *_SHARED,
     },
     "fix": {"fix.handback", "agent", "backends", "tools", "sandboxes", *_SHARED},

@@ -46,7 +46,13 @@ from clover_agent.fix.console import ConsoleRenderer, make_console
 from clover_agent.fix.handback.patches import apply_command
 from clover_agent.fix.handback.stock import SHADOW_DIR
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
-from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, sandbox_spec
+from clover_agent.launch import (
+    BackendOptions,
+    backend_factory,
+    check_backend_options,
+    mcp_servers,
+    sandbox_spec,
+)
 from clover_agent.safe_text import terminal_safe
 from clover_agent.settings import REPO_CONFIG, Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
@@ -294,6 +300,7 @@ def _run(
         request=framed,
         whole_run_time=True,  # --max-time: the whole run's deadline
         exit_codes={ExitCode.AGENT_ERROR: ExitCode.FAILURE},  # one code: trajectory, result, process
+        mcp_servers=mcp_servers(settings, repo, configured),
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines

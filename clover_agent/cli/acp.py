@@ -16,14 +16,13 @@ from clover_agent.cli.options import (
     add_trust_argument,
     backend_options,
     check_repo,
-    mcp_servers_of,
     positive,
     record_key,
     repo_config_of,
     sandbox_kind,
     sandbox_spec_of,
 )
-from clover_agent.launch import backend_factory, check_backend_options
+from clover_agent.launch import backend_factory, check_backend_options, mcp_servers
 from clover_agent.settings import Settings
 
 
@@ -56,7 +55,7 @@ def _acp(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             record_key=key,
             resume=None if session_id is None else load_session(repo, session_id, key),
-            mcp_servers=mcp_servers_of(settings, repo, configured),
+            mcp_servers=mcp_servers(settings, repo, configured),
         )
 
     return run(configure)

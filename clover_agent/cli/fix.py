@@ -25,7 +25,6 @@ from clover_agent.cli.options import (
     backend_options,
     check_repo,
     launch_record,
-    mcp_servers_of,
     positive,
     record_key,
     repo_config_of,
@@ -50,7 +49,7 @@ from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.workflow import FixRequest, run_fix
-from clover_agent.launch import backend_factory, check_backend_options, probe_backend
+from clover_agent.launch import backend_factory, check_backend_options, mcp_servers, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
@@ -195,7 +194,7 @@ def _fix(args: argparse.Namespace) -> int:
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
         record_key=record_key(settings, repo),
-        mcp_servers=mcp_servers_of(settings, repo, configured),
+        mcp_servers=mcp_servers(settings, repo, configured),
     )
     if stopped is not None:
         figures.steps_before = stopped.state.steps

@@ -35,7 +35,6 @@ from clover_agent.settings import (
     trusted_digest,
     trusted_only_values,
 )
-from clover_agent.tools.mcp import McpServerConfig, parse_servers
 
 DEFAULT_BACKEND = "engine"
 DEFAULT_SANDBOX = "docker"
@@ -376,21 +375,3 @@ def apply_launch_record(
             setattr(args, name, record[name])
             taken.append(f"--{name.replace('_', '-')} {shlex.quote(str(record[name]))}")
     return taken
-
-
-def mcp_servers_of(settings: Settings, repo: Path, configured: RepoSettings) -> tuple[McpServerConfig, ...]:
-    """The MCP servers of the user's config file, then those of the repository's file (only as far as
-    :func:`repo_config_of` trusted it) that the user's does not name. A bad table is a
-    :class:`UsageError` naming the file."""
-    found: dict[str, McpServerConfig] = {}
-    for tables, origin, path in (
-        (settings.mcp_servers, "settings", settings.config_path),
-        (configured.mcp_servers, "repository", repo / REPO_CONFIG),
-    ):
-        try:
-            servers = parse_servers(tables, origin=origin)
-        except ValueError as exc:
-            raise UsageError(f"{path}: {exc}") from None
-        for server in servers:
-            found.setdefault(server.name, server)
-    return tuple(found.values())
