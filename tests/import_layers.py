@@ -25,6 +25,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.cli": "cli",
     "clover_agent.tui": "tui",
     "clover_agent.ci": "ci",
+    "clover_agent.eval": "eval",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
     "clover_agent.fix.handback": "fix.handback",
@@ -64,10 +65,11 @@ _BELOW_FRONT_ENDS = {
 }
 #: Layer → what it may import besides itself: layer names, or module prefixes for a narrow allowance.
 ALLOWED: dict[str, set[str]] = {
-    # Front ends: cli dispatches to the others; the TUI and the CI bot never import the CLI or each other.
-    "cli": {"tui", "ci", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
+    # Front ends: cli dispatches to the others; the TUI, the CI bot and eval never import the CLI or each other.
+    "cli": {"tui", "ci", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
+    "eval": set(_BELOW_FRONT_ENDS),
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",
