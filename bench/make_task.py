@@ -43,8 +43,11 @@ def files_of(root: Path) -> dict[str, bytes]:
 
 
 def file_diff(name: str, old: bytes | None, new: bytes | None) -> str:
-    a = [] if old is None else old.decode().splitlines(keepends=True)
-    b = [] if new is None else new.decode().splitlines(keepends=True)
+    try:
+        a = [] if old is None else old.decode().splitlines(keepends=True)
+        b = [] if new is None else new.decode().splitlines(keepends=True)
+    except UnicodeDecodeError:  # a binary file (an image of the docs): not part of a text patch
+        return ""
     lines = list(
         difflib.unified_diff(
             a,

@@ -217,7 +217,8 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             run_dir=work / "run",
             command="eval",
             policy=preset("ci"),
-            max_steps=options.max_steps,
+            # a replay ends by itself, however many turns its patch takes
+            max_steps=options.max_steps if options.mode == "model" else None,
             max_time_s=options.max_time_s,
             max_tokens=options.max_tokens,
             regression=options.regression,
