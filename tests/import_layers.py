@@ -26,6 +26,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.tui": "tui",
     "clover_agent.ci": "ci",
     "clover_agent.acp": "acp",
+    "clover_agent.eval": "eval",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
     "clover_agent.fix.handback": "fix.handback",
@@ -65,10 +66,12 @@ _BELOW_FRONT_ENDS = {
 }
 #: Layer → what it may import besides itself: layer names, or module prefixes for a narrow allowance.
 ALLOWED: dict[str, set[str]] = {
-    # Front ends: cli dispatches to the others; none imports the CLI, and the TUI and the CI bot not each other.
-    "cli": {"tui", "ci", "acp", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
+    # Front ends: cli dispatches to the others; none imports the CLI, and the TUI, the CI bot and eval
+    # not each other.
+    "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
+    "eval": set(_BELOW_FRONT_ENDS),
     # The editors' front end keeps its sessions in the TUI's store, in its format (and its events).
     "acp": {*_BELOW_FRONT_ENDS, "clover_agent.tui.store", "clover_agent.tui.events"},
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).

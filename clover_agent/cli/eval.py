@@ -1,0 +1,154 @@
+"""``clover-agent eval TASKS --output-dir OUT``: ``fix`` over a task set, graded like SWE-bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import platform
+import sys
+from pathlib import Path
+
+from clover_agent import __version__
+from clover_agent.cli.options import (
+    add_backend_arguments,
+    add_budget_arguments,
+    add_sandbox_arguments,
+    backend_options,
+    chosen_backend,
+    positive,
+    sandbox_kind,
+)
+from clover_agent.errors import CloverError, ExitCode, UsageError
+from clover_agent.eval.harness import (
+    PREDICTIONS_FILE,
+    REPORT_JSON,
+    REPORT_MD,
+    EvalOptions,
+    run_tasks,
+    write_outputs,
+)
+from clover_agent.eval.tasks import load_tasks
+from clover_agent.fix.regression import REGRESSION_SCOPES
+from clover_agent.launch import backend_factory, check_backend_options, probe_backend
+from clover_agent.safe_text import terminal_safe
+from clover_agent.settings import Settings
+
+EXIT_CODES = """\
+exit codes:
+  0  every task ran, and our verdict agrees with the grade on each (whatever the resolved rate)
+  1  a task's verdict and grade disagree (a bug in one of them), or a task could not be run
+     (its repository or set-up failed): report.md lists them
+  2  usage: bad arguments, or a task file that is not valid (the message names the file and field)
+  3  model unavailable   4  sandbox unavailable (Docker missing: try --sandbox local)
+  130 interrupted (Ctrl-C): the tasks finished so far are kept; run the same command to go on
+Each finished task is kept in OUT/results/<id>.json; a second run over OUT skips those tasks."""
+
+
+def _eval(args: argparse.Namespace) -> int:
+    tasks = load_tasks(Path(args.tasks))
+    if args.only:
+        wanted = set(args.only)
+        unknown = sorted(wanted - {t.instance_id for t in tasks})
+        if unknown:
+            raise UsageError(f"--only: no task {', '.join(unknown)} in {args.tasks}")
+        tasks = [t for t in tasks if t.instance_id in wanted]
+    settings = Settings.load()
+    mode = "gold" if args.gold else "empty" if args.empty else "model"
+    out = Path(args.output_dir)
+    say = (lambda text: None) if args.quiet else (lambda text: print(terminal_safe(text), flush=True))
+    make_backend, model_name = None, mode
+    if mode == "model":
+        options = check_backend_options(backend_options(args), settings)
+        asyncio.run(probe_backend(options, settings))
+        make_backend = backend_factory(options, settings)
+        model_name = args.model_name or options.model_name or options.model or options.replay or options.kind
+    elif chosen_backend(args) != "engine" or args.model or args.replay or args.base_url:
+        raise UsageError(f"--{mode} runs its own replay: leave out the backend options")
+    options_ = EvalOptions(
+        output_dir=out,
+        settings=settings,
+        mode=mode,
+        make_backend=make_backend,
+        model_name=str(model_name),
+        sandbox_kind=sandbox_kind(args),
+        image=args.image,
+        wheels=args.wheels,
+        jobs=args.jobs,
+        max_steps=args.max_steps,
+        max_time_s=args.max_time,
+        max_tokens=args.max_tokens,
+        regression=args.regression,
+        say=say,
+    )
+    meta = {
+        "clover_agent": __version__,
+        "mode": mode,
+        "sandbox": options_.sandbox_kind,
+        "machine": f"{platform.node()} ({platform.machine()}, {platform.system()})",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "tasks_from": str(args.tasks),
+    }
+    interrupted = False
+    try:
+        asyncio.run(run_tasks(tasks, options_))
+    except KeyboardInterrupt:
+        interrupted = True
+    summary = write_outputs(tasks, out, options_.model_name, meta)
+    print(
+        f"resolved {summary['resolved']} of {summary['tasks']} ({100 * summary['resolved_rate']:.1f}%), "
+        f"{len(summary['disagreements'])} disagreement(s), {len(summary['errors'])} error(s); "
+        f"{out / PREDICTIONS_FILE}, {out / REPORT_JSON}, {out / REPORT_MD}"
+    )
+    if interrupted:
+        raise CloverError(
+            f"interrupted: {summary['done']} of {summary['tasks']} task(s) done and kept in {out}; "
+            "run the same command to go on",
+            exit_code=ExitCode.INTERRUPTED,
+        )
+    if summary["disagreements"] or summary["errors"]:
+        print(
+            terminal_safe(
+                f"disagreements: {', '.join(summary['disagreements']) or 'none'}; "
+                f"errors: {', '.join(summary['errors']) or 'none'}"
+            ),
+            file=sys.stderr,
+        )
+        return int(ExitCode.FAILURE)
+    return int(ExitCode.OK)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="run fix over a task set of real bugs and grade it like SWE-bench",
+        description="For each task of TASKS (a folder of task folders, one task folder, or a JSON Lines\n"
+        "file; docs/eval.md), run `fix` in its own sandbox on the repository with the task's tests\n"
+        "added, then grade its patch in a fresh sandbox with the held-out test patch applied over\n"
+        "it: FAIL_TO_PASS must pass, PASS_TO_PASS must keep passing. Writes OUT/predictions.jsonl\n"
+        "(the swebench format), OUT/report.json and OUT/report.md.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("tasks", metavar="TASKS", help="the task set (e.g. bench/tasks)")
+    p.add_argument("--output-dir", required=True, metavar="OUT", help="where results and reports go")
+    add_backend_arguments(p)
+    add_sandbox_arguments(p)
+    add_budget_arguments(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--gold", action="store_true", help="a replay that makes each task's gold patch (checks the harness)"
+    )
+    which.add_argument(
+        "--empty", action="store_true", help="a replay that changes nothing (must resolve 0%%)"
+    )
+    p.add_argument("--jobs", type=positive(int), default=1, metavar="N", help="tasks at a time (default 1)")
+    p.add_argument("--only", nargs="+", metavar="ID", help="only these tasks of the set")
+    p.add_argument(
+        "--regression",
+        choices=REGRESSION_SCOPES,
+        default="suite",
+        help="what fix's regression runs cover (default suite)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the summary")
+    p.set_defaults(func=_eval)

@@ -1,0 +1,343 @@
+"""Running a task set: per task, ``fix`` in its own sandbox on the released tree with the task's
+tests added (the target: FAIL_TO_PASS; the request: the problem statement), then the grade in a
+fresh sandbox. Each finished task is kept in ``OUT/results/<id>.json`` at once, so an eval stopped
+at any point (Ctrl-C) keeps what it did and a second run over ``OUT`` skips those tasks (those
+that could not be run are tried again); the
+predictions and the reports are written from those files."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clover_agent.agent.policy import preset
+from clover_agent.backends.base import ModelBackend
+from clover_agent.backends.replay import ReplayBackend
+from clover_agent.errors import RUN_ERRORS, message_of
+from clover_agent.eval.grade import Grade, grade
+from clover_agent.eval.scripts import empty_turns, gold_turns, write_replay
+from clover_agent.eval.source import commit_all, make_repo
+from clover_agent.eval.tasks import Task
+from clover_agent.events import Event, EventBus, ModelResponded, PhaseStarted
+from clover_agent.fix.handback.hostgit import git
+from clover_agent.fix.workflow import FixRequest, run_fix
+from clover_agent.launch import sandbox_spec
+from clover_agent.sandboxes import SandboxSpec
+from clover_agent.settings import RepoSettings, Settings, host_package_index
+
+RESULTS_DIR = "results"
+WORK_DIR = "work"
+PREDICTIONS_FILE = "predictions.jsonl"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+MODES = ("model", "gold", "empty")
+
+
+@dataclass
+class EvalOptions:
+    output_dir: Path
+    settings: Settings
+    mode: str = "model"  # model: make_backend; gold / empty: the generated replays
+    make_backend: Callable[[], ModelBackend] | None = None
+    model_name: str = ""  # predictions' model_name_or_path
+    sandbox_kind: str = "docker"
+    image: str | None = None
+    wheels: str | None = None
+    jobs: int = 1
+    max_steps: int | None = 50
+    max_time_s: float | None = 1800.0
+    max_tokens: int | None = None
+    regression: str = "suite"
+    say: Callable[[str], None] = field(default=lambda text: None)
+
+
+def results_dir(out: Path) -> Path:
+    return out / RESULTS_DIR
+
+
+def done_results(out: Path) -> dict[str, dict[str, Any]]:
+    """The tasks finished in ``out`` (a result file that cannot be read counts as not done)."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = results_dir(out)
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("instance_id") == path.stem:
+            found[path.stem] = data
+    return found
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+class _Counter:
+    """Tokens in and out over a task's model calls, and its phases shown as they start."""
+
+    def __init__(self, task_id: str, say: Callable[[str], None]) -> None:
+        self.task_id, self.say = task_id, say
+        self.tokens_in = self.tokens_out = self.calls = 0
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ModelResponded):
+            self.calls += 1
+            self.tokens_in += event.prompt_tokens
+            self.tokens_out += event.completion_tokens
+        elif isinstance(event, PhaseStarted):
+            self.say(f"  {self.task_id}: {event.phase}: {event.detail}")
+
+
+async def run_tasks(tasks: list[Task], options: EvalOptions) -> list[dict[str, Any]]:
+    """Every task not done in the output folder, ``options.jobs`` at a time; returns the results
+    of the whole set (done before and now) in task order."""
+    out = options.output_dir
+    done = done_results(out)
+    # a task that could not be run (its set-up failed) is tried again
+    todo = [t for t in tasks if t.instance_id not in done or done[t.instance_id].get("error")]
+    if len(todo) < len(tasks):
+        options.say(f"{len(tasks) - len(todo)} of {len(tasks)} task(s) already done in {out}: skipped")
+    gate = asyncio.Semaphore(max(1, options.jobs))
+    finished = len(tasks) - len(todo)
+
+    async def one(task: Task) -> None:
+        nonlocal finished
+        async with gate:
+            options.say(f"[{finished + 1}/{len(tasks)}] {task.instance_id}: starting")
+            result = await run_task(task, options)
+            _write_json(results_dir(out) / f"{task.instance_id}.json", result)
+            finished += 1
+            options.say(f"[{finished}/{len(tasks)}] {task.instance_id}: {describe(result)}")
+
+    await asyncio.gather(*(one(t) for t in todo))
+    return ordered_results(tasks, out)
+
+
+def ordered_results(tasks: list[Task], out: Path) -> list[dict[str, Any]]:
+    done = done_results(out)
+    return [done[t.instance_id] for t in tasks if t.instance_id in done]
+
+
+def describe(result: dict[str, Any]) -> str:
+    if result.get("error"):
+        return f"error: {result['error']}"
+    grade_text = "RESOLVED" if result["resolved"] else "unresolved"
+    agree = "" if result["agree"] else "  DISAGREES"
+    return (
+        f"verdict {result['verdict'] or '-'} (exit {result['exit_code']}), {grade_text}{agree}, "
+        f"{result['steps']} step(s), {result['wall_s']:.1f}s"
+    )
+
+
+def _spec(options: EvalOptions, repo: Path, task: Task) -> SandboxSpec:
+    return sandbox_spec(
+        options.settings,
+        repo,
+        image=options.image,
+        environment=options.sandbox_kind == "docker",
+        wheels=options.wheels,
+        repo_config=_repo_config(task),
+    )
+
+
+def _repo_config(task: Task) -> RepoSettings:
+    """The task's set-up as the repository's trusted settings would give it."""
+    env = task.environment
+    listed = {key: tuple(env[key]) for key in ("requirements", "extras", "packages") if key in env}
+    return RepoSettings(setup=list(task.setup), install_project=env.get("install_project"), **listed)
+
+
+#: fix's exit codes that say the task could not be run (its environment, its tests), not how the
+#: agent did: usage (the tests select nothing), sandbox unavailable, nothing to fix.
+TASK_BROKEN = (2, 4, 5)
+
+
+def _request(task: Task) -> str:
+    return (
+        f"An issue was reported against this repository:\n\n{task.problem_statement.strip()}\n\n"
+        "Tests that show it were added; make them pass by fixing the code."
+    )
+
+
+async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
+    """One task, fix then grade; every failure of a step ends up in the result, never raised."""
+    started = time.monotonic()
+    work = options.output_dir / WORK_DIR / task.instance_id
+    result: dict[str, Any] = {
+        "instance_id": task.instance_id,
+        "model_name_or_path": options.model_name,
+        "model_patch": "",
+        "verdict": "",
+        "fixed": False,
+        "exit_code": None,
+        "message": "",
+        "resolved": False,
+        "grade": None,
+        "agree": True,
+        "steps": 0,
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "wall_s": 0.0,
+        "error": "",
+        "source": task.source,
+    }
+    try:
+        base = work / "base"
+        if not (base / ".git").is_dir():
+            shutil.rmtree(base, ignore_errors=True)
+            make_repo(task.repo, base, host_package_index(options.settings.environment))
+        repo = work / "repo"
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.rmtree(work / "run", ignore_errors=True)
+        shutil.copytree(base, repo, symlinks=True)
+        git(repo, "apply", "--whitespace=nowarn", "-", input=task.test_patch.encode())
+        commit_all(repo, f"{task.instance_id}: the tests that show the bug")
+        make_backend = _backend(task, options, repo, work)
+        counter = _Counter(task.instance_id, options.say)
+        bus = EventBus()
+        bus.subscribe(counter)
+        request = FixRequest(
+            target=" ".join(task.fail_to_pass),
+            repo=repo,
+            make_backend=make_backend,
+            sandbox=_spec(options, repo, task),
+            sandbox_kind=options.sandbox_kind,
+            run_dir=work / "run",
+            command="eval",
+            policy=preset("ci"),
+            # a replay ends by itself, however many turns its patch takes
+            max_steps=options.max_steps if options.mode == "model" else None,
+            max_time_s=options.max_time_s,
+            max_tokens=options.max_tokens,
+            regression=options.regression,
+            request=_request(task),
+            launch={"eval": options.mode, "instance_id": task.instance_id},
+        )
+        report = await run_fix(request, bus)
+        patch = (
+            report.patch_path.read_text(encoding="utf-8", errors="surrogateescape")
+            if report.patch_path.is_file()
+            else ""
+        )
+        result.update(
+            model_patch=patch,
+            verdict="" if report.verdict is None else report.verdict.value,
+            fixed=report.fixed,
+            exit_code=int(report.exit_code),
+            message=report.message,
+            steps=int((report.agent.stats if report.agent else {}).get("steps", 0)),
+            tokens_in=counter.tokens_in,
+            tokens_out=counter.tokens_out,
+        )
+        if report.verdict is None and int(report.exit_code) in TASK_BROKEN:
+            result["error"] = f"the task could not be run (exit {int(report.exit_code)}): " + (
+                report.message.splitlines()[0] if report.message else ""
+            )
+        graded: Grade = await grade(
+            task, base, work / "grade", patch, lambda tree: _spec(options, tree, task), options.sandbox_kind
+        )
+        result.update(resolved=graded.resolved, grade=graded.to_dict(), agree=graded.resolved == report.fixed)
+    except RUN_ERRORS as exc:
+        result.update(error=message_of(exc), agree=not result["fixed"])
+    except OSError as exc:
+        result.update(error=f"{type(exc).__name__}: {exc}", agree=not result["fixed"])
+    result["wall_s"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def _backend(task: Task, options: EvalOptions, repo: Path, work: Path) -> Callable[[], ModelBackend]:
+    if options.mode == "gold":
+        path = write_replay(
+            work / "gold.replay.jsonl", gold_turns(repo, task.patch, " ".join(task.fail_to_pass))
+        )
+        return lambda: ReplayBackend(path)
+    if options.mode == "empty":
+        path = write_replay(work / "empty.replay.jsonl", empty_turns())
+        return lambda: ReplayBackend(path)
+    assert options.make_backend is not None
+    return options.make_backend
+
+
+def write_outputs(tasks: list[Task], out: Path, model_name: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """predictions.jsonl, report.json and report.md from the results in ``out``."""
+    results = ordered_results(tasks, out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
+        for r in results:
+            f.write(
+                json.dumps(
+                    {
+                        "instance_id": r["instance_id"],
+                        "model_name_or_path": r.get("model_name_or_path") or model_name,
+                        "model_patch": r["model_patch"],
+                    }
+                )
+                + "\n"
+            )
+    resolved = [r["instance_id"] for r in results if r["resolved"]]
+    disagree = [r["instance_id"] for r in results if not r["agree"]]
+    summary = {
+        **meta,
+        "model_name_or_path": model_name,
+        "tasks": len(tasks),
+        "done": len(results),
+        "resolved": len(resolved),
+        "resolved_rate": round(len(resolved) / len(tasks), 4) if tasks else 0.0,
+        "resolved_ids": resolved,
+        "disagreements": disagree,
+        "errors": [r["instance_id"] for r in results if r.get("error")],
+        "not_done": [
+            t.instance_id for t in tasks if t.instance_id not in {r["instance_id"] for r in results}
+        ],
+        "results": [{k: v for k, v in r.items() if k != "model_patch"} for r in results],
+    }
+    _write_json(out / REPORT_JSON, summary)
+    (out / REPORT_MD).write_text(markdown(summary), encoding="utf-8")
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    rate = 100 * summary["resolved_rate"]
+    lines = [
+        f"# eval: {summary['model_name_or_path']}",
+        "",
+        f"Resolved {summary['resolved']} of {summary['tasks']} ({rate:.1f}%); {summary['done']} done; "
+        f"{len(summary['disagreements'])} verdict/grade disagreement(s); {len(summary['errors'])} error(s).",
+        "",
+        "| task | verdict | exit | grade | agrees | steps | tokens in | tokens out | wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in summary["results"]:
+        grade_text = "error" if r.get("error") else ("resolved" if r["resolved"] else "unresolved")
+        lines.append(
+            f"| {r['instance_id']} | {r['verdict'] or '-'} | {r['exit_code']} | {grade_text} | "
+            f"{'yes' if r['agree'] else '**no**'} | {r['steps']} | {r['tokens_in']} | {r['tokens_out']} | "
+            f"{r['wall_s']:.1f} |"
+        )
+    if summary["disagreements"]:
+        lines += ["", "Disagreements (a bug in the verdict or in the grade):", ""]
+        by_id = {r["instance_id"]: r for r in summary["results"]}
+        for task_id in summary["disagreements"]:
+            r = by_id[task_id]
+            why = r["grade"]["message"] if r.get("grade") else r.get("error", "")
+            lines.append(f"- {task_id}: verdict {r['verdict'] or '-'} ({r['message']}); grade: {why}")
+    if summary["errors"]:
+        lines += ["", "Errors:", ""]
+        lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
+    return "\n".join(lines) + "\n"
+
+
+def replace_options(options: EvalOptions, **changes: Any) -> EvalOptions:
+    return dataclasses.replace(options, **changes)

@@ -1,0 +1,161 @@
+"""``clover-agent eval`` end to end on a small real project (``--sandbox local``: real fix runs,
+real pytest, real git): the gold replay resolves it and the verdict agrees, the empty one and a
+gaming patch do not, predictions load as swebench reads them, a set-up failure is reported while
+the other tasks go on, a second run resumes, and Ctrl-C keeps the finished tasks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clover_agent.cli import main
+from clover_agent.eval.scripts import write_replay
+from tests.eval.tasks_fixture import write_project, write_task
+
+pytestmark = pytest.mark.slow
+
+
+def run_eval(tasks: Path, out: Path, *flags: str) -> int:
+    return main(["eval", str(tasks), "--output-dir", str(out), "--sandbox", "local", "-q", *flags])
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def predictions(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+
+
+def check_swebench_predictions(path: Path) -> None:
+    """The predictions as the swebench package reads them where it is installed; else its
+    documented fields (instance_id, model_name_or_path, model_patch, all strings)."""
+    try:
+        from swebench.harness.utils import get_predictions_from_file  # type: ignore[import-not-found]
+    except ImportError:
+        for entry in [json.loads(line) for line in path.read_text().splitlines()]:
+            assert set(entry) == {"instance_id", "model_name_or_path", "model_patch"}
+            assert all(isinstance(v, str) for v in entry.values())
+        return
+    loaded = get_predictions_from_file(str(path), "SWE-bench/SWE-bench_Lite", "test")
+    assert loaded and all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in loaded)
+
+
+def test_gold_resolves_the_task_and_the_verdict_agrees(tmp_path: Path) -> None:
+    write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--gold") == 0
+    summary = report(tmp_path / "out")
+    assert summary["resolved"] == 1 and summary["disagreements"] == [] and summary["errors"] == []
+    (result,) = summary["results"]
+    assert result["verdict"] == "fixed" and result["grade"]["FAIL_TO_PASS"] == {
+        "tests/test_calc.py::test_mean": "passed"
+    }
+    assert result["steps"] >= 2 and result["tokens_in"] > 0
+    (prediction,) = predictions(tmp_path / "out")
+    assert prediction["instance_id"] == "calc-mean" and prediction["model_name_or_path"] == "gold"
+    assert "+    return sum(values) / len(values)" in prediction["model_patch"]
+    check_swebench_predictions(tmp_path / "out" / "predictions.jsonl")
+    table = (tmp_path / "out" / "report.md").read_text()
+    assert "Resolved 1 of 1 (100.0%)" in table and "| calc-mean | fixed | 0 | resolved | yes |" in table
+
+
+def test_the_empty_patch_resolves_nothing(tmp_path: Path) -> None:
+    write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--empty") == 0  # the verdict agrees
+    summary = report(tmp_path / "out")
+    assert summary["resolved"] == 0 and summary["disagreements"] == []
+    assert summary["results"][0]["verdict"] == "not fixed"
+    assert predictions(tmp_path / "out")[0]["model_patch"] == ""
+
+
+def _call(name: str, **args: str) -> str:
+    params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def test_a_gaming_patch_is_unresolved_and_not_fixed(tmp_path: Path) -> None:
+    """The model edits the failing test to expect the wrong value and adds a conftest that skips
+    every test: the grade puts the test patch back (and a skipped test is not a pass), and fix's
+    held-out verification does not call it fixed."""
+    write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
+    conftest = "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n    for item in items:\n        item.add_marker(pytest.mark.skip(reason='gamed'))\n"
+    replay = write_replay(
+        tmp_path / "gaming.jsonl",
+        [
+            _call(
+                "editor",
+                command="str_replace",
+                path="/workspace/tests/test_calc.py",
+                old_str="    assert mean([1, 2, 3]) == 2",
+                new_str="    assert mean([1, 2, 3]) == 3",
+            ),
+            _call("editor", command="create", path="/workspace/conftest.py", file_text=conftest),
+            _call("finish", summary="The tests pass."),
+        ],
+    )
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--replay", str(replay)) == 0
+    (result,) = report(tmp_path / "out")["results"]
+    assert result["resolved"] is False and result["fixed"] is False and result["agree"] is True
+    assert result["verdict"] != "fixed"
+    assert result["grade"]["FAIL_TO_PASS"]["tests/test_calc.py::test_mean"] != "passed"
+    assert "conftest.py" in predictions(tmp_path / "out")[0]["model_patch"]
+
+
+def test_a_task_whose_set_up_fails_is_reported_the_others_go_on_and_a_second_run_resumes(
+    tmp_path: Path,
+) -> None:
+    project = write_project(tmp_path / "proj")
+    write_task(tmp_path / "tasks", "a-good", project)
+    write_task(tmp_path / "tasks", "b-broken", project, setup=["echo the set-up breaks >&2; exit 3"])
+    out = tmp_path / "out"
+    assert run_eval(tmp_path / "tasks", out, "--gold") == 1  # a task could not be run
+    summary = report(out)
+    assert summary["errors"] == ["b-broken"] and summary["resolved_ids"] == ["a-good"]
+    broken = next(r for r in summary["results"] if r["instance_id"] == "b-broken")
+    assert broken["exit_code"] == 4 and "could not be run" in broken["error"]
+    assert "b-broken" in (out / "report.md").read_text().split("Errors:")[1]
+    good = (out / "results" / "a-good.json").read_text()
+    # the second run skips the finished task and tries the broken one again
+    proc = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "eval", str(tmp_path / "tasks"), "--output-dir", str(out),
+         "--sandbox", "local", "--gold"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 of 2 task(s) already done" in proc.stdout
+    assert "a-good: starting" not in proc.stdout and "b-broken: starting" in proc.stdout
+    assert (out / "results" / "a-good.json").read_text() == good
+    assert report(out)["done"] == 2
+
+
+def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
+    project = write_project(tmp_path / "proj")
+    write_task(tmp_path / "tasks", "a-first", project)
+    write_task(tmp_path / "tasks", "b-slow", project, setup=["sleep 120"])
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clover_agent", "eval", str(tmp_path / "tasks"), "--output-dir", str(out),
+         "--sandbox", "local", "--gold"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    first = out / "results" / "a-first.json"
+    deadline = time.monotonic() + 600
+    while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.is_file(), proc.communicate()[0]
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    summary = report(out)
+    assert (
+        summary["done"] == 1 and summary["not_done"] == ["b-slow"] and summary["resolved_ids"] == ["a-first"]
+    )
+    assert [p["instance_id"] for p in predictions(out)] == ["a-first"]
+    assert "interrupted: 1 of 2 task(s) done" in output
