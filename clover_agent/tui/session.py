@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
+import traceback
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,8 @@ from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, se
 from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
+#: Where the session folder keeps the tracebacks of unexpected errors.
+ERRORS_FILE = "errors.log"
 
 
 @dataclass
@@ -266,10 +269,42 @@ class TuiSession(SessionCommands):
         try:
             pending: str | None = text
             while pending is not None:
-                await self._turn(pending)
-                pending = await self._left_unread()
+                try:
+                    await self._turn(pending)
+                    pending = await self._left_unread()
+                except Exception as exc:  # not one the agent expects: this request ends, the session goes on
+                    self._unexpected(exc)
+                    pending = None
         finally:
             self._working = False
+
+    @property
+    def busy(self) -> bool:
+        """A request is on its way (waiting for the sandbox) or running, and not waiting for the
+        person after an interrupt (read from the UI's thread: a snapshot, enough for a key press)."""
+        agent = self.agent
+        return self._working and not (agent is not None and agent.steering.paused)
+
+    def _unexpected(self, error: Exception) -> None:
+        """An error no layer expected ended a request: said in the transcript where it happened (after
+        the request's own events), its traceback kept in the session folder."""
+        log = self.folder / ERRORS_FILE
+        where = ""
+        try:
+            with log.open("a", encoding="utf-8") as out:
+                out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                out.write("".join(traceback.format_exception(error)))
+            where = f" (the traceback is in {log})"
+        except OSError:
+            pass
+        text = f"{type(error).__name__}: {error}"
+        self._emit(
+            Notice(
+                text=f"The request ended on an unexpected error, {text[:300]}{where}. "
+                "The session goes on: send the next request.",
+                level="error",
+            )
+        )
 
     def _steer(self, text: str) -> None:
         """A message while the agent works: the agent reads it at its next step (at once when an
@@ -333,6 +368,11 @@ class TuiSession(SessionCommands):
         finally:
             self._request = None
             self._save_info()
+
+    async def save_draft(self, text: str) -> None:
+        """Keep the prompt's unsent text with the session (``session.json``), for a resume."""
+        self.info.draft = text
+        self._save_info()
 
     def _save_info(self) -> None:
         self.info.updated = time.time()

@@ -92,8 +92,10 @@ async def test_copy_the_selection_and_switch_the_theme(tmp_path: Path) -> None:
         assert not app.current_theme.dark
         await pilot.press("f2")
         assert app.current_theme.dark
-        app.prompt.load_text("")
-        await pilot.press("ctrl+c")  # nothing selected: quit
+        app.prompt.move_cursor(app.prompt.document.end)  # the selection is gone, the text stays
+        await pilot.press("ctrl+c")  # nothing selected, a prompt with text: cleared
+        assert app.prompt.text == "" and app.is_running
+        await pilot.press("ctrl+c", "ctrl+c")  # an empty prompt, idle: twice quits
         await wait_for(pilot, lambda: not app.is_running, "the app to quit")
 
 
