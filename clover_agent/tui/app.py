@@ -316,6 +316,16 @@ class CloverApp(App[int]):
         window = f", context window {status.context_window} tokens" if status.context_window else ""
         await self._note(f"Backend {status.backend or '(starting)'}{window}.")
 
+    async def _command_sandbox(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        choice = argument.lower()
+        if choice not in ("retry", "local", "docker"):
+            await self._note("/sandbox takes retry, local or docker, e.g. /sandbox retry", "error")
+            return
+        kind = None if choice == "retry" else choice
+        self._watch(session.run(session.restart_sandbox(kind)))
+
     async def _command_clear(self, argument: str) -> None:
         session = self.session
         assert session is not None

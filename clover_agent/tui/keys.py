@@ -54,6 +54,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
     Command("model", "/model", "show the backend and the model"),
+    Command(
+        "sandbox",
+        "/sandbox WHAT",
+        "after a failed start: retry (start it again), local or docker (one of that kind; local: no isolation)",
+    ),
     Command("clear", "/clear", "start a new conversation (the workspace keeps its changes)"),
     Command("export", "/export [FILE]", "write the transcript as Markdown (default: in the session folder)"),
     Command("help", "/help", "keys and commands"),

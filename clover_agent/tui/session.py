@@ -197,6 +197,30 @@ class TuiSession(SessionCommands):
                 resumed=saved is not None,
             )
         )
+        await self._start_sandbox()
+
+    async def restart_sandbox(self, kind: str | None = None) -> None:
+        """After a failed start: start the sandbox again (``/sandbox retry``), or a sandbox of another
+        kind (``/sandbox local``); a :class:`CloverError` when one is up or starting."""
+        if self.backend is None:
+            raise CloverError("the model backend did not start; fix that and start the TUI again")
+        if self._ready is not None and not self._ready.done():
+            raise CloverError("the sandbox is still starting")
+        if self.agent is not None:
+            raise CloverError(f"the {self.options.sandbox_kind} sandbox is up already")
+        if self.sandbox is not None:  # what the failed start left
+            with contextlib.suppress(*RUN_ERRORS, OSError):
+                await self.sandbox.close()
+            self.sandbox = None
+        if kind is not None:
+            self.options.sandbox_kind = kind
+        self._ready = asyncio.get_running_loop().create_future()
+        self._start_task = asyncio.current_task()
+        await self._start_sandbox()
+
+    async def _start_sandbox(self) -> None:
+        assert self._ready is not None and self.backend is not None
+        saved = self.options.resume
         self._sandbox_state("starting")
         spec = self.options.spec or sandbox_spec(Settings.load(), self.repo)
         try:
@@ -217,7 +241,11 @@ class TuiSession(SessionCommands):
                 await self._take_up(agent, saved)
             self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
         except RUN_ERRORS as exc:
-            self._sandbox_state("failed", message_of(exc))
+            other = "local" if self.options.sandbox_kind != "local" else "docker"
+            self._sandbox_state(
+                "failed",
+                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox",
+            )
             self._ready.set_result(False)
             return
         self.agent = agent
