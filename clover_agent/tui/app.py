@@ -37,6 +37,7 @@ from clover_agent.tui.screens.picker import session_picker, undo_picker
 from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.text import printable_event
+from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
@@ -107,6 +108,7 @@ class CloverApp(App[int]):
     def compose(self) -> ComposeResult:
         menu = PathMenu(id="path-menu")
         yield Transcript(id="transcript")
+        yield ActivityLine(id="activity")
         yield menu
         yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
         yield StatusBar()
@@ -176,6 +178,7 @@ class CloverApp(App[int]):
             if tokenizer is not None:
                 self.transcript.token_text = lambda token: tokenizer.decode([token])
         await self._show(event)
+        self.query_one(ActivityLine).observe(printable_event(event))  # live events only
         screen = self.screen
         moot = isinstance(event, CallInterrupted) and isinstance(screen, ApprovalScreen)
         if moot and screen.request.call_id == event.call_id:  # the approval it waited for
@@ -415,11 +418,7 @@ class CloverApp(App[int]):
         self.theme = THEMES["light"] if self.current_theme.dark else THEMES["dark"]
 
     def action_scroll_transcript(self, direction: int) -> None:
-        transcript = self.transcript
-        if direction < 0:
-            transcript.scroll_page_up()
-        else:
-            transcript.scroll_page_down()
+        self.transcript.page(direction)
 
     async def action_quit(self) -> None:
         await self._close_session()

@@ -2,7 +2,8 @@
 
 :meth:`Transcript.show` takes the session's events one by one, in order, and turns them into
 widgets; the same method redraws a resumed session from its saved events. The view stays scrolled
-to the newest content until the person scrolls up (Textual's anchor).
+to the newest content until the person scrolls up (Textual's anchor), and follows it again once
+they scroll back to the bottom.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ class Transcript(VerticalScroll):
 
     def on_mount(self) -> None:
         self.anchor()
+
+    def page(self, direction: int) -> None:
+        """PageUp (``direction`` < 0) or PageDown; PageDown at the bottom keeps following (Textual
+        takes the follow up again only when a scroll moves the view back to the bottom)."""
+        if direction < 0:
+            self.scroll_page_up()
+        elif self.scroll_y >= self.max_scroll_y:
+            self.scroll_end(animate=False)
+        else:
+            self.scroll_page_down()
 
     @property
     def cards(self) -> list[ToolCard]:
