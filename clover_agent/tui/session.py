@@ -29,7 +29,7 @@ from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import ApprovalRequested, Event, EventBus, MessageAdded
+from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
@@ -136,6 +136,7 @@ class TuiSession(SessionCommands):
         self._unread: list[str] = []  # messages sent in while the agent works, not read by it yet
         self._held: list[str] = []  # of those, the ones sent before the agent existed
         self._asking: set[asyncio.Task[None]] = set()
+        self._last_ending = ""  # the message of the agent's last Done
         self.thread.submit(self._start())
 
     # -- the UI's side (thread-safe) ---------------------------------------------------------------
@@ -325,10 +326,12 @@ class TuiSession(SessionCommands):
             where = f" (the traceback is in {log})"
         except OSError:
             pass
-        text = f"{type(error).__name__}: {error}"
+        text = f"{type(error).__name__}: {error}"[:300]
+        if text in self._last_ending:  # the agent's Done said it already
+            text = type(error).__name__
         self._emit(
             Notice(
-                text=f"The request ended on an unexpected error, {text[:300]}{where}. "
+                text=f"The request ended on an unexpected error, {text}{where}. "
                 "The session goes on: send the next request.",
                 level="error",
             )
@@ -360,7 +363,9 @@ class TuiSession(SessionCommands):
         return first
 
     def _observe(self, event: Event) -> None:
-        if isinstance(event, MessageAdded) and event.message.get("role") == "user":
+        if isinstance(event, Done):
+            self._last_ending = event.message
+        elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
             content = event.message.get("content")
             if content in self._unread:
                 self._unread.remove(content)
@@ -398,7 +403,10 @@ class TuiSession(SessionCommands):
             self._save_info()
 
     async def save_draft(self, text: str) -> None:
-        """Keep the prompt's unsent text with the session (``session.json``), for a resume."""
+        """Keep the prompt's unsent text with the session (``session.json``), for a resume. A session
+        with no request and no draft writes nothing (the picker does not list it)."""
+        if not text and not self.turns and not self.info.draft:
+            return
         self.info.draft = text
         self._save_info()
 

@@ -19,7 +19,7 @@ from clover_agent.events import CallInterrupted, Done, ModelDelta
 from clover_agent.tui.app import QUIT_HINT, CloverApp
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.session import ERRORS_FILE
-from clover_agent.tui.store import load_session
+from clover_agent.tui.store import list_sessions, load_session
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.tool_card import ToolCard
@@ -272,6 +272,34 @@ async def test_fifty_requests_with_interrupts_failures_and_approvals(tmp_path: P
                 assert not app.session.busy and not app.session.agent.running
             assert len(app.session.turns) == 50 and len(_done(app)) == 50
             assert (repo / "tests").is_dir()
+            await pilot.press("ctrl+q")
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+async def test_a_draft_alone_keeps_a_session_and_nothing_keeps_none(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    server = ChatServer()
+    try:
+        app = make_app(repo, _backend(server))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.status_bar.sandbox == "ready", "the sandbox")
+            await pilot.press("ctrl+q")
+        assert list_sessions(repo, session_key(repo)) == []  # no request, no draft: not listed
+
+        app = make_app(repo, _backend(server))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.status_bar.sandbox == "ready", "the sandbox")
+            await pilot.press(*"half a thought")
+            await pilot.press("ctrl+q")
+        (listed,) = list_sessions(repo, session_key(repo))
+        assert listed.draft == "half a thought" and listed.requests == 0
+        again = make_app(
+            repo, _backend(server), resume=load_session(repo, listed.session_id, session_key(repo))
+        )
+        async with again.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: again.prompt.text == "half a thought", "the draft in the prompt")
             await pilot.press("ctrl+q")
     finally:
         server.close()
