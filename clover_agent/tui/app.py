@@ -20,7 +20,7 @@ from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
@@ -89,6 +89,8 @@ class CloverApp(App[int]):
     ]
     CSS = """
     Screen { layout: vertical; }
+    #new-below { display: none; height: 1; padding: 0 1; color: $accent; text-style: bold; }
+    #new-below.-shown { display: block; }
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class CloverApp(App[int]):
     def compose(self) -> ComposeResult:
         menu = PathMenu(id="path-menu")
         yield Transcript(id="transcript")
+        yield Static("↓ new output below · PageDown to follow it", id="new-below")
         yield ActivityLine(id="activity")
         yield menu
         yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
@@ -170,6 +173,9 @@ class CloverApp(App[int]):
         shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
         await self.transcript.show(shown)
         self.status_bar.observe(shown)
+
+    def on_transcript_below(self, message: Transcript.Below) -> None:
+        self.query_one("#new-below").set_class(message.waiting, "-shown")
 
     async def on_agent_event(self, message: AgentEvent) -> None:
         event = message.event
@@ -370,7 +376,7 @@ class CloverApp(App[int]):
             self.copy_to_clipboard(selected)
             self.notify("Copied.", timeout=2)
             return
-        if self.prompt.text.strip():
+        if self.prompt.text.strip() and len(self.screen_stack) == 1:  # not behind a dialog
             self.action_clear_prompt()
             return
         if self.session is not None and self.session.busy:

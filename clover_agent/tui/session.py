@@ -309,10 +309,11 @@ class TuiSession(SessionCommands):
 
     @property
     def busy(self) -> bool:
-        """A request is on its way (waiting for the sandbox) or running, and not waiting for the
-        person after an interrupt (read from the UI's thread: a snapshot, enough for a key press)."""
+        """The agent runs a request and is not waiting for the person after an interrupt (read from
+        the UI's thread: a snapshot, enough for a key press). False as soon as the run ends, before
+        its ``Done`` is shown."""
         agent = self.agent
-        return self._working and not (agent is not None and agent.steering.paused)
+        return agent is not None and agent.running and not agent.steering.paused
 
     def _unexpected(self, error: Exception) -> None:
         """An error no layer expected ended a request: said in the transcript where it happened (after

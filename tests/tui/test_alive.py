@@ -1,6 +1,7 @@
 """The app shows it is alive: the activity line (a spinner, what the agent does, for how long) while a
 request runs, gone once it ends; the transcript follows new output again once the person scrolls
-back to the bottom (PageDown or the wheel at the bottom included), and not while they read above it."""
+back to the bottom (PageDown or the wheel at the bottom included), and not while they read above
+it, when a marker says new output is below."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ async def test_the_activity_line_while_a_request_runs(tmp_path: Path) -> None:
             # the clock goes on while the command runs, with no event coming
             await wait_for(pilot, lambda: "· 1s" in str(activity.render()), "a second to pass")
             await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the end")
-            assert not activity.display
+            await wait_for(pilot, lambda: not activity.display, "the line to go")
             assert activity.history[:3] == [
                 "starting",
                 activity.history[1],
@@ -88,13 +89,16 @@ async def test_following_resumes_at_the_bottom(tmp_path: Path) -> None:
 
         await pilot.press("pageup")  # reading above: new output does not pull the view down
         await wait_for(pilot, lambda: not _at_bottom(app), "the view to move up")
+        marker = app.query_one("#new-below")
+        assert not marker.display
         await more("while reading")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: marker.display, "the new-output marker")
         assert not _at_bottom(app)
 
         for _ in range(5):  # back to the bottom: following again
             await pilot.press("pagedown")
         await wait_for(pilot, lambda: _at_bottom(app), "the bottom")
+        await wait_for(pilot, lambda: not marker.display, "the marker to go")
         await more("after coming back")
         await wait_for(pilot, lambda: _at_bottom(app), "the view to follow again")
         await pilot.press("ctrl+q")
