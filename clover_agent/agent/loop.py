@@ -285,6 +285,16 @@ class Agent:
         except (asyncio.CancelledError, KeyboardInterrupt):
             await self._finish(RunResult("interrupted", ExitCode.INTERRUPTED, "interrupted"))
             raise
+        except Exception as exc:
+            # An error no layer expected (a bug, or input nothing guarded against): the run still
+            # ends with its Done, so a front end that goes on (the TUI) can run the next request;
+            # the error itself reaches the caller.
+            unexpected = f"the run stopped on an unexpected error: {type(exc).__name__}: {exc}"
+            try:
+                await self._finish(RunResult("error", ExitCode.FAILURE, unexpected))
+            finally:
+                self.running = False
+            raise
         return await self._finish(result)
 
     async def _finish(self, result: RunResult) -> RunResult:

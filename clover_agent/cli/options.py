@@ -272,7 +272,13 @@ PROJECT_FILES = (
 
 def check_repo(args: argparse.Namespace) -> Path:
     """The repository ``--repo`` names: a git work tree (a note when only a subfolder of one)."""
-    repo = Path(args.repo).resolve()
+    try:
+        repo = Path(args.repo).resolve()
+    except FileNotFoundError:  # a relative path in a current folder that was deleted or moved
+        raise UsageError(
+            f"--repo {args.repo}: the current folder no longer exists (deleted or moved while this "
+            "shell was in it); cd into the repository again, or pass --repo with an absolute path"
+        ) from None
     if not repo.is_dir():
         raise UsageError(f"--repo {args.repo}: no such folder")
     inside = subprocess.run(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clover_agent.cli.options import (
     add_backend_arguments,
@@ -18,8 +21,11 @@ from clover_agent.cli.options import (
     sandbox_spec_of,
 )
 from clover_agent.errors import UsageError
-from clover_agent.launch import backend_factory, check_backend_options
+from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, probe_backend
 from clover_agent.settings import Settings
+
+if TYPE_CHECKING:
+    from clover_agent.tui.session import SessionOptions
 
 #: ``--resume`` given without an id: choose from a list.
 PICK = "?"
@@ -38,7 +44,7 @@ def _tui(args: argparse.Namespace) -> int:
 
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
-    check_backend_options(backend, settings)  # as fix checks them
+    backend = check_backend_options(backend, settings)  # as fix checks them
     repo = check_repo(args)  # a git repository, as for fix
     sessions_dir(repo)  # a .clover that is a symlink: refused here, before the app starts
     key = record_key(settings, repo).for_kind("session")
@@ -63,8 +69,27 @@ def _tui(args: argparse.Namespace) -> int:
             )
     elif args.resume is not None:
         options.resume = load_session(repo, args.resume, key)
+    _check_before_drawing(backend, settings, options)
     app = CloverApp(options, pick_from=pick_from, theme=args.theme)
     return app.run() or 0
+
+
+def _check_before_drawing(backend: BackendOptions, settings: Settings, options: SessionOptions) -> None:
+    """What would only fail once the app is up, said before it draws, as ``fix`` says it: a replay
+    file that cannot be read, a server that cannot be reached, a Docker engine that does not answer
+    or lacks the sandbox image (each a :class:`CloverError` or ``SandboxUnavailable`` with the fix)."""
+    if backend.kind == "replay" and backend.replay:
+        from clover_agent.backends.replay import load_replay
+
+        load_replay(Path(backend.replay))  # every line, as the backend will read them
+    asyncio.run(probe_backend(backend, settings))
+    spec = options.spec
+    if options.sandbox_kind == "docker" and spec is not None:
+        from clover_agent.sandboxes.docker import docker_client, require_image
+
+        client = docker_client(spec.host_env)
+        if spec.image:
+            require_image(client, spec.image)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

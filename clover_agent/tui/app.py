@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
@@ -36,6 +37,7 @@ from clover_agent.tui.screens.picker import session_picker, undo_picker
 from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.text import printable_event
+from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
@@ -44,6 +46,7 @@ from clover_agent.tui.widgets.transcript import Transcript
 T = TypeVar("T")
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · /help"
+QUIT_HINT = "Press ctrl+c again to quit (ctrl+q quits at once)."
 
 
 class AgentEvent(Message):
@@ -86,6 +89,8 @@ class CloverApp(App[int]):
     ]
     CSS = """
     Screen { layout: vertical; }
+    #new-below { display: none; height: 1; padding: 0 1; color: $accent; text-style: bold; }
+    #new-below.-shown { display: block; }
     """
 
     def __init__(
@@ -98,12 +103,15 @@ class CloverApp(App[int]):
         self.session: TuiSession | None = None
         self.events: list[Event] = []  # every event shown, in order (tests and /export read them)
         self._closed = False
+        self._quit_armed = False  # ctrl+c was pressed once on an idle, empty prompt
 
     # -- layout ----------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         menu = PathMenu(id="path-menu")
         yield Transcript(id="transcript")
+        yield Static("↓ new output below · PageDown to follow it", id="new-below")
+        yield ActivityLine(id="activity")
         yield menu
         yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
         yield StatusBar()
@@ -146,6 +154,10 @@ class CloverApp(App[int]):
                 if not isinstance(event, ProvisionalBlock | ApprovalNeeded):
                     await self._show(event)
             await self.transcript.show(Notice(text=f"Resumed session {saved.info.session_id}."))
+            if saved.info.draft and not self.prompt.text:
+                self.prompt.load_text(saved.info.draft)
+                self.prompt.move_cursor(self.prompt.document.end)
+                await self.transcript.show(Notice(text="Your unsent draft is back in the prompt."))
         self.session = TuiSession(self.options, lambda event: self.post_message(AgentEvent(event)))
         self.sub_title = self.session.session_id
 
@@ -162,6 +174,9 @@ class CloverApp(App[int]):
         await self.transcript.show(shown)
         self.status_bar.observe(shown)
 
+    def on_transcript_below(self, message: Transcript.Below) -> None:
+        self.query_one("#new-below").set_class(message.waiting, "-shown")
+
     async def on_agent_event(self, message: AgentEvent) -> None:
         event = message.event
         if isinstance(event, SessionStarted) and self.session is not None:
@@ -169,6 +184,7 @@ class CloverApp(App[int]):
             if tokenizer is not None:
                 self.transcript.token_text = lambda token: tokenizer.decode([token])
         await self._show(event)
+        self.query_one(ActivityLine).observe(printable_event(event))  # live events only
         screen = self.screen
         moot = isinstance(event, CallInterrupted) and isinstance(screen, ApprovalScreen)
         if moot and screen.request.call_id == event.call_id:  # the approval it waited for
@@ -309,6 +325,16 @@ class CloverApp(App[int]):
         window = f", context window {status.context_window} tokens" if status.context_window else ""
         await self._note(f"Backend {status.backend or '(starting)'}{window}.")
 
+    async def _command_sandbox(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        choice = argument.lower()
+        if choice not in ("retry", "local", "docker"):
+            await self._note("/sandbox takes retry, local or docker, e.g. /sandbox retry", "error")
+            return
+        kind = None if choice == "retry" else choice
+        self._watch(session.run(session.restart_sandbox(kind)))
+
     async def _command_clear(self, argument: str) -> None:
         session = self.session
         assert session is not None
@@ -339,7 +365,10 @@ class CloverApp(App[int]):
         if self.session is not None:
             self.session.interrupt()
 
-    async def action_copy_or_quit(self) -> None:
+    async def action_ctrl_c(self) -> None:
+        """Never loses work: copies a selection, else clears a non-empty prompt (its text stays in the
+        history), else interrupts a running request; on an idle, empty prompt the first press only
+        says how to quit and the second quits (any other key in between starts over)."""
         focused = self.focused
         selected = focused.selected_text if isinstance(focused, TextArea) else ""
         selected = selected or (self.screen.get_selected_text() or "")
@@ -347,7 +376,36 @@ class CloverApp(App[int]):
             self.copy_to_clipboard(selected)
             self.notify("Copied.", timeout=2)
             return
-        await self.action_quit()
+        if self.prompt.text.strip() and len(self.screen_stack) == 1:  # not behind a dialog
+            self.action_clear_prompt()
+            return
+        if self.session is not None and self.session.busy:
+            self.session.interrupt()
+            return
+        if self._quit_armed:
+            await self.action_quit()
+            return
+        self._quit_armed = True
+        self.notify(QUIT_HINT, timeout=10)
+
+    def action_clear_prompt(self) -> None:
+        if self.prompt.clear_keeping_history():
+            self.notify("Prompt cleared; up brings the text back.", timeout=3)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if event.key != "ctrl+c":
+                self._quit_armed = False  # a quit takes two ctrl+c in a row
+            self._type_into_prompt(event)
+        await super().on_event(event)
+
+    def _type_into_prompt(self, key: events.Key) -> None:
+        """Typing goes to the prompt, wherever a click or a key left the focus on the main screen."""
+        if len(self.screen_stack) != 1 or not (key.is_printable or key.key == "backspace"):
+            return
+        prompts = self.query(PromptBox)
+        if prompts and self.focused is not prompts.first():
+            self.screen.set_focus(prompts.first())  # at once: this key goes to the prompt
 
     def action_toggle_thinking(self) -> None:
         self.transcript.set_show_thinking(not self.transcript.show_thinking)
@@ -366,11 +424,7 @@ class CloverApp(App[int]):
         self.theme = THEMES["light"] if self.current_theme.dark else THEMES["dark"]
 
     def action_scroll_transcript(self, direction: int) -> None:
-        transcript = self.transcript
-        if direction < 0:
-            transcript.scroll_page_up()
-        else:
-            transcript.scroll_page_down()
+        self.transcript.page(direction)
 
     async def action_quit(self) -> None:
         await self._close_session()
@@ -383,7 +437,16 @@ class CloverApp(App[int]):
         for bar in self.query(StatusBar):
             bar.sandbox = "closing"
             bar.refresh_line()
-        await asyncio.to_thread(self.session.close)
+        prompts = self.query(PromptBox)
+        draft = prompts.first().text if prompts else ""
+        session = self.session
+
+        def close() -> None:
+            with contextlib.suppress(*RUN_ERRORS, OSError, concurrent.futures.TimeoutError):
+                session.run(session.save_draft(draft)).result(timeout=10)  # restored on resume
+            session.close()
+
+        await asyncio.to_thread(close)
 
     async def on_unmount(self) -> None:
         await self._close_session()

@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
+import traceback
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import ApprovalRequested, Event, EventBus, MessageAdded
+from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
@@ -51,6 +52,8 @@ from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, se
 from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
+#: Where the session folder keeps the tracebacks of unexpected errors.
+ERRORS_FILE = "errors.log"
 
 
 @dataclass
@@ -133,6 +136,7 @@ class TuiSession(SessionCommands):
         self._unread: list[str] = []  # messages sent in while the agent works, not read by it yet
         self._held: list[str] = []  # of those, the ones sent before the agent existed
         self._asking: set[asyncio.Task[None]] = set()
+        self._last_ending = ""  # the message of the agent's last Done
         self.thread.submit(self._start())
 
     # -- the UI's side (thread-safe) ---------------------------------------------------------------
@@ -194,6 +198,30 @@ class TuiSession(SessionCommands):
                 resumed=saved is not None,
             )
         )
+        await self._start_sandbox()
+
+    async def restart_sandbox(self, kind: str | None = None) -> None:
+        """After a failed start: start the sandbox again (``/sandbox retry``), or a sandbox of another
+        kind (``/sandbox local``); a :class:`CloverError` when one is up or starting."""
+        if self.backend is None:
+            raise CloverError("the model backend did not start; fix that and start the TUI again")
+        if self._ready is not None and not self._ready.done():
+            raise CloverError("the sandbox is still starting")
+        if self.agent is not None:
+            raise CloverError(f"the {self.options.sandbox_kind} sandbox is up already")
+        if self.sandbox is not None:  # what the failed start left
+            with contextlib.suppress(*RUN_ERRORS, OSError):
+                await self.sandbox.close()
+            self.sandbox = None
+        if kind is not None:
+            self.options.sandbox_kind = kind
+        self._ready = asyncio.get_running_loop().create_future()
+        self._start_task = asyncio.current_task()
+        await self._start_sandbox()
+
+    async def _start_sandbox(self) -> None:
+        assert self._ready is not None and self.backend is not None
+        saved = self.options.resume
         self._sandbox_state("starting")
         spec = self.options.spec or sandbox_spec(Settings.load(), self.repo)
         try:
@@ -214,7 +242,11 @@ class TuiSession(SessionCommands):
                 await self._take_up(agent, saved)
             self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
         except RUN_ERRORS as exc:
-            self._sandbox_state("failed", message_of(exc))
+            other = "local" if self.options.sandbox_kind != "local" else "docker"
+            self._sandbox_state(
+                "failed",
+                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox",
+            )
             self._ready.set_result(False)
             return
         self.agent = agent
@@ -266,10 +298,45 @@ class TuiSession(SessionCommands):
         try:
             pending: str | None = text
             while pending is not None:
-                await self._turn(pending)
-                pending = await self._left_unread()
+                try:
+                    await self._turn(pending)
+                    pending = await self._left_unread()
+                except Exception as exc:  # not one the agent expects: this request ends, the session goes on
+                    self._unexpected(exc)
+                    pending = None
         finally:
             self._working = False
+
+    @property
+    def busy(self) -> bool:
+        """The agent runs a request and is not waiting for the person after an interrupt (read from
+        the UI's thread: a snapshot, enough for a key press). False as soon as the run ends, before
+        its ``Done`` is shown."""
+        agent = self.agent
+        return agent is not None and agent.running and not agent.steering.paused
+
+    def _unexpected(self, error: Exception) -> None:
+        """An error no layer expected ended a request: said in the transcript where it happened (after
+        the request's own events), its traceback kept in the session folder."""
+        log = self.folder / ERRORS_FILE
+        where = ""
+        try:
+            with log.open("a", encoding="utf-8") as out:
+                out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                out.write("".join(traceback.format_exception(error)))
+            where = f" (the traceback is in {log})"
+        except OSError:
+            pass
+        text = f"{type(error).__name__}: {error}"[:300]
+        if text in self._last_ending:  # the agent's Done said it already
+            text = type(error).__name__
+        self._emit(
+            Notice(
+                text=f"The request ended on an unexpected error, {text}{where}. "
+                "The session goes on: send the next request.",
+                level="error",
+            )
+        )
 
     def _steer(self, text: str) -> None:
         """A message while the agent works: the agent reads it at its next step (at once when an
@@ -297,7 +364,9 @@ class TuiSession(SessionCommands):
         return first
 
     def _observe(self, event: Event) -> None:
-        if isinstance(event, MessageAdded) and event.message.get("role") == "user":
+        if isinstance(event, Done):
+            self._last_ending = event.message
+        elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
             content = event.message.get("content")
             if content in self._unread:
                 self._unread.remove(content)
@@ -333,6 +402,14 @@ class TuiSession(SessionCommands):
         finally:
             self._request = None
             self._save_info()
+
+    async def save_draft(self, text: str) -> None:
+        """Keep the prompt's unsent text with the session (``session.json``), for a resume. A session
+        with no request and no draft writes nothing (the picker does not list it)."""
+        if not text and not self.turns and not self.info.draft:
+            return
+        self.info.draft = text
+        self._save_info()
 
     def _save_info(self) -> None:
         self.info.updated = time.time()

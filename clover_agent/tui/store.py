@@ -4,7 +4,8 @@
 goes on), so a session killed at any point can be resumed from it: the conversation, the budget
 spent and the workspace patch are rebuilt by :func:`clover_agent.agent.trajectory.load_trajectory`,
 and the transcript is redrawn from the same events. ``session.json`` holds what the picker lists
-(title, times, requests) and is rewritten after each request. Both are signed with the user's key
+(title, times, requests) and the prompt's unsent draft, and is rewritten after each request
+and on quitting. Both are signed with the user's key
 (:mod:`clover_agent.agent.records`): a session folder this user's clover-agent did not write is
 neither listed nor resumed.
 """
@@ -46,6 +47,7 @@ class SessionInfo:
     updated: float = 0.0
     requests: int = 0
     backend: str = ""
+    draft: str = ""  # the prompt's unsent text when the app quit, put back on resume
 
     @property
     def shown_title(self) -> str:

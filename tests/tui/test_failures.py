@@ -92,8 +92,10 @@ async def test_copy_the_selection_and_switch_the_theme(tmp_path: Path) -> None:
         assert not app.current_theme.dark
         await pilot.press("f2")
         assert app.current_theme.dark
-        app.prompt.load_text("")
-        await pilot.press("ctrl+c")  # nothing selected: quit
+        app.prompt.move_cursor(app.prompt.document.end)  # the selection is gone, the text stays
+        await pilot.press("ctrl+c")  # nothing selected, a prompt with text: cleared
+        assert app.prompt.text == "" and app.is_running
+        await pilot.press("ctrl+c", "ctrl+c")  # an empty prompt, idle: twice quits
         await wait_for(pilot, lambda: not app.is_running, "the app to quit")
 
 
@@ -125,4 +127,60 @@ async def test_the_app_answers_while_the_sandbox_starts(tmp_path: Path) -> None:
             pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request after the start"
         )
         assert "ran after the start" in _notices(app)
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_failed_sandbox_start_can_be_retried(tmp_path: Path) -> None:
+    """A set-up command that fails until a file exists: the start fails and says how to go on;
+    ``/sandbox retry`` starts it again, without leaving the app, and the request then runs."""
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "ready-now"
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran after the retry"))])
+    options = SessionOptions(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        sandbox_kind="local",
+        spec=sandbox_spec(repo, setup_commands=[f"test -e {gate}"]),
+    )
+    app = CloverApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "failed", "the failed start")
+        assert "/sandbox retry tries again" in _notices(app)
+        await send(pilot, "/sandbox retry")  # still failing: said again, still usable
+        await wait_for(
+            pilot, lambda: _notices(app).count("/sandbox retry tries again") == 2, "the second failure"
+        )
+        gate.touch()
+        await send(pilot, "/sandbox retry")
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "ready", "the retried start")
+        await send(pilot, "/sandbox retry")
+        await wait_for(pilot, lambda: "is up already" in _notices(app), "the refusal")
+        await send(pilot, "go")
+        await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request")
+        assert "ran after the retry" in _notices(app)
+        await pilot.press("ctrl+q")
+
+
+@pytest.mark.docker
+async def test_a_failed_docker_start_can_switch_to_the_local_sandbox(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran locally"))])
+    options = SessionOptions(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        sandbox_kind="docker",
+        spec=sandbox_spec(repo, image="clover-agent-no-such-image:never"),
+    )
+    app = CloverApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "failed", "the failed start")
+        assert "/sandbox local uses the local sandbox" in _notices(app)
+        await send(pilot, "/sandbox local")
+        await wait_for(pilot, lambda: app.status_bar.sandbox == "ready", "the local sandbox")
+        assert app.status_bar.sandbox_kind == "local"
+        assert "local sandbox (no isolation)" in _notices(app)  # with its warning
+        await send(pilot, "go")
+        await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request")
+        assert "ran locally" in _notices(app)
         await pilot.press("ctrl+q")

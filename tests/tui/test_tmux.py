@@ -1,9 +1,11 @@
 """The TUI in a real terminal: tmux at 100x30 and 80x24 runs ``clover-agent tui`` from a shell;
-a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c or
-ctrl+q quits, leaving the shell as it was (same terminal settings, commands run)."""
+a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c
+twice or ctrl+q quits, leaving the shell as it was (same terminal settings, commands run); ctrl+c
+clears a draft and interrupts a request, and Tab leaves the focus in the prompt."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -96,6 +98,9 @@ def test_in_a_real_terminal(tmp_path: Path, size: tuple[int, int], quit_key: str
         assert "▸ editor" in shown  # the tool cards
         assert "✓ done" in shown
 
+        if quit_key == "C-c":  # twice: the first only says how to quit
+            tmux.key(quit_key)
+            tmux.wait("ctrl+c again to quit")
         tmux.key(quit_key)
         tmux.wait("EXIT=0", deadline_s=60)
         tmux.type("stty -g > ../after.txt; cmp ../before.txt ../after.txt && echo SAME-$((6 * 7))")
@@ -139,6 +144,55 @@ def test_hostile_output_cannot_drive_the_terminal(tmp_path: Path) -> None:
         ):
             assert text in shown, text
         tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()
+
+
+def test_ctrl_c_and_the_focus_in_a_real_terminal(tmp_path: Path) -> None:
+    """ctrl+c clears a draft (up brings it back), interrupts a running request, and quits only on
+    the second press on an idle, empty prompt; after Tab, typing still goes to the prompt."""
+    repo = calculator_repo(tmp_path)
+    slow = turn("Reading slowly, file after file. " * 20, call("run_tests"))
+    replay = tmp_path / "slow.jsonl"
+    replay.write_text(
+        json.dumps({"content": slow, "seconds": 60}) + "\n"
+        + json.dumps({"content": turn("", call("finish", summary="stopped as asked"))}) + "\n"
+    )  # fmt: skip
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+
+        tmux.type("a draft that must not be lost")
+        tmux.wait("a draft that must not be lost")
+        tmux.key("C-c")
+        shown = tmux.wait("Prompt cleared")
+        assert "a draft that must not be lost" not in shown and "EXIT=" not in shown
+        tmux.key("Up")
+        tmux.wait("a draft that must not be lost")
+        tmux.key("C-l")
+        tmux.key("Tab", "Tab")
+        tmux.type("typed after two tabs")
+        tmux.wait("typed after two tabs")  # the prompt kept the focus
+        tmux.key("C-l")
+
+        tmux.type("read everything")
+        tmux.key("Enter")
+        tmux.wait("Reading slowly")
+        tmux.key("C-c")
+        shown = tmux.wait("Interrupted the model's reply")
+        assert "EXIT=" not in shown
+        tmux.type("stop there and finish")
+        tmux.key("Enter")
+        tmux.wait("stopped as asked")
+
+        tmux.key("C-c")
+        shown = tmux.wait("ctrl+c again to quit")
+        assert "EXIT=" not in shown
+        tmux.key("C-c")
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()

@@ -2,7 +2,8 @@
 
 Enter sends the text (a request or a ``/command``); ctrl+j, shift+enter or alt+enter insert a new
 line. Up on the first line and Down on the last walk the history of sent texts. Typing ``@`` and a
-few letters opens the :class:`PathMenu` of matching repository files (Tab or Enter picks one).
+few letters opens the :class:`PathMenu` of matching repository files (Tab or Enter picks one); Tab
+never moves the focus away. A cleared prompt's text goes to the history too.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class PromptBox(TextArea):
             event.prevent_default()
             self.menu.close()
             return
+        if event.key in ("tab", "shift+tab"):  # only completes: the focus stays here
+            event.stop()
+            event.prevent_default()
+            return
         if event.key == "enter":
             event.stop()
             event.prevent_default()
@@ -106,6 +111,18 @@ class PromptBox(TextArea):
         self.clear()
         self.menu.close()
         self.post_message(self.Submitted(text))
+
+    def clear_keeping_history(self) -> bool:
+        """Empty the prompt; its text goes to the history (Up brings it back). False when empty."""
+        text = self.text
+        if not text.strip():
+            return False
+        if not self.sent or self.sent[-1] != text.strip():
+            self.sent.append(text.strip())
+        self._history_index = None
+        self.clear()
+        self.menu.close()
+        return True
 
     def _walk_history(self, delta: int) -> None:
         if self._history_index is None:

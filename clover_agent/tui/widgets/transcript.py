@@ -2,7 +2,8 @@
 
 :meth:`Transcript.show` takes the session's events one by one, in order, and turns them into
 widgets; the same method redraws a resumed session from its saved events. The view stays scrolled
-to the newest content until the person scrolls up (Textual's anchor).
+to the newest content until the person scrolls up (Textual's anchor; new output then says so, with
+:class:`Transcript.Below`), and follows it again once they scroll back to the bottom.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual.containers import VerticalScroll
+from textual.message import Message
 
 from clover_agent.events import (
     ApprovalDecided,
@@ -54,9 +56,48 @@ class Transcript(VerticalScroll):
         self._cards: dict[str, ToolCard] = {}
         self._test_outcomes: dict[str, str] = {}  # the latest outcome of each test seen
         self._queued: list[UserMessage] = []
+        self.new_below = False  # new output arrived below while the person reads above it
+        self._reading = False  # the person scrolled up and has not come back to the bottom
 
     def on_mount(self) -> None:
         self.anchor()
+
+    class Below(Message):
+        """Whether new output arrived below the view while the person reads above it."""
+
+        def __init__(self, waiting: bool) -> None:
+            super().__init__()
+            self.waiting = waiting
+
+    def release_anchor(self) -> None:
+        super().release_anchor()  # a scroll of the person's (keys, wheel, scrollbar), not a layout's
+        self._reading = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y:  # back at the bottom
+            self._reading = False
+            self._set_below(False)
+
+    def _check_below(self) -> None:
+        if self._reading and self.max_scroll_y - self.scroll_y >= 1:
+            self._set_below(True)
+
+    def _set_below(self, waiting: bool) -> None:
+        if waiting != self.new_below:
+            self.new_below = waiting
+            self.post_message(self.Below(waiting))
+
+    def page(self, direction: int) -> None:
+        """PageUp (``direction`` < 0) or PageDown; PageDown at the bottom keeps following (Textual
+        takes the follow up again only when a scroll moves the view back to the bottom)."""
+        if direction < 0:
+            self.scroll_page_up()
+        elif self.scroll_y >= self.max_scroll_y:
+            self._reading = False
+            self.scroll_end(animate=False)
+        else:
+            self.scroll_page_down()
 
     @property
     def cards(self) -> list[ToolCard]:
@@ -68,6 +109,10 @@ class Transcript(VerticalScroll):
 
     async def show(self, event: Event) -> None:
         """Draw ``event`` (events this view does not show are ignored)."""
+        await self._show(event)
+        self.call_after_refresh(self._check_below)
+
+    async def _show(self, event: Event) -> None:
         if isinstance(event, TurnStarted):
             await self._end_stream()
             queued = next((m for m in self._queued if event.text in (m.text, m.sent)), None)
@@ -232,6 +277,8 @@ class Transcript(VerticalScroll):
 
     async def clear(self) -> None:
         await self.remove_children()
+        self._reading = False
+        self._set_below(False)
         self._thinking = self._text = self._diffusion = None
         self._cards.clear()
         self._queued.clear()
