@@ -21,7 +21,13 @@ from clover_agent.cli.options import (
     sandbox_spec_of,
 )
 from clover_agent.errors import UsageError
-from clover_agent.launch import BackendOptions, backend_factory, check_backend_options, probe_backend
+from clover_agent.launch import (
+    BackendOptions,
+    backend_factory,
+    check_backend_options,
+    mcp_servers,
+    probe_backend,
+)
 from clover_agent.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,6 +65,7 @@ def _tui(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         record_key=key,
+        mcp_servers=mcp_servers(settings, repo, configured),
     )
     pick_from = None
     if args.resume == PICK:

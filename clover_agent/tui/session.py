@@ -24,6 +24,7 @@ from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.policy import with_mcp
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
@@ -34,6 +35,8 @@ from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.settings import Settings
+from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.registry import default_tools
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.commands import SessionCommands, Turn
 from clover_agent.tui.events import (
@@ -71,6 +74,8 @@ class SessionOptions:
     resume: SavedSession | None = None
     #: Signs the session's records (``store.SESSION_FILES``); None: unsigned, so never resumed.
     record_key: RecordKey | None = None
+    #: MCP servers whose tools the agent gets (``launch.mcp_servers``: the settings', a trusted repository's).
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 @dataclass
@@ -126,6 +131,7 @@ class TuiSession(SessionCommands):
         self.thread = AgentThread()
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
+        self.mcp: McpServers | None = None
         self.agent: Agent | None = None
         self.system = ""  # the system prompt of a new conversation (known once the sandbox is up)
         self.handback: Handback | None = None
@@ -209,6 +215,9 @@ class TuiSession(SessionCommands):
             raise CloverError("the sandbox is still starting")
         if self.agent is not None:
             raise CloverError(f"the {self.options.sandbox_kind} sandbox is up already")
+        if self.mcp is not None:
+            await self.mcp.close_held()
+            self.mcp = None
         if self.sandbox is not None:  # what the failed start left
             with contextlib.suppress(*RUN_ERRORS, OSError):
                 await self.sandbox.close()
@@ -229,14 +238,23 @@ class TuiSession(SessionCommands):
             await self.sandbox.start()
             self.handback = Handback(self.sandbox, self.repo, self.folder, self.session_id)
             await self.handback.start()
+            servers = self.options.mcp_servers
+            self.mcp = McpServers(
+                servers,
+                self.sandbox,
+                report=lambda message: self._emit(Notice(text=message, level="warning")),
+                log_dir=self.folder,
+            )
+            await self.mcp.open_held()  # its clients in a task of their own: the close runs elsewhere
             agent = Agent(
                 self.backend,
                 self.sandbox,
                 self.bus,
                 run_id=self.session_id,
-                policy=self.policy,
+                policy=with_mcp(self.policy, servers),
                 budget=self._budget(),
                 approvals=Approvals(),
+                tools=[*default_tools(), *self.mcp.tools],
             )
             if saved is not None and saved.state is not None:
                 await self._take_up(agent, saved)
@@ -457,6 +475,8 @@ class TuiSession(SessionCommands):
             with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
                 await self._request
         try:
+            if self.mcp is not None:
+                await self.mcp.close_held()
             if self.backend is not None:
                 await self.backend.close()
         finally:
