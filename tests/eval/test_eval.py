@@ -138,7 +138,9 @@ def test_a_task_whose_set_up_fails_is_reported_the_others_go_on_and_a_second_run
 def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
     project = write_project(tmp_path / "proj")
     write_task(tmp_path / "tasks", "a-first", project)
-    write_task(tmp_path / "tasks", "b-slow", project, setup=["sleep 120"])
+    # a set-up command that is still running when Ctrl-C comes (the interrupt may wait for it:
+    # a local sandbox's set-up command is not cut short yet)
+    write_task(tmp_path / "tasks", "b-slow", project, setup=["sleep 40"])
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "clover_agent", "eval", str(tmp_path / "tasks"), "--output-dir", str(out),
@@ -151,7 +153,7 @@ def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert first.is_file(), proc.communicate()[0]
     proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=120)
+    output, _ = proc.communicate(timeout=400)
     assert proc.returncode == 130, output
     summary = report(out)
     assert (
