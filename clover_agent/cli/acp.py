@@ -12,11 +12,11 @@ from pathlib import Path
 
 from clover_agent.cli.options import (
     add_backend_arguments,
+    add_budget_arguments,
     add_sandbox_arguments,
     add_trust_argument,
     backend_options,
     check_repo,
-    positive,
     record_key,
     repo_config_of,
     sandbox_kind,
@@ -75,23 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_backend_arguments(p)
     add_sandbox_arguments(p)
     add_trust_argument(p)
-    p.add_argument(
-        "--max-steps",
-        type=positive(int),
-        default=50,
-        metavar="N",
-        help="model calls per request (default 50)",
-    )
-    p.add_argument(
-        "--max-time",
-        type=positive(float),
-        default=1800.0,
-        metavar="S",
-        help="seconds per request (default 1800)",
-    )
-    p.add_argument(
-        "--max-tokens", type=positive(int), metavar="N", help="tokens per request (default: no limit)"
-    )
+    add_budget_arguments(p, per_request=True)
     p.add_argument(
         "--policy",
         choices=tuple(POLICIES),

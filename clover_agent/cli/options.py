@@ -191,30 +191,37 @@ def record_key(settings: Settings, repo: Path) -> RecordKey:
 BUDGET_DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_time": 1800.0}
 
 
-def add_budget_arguments(p: argparse.ArgumentParser, *, recorded: bool = False) -> None:
-    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``).
-    ``recorded``: no defaults are set (None: not given), so a resumed run can take its recorded
-    budgets; the command then fills in :data:`BUDGET_DEFAULTS` itself."""
+def add_budget_arguments(
+    p: argparse.ArgumentParser, *, recorded: bool = False, per_request: bool = False
+) -> None:
+    """``--max-steps``, ``--max-time``, ``--max-tokens`` for a whole run (``fix``, ``ci``), or for
+    each request of a session (``per_request``: ``tui``, ``acp``). ``recorded``: no defaults are set
+    (None: not given), so a resumed run can take its recorded budgets; the command then fills in
+    :data:`BUDGET_DEFAULTS` itself."""
     defaults = {} if recorded else BUDGET_DEFAULTS
+    if per_request:
+        steps, seconds, tokens = "model calls per request", "seconds per request", "tokens per request"
+    else:
+        steps, seconds, tokens = "model calls at most", "seconds at most", "tokens read and written at most"
     p.add_argument(
         "--max-steps",
         type=positive(int),
         default=defaults.get("max_steps"),
         metavar="N",
-        help=f"model calls at most (default {BUDGET_DEFAULTS['max_steps']})",
+        help=f"{steps} (default {BUDGET_DEFAULTS['max_steps']})",
     )
     p.add_argument(
         "--max-time",
         type=positive(float),
         default=defaults.get("max_time"),
         metavar="S",
-        help=f"seconds at most (default {BUDGET_DEFAULTS['max_time']:g})",
+        help=f"{seconds} (default {BUDGET_DEFAULTS['max_time']:g})",
     )
     p.add_argument(
         "--max-tokens",
         type=positive(int),
         metavar="N",
-        help="tokens read and written at most (default: no limit)",
+        help=f"{tokens} (default: no limit)",
     )
 
 
