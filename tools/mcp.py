@@ -290,9 +290,7 @@ class McpServers:
             )
         return stdio_client(params, errlog=self._errlog(config, stack))
 
-    def _errlog(
-        self, config: McpServerConfig, stack: contextlib.ExitStack | contextlib.AsyncExitStack
-    ) -> TextIO:
+    def _errlog(self, config: McpServerConfig, stack: contextlib.AsyncExitStack) -> TextIO:
         if self.log_dir is None:
             return stack.enter_context(open(os.devnull, "w"))
         path = self.log_dir / f"mcp-{_NAME_OK.sub('_', config.name)}.log"
