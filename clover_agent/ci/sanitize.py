@@ -326,8 +326,8 @@ class _VisibleText(HTMLParser):
         if tag == "pre" and self.pre is not None:
             content, self.pre = "".join(self.pre).rstrip("\n"), None
             fence = "`" * max(3, _longest_run(content, "`") + 1)
-            for line in [fence + self.language, *content.split("\n"), fence]:
-                self.lines.append(self._prefix() + line)
+            for text in [fence + self.language, *content.split("\n"), fence]:
+                self.lines.append(self._prefix() + text)
             self._block()
         elif tag == "code" and self.code is not None:
             content, self.code = "".join(self.code), None
@@ -342,8 +342,8 @@ class _VisibleText(HTMLParser):
             self.lists.pop()
             self._block() if not self.lists else self._end_line()
         elif tag == "a" and self.links:
-            target, line, start = self.links.pop()
-            shown = "".join(self.line[start:]).strip() if line == len(self.lines) else None
+            target, number, start = self.links.pop()
+            shown = "".join(self.line[start:]).strip() if number == len(self.lines) else None
             if target and not target.startswith("#") and target != shown:
                 self._write(f" ({target})")
         elif tag in ("td", "th"):

@@ -155,8 +155,17 @@ def _spec(options: EvalOptions, repo: Path, task: Task) -> SandboxSpec:
 def _repo_config(task: Task) -> RepoSettings:
     """The task's set-up as the repository's trusted settings would give it."""
     env = task.environment
-    listed = {key: tuple(env[key]) for key in ("requirements", "extras", "packages") if key in env}
-    return RepoSettings(setup=list(task.setup), install_project=env.get("install_project"), **listed)
+
+    def listed(key: str) -> tuple[str, ...] | None:
+        return tuple(env[key]) if key in env else None
+
+    return RepoSettings(
+        setup=list(task.setup),
+        install_project=env.get("install_project"),
+        requirements=listed("requirements"),
+        extras=listed("extras"),
+        packages=listed("packages") or (),
+    )
 
 
 #: fix's exit codes that say the task could not be run (its environment, its tests), not how the
