@@ -11,9 +11,10 @@ import pytest
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
-from clover_agent.events import Done, ModelDelta, ProvisionalBlock
+from clover_agent.events import Done, ModelCallStarted, ModelDelta, ProvisionalBlock
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.session import SessionOptions
+from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.diffusion_view import UNDECIDED
 from clover_agent.tui.widgets.status_bar import StatusBar
 from tests.tui.helpers import calculator_repo, send, wait_for
@@ -58,4 +59,14 @@ async def test_provisional_blocks_appear_and_commit(tmp_path: Path) -> None:
         shown = " ".join(getattr(w, "text", "") or getattr(w, "shown", "") for w in app.transcript.children)
         assert committed.strip()[:10] in shown.replace("\n", " ") or committed.strip()[:10] in shown
         assert "/fwd" in app.query_one(StatusBar).line().plain  # tokens per forward is known
+
+        # the activity line said what the engine was doing: the prompt's prefill, then each block
+        (call,) = [e for e in app.events if isinstance(e, ModelCallStarted)]
+        history = app.query_one(ActivityLine).history
+        waiting = f"waiting for the first token (a prompt of {call.prompt_tokens} tokens)"
+        denoising = [h for h in history if h.startswith("denoising block ")]
+        assert call.prompt_tokens > 0 and waiting in history and denoising, history
+        assert history.index(waiting) < history.index(denoising[0])
+        first = blocks[0]
+        assert denoising[0] == f"denoising block {first.block} (pass {first.denoise_step})"
         await pilot.press("ctrl+q")
