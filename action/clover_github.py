@@ -1,6 +1,7 @@
 """The GitHub side of the clover-agent action (action.yml): who may start a run and on what
 (``decide``), the one progress comment (``progress``) and handing a verified patch back as a
-commit and a pull request (``publish``). Standard library only: it runs before clover-agent is
+commit and a pull request, a review reply with a ``suggestion`` block or a check run
+(``publish``). Standard library only: it runs before clover-agent is
 installed. GitHub's REST API is ``$GITHUB_API_URL``; results go to ``$GITHUB_OUTPUT``.
 """
 
@@ -75,6 +76,12 @@ class Decision:
     pr_url: str = ""  # the bot's pull request being continued
     actor: str = ""
     task: str = ""
+    head_sha: str = ""  # the commit the CI run failed on (a check run goes on it)
+    # a review comment: which comment, on which file and lines of the pull request's head
+    comment_id: str = ""
+    path: str = ""
+    start_line: int = 0
+    line: int = 0
 
 
 def csv(text: str) -> set[str]:
@@ -143,6 +150,7 @@ def decide(event_name: str, event: dict[str, Any], inputs: dict[str, str]) -> De
             request = request_text(comment.get("body") or "", phrase)
         else:
             issue, kind = event["pull_request"], "review-comment"
+            commented = review_target(comment)
             request = (
                 f"A review comment on `{comment.get('path', '')}` (line {comment.get('line') or '?'}):\n"
                 f"```diff\n{comment.get('diff_hunk', '')}\n```\n{request_text(comment.get('body') or '', phrase)}"
@@ -158,6 +166,9 @@ def decide(event_name: str, event: dict[str, Any], inputs: dict[str, str]) -> De
     if request:
         task += f"\n\nThe request (a comment by {actor.get('login')}):\n{request}"
     base_decision = Decision(True, why, kind=kind, number=number, actor=str(actor.get("login")), task=task)
+    if kind == "review-comment":
+        base_decision.comment_id = str(comment.get("id", ""))
+        base_decision.path, base_decision.start_line, base_decision.line = commented
     if kind in ("issue", "issue-comment"):
         base_decision.ref = base_decision.base = str(event["repository"]["default_branch"])
         base_decision.branch = f"{prefix}issue-{number}-{run_id}"
@@ -176,6 +187,23 @@ def decide(event_name: str, event: dict[str, Any], inputs: dict[str, str]) -> De
         base_decision.base = str(head["ref"])
         base_decision.branch = f"{prefix}pr-{number}-{run_id}"
     return base_decision
+
+
+def review_target(comment: dict[str, Any]) -> tuple[str, int, int]:
+    """The file and the line range of the head a review comment is on; (path, 0, 0) when it has
+    none a suggestion could replace (a comment on the old side, or one left outdated)."""
+    path, line = str(comment.get("path") or ""), comment.get("line")
+    if comment.get("side", "RIGHT") != "RIGHT" or not isinstance(line, int) or line < 1:
+        return path, 0, 0
+    start = comment.get("start_line")
+    if (
+        not isinstance(start, int)
+        or start < 1
+        or start > line
+        or comment.get("start_side", "RIGHT") != "RIGHT"
+    ):
+        start = line
+    return path, start, line
 
 
 def decide_ci_failure(event: dict[str, Any], repo: str, prefix: str, bots: set[str], run_id: str) -> Decision:
@@ -219,6 +247,7 @@ def decide_ci_failure(event: dict[str, Any], repo: str, prefix: str, bots: set[s
         branch=f"{prefix}ci-{sha[:12]}-{run_id}",
         actor=str((run.get("actor") or {}).get("login", "")),
         task=task,
+        head_sha=sha,
     )
 
 
@@ -310,7 +339,7 @@ def progress_body(decision: dict[str, Any], stage: str, out: Path | None, pr_url
             f"- tests after: {tests_line(result, 'target_after')}",
         ]
         if pr_url:
-            lines += ["", f"Pull request: {pr_url}"]
+            lines += ["", f"The verified fix: {pr_url}"]
         if out is not None and (out / "summary.md").is_file():  # made fit for a comment by the bot
             lines += [
                 "",
@@ -347,6 +376,121 @@ def cmd_progress(args: argparse.Namespace) -> int:
 # --- publish --------------------------------------------------------------------------------
 
 
+@dataclass
+class Hunk:
+    path: str
+    old_start: int
+    lines: list[str]  # the hunk's body: " context", "-removed", "+added"
+
+    @property
+    def first(self) -> int:
+        """The index in the old file's lines where the hunk starts (a hunk of additions alone
+        names the line it goes after)."""
+        has_old = any(t[:1] in (" ", "-") for t in self.lines)
+        return self.old_start - 1 if has_old else self.old_start
+
+    def within(self, start: int, end: int) -> bool:
+        """Whether every change is to old lines ``start``..``end`` (1-based): removed lines among
+        them, added lines before one of them or right after the last."""
+        number = self.first + 1
+        for text in self.lines:
+            if text.startswith("-"):
+                if not start <= number <= end:
+                    return False
+                number += 1
+            elif text.startswith("+"):
+                if not start <= number <= end + 1:
+                    return False
+            else:
+                number += 1
+        return True
+
+
+HUNK_HEAD = re.compile(r"@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
+ONLY_IN_A_COMMIT = (
+    "new file",
+    "deleted file",
+    "rename ",
+    "copy ",
+    "similarity",
+    "old mode",
+    "new mode",
+    "Binary",
+)
+
+
+def parse_patch(patch: str) -> list[Hunk] | None:
+    """The text hunks of a unified diff as git writes it; None when it holds anything else (a
+    binary, new, deleted or renamed file, a mode change, a missing final newline) that only a
+    commit can carry."""
+    hunks: list[Hunk] = []
+    header, old, path = False, "", ""
+    for text in patch.splitlines():
+        if text.startswith("diff --git "):
+            header, old, path = True, "", ""
+        elif header and text.startswith(ONLY_IN_A_COMMIT):
+            return None
+        elif header and text.startswith("--- "):
+            old = text[4:]
+        elif header and text.startswith("+++ "):
+            new = text[4:]
+            if not new.startswith("b/") or old != "a/" + new[2:]:
+                return None
+            path = new[2:]
+        elif m := HUNK_HEAD.match(text):
+            if not path:
+                return None
+            header = False
+            hunks.append(Hunk(path, int(m[1]), []))
+        elif not header and hunks and text[:1] in (" ", "-", "+"):
+            hunks[-1].lines.append(text)
+        elif text.startswith("\\"):
+            return None
+    return hunks
+
+
+def apply_hunks(old: list[str], hunks: list[Hunk]) -> list[str] | None:
+    """``old`` with ``hunks`` (of one file, in order) applied; None when a line the patch expects
+    is not there."""
+    out: list[str] = []
+    at = 0
+    for hunk in sorted(hunks, key=lambda h: h.old_start):
+        if hunk.first < at:
+            return None
+        out += old[at : hunk.first]
+        at = hunk.first
+        for text in hunk.lines:
+            if text.startswith("+"):
+                out.append(text[1:])
+                continue
+            if at >= len(old) or old[at] != text[1:]:
+                return None
+            if text.startswith(" "):
+                out.append(old[at])
+            at += 1
+    return out + old[at:]
+
+
+def suggestion(patch: str, path: str, start: int, end: int, head_text: str) -> str | None:
+    """What lines ``start``..``end`` of ``path`` (its text at the head: ``head_text``) become under
+    ``patch``, when every change the patch makes is to those lines; None otherwise."""
+    hunks = parse_patch(patch)
+    old = head_text.splitlines()
+    if not hunks or not 1 <= start <= end <= len(old) or any(h.path != path for h in hunks):
+        return None
+    if not all(h.within(start, end) for h in hunks) or (new := apply_hunks(old, hunks)) is None:
+        return None
+    return "\n".join(new[start - 1 : end + len(new) - len(old)])
+
+
+def fence_for(text: str) -> str:
+    return "`" * max(3, _longest_backticks(text) + 1)
+
+
+def _longest_backticks(text: str) -> int:
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
 def git(*args: str, extra_env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         ["git", *args], capture_output=True, text=True, env={**os.environ, **(extra_env or {})}, check=False
@@ -377,6 +521,19 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if any(str(path).startswith(".github/") for path in result.get("files_changed") or []):
         print("::error::the patch changes files under .github/; it is not pushed")
         return 1
+    patch = (out / "patch.diff").read_text(encoding="utf-8", errors="replace")
+    if decision["kind"] == "review-comment" and args.review_fix == "suggestion":
+        url = reply_with_suggestion(decision, result, patch)
+        if url:
+            print(f"clover-agent: the fix is a suggestion on the review comment: {url}")
+            write_outputs({"pr-url": "", "hand-back-url": url})
+            return 0
+        print("clover-agent: the fix goes beyond the commented lines: it goes to a pull request")
+    if decision["kind"] == "ci-failure" and args.ci_failure_output == "check-run":
+        url = post_check_run(decision, result, patch)
+        print(f"clover-agent: the fix is in a check run on {decision['head_sha'][:12]}: {url}")
+        write_outputs({"pr-url": "", "hand-back-url": url})
+        return 0
     repo, branch = env("GITHUB_REPOSITORY"), decision["branch"]
     where = f"#{decision['number']}" if decision["number"] else decision["base"]
     subject = f"clover-agent: a fix for {where}"
@@ -410,8 +567,101 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
         pr_url = str(pull["html_url"])
     print(f"clover-agent: pushed {branch}: {pr_url}")
-    write_outputs({"pr-url": pr_url})
+    write_outputs({"pr-url": pr_url, "hand-back-url": pr_url})
     return 0
+
+
+def verdict_line(result: dict[str, Any]) -> str:
+    return (
+        f"verdict `{result.get('verdict') or 'none'}`; the target tests before: "
+        f"{tests_line(result, 'target_before')}, after: {tests_line(result, 'target_after')}"
+    )
+
+
+def head_file(path: str) -> str | None:
+    """The text of ``path`` in the checkout (the pull request's head), or None for a path that
+    leaves it, a link or anything not a readable text file."""
+    root = Path.cwd().resolve()
+    target = root / path
+    if not path or Path(path).is_absolute() or ".." in Path(path).parts or not target.is_file():
+        return None
+    if any(p.is_symlink() for p in [target, *target.parents] if p != root and root in p.parents):
+        return None
+    try:
+        return target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def reply_with_suggestion(decision: dict[str, Any], result: dict[str, Any], patch: str) -> str:
+    """Reply to the review comment with the fix as a ``suggestion`` block when it changes only
+    the commented lines; its address, or "" when it does not fit one."""
+    path, start, end = decision["path"], decision["start_line"], decision["line"]
+    text = head_file(path) if start and decision["comment_id"] else None
+    lines = None if text is None else suggestion(patch, path, start, end, text)
+    if lines is None:
+        return ""
+    fence = fence_for(lines)
+    body = (
+        f"The verified fix for this comment ({verdict_line(result)}):\n\n"
+        f"{fence}suggestion\n{lines}\n{fence}\n\n"
+        f"Made by a model: review it before committing the suggestion. [The workflow run]({run_link()})\n"
+    )
+    repo, number = env("GITHUB_REPOSITORY"), decision["number"]
+    made = api(
+        "POST", f"/repos/{repo}/pulls/{number}/comments/{decision['comment_id']}/replies", {"body": body}
+    )
+    return str(made.get("html_url", ""))
+
+
+#: GitHub's limits on a check run's output: characters of text, annotations per request.
+CHECK_TEXT_LIMIT = 60_000
+CHECK_ANNOTATIONS = 50
+
+
+def post_check_run(decision: dict[str, Any], result: dict[str, Any], patch: str) -> str:
+    """A neutral check run on the failed commit: the fix as the check's details and a notice on
+    each changed place. Nothing is pushed. Returns the check run's address."""
+    annotations = []
+    for hunk in (parse_patch(patch) or [])[:CHECK_ANNOTATIONS]:
+        old_lines = sum(1 for t in hunk.lines if t[:1] in (" ", "-"))
+        first = max(hunk.first, 1) if old_lines == 0 else hunk.first + 1
+        annotations.append(
+            {
+                "path": hunk.path,
+                "start_line": first,
+                "end_line": max(first, hunk.first + old_lines),
+                "annotation_level": "notice",
+                "title": "clover-agent: a verified change here",
+                "message": "The verified fix changes these lines; the check's details hold the whole patch.",
+                "raw_details": "\n".join(hunk.lines)[:CHECK_TEXT_LIMIT],
+            }
+        )
+    shown = (
+        patch
+        if len(patch) <= CHECK_TEXT_LIMIT
+        else patch[:CHECK_TEXT_LIMIT] + "\n… (cut: the artefact has it all)"
+    )
+    fence = fence_for(shown)
+    output = {
+        "title": "A verified fix for the failing tests",
+        "summary": f"clover-agent found a fix: {verdict_line(result)}. Made by a model: review it before applying.",
+        "text": f"{fence}diff\n{shown}\n{fence}\n",
+        "annotations": annotations,
+    }
+    made = api(
+        "POST",
+        f"/repos/{env('GITHUB_REPOSITORY')}/check-runs",
+        {
+            "name": "clover-agent",
+            "head_sha": decision["head_sha"],
+            "status": "completed",
+            "conclusion": "neutral",
+            "details_url": run_link(),
+            "output": output,
+        },
+    )
+    return str(made.get("html_url", ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,6 +685,18 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("publish", help="commit a verified patch, push it and open the pull request")
     p.add_argument("--state", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--review-fix",
+        choices=("suggestion", "pull-request"),
+        default="suggestion",
+        help="a review comment's fix: a suggestion block when it fits the commented lines, or a pull request",
+    )
+    p.add_argument(
+        "--ci-failure-output",
+        choices=("pull-request", "check-run"),
+        default="pull-request",
+        help="a failed CI run's fix: a stacked pull request, or a check run with annotations (nothing pushed)",
+    )
     p.set_defaults(func=cmd_publish)
     args = parser.parse_args(argv)
     try:

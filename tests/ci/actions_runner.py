@@ -32,6 +32,8 @@ class FakeGitHub:
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str, Any]] = field(default_factory=list)
     created_pulls: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)  # answers in review threads
+    check_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -60,6 +62,18 @@ class FakeGitHub:
             number = 100 + len(self.created_pulls)
             made = {**body, "number": number, "html_url": f"https://github.example/{self.repo}/pull/{number}"}
             self.created_pulls.append(made)
+            return 201, made
+        if (m := re.fullmatch(r"/pulls/(\d+)/comments/(\d+)/replies", rest)) and method == "POST":
+            made = {**body, "pull": int(m[1]), "in_reply_to": int(m[2])}
+            made["html_url"] = f"https://github.example/{self.repo}/pull/{m[1]}#discussion_r{m[2]}9"
+            self.replies.append(made)
+            return 201, made
+        if rest == "/check-runs" and method == "POST":
+            made = {
+                **body,
+                "html_url": f"https://github.example/{self.repo}/runs/{600 + len(self.check_runs)}",
+            }
+            self.check_runs.append(made)
             return 201, made
         if (m := re.fullmatch(r"/issues/(\d+)/comments", rest)) and method == "POST":
             cid = 5000 + len(self.comments)

@@ -314,7 +314,7 @@ def check_progress(github: FakeGitHub, number: int, pr_url: str) -> str:
     body = comment["body"]
     assert "- [x] the bot's run finished" in body and "**Status:** `fixed` (exit 0), verdict `fixed`" in body
     assert "- tests before: 0 passed, 1 failed" in body and "- tests after: 1 passed, 0 failed" in body
-    assert f"Pull request: {pr_url}" in body and "actions/runs/777" in body
+    assert f"The verified fix: {pr_url}" in body and "actions/runs/777" in body
     return body
 
 
