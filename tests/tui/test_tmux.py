@@ -1,7 +1,8 @@
 """The TUI in a real terminal: tmux at 100x30 and 80x24 runs ``clover-agent tui`` from a shell;
 a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c
 twice or ctrl+q quits, leaving the shell as it was (same terminal settings, commands run); ctrl+c
-clears a draft and interrupts a request, and Tab leaves the focus in the prompt."""
+clears a draft and interrupts a request, and Tab leaves the focus in the prompt; after PageUp new
+output does not pull the view down, and back at the bottom it follows again."""
 
 from __future__ import annotations
 
@@ -193,6 +194,50 @@ def test_ctrl_c_and_the_focus_in_a_real_terminal(tmp_path: Path) -> None:
         shown = tmux.wait("ctrl+c again to quit")
         assert "EXIT=" not in shown
         tmux.key("C-c")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()
+
+
+def test_the_view_stays_where_the_reader_is_then_follows_again(tmp_path: Path) -> None:
+    """While a request runs, PageUp keeps the view where the person reads: output that arrives
+    below says so instead of pulling the view down; PageDown back to the bottom follows again."""
+    repo = calculator_repo(tmp_path)
+    long_text = "\n\n".join(f"Paragraph {i} of reading the code." for i in range(40))
+    replay = write_replay(
+        tmp_path / "follow.jsonl",
+        [
+            turn(long_text, call("shell", command="sleep 6 && echo slept")),
+            turn("", call("finish", summary="FOLLOW-DONE: the summary")),
+        ],
+    )
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+        tmux.type("read it all")
+        tmux.key("Enter")
+        tmux.wait("Paragraph 39 of reading", "running `sleep 6")  # following while it comes
+
+        tmux.key("PageUp")
+        shown = tmux.wait("new output below")  # the command's result arrived below the view
+        end = time.monotonic() + 120
+        while any(w in shown for w in ("running `", "going on", "waiting for")) and time.monotonic() < end:
+            time.sleep(0.2)  # until the request is over (the activity line is gone)
+            shown = tmux.screen()
+        assert "FOLLOW-DONE" not in shown and "new output below" in shown, shown
+
+        for _ in range(6):
+            tmux.key("PageDown")
+        shown = tmux.wait("FOLLOW-DONE: the summary")
+        end = time.monotonic() + 30
+        while "new output below" in shown and time.monotonic() < end:  # the marker goes at the bottom
+            time.sleep(0.2)
+            shown = tmux.screen()
+        assert "new output below" not in shown, shown
+        tmux.key("C-q")
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()
