@@ -218,6 +218,21 @@ class ToolCallStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolOutput(Event):
+    """A piece of what the call ``call_id`` (a shell command, a test run) printed, while it runs:
+    raw as printed (a display sanitises it), coalesced by the sandbox (at most a few a second; a
+    piece may note bytes it skipped). For a live display only: its ``ToolCallFinished`` holds the
+    whole output (an interrupted call's: what these pieces held), so the trajectory does not keep
+    them unless asked to (``TrajectoryWriter(keep_stream=True)``), as for ``ModelDelta``."""
+
+    type: ClassVar[str] = "tool_output"
+    step: int
+    call_id: str
+    name: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolCallFinished(Event):
     """A tool's result: ``output`` is what the model sees, ``full_output`` everything (untrimmed),
     ``data`` the tool's structured result less its ``output`` (that is ``full_output``)."""

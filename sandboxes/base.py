@@ -25,6 +25,7 @@ __all__ = [
     "FileTooLargeError",
     "LineRange",
     "Listing",
+    "OutputSink",
     "Put",
     "Sandbox",
     "SandboxArgumentError",
@@ -36,6 +37,10 @@ __all__ = [
 ]
 
 WORKSPACE = "/workspace"
+
+#: Where a command's output goes as it comes (:meth:`Sandbox.exec`'s ``on_output``): pieces of
+#: text, for a display only (they may skip bytes when a command prints fast; the result holds all).
+OutputSink = Callable[[str], None]
 
 
 class SpecialFileError(OSError):
@@ -214,11 +219,13 @@ class Sandbox(abc.ABC):
         timeout: float | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        on_output: OutputSink | None = None,
     ) -> ExecResult:
         """Run ``command`` with ``bash -c`` in its own process group, stdin closed.
 
         On timeout the whole process group is killed and ``timed_out`` is set; the sandbox stays
-        usable.
+        usable. ``on_output`` is called on the caller's event loop with pieces of the output while
+        the command runs (coalesced, raw as printed: a display sanitises them), all before it returns.
         """
 
     def attached(self, argv: list[str], env: dict[str, str] | None = None) -> Attached:

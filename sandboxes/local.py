@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
-from clover_agent.sandboxes.base import WORKSPACE, Attached, ExecResult, SandboxSpec, require_repo
+from clover_agent.sandboxes.base import WORKSPACE, Attached, ExecResult, OutputSink, SandboxSpec, require_repo
 from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.sandboxes.session import RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import copy_workspace, plan_workspace
@@ -96,12 +96,16 @@ class LocalSandbox(SessionSandbox):
         timeout: float | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        on_output: OutputSink | None = None,
     ) -> ExecResult:
         host = str(self.host_workspace)
         command = _WORKSPACE_WORD.sub(lambda _: host, command)
         if env:
             env = {name: _WORKSPACE_WORD.sub(lambda _: host, value) for name, value in env.items()}
-        result = await super().exec(command, timeout=timeout, env=env, cwd=cwd)
+        sink = on_output
+        if on_output is not None:  # pieces say /workspace too (a path cut between two stays as it is)
+            sink = lambda piece: on_output(piece.replace(host, WORKSPACE))  # noqa: E731
+        result = await super().exec(command, timeout=timeout, env=env, cwd=cwd, on_output=sink)
         result.output = result.output.replace(host, WORKSPACE)
         return result
 

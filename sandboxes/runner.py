@@ -13,6 +13,7 @@ crash) are in sandboxes/README.md ("How it works").
 from __future__ import annotations
 
 import base64
+import codecs
 import errno
 import hashlib
 import hmac
@@ -40,6 +41,11 @@ DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 #: After the command's main process ends, how long to keep reading output from processes that left
 #: its process group and still hold the pipe.
 DRAIN_GRACE_S = 1.0
+#: A streamed command (``stream`` set) sends what it printed at most this often, and at most
+#: :data:`STREAM_PIECE_BYTES` of it each time (the newest; what is skipped is counted): the host
+#: shows it as it comes, and the whole output still comes in the answer.
+STREAM_INTERVAL_S = 0.1
+STREAM_PIECE_BYTES = 16 * 1024
 #: The most one ``read`` returns; the host's ``MAX_READ_BYTES`` (this file imports nothing of ours).
 MAX_READ_BYTES = 64 * 1024 * 1024
 #: ``list`` returns at most this many entries; it stops counting after :data:`MAX_WALK_ENTRIES`.
@@ -274,6 +280,41 @@ class Capture:
         return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", "replace")
 
 
+class Stream:
+    """Sends a streamed command's output to the host in pieces while it runs: ``{"id", "chunk",
+    "skipped"}`` lines (no ``ok``: not the answer), decoded as UTF-8 across piece boundaries."""
+
+    def __init__(self, request_id: object) -> None:
+        self.id = request_id
+        self.pending = bytearray()
+        self.skipped = 0
+        self.due = 0.0  # when the next piece may go
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def add(self, data: bytes) -> None:
+        self.pending += data
+        extra = len(self.pending) - STREAM_PIECE_BYTES
+        if extra > 0:
+            del self.pending[:extra]
+            self.skipped += extra
+
+    def wait_ms(self, now: float) -> int | None:
+        """Milliseconds until the pending bytes may go; None with nothing pending."""
+        return None if not self.pending else max(int((self.due - now) * 1000) + 1, 0)
+
+    def flush(self, now: float, *, final: bool = False) -> None:
+        if not final and (not self.pending or now < self.due):
+            return
+        if self.skipped:  # the bytes before these are gone: no sequence carries over
+            self.decoder.reset()
+        text = self.decoder.decode(bytes(self.pending), final=final)
+        if text or self.skipped:
+            respond({"id": self.id, "chunk": text, "skipped": self.skipped})
+        self.pending.clear()
+        self.skipped = 0
+        self.due = now + STREAM_INTERVAL_S
+
+
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -286,6 +327,7 @@ def op_exec(req: dict) -> dict:
     env.update(req.get("env") or {})
     timeout = req.get("timeout_s")
     capture = Capture(int(req.get("max_output") or DEFAULT_MAX_OUTPUT))
+    stream = Stream(req.get("id")) if req.get("stream") is True else None
     oom_before = _counter(MEMORY_EVENTS, "oom_kill")
     pids_before = _counter(PIDS_EVENTS, "max")
     start = time.monotonic()
@@ -351,6 +393,8 @@ def op_exec(req: dict) -> dict:
                 poller.unregister(out_fd)
                 return
             capture.add(chunk)
+            if stream is not None:
+                stream.add(chunk)
 
     while not exited:
         now = time.monotonic()
@@ -361,11 +405,16 @@ def op_exec(req: dict) -> dict:
         if deadline is not None:
             left = int((deadline - now) * 1000) + 1
             wait = left if wait < 0 else min(wait, left)
+        piece = None if stream is None else stream.wait_ms(now)
+        if piece is not None:
+            wait = piece if wait < 0 else min(wait, piece)
         for fd, _ in poller.poll(wait):
             if fd == out_fd:
                 read_available()
             elif fd == exit_fd:
                 exited = True
+        if stream is not None:
+            stream.flush(time.monotonic())
         if exit_fd is None and proc.poll() is not None:
             exited = True
     # The command is over (or out of time): nothing it started may outlive it. Kill the group
@@ -383,6 +432,8 @@ def op_exec(req: dict) -> dict:
     proc.stdout.close()
     if exit_fd is not None:
         os.close(exit_fd)
+    if stream is not None:  # the rest, before the answer (the host shows pieces until it comes)
+        stream.flush(time.monotonic(), final=True)
     returncode = proc.wait()
     with _groups_lock:
         _running_groups.discard(pgid)

@@ -34,6 +34,7 @@ from clover_agent.sandboxes.base import (
     FileTooLargeError,
     LineRange,
     Listing,
+    OutputSink,
     Put,
     Sandbox,
     SandboxArgumentError,
@@ -75,6 +76,8 @@ READ_BATCH_BYTES = 32 * 1024 * 1024
 TREE_TIMEOUT_S = 600.0
 #: Seconds ``stop_processes`` waits for the last process to go.
 STOP_TIMEOUT_S = 10.0
+#: The most characters of one streamed piece handed on (the runner sends at most 16 KiB of bytes).
+MAX_PIECE_CHARS = 64 * 1024
 
 _ERRORS: dict[str, type[OSError]] = {
     "FileNotFoundError": FileNotFoundError,
@@ -101,6 +104,8 @@ class RunnerSession:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._pending_lock = threading.Lock()
+        #: exec request id -> where its output goes as it comes (guarded by ``_pending_lock``)
+        self._streams: dict[int, tuple[asyncio.AbstractEventLoop, OutputSink]] = {}
         self._buffer = bytearray()
         self._lost: str | None = None
         self._ready = threading.Event()
@@ -187,12 +192,27 @@ class RunnerSession:
         if message.get("id") == 0:
             self._ready.set()
             return
+        if "chunk" in message:  # a piece of a streamed command's output, not its answer
+            self._piece(message)
+            return
         with self._pending_lock:
             # any id, or none: only an int of ours finds a waiter
             waiter = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if waiter is not None:
             loop, future = waiter
             _call_soon(loop, _resolve, future, message)
+
+    def _piece(self, message: dict) -> None:
+        with self._pending_lock:
+            stream = self._streams.get(message.get("id"))  # type: ignore[arg-type]
+        text, skipped = message.get("chunk"), message.get("skipped")
+        if stream is None or not isinstance(text, str):
+            return
+        text = text[-MAX_PIECE_CHARS:]
+        if isinstance(skipped, int) and skipped > 0:
+            text = f"[... {skipped} bytes not shown as they came ...]\n{text}"
+        loop, sink = stream
+        _call_soon(loop, sink, text)
 
     # --- caller side ----------------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -212,21 +232,35 @@ class RunnerSession:
         with self._send_lock:
             self._send(data)
 
-    async def request(self, op: str, *, timeout: float | None = FILE_OP_TIMEOUT_S, **fields: object) -> dict:
-        """Send one request and wait for its answer (at most ``timeout`` seconds, None = no limit)."""
+    async def request(
+        self,
+        op: str,
+        *,
+        timeout: float | None = FILE_OP_TIMEOUT_S,
+        on_output: OutputSink | None = None,
+        **fields: object,
+    ) -> dict:
+        """Send one request and wait for its answer (at most ``timeout`` seconds, None = no limit);
+        ``on_output`` (an exec): called on this event loop with each piece of output as it comes,
+        all of them before the answer."""
         if self._lost:
             raise SandboxError(self._lost)
         check_fields(fields)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         request_id = next(self._ids)
+        if on_output is not None:
+            fields["stream"] = True
         with self._pending_lock:
             self._pending[request_id] = (loop, future)
+            if on_output is not None:
+                self._streams[request_id] = (loop, on_output)
         try:
             self._write(json.dumps({"id": request_id, "op": op, **fields}).encode() + b"\n")
         except OSError as exc:
             with self._pending_lock:
                 self._pending.pop(request_id, None)
+                self._streams.pop(request_id, None)
             raise SandboxError(f"cannot reach the sandbox runner: {exc}") from exc
         # Not asyncio.wait_for: up to Python 3.11 it can swallow a cancellation (Ctrl-C) that
         # arrives as the answer does; awaiting the future itself keeps the cancellation.
@@ -247,6 +281,9 @@ class RunnerSession:
         finally:
             if timer is not None:
                 timer.cancel()
+            if on_output is not None:
+                with self._pending_lock:
+                    self._streams.pop(request_id, None)
         if not message.get("ok"):
             raise _error(message, fields.get("path"))
         return message
@@ -264,11 +301,23 @@ class RunnerSession:
 
     # --- typed operations -----------------------------------------------------------------------
     async def exec(
-        self, command: str, *, timeout: float | None, env: dict[str, str] | None, cwd: str | None
+        self,
+        command: str,
+        *,
+        timeout: float | None,
+        env: dict[str, str] | None,
+        cwd: str | None,
+        on_output: OutputSink | None = None,
     ) -> ExecResult:
         wait = None if timeout is None else timeout + EXEC_GRACE_S
         r = await self.request(
-            "exec", timeout=wait, command=command, timeout_s=timeout, env=env or {}, cwd=cwd
+            "exec",
+            timeout=wait,
+            on_output=on_output,
+            command=command,
+            timeout_s=timeout,
+            env=env or {},
+            cwd=cwd,
         )
         return ExecResult(
             exit_code=r["exit_code"],
@@ -439,8 +488,11 @@ class SessionSandbox(Sandbox):
         timeout: float | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        on_output: OutputSink | None = None,
     ) -> ExecResult:
-        return await self._live_session().exec(command, timeout=timeout, env=env, cwd=cwd)
+        return await self._live_session().exec(
+            command, timeout=timeout, env=env, cwd=cwd, on_output=on_output
+        )
 
     async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
         return await self._live_session().read_file(path, max_bytes)

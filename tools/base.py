@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import jsonschema
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import OutputSink, Sandbox
 
 
 @dataclass
@@ -62,11 +62,14 @@ class ToolContext:
 
     ``session_id`` names the shell session; ``edit_history`` maps a sandbox path to the file's
     earlier contents (``None`` = the file did not exist), newest last, for ``undo_edit``.
+    ``on_output``: where a call that runs a command (shell, run_tests) sends its output as it comes
+    (set per call by the agent, ``dataclasses.replace``; the result still holds all of it).
     """
 
     sandbox: Sandbox
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     edit_history: dict[str, list[bytes | None]] = field(default_factory=dict)
+    on_output: OutputSink | None = None
 
     # Keyed weakly by sandbox; the values must not refer to the sandbox, or it would never be freed.
     _state_by_sandbox: ClassVar[

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, ClassVar
 
+from clover_agent.sandboxes.base import OutputSink
 from clover_agent.tools.base import Tool, ToolContext, ToolResult, head_tail
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -76,6 +77,31 @@ def shell_script(session_id: str, command: str) -> str:
     return f'__clover_state="${{TMPDIR:-/tmp}}"/{state_file}\n__clover_command={shlex.quote(command)}\n{body}'
 
 
+class _WithoutNotice:
+    """Hands the streamed output on without the session's notice line (the script's first line,
+    when there is one: the result says it in words)."""
+
+    def __init__(self, sink: OutputSink) -> None:
+        self.sink = sink
+        self.head: str | None = ""  # held while it may still be the notice line; None: passed it
+
+    def __call__(self, piece: str) -> None:
+        if self.head is None:
+            self.sink(piece)
+            return
+        head = self.head + piece
+        if not (head.startswith(_NOTICE) or _NOTICE.startswith(head)):
+            self.head = None
+            self.sink(head)
+        elif "\n" in head:
+            self.head = None
+            rest = head.partition("\n")[2]
+            if rest:
+                self.sink(rest)
+        else:
+            self.head = head
+
+
 class ShellTool(Tool):
     name = "shell"
     description = (
@@ -109,7 +135,10 @@ class ShellTool(Tool):
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         timeout = float(args.get("timeout", DEFAULT_TIMEOUT_S))
-        result = await ctx.sandbox.exec(shell_script(ctx.session_id, args["command"]), timeout=timeout)
+        sink = None if ctx.on_output is None else _WithoutNotice(ctx.on_output)
+        result = await ctx.sandbox.exec(
+            shell_script(ctx.session_id, args["command"]), timeout=timeout, on_output=sink
+        )
         output = result.output
         notice = ""
         if output.startswith(_NOTICE):

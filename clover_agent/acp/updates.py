@@ -3,8 +3,8 @@
 :class:`UpdateMaker` is fed every event of a session's bus, in order, and returns the updates to
 send: the model's reasoning as thought chunks and its text as message chunks while they stream
 (the tool-call markup left out: each call is a tool call of its own), each tool call with its kind
-(``read``, ``edit``, ``execute``, ``search``, ``think``), its status as it runs, and its content
-when it ends (an edit's diff as ACP diff content, a command's output and a test table as text),
+(``read``, ``edit``, ``execute``, ``search``, ``think``), its status as it runs, a running
+command's latest output as its content (``ToolOutput``, the tail), and its content when it ends (an edit's diff as ACP diff content, a command's output and a test table as text),
 and the tokens used after each model call. Paths are shown as the user's (the repository's), not
 the sandbox's.
 """
@@ -33,6 +33,7 @@ from clover_agent.events import (
     ModelResponded,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
 from clover_agent.protocol.messages import TOOL_CALL_OPEN
 from clover_agent.sandboxes.base import WORKSPACE
@@ -40,6 +41,8 @@ from clover_agent.sandboxes.base import WORKSPACE
 Update = Any  # one of the SDK's session update models
 #: A tool's output shown in the editor at most (the trajectory keeps all of it).
 MAX_SHOWN_CHARS = 64 * 1024
+#: The end of a running command's output shown while it runs (each update replaces the last).
+LIVE_SHOWN_CHARS = 8 * 1024
 
 #: ACP tool kinds by tool action (``Tool.action``); other tools are "other".
 KINDS: dict[str, schema.ToolKind] = {
@@ -79,6 +82,7 @@ class UpdateMaker:
         self._cut: set[int] = set()  # steps whose text reached a tool call: the rest is the call
         self._streamed: set[int] = set()  # steps that streamed anything
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (name, arguments)
+        self._live: dict[str, str] = {}  # call id -> the tail of what it printed so far
 
     def host_path(self, path: str) -> str:
         """A sandbox path as the user's path (a path outside the workspace stays as it is)."""
@@ -117,6 +121,8 @@ class UpdateMaker:
             return self._responded(event)
         if isinstance(event, ToolCallStarted):
             return self._started(event)
+        if isinstance(event, ToolOutput):
+            return self._output(event)
         if isinstance(event, ToolCallFinished):
             return self._finished(event)
         if isinstance(event, CallInterrupted) and event.call_id in self._calls:
@@ -187,7 +193,15 @@ class UpdateMaker:
             out.append(update_agent_message_text("\n\n" + self.shown(str(event.arguments["summary"]))))
         return out
 
+    def _output(self, event: ToolOutput) -> list[Update]:
+        if event.call_id not in self._calls or not event.text:
+            return []
+        tail = (self._live.get(event.call_id, "") + event.text)[-LIVE_SHOWN_CHARS:]
+        self._live[event.call_id] = tail
+        return [update_tool_call(event.call_id, content=[_text(f"```\n{self.shown(tail)}\n```")])]
+
     def _finished(self, event: ToolCallFinished) -> list[Update]:
+        self._live.pop(event.call_id, None)
         if event.call_id not in self._calls:
             return []
         name, arguments = self._calls.pop(event.call_id)

@@ -9,6 +9,7 @@ happens between a call's ``ToolCallStarted`` and ``ToolCallFinished`` events.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from clover_agent.events import (
     EventBus,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
 from clover_agent.protocol import ToolCall
-from clover_agent.tools.base import Tool, ToolContext, ToolResult
+from clover_agent.tools.base import Tool, ToolContext, ToolResult, head_tail, valid_unicode
 from clover_agent.tools.registry import TOOLS_GONE, run_call
 
 
@@ -49,6 +51,60 @@ class Approval:
             f"This call ({view.action} {target}".rstrip()
             + f") was not allowed: {self.reason}. Do not retry it; find another way that stays "
             "within the workspace and the allowed tools."
+        )
+
+
+#: Characters of a call's streamed output kept for its result when it is cut (interrupted, out of
+#: time): the first and last half of this (the model reads less: ``head_tail``).
+KEPT_PARTIAL_CHARS = 1024 * 1024
+
+
+class StreamedOutput:
+    """Where a running call's output goes as it comes (``ToolContext.on_output``): each piece is
+    emitted as a :class:`ToolOutput` and kept (its first and last :data:`KEPT_PARTIAL_CHARS` / 2
+    characters), so a call cut before its end still has a result with what it printed."""
+
+    def __init__(self, bus: EventBus, step: int, call: ToolCall) -> None:
+        self.bus, self.step, self.call = bus, step, call
+        self.head = ""
+        self.tail = ""
+        self.dropped = 0  # characters between head and tail not kept
+        self.received = False
+        self.closed = False  # the call ended: a piece still on its way is not shown after its result
+
+    def __call__(self, piece: str) -> None:
+        if not piece or self.closed:
+            return
+        piece = valid_unicode(piece)
+        self.received = True
+        self.bus.emit(ToolOutput(step=self.step, call_id=self.call.id, name=self.call.name, text=piece))
+        half = KEPT_PARTIAL_CHARS // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += piece[:room]
+            piece = piece[room:]
+        if piece:
+            self.tail += piece
+            extra = len(self.tail) - half
+            if extra > 0:
+                self.tail = self.tail[extra:]
+                self.dropped += extra
+
+    @property
+    def text(self) -> str:
+        """What was kept of the output so far."""
+        middle = f"\n[... {self.dropped} characters of output not kept ...]\n" if self.dropped else ""
+        return self.head + middle + self.tail
+
+    def cut(self, note: str) -> ToolResult:
+        """The result of a call cut before its end: ``note`` and what it printed until then."""
+        self.closed = True
+        if not self.received:
+            return ToolResult(False, note)
+        partial = self.text
+        shown = head_tail(partial).rstrip("\n")
+        return ToolResult(
+            False, f"{note}\nIts output until then:\n{shown}", {"output": partial, "partial_output": True}
         )
 
 
@@ -96,6 +152,8 @@ class ToolCaller:
         self.bus.emit(ToolCallStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
         started = time.monotonic()
         ran = False
+        streamed = StreamedOutput(self.bus, step, call)
+        context = dataclasses.replace(self.context, on_output=streamed)
         try:
             approval = await self.steering.interruptible(lambda: self._approve(step, call, view))
             if approval.approved:
@@ -112,21 +170,22 @@ class ToolCaller:
                 try:
                     async with timer:
                         result = await self.steering.interruptible(
-                            lambda: run_call(tool, call.arguments, self.context, schema_checked=True)
+                            lambda: run_call(tool, call.arguments, context, schema_checked=True)
                         )
+                    streamed.closed = True
                 except TimeoutError:
                     if not timer.expired():
                         raise  # the tool's own, not the budget's
                     took = time.monotonic() - started
                     cut = f"[The call was stopped after {took:.0f} s, with every process it started: the run's time ran out.]"
-                    outcome = CallOutcome(ToolResult(False, cut), False, view.mutates, out_of_time=True)
+                    outcome = CallOutcome(streamed.cut(cut), False, view.mutates, out_of_time=True)
                     return self._finished(step, call, outcome, started)
             else:
                 result = ToolResult(False, approval.refusal(view))
             outcome = CallOutcome(result, may_have_changed=ran and view.mutates)
         except Interrupted:
             self.bus.emit(CallInterrupted(step=step, during="tool", call_id=call.id, name=call.name))
-            outcome = CallOutcome(ToolResult(False, INTERRUPTED_TOOL), True, ran and view.mutates)
+            outcome = CallOutcome(streamed.cut(INTERRUPTED_TOOL), True, ran and view.mutates)
         return self._finished(step, call, outcome, started)
 
     def _finished(self, step: int, call: ToolCall, outcome: CallOutcome, started: float) -> CallOutcome:

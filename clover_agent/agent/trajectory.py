@@ -31,6 +31,7 @@ from clover_agent.events import (
     RunStarted,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
     WorkspaceChanged,
     WorkspaceUndone,
     event_from_dict,
@@ -41,7 +42,7 @@ TRAJECTORY_FILE = "trajectory.jsonl"
 
 class TrajectoryWriter:
     """Appends each event as one compact JSON line to ``path`` (parents created; see the module
-    docstring); ``keep_stream`` also writes the streamed deltas and provisional blocks.
+    docstring); ``keep_stream`` also writes the streamed deltas, provisional blocks and tool output.
 
     Text is written as UTF-8 (``ensure_ascii=False``, readable as it is). A lone surrogate (model
     text decoded with ``surrogateescape``, an undecodable file name) has no UTF-8 form: it is
@@ -124,8 +125,9 @@ class TrajectoryWriter:
             self._file = None
 
 
-#: Streamed while the model writes; its complete turn follows (not written unless asked for).
-STREAM_EVENTS = (ModelDelta, ProvisionalBlock)
+#: Streamed while the model writes or a command runs; the complete turn or result follows, holding
+#: what they held (not written unless asked for: a long command would add thousands of lines).
+STREAM_EVENTS = (ModelDelta, ProvisionalBlock, ToolOutput)
 
 
 def _turn_message(event: ModelResponded) -> dict[str, Any]:

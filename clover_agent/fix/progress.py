@@ -6,7 +6,7 @@ phase of the workflow, a model call, a tool call), so the status line can say it
 the final line can say it once the run is over. A model call cut off before its turn came back
 (a time budget, Ctrl-C) still counts: its streamed text gives an estimate of what it wrote. A call
 whose prompt the backend refused (``PromptRefused``: too long for the context window) was not made
-and does not count.
+and does not count. A running command's status says the last line it printed (``ToolOutput``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,15 @@ from clover_agent.events import (
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
 
 PHASE_NAMES = {"target_before": "tests before", "suite_before": "tests before"}
 #: A rate over less time than this says nothing (a replayed turn takes no time): it is not shown.
 MIN_RATE_SECONDS = 0.1
+#: Characters of a running command's output held to find its last line, and of that line shown.
+OUTPUT_TAIL_CHARS = 1024
+OUTPUT_LINE_CHARS = 80
 
 
 @dataclass
@@ -76,6 +80,7 @@ class RunFigures:
     call: _Call | None = None
     finished: bool = False
     loading: str = ""  # the backend's own progress (the engine loading its weights), shown while set
+    output_tail: str = ""  # the end of what the running tool call printed so far (raw)
 
     def __call__(self, event: Event) -> None:
         now = time.monotonic()
@@ -121,8 +126,12 @@ class RunFigures:
             self._doing("agent", "", now)
         elif isinstance(event, ToolCallStarted):
             self._end_call(now)
+            self.output_tail = ""
             self._doing("tool", event.name, now)
+        elif isinstance(event, ToolOutput) and self.activity == "tool":
+            self.output_tail = (self.output_tail + event.text)[-OUTPUT_TAIL_CHARS:]
         elif isinstance(event, ToolCallFinished):
+            self.output_tail = ""
             self._doing("agent", "", now)
         elif isinstance(event, TestsRun):
             self._doing(PHASE_NAMES.get(event.phase, "verification"), "", now)
@@ -184,6 +193,11 @@ class RunFigures:
                 what = self.loading or "model reading the prompt"
         elif self.activity == "tool":
             what = f"running {self.detail}"
+            lines = [line for line in self.output_tail.splitlines() if line.strip()]
+            if lines:  # raw: the console shows the status line terminal_safe
+                last = " ".join(lines[-1].split())
+                cut = last if len(last) <= OUTPUT_LINE_CHARS else last[: OUTPUT_LINE_CHARS - 1] + "…"
+                what += f": {cut}"
         elif self.activity == "agent":
             what = "agent"
         else:

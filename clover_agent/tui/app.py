@@ -24,7 +24,7 @@ from textual.widgets import Static, TextArea
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import CallInterrupted, Event, ProvisionalBlock
+from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -101,7 +101,7 @@ class CloverApp(App[int]):
         self.pick_from = pick_from or []
         self.initial_theme = THEMES.get(theme, THEMES["dark"])
         self.session: TuiSession | None = None
-        self.events: list[Event] = []  # every event shown, in order (tests and /export read them)
+        self.events: list[Event] = []  # every event shown but output pieces, in order (tests, /export)
         self._closed = False
         self._quit_armed = False  # ctrl+c was pressed once on an idle, empty prompt
 
@@ -169,7 +169,8 @@ class CloverApp(App[int]):
     # -- events from the session -------------------------------------------------------------------
 
     async def _show(self, event: Event) -> None:
-        self.events.append(event)
+        if not isinstance(event, ToolOutput):  # its call's ToolCallFinished holds what it held
+            self.events.append(event)
         shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
         await self.transcript.show(shown)
         self.status_bar.observe(shown)

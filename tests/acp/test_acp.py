@@ -382,3 +382,30 @@ async def test_sessions_are_the_tuis_and_embedded_files_reach_the_model(tmp_path
     # the file as the model knows it: in the sandbox's workspace
     assert asked[0].startswith("what does this do?") and text in asked[0]
     assert '<file uri="file:///workspace/calculator.py">' in asked[0]
+
+
+@pytest.mark.slow
+async def test_a_running_command_sends_its_output_before_it_ends(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "gate"  # the test decides when the command goes on
+    command = f"echo acp-first-line; while [ ! -e {gate} ]; do sleep 0.05; done; echo acp-second-line"
+    replay = write_replay(
+        tmp_path / "stream.jsonl",
+        [turn("", call("shell", command=command)), turn("", call("finish", summary="Ran it."))],
+    )
+    client = RecordingClient()
+    async with running_agent(agent_args(replay, "local"), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        answer = asyncio.ensure_future(prompt(agent, session.session_id, "run it"))
+        await wait_until(lambda: any(c.kind == "execute" for c in _calls(client).values()), "the command")
+        (run,) = [c for c in _calls(client).values() if c.kind == "execute"]
+        await wait_until(
+            lambda: any("acp-first-line" in _texts(u) for u in _progress(client, run.tool_call_id)),
+            "the streamed output",
+        )
+        assert all(u.status is None for u in _progress(client, run.tool_call_id))  # still running
+        gate.touch()
+        assert (await asyncio.wait_for(answer, 60)).stop_reason == "end_turn"
+        last = _progress(client, run.tool_call_id)[-1]
+        assert last.status == "completed" and "acp-first-line\nacp-second-line" in _texts(last)
+    check_conformance(agent.messages)

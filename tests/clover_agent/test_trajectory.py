@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.trajectory import TrajectoryError, TrajectoryWriter, read_events
-from clover_agent.events import MessageAdded, ModelDelta, ModelResponded, ProvisionalBlock, ToolCallFinished
+from clover_agent.agent.trajectory import STREAM_EVENTS, TrajectoryError, TrajectoryWriter, read_events
+from clover_agent.events import MessageAdded, ModelDelta, ModelResponded, ToolCallFinished, ToolOutput
 from tests.clover_agent.test_agent_loop import FINISH, call, run_agent
 from tests.git_repos import make_repo
 
@@ -40,8 +40,8 @@ async def test_each_turn_and_output_is_stored_once_and_read_back_whole(repo: Pat
     result, events = await run_agent(repo, tmp_path, turns, subscriber=emitted.append)
     assert result.submitted
     trajectory = tmp_path / "run" / "trajectory.jsonl"
-    assert events == [e for e in emitted if not isinstance(e, ModelDelta | ProvisionalBlock)]
-    assert any(isinstance(e, ModelDelta) for e in emitted)
+    assert events == [e for e in emitted if not isinstance(e, STREAM_EVENTS)]  # deltas, blocks, output pieces
+    assert any(isinstance(e, ModelDelta) for e in emitted) and any(isinstance(e, ToolOutput) for e in emitted)
 
     # The reasoning is in the raw turn only (not in the deltas, the parsed turn or the message).
     assert count(trajectory, MARK) == 1

@@ -1,7 +1,9 @@
-"""The shell tool: a persistent session, timeouts that leave nothing behind, no stdin, head+tail output."""
+"""The shell tool: a persistent session, timeouts that leave nothing behind, no stdin, head+tail output,
+output streamed as it comes (the session's notice left out)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
@@ -107,7 +109,9 @@ async def test_corrupt_state_replaces_session_and_says_so(sandbox: Sandbox) -> N
     ctx = ToolContext(sandbox)
     await shell(ctx, "mkdir -p corrupt-dir && cd corrupt-dir && export KEEP=1")
     await sandbox.write_file(await state_file(sandbox, ctx), b"garbage that is not a state file\n")
-    result = await shell(ctx, 'pwd; echo "[$KEEP]"')
+    pieces: list[str] = []
+    result = await shell(dataclasses.replace(ctx, on_output=pieces.append), 'pwd; echo "[$KEEP]"')
+    assert "".join(pieces) == "/workspace\n[]\n"  # streamed as it came, without the notice line
     assert result.data["session_reset"]
     assert result.output.startswith("[The shell session's saved state could not be read")
     assert "/workspace\n[]\n[exit code: 0]" in result.output

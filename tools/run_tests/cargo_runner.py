@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import OutputSink, Sandbox
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
@@ -42,9 +42,16 @@ def cargo_command(target: Target | None) -> list[str]:
 
 
 async def run_cargo(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    *,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
-    report, result = await run_command(sandbox, "cargo", cargo_command(target), shown_target, timeout)
+    report, result = await run_command(
+        sandbox, "cargo", cargo_command(target), shown_target, timeout, on_output
+    )
     parse_cargo_output(result.output, report)
     if report.total == 0:
         report.problem = no_results(result, "no `cargo test` results were found in the output")

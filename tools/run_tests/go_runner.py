@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import OutputSink, Sandbox
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
@@ -52,9 +52,14 @@ def go_command(target: Target | None) -> list[str]:
 
 
 async def run_go(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    *,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
-    report, result = await run_command(sandbox, "go", go_command(target), shown_target, timeout)
+    report, result = await run_command(sandbox, "go", go_command(target), shown_target, timeout, on_output)
     parse_go_json(result.output, report)
     report.structured = True
     if report.total == 0:

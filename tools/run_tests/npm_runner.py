@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import OutputSink, Sandbox
 from clover_agent.tools.base import ToolError
 from clover_agent.tools.run_tests.report import (
     TestFailure,
@@ -46,9 +46,14 @@ def npm_command(target: Target | None) -> list[str]:
 
 
 async def run_npm(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    *,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
-    report, result = await run_command(sandbox, "npm", npm_command(target), shown_target, timeout)
+    report, result = await run_command(sandbox, "npm", npm_command(target), shown_target, timeout, on_output)
     if not parse_tap_output(result.output, report):
         report.problem = (
             f"`npm test` exited with code {result.exit_code}; its output has no TAP summary, so no counts "

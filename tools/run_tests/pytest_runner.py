@@ -7,7 +7,7 @@ import posixpath
 import shlex
 import xml.etree.ElementTree as ET
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, OutputSink, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
 from clover_agent.tools.run_tests import guarded as guard
 from clover_agent.tools.run_tests.detect import FIND_PYTHON
@@ -93,16 +93,18 @@ async def run_pytest(
     *,
     workers: int = 1,
     guarded: bool = False,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
     """Run pytest on ``target``; with ``workers`` > 1, in that many processes when the sandbox's
     Python has pytest-xdist (serially when it has not, or when the project's configuration refuses
     ``-n``). ``guarded``: started so that the workspace cannot shadow pytest or its plugins, and
-    cross-checked with a live result stream (:mod:`~clover_agent.tools.run_tests.guarded`)."""
+    cross-checked with a live result stream (:mod:`~clover_agent.tools.run_tests.guarded`).
+    ``on_output``: the run's output as it comes (not for a guarded run)."""
     if workers > 1:
-        report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded)
+        report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded, on_output)
         if not (report.total == 0 and report.exit_code == 4):  # 4: pytest refused the options
             return report
-    return await _run_pytest(sandbox, target, shown_target, timeout, 1, guarded)
+    return await _run_pytest(sandbox, target, shown_target, timeout, 1, guarded, on_output)
 
 
 async def _run_pytest(
@@ -112,6 +114,7 @@ async def _run_pytest(
     timeout: float,
     workers: int,
     guarded: bool,
+    on_output: OutputSink | None,
 ) -> TestReport:
     existing = (
         target is not None
@@ -148,7 +151,9 @@ async def _run_pytest(
             + " $__par "
             + shlex.join(["--continue-on-collection-errors", f"--junitxml={xml_path}", *args])
         )
-        result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE, env=env)
+        result = await sandbox.exec(
+            command, timeout=timeout, cwd=WORKSPACE, env=env, on_output=None if guarded else on_output
+        )  # guarded: its own stream in the output
         report = make_report("pytest", shown, shown_target, result)
         try:
             xml_text = (await sandbox.read_file(xml_path, max_bytes=MAX_REPORT_BYTES)).decode(

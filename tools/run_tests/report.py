@@ -6,7 +6,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clover_agent.sandboxes.base import WORKSPACE, ExecResult, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, ExecResult, OutputSink, Sandbox
 from clover_agent.tools.base import head_tail
 
 TRACEBACK_MAX_LINES = 30
@@ -139,10 +139,15 @@ def no_results(result: ExecResult, what: str) -> str:
 
 
 async def run_command(
-    sandbox: Sandbox, framework: str, args: list[str], shown_target: str | None, timeout: float
+    sandbox: Sandbox,
+    framework: str,
+    args: list[str],
+    shown_target: str | None,
+    timeout: float,
+    on_output: OutputSink | None = None,
 ) -> tuple[TestReport, ExecResult]:
     """Run ``args`` (an argument list, quoted here) in the workspace; the report to fill in and
-    the raw result."""
+    the raw result (``on_output``: its output as it comes, see :meth:`Sandbox.exec`)."""
     command = shlex.join(args)
-    result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE)
+    result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE, on_output=on_output)
     return make_report(framework, command, shown_target, result), result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import OutputSink, Sandbox
 from clover_agent.tools.base import Tool, ToolContext, ToolResult
 from clover_agent.tools.run_tests.cargo_runner import run_cargo
 from clover_agent.tools.run_tests.detect import detect_framework
@@ -34,10 +34,12 @@ async def run_tests_in(
     framework: str | None = None,
     workers: int = 1,
     guarded: bool = False,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
     """Detect the framework (unless given) and run ``target`` (all tests when None); ``workers`` > 1
     runs pytest in that many processes where the project has pytest-xdist; ``guarded`` starts pytest
-    so that the workspace cannot shadow it or its plugins (:mod:`.guarded`; other frameworks as usual).
+    so that the workspace cannot shadow it or its plugins (:mod:`.guarded`; other frameworks as usual);
+    ``on_output``: the run's output as it comes (:meth:`Sandbox.exec`).
 
     Raises :class:`~clover_agent.tools.base.ToolError` for a target that could become an option
     or leaves the workspace (see :mod:`~clover_agent.tools.run_tests.targets`), before anything runs.
@@ -55,8 +57,10 @@ async def run_tests_in(
             "test script, go.mod and Cargo.toml). Run the tests with the shell tool instead.",
         )
     if runner is run_pytest and (workers > 1 or guarded):
-        return await run_pytest(sandbox, checked, target, timeout, workers=workers, guarded=guarded)
-    return await runner(sandbox, checked, target, timeout)
+        return await run_pytest(
+            sandbox, checked, target, timeout, workers=workers, guarded=guarded, on_output=on_output
+        )
+    return await runner(sandbox, checked, target, timeout, on_output=on_output)
 
 
 class RunTestsTool(Tool):
@@ -79,5 +83,6 @@ class RunTestsTool(Tool):
     }
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        report = await run_tests_in(ctx.sandbox, (args.get("target") or "").strip() or None)
+        target = (args.get("target") or "").strip() or None
+        report = await run_tests_in(ctx.sandbox, target, on_output=ctx.on_output)
         return ToolResult(report.all_passed, report.summary(), {"report": report.to_dict()})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, OutputSink, Sandbox
 from clover_agent.tools.run_tests.report import (
     TestFailure,
     TestReport,
@@ -77,11 +77,18 @@ def parse_unittest_output(output: str, report: TestReport) -> None:
 
 
 async def run_unittest(
-    sandbox: Sandbox, target: Target | None, shown_target: str | None, timeout: float
+    sandbox: Sandbox,
+    target: Target | None,
+    shown_target: str | None,
+    timeout: float,
+    *,
+    on_output: OutputSink | None = None,
 ) -> TestReport:
     args = ["-m", "unittest", *unittest_target(target)]
     command = 'py=$(command -v python3 || command -v python) && "$py" ' + shlex.join(args)
-    result = await sandbox.exec(command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    result = await sandbox.exec(
+        command, timeout=timeout, cwd=WORKSPACE, env={"PYTHONDONTWRITEBYTECODE": "1"}, on_output=on_output
+    )
     report = make_report("unittest", shlex.join(["python", *args]), shown_target, result)
     parse_unittest_output(result.output, report)
     if report.total == 0:

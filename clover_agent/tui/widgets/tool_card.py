@@ -1,10 +1,11 @@
 """A tool call in the transcript: what was called, with what, and how it ended.
 
 The header names the tool and its main argument; the status line gives the outcome, the duration
-and the exit code where there is one. The body depends on the tool: an edit shows its diff
-(highlighted), a test run a small table, anything else its output. Long bodies are folded to their
-first lines; ``enter`` on a focused card (or ``ctrl+o`` in the app, for the newest folded card)
-shows all of it.
+and the exit code where there is one. While a command runs, the body shows the last lines of what
+it printed so far (:meth:`ToolCard.stream`); then it depends on the tool: an edit shows its diff
+(highlighted), a test run a small table, anything else its output (an interrupted command's: what
+it printed until then). Long bodies are folded to their first lines; ``enter`` on a focused card
+(or ``ctrl+o`` in the app, for the newest folded card) shows all of it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from clover_agent.tui.widgets.diff_view import DiffView
 from clover_agent.tui.widgets.results_table import TestTable
 
 FOLDED_LINES = 8
+#: Characters of a running command's output the card holds to show its last lines.
+LIVE_TAIL_CHARS = 16 * 1024
 
 
 def summarize(name: str, arguments: dict[str, Any], width: int = 70) -> str:
@@ -76,6 +79,8 @@ class ToolCard(Vertical, can_focus=True):
         self._status = Static("running…", classes="card-status", markup=False)
         self._body = Vertical()
         self._body.styles.height = "auto"
+        self.live = ""  # the tail of what the running command printed so far (already printable)
+        self._live: Static | None = None
 
     def compose(self) -> ComposeResult:
         yield self._head
@@ -92,6 +97,19 @@ class ToolCard(Vertical, can_focus=True):
         """The person interrupted this call (Esc): its processes were stopped."""
         self.was_interrupted = True
         self.note("interrupted", "-error")
+
+    async def stream(self, text: str) -> None:
+        """More of what the running call printed (text made printable by the app): its last
+        :data:`FOLDED_LINES` lines are shown until the result comes."""
+        if self.result is not None or not text:
+            return
+        self.live = (self.live + text)[-LIVE_TAIL_CHARS:]
+        shown = "\n".join(self.live.rstrip("\n").splitlines()[-FOLDED_LINES:])
+        if self._live is None:
+            self._live = Static(shown, markup=False, classes="card-output card-live")
+            await self._body.mount(self._live)
+        else:
+            self._live.update(shown)
 
     def decided(self, approved: bool, by: str) -> None:
         """The policy's or the person's decision on this call; it stays in the status line."""
@@ -122,6 +140,7 @@ class ToolCard(Vertical, can_focus=True):
     async def _show_body(self) -> None:
         assert self.result is not None
         data = self.result.data or {}
+        self._live = None
         await self._body.remove_children()
         if self.tool == "editor" and data.get("diff"):
             lines = data["diff"].count("\n")

@@ -27,6 +27,7 @@ from clover_agent.events import (
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
     WorkspaceUndone,
 )
 from clover_agent.tui.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
@@ -164,6 +165,10 @@ class Transcript(VerticalScroll):
             card = ToolCard(event.call_id, event.name, event.arguments)
             self._cards[event.call_id] = card
             await self.mount(card)
+        elif isinstance(event, ToolOutput):
+            card = self._cards.get(event.call_id)
+            if card is not None:
+                await card.stream(event.text)
         elif isinstance(event, ApprovalDecided):
             card = self._cards.get(event.call_id)
             if card is not None:

@@ -1,6 +1,7 @@
 """The console renderer and the run's figures: model text streams line by line, tool-call markup
 never shows, thinking is labelled (one line a turn unless verbose), results are trimmed, errors
-that end a run are left to the command, and the figures count a call cut off mid-way."""
+that end a run are left to the command, the figures count a call cut off mid-way, and a running
+command's status line says the last line it printed, sanitised."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from clover_agent.events import (
     Done,
     ErrorReported,
+    EventBus,
     ModelCallStarted,
     ModelDelta,
     ModelResponded,
@@ -19,6 +21,7 @@ from clover_agent.events import (
     TaskStarted,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
 from clover_agent.fix.console import ConsoleRenderer, make_console
 from clover_agent.fix.progress import RunFigures
@@ -131,3 +134,22 @@ def test_figures_count_a_call_cut_off_mid_way() -> None:
     final = figures.final()
     assert final.startswith("2 model calls, 1 cut off; 2,100 tokens in, 124 out")  # 64 + 60 estimated
     assert "tokens per forward" in final
+
+
+def test_a_running_command_shows_its_last_line_in_the_status() -> None:
+    bus = EventBus()
+    figures = RunFigures()
+    bus.subscribe(figures)  # as `fix` does: the figures first, then the renderer
+    renderer = ConsoleRenderer(make_console(io.StringIO(), environ={}), figures=figures)
+    bus.subscribe(renderer)
+    bus.emit(ToolCallStarted(step=1, call_id="c1", name="shell", arguments={"command": "make"}))
+    assert figures.status().startswith("running shell (")
+    bus.emit(ToolOutput(step=1, call_id="c1", name="shell", text="compiling a.c\ncompiling b"))
+    bus.emit(ToolOutput(step=1, call_id="c1", name="shell", text=".c \x1b[2J\x1b]0;title\x07\n\n"))
+    assert figures.status().startswith("running shell: compiling b.c \x1b[2J")
+    area = io.StringIO()
+    make_console(area, environ={"COLUMNS": "200"}).print(renderer)  # the live area, as rich draws it
+    drawn = area.getvalue()
+    assert "compiling b.c \\x1b[2J\\x1b]0;title\\x07" in drawn and "\x1b" not in drawn
+    bus.emit(ToolCallFinished(step=1, call_id="c1", name="shell", output="ok", is_error=False))
+    assert "compiling" not in figures.status()
