@@ -28,6 +28,7 @@ from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOu
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
+from clover_agent.tui.palette import SlashCommands
 from clover_agent.tui.policies import POLICIES
 from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
@@ -38,14 +39,16 @@ from clover_agent.tui.session import SessionOptions, TuiSession
 from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.activity import ActivityLine
+from clover_agent.tui.widgets.key_hints import KeyHints
 from clover_agent.tui.widgets.path_menu import PathMenu
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
 from clover_agent.tui.widgets.transcript import Transcript
+from clover_agent.tui.widgets.welcome import Welcome
 
 T = TypeVar("T")
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
-PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · /help"
+PLACEHOLDER = "Ask for a change · Enter sends · ctrl+j new line · @path · / commands · ? keys"
 QUIT_HINT = "Press ctrl+c again to quit (ctrl+q quits at once)."
 
 
@@ -77,6 +80,7 @@ class CloverApp(App[int]):
     first (``--resume`` without an id; Esc in the picker starts a new session)."""
 
     TITLE = "clover-agent"
+    COMMANDS = App.COMMANDS | {SlashCommands}  # the palette's providers (the slash commands: keys.COMMANDS)
     BINDINGS: ClassVar[list[BindingType]] = [
         # Escape stays below the dialogs' own bindings; the others win over the prompt's (ctrl+d there
         # deletes forward, ctrl+c copies).
@@ -104,17 +108,20 @@ class CloverApp(App[int]):
         self.events: list[Event] = []  # every event shown but output pieces, in order (tests, /export)
         self._closed = False
         self._quit_armed = False  # ctrl+c was pressed once on an idle, empty prompt
+        self.menu = PathMenu(id="path-menu")  # the prompt's completion menu
+        self.hints = KeyHints(id="key-hints")
 
     # -- layout ----------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        menu = PathMenu(id="path-menu")
+        menu = self.menu
         yield Transcript(id="transcript")
         yield Static("↓ new output below · PageDown to follow it", id="new-below")
         yield ActivityLine(id="activity")
         yield menu
         yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
         yield StatusBar()
+        yield self.hints
 
     @property
     def transcript(self) -> Transcript:
@@ -149,7 +156,9 @@ class CloverApp(App[int]):
     async def start_session(self) -> None:
         """Start the session (its sandbox starts now, while the person types)."""
         saved = self.options.resume
-        if saved is not None:
+        if saved is None:
+            await self.transcript.mount(Welcome())
+        else:
             for event in saved.events:
                 if not isinstance(event, ProvisionalBlock | ApprovalNeeded):
                     await self._show(event)
@@ -186,6 +195,7 @@ class CloverApp(App[int]):
                 self.transcript.token_text = lambda token: tokenizer.decode([token])
         await self._show(event)
         self.query_one(ActivityLine).observe(printable_event(event))  # live events only
+        self._show_hints()
         screen = self.screen
         moot = isinstance(event, CallInterrupted) and isinstance(screen, ApprovalScreen)
         if moot and screen.request.call_id == event.call_id:  # the approval it waited for
@@ -197,10 +207,27 @@ class CloverApp(App[int]):
             self.push_screen(
                 ApprovalScreen(printable_event(event)), lambda choice: self._answer(event.call_id, choice)
             )
+            self._show_hints()
 
     def _answer(self, call_id: str, choice: str | None) -> None:
         if self.session is not None:
             self.session.answer(call_id, choice or "deny")
+        self.call_after_refresh(self._show_hints)  # once the dialog is gone
+
+    def _show_hints(self) -> None:
+        """The key hints for now: an approval waits, the completion menu is open, the agent runs."""
+        if any(isinstance(screen, ApprovalScreen) for screen in self.screen_stack):
+            state = "approval"
+        elif self.menu.is_open:
+            state = "menu"
+        elif self.status_bar.busy and not self.status_bar.waiting:
+            state = "running"
+        else:
+            state = "idle"
+        self.hints.show_state(state)
+
+    def on_path_menu_toggled(self, message: PathMenu.Toggled) -> None:
+        self._show_hints()
 
     # -- the prompt --------------------------------------------------------------------------------
 

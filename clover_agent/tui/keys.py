@@ -1,5 +1,5 @@
-"""The TUI's key bindings and slash commands, listed once: the app binds them, ``/help`` and the
-README show them."""
+"""The TUI's key bindings and slash commands, listed once: the app binds them; ``/help``, the README,
+the ``/`` menu and the command palette show them."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("enter", "", "send the request (or pick the highlighted @path)", "prompt"),
+    Key("enter", "", "send the request (or pick the highlighted @path or /command)", "prompt"),
     Key("ctrl+j,shift+enter,alt+enter", "", "new line", "prompt"),
     Key("up,down", "", "previous / next request from history (on the first / last line)", "prompt"),
-    Key("tab", "", "complete the @path being typed (the prompt keeps the focus)", "prompt"),
+    Key("tab", "", "complete the @path or /command being typed (the prompt keeps the focus)", "prompt"),
+    Key("/", "", "first in the prompt: the menu of the commands (type to filter, esc closes)", "prompt"),
+    Key("?", "", "on an empty prompt: the help (keys and commands)", "prompt"),
     Key("ctrl+l", "clear_prompt", "clear the prompt (up brings the text back)", "prompt"),
     Key("escape", "interrupt", "interrupt the agent; it waits for your message"),
     Key(
@@ -32,6 +34,7 @@ KEYS: tuple[Key, ...] = (
     Key("ctrl+d", "diff", "show the session's changes (/diff)"),
     Key("pageup,pagedown", "scroll_transcript", "scroll the transcript"),
     Key("f1", "help", "help: keys and commands (/help)"),
+    Key("ctrl+p", "", "the command palette: search the commands and run one"),
     Key("f2", "toggle_theme", "switch between the dark and the light theme"),
     Key("y / a / n", "", "allow once / always (this session) / deny", "approval"),
     Key("space / enter", "", "accept or reject the file / apply the accepted files", "/apply"),
@@ -43,6 +46,11 @@ class Command:
     name: str
     usage: str
     description: str
+
+    @property
+    def needs_argument(self) -> bool:
+        """Whether the usage names an argument that is not optional (``/sandbox WHAT``)."""
+        return any(not word.startswith("[") for word in self.usage.split()[1:])
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -1,5 +1,6 @@
 """SVG snapshots of the main screens (pytest-textual-snapshot): a session redrawn from fixed events
-(so every figure on screen is fixed), at 100x30 and 80x24, dark and light, and the dialogs.
+(so every figure on screen is fixed), at 100x30 and 80x24, dark and light, the dialogs, and a new
+session: its first screen and the command menu.
 Update them with ``pytest tests/tui/test_snapshots.py --snapshot-update`` and review the SVGs."""
 
 from __future__ import annotations
@@ -246,3 +247,19 @@ def test_live_diffusion_block(snap_compare, tmp_path: Path) -> None:
         await pilot.pause()
 
     assert snap_compare(_app(tmp_path), terminal_size=(80, 24), run_before=decoding)
+
+
+def _new_session(tmp_path: Path) -> CloverApp:
+    return make_app(calculator_repo(tmp_path), write_replay(tmp_path / "demo.jsonl", []))
+
+
+def test_first_screen(snap_compare, tmp_path: Path) -> None:
+    assert snap_compare(_new_session(tmp_path), terminal_size=(80, 24), run_before=_settled)
+
+
+def test_command_menu(snap_compare, tmp_path: Path) -> None:
+    async def type_slash(pilot: Pilot) -> None:
+        await _settled(pilot)
+        await pilot.press("/", "e")
+
+    assert snap_compare(_new_session(tmp_path), terminal_size=(80, 24), run_before=type_slash)

@@ -1,9 +1,12 @@
-"""The prompt: a multi-line box where Enter sends, with a history and ``@path`` completion.
+"""The prompt: a multi-line box where Enter sends, with a history, ``@path`` and ``/command``
+completion.
 
 Enter sends the text (a request or a ``/command``); ctrl+j, shift+enter or alt+enter insert a new
 line. Up on the first line and Down on the last walk the history of sent texts. Typing ``@`` and a
-few letters opens the :class:`PathMenu` of matching repository files (Tab or Enter picks one); Tab
-never moves the focus away. A cleared prompt's text goes to the history too.
+few letters opens the :class:`PathMenu` of matching repository files, ``/`` first in the prompt the
+menu of the commands (fuzzy: ``/ap`` finds ``/apply``); Tab or Enter picks one, Esc closes it, and
+Tab never moves the focus away. ``?`` on an empty prompt opens the help. A cleared prompt's text
+goes to the history too.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from clover_agent.tui.widgets.path_menu import PathMenu, matching
+from clover_agent.tui.widgets.path_menu import PathMenu, commands_matching, matching
 
 NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 _MENTION_AT_END = re.compile(r"(?:^|\s)@([\w./-]*)$")
+_COMMAND_TYPED = re.compile(r"^/(\w*)$")
 
 
 class PromptBox(TextArea):
@@ -49,6 +53,7 @@ class PromptBox(TextArea):
         self.sent: list[str] = []  # texts sent, oldest first
         self._history_index: int | None = None  # position while walking the history
         self._draft = ""
+        self._completing = ""  # what the open menu completes: "path" or "command"
 
     # -- keys ----------------------------------------------------------------------------------------
 
@@ -56,12 +61,20 @@ class PromptBox(TextArea):
         if self.menu.is_open and event.key in ("enter", "tab"):
             event.stop()
             event.prevent_default()
-            self._complete()
+            if event.key == "enter" and self._completing == "command" and self.text == f"/{self.menu.chosen}":
+                self.submit()  # the command is typed out already: Enter runs it
+            else:
+                self._complete()
             return
         if self.menu.is_open and event.key == "escape":
             event.stop()
             event.prevent_default()
             self.menu.close()
+            return
+        if event.character == "?" and not self.text:
+            event.stop()
+            event.prevent_default()
+            await self.run_action("app.help")
             return
         if event.key in ("tab", "shift+tab"):  # only completes: the focus stays here
             event.stop()
@@ -138,26 +151,39 @@ class PromptBox(TextArea):
             self.load_text(self.sent[self._history_index])
         self.move_cursor(self.document.end)
 
-    # -- @path completion ------------------------------------------------------------------------------
+    # -- @path and /command completion -----------------------------------------------------------------
 
     def _mention_before_cursor(self) -> re.Match[str] | None:
         row, column = self.cursor_location
         line = self.document.get_line(row)[:column]
         return _MENTION_AT_END.search(line)
 
+    def _command_before_cursor(self) -> re.Match[str] | None:
+        """The ``/name`` being typed: first in the prompt, the cursor at its end."""
+        row, column = self.cursor_location
+        return _COMMAND_TYPED.match(self.document.get_line(0)[:column]) if row == 0 else None
+
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        command = self._command_before_cursor()
+        if command is not None:
+            self._completing = "command"
+            self.menu.show_commands(commands_matching(command.group(1)))
+            return
         mention = self._mention_before_cursor()
         if mention is None or not self.files:
             self.menu.close()
             return
+        self._completing = "path"
         self.menu.show_matches(matching(self.files, mention.group(1)))
 
     def _complete(self) -> None:
         chosen = self.menu.chosen
-        mention = self._mention_before_cursor()
+        typed = (
+            self._command_before_cursor() if self._completing == "command" else self._mention_before_cursor()
+        )
         self.menu.close()
-        if chosen is None or mention is None:
+        if chosen is None or typed is None:
             return
         row, column = self.cursor_location
-        start = (row, column - len(mention.group(1)))
+        start = (row, column - len(typed.group(1)))
         self.replace(chosen + " ", start, (row, column))

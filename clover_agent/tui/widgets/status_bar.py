@@ -11,6 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from clover_agent.agent.notes import INTERRUPTED_REPLY
 from clover_agent.events import (
     CallInterrupted,
     Done,
@@ -95,7 +96,8 @@ class StatusBar(Static):
         elif isinstance(event, CallInterrupted):
             self.waiting = True
         elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
-            self.waiting = False
+            # the person's message, not the note an interrupted reply leaves for the model
+            self.waiting = self.waiting and event.message.get("content") == INTERRUPTED_REPLY
         elif isinstance(event, Done):
             self.busy = self.waiting = False
             self._call_started = None
