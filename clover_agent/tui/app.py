@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static, TextArea
 
@@ -452,6 +453,14 @@ class CloverApp(App[int]):
         self.theme = THEMES["light"] if self.current_theme.dark else THEMES["dark"]
 
     def action_scroll_transcript(self, direction: int) -> None:
+        # A dialog on top (help, /diff, an approval) owns the page keys: they scroll it, not the
+        # transcript behind it.
+        if len(self.screen_stack) > 1:
+            scrolls = self.screen.query(VerticalScroll)
+            if scrolls:
+                view = scrolls.first()
+                view.scroll_page_down() if direction > 0 else view.scroll_page_up()
+            return
         self.transcript.page(direction)
 
     async def action_quit(self) -> None:
