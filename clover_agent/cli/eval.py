@@ -45,7 +45,26 @@ exit codes:
 Each finished task is kept in OUT/results/<id>.json; a second run over OUT skips those tasks."""
 
 
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"a price is a finite number >= 0, not {text!r}")
+    return value
+
+
+def _prices(args: argparse.Namespace) -> tuple[float, float] | None:
+    if (args.price_in is None) != (args.price_out is None):
+        raise UsageError(
+            "--price-in and --price-out go together (a cost from one price alone would be wrong)"
+        )
+    return None if args.price_in is None else (args.price_in, args.price_out)
+
+
 def _eval(args: argparse.Namespace) -> int:
+    prices = _prices(args)
     tasks = load_tasks(Path(args.tasks))
     if args.only:
         wanted = set(args.only)
@@ -94,7 +113,7 @@ def _eval(args: argparse.Namespace) -> int:
         asyncio.run(run_tasks(tasks, options_))
     except KeyboardInterrupt:
         interrupted = True
-    summary = write_outputs(tasks, out, options_.model_name, meta)
+    summary = write_outputs(tasks, out, options_.model_name, meta, prices)
     print(
         f"resolved {summary['resolved']} of {summary['tasks']} ({100 * summary['resolved_rate']:.1f}%), "
         f"{len(summary['disagreements'])} disagreement(s), {len(summary['errors'])} error(s); "
@@ -150,5 +169,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="suite",
         help="what fix's regression runs cover (default suite)",
     )
+    for side in ("in", "out"):
+        p.add_argument(
+            f"--price-{side}",
+            type=_price,
+            metavar="USD",
+            help=f"price of a million {side}put tokens: adds each task's cost and the cost per resolved task",
+        )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the summary")
     p.set_defaults(func=_eval)

@@ -90,12 +90,14 @@ class _Counter:
     def __init__(self, task_id: str, say: Callable[[str], None]) -> None:
         self.task_id, self.say = task_id, say
         self.tokens_in = self.tokens_out = self.calls = 0
+        self.model_s = 0.0  # the model calls' own time, summed
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ModelResponded):
             self.calls += 1
             self.tokens_in += event.prompt_tokens
             self.tokens_out += event.completion_tokens
+            self.model_s += event.seconds
         elif isinstance(event, PhaseStarted):
             self.say(f"  {self.task_id}: {event.phase}: {event.detail}")
 
@@ -198,6 +200,10 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         "steps": 0,
         "tokens_in": 0,
         "tokens_out": 0,
+        "model_s": 0.0,
+        "agent_s": 0.0,
+        "tokens_per_s": None,
+        "tokens_per_s_over": "",
         "wall_s": 0.0,
         "error": "",
         "source": task.source,
@@ -249,7 +255,10 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             steps=int((report.agent.stats if report.agent else {}).get("steps", 0)),
             tokens_in=counter.tokens_in,
             tokens_out=counter.tokens_out,
+            model_s=round(counter.model_s, 3),
+            agent_s=float((report.agent.stats if report.agent else {}).get("elapsed_s", 0.0)),
         )
+        result.update(_speed(result))
         if report.verdict is None and int(report.exit_code) in TASK_BROKEN:
             result["error"] = f"the task could not be run (exit {int(report.exit_code)}): " + (
                 report.message.splitlines()[0] if report.message else ""
@@ -266,6 +275,21 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
     return result
 
 
+def _speed(result: dict[str, Any]) -> dict[str, Any]:
+    """Output tokens per second over the model calls' own time (``generation``), or over the
+    agent's wall time where the calls took no measurable time (``agent``); None with neither."""
+    tokens = int(result["tokens_out"])
+    for over, seconds in (("generation", float(result["model_s"])), ("agent", float(result["agent_s"]))):
+        if seconds > 0:
+            return {"tokens_per_s": round(tokens / seconds, 2), "tokens_per_s_over": over}
+    return {"tokens_per_s": None, "tokens_per_s_over": ""}
+
+
+def task_cost(result: dict[str, Any], price_in: float, price_out: float) -> float:
+    """What a task's tokens cost at these prices (each per million tokens)."""
+    return (int(result["tokens_in"]) * price_in + int(result["tokens_out"]) * price_out) / 1_000_000
+
+
 def _backend(task: Task, options: EvalOptions, repo: Path, work: Path) -> Callable[[], ModelBackend]:
     if options.mode == "gold":
         path = write_replay(
@@ -279,9 +303,18 @@ def _backend(task: Task, options: EvalOptions, repo: Path, work: Path) -> Callab
     return options.make_backend
 
 
-def write_outputs(tasks: list[Task], out: Path, model_name: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """predictions.jsonl, report.json and report.md from the results in ``out``."""
-    results = ordered_results(tasks, out)
+def write_outputs(
+    tasks: list[Task],
+    out: Path,
+    model_name: str,
+    meta: dict[str, Any],
+    prices: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """predictions.jsonl, report.json and report.md from the results in ``out``; ``prices``
+    (in, out; per million tokens) adds each task's cost and the cost per resolved task."""
+    results = [dict(r) for r in ordered_results(tasks, out)]
+    for r in results:
+        r["cost"] = None if prices is None else round(task_cost(r, *prices), 6)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
@@ -307,6 +340,14 @@ def write_outputs(tasks: list[Task], out: Path, model_name: str, meta: dict[str,
         "resolved_ids": resolved,
         "disagreements": disagree,
         "errors": [r["instance_id"] for r in results if r.get("error")],
+        "price_in_per_mtok": None if prices is None else prices[0],
+        "price_out_per_mtok": None if prices is None else prices[1],
+        "cost": None if prices is None else round(sum(r["cost"] for r in results), 6),
+        "cost_per_resolved": (
+            round(sum(r["cost"] for r in results) / len(resolved), 6)
+            if prices is not None and resolved
+            else None
+        ),
         "not_done": [
             t.instance_id for t in tasks if t.instance_id not in {r["instance_id"] for r in results}
         ],
@@ -325,15 +366,21 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Resolved {summary['resolved']} of {summary['tasks']} ({rate:.1f}%); {summary['done']} done; "
         f"{len(summary['disagreements'])} verdict/grade disagreement(s); {len(summary['errors'])} error(s).",
         "",
-        "| task | verdict | exit | grade | agrees | steps | tokens in | tokens out | wall s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"Cost: {_money(summary.get('cost'))} in all, {_money(summary.get('cost_per_resolved'))} per resolved "
+        f"task ({_prices(summary)}).",
+        "",
+        "tokens/s: output tokens over the model calls' own time (gen), or over the agent's wall time "
+        "(agent) where the calls took no measurable time; wall s is the whole task, grading included.",
+        "",
+        "| task | verdict | exit | grade | agrees | steps | tokens in | tokens out | tokens/s | cost | wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in summary["results"]:
         grade_text = "error" if r.get("error") else ("resolved" if r["resolved"] else "unresolved")
         lines.append(
             f"| {r['instance_id']} | {r['verdict'] or '-'} | {r['exit_code']} | {grade_text} | "
             f"{'yes' if r['agree'] else '**no**'} | {r['steps']} | {r['tokens_in']} | {r['tokens_out']} | "
-            f"{r['wall_s']:.1f} |"
+            f"{_rate(r)} | {_money(r.get('cost'))} | {r['wall_s']:.1f} |"
         )
     if summary["disagreements"]:
         lines += ["", "Disagreements (a bug in the verdict or in the grade):", ""]
@@ -346,6 +393,22 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
     return "\n".join(lines) + "\n"
+
+
+def _money(value: float | None) -> str:
+    return "—" if value is None else f"${value:.4f}"
+
+
+def _prices(summary: dict[str, Any]) -> str:
+    if summary.get("price_in_per_mtok") is None:
+        return "no price given: --price-in/--price-out"
+    return f"${summary['price_in_per_mtok']} in, ${summary['price_out_per_mtok']} out per million tokens"
+
+
+def _rate(r: dict[str, Any]) -> str:
+    if r.get("tokens_per_s") is None:
+        return "—"
+    return f"{r['tokens_per_s']:.1f} ({'gen' if r['tokens_per_s_over'] == 'generation' else 'agent'})"
 
 
 def replace_options(options: EvalOptions, **changes: Any) -> EvalOptions:

@@ -50,10 +50,17 @@ def check_swebench_predictions(path: Path) -> None:
 
 def test_gold_resolves_the_task_and_the_verdict_agrees(tmp_path: Path) -> None:
     write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
-    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--gold") == 0
+    prices = ("--price-in", "3", "--price-out", "15")
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--gold", *prices) == 0
     summary = report(tmp_path / "out")
     assert summary["resolved"] == 1 and summary["disagreements"] == [] and summary["errors"] == []
     (result,) = summary["results"]
+    # tokens/s and cost come from the run's own token counts and times
+    over = {"generation": result["model_s"], "agent": result["agent_s"]}[result["tokens_per_s_over"]]
+    assert over > 0 and result["tokens_per_s"] == pytest.approx(result["tokens_out"] / over, rel=0.01)
+    expected = (result["tokens_in"] * 3 + result["tokens_out"] * 15) / 1e6
+    assert result["cost"] == pytest.approx(expected) and summary["cost"] == pytest.approx(expected)
+    assert summary["cost_per_resolved"] == pytest.approx(expected)  # one resolved task
     assert result["verdict"] == "fixed" and result["grade"]["FAIL_TO_PASS"] == {
         "tests/test_calc.py::test_mean": "passed"
     }
@@ -68,10 +75,17 @@ def test_gold_resolves_the_task_and_the_verdict_agrees(tmp_path: Path) -> None:
 
 def test_the_empty_patch_resolves_nothing(tmp_path: Path) -> None:
     write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
-    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--empty") == 0  # the verdict agrees
+    with pytest.raises(SystemExit):  # one price alone would make a wrong cost
+        run_eval(tmp_path / "tasks", tmp_path / "out", "--empty", "--price-in", "-1", "--price-out", "2")
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--empty", "--price-in", "1") == 2
+    prices = ("--price-in", "1", "--price-out", "2")
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--empty", *prices) == 0  # the verdict agrees
     summary = report(tmp_path / "out")
     assert summary["resolved"] == 0 and summary["disagreements"] == []
     assert summary["results"][0]["verdict"] == "not fixed"
+    # a cost, but none per resolved task with nothing resolved
+    assert summary["cost"] > 0 and summary["cost_per_resolved"] is None
+    assert " in all, — per resolved task" in (tmp_path / "out" / "report.md").read_text()
     assert predictions(tmp_path / "out")[0]["model_patch"] == ""
 
 
@@ -101,8 +115,12 @@ def test_a_gaming_patch_is_unresolved_and_not_fixed(tmp_path: Path) -> None:
         ],
     )
     assert run_eval(tmp_path / "tasks", tmp_path / "out", "--replay", str(replay)) == 0
-    (result,) = report(tmp_path / "out")["results"]
+    summary = report(tmp_path / "out")
+    (result,) = summary["results"]
     assert result["resolved"] is False and result["fixed"] is False and result["agree"] is True
+    # no price: no cost, never a made-up number
+    assert summary["cost"] is None and summary["cost_per_resolved"] is None and result["cost"] is None
+    assert "Cost: — in all, — per resolved task" in (tmp_path / "out" / "report.md").read_text()
     assert result["verdict"] != "fixed"
     assert result["grade"]["FAIL_TO_PASS"]["tests/test_calc.py::test_mean"] != "passed"
     assert "conftest.py" in predictions(tmp_path / "out")[0]["model_patch"]
