@@ -4,7 +4,8 @@ A test that needs a missing resource is skipped with a printed reason (``-ra`` p
 (``CLOVER_REQUIRE_DOCKER=1``, set by ``.ci/run``) a missing Docker engine is an error instead, so
 Docker tests can never be skipped silently there. ``index`` tests (environments set up from the
 package index, with this machine's pip configuration) are skipped only when the index cannot be
-reached from here.
+reached from here. The local sandbox's runs find a clean Python first on PATH
+(:mod:`tests.local_python`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from tests import local_python
 
 
 @functools.cache
@@ -83,11 +85,13 @@ def gpu_problem() -> str | None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # Checked once, before any pytest-xdist worker starts (a worker's error would read as a crash).
+    # Once, before any pytest-xdist worker starts (a worker's error would read as a crash; the
+    # workers inherit the PATH set here).
     if hasattr(session.config, "workerinput"):
         return
     if os.environ.get("CLOVER_REQUIRE_DOCKER") == "1" and docker_problem():
         raise pytest.UsageError(f"CLOVER_REQUIRE_DOCKER=1 but {docker_problem()}")
+    local_python.put_first_on_path()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
