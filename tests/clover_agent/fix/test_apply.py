@@ -23,7 +23,7 @@ from tests.git_repos import git, make_repo
 
 pytestmark = pytest.mark.slow
 
-FILES = 1500
+FILES = 800
 
 
 def big_repo(root: Path) -> Path:
@@ -67,10 +67,13 @@ def snapshot(repo: Path) -> dict[str, tuple[bytes, bool]]:
 
 def expected_after(patch_report, before: dict) -> dict:
     after = dict(before)
-    for change in patch_report.patch_set.changes:
+    changes = patch_report.patch_set.changes
+    blobs = patch_report.patch_set.shadow.blobs(
+        {c.path: c.new_oid for c in changes if c.new_mode}
+    )  # one read
+    for change in changes:
         if change.new_mode:
-            data = patch_report.patch_set.shadow.blobs({"x": change.new_oid})["x"]
-            after[change.path] = (data, change.new_mode == 0o100755)
+            after[change.path] = (blobs[change.path], change.new_mode == 0o100755)
         else:
             after.pop(change.path, None)
     return after
