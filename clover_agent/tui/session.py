@@ -262,9 +262,15 @@ class TuiSession(SessionCommands):
             self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
         except RUN_ERRORS as exc:
             other = "local" if self.options.sandbox_kind != "local" else "docker"
+            caveat = (
+                " (no isolation: its commands run directly on this machine, as you)"
+                if other == "local"
+                else ""
+            )
             self._sandbox_state(
                 "failed",
-                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox",
+                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox"
+                + caveat,
             )
             self._ready.set_result(False)
             return
