@@ -270,6 +270,7 @@ class ApprovalRequested(Event):
     name: str
     arguments: dict[str, Any]
     reason: str
+    always: str = ""  # what an "always" answer would allow, for the question (policy.always_scope)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +285,7 @@ class ApprovalDecided(Event):
     decided_by: str  # policy, user, remembered (an earlier "always"), no-terminal
     reason: str
     answer: str | None = None  # the person's answer: once, always or deny (decided_by "user")
+    feedback: str = ""  # with a denial: what the person said to do instead (the model reads it)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from typing import Any
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.checkpoints import Checkpoints
 from clover_agent.agent.notes import INTERRUPTED_TOOL
-from clover_agent.agent.policy import CallView, Decision, Policy
+from clover_agent.agent.policy import CallView, Decision, Policy, always_scope
 from clover_agent.agent.steering import Interrupted, Steering
 from clover_agent.events import (
     ApprovalDecided,
@@ -43,13 +43,19 @@ class Approval:
     decided_by: str = "policy"
     reason: str = ""
     answer: str | None = None  # the person's answer (once, always, deny), when one was asked
+    feedback: str = ""  # with the person's denial: what they said to do instead
 
     def refusal(self, view: CallView) -> str:
-        """What the model reads about a refused call."""
+        """What the model reads about a refused call (with the person's words, when they gave some)."""
         target = view.arguments.get("path") or view.command or ""
+        head = f"This call ({view.action} {target}".rstrip()
+        if self.feedback:
+            return (
+                f"{head}) was denied by the user, who said instead:\n{self.feedback}\n"
+                "Do not retry the call as it was; do what they said."
+            )
         return (
-            f"This call ({view.action} {target}".rstrip()
-            + f") was not allowed: {self.reason}. Do not retry it; find another way that stays "
+            head + f") was not allowed: {self.reason}. Do not retry it; find another way that stays "
             "within the workspace and the allowed tools."
         )
 
@@ -240,13 +246,20 @@ class ToolCaller:
                     name=call.name,
                     arguments=call.arguments,
                     reason=verdict.reason,
+                    always=always_scope(verdict, view, self.policy.name),
                 )
             )
             if self.approvals is None:
                 approval = Approval(False, "no-terminal", f"{verdict.reason} (asked, no terminal: denied)")
             else:
-                answer = await self.approvals.wait(call.id)
-                approval = Approval(answer is not Answer.DENY, "user", verdict.reason, answer.value)
+                reply = await self.approvals.wait_reply(call.id)
+                approval = Approval(
+                    reply.answer is not Answer.DENY,
+                    "user",
+                    verdict.reason,
+                    reply.answer.value,
+                    reply.feedback,
+                )
         self.bus.emit(
             ApprovalDecided(
                 step=step,
@@ -256,6 +269,7 @@ class ToolCaller:
                 decided_by=approval.decided_by,
                 reason=approval.reason,
                 answer=approval.answer,
+                feedback=approval.feedback,
             )
         )
         return approval

@@ -222,9 +222,10 @@ class Agent:
         still waits for a message before its next model call; an idle one ignores it)."""
         return self.running and self.steering.interrupt(message)
 
-    def answer_approval(self, call_id: str, answer: Answer | str) -> bool:
-        """Answer the approval request of ``call_id`` (once / always / deny); False when none waits."""
-        return self.approvals is not None and self.approvals.answer(call_id, answer)
+    def answer_approval(self, call_id: str, answer: Answer | str, feedback: str = "") -> bool:
+        """Answer the approval request of ``call_id`` (once / always / deny; a denial may say what to
+        do instead: ``feedback``, which the model reads with the refusal); False when none waits."""
+        return self.approvals is not None and self.approvals.answer(call_id, answer, feedback)
 
     async def undo(self, step: int) -> Checkpoint | None:
         """Put the workspace back as it was when ``step`` began (through the run's checkpoints) and

@@ -98,6 +98,21 @@ class Verdict:
     key: Hashable = None
 
 
+def always_scope(verdict: Verdict, call: CallView, policy: str) -> str:
+    """What answering ``always`` to ``call`` allows from then on, in words: every later call with
+    the same key (:attr:`Verdict.key`: the deciding rule, the action, the exact command line)."""
+    rule, action, command = verdict.key if isinstance(verdict.key, tuple) else (None, call.action, None)
+    if command is not None:
+        what = f"`{call.name}` running exactly `{command}` again"
+    else:
+        what = f"every `{action}` call"
+        if isinstance(rule, Rule) and rule.path is not None:
+            what += f" on a path matching `{rule.path}`"
+        elif "path" in call.arguments:
+            what += " (any file, not only this one)"
+    return f"{what}, without asking, for the rest of this session under the {policy!r} policy"
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str

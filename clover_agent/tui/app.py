@@ -23,6 +23,7 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static, TextArea
 
+from clover_agent.agent.approvals import Answer, Reply
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
@@ -210,9 +211,10 @@ class CloverApp(App[int]):
             )
             self._show_hints()
 
-    def _answer(self, call_id: str, choice: str | None) -> None:
+    def _answer(self, call_id: str, reply: Reply | None) -> None:
         if self.session is not None:
-            self.session.answer(call_id, choice or "deny")
+            reply = reply or Reply(Answer.DENY)
+            self.session.answer(call_id, reply.answer, reply.feedback)
         self.call_after_refresh(self._show_hints)  # once the dialog is gone
 
     def _show_hints(self) -> None:

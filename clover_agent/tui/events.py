@@ -70,9 +70,10 @@ class Notice(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalNeeded(Event):
-    """A call waits for the person's decision (once / always / deny), with the change it would make
-    (``preview``: a unified diff for an edit, empty when there is nothing to show). A resumed
-    session does not ask again: the decision is ``ApprovalDecided``."""
+    """A call waits for the person's decision (once / always / deny, or deny saying what to do
+    instead), with the change it would make (``preview``: a unified diff for an edit, empty when
+    there is nothing to show). A resumed session does not ask again: the decision is
+    ``ApprovalDecided``."""
 
     type: ClassVar[str] = "tui_approval_needed"
     call_id: str
@@ -80,6 +81,7 @@ class ApprovalNeeded(Event):
     arguments: dict[str, Any]
     reason: str
     preview: str = ""
+    always: str = ""  # what an "always" answer would allow (``ApprovalRequested.always``)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,7 +61,8 @@ def transcript_markdown(events: list[Event]) -> str:
             )
         elif isinstance(event, ApprovalDecided):
             verdict = "allowed" if event.approved else "denied"
-            out.append(f"*{event.name} {verdict} by {event.decided_by}*")
+            said = f": “{event.feedback}”" if event.feedback else ""
+            out.append(f"*{event.name} {verdict} by {event.decided_by}{said}*")
         elif isinstance(event, TestsRun):
             report = event.report
             out.append(

@@ -36,7 +36,12 @@ KEYS: tuple[Key, ...] = (
     Key("f1", "help", "help: keys and commands (/help)"),
     Key("ctrl+p", "", "the command palette: search the commands and run one"),
     Key("f2", "toggle_theme", "switch between the dark and the light theme"),
-    Key("y / a / n", "", "allow once / always (this session) / deny", "approval"),
+    Key(
+        "y / a / n / f",
+        "",
+        "allow once / always (the dialog says what that allows) / deny / deny, saying what to do instead",
+        "approval",
+    ),
     Key("space / enter", "", "accept or reject the file / apply the accepted files", "/apply"),
 )
 

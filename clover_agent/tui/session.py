@@ -158,8 +158,9 @@ class TuiSession(SessionCommands):
     def interrupt(self) -> None:
         self.thread.call(self._interrupt)
 
-    def answer(self, call_id: str, choice: str) -> None:
-        self.thread.call(self._answer, call_id, choice)
+    def answer(self, call_id: str, choice: str, feedback: str = "") -> None:
+        """The person's answer to an approval (a denial may say what to do instead: ``feedback``)."""
+        self.thread.call(self._answer, call_id, choice, feedback)
 
     def close(self, timeout: float = 30.0) -> None:
         """End the session: stop the agent, remove the sandbox, close the trajectory (blocking,
@@ -261,9 +262,15 @@ class TuiSession(SessionCommands):
             self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
         except RUN_ERRORS as exc:
             other = "local" if self.options.sandbox_kind != "local" else "docker"
+            caveat = (
+                " (no isolation: its commands run directly on this machine, as you)"
+                if other == "local"
+                else ""
+            )
             self._sandbox_state(
                 "failed",
-                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox",
+                f"{message_of(exc)} — /sandbox retry tries again, /sandbox {other} uses the {other} sandbox"
+                + caveat,
             )
             self._ready.set_result(False)
             return
@@ -440,9 +447,9 @@ class TuiSession(SessionCommands):
         if agent is not None and agent.running and not agent.interrupt() and not self._unread:
             self._emit(Notice(text="The agent stops before its next model call and waits for your message."))
 
-    def _answer(self, call_id: str, choice: str) -> None:
+    def _answer(self, call_id: str, choice: str, feedback: str = "") -> None:
         if self.agent is not None:
-            self.agent.answer_approval(call_id, Answer(choice))
+            self.agent.answer_approval(call_id, Answer(choice), feedback)
 
     async def _ask(self, event: ApprovalRequested) -> None:
         """Show the request to the person, with the diff an edit would make."""
@@ -458,6 +465,7 @@ class TuiSession(SessionCommands):
                 name=event.name,
                 arguments=event.arguments,
                 reason=event.reason,
+                always=event.always,
                 preview=preview,
             )
         )

@@ -129,6 +129,32 @@ async def test_approvals_are_requested_first_and_answered_by_call_id(
     assert len(seen.of(ApprovalRequested)) == 3
 
 
+async def test_a_denial_with_feedback_reaches_the_model_and_always_says_its_scope(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    install = call("shell", command="pip install left-pad")
+    backend = replay(tmp_path / "feedback.jsonl", install, FINISH)
+    bus = EventBus()
+    seen = Recorder(bus)
+    agent = Agent(backend, sandbox, bus, run_id="fb", policy=preset("workspace"), approvals=Approvals())
+    run = asyncio.create_task(agent.run("Pad it.", "You are a test agent."))
+    request = await seen.first(ApprovalRequested)
+    assert request.always == (
+        "`shell` running exactly `pip install left-pad` again, without asking, "
+        "for the rest of this session under the 'workspace' policy"
+    )
+    assert agent.answer_approval(request.call_id, "deny", "  no: write the padding yourself  ")
+    assert (await asyncio.wait_for(run, DEADLINE_S)).submitted
+    (decided,) = seen.of(ApprovalDecided)
+    assert (decided.approved, decided.answer, decided.feedback) == (
+        False,
+        "deny",
+        "no: write the padding yourself",
+    )
+    tool = [text for role, text in conversation(agent) if role == "tool"]
+    assert "no: write the padding yourself" in tool[0] and "pip install left-pad" in tool[0]
+
+
 async def test_no_one_to_ask_means_denied(sandbox: Sandbox, tmp_path: Path) -> None:
     backend = replay(tmp_path / "no-one.jsonl", call("shell", command="curl https://example.com"), FINISH)
     bus = EventBus()

@@ -175,7 +175,7 @@ async def test_a_failed_docker_start_can_switch_to_the_local_sandbox(tmp_path: P
     app = CloverApp(options)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.status_bar.sandbox == "failed", "the failed start")
-        assert "/sandbox local uses the local sandbox" in _notices(app)
+        assert "/sandbox local uses the local sandbox (no isolation" in _notices(app)  # said before
         await send(pilot, "/sandbox local")
         await wait_for(pilot, lambda: app.status_bar.sandbox == "ready", "the local sandbox")
         assert app.status_bar.sandbox_kind == "local"

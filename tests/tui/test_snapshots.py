@@ -189,6 +189,8 @@ def test_approval_with_the_diff(snap_compare, tmp_path: Path) -> None:
             arguments={"command": "str_replace", "path": "/workspace/calculator.py"},
             reason="policy 'ask': ask tool=editor:str_replace",
             preview=DIFF,
+            always="every `editor:str_replace` call (any file, not only this one), without asking, "
+            "for the rest of this session under the 'ask' policy",
         )
         await pilot.app.push_screen(ApprovalScreen(request))
 

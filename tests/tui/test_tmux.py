@@ -2,7 +2,8 @@
 a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c
 twice or ctrl+q quits, leaving the shell as it was (same terminal settings, commands run); ctrl+c
 clears a draft and interrupts a request, and Tab leaves the focus in the prompt; after PageUp new
-output does not pull the view down, and back at the bottom it follows again."""
+output does not pull the view down, and back at the bottom it follows again; a shell command's
+output shows in its card while it runs."""
 
 from __future__ import annotations
 
@@ -237,6 +238,42 @@ def test_the_view_stays_where_the_reader_is_then_follows_again(tmp_path: Path) -
             time.sleep(0.2)
             shown = tmux.screen()
         assert "new output below" not in shown, shown
+        tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()
+
+
+def test_shell_output_streams_into_the_card(tmp_path: Path) -> None:
+    """A command's lines show in its card while it still runs: it prints two lines, then waits for
+    a file only the test creates once it has seen them on the screen."""
+    repo = calculator_repo(tmp_path)
+    gate = tmp_path / "let-it-end"
+    # the lines printed are computed, so the card's copy of the command line does not hold them
+    script = (
+        "echo LINE-$((40 + 2)); sleep 0.5; echo LINE-$((50 + 5)); "
+        f"while [ ! -e {gate} ]; do sleep 0.1; done; echo LINE-$((90 + 9))"
+    )
+    replay = write_replay(
+        tmp_path / "stream.jsonl",
+        [
+            turn("Running it.", call("shell", command=script)),
+            turn("", call("finish", summary="STREAMED-DONE")),
+        ],
+    )
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        tmux.type(shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        tmux.wait("Ask for a change", "local ready")
+        tmux.type("run the script")
+        tmux.key("Enter")
+        shown = tmux.wait("LINE-42", "LINE-55")
+        assert not gate.exists()  # so the command is still running: its output came as it printed
+        assert "LINE-99" not in shown and "✓ done" not in shown and "STREAMED-DONE" not in shown, shown
+        gate.touch()
+        shown = tmux.wait("LINE-99", "STREAMED-DONE")
         tmux.key("C-q")
         tmux.wait("EXIT=0", deadline_s=60)
     finally:

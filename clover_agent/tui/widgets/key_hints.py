@@ -21,7 +21,12 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ctrl+t", "thinking"),
         ("ctrl+o", "expand output"),
     ),
-    "approval": (("y", "allow once"), ("a", "always (this session)"), ("n / esc", "deny")),
+    "approval": (
+        ("y", "allow once"),
+        ("a", "always (see its scope)"),
+        ("n / esc", "deny"),
+        ("f", "deny, say why"),
+    ),
     "menu": (("↑↓", "choose"), ("tab / enter", "complete"), ("esc", "close")),
 }
 

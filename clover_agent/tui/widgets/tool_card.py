@@ -111,9 +111,12 @@ class ToolCard(Vertical, can_focus=True):
         else:
             self._live.update(shown)
 
-    def decided(self, approved: bool, by: str) -> None:
-        """The policy's or the person's decision on this call; it stays in the status line."""
+    def decided(self, approved: bool, by: str, feedback: str = "") -> None:
+        """The policy's or the person's decision on this call (with what they said to do instead);
+        it stays in the status line."""
         self.decision = f"{'allowed' if approved else 'denied'} by {by}"
+        if feedback:
+            self.decision += f": “{feedback}”"
         self.note(self.decision, None if approved else "-error")
 
     async def finish(self, result: ToolCallFinished, before_tests: dict[str, str] | None = None) -> None:

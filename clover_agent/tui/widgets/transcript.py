@@ -172,7 +172,7 @@ class Transcript(VerticalScroll):
         elif isinstance(event, ApprovalDecided):
             card = self._cards.get(event.call_id)
             if card is not None:
-                card.decided(event.approved, event.decided_by)
+                card.decided(event.approved, event.decided_by, event.feedback)
         elif isinstance(event, ToolCallFinished):
             card = self._cards.get(event.call_id)
             if card is not None:
