@@ -6,6 +6,7 @@
 #   bash bench/eval_small_model.sh OUT [eval options, e.g. --only ID ... --max-steps 6 --max-time 240]
 #
 # SMALLM_VENV (default .smallm-venv), SMALLM_PORT (8765), SMALLM_MAX_NEW_TOKENS (256),
+# SMALLM_TEMPERATURE (0: greedy),
 # PYTHON (the clover-agent interpreter; default .venv/bin/python).
 set -euo pipefail
 out=${1:?usage: bench/eval_small_model.sh OUT [eval options]}
@@ -31,7 +32,7 @@ fi
 log=$out.server.log
 mkdir -p "$(dirname "$out")"
 HF_HUB_OFFLINE=1 "$venv/bin/python" "$root/bench/small_model_server.py" --gguf "$gguf" --port "$port" \
-    --max-new-tokens "${SMALLM_MAX_NEW_TOKENS:-256}" >"$log" 2>&1 &
+    --max-new-tokens "${SMALLM_MAX_NEW_TOKENS:-256}" --temperature "${SMALLM_TEMPERATURE:-0}" >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 120); do

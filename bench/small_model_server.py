@@ -84,7 +84,7 @@ def plain_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) 
 
 
 class Model:
-    def __init__(self, gguf: Path, max_new_tokens: int) -> None:
+    def __init__(self, gguf: Path, max_new_tokens: int, temperature: float = 0.0) -> None:
         self.name = gguf.stem
         self.tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         self.model = AutoModelForCausalLM.from_pretrained(
@@ -93,6 +93,7 @@ class Model:
         self.model.eval()
         self.window = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.max_new_tokens = max_new_tokens
+        self.temperature = temperature  # where the request gives none; 0: greedy
         self.lock = threading.Lock()  # one generation at a time: two CPU cores
 
     def prompt_ids(self, messages: list[dict[str, str]], new_tokens: int) -> tuple[torch.Tensor, int]:
@@ -114,7 +115,8 @@ class Model:
     def generate(self, body: dict[str, Any], on_text: Any) -> dict[str, Any]:
         new_tokens = min(int(body.get("max_tokens") or self.max_new_tokens), self.max_new_tokens)
         messages = plain_messages(body.get("messages") or [], body.get("tools") or [])
-        temperature = float(body.get("temperature") or 0.0)
+        given = body.get("temperature")
+        temperature = float(self.temperature if given is None else given)
         with self.lock:
             ids, dropped = self.prompt_ids(messages, new_tokens)
             streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -247,10 +249,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--max-new-tokens", type=int, default=256, help="cap on each answer's tokens")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="where a request gives none (0: greedy)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = Model(args.gguf, args.max_new_tokens)
+    model = Model(args.gguf, args.max_new_tokens, args.temperature)
     server = ThreadingHTTPServer((args.host, args.port), handler(model))
     print(f"serving {model.name} (window {model.window}) on http://{args.host}:{args.port}/v1", flush=True)
     server.serve_forever()
