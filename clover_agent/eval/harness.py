@@ -30,6 +30,7 @@ from clover_agent.events import Event, EventBus, ModelResponded, PhaseStarted
 from clover_agent.fix.handback.hostgit import git
 from clover_agent.fix.workflow import FixRequest, run_fix
 from clover_agent.launch import sandbox_spec
+from clover_agent.protocol import FORMAT_REMINDER
 from clover_agent.sandboxes import SandboxSpec
 from clover_agent.settings import RepoSettings, Settings, host_package_index
 
@@ -91,6 +92,17 @@ class _Counter:
         self.task_id, self.say = task_id, say
         self.tokens_in = self.tokens_out = self.calls = 0
         self.model_s = 0.0  # the model calls' own time, summed
+        self.broken: list[str] = []  # each unusable tool call's reason, as the model was told
+        self.no_call = 0  # turns with neither a tool call nor a broken one
+
+    def reasons(self) -> list[str]:
+        """The distinct reasons, most frequent first, each once with its count: at most
+        ``MAX_REASONS`` of them, each cut to ``MAX_REASON_CHARS``."""
+        counts: dict[str, int] = {}
+        for reason in self.broken:
+            counts[reason] = counts.get(reason, 0) + 1
+        ranked = sorted(counts.items(), key=lambda item: -item[1])[:MAX_REASONS]
+        return [reason if n == 1 else f"{reason} (x{n})" for reason, n in ranked]
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ModelResponded):
@@ -98,8 +110,31 @@ class _Counter:
             self.tokens_in += event.prompt_tokens
             self.tokens_out += event.completion_tokens
             self.model_s += event.seconds
+            if event.format_error is not None:
+                self.broken += problems_of(event.format_error)
+            elif not event.tool_calls:
+                self.no_call += 1
         elif isinstance(event, PhaseStarted):
             self.say(f"  {self.task_id}: {event.phase}: {event.detail}")
+
+
+#: How many distinct broken-call reasons a task's result keeps, and how long each may be.
+MAX_REASONS = 8
+MAX_REASON_CHARS = 160
+
+
+def problems_of(format_error: str) -> list[str]:
+    """One reason per unusable call from the message the model got back (its ``- `` lines,
+    before the format reminder); a message of another shape is one reason, its first line."""
+    body = format_error.split(FORMAT_REMINDER, 1)[0].splitlines()[1:]
+    listed = [line[2:].strip() for line in body if line.startswith("- ")]
+    first = (format_error.strip().splitlines() or ["(no message)"])[0]
+    return [_short(p) for p in listed or [first]]
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
 async def run_tasks(tasks: list[Task], options: EvalOptions) -> list[dict[str, Any]]:
@@ -204,6 +239,9 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         "agent_s": 0.0,
         "tokens_per_s": None,
         "tokens_per_s_over": "",
+        "broken_tool_calls": 0,
+        "broken_tool_call_reasons": [],
+        "turns_without_tool_call": 0,
         "wall_s": 0.0,
         "error": "",
         "source": task.source,
@@ -257,6 +295,9 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             tokens_out=counter.tokens_out,
             model_s=round(counter.model_s, 3),
             agent_s=float((report.agent.stats if report.agent else {}).get("elapsed_s", 0.0)),
+            broken_tool_calls=len(counter.broken),
+            broken_tool_call_reasons=counter.reasons(),
+            turns_without_tool_call=counter.no_call,
         )
         result.update(_speed(result))
         if report.verdict is None and int(report.exit_code) in TASK_BROKEN:
@@ -372,16 +413,27 @@ def markdown(summary: dict[str, Any]) -> str:
         "tokens/s: output tokens over the model calls' own time (gen), or over the agent's wall time "
         "(agent) where the calls took no measurable time; wall s is the whole task, grading included.",
         "",
-        "| task | verdict | exit | grade | agrees | steps | tokens in | tokens out | tokens/s | cost | wall s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "broken calls: tool calls that could not be used (unreadable, unknown tool, arguments the "
+        "schema rejects), listed below; no call: turns with no tool call at all.",
+        "",
+        "| task | verdict | exit | grade | agrees | steps | broken calls | no call | tokens in | tokens out "
+        "| tokens/s | cost | wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in summary["results"]:
         grade_text = "error" if r.get("error") else ("resolved" if r["resolved"] else "unresolved")
         lines.append(
             f"| {r['instance_id']} | {r['verdict'] or '-'} | {r['exit_code']} | {grade_text} | "
-            f"{'yes' if r['agree'] else '**no**'} | {r['steps']} | {r['tokens_in']} | {r['tokens_out']} | "
+            f"{'yes' if r['agree'] else '**no**'} | {r['steps']} | {r.get('broken_tool_calls', 0)} | "
+            f"{r.get('turns_without_tool_call', 0)} | {r['tokens_in']} | {r['tokens_out']} | "
             f"{_rate(r)} | {_money(r.get('cost'))} | {r['wall_s']:.1f} |"
         )
+    broken = [r for r in summary["results"] if r.get("broken_tool_calls")]
+    if broken:
+        lines += ["", "Broken tool calls (why each could not be used):", ""]
+        for r in broken:
+            reasons = "; ".join(_cell(reason) for reason in r.get("broken_tool_call_reasons", []))
+            lines.append(f"- {r['instance_id']} ({r['broken_tool_calls']}): {reasons}")
     if summary["disagreements"]:
         lines += ["", "Disagreements (a bug in the verdict or in the grade):", ""]
         by_id = {r["instance_id"]: r for r in summary["results"]}
@@ -393,6 +445,11 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Model-written text made safe for one Markdown line."""
+    return text.replace("|", "\\|").replace("`", "'")
 
 
 def _money(value: float | None) -> str:

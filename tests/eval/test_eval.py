@@ -126,6 +126,32 @@ def test_a_gaming_patch_is_unresolved_and_not_fixed(tmp_path: Path) -> None:
     assert "conftest.py" in predictions(tmp_path / "out")[0]["model_patch"]
 
 
+def test_broken_tool_calls_are_counted_and_named(tmp_path: Path) -> None:
+    """A replay as a weak model writes it: an unreadable call, a call to a tool that does not
+    exist, a turn with no call at all, then a good finish; each broken one is counted and its
+    reason kept, in report.json and the table, and the task still ends with a verdict."""
+    write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
+    replay = write_replay(
+        tmp_path / "weak.jsonl",
+        [
+            "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</tool_call>",  # never closed
+            _call("teleport", where="/workspace"),
+            "I think the bug is in calc.py.",
+            _call("finish", summary="I could not fix it."),
+        ],
+    )
+    assert run_eval(tmp_path / "tasks", tmp_path / "out", "--replay", str(replay)) == 0
+    summary = report(tmp_path / "out")
+    (result,) = summary["results"]
+    assert result["verdict"] == "not fixed" and summary["errors"] == []
+    assert result["broken_tool_calls"] == 2 and result["turns_without_tool_call"] == 1
+    reasons = result["broken_tool_call_reasons"]
+    assert len(reasons) == 2 and any("teleport" in reason for reason in reasons)
+    table = (tmp_path / "out" / "report.md").read_text()
+    assert "| calc-mean | not fixed | 1 | unresolved | yes | 4 | 2 | 1 |" in table
+    assert "- calc-mean (2): " in table and "teleport" in table
+
+
 def test_a_task_whose_set_up_fails_is_reported_the_others_go_on_and_a_second_run_resumes(
     tmp_path: Path,
 ) -> None:
