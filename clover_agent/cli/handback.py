@@ -28,6 +28,7 @@ from rich.text import Text
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
 from clover_agent.fix.console import write_plain
 from clover_agent.fix.handback import decision
+from clover_agent.fix.handback.snapshot import left_out_lines
 from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures, duration
 from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome
@@ -128,8 +129,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         notes = dict(report.patch_set.to_confirm) if report.patch_set is not None else {}
         changed = [f + (f" ({'; '.join(notes[f])})" if f in notes else "") for f in report.files_changed]
         lines.append(f"  changed     {shown_names(changed) or 'nothing'}")
-        for path, why in report.left_out.items():
-            lines.append(f"  left out    {shown_names([path])}: {terminal_safe(why, single_line=True)}")
+        lines.extend(f"  left out    {line}" for line in left_out_lines(report.left_out))
         if report.test_files_changed:
             lines.append(
                 f"  WARNING     test files changed: {shown_names(report.test_files_changed)} — review them"

@@ -45,6 +45,7 @@ from clover_agent.events import (
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.handback import evidence
 from clover_agent.fix.handback.patches import hidden_work
+from clover_agent.fix.handback.snapshot import left_out_lines
 from clover_agent.fix.handback.stock import SHADOW_DIR, HandBackError, PatchSet, Stock
 from clover_agent.fix.handback.verdict import Judgement, Verdict
 from clover_agent.fix.handback.verify import verify_patch
@@ -427,9 +428,9 @@ async def _verify(
             return Checked(failed, runs)
         judged = _judged_by_change(judged, shown, target_tests)
     if patch_set.left_out and judged.verdict.fixed:
-        left_out = (
-            f" ({len(patch_set.left_out)} change(s) left out of the patch: {', '.join(patch_set.left_out)})"
-        )
+        lines = left_out_lines(patch_set.left_out)
+        listed = "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "")
+        left_out = f" ({len(patch_set.left_out)} change(s) left out of the patch: {listed})"
         judged = dataclasses.replace(judged, message=judged.message + left_out)
     return Checked(judged, runs, shown)
 

@@ -21,6 +21,7 @@ from clover_agent.errors import ExitCode
 from clover_agent.events import TaskFinished
 from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
 from clover_agent.fix.handback.patches import apply_command
+from clover_agent.fix.handback.snapshot import left_out_lines
 from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome, write_summary
 from clover_agent.safe_text import shown_names, terminal_safe
@@ -42,8 +43,7 @@ def question(report: FixReport, repo: Path) -> str:
     for change in report.patch_set.changes:
         extra = f" ({shown_names(notes[change.path], '; ')})" if change.path in notes else ""
         lines.append(f"  {change.status:<12} {shown_names([change.path])}{extra}")
-    for path, why in report.left_out.items():
-        lines.append(f"  left out     {shown_names([path])}: {terminal_safe(why, single_line=True)}")
+    lines.extend(f"  left out     {line}" for line in left_out_lines(report.left_out))
     if report.verdict == Verdict.FIXED_UNVERIFIED:
         lines.append("The target passes, but the rest of the suite could not be checked.")
     if notes:

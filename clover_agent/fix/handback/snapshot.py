@@ -10,8 +10,10 @@ user's tree where it holds the same bytes and from the sandbox otherwise, in bou
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import posixpath
 import stat
 import subprocess
 from collections.abc import AsyncIterator
@@ -19,11 +21,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.fix.handback.hostgit import HostGitError, git, z_list
+from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.sandboxes.base import Sandbox, TreeEntry
 from clover_agent.sandboxes.session import READ_BATCH_BYTES
 
 #: Never part of a patch (caches tools write beside the code), unless the user tracks them.
 BUILTIN_EXCLUDES = b"__pycache__/\n*.py[co]\n.pytest_cache/\n.mypy_cache/\n.ruff_cache/\n"
+#: What test runs and their tools write beside the code (``fnmatch`` patterns on a name, with what
+#: it is): left out of a patch unless the user tracks it, and named (:attr:`Snapshot.left_out`), so a
+#: suite that writes coverage data on every run (``--cov`` in its pytest options, ``parallel =
+#: true``) does not hand back hundreds of binary files. Folders are not even entered.
+GENERATED_FILES = (
+    (".coverage", "coverage data"),
+    (".coverage.*", "coverage data"),
+    ("coverage.xml", "a coverage report"),
+    ("junit.xml", "a test report"),
+    ("junit-*.xml", "a test report"),
+)
+GENERATED_FOLDERS = (
+    ("htmlcov", "a coverage report"),
+    (".hypothesis", "Hypothesis's example database"),
+    (".tox", "tox's environments"),
+    (".nox", "nox's environments"),
+)
+#: How the reason of a generated file left out begins (:func:`generated_reason`).
+GENERATED_NOTE = "written by test runs, not part of the change"
+#: More files than this left out for one such reason are shown as one line.
+GROUP_AT = 3
 #: A ``.gitignore`` larger than this is not read (none real is).
 MAX_IGNORE_FILE_BYTES = 1024 * 1024
 
@@ -91,6 +115,34 @@ def tracked_files(repo: Path) -> set[str]:
     return {p[len(prefix) :] for p in paths if p.startswith(prefix)} if prefix else set(paths)
 
 
+def generated_reason(path: str, *, folder: bool) -> str | None:
+    """Why ``path`` (a folder when ``folder``) is left out as something test runs write
+    (:data:`GENERATED_FILES`, :data:`GENERATED_FOLDERS`), or None."""
+    name = posixpath.basename(path)
+    for pattern, what in GENERATED_FOLDERS if folder else GENERATED_FILES:
+        if fnmatch.fnmatchcase(name, pattern):
+            return f"{what}, {GENERATED_NOTE}"
+    return None
+
+
+def left_out_lines(left_out: dict[str, str]) -> list[str]:
+    """One terminal-safe line per left-out path, ``"path: why"``, except that more than
+    :data:`GROUP_AT` left out for the same reason of something test runs write become one
+    (``"425 files (.coverage.a, .coverage.b, ...): coverage data, written by ..."``); the full
+    list stays in ``summary.json``."""
+    groups: dict[str, list[str]] = {}
+    for path, why in left_out.items():
+        groups.setdefault(why, []).append(path)
+    lines = []
+    for why, paths in groups.items():
+        reason = terminal_safe(why, single_line=True)
+        if GENERATED_NOTE in why and len(paths) > GROUP_AT:
+            lines.append(f"{len(paths)} files ({shown_names(paths[:2])}, ...): {reason}")
+        else:
+            lines.extend(f"{shown_names([path])}: {reason}" for path in paths)
+    return lines
+
+
 def _under(path: str, folders: set[str]) -> bool:
     parts = path.split("/")
     return any("/".join(parts[:i]) in folders for i in range(1, len(parts)))
@@ -106,8 +158,9 @@ async def take_snapshot(sandbox: Sandbox, *, excludes: bytes, keep: set[str], sc
     workspace's folders and ``.gitignore`` files, plus the user's own ``info/exclude`` and global
     excludes and :data:`BUILTIN_EXCLUDES`. Paths in ``keep`` (tracked by the user, or in the
     starting state) always count. Ignored folders are not even entered (a whole virtual
-    environment costs one line). FIFOs, sockets, devices, nested repositories and unreadable
-    entries are never read: they are :attr:`Snapshot.left_out`, with why."""
+    environment costs one line). FIFOs, sockets, devices, nested repositories, unreadable
+    entries and what test runs write (:func:`generated_reason`; a folder of it not entered) are
+    never read: they are :attr:`Snapshot.left_out`, with why."""
     skeleton = scratch / "skeleton"
     skeleton.mkdir(parents=True)
     git(skeleton, "init", "-q", "--template=")
@@ -123,14 +176,21 @@ async def take_snapshot(sandbox: Sandbox, *, excludes: bytes, keep: set[str], sc
             (skeleton / path).write_bytes(data)
     ignored_folders = set(_check_ignore(skeleton, folders))
     kept_parents = {"/".join(p.split("/")[:i]) for p in keep for i in range(1, p.count("/") + 1)}
-    prune = {f for f in ignored_folders if f not in kept_parents}
+    generated = {f: why for f in folders if (why := generated_reason(f, folder=True)) is not None}
+    generated = {f: why for f, why in generated.items() if f not in kept_parents and f not in ignored_folders}
+    prune = {f for f in ignored_folders if f not in kept_parents} | set(generated)
     prune = {f for f in prune if not _under(f, prune)}  # the topmost ones
     listed = await sandbox.tree(prune=sorted(prune), hashes=True)
     candidates = [e for e in listed if e.kind != "dir" and not _under(e.path, prune)]
     ignored = set(_check_ignore(skeleton, [e.path for e in candidates if e.path not in keep]))
     snapshot = Snapshot({})
+    snapshot.left_out.update({f: why for f, why in generated.items() if f in prune})
     for entry in candidates:
         if entry.path in ignored:
+            continue
+        why = None if entry.path in keep else generated_reason(entry.path, folder=False)
+        if why is not None:
+            snapshot.left_out[entry.path] = why
             continue
         if entry.kind in ("file", "link"):
             snapshot.entries[entry.path] = entry

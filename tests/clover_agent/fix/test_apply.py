@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.fix.handback import decision
 from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
 from clover_agent.fix.handback.decision import YES, hand_back
+from clover_agent.fix.handback.snapshot import left_out_lines
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.git_repos import git, make_repo
 
@@ -238,3 +240,58 @@ async def test_a_latin1_file_round_trips_byte_exactly(tmp_path: Path) -> None:
     fresh = make_repo(tmp_path / "fresh", {"legacy.py": original, "crlf.txt": b"one\r\ntwo\r\n"})
     git(fresh, "apply", str(report.patch_path))
     assert (fresh / "legacy.py").read_bytes() == (repo / "legacy.py").read_bytes()
+
+
+#: What a suite run with coverage in parallel mode, Hypothesis and an HTML report leaves behind,
+#: beside the agent's fix; and a ``.coveragerc`` the agent writes on purpose.
+TEST_RUN_DEBRIS = (
+    "echo 'A = 2' > a.py && printf '[run]\\nparallel = true\\n' > .coveragerc && "
+    "for i in $(seq 1 40); do head -c 3000 /dev/urandom > .coverage.host.$i.X$i; done && "
+    "head -c 3000 /dev/urandom > .coverage && head -c 3000 /dev/urandom > sub/.coverage && "
+    "echo '<coverage/>' > coverage.xml && mkdir -p .hypothesis/examples/ab htmlcov && "
+    "head -c 300 /dev/urandom > .hypothesis/examples/ab/cd && echo '<html/>' > htmlcov/index.html && "
+    "echo 'changed' > tracked.coverage.dat && echo theirs > .coverage.tracked"
+)
+
+
+async def test_what_test_runs_write_is_left_out_of_the_patch_and_named(tmp_path: Path) -> None:
+    """Before: a suite writing coverage data on each run (no .gitignore in an sdist) handed back
+    every `.coverage.*` file as a binary change, so `--yes` applied nothing."""
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "a.py": "A = 1\n",
+            "sub/b.py": "B = 1\n",
+            "tracked.coverage.dat": "x\n",
+            ".coverage.tracked": "mine\n",
+        },
+    )
+    report = await stocked_report(repo, tmp_path / "run", TEST_RUN_DEBRIS)
+    patch = report.patch_set
+    # the fix, the file written on purpose, and the files the user tracks: in the patch as before
+    assert patch.files == [".coverage.tracked", ".coveragerc", "a.py", "tracked.coverage.dat"]
+    left = report.left_out
+    coverage = [
+        p for p, why in left.items() if why == "coverage data, written by test runs, not part of the change"
+    ]
+    assert len(coverage) == 42 and "sub/.coverage" in coverage and ".coverage" in coverage
+    assert left["coverage.xml"].startswith("a coverage report, written by test runs")
+    assert left["htmlcov"].startswith("a coverage report, written by test runs")
+    assert left[".hypothesis"].startswith("Hypothesis's example database, written by test runs")
+    assert len(left) == 45
+    lines = left_out_lines(left)
+    assert (
+        len(lines) == 4
+        and lines[0].startswith("42 files (")
+        and ", ...): coverage data, written by" in lines[0]
+    )
+    question = decision.question(report, repo)
+    assert question.count("left out") == 4 and "42 files" in question
+    # text edits only: --yes applies the patch
+    assert patch.to_confirm == []
+    outcome = hand_back(report, repo, mode=YES, say=lambda _: None)
+    assert outcome.exit_code == 0 and outcome.hand_back == "applied", outcome.message
+    assert (repo / ".coverage.tracked").read_text() == "theirs\n"
+    assert (repo / "a.py").read_text() == "A = 2\n" and (repo / ".coveragerc").exists()
+    assert not (repo / ".coverage").exists() and not (repo / "htmlcov").exists()
+    assert not list(repo.glob(".coverage.host.*")) and not (repo / ".hypothesis").exists()
