@@ -273,3 +273,16 @@ async def test_tox_deps_of_the_plain_environment_set_a_real_project_up(tmp_path:
     found = " | ".join(messages)
     assert "tox.ini's [testenv] deps (the plain environment: lines for unidecode, anyascii left out)" in found
     assert "dev.requirements.txt" not in found
+
+
+async def test_a_c_extension_that_cannot_be_compiled_is_said_in_words(tmp_path: Path) -> None:
+    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler."""
+    repo = fetch_sdist("mmh3", "4.1.0", tmp_path / "src")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo)).start()
+    message = caught.value.message
+    assert "the environment set-up failed at step 1 of" in message
+    assert "A C extension had to be built from source and could not be" in message, message
+    assert "--image IMG" in message and "python3-dev" in message
+    assert "Fix the project's dependency files" not in message
+    assert own_leftovers() == []
