@@ -270,7 +270,7 @@ class _Findings:
             version, source = match[1], f"the last tag, {tag}"
         elif pkg_info and (found := _header(pkg_info, "Version")) and _VERSION.match(found):
             version, source = found, "PKG-INFO"
-        if not isinstance(name, str) or not name or version is None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name) or version is None:
             self.lines.append(
                 "a version from git tags, but no tag and no PKG-INFO to take it from: the build tool "
                 "will say 0.1.devN (set SETUPTOOLS_SCM_PRETEND_VERSION in .clover/config.toml's setup "
