@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import re
 import tarfile
 import time
 from collections.abc import Callable
@@ -173,6 +174,14 @@ def _advice(recipe: EnvironmentRecipe, output: str) -> str:
             "settings on this machine, or install offline from a wheel folder made with `pip download "
             '-d DIR ...`: `wheels = "DIR"` in .clover/config.toml\'s [sandbox] table, or --wheels DIR.'
         )
+    if _needs_a_compiler(lowered):
+        return (
+            "A C extension had to be built from source and could not be: the sandbox image has no C "
+            "compiler (gcc) and no Python headers (python3-dev), so only packages with a wheel for "
+            "this Python install. Start from an image that has them (`--image IMG`, or `image` in "
+            ".clover/config.toml's [sandbox] table: the sandbox image with gcc, libc6-dev and "
+            "python3-dev added), or pin a version of the package that has a wheel for this Python."
+        )
     if "no matching distribution" in lowered or "could not find a version" in lowered:
         where = "in the wheel folder" if recipe.offline else "on the package index"
         return (
@@ -184,6 +193,30 @@ def _advice(recipe: EnvironmentRecipe, output: str) -> str:
         "Fix the project's dependency files, or choose the set-up in .clover/config.toml's [sandbox] "
         'table (extras, dependency_groups, requirements, packages, setup, or environment = "none").'
     )
+
+
+#: What pip and the build back ends print when a C/C++ extension cannot be compiled here.
+_NO_COMPILER = (
+    "command 'gcc' failed",
+    "command 'cc' failed",
+    "command 'x86_64-linux-gnu-gcc' failed",
+    "unable to execute 'gcc'",
+    "unable to execute 'cc'",
+    "gcc: not found",
+    "cc: not found",
+    "python.h: no such file or directory",
+    "unknown compiler(s)",
+    "could not find a c compiler",
+    "no cmake_c_compiler could be found",
+    "error: linker `cc` not found",
+)
+
+
+_NO_COMPILER_PROGRAM = re.compile(r"no such file or directory: '(?:[\w.-]+-)?(?:gcc|cc|g\+\+|c\+\+|clang)'")
+
+
+def _needs_a_compiler(lowered: str) -> bool:
+    return any(s in lowered for s in _NO_COMPILER) or _NO_COMPILER_PROGRAM.search(lowered) is not None
 
 
 def commit_changes(recipe_repo: str, base_image_id: str) -> list[str]:

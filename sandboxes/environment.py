@@ -134,6 +134,9 @@ class EnvironmentRecipe:
     wheel_files: tuple[tuple[str, int], ...] = ()
     network: bool = True  # the set-up container's network (the sandbox itself never gets it)
     timeout: float = 1800.0  # seconds, per step
+    #: Variables of every set-up step from the project's files (a setuptools-scm pretend version),
+    #: part of the cache key.
+    variables: tuple[tuple[str, str], ...] = ()
 
     @property
     def offline(self) -> bool:
@@ -141,8 +144,9 @@ class EnvironmentRecipe:
 
     def cache_key(self, base_image_id: str) -> str:
         """A hex digest of everything the environment depends on: the image it is made from, the
-        steps, the dependency files, the wheel folder's files and the package index."""
-        material = {
+        steps, the dependency files, the wheel folder's files, the package index and the set-up's
+        variables."""
+        material: dict[str, object] = {
             "version": RECIPE_VERSION,
             "base": base_image_id,
             "steps": [step.command for step in self.steps],
@@ -151,6 +155,8 @@ class EnvironmentRecipe:
             "index": None if self.offline else self.index.key_material(),
             "network": self.network,
         }
+        if self.variables:  # only then, so the keys of earlier environments stay as they were
+            material["variables"] = sorted(self.variables)
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
     def setup_env(self) -> dict[str, str]:
@@ -158,6 +164,7 @@ class EnvironmentRecipe:
         by the generated ``pip.conf`` (:meth:`PackageIndex.pip_conf`), the CA bundle for whatever
         else fetches over TLS, and the host's proxy variables."""
         env = {
+            **dict(self.variables),
             **SANDBOX_ENVIRONMENT,
             "PIP_CONFIG_FILE": f"{SETUP_DIR}/pip.conf",
             "PIP_NO_CACHE_DIR": "1",  # a cache in the container's tmpfs would only cost memory

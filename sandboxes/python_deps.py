@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +27,14 @@ TEST_NAMES = ("test", "tests", "testing")
 DEV_NAMES = ("dev", "develop", "development")
 _REQUIREMENTS = re.compile(
     r"^(?:(?:requirements|reqs)(?:[-_.](?:test|tests|testing|dev|develop|ci))?"
-    r"|(?:test|tests|dev)[-_]requirements)\.txt$"
+    r"|(?:test|tests|testing|dev|develop|ci)[-_.]requirements|(?:test|tests|testing)"
+    r"|tests?/requirements)\.txt$"
 )
-_REQUIREMENTS_DIR = re.compile(r"^requirements/(?:test|tests|testing|dev|develop|ci)[^/]*\.txt$")
+_REQUIREMENTS_DIR = re.compile(r"^(?:requirements|reqs)/(?:test|tests|testing|dev|develop|ci)[^/]*\.txt$")
+#: Build tools that take the version from git tags (setuptools-scm; hatch-vcs uses it too).
+_SCM_TOOLS = ("setuptools-scm", "hatch-vcs", "setuptools-git-versioning")
+#: A version setuptools-scm can be told to pretend (what a tag or PKG-INFO says, checked).
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*(?:[-_.+]?[A-Za-z0-9]+)*)$")
 #: pytest options and ini keys that need a plugin, and the plugin.
 _PLUGIN_OPTIONS = (
     ("--cov", "pytest-cov"),
@@ -112,6 +118,8 @@ class _Findings:
         self.extras: list[str] = []
         self.requirements: list[str] = []  # requirement strings
         self.requirement_files: list[str] = []
+        self.constraint_files: list[str] = []
+        self.variables: dict[str, str] = {}
         self.pytest_ini: list[tuple[str, dict[str, str]]] = []  # (file, ini options)
         self.is_python = False
 
@@ -162,6 +170,7 @@ class _Findings:
         if options.install_project is not None:
             self.installable = options.install_project and self.installable
 
+        self._scm_version(pyproject, project, setup_cfg)
         declared = _extras_of(project, setup_cfg)
         self.dynamic_extras = self.installable and (
             "optional-dependencies" in project.get("dynamic", [])
@@ -171,15 +180,11 @@ class _Findings:
             self.extras, self.dynamic_extras = list(options.extras), False
         else:
             self.extras = _pick(declared)
-        if self.extras and self.installable:
-            self.lines.append(f"its extras {', '.join(self.extras)}")
 
         groups = pyproject.get("dependency-groups", {})
         chosen_groups = list(options.groups) if options.groups is not None else _pick(list(groups))
         for name in chosen_groups:
             self.requirements += _group_requirements(groups, name, self.root / "pyproject.toml")
-        if chosen_groups:
-            self.lines.append(f"its dependency groups {', '.join(chosen_groups)}")
 
         if options.requirements is not None:
             self.requirement_files = list(options.requirements)
@@ -190,26 +195,31 @@ class _Findings:
                     f"in {self.root} (or are ignored by git)"
                 )
         else:
-            self.requirement_files = sorted(
-                f for f in self.files if _REQUIREMENTS.match(f) or _REQUIREMENTS_DIR.match(f)
+            self.requirement_files = _choose_requirement_files(
+                sorted(f for f in self.files if _REQUIREMENTS.match(f) or _REQUIREMENTS_DIR.match(f))
             )
-        for rel in self.requirement_files:
-            self._hash_with_includes(rel, set())
-        if self.requirement_files:
-            self.lines.append(f"its requirement files {', '.join(self.requirement_files)}")
 
+        # What names the test dependencies, else what the project's test runner installs.
         names_tests = bool(
-            self.extras or chosen_groups or any(re.search(r"test|dev|ci", f) for f in self.requirement_files)
+            any(_normalize(n) in TEST_NAMES for n in [*self.extras, *chosen_groups])
+            or any(_kind(f) == "test" for f in self.requirement_files)
         )
-        if not names_tests and options.extras is None:
+        if not names_tests and options.extras is None and options.requirements is None:
             tests_require = _lines(setup_cfg.get("options", "tests_require", fallback=""))
-            tox_deps = [d for d in _lines(tox.get("testenv", "deps", fallback="")) if "{" not in d]
+            testenv = None if tests_require else self._tox_testenv(tox, setup_cfg, pyproject)
             if tests_require:
                 self.requirements += tests_require
                 self.lines.append("setup.cfg's tests_require")
-            elif tox_deps:
-                self.requirements += tox_deps
-                self.lines.append("tox.ini's [testenv] deps")
+            elif testenv is not None:
+                self._use_tox(testenv, declared)
+        if self.extras and self.installable:
+            self.lines.insert(0, f"its extras {', '.join(self.extras)}")
+        if chosen_groups:
+            self.lines.append(f"its dependency groups {', '.join(chosen_groups)}")
+        for rel in [*self.requirement_files, *self.constraint_files]:
+            self._hash_with_includes(rel, set())
+        if self.requirement_files:
+            self.lines.append(f"its requirement files {', '.join(self.requirement_files)}")
 
         tool = pyproject.get("tool", {})
         pytest_table = tool.get("pytest", {}) if isinstance(tool, dict) else {}
@@ -221,6 +231,124 @@ class _Findings:
             if parser.has_section(section):
                 self.pytest_ini.append((rel, dict(parser.items(section))))
         self.requirements += options.packages
+
+    def _scm_version(self, pyproject: dict, project: dict, setup_cfg: configparser.ConfigParser) -> None:
+        """A project whose version comes from git tags (setuptools-scm, hatch-vcs) is told its
+        version when the repository cannot say it (no tag: a fresh clone, a fork, an sdist made a
+        repository, where the tool says 0.1.devN): the last tag's, else PKG-INFO's."""
+        if not self.installable or (project and "version" not in project.get("dynamic", [])):
+            return
+        build = pyproject.get("build-system", {})
+        requires = build.get("requires", []) if isinstance(build, dict) else []
+        tool = pyproject.get("tool", {}) if isinstance(pyproject.get("tool"), dict) else {}
+        hatch_version = (
+            tool.get("hatch", {}).get("version", {}) if isinstance(tool.get("hatch"), dict) else {}
+        )
+        setup_text = " ".join(
+            t for t in (self._text("setup.py"), setup_cfg.get("options", "setup_requires", fallback="")) if t
+        )
+        uses_scm = (
+            any(
+                _normalize(re.split(r"[^\w.-]", r, maxsplit=1)[0]) in _SCM_TOOLS
+                for r in requires
+                if isinstance(r, str)
+            )
+            or "setuptools_scm" in tool
+            or (isinstance(hatch_version, dict) and hatch_version.get("source") == "vcs")
+            or "use_scm_version" in setup_text
+            or "setuptools_scm" in setup_text
+        )
+        if not uses_scm:
+            return
+        pkg_info = self._text("PKG-INFO")
+        name = project.get("name") or setup_cfg.get("metadata", "name", fallback=None)
+        if not name and pkg_info:
+            name = _header(pkg_info, "Name")
+        tag = _last_tag(self.root)
+        version, source = None, ""
+        if tag and (match := _VERSION.match(tag)):
+            version, source = match[1], f"the last tag, {tag}"
+        elif pkg_info and (found := _header(pkg_info, "Version")) and _VERSION.match(found):
+            version, source = found, "PKG-INFO"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name) or version is None:
+            self.lines.append(
+                "a version from git tags, but no tag and no PKG-INFO to take it from: the build tool "
+                "will say 0.1.devN (set SETUPTOOLS_SCM_PRETEND_VERSION in .clover/config.toml's setup "
+                "commands, or tag the commit)"
+            )
+            return
+        variable = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_" + _normalize(name).replace("-", "_").upper()
+        self.variables[variable] = version
+        self.lines.append(f"its version {version}, from {source} ({variable})")
+
+    def _tox_testenv(
+        self, tox: configparser.ConfigParser, setup_cfg: configparser.ConfigParser, pyproject: dict
+    ) -> _ToxEnv | None:
+        """tox's base test environment (``[testenv]``) from tox.ini, setup.cfg or pyproject.toml."""
+        if tox.has_section("testenv"):
+            return _ToxEnv.of_ini("tox.ini's [testenv]", tox)
+        if setup_cfg.has_section("tox:tox") and setup_cfg.has_section("testenv"):
+            return _ToxEnv.of_ini("setup.cfg's [testenv]", setup_cfg)
+        table = pyproject.get("tool", {}).get("tox") if isinstance(pyproject.get("tool"), dict) else None
+        if not isinstance(table, dict):
+            return None
+        if isinstance(table.get("legacy_tox_ini"), str):
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            try:
+                parser.read_string(table["legacy_tox_ini"])
+            except configparser.Error:
+                return None
+            return (
+                _ToxEnv.of_ini("pyproject.toml's legacy_tox_ini", parser)
+                if parser.has_section("testenv")
+                else None
+            )
+        base = table.get("env_run_base")
+        if not isinstance(base, dict):
+            return None
+        deps = [d for d in base.get("deps", []) if isinstance(d, str)]
+        extras = [e for e in base.get("extras", []) if isinstance(e, str)]
+        return _ToxEnv("pyproject.toml's [tool.tox.env_run_base]", deps, extras if "extras" in base else None)
+
+    def _use_tox(self, env: _ToxEnv, declared: list[str]) -> None:
+        """Install what tox's plain test environment installs: its deps (those of no factor, as in
+        ``tox -e py``), its requirement and constraint files, and its extras."""
+        left_out: list[str] = []
+        for line in env.deps:
+            line = line.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
+            condition = re.match(r"^([\w{}.!,-]+):\s+(.+)$", line)
+            if condition:
+                if not _holds_without_factors(condition[1]):
+                    left_out.append(condition[1])
+                    continue
+                line = condition[2].strip()
+            if "{" in line:
+                continue  # another substitution: nothing to install that can be known here
+            option = re.match(r"^(-r|-c|--requirement|--constraint)\s*=?\s*(\S+)$", line)
+            if option:
+                rel = os.path.normpath(option[2]).replace(os.sep, "/")
+                target = (
+                    self.requirement_files if option[1] in ("-r", "--requirement") else self.constraint_files
+                )
+                if rel in self.files and rel not in target:
+                    target.append(rel)
+                continue
+            if line.startswith("-"):
+                continue  # -e . (the project is installed anyway), pip options
+            self.requirements.append(line)
+        # the dev requirement files are what a developer installs; tox is what the tests run with
+        self.requirement_files = [
+            f for f in self.requirement_files if _kind(f) != "dev" or f in env.deps_files(self.files)
+        ]
+        if env.extras is not None:
+            self.extras = [e for e in env.extras if e in declared or self.dynamic_extras]
+            self.dynamic_extras = False
+        note = (
+            f" (the plain environment: lines for {', '.join(dict.fromkeys(left_out))} left out)"
+            if left_out
+            else ""
+        )
+        self.lines.append(f"{env.where} deps{note}")
 
     def _hash_with_includes(self, rel: str, seen: set[str]) -> None:
         """Hash ``rel`` and the files it names with ``-r`` / ``-c`` (pip reads them too)."""
@@ -273,6 +401,8 @@ class _Findings:
             self.lines.insert(0, "the project, installed editable")
         for rel in self.requirement_files:
             args += ["-r", rel]
+        for rel in self.constraint_files:
+            args += ["-c", rel]
         what += self.requirement_files
         extra = list(dict.fromkeys([*self.requirements, *plugins, "pytest"]))
         args += extra
@@ -305,6 +435,7 @@ class _Findings:
             wheel_files=wheel_files,
             network=options.network,
             timeout=options.timeout,
+            variables=tuple(sorted(self.variables.items())),
         )
 
 
@@ -326,6 +457,79 @@ def _extras_of(project: dict, setup_cfg: configparser.ConfigParser) -> list[str]
     if setup_cfg.has_section("options.extras_require"):
         names += [n for n in setup_cfg.options("options.extras_require") if n not in names]
     return names
+
+
+@dataclass(frozen=True)
+class _ToxEnv:
+    where: str  # the file (and table) it was read from
+    deps: list[str]
+    extras: list[str] | None  # None: not set
+
+    @staticmethod
+    def of_ini(where: str, parser: configparser.ConfigParser) -> _ToxEnv:
+        extras = parser.get("testenv", "extras", fallback=None)
+        return _ToxEnv(
+            where,
+            _lines(parser.get("testenv", "deps", fallback="")),
+            None if extras is None else [e.strip() for e in re.split(r"[\s,]+", extras) if e.strip()],
+        )
+
+    def deps_files(self, files: set[str]) -> set[str]:
+        return {f for f in files if any(f in d for d in self.deps)}
+
+
+def _holds_without_factors(condition: str) -> bool:
+    """Whether a tox factor condition (``a,b`` either, ``a-b`` both, ``!a`` not) holds for the
+    environment of no factors; generative ``{...}`` conditions name factors, so they do not."""
+    if "{" in condition:
+        return False
+    return any(
+        all(factor.startswith("!") for factor in alternative.split("-") if factor)
+        for alternative in condition.split(",")
+        if alternative
+    )
+
+
+def _kind(rel: str) -> str:
+    """A requirement file's kind: ``test``, ``dev`` (dev, develop, ci) or ``base``."""
+    name = rel.rsplit("/", 1)[-1] if not rel.startswith("test") else rel
+    if re.search(r"test", name):
+        return "test"
+    return "dev" if re.search(r"dev|ci", name) else "base"
+
+
+def _choose_requirement_files(found: list[str]) -> list[str]:
+    """The base requirement files and the test ones, else the dev ones (a dev file often pins
+    the project itself or its whole tool chain)."""
+    test = [f for f in found if _kind(f) == "test"]
+    return [f for f in found if _kind(f) == "base"] + (test or [f for f in found if _kind(f) == "dev"])
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _header(pkg_info: str, name: str) -> str | None:
+    """A header of a PKG-INFO file (the headers end at the first empty line)."""
+    for line in pkg_info.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+def _last_tag(root: Path) -> str | None:
+    """The nearest tag reachable from HEAD (the host's git, the repository's fsmonitor not run)."""
+    try:
+        out = subprocess.run(
+            ["git", "-c", "core.fsmonitor=false", "-C", str(root), "describe", "--tags", "--abbrev=0"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _pick(names: list[str]) -> list[str]:

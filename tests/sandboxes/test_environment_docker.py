@@ -29,7 +29,8 @@ from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, host_package_index
 from clover_agent.tools.run_tests import run_tests_in
-from tests.git_repos import make_repo
+from tests.git_repos import git, make_repo
+from tests.real_projects import fetch_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow]
 
@@ -225,3 +226,63 @@ async def test_offline_set_up_from_a_wheel_folder_made_with_pip_download(tmp_pat
         wheels=str(wheels), network=False, packages=("six",))))  # fmt: skip
     with pytest.raises(SandboxSetupError, match="not available in the wheel folder"):
         await create_sandbox("docker", missing).start()
+
+
+# --- real projects' files, as released (pinned sdists made git repositories) ------------------
+
+
+async def suite(spec: SandboxSpec, command: str = "python -m pytest -q -p no:cacheprovider") -> str:
+    """Set the environment up, run the project's suite in it, and return the output (exit 0 checked)."""
+    async with create_sandbox("docker", spec) as sb:
+        result = await sb.exec(command, timeout=600)
+        assert result.exit_code == 0 and " passed" in result.output, result.output[-4000:]
+        return result.output
+
+
+async def test_a_setuptools_scm_sdist_made_a_repository_installs_as_its_released_version(
+    tmp_path: Path,
+) -> None:
+    """pluggy 1.5.0 (setuptools-scm): with no tag the tool would say 0.1.dev1, which pytest's
+    ``pluggy>=1.5`` cannot take; the version comes from PKG-INFO and is part of the cache key."""
+    repo = fetch_sdist("pluggy", "1.5.0", tmp_path / "src")
+    messages: list[str] = []
+    spec = spec_for(repo, messages)
+    assert spec.environment is not None
+    assert spec.environment.variables == (("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.0"),)
+    async with create_sandbox("docker", spec) as sb:
+        version = await sb.exec("python -c 'import pluggy; print(pluggy.__version__)'")
+        assert version.output.strip() == "1.5.0", version.output
+        result = await sb.exec("python -m pytest -q -p no:cacheprovider testing", timeout=600)
+        assert result.exit_code == 0 and " passed" in result.output, result.output[-4000:]
+    assert any("its version 1.5.0, from PKG-INFO" in m for m in messages), messages
+    # a tag made since gives the version (and another environment)
+    git(repo, "tag", "v1.5.1")
+    tagged = spec_for(repo)
+    assert tagged.environment is not None
+    assert tagged.environment.variables == (("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.1"),)
+    assert tagged.environment.cache_key("base") != spec.environment.cache_key("base")
+
+
+async def test_tox_deps_of_the_plain_environment_set_a_real_project_up(tmp_path: Path) -> None:
+    """python-slugify 9.2.0: its tests need tox's ``[testenv] deps``, whose ``unidecode: ...``
+    lines belong to the environments with that factor; its dev.requirements.txt is not used."""
+    repo = fetch_sdist("python-slugify", "9.2.0", tmp_path / "src")
+    messages: list[str] = []
+    output = await suite(spec_for(repo, messages))
+    assert "failed" not in output and "error" not in output.lower(), output[-3000:]
+    found = " | ".join(messages)
+    assert "tox.ini's [testenv] deps (the plain environment: lines for unidecode, anyascii left out)" in found
+    assert "dev.requirements.txt" not in found
+
+
+async def test_a_c_extension_that_cannot_be_compiled_is_said_in_words(tmp_path: Path) -> None:
+    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler."""
+    repo = fetch_sdist("mmh3", "4.1.0", tmp_path / "src")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo)).start()
+    message = caught.value.message
+    assert "the environment set-up failed at step 1 of" in message
+    assert "A C extension had to be built from source and could not be" in message, message
+    assert "--image IMG" in message and "python3-dev" in message
+    assert "Fix the project's dependency files" not in message
+    assert own_leftovers() == []

@@ -228,3 +228,110 @@ def test_cache_key_follows_dependency_files_base_image_and_index_not_other_files
     (repo / "pyproject.toml").write_text('[project]\nname = "d"\nversion = "2"\n')
     assert discover(repo, EnvironmentOptions()).cache_key("sha256:a") != key
     git(repo, "status")  # the repository is intact
+
+
+def test_tox_deps_of_the_plain_environment_factor_lines_left_out(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "d"\nversion = "1"\n'
+            '[project.optional-dependencies]\nfast = ["x"]\nextra2 = ["y"]\n',
+            "tox.ini": "[tox]\nenv_list = py{311,312}-{fast,slow}\n[testenv]\nextras = fast\ndeps =\n"
+            "    coverage[toml]>=7\n    fast: Unidecode>=1.1\n    slow,py312-fast: anyascii\n"
+            "    !fast: nose-free\n    -r{toxinidir}/requirements/base-tox.txt\n    -e .\n"
+            "    py{311,312}: pinned\n    git+https://example.invalid/x.git\n",
+            "requirements/base-tox.txt": "mock\n",
+            "dev.requirements.txt": "tox\nmypy\n",
+        },
+    )
+    recipe = discover(repo, EnvironmentOptions())
+    assert pip_args(recipe) == [
+        "-e", ".[fast]", "-r", "requirements/base-tox.txt", "coverage[toml]>=7", "nose-free",
+        "git+https://example.invalid/x.git", "pytest",
+    ]  # fmt: skip
+    assert "its extras fast" in recipe.found
+    assert (
+        "tox.ini's [testenv] deps (the plain environment: lines for fast, slow,py312-fast, py{311,312} left out)"
+        in recipe.found
+    )
+    assert "requirements/base-tox.txt" in dict(recipe.key_files)
+
+
+def test_tox_in_setup_cfg_and_pyproject(tmp_path: Path) -> None:
+    cfg = make_repo(
+        tmp_path / "cfg",
+        {"setup.cfg": "[tox:tox]\nenvlist = py\n[testenv]\ndeps =\n    six\n    py: ignored\n", "t.py": ""},
+    )
+    assert pip_args(discover(cfg, EnvironmentOptions())) == ["six", "pytest"]
+    native = make_repo(
+        tmp_path / "native",
+        {"pyproject.toml": '[tool.tox.env_run_base]\ndeps = ["attrs", "cov: coverage"]\n', "t.py": ""},
+    )
+    assert pip_args(discover(native, EnvironmentOptions())) == ["attrs", "pytest"]
+    legacy = make_repo(
+        tmp_path / "legacy",
+        {
+            "pyproject.toml": '[tool.tox]\nlegacy_tox_ini = """\n[testenv]\ndeps = hypothesis\n"""\n',
+            "t.py": "",
+        },
+    )
+    assert pip_args(discover(legacy, EnvironmentOptions())) == ["hypothesis", "pytest"]
+
+
+def test_test_requirement_files_win_over_dev_ones(tmp_path: Path) -> None:
+    files = {
+        "setup.py": "from setuptools import setup\nsetup(name='d')\n",
+        "requirements.txt": "six\n",
+        "requirements/dev.txt": "-e .\nd==1.0\n",  # the project itself, pinned
+        "tests.txt": "mock\n",
+        "tests/requirements.txt": "attrs\n",
+    }
+    repo = make_repo(tmp_path / "r", files)
+    assert pip_args(discover(repo, EnvironmentOptions()))[:8] == [
+        "-e", ".", "-r", "requirements.txt", "-r", "tests.txt", "-r", "tests/requirements.txt",
+    ]  # fmt: skip
+    del files["tests.txt"], files["tests/requirements.txt"]
+    dev_only = make_repo(tmp_path / "dev", files)
+    assert "requirements/dev.txt" in pip_args(discover(dev_only, EnvironmentOptions()))
+
+
+SCM_PYPROJECT = (
+    '[build-system]\nrequires = ["setuptools>=64", "setuptools-scm>=8"]\n'
+    'build-backend = "setuptools.build_meta"\n[project]\nname = "Demo.Scm"\ndynamic = ["version"]\n'
+)
+
+
+def test_a_setuptools_scm_version_from_the_last_tag_else_pkg_info_and_in_the_key(tmp_path: Path) -> None:
+    variable = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_DEMO_SCM"
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": SCM_PYPROJECT,
+            "PKG-INFO": "Metadata-Version: 2.1\nName: Demo.Scm\nVersion: 2.0.1\n\nv9\n",
+        },
+    )
+    from_pkg_info = discover(repo, EnvironmentOptions())
+    assert from_pkg_info.variables == ((variable, "2.0.1"),)
+    assert from_pkg_info.setup_env()[variable] == "2.0.1"
+    assert f"its version 2.0.1, from PKG-INFO ({variable})" in from_pkg_info.found
+    git(repo, "tag", "v2.1.0")
+    from_tag = discover(repo, EnvironmentOptions())
+    assert from_tag.variables == ((variable, "2.1.0"),)
+    assert f"its version 2.1.0, from the last tag, v2.1.0 ({variable})" in from_tag.found
+    assert from_tag.cache_key("sha256:a") != from_pkg_info.cache_key("sha256:a")
+    # hatch-vcs, with neither: said, nothing pretended
+    hatch = make_repo(
+        tmp_path / "hatch",
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["hatchling", "hatch-vcs"]\n'
+            'build-backend = "hatchling.build"\n[project]\nname = "h"\ndynamic = ["version"]\n'
+            '[tool.hatch.version]\nsource = "vcs"\n'
+        },
+    )
+    unknown = discover(hatch, EnvironmentOptions())
+    assert unknown.variables == ()
+    assert any("no tag and no PKG-INFO" in line for line in unknown.found)
+    # a static version, or no scm tool: nothing to pretend, and the key is as before
+    static = make_repo(tmp_path / "static", {"pyproject.toml": '[project]\nname = "s"\nversion = "1"\n'})
+    git(static, "tag", "v3")
+    assert discover(static, EnvironmentOptions()).variables == ()
