@@ -97,10 +97,10 @@ def test_an_agent_that_makes_the_target_assert_nothing_is_flagged(how: str, tmp_
 
 def test_a_suite_that_times_out_leaves_the_fix_unverified(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
-    # Each test within the per-test limit (a fifth of the suite's: 1.2 s), all of them past 6 s.
-    slow = "".join(f"\n\ndef test_slow_{n}():\n    time.sleep(1)\n" for n in range(12))
-    add_files(repo, {"tests/test_slow.py": "import time\n" + slow})
-    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--suite-timeout", "6")
+    add_files(repo, {"tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(120)\n"})
+    # --test-timeout 60: the test may take longer than the suite (else it would fail alone at 1.2 s).
+    options = ("--suite-timeout", "6", "--test-timeout", "60")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], *options)
     assert code == ExitCode.SUITE_UNVERIFIED and summary["verdict"] == "fixed, suite unverified", out + err
     assert "the rest of the suite is unverified: the suite timed out before the change" in out + err
     assert "FIXED, SUITE UNVERIFIED (exit 8)" in out
