@@ -374,3 +374,18 @@ async def test_a_hanging_test_fails_alone_and_the_rest_runs(tmp_path: Path, guar
         assert "time.sleep(600)" in next(f.traceback for f in report.failures if f.test_id.endswith("hangs"))
     finally:
         await sb.close()
+
+
+async def test_a_test_that_changes_folder_still_imports_from_the_workspace(tmp_path: Path) -> None:
+    """As under ``python -m pytest``, the workspace is on ``sys.path`` by its absolute path."""
+    chdir_test = (
+        "def test_imports_after_chdir(tmp_path, monkeypatch):\n"
+        "    monkeypatch.chdir(tmp_path)\n    import helper_mod\n\n    assert helper_mod.X == 1\n"
+    )
+    project = make_repo(tmp_path / "chdir", {"helper_mod.py": "X = 1\n", "tests/test_chdir.py": chdir_test})
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb)
+        assert report.outcomes == {"tests/test_chdir.py::test_imports_after_chdir": "passed"}, report.output
+    finally:
+        await sb.close()

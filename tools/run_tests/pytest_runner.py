@@ -21,9 +21,11 @@ from clover_agent.tools.run_tests.report import (
 )
 from clover_agent.tools.run_tests.targets import Target
 
-#: Starts pytest as ``python -m pytest`` would, with the private folder (argument 1) on ``sys.path``.
+#: Starts pytest as ``python -m pytest`` would (the workspace on ``sys.path`` by its absolute path,
+#: so a test that changes folder still imports from it), with the private folder (argument 1) first.
 _UNGUARDED_LAUNCHER = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); import pytest; sys.argv[0] = 'pytest'; "
+    "import os, sys; private = sys.argv.pop(1); sys.path[:1] = [os.getcwd()] if sys.path[:1] == [''] "
+    "else sys.path[:1]; sys.path.insert(0, private); import pytest; sys.argv[0] = 'pytest'; "
     "sys.exit(pytest.main(sys.argv[1:]))"
 )
 
