@@ -183,6 +183,7 @@ class RepoSettings:
     [fix]
     regression = "suite"                  # or "related" / "none": what the regression runs cover
     suite_timeout = 1800                  # seconds per run of the whole suite (default 600)
+    test_timeout = 300                    # seconds per test (default: a fifth of suite_timeout)
     ```
 
     The keys of :data:`TRUSTED_ONLY` are used only when the file is trusted; ``ignored`` names
@@ -202,6 +203,7 @@ class RepoSettings:
     wheels: str | None = None  # resolved, inside the repository
     regression: str | None = None
     suite_timeout: float | None = None
+    test_timeout: float | None = None
     #: ``[mcp_servers.NAME]`` tables as written: only from a trusted file (they run programs).
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()  # TRUSTED_ONLY keys the file sets, left out: it is not trusted
@@ -243,13 +245,13 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         raise UsageError(
             f'{path}: [fix] regression must be "suite", "related" or "none" (got {regression!r})'
         )
-    suite_timeout = fix.get("suite_timeout")
-    if suite_timeout is not None and (
-        isinstance(suite_timeout, bool)
-        or not isinstance(suite_timeout, (int, float))
-        or not suite_timeout > 0
-    ):
-        raise UsageError(f"{path}: [fix] suite_timeout must be a number of seconds above 0")
+    for key in ("suite_timeout", "test_timeout"):
+        value = fix.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+        ):
+            raise UsageError(f"{path}: [fix] {key} must be a number of seconds above 0")
+    suite_timeout, test_timeout = fix.get("suite_timeout"), fix.get("test_timeout")
     wheels = check("wheels", str, "a folder path")
     settings = RepoSettings(
         image=check("image", str, "a string"),
@@ -264,6 +266,7 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         wheels=None if wheels is None or not trusted else _folder_inside(Path(repo), wheels, path),
         regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
+        test_timeout=None if test_timeout is None else float(test_timeout),
         mcp_servers=_tables(values, "mcp_servers", path),
     )
     if trusted:

@@ -297,6 +297,7 @@ def _run(
         max_time_s=request.max_time_s,
         max_tokens=request.max_tokens,
         suite_timeout_s=configured.suite_timeout or DEFAULT_TIMEOUT_S,
+        test_timeout_s=configured.test_timeout,
         request=framed,
         whole_run_time=True,  # --max-time: the whole run's deadline
         exit_codes={ExitCode.AGENT_ERROR: ExitCode.FAILURE},  # one code: trajectory, result, process

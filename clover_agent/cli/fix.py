@@ -79,7 +79,7 @@ resuming: a run whose agent stopped on a budget (6), an interrupt (130), an unav
 the run's folder): a fresh sandbox gets the workspace as the run left it, the agent continues the
 recorded conversation with a fresh budget, the same trajectory grows, and the result is verified and
 handed back as usual. The run recorded how it was started (backend, model, image, wheels, budgets,
-policy, suite timeout, regression scope): options given now replace those, except the regression
+policy, suite and test timeouts, regression scope): options given now replace those, except the regression
 scope its baseline was measured with; TARGET may be left out (it is the recorded one). Only runs
 your clover-agent wrote are resumed (their records are signed with a key in your CLOVER_STATE
 folder), and a run outside Docker continues only with --sandbox given again. The printed command
@@ -160,6 +160,8 @@ def _fix(args: argparse.Namespace) -> int:
     # Resolved here, so the run records what it used (see launch_record).
     args.regression = args.regression or configured.regression or DEFAULT_SCOPE
     args.suite_timeout = args.suite_timeout or configured.suite_timeout or DEFAULT_TIMEOUT_S
+    # None: a fifth of the suite timeout (not recorded, so a resumption's new --suite-timeout counts)
+    args.test_timeout = args.test_timeout or configured.test_timeout
     figures = RunFigures()
     renderer = ConsoleRenderer(console, figures=figures, verbose=args.verbose, quiet=args.quiet)
     options = backend_options(args, progress=ProgressText(renderer))
@@ -191,6 +193,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
         suite_timeout_s=args.suite_timeout,
+        test_timeout_s=args.test_timeout,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
         record_key=record_key(settings, repo),
@@ -327,6 +330,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="seconds each run of the whole suite may take (default: [fix] suite_timeout in "
         ".clover/config.toml, else 600); a suite that timed out leaves the run unverified (exit 8)",
+    )
+    p.add_argument(
+        "--test-timeout",
+        type=positive(float),
+        metavar="S",
+        help="seconds each test may take in any run before it fails alone, 'timed out after S s', while "
+        "the rest runs (default: [fix] test_timeout in .clover/config.toml, else a fifth of the suite timeout)",
     )
     talk = p.add_mutually_exclusive_group()
     talk.add_argument(

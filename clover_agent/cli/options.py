@@ -325,7 +325,7 @@ def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 #: What a launch record holds besides the backend's options: the command's own options (for
-#: ``fix`` the regression scope and the suite's timeout as the run resolved them, so a resumed run is
+#: ``fix`` the regression scope and the suite's and each test's timeouts as the run resolved them, so a resumed run is
 #: checked as its baseline was).
 RECORDED_OPTIONS = (
     "sandbox",
@@ -337,6 +337,7 @@ RECORDED_OPTIONS = (
     "policy",
     "regression",
     "suite_timeout",
+    "test_timeout",
 )
 #: Options that name a file or folder: recorded by their absolute path (a resumption may be started
 #: from another folder).

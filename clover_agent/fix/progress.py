@@ -6,7 +6,8 @@ phase of the workflow, a model call, a tool call), so the status line can say it
 the final line can say it once the run is over. A model call cut off before its turn came back
 (a time budget, Ctrl-C) still counts: its streamed text gives an estimate of what it wrote. A call
 whose prompt the backend refused (``PromptRefused``: too long for the context window) was not made
-and does not count. A running command's status says the last line it printed (``ToolOutput``).
+and does not count. A running command's status says the last line it printed (``ToolOutput``), and
+a test run that has gone on past one test's limit says it is running long.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from clover_agent.backends.base import CHARS_PER_TOKEN
 from clover_agent.events import (
@@ -34,8 +36,11 @@ from clover_agent.events import (
     ToolCallStarted,
     ToolOutput,
 )
+from clover_agent.tools.run_tests import default_test_timeout
 
 PHASE_NAMES = {"target_before": "tests before", "suite_before": "tests before"}
+#: The phases that run tests (a run of them that goes on past one test's limit is running long).
+TEST_PHASES = frozenset({"tests before", "verification"})
 #: A rate over less time than this says nothing (a replayed turn takes no time): it is not shown.
 MIN_RATE_SECONDS = 0.1
 #: Characters of a running command's output held to find its last line, and of that line shown.
@@ -81,10 +86,12 @@ class RunFigures:
     finished: bool = False
     loading: str = ""  # the backend's own progress (the engine loading its weights), shown while set
     output_tail: str = ""  # the end of what the running tool call printed so far (raw)
+    test_timeout: float | None = None  # each test's limit, as the run was started with (launch)
 
     def __call__(self, event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, TaskStarted | TaskResumed):
+            self.test_timeout = _test_limit(event.launch)
             self._doing("set-up", "", now)
         elif isinstance(event, PhaseStarted):
             self._doing(event.phase, event.detail, now)
@@ -202,6 +209,9 @@ class RunFigures:
             what = "agent"
         else:
             what = self.activity + (f": {self.detail}" if self.detail else "")
+            limit = self.test_timeout
+            if self.activity in TEST_PHASES and limit is not None and now - self.since > limit:
+                what += f" · running long (a test past {duration(limit)} fails alone)"
         return f"{what} ({duration(now - self.since)}) · {self.figures(now)}"
 
     def final(self) -> str:
@@ -226,6 +236,19 @@ class RunFigures:
         if per_forward is not None:
             text += f"; {per_forward:.2f} tokens per forward"
         return text
+
+
+def _test_limit(launch: dict[str, Any]) -> float | None:
+    """Each test's limit from a launch record (``--test-timeout``, else a fifth of the suite's)."""
+
+    def seconds(key: str) -> float | None:
+        value = launch.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        return None
+
+    given, suite = seconds("test_timeout"), seconds("suite_timeout")
+    return given or (None if suite is None else default_test_timeout(suite))
 
 
 def duration(seconds: float) -> str:

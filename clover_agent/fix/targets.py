@@ -80,12 +80,13 @@ async def select_tests(
     *,
     workers: int = 1,
     suite_timeout: float = DEFAULT_TIMEOUT_S,
+    test_timeout: float | None = None,
 ) -> TestSelection:
     """Resolve ``text`` (the user's TARGET) to tests and run them once.
 
     ``suite`` is a run of the whole suite, needed only for free text; it is made when missing (with
     ``workers`` processes where the project has pytest-xdist, within ``suite_timeout`` seconds) and
-    kept in the selection. Free text
+    kept in the selection; ``test_timeout``: each test's own limit (None: a fifth of the run's). Free text
     prefers the tests that fail now. A run that could not start at all (pytest refusing its
     configuration, not installed) is returned as it is, for the caller to name the cause.
     Raises :class:`UsageError` when nothing matches.
@@ -107,12 +108,14 @@ async def select_tests(
     elif _looks_like_keyword(text):
         candidates.append((f"-k {text}", "keyword"))
     for target, how in candidates:
-        report = await run_tests_in(sandbox, target)
+        report = await run_tests_in(sandbox, target, test_timeout=test_timeout)
         if report.total > 0 or (report.problem and diagnose(report, set()) is not None):
             return TestSelection(target, how, report)  # tests, or the environment's fault named
         if how != "keyword":
             raise UsageError(f"{text!r} selects no tests ({how}): {report.problem or report.summary()}")
-    suite = suite or await run_tests_in(sandbox, None, timeout=suite_timeout, workers=workers)
+    suite = suite or await run_tests_in(
+        sandbox, None, timeout=suite_timeout, workers=workers, test_timeout=test_timeout
+    )
     if not suite.outcomes:  # nothing to match against: say so rather than "no test matches"
         if suite.framework == "none":
             why = "no pytest or unittest files, package.json test script, go.mod or Cargo.toml"
@@ -131,7 +134,9 @@ async def select_tests(
             f"with it ({len(suite.outcomes)} tests looked at{near}). Give a test node id such as {example}."
         )
     target = target_for(matches)
-    return TestSelection(target, "free text", await run_tests_in(sandbox, target), suite)
+    return TestSelection(
+        target, "free text", await run_tests_in(sandbox, target, test_timeout=test_timeout), suite
+    )
 
 
 def target_for(test_ids: list[str]) -> str:

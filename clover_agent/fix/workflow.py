@@ -66,7 +66,7 @@ from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.mcp import McpServerConfig, McpServers
 from clover_agent.tools.registry import default_tools
-from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 
 
 class NothingToFix(CloverError):
@@ -97,6 +97,8 @@ class FixRequest:
     #: trajectory's verdict alike.
     exit_codes: dict[int, int] = field(default_factory=dict)
     suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
+    #: Each test's own limit in every run (a test past it fails alone); None: a fifth of the suite's.
+    test_timeout_s: float | None = None
     regression: str = DEFAULT_SCOPE  # what the regression runs cover (clover_agent.fix.regression)
     #: The user's request, as the front end framed it for the model, put before the task.
     request: str = ""
@@ -107,6 +109,11 @@ class FixRequest:
     record_key: RecordKey | None = None
     #: MCP servers whose tools the agent gets (started in the run's sandbox unless one says "host").
     mcp_servers: tuple[McpServerConfig, ...] = ()
+
+
+def per_test_limit(request: FixRequest) -> float:
+    """Each test's own limit in the request's runs (``--test-timeout``, else a fifth of the suite's)."""
+    return request.test_timeout_s or default_test_timeout(request.suite_timeout_s)
 
 
 class EnvironmentNotReady(CloverError):
@@ -387,6 +394,7 @@ async def _verify(
             workers=WORKERS,
             guarded=True,
             framework=suite_before.framework,
+            test_timeout=per_test_limit(request),
         )
 
     try:
@@ -401,6 +409,7 @@ async def _verify(
             bus=bus,
             run_suite=suite,
             keep_tests=frozenset(target_tests.split()) if from_request else frozenset(),
+            test_timeout=per_test_limit(request),
         )
     except HandBackError as exc:
         return Checked(Judgement(Verdict.NOT_FIXED, ExitCode.FAILURE, exc.message))
@@ -440,7 +449,7 @@ async def _show_change(
 ) -> Shown:
     """A change made from the request alone: its tests run without it, and those that show it."""
     without = await evidence.run_without_change(
-        request.sandbox_kind, request.sandbox, patch_set, target_tests
+        request.sandbox_kind, request.sandbox, patch_set, target_tests, per_test_limit(request)
     )
     bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
     return Shown(without, tuple(evidence.shown_by(target_after, without)))
@@ -474,7 +483,12 @@ async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Be
         PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
     )
     selection = await select_tests(
-        sandbox, request.target, request.repo, workers=WORKERS, suite_timeout=request.suite_timeout_s
+        sandbox,
+        request.target,
+        request.repo,
+        workers=WORKERS,
+        suite_timeout=request.suite_timeout_s,
+        test_timeout=per_test_limit(request),
     )
     seen = Before(Mode.TARGET, f"{selection.target} ({selection.how})", selection.target, selection.report)
     bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
@@ -513,7 +527,11 @@ async def _baseline(
     else:
         bus.emit(PhaseStarted(phase="tests before", detail=f"the regression baseline: {chosen.describe()}"))
         suite_before = await run_tests_in(
-            sandbox, chosen.target, timeout=request.suite_timeout_s, workers=WORKERS
+            sandbox,
+            chosen.target,
+            timeout=request.suite_timeout_s,
+            workers=WORKERS,
+            test_timeout=per_test_limit(request),
         )
     bus.emit(TestsRun(phase="suite_before", target=chosen.target or "", report=suite_before.to_dict()))
     return dataclasses.replace(seen, suite_before=suite_before, task=task_text(selection))
@@ -535,13 +553,19 @@ async def _environment_problem(
 async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:
     """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
     the request alone says what to do or, without a request, there is nothing to fix."""
-    suite = await run_tests_in(sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS)
+    suite = await run_tests_in(
+        sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS, test_timeout=per_test_limit(request)
+    )
     bus.emit(TestsRun(phase="suite_before", target="", report=suite.to_dict()))
     failing = [t for t, outcome in suite.outcomes.items() if outcome in ("failed", "error")]
     if failing:
         target = target_for(failing)
         try:
-            selection = TestSelection(target, "failing in the suite", await run_tests_in(sandbox, target))
+            selection = TestSelection(
+                target,
+                "failing in the suite",
+                await run_tests_in(sandbox, target, test_timeout=per_test_limit(request)),
+            )
         except SandboxError as exc:  # the sandbox broke after the suite's run: that run is kept
             return Before(suite_before=suite, stop=exc)
         bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))

@@ -153,3 +153,20 @@ def test_a_repository_config_is_used_whole_only_once_trusted(tmp_path: Path) -> 
     assert trusted_digest(settings, repo) != config_digest(repo)  # a changed file is another file
     set_trust(settings, repo, None)
     assert trusted_digest(settings, repo) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [("test_timeout = 30", 30.0), ("test_timeout = 0", None), ("test_timeout = true", None)],
+)
+def test_the_per_test_timeout_is_read_from_the_fix_table(
+    tmp_path: Path, line: str, expected: float | None
+) -> None:
+    (tmp_path / ".clover").mkdir()
+    (tmp_path / ".clover" / "config.toml").write_text(f"[fix]\nsuite_timeout = 900\n{line}\n")
+    if expected is None:
+        with pytest.raises(UsageError, match=r"\[fix\] test_timeout must be a number of seconds above 0"):
+            repo_settings(tmp_path)
+    else:
+        settings = repo_settings(tmp_path)  # needs no trust: it only bounds the project's own tests
+        assert (settings.suite_timeout, settings.test_timeout) == (900.0, expected)

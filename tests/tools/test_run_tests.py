@@ -336,10 +336,56 @@ async def test_timed_out_run_is_reported(tmp_path: Path) -> None:
     )
     sb = await start(project)
     try:
-        report = await run_tests_in(sb, timeout=2)
+        report = await run_tests_in(sb, timeout=2, test_timeout=60)  # no per-test limit first
         assert report.timed_out and report.exit_code is None and not report.all_passed
         assert report.problem and "timed out" in report.problem
         assert "The test run timed out after 2 s and was killed." in report.summary()
         assert leftover_temp_folders(sb) == []  # no report was written, and the folder is gone anyway
+    finally:
+        await sb.close()
+
+
+HANGING_TESTS = {
+    "test_hang.py": (
+        "import time\n\n\ndef test_before():\n    pass\n\n\n"
+        "def test_hangs():\n    time.sleep(600)\n\n\n"
+        "def test_swallows():\n    try:\n        time.sleep(600)\n    except BaseException:\n        pass\n\n\n"
+        "def test_after():\n    assert 1 + 1 == 2\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["plain", "guarded"])
+async def test_a_hanging_test_fails_alone_and_the_rest_runs(tmp_path: Path, guarded: bool) -> None:
+    project = make_repo(tmp_path / "hang", HANGING_TESTS)
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb, timeout=300, test_timeout=2, guarded=guarded)
+        assert not report.timed_out and report.structured, report.output
+        assert report.outcomes == {
+            "test_hang.py::test_before": "passed",
+            "test_hang.py::test_hangs": "failed",
+            "test_hang.py::test_swallows": "failed",  # a swallowed timeout is no pass
+            "test_hang.py::test_after": "passed",
+        }
+        messages = {f.test_id: f.message for f in report.failures}
+        assert "timed out after 2 s" in messages["test_hang.py::test_hangs"]
+        assert "timed out after 2 s" in messages["test_hang.py::test_swallows"]
+        assert "time.sleep(600)" in next(f.traceback for f in report.failures if f.test_id.endswith("hangs"))
+    finally:
+        await sb.close()
+
+
+async def test_a_test_that_changes_folder_still_imports_from_the_workspace(tmp_path: Path) -> None:
+    """As under ``python -m pytest``, the workspace is on ``sys.path`` by its absolute path."""
+    chdir_test = (
+        "def test_imports_after_chdir(tmp_path, monkeypatch):\n"
+        "    monkeypatch.chdir(tmp_path)\n    import helper_mod\n\n    assert helper_mod.X == 1\n"
+    )
+    project = make_repo(tmp_path / "chdir", {"helper_mod.py": "X = 1\n", "tests/test_chdir.py": chdir_test})
+    sb = await start(project)
+    try:
+        report = await run_tests_in(sb)
+        assert report.outcomes == {"tests/test_chdir.py::test_imports_after_chdir": "passed"}, report.output
     finally:
         await sb.close()

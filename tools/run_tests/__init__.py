@@ -17,6 +17,7 @@ from clover_agent.tools.run_tests.cargo_runner import cargo_command, parse_cargo
 from clover_agent.tools.run_tests.detect import detect_framework
 from clover_agent.tools.run_tests.go_runner import go_command, parse_go_json
 from clover_agent.tools.run_tests.npm_runner import npm_command, parse_tap_output
+from clover_agent.tools.run_tests.per_test_timeout import default_limit as default_test_timeout
 from clover_agent.tools.run_tests.pytest_runner import parse_junit_xml, pytest_args
 from clover_agent.tools.run_tests.report import TestFailure, TestReport, trim_traceback
 from clover_agent.tools.run_tests.targets import Target, parse_target
@@ -31,6 +32,7 @@ __all__ = [
     "TestFailure",
     "TestReport",
     "cargo_command",
+    "default_test_timeout",
     "detect_framework",
     "go_command",
     "npm_command",

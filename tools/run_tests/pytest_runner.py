@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from clover_agent.sandboxes.base import WORKSPACE, OutputSink, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
 from clover_agent.tools.run_tests import guarded as guard
+from clover_agent.tools.run_tests import per_test_timeout
 from clover_agent.tools.run_tests.detect import FIND_PYTHON
 from clover_agent.tools.run_tests.report import (
     TestFailure,
@@ -19,6 +20,14 @@ from clover_agent.tools.run_tests.report import (
     trim_traceback,
 )
 from clover_agent.tools.run_tests.targets import Target
+
+#: Starts pytest as ``python -m pytest`` would (the workspace on ``sys.path`` by its absolute path,
+#: so a test that changes folder still imports from it), with the private folder (argument 1) first.
+_UNGUARDED_LAUNCHER = (
+    "import os, sys; private = sys.argv.pop(1); sys.path[:1] = [os.getcwd()] if sys.path[:1] == [''] "
+    "else sys.path[:1]; sys.path.insert(0, private); import pytest; sys.argv[0] = 'pytest'; "
+    "sys.exit(pytest.main(sys.argv[1:]))"
+)
 
 #: The largest JUnit XML report read back (a suite of tens of thousands of tests fits).
 MAX_REPORT_BYTES = 32 * 1024 * 1024
@@ -94,17 +103,21 @@ async def run_pytest(
     workers: int = 1,
     guarded: bool = False,
     on_output: OutputSink | None = None,
+    test_timeout: float | None = None,
 ) -> TestReport:
     """Run pytest on ``target``; with ``workers`` > 1, in that many processes when the sandbox's
     Python has pytest-xdist (serially when it has not, or when the project's configuration refuses
     ``-n``). ``guarded``: started so that the workspace cannot shadow pytest or its plugins, and
     cross-checked with a live result stream (:mod:`~clover_agent.tools.run_tests.guarded`).
-    ``on_output``: the run's output as it comes (not for a guarded run)."""
+    ``on_output``: the run's output as it comes (not for a guarded run). ``test_timeout``: seconds
+    each test may take before it fails alone (:mod:`.per_test_timeout`; None: a fifth of
+    ``timeout``)."""
+    limit = per_test_timeout.default_limit(timeout) if test_timeout is None else test_timeout
     if workers > 1:
-        report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded, on_output)
+        report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded, on_output, limit)
         if not (report.total == 0 and report.exit_code == 4):  # 4: pytest refused the options
             return report
-    return await _run_pytest(sandbox, target, shown_target, timeout, 1, guarded, on_output)
+    return await _run_pytest(sandbox, target, shown_target, timeout, 1, guarded, on_output, limit)
 
 
 async def _run_pytest(
@@ -115,6 +128,7 @@ async def _run_pytest(
     workers: int,
     guarded: bool,
     on_output: OutputSink | None,
+    test_timeout: float,
 ) -> TestReport:
     existing = (
         target is not None
@@ -133,6 +147,11 @@ async def _run_pytest(
         )
         options = ["-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--tb=short"]
         env = {"PYTHONDONTWRITEBYTECODE": "1"}
+        limiter = per_test_timeout.plugin_module()
+        await sandbox.write_file(
+            f"{folder}/{limiter}.py", per_test_timeout.plugin_source(test_timeout).encode()
+        )
+        options += ["-p", limiter]
         if guarded:
             nonce = guard.new_nonce()
             env[guard.NONCE_VARIABLE] = nonce
@@ -142,7 +161,9 @@ async def _run_pytest(
             start = guard.launch_command('"$__py"', folder, nonce, options)
             find = guard.FIND_PYTHON_GUARDED
         else:
-            start, find = '"$__py" ' + shlex.join(["-m", "pytest", *options]), FIND_PYTHON
+            # The private folder first on sys.path (before the workspace), for the plugin alone.
+            start = '"$__py" -c ' + shlex.join([_UNGUARDED_LAUNCHER, folder, *options])
+            find = FIND_PYTHON
         command = (
             f"{find}; "
             '[ -n "$__py" ] || { echo "pytest is not installed in the sandbox"; exit 127; }; '

@@ -35,11 +35,14 @@ async def run_tests_in(
     workers: int = 1,
     guarded: bool = False,
     on_output: OutputSink | None = None,
+    test_timeout: float | None = None,
 ) -> TestReport:
     """Detect the framework (unless given) and run ``target`` (all tests when None); ``workers`` > 1
     runs pytest in that many processes where the project has pytest-xdist; ``guarded`` starts pytest
     so that the workspace cannot shadow it or its plugins (:mod:`.guarded`; other frameworks as usual);
-    ``on_output``: the run's output as it comes (:meth:`Sandbox.exec`).
+    ``on_output``: the run's output as it comes (:meth:`Sandbox.exec`); ``test_timeout``: seconds
+    each pytest test may take before it fails alone (None: a fifth of ``timeout``;
+    :mod:`.per_test_timeout`).
 
     Raises :class:`~clover_agent.tools.base.ToolError` for a target that could become an option
     or leaves the workspace (see :mod:`~clover_agent.tools.run_tests.targets`), before anything runs.
@@ -56,9 +59,16 @@ async def run_tests_in(
             problem="No test framework found in /workspace (looked for pytest/unittest files, a package.json "
             "test script, go.mod and Cargo.toml). Run the tests with the shell tool instead.",
         )
-    if runner is run_pytest and (workers > 1 or guarded):
+    if runner is run_pytest:
         return await run_pytest(
-            sandbox, checked, target, timeout, workers=workers, guarded=guarded, on_output=on_output
+            sandbox,
+            checked,
+            target,
+            timeout,
+            workers=workers,
+            guarded=guarded,
+            on_output=on_output,
+            test_timeout=test_timeout,
         )
     return await runner(sandbox, checked, target, timeout, on_output=on_output)
 

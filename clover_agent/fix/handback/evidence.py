@@ -63,15 +63,17 @@ def _test_puts(patch: PatchSet) -> list[Put]:
     return puts
 
 
-async def run_without_change(kind: str, spec: SandboxSpec, patch: PatchSet, target: str) -> TestReport:
+async def run_without_change(
+    kind: str, spec: SandboxSpec, patch: PatchSet, target: str, test_timeout: float | None = None
+) -> TestReport:
     """``target`` run in a fresh sandbox over the starting code with only the patch's test files
-    written."""
+    written (``test_timeout``: each test's own limit)."""
     async with create_sandbox(kind, spec) as sandbox:
         try:
             await sandbox.put(_test_puts(patch))
         except (OSError, ValueError) as exc:
             raise HandBackError(f"could not write the patch's tests into a fresh sandbox: {exc}") from exc
-        return await run_tests_in(sandbox, target)
+        return await run_tests_in(sandbox, target, test_timeout=test_timeout)
 
 
 def shown_by(after: TestReport, without: TestReport) -> list[str]:

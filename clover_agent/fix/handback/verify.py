@@ -100,10 +100,12 @@ async def verify_patch(
     bus: EventBus,
     run_suite: Callable[[Sandbox], Awaitable[TestReport]],
     keep_tests: frozenset[str] = frozenset(),
+    test_timeout: float | None = None,
 ) -> Verification:
     """Make a fresh sandbox the patched tree and judge it by two runs (the held-out suite through
     ``run_suite``, only when the target passes both ways). ``keep_tests``: test files the held-out
-    run keeps as patched (a change made from a request).
+    run keeps as patched (a change made from a request). ``test_timeout``: each target test's own
+    limit (None: a fifth of the run's).
 
     1. Held out (first, so nothing the patch's own tests run can linger into it): the starting
        commit's test infrastructure put back over the patched source
@@ -149,7 +151,7 @@ async def verify_patch(
             PhaseStarted(phase="verification", detail=f"running the target tests {target_tests} (held out)")
         )
         target_after = await run_tests_in(
-            sandbox, target_tests, guarded=True, framework=target_before.framework
+            sandbox, target_tests, guarded=True, framework=target_before.framework, test_timeout=test_timeout
         )
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
         suite_after, names = None, set()
@@ -170,7 +172,7 @@ async def verify_patch(
                 )
             )
             files = _changed_test_files(patch, keep_tests)
-            target_handed_back = await run_tests_in(sandbox, target_tests)
+            target_handed_back = await run_tests_in(sandbox, target_tests, test_timeout=test_timeout)
             bus.emit(
                 TestsRun(phase="target_handed_back", target=target_tests, report=target_handed_back.to_dict())
             )
@@ -178,7 +180,7 @@ async def verify_patch(
             present = [f for f in files if f in {c.path for c in patch.changes if c.new_mode}]
             if files and HandedBack(target_handed_back).problem(target_before) is None:
                 tests_handed_back = (
-                    await run_tests_in(sandbox, " ".join(present))
+                    await run_tests_in(sandbox, " ".join(present), test_timeout=test_timeout)
                     if present  # else only deletions: every test of those files is gone
                     else TestReport(framework=target_before.framework, command="", target="", exit_code=0)
                 )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
+
 from clover_agent.events import (
     Done,
     ErrorReported,
@@ -15,6 +17,7 @@ from clover_agent.events import (
     ModelCallStarted,
     ModelDelta,
     ModelResponded,
+    PhaseStarted,
     ProvisionalBlock,
     RunStarted,
     TaskFinished,
@@ -153,3 +156,20 @@ def test_a_running_command_shows_its_last_line_in_the_status() -> None:
     assert "compiling b.c \\x1b[2J\\x1b]0;title\\x07" in drawn and "\x1b" not in drawn
     bus.emit(ToolCallFinished(step=1, call_id="c1", name="shell", output="ok", is_error=False))
     assert "compiling" not in figures.status()
+
+
+@pytest.mark.parametrize(
+    ("launch", "limit"),
+    [({"suite_timeout": 600}, "2 min 00 s"), ({"suite_timeout": 600, "test_timeout": 30}, "30.0 s")],
+)
+def test_a_test_run_past_one_tests_limit_says_it_is_running_long(launch: dict, limit: str) -> None:
+    figures = RunFigures()
+    figures(TaskStarted(run_id="r", command="fix", target="t", repo="/r", sandbox="docker", launch=launch))
+    figures(PhaseStarted(phase="tests before", detail="the regression baseline: the whole suite"))
+    assert "running long" not in figures.status(now=figures.since + 10)
+    late = figures.status(now=figures.since + 121)
+    assert late.startswith(
+        f"tests before: the regression baseline: the whole suite · running long (a test past {limit} fails alone) (2 min 01 s)"
+    )
+    figures(PhaseStarted(phase="agent", detail=""))  # not a test run: never running long
+    assert "running long" not in figures.status(now=figures.since + 1000)

@@ -98,11 +98,26 @@ def test_an_agent_that_makes_the_target_assert_nothing_is_flagged(how: str, tmp_
 def test_a_suite_that_times_out_leaves_the_fix_unverified(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
     add_files(repo, {"tests/test_slow.py": "import time\n\n\ndef test_slow():\n    time.sleep(120)\n"})
-    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--suite-timeout", "6")
+    # --test-timeout 60: the test may take longer than the suite (else it would fail alone at 1.2 s).
+    options = ("--suite-timeout", "6", "--test-timeout", "60")
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], *options)
     assert code == ExitCode.SUITE_UNVERIFIED and summary["verdict"] == "fixed, suite unverified", out + err
     assert "the rest of the suite is unverified: the suite timed out before the change" in out + err
     assert "FIXED, SUITE UNVERIFIED (exit 8)" in out
     assert FIXED_ADD in (repo / "calculator.py").read_text()  # the target's fix is still handed back
+
+
+def test_a_test_that_hangs_before_and_after_fails_alone_and_the_fix_is_verified(
+    tmp_path: Path, capsys
+) -> None:
+    repo = calculator_repo(tmp_path)
+    add_files(repo, {"tests/test_hang.py": "import time\n\n\ndef test_hangs():\n    time.sleep(600)\n"})
+    # --suite-timeout 20: each test may take 4 s, so the hang fails alone and the suite finishes.
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH], "--suite-timeout", "20")
+    assert code == ExitCode.OK and summary["verdict"] == "fixed", out + err
+    assert "(1 failed before and still fail)" in out
+    assert summary["still_failing"] == ["tests/test_hang.py::test_hangs"]
+    assert FIXED_ADD in (repo / "calculator.py").read_text()
 
 
 def test_a_suite_that_cannot_be_collected_leaves_the_fix_unverified(tmp_path: Path, capsys) -> None:
