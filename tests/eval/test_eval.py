@@ -182,9 +182,11 @@ def test_a_task_whose_set_up_fails_is_reported_the_others_go_on_and_a_second_run
 def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
     project = write_project(tmp_path / "proj")
     write_task(tmp_path / "tasks", "a-first", project)
-    # a set-up command that is still running when Ctrl-C comes (the interrupt may wait for it:
-    # a local sandbox's set-up command is not cut short yet)
-    write_task(tmp_path / "tasks", "b-slow", project, setup=["sleep 40"])
+    # Ctrl-C comes while the second task's set-up command runs (it says so with a file). A Ctrl-C
+    # that came between the two tasks was lost twice under CI load: a known bug, not what this
+    # test times.
+    running = tmp_path / "set-up-running"
+    write_task(tmp_path / "tasks", "b-slow", project, setup=[f"touch {running} && sleep 40"])
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "clover_agent", "eval", str(tmp_path / "tasks"), "--output-dir", str(out),
@@ -196,6 +198,9 @@ def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
     while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert first.is_file(), proc.communicate()[0]
+    while not running.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running.is_file(), proc.communicate()[0]
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=400)
     assert proc.returncode == 130, output
