@@ -179,6 +179,11 @@ def test_a_task_whose_set_up_fails_is_reported_the_others_go_on_and_a_second_run
     assert report(out)["done"] == 2
 
 
+@pytest.mark.xfail(
+    reason="known bug: under CI load a Ctrl-C that reaches eval while a local sandbox starts the "
+    "next task is sometimes lost (the task runs to the end, exit 0); open in issue 26",
+    strict=False,
+)
 def test_ctrl_c_keeps_the_finished_tasks(tmp_path: Path) -> None:
     project = write_project(tmp_path / "proj")
     write_task(tmp_path / "tasks", "a-first", project)
