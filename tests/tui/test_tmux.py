@@ -70,6 +70,14 @@ class Tmux:
                 raise AssertionError(f"timed out waiting for {texts!r}; the screen:\n{shown}")
             time.sleep(0.2)
 
+    def start_tui(self, replay: Path) -> None:
+        """``clover-agent tui`` on ``replay`` in the local sandbox, then wait until it is ready
+        (``EXIT=`` follows its exit status when it quits)."""
+        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
+        self.type(shlex.join(command) + "; echo EXIT=$?")
+        self.key("Enter")
+        self.wait("Ask for a change", "local ready")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False, capture_output=True)
 
@@ -89,10 +97,7 @@ def test_in_a_real_terminal(tmp_path: Path, size: tuple[int, int], quit_key: str
     try:
         tmux.type("stty -g > ../before.txt; clear")
         tmux.key("Enter")
-        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
-        tmux.type(shlex.join(command) + "; echo EXIT=$?")
-        tmux.key("Enter")
-        tmux.wait("Ask for a change", "local ready")
+        tmux.start_tui(replay)
 
         tmux.type("fix the add function")
         tmux.key("Enter")
@@ -129,10 +134,7 @@ def test_hostile_output_cannot_drive_the_terminal(tmp_path: Path) -> None:
     )
     tmux = Tmux(100, 30, cwd=repo)
     try:
-        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
-        tmux.type(shlex.join(command) + "; echo EXIT=$?")
-        tmux.key("Enter")
-        tmux.wait("Ask for a change", "local ready")
+        tmux.start_tui(replay)
         tmux.type("[/] hostile [b request")
         tmux.key("Enter")
         shown = tmux.wait(r"done \x1b[2J")
@@ -163,10 +165,7 @@ def test_ctrl_c_and_the_focus_in_a_real_terminal(tmp_path: Path) -> None:
     )  # fmt: skip
     tmux = Tmux(100, 30, cwd=repo)
     try:
-        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
-        tmux.type(shlex.join(command) + "; echo EXIT=$?")
-        tmux.key("Enter")
-        tmux.wait("Ask for a change", "local ready")
+        tmux.start_tui(replay)
 
         tmux.type("a draft that must not be lost")
         tmux.wait("a draft that must not be lost")
@@ -214,10 +213,7 @@ def test_the_view_stays_where_the_reader_is_then_follows_again(tmp_path: Path) -
     )
     tmux = Tmux(100, 30, cwd=repo)
     try:
-        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
-        tmux.type(shlex.join(command) + "; echo EXIT=$?")
-        tmux.key("Enter")
-        tmux.wait("Ask for a change", "local ready")
+        tmux.start_tui(replay)
         tmux.type("read it all")
         tmux.key("Enter")
         tmux.wait("Paragraph 39 of reading", "running `sleep 6")  # following while it comes
@@ -263,10 +259,7 @@ def test_shell_output_streams_into_the_card(tmp_path: Path) -> None:
     )
     tmux = Tmux(100, 30, cwd=repo)
     try:
-        command = [str(CLI), "tui", "--backend", "replay", "--replay", str(replay), "--sandbox", "local"]
-        tmux.type(shlex.join(command) + "; echo EXIT=$?")
-        tmux.key("Enter")
-        tmux.wait("Ask for a change", "local ready")
+        tmux.start_tui(replay)
         tmux.type("run the script")
         tmux.key("Enter")
         shown = tmux.wait("LINE-42", "LINE-55")
