@@ -121,6 +121,7 @@ def sandbox_spec(
     host_env: dict[str, str] | None = None,
     environment: bool = False,
     wheels: str | None = None,
+    compiler: bool = False,
     repo_config: RepoSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> SandboxSpec:
@@ -133,6 +134,8 @@ def sandbox_spec(
     off), installed with this machine's package-index configuration and ``wheels`` (a folder,
     e.g. ``--wheels``; else the repository's ``wheels``); the repository's set-up commands then run
     in it and are cached with it. Without one they run in each sandbox before the agent.
+    ``compiler`` (e.g. ``--with-compiler``; else the repository's ``compiler``): the Docker sandbox
+    starts from the image's compiler variant.
     ``repo_config``: the repository's settings as the front end trusted them (default: its file
     untrusted, so without its set-up commands, image, packages or wheels).
     A broken repository file is a :class:`UsageError`; dependency files that cannot be read are a
@@ -163,6 +166,7 @@ def sandbox_spec(
         env=dict(env or {}),
         host_env=host,
         environment=recipe,
+        compiler=compiler or repo_config.compiler,
         progress=progress,
     )
 

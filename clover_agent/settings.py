@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.errors import UsageError
-from clover_agent.sandboxes.environment import PackageIndex
+from clover_agent.sandboxes.environment import PackageIndex, without_credentials
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 
 __all__ = [
@@ -179,6 +179,7 @@ class RepoSettings:
     setup = ["make generated-files"]      # run after the install (in the environment, cached with it)
     setup_network = true                  # false: no network for the set-up (needs wheels)
     wheels = "wheelhouse"                 # a folder of wheels/sdists (pip download -d), offered to pip
+    compiler = true                       # start from the image's compiler variant (gcc, python3-dev)
 
     [fix]
     regression = "suite"                  # or "related" / "none": what the regression runs cover
@@ -187,7 +188,8 @@ class RepoSettings:
     ```
 
     The keys of :data:`TRUSTED_ONLY` are used only when the file is trusted; ``ignored`` names
-    those the file sets and that were left out because it is not.
+    those the file sets and that were left out because it is not. ``compiler`` is not one of them:
+    it chooses between two images clover-agent builds from its own recipes.
     """
 
     image: str | None = None
@@ -201,6 +203,7 @@ class RepoSettings:
     packages: tuple[str, ...] = ()
     install_project: bool | None = None
     wheels: str | None = None  # resolved, inside the repository
+    compiler: bool = False
     regression: str | None = None
     suite_timeout: float | None = None
     test_timeout: float | None = None
@@ -264,6 +267,7 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         packages=strings("packages") or (),
         install_project=check("install_project", bool, "true or false"),
         wheels=None if wheels is None or not trusted else _folder_inside(Path(repo), wheels, path),
+        compiler=check("compiler", bool, "true or false", False),
         regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
         test_timeout=None if test_timeout is None else float(test_timeout),
@@ -406,6 +410,10 @@ PIP_SETTINGS = (
     "retries",
     "no-index",
 )
+#: pip settings the set-up's own ``pip.conf`` sets (to the same effect, or as the sandbox needs).
+PIP_SET_IN_SANDBOX = ("disable-pip-version-check", "no-input", "progress-bar", "no-cache-dir")
+#: ``PIP_*`` variables that are not settings (``PIP_CONFIG_FILE`` names the file read here).
+_PIP_NOT_SETTINGS = ("PIP_CONFIG_FILE",)
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
@@ -428,33 +436,71 @@ def pip_config_files(environ: Mapping[str, str], etc: Path = Path("/etc")) -> li
     return files
 
 
-def pip_configuration(environ: Mapping[str, str], etc: Path = Path("/etc")) -> dict[str, str]:
-    """pip's :data:`PIP_SETTINGS` for ``pip install`` as this machine's pip would use them: the
-    config files' ``[global]`` then ``[install]`` sections, then ``PIP_*`` variables
-    (``default-timeout`` is pip's other name for ``timeout``)."""
+def _pip_install_sections(environ: Mapping[str, str], etc: Path) -> list[tuple[Path, list[tuple[str, str]]]]:
+    """Each readable pip config file (in pip's order) with its ``[global]`` then ``[install]``
+    keys and values, keys spelled with dashes; a file that cannot be read or parsed is left out."""
     import configparser
 
-    def name(key: str) -> str:
-        return "timeout" if key == "default-timeout" else key
-
-    values: dict[str, str] = {}
+    found = []
     for path in pip_config_files(environ, etc):
         parser = configparser.RawConfigParser()
         try:
             parser.read(path, encoding="utf-8")
         except (OSError, configparser.Error):
             continue
-        for section in ("global", "install"):
-            if parser.has_section(section):
-                for key, value in parser.items(section):
-                    key = key.replace("_", "-")
-                    if key in PIP_SETTINGS:
-                        values[name(key)] = value
+        pairs = [
+            (key.replace("_", "-"), value)
+            for section in ("global", "install")
+            if parser.has_section(section)
+            for key, value in parser.items(section)
+        ]
+        found.append((path, pairs))
+    return found
+
+
+def pip_configuration(environ: Mapping[str, str], etc: Path = Path("/etc")) -> dict[str, str]:
+    """pip's :data:`PIP_SETTINGS` for ``pip install`` as this machine's pip would use them: the
+    config files' ``[global]`` then ``[install]`` sections, then ``PIP_*`` variables
+    (``default-timeout`` is pip's other name for ``timeout``)."""
+
+    def name(key: str) -> str:
+        return "timeout" if key == "default-timeout" else key
+
+    values: dict[str, str] = {}
+    for _path, pairs in _pip_install_sections(environ, etc):
+        for key, value in pairs:
+            if key in PIP_SETTINGS:
+                values[name(key)] = value
     for key in PIP_SETTINGS:
         variable = environ.get("PIP_" + key.replace("-", "_").upper())
         if variable:
             values[name(key)] = variable
     return values
+
+
+def pip_settings_left_out(environ: Mapping[str, str], etc: Path = Path("/etc")) -> list[str]:
+    """Notes naming the settings of this machine's pip configuration for ``pip install`` (its
+    files' ``[global]`` and ``[install]`` sections, ``PIP_*`` variables) that the sandbox's
+    set-up does not carry: which keys, from which file or variable; never their values."""
+    carried = set(PIP_SETTINGS) | set(PIP_SET_IN_SANDBOX)
+    notes = []
+    for path, pairs in _pip_install_sections(environ, etc):
+        left = [k for k in dict.fromkeys(key for key, _value in pairs) if k not in carried]
+        if left:
+            notes.append(
+                f"pip's {', '.join(left)} (in {path}): not carried into the sandbox's set-up, left out"
+            )
+    variables = [
+        name
+        for name, value in sorted(environ.items())
+        if name.startswith("PIP_")
+        and value
+        and name not in _PIP_NOT_SETTINGS
+        and name[4:].lower().replace("_", "-") not in carried
+    ]
+    if variables:
+        notes.append(f"the variables {', '.join(variables)}: not carried into the sandbox's set-up, left out")
+    return notes
 
 
 def host_package_index(environ: Mapping[str, str], etc: Path = Path("/etc")) -> PackageIndex:
@@ -473,7 +519,8 @@ def host_package_index(environ: Mapping[str, str], etc: Path = Path("/etc")) -> 
                 kept.append(url)
             else:
                 notes.append(
-                    f"pip's {key} {url} is on this machine, not in the sandbox: left out (to install from "
+                    f"pip's {key} {without_credentials(url)} is on this machine, not in the sandbox: left "
+                    "out (to install from "
                     'a folder, name it with `wheels = "DIR"` in .clover/config.toml or --wheels DIR)'
                 )
         return tuple(kept)
@@ -488,6 +535,7 @@ def host_package_index(environ: Mapping[str, str], etc: Path = Path("/etc")) -> 
             notes.append(f"the CA bundle {cert} cannot be read ({exc.strerror}): left out")
     if values.get("no-index", "").lower() in ("1", "true", "yes", "on"):
         notes.append("pip is set to no-index here; the sandbox's set-up uses the index anyway")
+    notes += pip_settings_left_out(environ, etc)
     return PackageIndex(
         index_url=index[0] if index else None,
         extra_index_urls=remote("extra-index-url"),

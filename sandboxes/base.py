@@ -169,6 +169,10 @@ class SandboxSpec:
     #: dependency state and cached as an image by the Docker sandbox; None: the image as it is.
     #: The local sandbox uses this machine's Python and ignores it.
     environment: EnvironmentRecipe | None = None
+    #: The Docker sandbox starts from the compiler variant of ``image`` (gcc, libc6-dev and the
+    #: Python headers added; built once and cached: :func:`clover_agent.sandboxes.images.compiler_image`).
+    #: The local sandbox uses this machine's compiler, if any, and ignores it.
+    compiler: bool = False
     #: Told what a long start is doing (the environment's set-up, a large copy), one line each.
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     env: dict[str, str] = field(default_factory=dict)  # variables set for every command inside

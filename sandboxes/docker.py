@@ -30,7 +30,7 @@ from clover_agent.sandboxes.base import WORKSPACE, Attached, SandboxError, Sandb
 from clover_agent.sandboxes.docker_api import QUICK, SLOW, EngineCalls, slow_timeout
 from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
-from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
+from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE, compiler_image
 from clover_agent.sandboxes.session import WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import (
     LARGE_COPY_BYTES,
@@ -214,8 +214,10 @@ class DockerSandbox(SessionSandbox):
             plan = await asyncio.to_thread(plan_workspace, spec.repo)
             plan.check_size(spec.limits.disk_bytes)
             self.image = spec.image
+            if spec.compiler:
+                self.image = await self._compiler_image(spec)
             if spec.environment is not None:
-                self.image = await self._environment_image(spec, plan)
+                self.image = await self._environment_image(spec, plan, self.image)
             # Registered here, on the event loop's thread (normally the main thread, where signal
             # handlers can be installed), before the container exists.
             self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
@@ -256,15 +258,39 @@ class DockerSandbox(SessionSandbox):
         self._session = self._runner
         await self._fill_sparse_files()
 
-    async def _environment_image(self, spec: SandboxSpec, plan: WorkspacePlan) -> str:
-        """The tag of the spec's environment image, made first by a set-up container when it is
-        not on the engine (see :mod:`clover_agent.sandboxes.env_image`)."""
-        assert self._client is not None and spec.environment is not None and spec.image is not None
+    async def _compiler_image(self, spec: SandboxSpec) -> str:
+        """The tag of the compiler variant of the spec's image, built first (once) when it is not
+        on the engine, with a client of its own: the build may take minutes."""
+        assert spec.image is not None
+        progress = spec.progress or _log_progress
+        client = await asyncio.to_thread(docker_client, spec.host_env)
+        built: list[str] = []
+
+        def build_line(line: str) -> None:
+            if not built:
+                progress(f"compiler: building the compiler variant of {spec.image} (made once)")
+            built.append(line)
+            if line.startswith("Step "):
+                progress(f"  {line.strip()[:160]}")
+
+        try:
+            tag, new = await asyncio.to_thread(
+                compiler_image, client, spec.image, progress=build_line, host_env=spec.host_env
+            )
+        finally:
+            await asyncio.to_thread(client.close)
+        progress(f"compiler: {'built' if new else 'cached'} ({tag})")
+        return tag
+
+    async def _environment_image(self, spec: SandboxSpec, plan: WorkspacePlan, image: str) -> str:
+        """The tag of the spec's environment image over ``image``, made first by a set-up
+        container when it is not on the engine (see :mod:`clover_agent.sandboxes.env_image`)."""
+        assert self._client is not None and spec.environment is not None
         client, recipe, progress = self._client, spec.environment, spec.progress or _log_progress
         assert self._calls is not None
         calls = self._calls
         inspected = await asyncio.to_thread(
-            calls, "inspecting the sandbox image", QUICK, client.api.inspect_image, spec.image, retry=True
+            calls, "inspecting the sandbox image", QUICK, client.api.inspect_image, image, retry=True
         )
         base_id = inspected["Id"]
         tag = env_image.environment_tag(recipe, base_id)
@@ -279,8 +305,8 @@ class DockerSandbox(SessionSandbox):
         builder._calls = EngineCalls(builder._client, spec.host_env)
         builder._cleanup_token = cleanup.register(builder._remove_with_fresh_client)
         try:
-            await builder._start_container(spec, plan, spec.image, setup=True)
-            await env_image.run_setup(builder, recipe, progress)
+            await builder._start_container(spec, plan, image, setup=True)
+            await env_image.run_setup(builder, recipe, progress, compiler=spec.compiler)
             assert builder.container_id is not None
             changes = env_image.commit_changes(str(Path(spec.repo).resolve()), base_id)
             repository, _, name = tag.partition(":")

@@ -18,7 +18,7 @@ import logging
 import re
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from clover_agent.sandboxes.environment import (
     EnvironmentRecipe,
 )
 from clover_agent.sandboxes.errors import SandboxSetupError
+from clover_agent.sandboxes.images import COMPILER_PACKAGES
 
 if TYPE_CHECKING:
     import docker
@@ -80,15 +81,20 @@ def setup_inputs_tar(recipe: EnvironmentRecipe, *, uid: int, gid: int) -> io.Byt
     return buffer
 
 
-async def run_setup(sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progress) -> None:
+async def run_setup(
+    sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progress, *, compiler: bool = False
+) -> None:
     """Make the environment in a started set-up container: the virtual environment, then each
     step; then keep the files the steps made in ``/workspace`` (:data:`WORKSPACE_OVERLAY`).
 
-    Raises :class:`SandboxSetupError` naming the step, with its output's tail, when one fails.
+    Raises :class:`SandboxSetupError` naming the step, with its output's tail, when one fails
+    (``compiler``: the container is the compiler variant, which changes the advice).
     """
     started = time.monotonic()
     for line in recipe.found:
         progress(f"environment: {line}")
+    for note in recipe.index.notes if recipe.network else ():
+        progress(f"environment: {note}")
     env = recipe.setup_env()
     home = VENV.rsplit("/", 1)[0]
     check = await sandbox.exec(
@@ -113,7 +119,7 @@ async def run_setup(sandbox: Sandbox, recipe: EnvironmentRecipe, progress: Progr
             raise SandboxSetupError(
                 f"the environment set-up failed at step {number} of {len(recipe.steps)}, "
                 f"{step.title} ({status}):\n$ {step.command}\n{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
-                f"{_advice(recipe, result.output)}"
+                f"{advice(recipe, result.output, compiler=compiler)}"
             )
     overlay = await sandbox.exec(
         f"cd /workspace && find . -path ./.git -prune -o -newer {_STARTED} \\( -type f -o -type l \\) "
@@ -151,8 +157,9 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
-def _advice(recipe: EnvironmentRecipe, output: str) -> str:
-    """How to get past a failed step, from what its output says."""
+def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False) -> str:
+    """How to get past a failed step, from what its output says (``compiler``: the set-up ran in
+    the compiler variant of the image)."""
     lowered = output.lower()
     if any(s in lowered for s in ("certificate verify failed", "ssl:", "sslerror")):
         return (
@@ -174,13 +181,24 @@ def _advice(recipe: EnvironmentRecipe, output: str) -> str:
             "settings on this machine, or install offline from a wheel folder made with `pip download "
             '-d DIR ...`: `wheels = "DIR"` in .clover/config.toml\'s [sandbox] table, or --wheels DIR.'
         )
+    if compiler and (_needs_a_compiler(lowered) or _MISSING_HEADER.search(lowered)):
+        return (
+            "An extension had to be built from source and could not be, although the sandbox had "
+            f"{COMPILER_PACKAGES} (--with-compiler): it needs more than those, such as a library's "
+            "headers (a `fatal error: NAME.h` above; Debian's libNAME-dev), a C++ compiler (g++) or "
+            "Rust. Build an image with what it needs FROM clover-agent-sandbox:latest and pass it as "
+            "`--image IMG` (or `image` in .clover/config.toml's [sandbox] table), or pin a version of "
+            "the package that has a wheel for this Python."
+        )
     if _needs_a_compiler(lowered):
         return (
             "A C extension had to be built from source and could not be: the sandbox image has no C "
             "compiler (gcc) and no Python headers (python3-dev), so only packages with a wheel for "
-            "this Python install. Start from an image that has them (`--image IMG`, or `image` in "
-            ".clover/config.toml's [sandbox] table: the sandbox image with gcc, libc6-dev and "
-            "python3-dev added), or pin a version of the package that has a wheel for this Python."
+            "this Python install. Run with `--with-compiler` (or set `compiler = true` in "
+            ".clover/config.toml's [sandbox] table): the sandbox then starts from the image's compiler "
+            f"variant, with {COMPILER_PACKAGES}, built once and cached (`clover-agent sandbox build "
+            "--with-compiler` builds it ahead of time). Or start from an image of your own that has "
+            "them (`--image IMG`), or pin a version of the package that has a wheel for this Python."
         )
     if "no matching distribution" in lowered or "could not find a version" in lowered:
         where = "in the wheel folder" if recipe.offline else "on the package index"
@@ -215,6 +233,10 @@ _NO_COMPILER = (
 _NO_COMPILER_PROGRAM = re.compile(r"no such file or directory: '(?:[\w.-]+-)?(?:gcc|cc|g\+\+|c\+\+|clang)'")
 
 
+#: A C compiler's words for a header that is not installed ("fatal error: ffi.h: no such file").
+_MISSING_HEADER = re.compile(r"fatal error: [\w./+-]+\.h(?:pp)?: no such file or directory")
+
+
 def _needs_a_compiler(lowered: str) -> bool:
     return any(s in lowered for s in _NO_COMPILER) or _NO_COMPILER_PROGRAM.search(lowered) is not None
 
@@ -238,17 +260,19 @@ def environment_images(client: docker.DockerClient) -> list[dict[str, Any]]:
 
 
 def superseded_environment_images(
-    client: docker.DockerClient, *, everything: bool = False
+    client: docker.DockerClient, *, everything: bool = False, stale_bases: Collection[str] = ()
 ) -> list[dict[str, Any]]:
     """Environment images no sandbox will start from again: those made from an image that is no
-    longer tagged (the sandbox image was rebuilt since), and all but the newest of each
-    repository (its dependency files changed since). All of them with ``everything``."""
+    longer tagged (the sandbox image was rebuilt since) or whose id is in ``stale_bases`` (a
+    compiler variant about to be removed), and all but the newest of each repository (its
+    dependency files changed since). All of them with ``everything``."""
     images = environment_images(client)
     if everything:
         return images
     tagged_ids = {
         i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
     }
+    tagged_ids -= set(stale_bases)
     old: list[dict[str, Any]] = []
     newest: dict[str, tuple[int, dict[str, Any]]] = {}  # repository → (created, image)
     for image in images:

@@ -92,13 +92,14 @@ class PackageIndex:
         """What of this configuration can change what gets installed (credentials left out, so a
         rotated token does not rebuild every environment)."""
         return {
-            "index_url": _without_credentials(self.index_url),
-            "extra_index_urls": [_without_credentials(u) for u in self.extra_index_urls],
-            "find_links": [_without_credentials(u) for u in self.find_links],
+            "index_url": without_credentials(self.index_url),
+            "extra_index_urls": [without_credentials(u) for u in self.extra_index_urls],
+            "find_links": [without_credentials(u) for u in self.find_links],
         }
 
 
-def _without_credentials(url: str | None) -> str | None:
+def without_credentials(url: str | None) -> str | None:
+    """``url`` without the user-info (``user:password@``) of its address."""
     if not url:
         return url
     parts = urlsplit(url)
@@ -137,6 +138,11 @@ class EnvironmentRecipe:
     #: Variables of every set-up step from the project's files (a setuptools-scm pretend version),
     #: part of the cache key.
     variables: tuple[tuple[str, str], ...] = ()
+    #: The project's extras installed, and those it declares but not installed with their
+    #: distributions' names (what the diagnosis of a missing module names); both follow from the
+    #: dependency files, so neither is part of the cache key.
+    extras: tuple[str, ...] = ()
+    other_extras: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def offline(self) -> bool:

@@ -1,14 +1,16 @@
 """What a Python project's environment needs, found from its files: :func:`discover`.
 
-From the files the sandbox copy holds: the project itself (installed editable), its test extras,
-dependency groups and requirement files, the pytest plugins its configuration asks for, and
-pytest; the list, in order, is in sandboxes/README.md ("Project environments"). Everything goes
-into one pip run, so the resolver sees all constraints at once. The repository's
-``.clover/config.toml`` can replace each finding (:class:`EnvironmentOptions`).
+From the files the sandbox copy holds: the project itself (installed editable), its test extras
+and the extras its tests import (:mod:`.extras`), dependency groups and requirement files, the
+pytest plugins its configuration asks for, and pytest; the list, in order, is in
+sandboxes/README.md ("Project environments"). Everything goes into one pip run, so the resolver
+sees all constraints at once. The repository's ``.clover/config.toml`` can replace each finding
+(:class:`EnvironmentOptions`).
 """
 
 from __future__ import annotations
 
+import ast
 import configparser
 import hashlib
 import os
@@ -19,6 +21,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clover_agent.sandboxes import extras as extras_module
 from clover_agent.sandboxes.environment import EnvironmentRecipe, PackageIndex, SetupStep
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.workspace import listed_files
@@ -116,6 +119,8 @@ class _Findings:
         self.installable = False
         self.dynamic_extras = False
         self.extras: list[str] = []
+        #: The declared extras not installed, each with its distributions (for the diagnosis).
+        self.other_extras: dict[str, list[str]] = {}
         self.requirements: list[str] = []  # requirement strings
         self.requirement_files: list[str] = []
         self.constraint_files: list[str] = []
@@ -204,16 +209,22 @@ class _Findings:
             any(_normalize(n) in TEST_NAMES for n in [*self.extras, *chosen_groups])
             or any(_kind(f) == "test" for f in self.requirement_files)
         )
-        if not names_tests and options.extras is None and options.requirements is None:
+        if not names_tests and options.requirements is None:
             tests_require = _lines(setup_cfg.get("options", "tests_require", fallback=""))
             testenv = None if tests_require else self._tox_testenv(tox, setup_cfg, pyproject)
             if tests_require:
                 self.requirements += tests_require
                 self.lines.append("setup.cfg's tests_require")
             elif testenv is not None:
-                self._use_tox(testenv, declared)
+                self._use_tox(testenv, declared, keep_extras=options.extras is not None)
+        if self.installable:
+            self._extras_the_tests_import(project, setup_cfg, options.packages, add=options.extras is None)
         if self.extras and self.installable:
-            self.lines.insert(0, f"its extras {', '.join(self.extras)}")
+            named = [
+                e for e in self.extras if not any(line.startswith(f"its extra {e}:") for line in self.lines)
+            ]
+            if named:
+                self.lines.insert(0, f"its extras {', '.join(named)}")
         if chosen_groups:
             self.lines.append(f"its dependency groups {', '.join(chosen_groups)}")
         for rel in [*self.requirement_files, *self.constraint_files]:
@@ -310,9 +321,10 @@ class _Findings:
         extras = [e for e in base.get("extras", []) if isinstance(e, str)]
         return _ToxEnv("pyproject.toml's [tool.tox.env_run_base]", deps, extras if "extras" in base else None)
 
-    def _use_tox(self, env: _ToxEnv, declared: list[str]) -> None:
+    def _use_tox(self, env: _ToxEnv, declared: list[str], *, keep_extras: bool) -> None:
         """Install what tox's plain test environment installs: its deps (those of no factor, as in
-        ``tox -e py``), its requirement and constraint files, and its extras."""
+        ``tox -e py``), its requirement and constraint files, and its extras (unless
+        ``keep_extras``: the repository's file chose them)."""
         left_out: list[str] = []
         for line in env.deps:
             line = line.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
@@ -340,8 +352,12 @@ class _Findings:
         self.requirement_files = [
             f for f in self.requirement_files if _kind(f) != "dev" or f in env.deps_files(self.files)
         ]
-        if env.extras is not None:
-            self.extras = [e for e in env.extras if e in declared or self.dynamic_extras]
+        if env.extras is not None and not keep_extras:
+            self.extras = [
+                e
+                for e in env.extras
+                if (e in declared or self.dynamic_extras) and extras_module.EXTRA_NAME.match(e)
+            ]  # ``{env:X:}`` and other substitutions are not names
             self.dynamic_extras = False
         note = (
             f" (the plain environment: lines for {', '.join(dict.fromkeys(left_out))} left out)"
@@ -349,6 +365,53 @@ class _Findings:
             else ""
         )
         self.lines.append(f"{env.where} deps{note}")
+
+    def _extras_the_tests_import(
+        self, project: dict, setup_cfg: configparser.ConfigParser, packages: tuple[str, ...], *, add: bool
+    ) -> None:
+        """With ``add``, add the declared extras that provide a module collecting the tests
+        imports (unguarded) and nothing else installed provides: ``yaml`` for ``import yaml`` when
+        the extra ``yaml`` lists PyYAML. The extras left are kept, with their distributions, for
+        the diagnosis."""
+        declared = _declared_requirements(project, setup_cfg) or _setup_py_extras(self._text("setup.py"))
+        name = project.get("name") or setup_cfg.get("metadata", "name", fallback=None)
+        name = name if isinstance(name, str) else None
+        dists = {
+            extra: extras_module.distributions(reqs, name, declared)
+            for extra, reqs in declared.items()
+            if extras_module.EXTRA_NAME.match(extra)
+        }
+        chosen = {_normalize(e) for e in self.extras}
+        others = {e: d for e, d in dists.items() if _normalize(e) not in chosen}
+        if not others or not add:
+            self.other_extras = others
+            return
+        dependencies = project.get("dependencies")
+        base = [*(dependencies if isinstance(dependencies, list) else [])]
+        base += _lines(setup_cfg.get("options", "install_requires", fallback=""))
+        installed = extras_module.distributions(
+            [*(r for r in base if isinstance(r, str)), *self.requirements, *packages, "pytest"],
+            name,
+            declared,
+        )
+        for e in self.extras:
+            installed += dists.get(e, [])
+        for rel in self.requirement_files:
+            installed += _requirement_file_names(self._text(rel) or "")
+        own = _own_names(self.files)
+        added: dict[str, tuple[str, str]] = {}  # extra → (module, distribution)
+        for module, _where in extras_module.collected_imports(self.root, self.files, own).items():
+            if any(extras_module.provides(d, module, loose=False) for d in installed):
+                continue
+            if any(extras_module.provides(d, module, loose=False) for e in added for d in others[e]):
+                continue
+            found = extras_module.extra_for(module, others)
+            if found is not None and found[0] not in added:
+                added[found[0]] = (module, found[1])
+        for extra, (module, dist) in added.items():
+            self.extras.append(extra)
+            self.lines.append(f"its extra {extra}: the tests import {module} ({dist})")
+        self.other_extras = {e: d for e, d in others.items() if e not in added}
 
     def _hash_with_includes(self, rel: str, seen: set[str]) -> None:
         """Hash ``rel`` and the files it names with ``-r`` / ``-c`` (pip reads them too)."""
@@ -394,7 +457,7 @@ class _Findings:
         args: list[str] = []
         what: list[str] = []
         if self.installable:
-            args += ["-e", "." + (f"[{','.join(self.extras)}]" if self.extras else "")]
+            args += ["-e", "." + (f"[{','.join(_spellings(self.extras))}]" if self.extras else "")]
             what.append(
                 "the project (editable" + (f", extras {', '.join(self.extras)})" if self.extras else ")")
             )
@@ -406,7 +469,7 @@ class _Findings:
         what += self.requirement_files
         extra = list(dict.fromkeys([*self.requirements, *plugins, "pytest"]))
         args += extra
-        what += [r for r in extra if r not in self.requirements]
+        what += extra  # every package, as pip is given it
         self.lines.append("pytest: the version its dependencies ask for, else the current release")
         steps = [
             SetupStep("pip install " + ", ".join(what), shlex.join(["python", "-m", "pip", "install", *args]))
@@ -436,6 +499,10 @@ class _Findings:
             network=options.network,
             timeout=options.timeout,
             variables=tuple(sorted(self.variables.items())),
+            extras=tuple(self.extras) if self.installable else (),
+            other_extras=tuple((e, tuple(d)) for e, d in self.other_extras.items())
+            if self.installable
+            else (),
         )
 
 
@@ -449,6 +516,76 @@ def _workspace_files(root: Path) -> set[str]:
         for p in root.glob(pattern)
         if p.is_file()
     }
+
+
+def _declared_requirements(project: dict, setup_cfg: configparser.ConfigParser) -> dict[str, list[str]]:
+    """Each declared extra's requirement strings (pyproject's, then setup.cfg's)."""
+    table = project.get("optional-dependencies", {})
+    out = {
+        name: [r for r in reqs if isinstance(r, str)]
+        for name, reqs in (table.items() if isinstance(table, dict) else [])
+        if isinstance(reqs, list)
+    }
+    if setup_cfg.has_section("options.extras_require"):
+        for name, value in setup_cfg.items("options.extras_require"):
+            out.setdefault(name, [r for line in _lines(value) for r in line.split(";")[:1] if r.strip()])
+    return out
+
+
+def _setup_py_extras(text: str | None) -> dict[str, list[str]]:
+    """``extras_require`` of a ``setup.py`` where it is a literal: in the ``setup()`` call, or a
+    module-level name bound to one (read with :mod:`ast`, never run)."""
+    if not text or len(text) > 1_000_000:
+        return {}
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    bound = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg == "extras_require":
+                    value = keyword.value
+                    if isinstance(value, ast.Name):
+                        value = bound.get(value.id, value)
+                    try:
+                        found = ast.literal_eval(value)
+                    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                        return {}
+                    if isinstance(found, dict):
+                        return {
+                            k: [r for r in ([v] if isinstance(v, str) else v) if isinstance(r, str)]
+                            for k, v in found.items()
+                            if isinstance(k, str) and isinstance(v, str | list | tuple)
+                        }
+    return {}
+
+
+def _requirement_file_names(text: str) -> list[str]:
+    return [
+        found[0]
+        for line in text.splitlines()
+        if not line.lstrip().startswith(("-", "#")) and (found := extras_module.requirement_name(line))
+    ]
+
+
+def _own_names(files: set[str]) -> set[str]:
+    """The top-level module names the project's files make (flat, ``src/`` or ``lib/`` layout)."""
+    names = set()
+    for rel in files:
+        parts = rel.split("/")
+        if parts[0] in ("src", "lib") and len(parts) > 1:
+            parts = parts[1:]
+        if len(parts) > 1 or parts[0].endswith(".py"):
+            names.add(parts[0].removesuffix(".py"))
+    return {n for n in names if n.isidentifier()}
 
 
 def _extras_of(project: dict, setup_cfg: configparser.ConfigParser) -> list[str]:
@@ -503,6 +640,18 @@ def _choose_requirement_files(found: list[str]) -> list[str]:
     the project itself or its whole tool chain)."""
     test = [f for f in found if _kind(f) == "test"]
     return [f for f in found if _kind(f) == "base"] + (test or [f for f in found if _kind(f) == "dev"])
+
+
+def _spellings(extras: list[str]) -> list[str]:
+    """The extras for pip, each also in its PEP 685 form where that differs (``python_ulid``,
+    ``python-ulid``): metadata may spell it either way, and pip before 23.3 (the sandbox's venv
+    has 23.0) compares them as written; the spelling a project lacks only gets a warning."""
+    out: list[str] = []
+    for extra in extras:
+        out.append(extra)
+        if _normalize(extra) != extra.lower():
+            out.append(_normalize(extra))
+    return list(dict.fromkeys(out))
 
 
 def _normalize(name: str) -> str:

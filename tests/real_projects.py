@@ -36,13 +36,17 @@ class Project:
     buggy: str
     target: str  # what the user asks ``fix`` for
     check: str  # the run_tests target the replayed agent checks its fix with
+    says: tuple[str, ...] = ()  # what the first run's set-up must say it found
 
 
 PROJECTS = (
     Project(
-        "toolz", "1.1.0", "needs itself installed (__version__ from importlib.metadata)",
-        "toolz/itertoolz.py", "        d[item] += 1\n", "        d[item] = 1\n",
-        "toolz/tests/test_itertoolz.py::test_frequencies", "toolz/tests/test_itertoolz.py",
+        "pluggy", "1.5.0", "setuptools-scm with no tag in the repository (the version from PKG-INFO, "
+        "which pytest's pluggy>=1.5 needs), tox.ini's pytest section, needs itself installed",
+        "src/pluggy/_manager.py", "        return self.get_plugin(name) is not None\n",
+        "        return self.get_plugin(name) is None\n",
+        "testing/test_pluginmanager.py::test_has_plugin", "testing/test_pluginmanager.py",
+        says=("its version 1.5.0, from PKG-INFO",),
     ),
     Project(
         "marshmallow", "3.23.3", "a runtime dependency (packaging, which Debian's site-packages also has) "

@@ -72,6 +72,7 @@ def test_non_editable_install_maps_subpackages(tmp_path: Path) -> None:
     for data in (
         "engine/text/templates/qwen3.6-chat-template.jinja",
         "sandboxes/images/Dockerfile",
+        "sandboxes/images/compiler.Dockerfile",
         "sandboxes/images/make-base-image.sh",
     ):
         assert (site / "clover_agent" / data).is_file(), f"{data} missing from the installed package"

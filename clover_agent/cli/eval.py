@@ -93,6 +93,7 @@ def _eval(args: argparse.Namespace) -> int:
         sandbox_kind=sandbox_kind(args),
         image=args.image,
         wheels=args.wheels,
+        compiler=args.with_compiler,
         jobs=args.jobs,
         max_steps=args.max_steps,
         max_time_s=args.max_time,

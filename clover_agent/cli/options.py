@@ -75,7 +75,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
-    """``--sandbox``, ``--image`` and ``--wheels``."""
+    """``--sandbox``, ``--image``, ``--with-compiler`` and ``--wheels``."""
     p.add_argument(
         "--sandbox",
         choices=SANDBOX_KINDS,
@@ -83,6 +83,13 @@ def add_sandbox_arguments(p: argparse.ArgumentParser) -> None:
         "machine, no isolation",
     )
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    p.add_argument(
+        "--with-compiler",
+        action="store_true",
+        help="start the Docker sandbox from the image's compiler variant (gcc, libc6-dev and python3-dev "
+        "added, so a C extension builds; made once from Debian's mirror and cached), as "
+        "[sandbox] compiler = true does",
+    )
     p.add_argument(
         "--wheels",
         metavar="DIR",
@@ -102,6 +109,7 @@ def sandbox_spec_of(
         image=args.image,
         environment=sandbox_kind(args) == "docker",
         wheels=args.wheels,
+        compiler=args.with_compiler,
         repo_config=repo_config,
     )
 

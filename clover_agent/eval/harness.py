@@ -52,6 +52,7 @@ class EvalOptions:
     sandbox_kind: str = "docker"
     image: str | None = None
     wheels: str | None = None
+    compiler: bool = False  # --with-compiler: the image's compiler variant
     jobs: int = 1
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
@@ -178,13 +179,16 @@ def describe(result: dict[str, Any]) -> str:
     )
 
 
-def _spec(options: EvalOptions, repo: Path, task: Task) -> SandboxSpec:
+def task_spec(options: EvalOptions, repo: Path, task: Task) -> SandboxSpec:
+    """The sandbox spec of a task's repository: its environment and set-up (in Docker) over the
+    options' image, wheels and compiler choice, as the fix and the grade start it."""
     return sandbox_spec(
         options.settings,
         repo,
         image=options.image,
         environment=options.sandbox_kind == "docker",
         wheels=options.wheels,
+        compiler=options.compiler,
         repo_config=_repo_config(task),
     )
 
@@ -217,6 +221,21 @@ def _request(task: Task) -> str:
     )
 
 
+def prepare_repo(task: Task, work: Path, settings: Settings) -> tuple[Path, Path]:
+    """``work/base``, the task's repository as released (made once, kept for the grade), and
+    ``work/repo``, a fresh copy of it with the test patch committed: the tree fix runs on."""
+    base = work / "base"
+    if not (base / ".git").is_dir():
+        shutil.rmtree(base, ignore_errors=True)
+        make_repo(task.repo, base, host_package_index(settings.environment))
+    repo = work / "repo"
+    shutil.rmtree(repo, ignore_errors=True)
+    shutil.copytree(base, repo, symlinks=True)
+    git(repo, "apply", "--whitespace=nowarn", "-", input=task.test_patch.encode())
+    commit_all(repo, f"{task.instance_id}: the tests that show the bug")
+    return base, repo
+
+
 async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
     """One task, fix then grade; every failure of a step ends up in the result, never raised."""
     started = time.monotonic()
@@ -247,16 +266,8 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         "source": task.source,
     }
     try:
-        base = work / "base"
-        if not (base / ".git").is_dir():
-            shutil.rmtree(base, ignore_errors=True)
-            make_repo(task.repo, base, host_package_index(options.settings.environment))
-        repo = work / "repo"
-        shutil.rmtree(repo, ignore_errors=True)
+        base, repo = prepare_repo(task, work, options.settings)
         shutil.rmtree(work / "run", ignore_errors=True)
-        shutil.copytree(base, repo, symlinks=True)
-        git(repo, "apply", "--whitespace=nowarn", "-", input=task.test_patch.encode())
-        commit_all(repo, f"{task.instance_id}: the tests that show the bug")
         make_backend = _backend(task, options, repo, work)
         counter = _Counter(task.instance_id, options.say)
         bus = EventBus()
@@ -265,7 +276,7 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             target=" ".join(task.fail_to_pass),
             repo=repo,
             make_backend=make_backend,
-            sandbox=_spec(options, repo, task),
+            sandbox=task_spec(options, repo, task),
             sandbox_kind=options.sandbox_kind,
             run_dir=work / "run",
             command="eval",
@@ -305,7 +316,12 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
                 report.message.splitlines()[0] if report.message else ""
             )
         graded: Grade = await grade(
-            task, base, work / "grade", patch, lambda tree: _spec(options, tree, task), options.sandbox_kind
+            task,
+            base,
+            work / "grade",
+            patch,
+            lambda tree: task_spec(options, tree, task),
+            options.sandbox_kind,
         )
         result.update(resolved=graded.resolved, grade=graded.to_dict(), agree=graded.resolved == report.fixed)
     except RUN_ERRORS as exc:

@@ -10,10 +10,13 @@ starting the agent (see :mod:`clover_agent.fix.workflow`).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.environment import EnvironmentRecipe
+from clover_agent.sandboxes.extras import EXTRA_NAME, extra_for
 from clover_agent.tools.run_tests import TestReport
 
 #: Fixtures that known plugins provide, and the plugin.
@@ -57,13 +60,18 @@ class EnvironmentProblem:
 
 
 def diagnose(
-    report: TestReport, workspace_names: set[str], *, environment: bool = True
+    report: TestReport,
+    workspace_names: set[str],
+    *,
+    environment: bool = True,
+    recipe: EnvironmentRecipe | None = None,
 ) -> EnvironmentProblem | None:
     """The environment problem that ``report`` (the target's run before any change) shows, or None.
 
     ``workspace_names``: the module names the workspace has (``pkg`` for ``pkg/`` or ``pkg.py``, at
     any depth), to tell the project's own modules from installed ones. ``environment``: whether a
-    project environment was set up (the remedy differs).
+    project environment was set up (the remedy differs); ``recipe``: its recipe, whose extras not
+    installed are named when one of them provides a missing module.
 
     What counts as the environment's fault, and what stays the agent's:
 
@@ -80,7 +88,7 @@ def diagnose(
     if report.problem or not report.outcomes:
         texts.append(report.output)
     for text in texts:
-        problem = _explain(text, workspace_names, environment)
+        problem = _explain(text, workspace_names, environment, recipe)
         if problem is not None:
             return problem
     plugin_fixtures = [
@@ -99,10 +107,18 @@ def diagnose(
     return None
 
 
-def _explain(text: str, names: set[str], environment: bool) -> EnvironmentProblem | None:
+def _explain(
+    text: str, names: set[str], environment: bool, recipe: EnvironmentRecipe | None
+) -> EnvironmentProblem | None:
     if match := _MISSING_MODULE.search(text):
         module = match[1]
         top = module.split(".")[0]
+        cause = f"the module {module!r} is not installed (No module named {module!r})"
+        others = dict(recipe.other_extras) if environment and recipe is not None else {}
+        if recipe is not None and extra_for(module, others, loose=False) is not None:
+            # an extra not installed is named for it: that, even where a module of the project
+            # has the same name (a project module named ulid beside a missing ``ulid`` package)
+            return _missing_extra(module, cause, _evidence(text, match[0]), recipe)
         if "." in module and top in names:
             return None  # a module of the project that is not there: the code's business
         if top in names:
@@ -112,8 +128,9 @@ def _explain(text: str, names: set[str], environment: bool) -> EnvironmentProble
             )
             fix = "install the project (pip install -e .)"
         else:
-            cause = f"the module {module!r} is not installed (No module named {module!r})"
             fix = f"add the package that provides {top!r} to the project's test dependencies"
+            if others and recipe is not None:
+                return _missing_extra(module, cause, _evidence(text, match[0]), recipe)
         return EnvironmentProblem(cause, _evidence(text, match[0]), _remedy(fix, environment))
     if (match := _CANNOT_IMPORT.search(text)) and re.search(r"[/\\](site|dist)-packages[/\\]", match[3]):
         return EnvironmentProblem(
@@ -156,6 +173,35 @@ def _explain(text: str, names: set[str], environment: bool) -> EnvironmentProble
             _remedy("install pytest", environment),
         )
     return None
+
+
+def _missing_extra(module: str, cause: str, evidence: str, recipe: EnvironmentRecipe) -> EnvironmentProblem:
+    """A missing module and the project's extras the set-up did not install: the one that
+    provides it (by its distributions' names), else all of them, with the line that installs it."""
+    others = {e: d for e, d in recipe.other_extras if EXTRA_NAME.match(e)}
+    found = extra_for(module, others)
+    if found is not None:
+        extra, dist = found
+        line = "extras = " + json.dumps([*recipe.extras, extra])
+        return EnvironmentProblem(
+            f"{cause}: the project's extra {extra!r} lists {dist}, which provides it, and the set-up "
+            "did not install that extra",
+            evidence,
+            "To fix the set-up: install the extra, in .clover/config.toml's [sandbox] table:\n"
+            f"  {line}\n(the extras to install, instead of those found); the environment is then set "
+            "up again on the next run.",
+        )
+    listed = ", ".join(sorted(others))
+    line = "extras = " + json.dumps([*recipe.extras, "NAME"])
+    return EnvironmentProblem(
+        cause,
+        evidence,
+        f"To fix the set-up: when one of the project's extras that were not installed ({listed}) "
+        f"provides {module.split('.')[0]!r}, name it in .clover/config.toml's [sandbox] table:\n  {line}\n"
+        "else add the package that provides it to the project's test dependencies (an extra named "
+        'test, a dependency group or requirements-test.txt) or to packages = ["..."]; the environment '
+        "is then set up again on the next run.",
+    )
 
 
 def _evidence(text: str, needle: str) -> str:

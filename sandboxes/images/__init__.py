@@ -1,14 +1,17 @@
 """Sandbox image recipes: the default image's ``Dockerfile`` and ``make-base-image.sh``, which makes
-its base without any registry (debootstrap + ``docker import``). Built by ``clover-agent sandbox
-build``; no registry is ever contacted."""
+its base without any registry (debootstrap + ``docker import``), built by ``clover-agent sandbox
+build``; and ``compiler.Dockerfile``, the compiler variant of a sandbox image (gcc, libc6-dev and
+python3-dev from the image's Debian mirror), built once per image and tagged by a hash of its
+inputs (:func:`compiler_image`). No image registry is ever contacted."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clover_agent.sandboxes.errors import SandboxUnavailable
 
@@ -22,6 +25,18 @@ DEFAULT_BASE_IMAGE = "clover-agent-base:bookworm"
 DEFAULT_SANDBOX_IMAGE = "clover-agent-sandbox:latest"
 #: The label ``make-base-image.sh`` records its recipe in.
 BASE_RECIPE_LABEL = "clover-agent.base-recipe"
+COMPILER_DOCKERFILE = IMAGES_DIR / "compiler.Dockerfile"
+#: Where compiler variants are tagged: ``clover-agent-compiler:<key>`` (:func:`compiler_tag`).
+COMPILER_REPOSITORY = "clover-agent-compiler"
+LABEL_COMPILER = "clover-agent.compiler"
+LABEL_COMPILER_BASE = "clover-agent.compiler.base"  # the id of the image it was built FROM
+#: What the variant adds, as the messages name it.
+COMPILER_PACKAGES = "gcc, libc6-dev and python3-dev"
+#: How long the variant's build may stream nothing before the client gives up (apt on a slow mirror).
+COMPILER_BUILD_TIMEOUT_S = 1800
+#: The host's proxy variables, handed to the build (Docker's predefined build arguments, which are
+#: not kept in the image's history), so apt reaches the mirror the way this machine does.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -94,3 +109,103 @@ def build_sandbox_image(
     except (APIError, BuildError) as exc:
         raise SandboxUnavailable(f"building {tag} failed: {exc}") from None
     return image_id or client.api.inspect_image(tag)["Id"]
+
+
+def compiler_tag(base_image_id: str) -> str:
+    """The compiler variant's tag for the image of ``base_image_id``: a hash of that id and of
+    ``compiler.Dockerfile``, so a rebuilt sandbox image or a changed recipe gets a variant of its
+    own and a stale one is never used."""
+    material = base_image_id.encode() + b"\0" + COMPILER_DOCKERFILE.read_bytes()
+    return f"{COMPILER_REPOSITORY}:{hashlib.sha256(material).hexdigest()[:24]}"
+
+
+def compiler_image(
+    client: docker.DockerClient,
+    base: str,
+    *,
+    progress: Callable[[str], None],
+    host_env: Mapping[str, str] | None = None,
+) -> tuple[str, bool]:
+    """The tag of the compiler variant of the local image ``base``, built first when it is not on
+    the engine; and whether it was built now (False: reused from the cache). ``host_env``: the
+    host's proxy variables (:data:`PROXY_VARIABLES`) are passed to the build. The build's output
+    goes to ``progress``; a failed build is :class:`SandboxUnavailable` with its last lines."""
+    import requests
+    from docker.errors import APIError, BuildError, ImageNotFound
+
+    try:
+        inspected = client.api.inspect_image(base)
+    except ImageNotFound:
+        raise SandboxUnavailable(
+            f"the sandbox image {base} is not on this Docker engine, so its compiler variant cannot be "
+            "built: build it first with `clover-agent sandbox build --with-compiler`"
+        ) from None
+    base_id = inspected["Id"]
+    tag = compiler_tag(base_id)
+    if image_exists(client, tag):
+        return tag, False
+    run_as = (inspected.get("Config") or {}).get("User") or "0:0"
+    args = {"BASE": base_id, "RUN_AS": run_as}
+    args |= {name: value for name in PROXY_VARIABLES if (value := (host_env or {}).get(name))}
+    lines: list[str] = []
+    try:
+        for chunk in client.api.build(
+            path=str(IMAGES_DIR),
+            dockerfile=COMPILER_DOCKERFILE.name,
+            tag=tag,
+            buildargs=args,
+            labels={LABEL_COMPILER: "1", LABEL_COMPILER_BASE: base_id},
+            rm=True,
+            forcerm=True,
+            decode=True,
+            timeout=COMPILER_BUILD_TIMEOUT_S,
+        ):
+            if "error" in chunk:
+                raise _compiler_build_failed(base, chunk["error"], lines)
+            line = (chunk.get("stream") or "").rstrip("\n")
+            if line.strip():
+                lines.append(line)
+                progress(line)
+    except (APIError, BuildError) as exc:
+        raise _compiler_build_failed(base, str(exc), lines) from None
+    except requests.exceptions.RequestException as exc:  # no answer: a timeout, a lost connection
+        raise SandboxUnavailable(
+            f"the Docker engine stopped answering while building the compiler variant of {base} "
+            f"({type(exc).__name__}); check `docker info` and try again (a variant the engine finished is reused)"
+        ) from None
+    return tag, True
+
+
+def _compiler_build_failed(base: str, error: str, lines: list[str]) -> SandboxUnavailable:
+    tail = "\n".join(lines[-15:])
+    return SandboxUnavailable(
+        f"building the compiler variant of {base} failed: {error.strip()}\n{tail}\n"
+        f"It installs {COMPILER_PACKAGES} with apt from the image's Debian mirror (its "
+        "/etc/apt/sources.list), so that mirror must be reachable from a container on this machine "
+        "(this machine's HTTP_PROXY/HTTPS_PROXY are passed on). Otherwise build an image with them "
+        "yourself, FROM the sandbox image, and pass it as `--image IMG` without --with-compiler"
+    )
+
+
+def compiler_images(client: docker.DockerClient, *, everything: bool = False) -> list[dict[str, Any]]:
+    """Compiler variants no sandbox will start from again: those built FROM an image that is no
+    longer tagged (the sandbox image was rebuilt since) or from another ``compiler.Dockerfile``
+    (their tag is not :func:`compiler_tag` of their image). All of them with ``everything``.
+    (Environment images made from a variant inherit its labels; they are not variants.)"""
+    found = [
+        i
+        for i in client.api.images(filters={"label": f"{LABEL_COMPILER}=1"})
+        if (i.get("Labels") or {}).get(LABEL_COMPILER_BASE)
+        and not (i.get("Labels") or {}).get("clover-agent.env")
+    ]
+    if everything:
+        return found
+    tagged_ids = {
+        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
+    }
+    return [
+        i
+        for i in found
+        if (base := i["Labels"][LABEL_COMPILER_BASE]) not in tagged_ids
+        or compiler_tag(base) not in (i.get("RepoTags") or [])
+    ]

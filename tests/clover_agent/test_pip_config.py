@@ -99,3 +99,33 @@ def test_without_pip_cert_the_hosts_tls_bundle_variable_is_used_and_a_missing_on
     missing = host_package_index({**env, "PIP_CERT": str(tmp_path / "gone.pem")}, ETC)
     assert missing.ca_bundle is None and "gone.pem cannot be read" in missing.notes[0]
     assert host_package_index(env, ETC).ca_bundle is None
+
+
+def test_settings_not_carried_are_named_by_key_and_file_never_by_value(tmp_path: Path) -> None:
+    env = machine(tmp_path)
+    user = tmp_path / "home" / ".config" / "pip" / "pip.conf"
+    (tmp_path / "etc-xdg" / "pip" / "pip.conf").write_text(
+        "[global]\nconstraint = /etc/constraints.txt\ntimeout = 10\ndisable-pip-version-check = 1\n"
+        "[download]\nonly-binary = :all:\n"
+    )
+    user.write_text(
+        "[install]\nno_binary = :all:\nclient-cert = /home/me/secret-cert.pem\n"
+        "extra-index-url = ftp://me:hunter2@files.example/simple\n"
+    )
+    env |= {"PIP_REQUIRE_VIRTUALENV": "true", "PIP_NO_CACHE_DIR": "1", "PIP_CONFIG_FILE": ""}
+    notes = host_package_index(env, ETC).notes
+    text = "\n".join(notes)
+    assert (
+        f"pip's constraint (in {tmp_path / 'etc-xdg' / 'pip' / 'pip.conf'}): not carried into the "
+        "sandbox's set-up, left out" in notes
+    )
+    assert (
+        f"pip's no-binary, client-cert (in {user}): not carried into the sandbox's set-up, left out" in notes
+    )
+    assert "the variables PIP_REQUIRE_VIRTUALENV: not carried into the sandbox's set-up, left out" in notes
+    # carried (timeout), set in the sandbox as well (the version check, the cache), or not
+    # pip install's (only-binary under [download]): not named; no value, no password shown
+    assert "timeout" not in text and "disable-pip-version-check" not in text and "only-binary" not in text
+    assert "NO_CACHE_DIR" not in text
+    assert "hunter2" not in text and "secret-cert" not in text and "/etc/constraints.txt" not in text
+    assert "pip's extra-index-url ftp://files.example/simple is on this machine" in text

@@ -8,6 +8,7 @@ tests/clover_agent/fix/test_real_projects.py runs ``fix`` over real third-party 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import subprocess
 import sys
@@ -17,18 +18,23 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.launch import sandbox_spec as launch_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.docker import LABEL, LABEL_OWNER_PID, docker_client
 from clover_agent.sandboxes.env_image import (
+    LABEL_ENV,
+    LABEL_ENV_BASE,
     LABEL_ENV_REPO,
     environment_images,
     remove_images,
     superseded_environment_images,
 )
 from clover_agent.sandboxes.errors import SandboxSetupError
+from clover_agent.sandboxes.images import COMPILER_REPOSITORY, compiler_image, compiler_images
 from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, host_package_index
 from clover_agent.tools.run_tests import run_tests_in
+from tests.cli_process import run_cli
 from tests.git_repos import git, make_repo
 from tests.real_projects import fetch_sdist
 
@@ -243,18 +249,13 @@ async def test_a_setuptools_scm_sdist_made_a_repository_installs_as_its_released
     tmp_path: Path,
 ) -> None:
     """pluggy 1.5.0 (setuptools-scm): with no tag the tool would say 0.1.dev1, which pytest's
-    ``pluggy>=1.5`` cannot take; the version comes from PKG-INFO and is part of the cache key."""
+    ``pluggy>=1.5`` cannot take; the version comes from PKG-INFO and is part of the cache key. The
+    environment it makes, set up and the suite passing in it, is tests/clover_agent/fix/
+    test_real_projects.py's pluggy run."""
     repo = fetch_sdist("pluggy", "1.5.0", tmp_path / "src")
-    messages: list[str] = []
-    spec = spec_for(repo, messages)
+    spec = spec_for(repo)
     assert spec.environment is not None
     assert spec.environment.variables == (("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.0"),)
-    async with create_sandbox("docker", spec) as sb:
-        version = await sb.exec("python -c 'import pluggy; print(pluggy.__version__)'")
-        assert version.output.strip() == "1.5.0", version.output
-        result = await sb.exec("python -m pytest -q -p no:cacheprovider testing", timeout=600)
-        assert result.exit_code == 0 and " passed" in result.output, result.output[-4000:]
-    assert any("its version 1.5.0, from PKG-INFO" in m for m in messages), messages
     # a tag made since gives the version (and another environment)
     git(repo, "tag", "v1.5.1")
     tagged = spec_for(repo)
@@ -276,13 +277,140 @@ async def test_tox_deps_of_the_plain_environment_set_a_real_project_up(tmp_path:
 
 
 async def test_a_c_extension_that_cannot_be_compiled_is_said_in_words(tmp_path: Path) -> None:
-    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler."""
+    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler; the message
+    names the option that gives it one."""
     repo = fetch_sdist("mmh3", "4.1.0", tmp_path / "src")
     with pytest.raises(SandboxSetupError) as caught:
         await create_sandbox("docker", spec_for(repo)).start()
     message = caught.value.message
     assert "the environment set-up failed at step 1 of" in message
     assert "A C extension had to be built from source and could not be" in message, message
-    assert "--image IMG" in message and "python3-dev" in message
+    assert "Run with `--with-compiler` (or set `compiler = true` in .clover/config.toml" in message
+    assert "clover-agent sandbox build --with-compiler" in message and "python3-dev" in message
     assert "Fix the project's dependency files" not in message
     assert own_leftovers() == []
+
+
+@pytest.fixture(scope="session")
+def compiler_variant() -> str:
+    """The compiler variant of the sandbox image, as the sandbox makes it: built on this machine's
+    first use and kept, as the cache it is, for the next sessions."""
+    client = docker_client(Settings.load().docker_env)
+    try:
+        tag, _built = compiler_image(client, IMAGE, progress=lambda _line: None, host_env=os.environ)
+    finally:
+        client.close()
+    return tag
+
+
+@pytest.mark.xdist_group("compiler-variant")  # one worker builds the variant, once
+async def test_a_required_c_extension_builds_in_the_compiler_variant_reused_from_the_cache(
+    tmp_path: Path, compiler_variant: str
+) -> None:
+    """mmh3 4.1.0 again, with ``compiler = true`` in the repository's (untrusted) file: its
+    extension is compiled in the set-up and its own tests pass on it; the variant the fixture made
+    is the one the sandbox starts from, found in the cache, not built again."""
+    repo = fetch_sdist("mmh3", "4.1.0", tmp_path / "src")
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text("[sandbox]\ncompiler = true\n")
+    messages: list[str] = []
+    spec = launch_spec(Settings.load(), repo, image=IMAGE, environment=True, progress=messages.append)
+    assert spec.compiler
+    async with create_sandbox("docker", spec) as sb:
+        compiled = await sb.exec("python -c 'import mmh3; print(mmh3.__file__)'; gcc --version")
+        assert compiled.exit_code == 0, compiled.output
+        # the editable install built it in place; the environment image's overlay brought it here
+        assert compiled.output.split()[0] == "/workspace/src/mmh3.cpython-311-x86_64-linux-gnu.so"
+        assert "gcc (Debian" in compiled.output
+        # The sdist leaves out tests/helper.py, which its test_mmh3.py imports: a one-line
+        # stand-in (a 32-bit unsigned value as signed), so its known-answer tests run on the build.
+        await sb.write_file(
+            "/workspace/tests/helper.py",
+            b"def u32_to_s32(v):\n    return v - (1 << 32) if v >= 1 << 31 else v\n",
+        )
+        result = await sb.exec("python -m pytest -q -p no:cacheprovider", timeout=600)
+        assert result.exit_code == 0 and "28 passed" in result.output, result.output[-4000:]
+        client = docker_client(Settings.load().docker_env)
+        try:
+            labels = client.api.inspect_image(sb.image)["Config"]["Labels"]
+            variant_id = client.api.inspect_image(compiler_variant)["Id"]
+        finally:
+            client.close()
+        assert labels[LABEL_ENV_BASE] == variant_id  # the environment was made over the variant
+        environment = sb.image
+    assert f"compiler: cached ({compiler_variant})" in messages, messages
+    assert not any("building the compiler variant" in m for m in messages)
+    assert own_leftovers() == []
+    if IMAGE == DEFAULT_SANDBOX_IMAGE:  # the command builds the default image's variant: the same one
+        cli = run_cli("sandbox", "build", "--quiet", "--with-compiler", timeout=600)
+        assert cli.returncode == 0, cli.stderr
+        assert f"already built (cached): {compiler_variant}" in cli.stdout, cli.stdout
+    # what `sandbox prune` removes: a variant of another recipe (a stand-in: the real one's labels
+    # under another tag) and an environment over it, not this variant nor the environment made over
+    # it (which inherits the variant's labels)
+    client = docker_client(Settings.load().docker_env)
+    stale = f"{COMPILER_REPOSITORY}:test-{uuid.uuid4().hex[:12]}"
+    over_stale = f"clover-agent-test-env-over-stale:{uuid.uuid4().hex[:12]}"
+
+    def build(tag: str, dockerfile: str) -> str:
+        for _ in client.api.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, decode=True):
+            pass
+        return client.api.inspect_image(tag)["Id"]
+
+    try:
+        stale_id = build(stale, f"FROM {compiler_variant}\nLABEL clover-agent.test=1\n")
+        build(
+            over_stale,
+            f'FROM {stale}\nLABEL "{LABEL_ENV}"="1" "{LABEL_ENV_BASE}"="{stale_id}" "{LABEL_ENV_REPO}"="{tmp_path}"\n',
+        )
+        superseded = {t for i in compiler_images(client) for t in i["RepoTags"]}
+        everything = {t for i in compiler_images(client, everything=True) for t in i["RepoTags"]}
+        assert stale in superseded and compiler_variant not in superseded
+        assert {stale, compiler_variant} <= everything and environment not in everything
+        going = {
+            t for i in superseded_environment_images(client, stale_bases={stale_id}) for t in i["RepoTags"]
+        }
+        assert over_stale in going and environment not in going
+    finally:
+        remove_images(client, [{"Id": tag} for tag in (over_stale, stale)])
+        client.close()
+
+
+async def test_the_extras_a_real_projects_tests_import_are_installed_by_default(tmp_path: Path) -> None:
+    """pydantic-extra-types 2.9.0: its tests import pycountry, pendulum, phonenumbers, semver and
+    ulid, directly or through its own modules, each the package of one of its extras, and its
+    test requirements (requirements/testing.txt) list none of them: without those extras most of
+    its test modules fail to collect. The set-up lines name every package and the pip settings
+    of this machine that are not carried (one is added here)."""
+    repo = fetch_sdist("pydantic-extra-types", "2.9.0", tmp_path / "src")
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[install]\nprefer-binary = true\n")
+    index = host_package_index({**os.environ, "PIP_CONFIG_FILE": str(conf)})
+    recipe = discover(repo, EnvironmentOptions(index=index))
+    assert recipe is not None
+    assert set(recipe.extras) == {"pycountry", "pendulum", "phonenumbers", "semver", "python_ulid"}
+    assert [name for name, _ in recipe.other_extras] == ["all"]  # the smallest extras do
+    messages: list[str] = []
+    spec = SandboxSpec(repo=str(repo), image=IMAGE, environment=recipe, progress=messages.append)
+    async with create_sandbox("docker", spec) as sb:
+        # every test module collects (each needs its extra), and those of three extras pass
+        # (the others' newest releases warn in ways its filterwarnings = error does not take)
+        collect = await sb.exec("python -m pytest -q -p no:cacheprovider --collect-only", timeout=600)
+        assert collect.exit_code == 0 and "No module named" not in collect.output, collect.output[-3000:]
+        run = await sb.exec(
+            "python -m pytest -q -p no:cacheprovider tests/test_phone_numbers.py tests/test_ulid.py "
+            "tests/test_country_code.py",
+            timeout=600,
+        )
+        assert run.exit_code == 0 and " passed" in run.output, run.output[-3000:]
+    found = " | ".join(messages)
+    assert "its extra phonenumbers: the tests import phonenumbers (phonenumbers)" in found, found
+    assert "its extra python_ulid: the tests import ulid (python-ulid)" in found, found
+    assert (
+        "environment: pip install the project (editable, extras pycountry, pendulum, python_ulid, semver, "
+        "phonenumbers), requirements/testing.txt, pytest (1/1)" in found
+    ), found
+    assert (
+        f"environment: pip's prefer-binary (in {conf}): not carried into the sandbox's set-up, left out"
+        in found
+    )

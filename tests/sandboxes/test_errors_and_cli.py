@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
@@ -11,10 +12,14 @@ from pathlib import Path
 import docker
 import pytest
 
+from clover_agent.cli.options import add_sandbox_arguments, sandbox_spec_of
 from clover_agent.errors import ExitCode, UsageError, exit_code_for
 from clover_agent.launch import sandbox_spec as launch_spec
 from clover_agent.sandboxes import SandboxConfigError, SandboxSpec, SandboxUnavailable, create_sandbox
 from clover_agent.sandboxes.docker import DockerSandbox
+from clover_agent.sandboxes.env_image import advice
+from clover_agent.sandboxes.environment import EnvironmentRecipe
+from clover_agent.sandboxes.images import compiler_tag
 from clover_agent.sandboxes.local import LocalSandbox
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, repo_settings
 from tests.cli_process import run_cli
@@ -102,6 +107,45 @@ def test_config_defaults_and_errors(repo: Path) -> None:
     (repo / ".clover" / "config.toml").write_text('sandbox = "docker"\n')
     with pytest.raises(UsageError, match=r"\[sandbox\] must be a table"):
         launch_spec(settings, repo)
+
+
+def test_the_compiler_variant_is_chosen_by_the_flag_or_the_repository_file(repo: Path) -> None:
+    settings = Settings.load({"CLOVER_CONFIG": str(repo / "no-user-config.toml")})
+    assert not launch_spec(settings, repo).compiler
+    parser = argparse.ArgumentParser()
+    add_sandbox_arguments(parser)
+    args = parser.parse_args(["--sandbox", "docker", "--with-compiler"])
+    assert sandbox_spec_of(args, settings, repo, repo_settings(repo)).compiler
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text("[sandbox]\ncompiler = true\n")
+    # a choice between two images made from clover-agent's own recipes: it needs no trust
+    untrusted = repo_settings(repo)
+    assert untrusted.compiler and untrusted.ignored == ()
+    assert launch_spec(settings, repo).compiler
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\ncompiler = "gcc"\n')
+    with pytest.raises(UsageError, match=r"\[sandbox\] compiler must be true or false"):
+        launch_spec(settings, repo)
+    # the variant's tag is a hash of the image it is built FROM (and of its recipe)
+    assert compiler_tag("sha256:1") == compiler_tag("sha256:1") != compiler_tag("sha256:2")
+    assert compiler_tag("sha256:1").startswith("clover-agent-compiler:")
+
+
+def test_a_failed_c_build_names_the_way_out_that_fits_the_image() -> None:
+    recipe = EnvironmentRecipe(steps=())
+    no_gcc = "error: command 'gcc' failed: No such file or directory"
+    plain = advice(recipe, no_gcc)
+    assert "`--with-compiler`" in plain and "`compiler = true`" in plain
+    assert "clover-agent sandbox build --with-compiler" in plain
+    # in the variant, gcc ran: what is missing is more than it has, said so
+    header = (
+        "src/x.c:1:10: fatal error: ffi.h: No such file or directory\nerror: command '/usr/bin/gcc' failed"
+    )
+    variant = advice(recipe, header, compiler=True)
+    assert "although the sandbox had gcc, libc6-dev and python3-dev" in variant
+    assert (
+        "libNAME-dev" in variant and "--image IMG" in variant and "Run with `--with-compiler`" not in variant
+    )
+    assert "Fix the project's dependency files" in advice(recipe, "some other failure", compiler=True)
 
 
 async def test_an_incomplete_spec_or_unknown_kind_is_a_config_error(repo: Path) -> None:

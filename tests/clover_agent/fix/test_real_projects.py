@@ -1,7 +1,8 @@
 """``clover-agent fix`` on real third-party projects, with the default Docker sandbox and default
 flags: each project's pinned sdist is fetched from the package index, a bug is injected, and the
 repair is replayed (the replay backend: recorded turns, not a model). The project's environment is
-set up from its own files on the first run and reused from the cache on the second.
+set up from its own files on the first run and reused from the cache on the second, which is asked
+for "the failing test" (whatever the bug breaks, found by running the suite).
 
 Also: the environment failures end the run with exit code 4 and one message naming the cause,
 before the agent starts, with the user's tree untouched.
@@ -54,11 +55,12 @@ def last_summary(repo: Path) -> dict:
 
 
 def start_seconds(repo: Path) -> float:
-    """How long the last run took from its start to its first test run: the sandbox's start (with
-    the environment's set-up when it is not cached) and the target's run."""
+    """How long the last run's sandbox took to start (with the environment's set-up when it is not
+    cached): from the set-up phase to the phase after it."""
     events = [json.loads(line) for line in (last_run(repo) / "trajectory.jsonl").read_text().splitlines()]
-    started = next(e["time"] for e in events if e["type"] == "task_started")
-    return next(e["time"] for e in events if e["type"] == "tests_run") - started
+    phases = [e for e in events if e["type"] == "phase_started"]
+    setup = next(n for n, e in enumerate(phases) if e["phase"] == "set-up")
+    return phases[setup + 1]["time"] - phases[setup]["time"]
 
 
 @pytest.mark.parametrize("project", PROJECTS, ids=[p.name for p in PROJECTS])
@@ -73,16 +75,29 @@ def test_fix_repairs_a_real_project_and_the_second_run_starts_from_the_cached_en
     try:
         for attempt in ("cold", "warm"):
             inject(repo, project)
-            proc = fix(repo, project.target, replay_file(tmp_path / f"{attempt}.jsonl", project))
+            # the second time as a user who does not know which test: whatever the bug breaks
+            target = project.target if attempt == "cold" else "the failing test"
+            proc = fix(repo, target, replay_file(tmp_path / f"{attempt}.jsonl", project))
             out = proc.stdout + proc.stderr
             assert proc.returncode == 0, out[-6000:]
             assert "FIXED" in proc.stdout
             if attempt == "cold":
                 assert "sandbox: environment: setting the project up" in out, out[-3000:]
                 assert "sandbox: environment: pip install the project (editable" in out
+                for found in project.says:
+                    assert found in out, out[-3000:]
             else:
                 assert f"sandbox: environment: cached ({tag})" in out, out[-3000:]
                 assert "setting the project up" not in out
+                summary = last_summary(repo)
+                assert summary["mode"] == "failing tests" and summary["verdict"] == "fixed"
+                outcomes = summary["tests"]["suite_before"]["outcomes"]
+                failing = [t for t, o in outcomes.items() if o in ("failed", "error")]
+                assert summary["tests"]["target_before"]["failed"] == len(failing) >= 1
+                if "::" in project.target:  # the test the bug is known to break, among those chosen
+                    assert project.target in failing, failing
+                said = f"the {len(failing)} test(s) failing in the suite ('the failing test' names the tests failing now)"
+                assert said in proc.stdout, proc.stdout[-3000:]
             # the patch is applied: the file is as released again, and nothing else changed
             assert (repo / project.path).read_text() == original
             assert git(repo, "status", "--porcelain") == f" M {project.path}\n"
@@ -180,3 +195,25 @@ def test_a_collection_error_before_any_change(tmp_path: Path) -> None:
     )
     assert "No module named 'yaml_not_installed_anywhere'" in err  # the output that shows it
     assert "To fix the set-up" in err and "the agent was not started" in err
+
+
+def test_a_module_of_an_extra_the_set_up_did_not_install_is_named_with_the_line_to_add(
+    tmp_path: Path,
+) -> None:
+    """pydantic-extra-types 2.9.0 with the extras chosen in .clover/config.toml (so the set-up adds
+    none): its ULID tests need the extra python_ulid, and the message says which line installs it."""
+    repo = fetch_sdist("pydantic-extra-types", "2.9.0", tmp_path / "src")
+    (repo / ".clover").mkdir()
+    (repo / ".clover" / "config.toml").write_text('[sandbox]\nextras = ["phonenumbers"]\n')
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "choose the extras")
+    before = tree(repo)
+    try:
+        err = assert_stopped_before_the_agent(
+            repo, fix(repo, "tests/test_ulid.py", unused_replay(tmp_path / "unused.jsonl")), before
+        )
+    finally:
+        drop_image(environment_image(repo))
+    assert "the module 'ulid' is not installed (No module named 'ulid')" in err, err[-3000:]
+    assert "the project's extra 'python_ulid' lists python-ulid, which provides it" in err
+    assert 'extras = ["phonenumbers", "python_ulid"]' in err
