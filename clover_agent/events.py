@@ -85,6 +85,7 @@ class TestsRun(Event):
     phase: str  # e.g. target_before, suite_before, target_after, suite_after
     target: str
     report: dict[str, Any]
+    chosen: str = ""  # target_before of fix: why these tests, in words ("" when TARGET named them)
 
 
 @dataclass(frozen=True, kw_only=True)

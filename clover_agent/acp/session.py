@@ -313,8 +313,9 @@ class AcpSession:
             raw_input=event.arguments,
             content=[
                 schema.ContentToolCallContent(
-                    type="content", content=schema.TextContentBlock(type="text", text=event.reason)
+                    type="content", content=schema.TextContentBlock(type="text", text=text)
                 )
+                for text in _permission_texts(event)
             ],
         )
         options = [
@@ -416,3 +417,18 @@ def _text(text: str) -> schema.ContentToolCallContent:
     return schema.ContentToolCallContent(
         type="content", content=schema.TextContentBlock(type="text", text=text)
     )
+
+
+def _permission_texts(event: ApprovalRequested) -> list[str]:
+    """What an approval request says beside the call: why the policy asks, what each "always"
+    answer covers (ACP has no words with an answer: to say what to do instead, reject and write)."""
+    texts = [event.reason]
+    if event.always:
+        texts.append(f"Allow always: allows {event.always}.")
+    command = str(event.arguments.get("command", ""))
+    refused = f"`{command}`" if command else f"every `{action_of(event.name, event.arguments)}` call"
+    texts.append(
+        f"Reject always: refuses {refused} without asking, for the rest of the session. "
+        "To say what to do instead, reject and send a message."
+    )
+    return texts

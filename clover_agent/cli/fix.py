@@ -283,7 +283,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Reproduce the failure of TARGET in a sandbox, repair it with the agent, verify\n"
         "(the target passes, nothing that passed before fails), and keep the patch under\n"
         ".clover/runs/<id>/. TARGET is a test node id, a test file, a -k keyword expression,\n"
-        "or free text matched against test names.",
+        'or free text matched against test names; free text naming only a failure ("the failing\n'
+        'test", "fix the bug") means the tests failing now in the suite.',
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -321,7 +322,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=tuple(PRESETS),
         help=f"which tool calls may run (default {DEFAULT_PRESET}): read-only: view, search and run tests, "
         "no edits or shell; workspace: anything inside /workspace, asking you first for network or "
-        "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal); "
+        "install commands (git push, curl, wget, pip/npm install, sudo; refused without a terminal: "
+        "answer y once, a always (the question says what that allows), n, or type what to do instead); "
         "ci: the same, those commands refused",
     )
     p.add_argument(

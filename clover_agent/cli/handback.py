@@ -75,6 +75,8 @@ def _counts(report: Any) -> str:
     text = f"{report.passed} passed, {report.failed} failed"
     if report.errors:
         text += f", {report.errors} errors"
+    if report.skipped:
+        text += f", {report.skipped} skipped"
     return text
 
 
@@ -116,6 +118,12 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         lines.append(f"  as handed   target: {_counts(report.target_handed_back)} (the patch's own tests)")
     if report.regressions:
         lines.append(f"  broke       {shown_names(report.regressions)}")
+    if report.target_skipped:
+        items = report.target_skipped
+        more = f" (+{len(items) - 10})" if len(items) > 10 else ""
+        lines.append(
+            f"  skipped     {shown_names(items[:10], '; ')}{more} (target tests skipped before and after: not checked)"
+        )
     for label, items in (
         ("still fails", report.still_failing),
         ("unverified", report.unverified),

@@ -21,7 +21,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from clover_agent.agent.approvals import Answer, Approvals
+from clover_agent.agent.approvals import Answer, Approvals, Reply
 from clover_agent.backends.threads import run_in_daemon_thread
 from clover_agent.events import (
     ApprovalDecided,
@@ -195,9 +195,15 @@ class ConsoleRenderer:
             self._line(f"sandbox: {event.message}", "status")
         elif isinstance(event, TestsRun):
             r = event.report
+            if event.chosen:  # which tests the run works on, and why those
+                tests = (
+                    event.target if len(event.target) <= RESULT_WIDTH else event.target[:RESULT_WIDTH] + "…"
+                )
+                self._line(f"target: {tests} — {event.chosen}", "tests")
+            skipped = f", {r['skipped']} skipped" if r.get("skipped") else ""
             self._line(
                 f"tests {event.phase.replace('_', ' ')}: {r.get('passed', 0)} passed, {r.get('failed', 0)} "
-                f"failed, {r.get('errors', 0)} errors",
+                f"failed, {r.get('errors', 0)} errors{skipped}",
                 "tests",
             )
         elif isinstance(event, Done):
@@ -391,27 +397,38 @@ DECIDED_BY = {
 }
 
 
-def question_text(name: str, arguments: dict[str, Any], reason: str) -> str:
-    """The approval question, in words (the arguments as the call line shows them, not reprs)."""
+def question_text(name: str, arguments: dict[str, Any], reason: str, always: str = "") -> str:
+    """The approval question, in words (the arguments as the call line shows them, not reprs), with
+    what an "always" answer would allow when the agent says it (``ApprovalRequested.always``)."""
+    scope = f"[a] always allows {terminal_safe(always, single_line=True)}.\n" if always else ""
     return (
         f"\nThe agent wants to run {terminal_safe(name, single_line=True)} {_arguments(arguments)}\n"
-        f"({terminal_safe(reason, single_line=True)}).\n"
-        "Allow it? [y] once / [a] always for this run / [N] no: "
+        f"({terminal_safe(reason, single_line=True)}).\n{scope}"
+        f"{APPROVAL_PROMPT}"
     )
 
 
-async def ask_at_terminal(name: str, arguments: dict[str, Any], reason: str) -> Answer:
-    """Ask the person at the terminal about one call; end of input (Ctrl-D) is no."""
-    question = question_text(name, arguments, reason)
+#: The last line of the approval question: anything else typed is a "no" that tells the agent why.
+APPROVAL_PROMPT = "Allow it? [y] once / [a] always for this run / [N] no, or type what to do instead: "
+
+
+async def ask_at_terminal(name: str, arguments: dict[str, Any], reason: str, always: str = "") -> Reply:
+    """Ask the person at the terminal about one call; end of input (Ctrl-D) is no. An answer that is
+    none of the choices is a denial carrying the typed words, which the model reads with it."""
+    question = question_text(name, arguments, reason, always)
     try:
         # A daemon thread: a run that ends (Ctrl-C) while the question waits does not wait for it.
-        answer = await run_in_daemon_thread(lambda: input(question), name="clover-approval")
+        typed = await run_in_daemon_thread(lambda: input(question), name="clover-approval")
     except EOFError:
-        return Answer.DENY
-    answer = answer.strip().lower()
+        return Reply(Answer.DENY)
+    answer = typed.strip().lower()
     if answer in ("a", "always"):
-        return Answer.ALWAYS
-    return Answer.ONCE if answer in ("y", "yes", "once") else Answer.DENY
+        return Reply(Answer.ALWAYS)
+    if answer in ("y", "yes", "once"):
+        return Reply(Answer.ONCE)
+    if answer in ("", "n", "no"):
+        return Reply(Answer.DENY)
+    return Reply(Answer.DENY, typed.strip())
 
 
 class TerminalApprover:
@@ -429,4 +446,5 @@ class TerminalApprover:
             task.add_done_callback(self._asking.discard)
 
     async def _ask(self, event: ApprovalRequested) -> None:
-        self.approvals.answer(event.call_id, await ask_at_terminal(event.name, event.arguments, event.reason))
+        reply = await ask_at_terminal(event.name, event.arguments, event.reason, event.always)
+        self.approvals.answer(event.call_id, reply.answer, reply.feedback)

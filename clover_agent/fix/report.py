@@ -150,6 +150,7 @@ class FixReport:
     outcome: HandBackOutcome | None = None
     verdict: Verdict | None = None  # None: the run ended before one (the exit code says why)
     still_failing: tuple[str, ...] = ()  # failed before and after the change
+    target_skipped: tuple[str, ...] = ()  # target tests skipped before and after: not checked
     unverified: tuple[str, ...] = ()  # why the suite's run is not a full check
     weakened: tuple[str, ...] = ()  # how the target's tests were weakened
     target_not_passing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
@@ -218,6 +219,7 @@ class FixReport:
             "verdict": "" if self.verdict is None else self.verdict.value,
             "regressions": list(self.regressions),
             "still_failing": list(self.still_failing),
+            "target_skipped": list(self.target_skipped),
             "unverified": list(self.unverified),
             "weakened": list(self.weakened),
             "target_not_passing": dict(self.target_not_passing),
@@ -285,6 +287,7 @@ def build_report(
         elapsed_s=elapsed_s,
         verdict=None if judged is None else judged.verdict,
         still_failing=() if judged is None else tuple(judged.still_failing),
+        target_skipped=() if judged is None else tuple(judged.skipped),
         unverified=() if judged is None else tuple(judged.unverified),
         weakened=() if judged is None else tuple(judged.weakened),
         target_not_passing=_EMPTY if judged is None else MappingProxyType(dict(judged.target_not_passing)),

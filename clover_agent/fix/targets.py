@@ -4,6 +4,8 @@ TARGET is tried as, in order: a test node id (``tests/test_x.py::test_y``), a te
 of the repository, a ``-k`` keyword expression (``test_add``, ``add and not big``), and finally free
 text, matched against the ids of the tests the suite has ("addition is wrong" finds
 ``tests/test_calc.py::test_add``). The result is a target string the ``run_tests`` tool understands.
+Free text that names no test but a failure ("the failing test", "fix the bug": :func:`means_failing_now`)
+stands for the tests failing now, as no TARGET does.
 """
 
 from __future__ import annotations
@@ -58,6 +60,43 @@ _STOPWORDS = frozenset(
         "bug",
     ]
 )
+
+
+#: The words of a TARGET that names no test, only "the tests that fail now" (:func:`means_failing_now`);
+#: one of them must say that something fails ("the test" alone names nothing).
+_FAILURE_WORDS = frozenset(
+    {
+        "fail",
+        "failed",
+        "failing",
+        "fails",
+        "failure",
+        "failures",
+        "fix",
+        "broken",
+        "bug",
+        "bugs",
+        "red",
+        "repair",
+    }
+)
+_FAILING_NOW_WORDS = _FAILURE_WORDS | {
+    "a", "all", "an", "any", "are", "currently", "every", "is", "it", "make", "my", "now", "one", "ones",
+    "our", "pass", "test", "tests", "the", "them", "these", "this", "those", "case", "cases",
+}  # fmt: skip
+
+
+def means_failing_now(text: str, repo: Path) -> bool:
+    """``text`` (a TARGET) is a phrase such as "the failing test", "failing tests", "fix the bug" or
+    "make the failing tests pass": two or more words, all of them generic ones, one of them naming
+    a failure. Never a node id, a ``-k`` expression or a path of ``repo``, whatever words they hold."""
+    words = text.strip().lower().rstrip(".!").split()
+    return (
+        len(words) >= 2
+        and all(word in _FAILING_NOW_WORDS for word in words)
+        and any(word in _FAILURE_WORDS for word in words)
+        and not (repo / text.strip()).exists()  # a file or folder of that name is the file
+    )
 
 
 @dataclass

@@ -60,7 +60,7 @@ from clover_agent.fix.regression import (
 from clover_agent.fix.report import Before, Checked, FixReport, Kept, Mode, Shown, build_report, write_summary
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import PATCH_FILE, new_run_id, runs_dir
-from clover_agent.fix.targets import TestSelection, select_tests, target_for
+from clover_agent.fix.targets import TestSelection, means_failing_now, select_tests, target_for
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.errors import SandboxError
@@ -441,6 +441,14 @@ async def _verify(
         listed = "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "")
         left_out = f" ({len(patch_set.left_out)} change(s) left out of the patch: {listed})"
         judged = dataclasses.replace(judged, message=judged.message + left_out)
+    if judged.skipped and judged.verdict.fixed:  # not a failure, and not hidden either
+        skipped = judged.skipped
+        names = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
+        judged = dataclasses.replace(
+            judged,
+            message=f"{judged.message}; {len(skipped)} target test(s) skipped before and after, so not "
+            f"checked: {names}",
+        )
     return Checked(judged, runs, shown)
 
 
@@ -476,8 +484,8 @@ def _judged_by_change(judged: Judgement, shown: Shown, target_tests: str) -> Jud
 async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:
     """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
     before any agent: ``stop``), and the regression baseline (one run; free text's suite run is
-    reused). No TARGET: :func:`_failing_in_suite`."""
-    if not request.target:
+    reused). No TARGET, or one that means the tests failing now: :func:`_failing_in_suite`."""
+    if not request.target or means_failing_now(request.target, request.repo):
         return await _failing_in_suite(request, sandbox, bus)
     bus.emit(
         PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
@@ -491,7 +499,15 @@ async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Be
         test_timeout=per_test_limit(request),
     )
     seen = Before(Mode.TARGET, f"{selection.target} ({selection.how})", selection.target, selection.report)
-    bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+    chosen = f"the tests whose names share the most words with {request.target!r}"
+    bus.emit(
+        TestsRun(
+            phase="target_before",
+            target=selection.target,
+            report=selection.report.to_dict(),
+            chosen=chosen if selection.how == "free text" else "",
+        )
+    )
     try:
         return await _baseline(request, sandbox, bus, selection, seen)
     except SandboxError as exc:  # the sandbox broke after the target's run: that run is kept
@@ -546,13 +562,19 @@ async def _environment_problem(
         report,
         await workspace_module_names(sandbox),
         environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
+        recipe=request.sandbox.environment if request.sandbox_kind == "docker" else None,
     )
     return None if problem is None else EnvironmentNotReady(problem.message(target))
 
 
 async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:
-    """No TARGET: the suite runs first and the tests failing in it are the target; when none fails,
-    the request alone says what to do or, without a request, there is nothing to fix."""
+    """No TARGET (or one such as "the failing test": :func:`means_failing_now`): the suite runs
+    first and the tests failing in it are the target; when none fails, the request alone says what
+    to do or, without a request, there is nothing to fix."""
+    said = f"{request.target!r} names the tests failing now" if request.target else "no TARGET"
+    bus.emit(
+        PhaseStarted(phase="tests before", detail=f"{said}: running the suite to find the tests that fail")
+    )
     suite = await run_tests_in(
         sandbox, None, timeout=request.suite_timeout_s, workers=WORKERS, test_timeout=per_test_limit(request)
     )
@@ -568,7 +590,15 @@ async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus
             )
         except SandboxError as exc:  # the sandbox broke after the suite's run: that run is kept
             return Before(suite_before=suite, stop=exc)
-        bus.emit(TestsRun(phase="target_before", target=selection.target, report=selection.report.to_dict()))
+        chosen = f"the {len(failing)} test(s) failing in the suite ({said})"
+        bus.emit(
+            TestsRun(
+                phase="target_before",
+                target=selection.target,
+                report=selection.report.to_dict(),
+                chosen=chosen,
+            )
+        )
         return Before(
             Mode.FAILING_TESTS,
             f"{selection.target} ({selection.how})",
@@ -585,7 +615,10 @@ async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus
     elif not suite.all_passed:
         stop = CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
     elif not request.request:
-        stop = NothingToFix(f"nothing to fix: no test fails ({suite.passed} passed, {suite.skipped} skipped)")
+        meant = f"{request.target!r} means the tests failing now, and " if request.target else ""
+        stop = NothingToFix(
+            f"nothing to fix: {meant}no test fails ({suite.passed} passed, {suite.skipped} skipped)"
+        )
     if stop is not None:
         return Before(suite_before=suite, stop=stop)
     return Before(

@@ -168,6 +168,10 @@ async def test_approvals_answered_each_of_the_four_ways(tmp_path: Path, sandbox:
     assert len(asked) == 4
     for request in asked:
         assert request.tool_call.kind == "execute"
+        said = [c.content.text for c in request.tool_call.content or [] if c.type == "content"]
+        command = request.tool_call.raw_input["command"]
+        assert f"Allow always: allows `shell` running exactly `{command}` again" in said[1], said
+        assert said[2].startswith(f"Reject always: refuses `{command}` without asking"), said
         assert [o.kind for o in request.options] == [
             "allow_once",
             "allow_always",

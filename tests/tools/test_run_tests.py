@@ -184,6 +184,55 @@ async def test_unittest_without_pytest(tmp_path: Path) -> None:
         await sb.close()
 
 
+@in_module_loop
+async def test_a_test_inherited_from_a_mixin_in_another_file_is_named_by_its_own_file(tmp_path: Path) -> None:
+    """cachetools' layout: the test methods live in a mixin in ``tests/__init__.py`` that each test
+    file's TestCase inherits; JUnit's ``file`` is the mixin's, the node id the TestCase's."""
+    mixin = "class Mixin:\n    def test_shared(self):\n        assert self.VALUE > 0\n"
+    case = (
+        "import unittest\n\nfrom . import Mixin\n\n\nclass {0}(unittest.TestCase, Mixin):\n    VALUE = {1}\n"
+    )
+    files = {
+        "tests/__init__.py": mixin,
+        "tests/test_a.py": case.format("ATest", 1),
+        "tests/test_b.py": case.format("BTest", -1),
+        "pytest.ini": "[pytest]\n",
+    }
+    sb = await start(make_repo(tmp_path / "mixin", files))
+    try:
+        for guarded in (False, True):
+            report = await run_tests_in(sb, guarded=guarded)
+            assert report.outcomes == {
+                "tests/test_a.py::ATest::test_shared": "passed",
+                "tests/test_b.py::BTest::test_shared": "failed",
+            }, guarded
+            assert [f.test_id for f in report.failures] == ["tests/test_b.py::BTest::test_shared"]
+    finally:
+        await sb.close()
+
+
+@in_module_loop
+async def test_tests_deep_in_a_namespace_package_are_found(tmp_path: Path) -> None:
+    """A zope-style project: no pytest configuration, its unittest tests in
+    ``src/NAMESPACE/PACKAGE/tests/``, deeper than the first look; with a go.mod at the top the
+    deep file is not looked for (it is not that project's test)."""
+    deep = "src/zope/fmt/tests/test_fmt.py"
+    test = "import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n"
+    files = {"src/zope/__init__.py": "", "src/zope/fmt/__init__.py": "", "src/zope/fmt/tests/__init__.py": ""}
+    sb = await start(make_repo(tmp_path / "ns", {**files, deep: test, "tox.ini": "[testenv]\n"}))
+    try:
+        assert await detect_framework(sb) in ("pytest", "unittest")
+        report = await run_tests_in(sb, deep)
+        assert report.total == 1 and report.all_passed
+    finally:
+        await sb.close()
+    sb = await start(make_repo(tmp_path / "go", {deep: test, "go.mod": "module example.com/x\n\ngo 1.21\n"}))
+    try:
+        assert await detect_framework(sb) == "go"
+    finally:
+        await sb.close()
+
+
 @pytest.mark.parametrize(
     "files,expected",
     [

@@ -17,6 +17,9 @@ FIND_PYTHON = (
 )
 #: A configuration file larger than this is not read (it is not a configuration file).
 CONFIG_MAX_BYTES = 1024 * 1024
+#: How deep test files are looked for: near the top, then (no tests nor other project file there)
+#: as deep as a namespace package's tests in a src layout lie (``src/zope/exceptions/tests/``).
+SHALLOW_DEPTH, DEEP_DEPTH = 3, 6
 
 
 async def _read_text(sandbox: Sandbox, rel: str) -> str | None:
@@ -56,9 +59,13 @@ def npm_test_script(text: str) -> str | None:
     return script
 
 
+def _has_python_tests(rels: set[str]) -> bool:
+    return any(PYTHON_TEST_FILE.search(rel) and not rel.startswith(".") for rel in rels)
+
+
 async def detect_framework(sandbox: Sandbox) -> str:
     """The test framework of the workspace (see the module docstring), or "none"."""
-    entries = await sandbox.list_files(WORKSPACE, max_depth=3)
+    entries = await sandbox.list_files(WORKSPACE, max_depth=SHALLOW_DEPTH)
     rels = {e.path[len(WORKSPACE) + 1 :] for e in entries if not e.is_dir and not e.special}
     for name in (
         "pytest.toml",
@@ -73,7 +80,11 @@ async def detect_framework(sandbox: Sandbox) -> str:
             text = await _read_text(sandbox, name)
             if text is not None and _has_pytest_config(name, text):
                 return "pytest"
-    if any(PYTHON_TEST_FILE.search(rel) and not rel.startswith(".") for rel in rels):
+    others = {"package.json", "go.mod", "Cargo.toml"}
+    if not _has_python_tests(rels) and not others & rels:  # only a Python project's tests lie deeper
+        deeper = await sandbox.list_files(WORKSPACE, max_depth=DEEP_DEPTH)
+        rels |= {e.path[len(WORKSPACE) + 1 :] for e in deeper if not e.is_dir and not e.special}
+    if _has_python_tests(rels):
         probe = await sandbox.exec(f'{FIND_PYTHON}; [ -n "$__py" ]', timeout=60, cwd=WORKSPACE)
         return "pytest" if probe.exit_code == 0 else "unittest"
     if "package.json" in rels:

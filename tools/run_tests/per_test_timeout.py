@@ -6,6 +6,8 @@ for each test's set-up and call (and again for its teardown); when it fires, tha
 "timed out after N s" and the run goes on. A test that swallows the failure still counts as failed.
 It stands down where the project's own pytest-timeout sets a limit. A test blocked where signals
 cannot reach it (C code that retries, its own SIGALRM handler) still runs into the run's timeout.
+It also puts each test's node id in the JUnit report (a ``NODE_ID_PROPERTY`` property), so that a
+test method inherited from a mixin in another file is named as pytest names it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import secrets
 
 #: The plugin's module name is this plus a per-run secret (no workspace file can be it).
 PLUGIN_PREFIX = "clover_timeout_"
+#: The JUnit property that holds a test's node id (the report's ``file`` is where its code is).
+NODE_ID_PROPERTY = "clover_node_id"
 #: The per-test limit when none is given: this fraction of the whole run's time limit.
 DEFAULT_FRACTION = 0.2
 
@@ -118,6 +122,11 @@ def pytest_runtest_teardown(item):
         yield
     finally:
         _disarm(previous)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.user_properties.append(("clover_node_id", item.nodeid))
 
 
 @pytest.hookimpl(hookwrapper=True)

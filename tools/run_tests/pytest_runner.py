@@ -51,6 +51,9 @@ def pytest_args(target: Target | None, existing: bool) -> list[str]:
 
 
 def _node_id(case: ET.Element) -> str:
+    for prop in case.iterfind("properties/property"):
+        if prop.get("name") == per_test_timeout.NODE_ID_PROPERTY and prop.get("value"):
+            return str(prop.get("value"))
     classname, name, file = case.get("classname", ""), case.get("name", ""), case.get("file")
     if not file:
         return f"{classname}::{name}" if classname else name

@@ -6,8 +6,9 @@ of the patch that is part of that infrastructure is put back as it was for that 
 removed): test files and conftests, pytest's configuration files, modules the original
 configuration loads as plugins, import hooks (``.pth``, ``sitecustomize``/``usercustomize``,
 package metadata that registers entry points) and new modules that would shadow one pytest
-imports before the tests (a new module that shadows another installed one is named only). Each is also named in the summary (:attr:`HeldOut.harness`) whatever the verdict, as is any
-change to a target test's body.
+imports before the tests (a new module that shadows another installed one is named only; a module
+whose only tests are its own doctests is code under test). Each is also named in the summary
+(:attr:`HeldOut.harness`) whatever the verdict, as is any change to a target test's body.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import configparser
 import posixpath
 import re
 import tomllib
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -117,6 +119,30 @@ def _module_paths(modules: set[str]) -> set[str]:
             stem = prefix + module.replace(".", "/")
             found |= {stem + ".py", stem + "/__init__.py"}
     return found
+
+
+def _is_doctest(test_id: str) -> bool:
+    """Whether ``test_id`` is a doctest of a module (``pkg/mod.py::pkg.mod.func``, as pytest's
+    ``--doctest-modules`` names them): a dotted name that begins where the file's module path ends."""
+    path, _, name = test_id.partition("::")
+    if not path.endswith(".py") or not name or "::" in name:
+        return False
+    module = path[: -len(".py")].removesuffix("/__init__").split("/")
+    parts = name.split(".")
+    return any(parts[:k] == module[-k:] for k in range(1, min(len(parts), len(module)) + 1))
+
+
+def files_with_tests(test_ids: Iterable[str]) -> frozenset[str]:
+    """The files that hold the tests ``test_ids`` name, but a module whose tests there are all its
+    own doctests: that module is code under test (held out, a fix in it would go with it)."""
+    by_file: dict[str, list[str]] = {}
+    for test_id in test_ids:
+        by_file.setdefault(test_id.split("::")[0], []).append(test_id)
+    return frozenset(
+        path
+        for path, ids in by_file.items()
+        if is_test_file(path) or not all(_is_doctest(test_id) for test_id in ids)
+    )
 
 
 def _import_hook(path: str) -> str | None:

@@ -5,12 +5,12 @@ patched tree, held out first: :mod:`clover_agent.fix.handback.heldout`) and pick
 :class:`Verdict` — ``fixed``, ``fixed, suite unverified``, ``tests changed``, ``tests weakened``
 (:mod:`clover_agent.fix.handback.weakened`) or ``not fixed`` — each defined, with its exit code,
 in README's "Verdicts" table. Tests that failed before and still fail are listed either way
-(``still_failing``).
+(``still_failing``), and so are target tests skipped before and after (``skipped``: no failure).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from clover_agent.errors import ExitCode
@@ -50,6 +50,7 @@ class Judgement:
     weakened: list[str] = field(default_factory=list)
     target_not_passing: dict[str, str] = field(default_factory=dict)  # test id -> what it is now
     tests_changed: list[str] = field(default_factory=list)  # the harness files the patch changes
+    skipped: list[str] = field(default_factory=list)  # target tests skipped before and after: not checked
 
 
 def _failing(report: TestReport) -> set[str]:
@@ -69,8 +70,10 @@ def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
     """Each target test that is not a pass after the change, with what it is: "failed",
     "error", "skipped" or "gone" (not run at all: deselected, renamed or deleted). A module that
     could not be collected before either is not a target test (it holds none that ran): the suite's
-    verdict counts it (:func:`suite_gaps`)."""
-    old = uncollected(before)
+    verdict counts it (:func:`suite_gaps`); nor is a test skipped before and after
+    (:func:`skipped_throughout`: a parametrized case skipped where it runs), while one skipped only
+    after the change is a problem."""
+    old = uncollected(before) | set(skipped_throughout(before, after))
     problems = {t: after.outcomes.get(t, "gone") for t in before.outcomes if t not in old}
     problems = {t: what for t, what in problems.items() if what != "passed"}
     problems.update(
@@ -81,6 +84,11 @@ def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
         }
     )
     return problems
+
+
+def skipped_throughout(before: TestReport, after: TestReport) -> list[str]:
+    """The target tests skipped before the change and after it: they checked nothing either time."""
+    return [t for t, o in before.outcomes.items() if o == "skipped" and after.outcomes.get(t) == "skipped"]
 
 
 def target_passes(before: TestReport, after: TestReport) -> bool:
@@ -176,11 +184,42 @@ def judge(
     environment_errors: set[str],
     handed_back: HandedBack | None = None,
     tests_changed: list[str] | None = None,
+    flaky: set[str] | frozenset[str] = frozenset(),
 ) -> Judgement:
     """The verdict (see the module docstring). ``target_after`` and ``suite_after`` are the
     held-out runs (the starting commit's tests over the patched source); ``handed_back``: the runs
     on the patch as handed back (None: it is the held-out tree); ``tests_changed``: the paths the
-    held-out run put back."""
+    held-out run put back; ``flaky``: tests that broke in the held-out suite run and passed when run
+    again (no regression, but nothing verified about them). Target tests skipped before and after
+    are listed (``skipped``)."""
+    judged = _judge(
+        target_before,
+        target_after,
+        suite_before,
+        suite_after,
+        files_changed=files_changed,
+        weakened=weakened,
+        environment_errors=environment_errors,
+        handed_back=handed_back,
+        tests_changed=tests_changed,
+        flaky=flaky,
+    )
+    return replace(judged, skipped=skipped_throughout(target_before, target_after))
+
+
+def _judge(
+    target_before: TestReport,
+    target_after: TestReport,
+    suite_before: TestReport,
+    suite_after: TestReport | None,
+    *,
+    files_changed: list[str],
+    weakened: list[str],
+    environment_errors: set[str],
+    handed_back: HandedBack | None,
+    tests_changed: list[str] | None,
+    flaky: set[str] | frozenset[str],
+) -> Judgement:
     still = sorted(_failing(suite_before) & _failing(suite_after)) if suite_after is not None else []
     changed = tests_changed or []
     problems = target_problems(target_before, target_after)
@@ -247,8 +286,13 @@ def judge(
     broke = (
         []
         if any("timed out" in g or "could not be run" in g for g in gaps)
-        else regressions(suite_before, suite_after)
+        else [t for t in regressions(suite_before, suite_after) if t not in flaky]
     )
+    if flaky:
+        gaps.append(
+            f"{len(flaky)} test(s) that passed before failed after the change and passed when run again "
+            f"(flaky, so unchecked): {', '.join(sorted(flaky)[:5])}"
+        )
     gone_as_handed, new_failing = (
         handed_back.broken([target_before, suite_before]) if handed_back else ([], [])
     )

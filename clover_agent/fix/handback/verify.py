@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
-from clover_agent.fix.handback.heldout import HeldOut, held_out
+from clover_agent.fix.handback.heldout import HeldOut, files_with_tests, held_out
 from clover_agent.fix.handback.shadow import Change
 from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
 from clover_agent.fix.handback.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
@@ -83,6 +83,36 @@ async def installed_modules(sandbox: Sandbox) -> tuple[set[str], frozenset[str]]
     }, PYTEST_MODULES | plugins
 
 
+#: At most this many tests that broke are run once more to tell a flaky one (more: a real breakage).
+MAX_RERUN = 20
+
+
+async def _flaky(
+    sandbox: Sandbox, before: TestReport, after: TestReport, bus: EventBus, test_timeout: float | None
+) -> set[str]:
+    """The tests that passed before, failed (or erred) in the held-out suite run, and pass when run
+    once more, held out and guarded, in the same sandbox: flaky, so the suite's run vouches for
+    nothing about them (the verdict is then at most "fixed, suite unverified"; never "fixed")."""
+    broke = sorted(
+        t
+        for t, o in after.outcomes.items()
+        if o in ("failed", "error") and before.outcomes.get(t) == "passed"
+    )
+    if not broke or len(broke) > MAX_RERUN or any(c.isspace() for t in broke for c in t):
+        return set()  # none, too many to be chance, or ids a target cannot name
+    await sandbox.stop_processes()
+    bus.emit(
+        PhaseStarted(
+            phase="verification", detail=f"running the {len(broke)} test(s) that broke once more (held out)"
+        )
+    )
+    again = await run_tests_in(
+        sandbox, " ".join(broke), guarded=True, framework=after.framework, test_timeout=test_timeout
+    )
+    bus.emit(TestsRun(phase="suite_rerun", target=" ".join(broke), report=again.to_dict()))
+    return {t for t in broke if again.outcomes.get(t) == "passed"}
+
+
 def _changed_test_files(patch: PatchSet, keep: frozenset[str]) -> list[str]:
     """The Python test files the patch adds, changes or deletes (run as handed back)."""
     return [c.path for c in patch.changes if PYTHON_TEST_FILE.search(c.path) and c.path not in keep]
@@ -120,7 +150,7 @@ async def verify_patch(
         if modules is None and target_before.framework in ("pytest", "unittest"):
             raise HandBackError("the verification sandbox's Python could not list its installed modules")
         installed, harness_modules = modules or (set(), PYTEST_MODULES)
-        test_files = frozenset(t.split("::")[0] for r in (target_before, suite_before) for t in r.outcomes)
+        test_files = files_with_tests(t for r in (target_before, suite_before) for t in r.outcomes)
 
         def plan_for(keep: frozenset[str]) -> HeldOut:
             return held_out(
@@ -154,7 +184,7 @@ async def verify_patch(
             sandbox, target_tests, guarded=True, framework=target_before.framework, test_timeout=test_timeout
         )
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
-        suite_after, names = None, set()
+        suite_after, names, flaky = None, set(), set()
         if target_passes(target_before, target_after):
             if plan is not target_plan and plan.puts:  # a request's own tests: not in the suite's run
                 await put_back(plan)
@@ -162,6 +192,7 @@ async def verify_patch(
             suite_after = await run_suite(sandbox)
             bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))
             names = await workspace_module_names(sandbox)
+            flaky = await _flaky(sandbox, suite_before, suite_after, bus, test_timeout)
         handed_back = None
         if plan.puts:  # else the held-out tree is the patch as handed back
             await sandbox.stop_processes()  # nothing of the held-out run lingers
@@ -205,6 +236,7 @@ async def verify_patch(
         else environment_errors(suite_before, suite_after, names),
         handed_back=handed_back,
         tests_changed=plan.reverted,
+        flaky=flaky,
     )
     judgement = dataclasses.replace(judgement, tests_changed=plan.reverted)
     return Verification(target_after, suite_after, handed_back, plan.harness, judgement)

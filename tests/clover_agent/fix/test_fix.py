@@ -7,6 +7,7 @@ not a model); everything else is real: the sandbox, the tools, pytest runs, git 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pty
@@ -21,12 +22,13 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import load_trajectory
-from clover_agent.agent.approvals import Answer
+from clover_agent.agent.approvals import Answer, Approvals, Reply
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.cli import main
 from clover_agent.cli.handback import hand_back
 from clover_agent.errors import ExitCode
-from clover_agent.fix.console import ask_at_terminal, make_console
+from clover_agent.events import ApprovalRequested
+from clover_agent.fix.console import TerminalApprover, ask_at_terminal, make_console
 from clover_agent.fix.handback.patches import changed_files, is_test_file
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
 from clover_agent.fix.targets import match_tests
@@ -213,8 +215,43 @@ async def test_ctrl_d_at_an_approval_question_is_no(monkeypatch: pytest.MonkeyPa
     with os.fdopen(terminal_fd, "r") as terminal:
         monkeypatch.setattr(sys, "stdin", terminal)
         os.write(main_fd, b"\x04")
-        assert await ask_at_terminal("shell", {"command": "curl example.com"}, "network") is Answer.DENY
+        assert await ask_at_terminal("shell", {"command": "curl example.com"}, "network") == Reply(
+            Answer.DENY
+        )
     os.close(main_fd)
+
+
+@pytest.mark.parametrize(
+    ("typed", "reply"),
+    [
+        ("y", Reply(Answer.ONCE)),
+        ("Always", Reply(Answer.ALWAYS)),
+        ("", Reply(Answer.DENY)),
+        ("no", Reply(Answer.DENY)),
+        ("  read the vendored copy instead  ", Reply(Answer.DENY, "read the vendored copy instead")),
+    ],
+)
+async def test_a_denial_at_the_terminal_can_say_what_to_do_instead(
+    typed: str, reply: Reply, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    """The answer typed at a real pseudo-terminal reaches the run's approvals as it would the agent:
+    words that are none of the choices are a "no" that carries them. The question says what an
+    "always" would allow."""
+    approvals = Approvals()
+    approver = TerminalApprover(approvals)
+    main_fd, terminal_fd = pty.openpty()
+    with os.fdopen(terminal_fd, "r") as terminal:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        os.write(main_fd, typed.encode() + b"\n")
+        approvals.open("c1", "rule")
+        approver(ApprovalRequested(step=1, call_id="c1", name="shell", arguments={"command": "curl x"},
+                                   reason="network", always="`shell` running exactly `curl x` again"))  # fmt: skip
+        assert await asyncio.wait_for(approvals.wait_reply("c1"), 60) == reply
+    os.close(main_fd)
+    assert approvals.allowed_always("rule") is (reply.answer is Answer.ALWAYS)
+    shown = capfd.readouterr().out
+    assert "[a] always allows `shell` running exactly `curl x` again." in shown
+    assert shown.rstrip().endswith("[N] no, or type what to do instead:")
 
 
 def test_patch_helpers() -> None:

@@ -262,6 +262,14 @@ async def test_files_can_be_chosen_one_by_one_after_a_paged_diff(
     assert summary["hand_back"] == "applied: calculator.py; not applied: notes.txt"
 
 
+def requested_scope(runs: list[Path]) -> str:
+    """What the run's one approval question said an "always" would allow (its trajectory's word)."""
+    (run,) = runs
+    (requested,) = [e for e in read_events(run / TRAJECTORY_FILE) if e.type == "approval_requested"]
+    assert requested.always
+    return requested.always
+
+
 def test_an_approval_answered_always_is_not_asked_again_in_the_run(tmp_path: Path) -> None:
     """Policy workspace asks about a command that mentions curl; answered "always" at the terminal,
     the same command later in the run runs without a question. The replay then fixes the example."""
@@ -269,7 +277,7 @@ def test_an_approval_answered_always_is_not_asked_again_in_the_run(tmp_path: Pat
     asks = call("shell", command="echo curl is mentioned, not run")
     replay = write_replay(tmp_path / "asks.jsonl", [asks, asks, *(json.loads(t)["content"] for t in
                                                                  REPLAY.read_text().splitlines())])  # fmt: skip
-    question = "Allow it? [y] once / [a] always for this run / [N] no: "
+    question = "Allow it? [y] once / [a] always for this run / [N] no, or type what to do instead: "
     # A second question would be answered no (and the run would show it): it must not come.
     code, shown = run_at_a_terminal(
         fix_command(repo, "--replay", str(replay), "--policy", "workspace", "--yes"),
@@ -280,6 +288,7 @@ def test_an_approval_answered_always_is_not_asked_again_in_the_run(tmp_path: Pat
     text = ESCAPE.sub("", shown)
     assert text.count(question) == 1, text[-3000:]
     assert "The agent wants to run shell command=echo curl is mentioned, not run" in text
+    assert f"[a] always allows {requested_scope(run_dirs(repo))}." in text
     assert "policy: shell allowed by you, answered always (policy 'workspace'" in text
     assert 'policy: shell allowed by your "always" earlier in this run' in text
     assert "clover-agent fix: FIXED" in text and "return a + b" in (repo / "calculator.py").read_text()

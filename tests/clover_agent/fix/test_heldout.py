@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clover_agent.fix.handback.heldout import changed_target_tests, held_out, plugin_modules
+from clover_agent.fix.handback.heldout import changed_target_tests, files_with_tests, held_out, plugin_modules
 from clover_agent.fix.handback.shadow import EXECUTABLE, REGULAR, ShadowRepo
 from clover_agent.fix.handback.stock import PatchSet
 
@@ -105,6 +105,33 @@ def test_files_that_held_tests_are_held_out_whatever_their_name_and_new_config_f
     assert sorted(plan.reverted) == ["checks.py", "pytest.toml"]
     assert "pytest.toml: the pytest configuration changed" in plan.harness
     assert "checks.py::test_add: the test's body changed" in plan.harness
+
+
+def test_a_module_whose_tests_are_its_doctests_is_code_and_stays_as_patched(tmp_path: Path) -> None:
+    """``--doctest-modules``: the suite's ids name the modules' doctests (a src layout's by the
+    import name); the fix in such a module, its doctest updated with it, is not put back."""
+    ids = [
+        "zipp/__init__.py::zipp.Path",
+        "zipp/_functools.py::zipp._functools.none_as",
+        "src/zope/fmt/core.py::zope.fmt.core",
+        "tests/test_path.py::TestPath::test_str",
+        "checks.py::test_add",
+        "mixed.py::mixed.f",
+        "mixed.py::test_g",
+        "README.rst::README.rst",
+    ]
+    files = files_with_tests(ids)
+    assert files == {"tests/test_path.py", "checks.py", "mixed.py", "README.rst"}
+    before = {"zipp/__init__.py": b'def f():\n    """\n    >>> f()\n    1\n    """\n    return 2\n'}
+    after = {"zipp/__init__.py": before["zipp/__init__.py"].replace(b"1\n", b"2\n")}
+    plan = held_out(
+        patch_between(tmp_path, before, after),
+        target_ids=["tests/test_path.py::TestPath::test_str"],
+        installed={"pytest"},
+        harness_modules={"pytest"},
+        test_files=files,
+    )
+    assert plan.puts == [] and plan.reverted == []
 
 
 def test_an_honest_patch_changes_nothing_that_judges_it(tmp_path: Path) -> None:

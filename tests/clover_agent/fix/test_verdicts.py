@@ -156,3 +156,41 @@ def test_tests_that_failed_before_and_still_fail_are_listed_in_a_full_pass(tmp_p
     assert code == ExitCode.OK and summary["verdict"] == "fixed"
     assert "(1 failed before and still fail)" in out
     assert summary["still_failing"] == ["tests/test_known.py::test_known_bug"]
+
+
+@pytest.mark.parametrize("fails_on", [(2,), (2, 3)], ids=["flaky", "broken"])
+def test_a_test_that_breaks_after_the_change_is_run_once_more(
+    fails_on: tuple[int, ...], tmp_path: Path, capsys
+) -> None:
+    """A suite test that passes before, fails in the held-out run after the change and passes when
+    run once more is flaky: the fix is at most "fixed, suite unverified", the test named. One that
+    fails again is a regression, as always. The test counts its runs in a file outside the tree."""
+    repo = calculator_repo(tmp_path)
+    counter = tmp_path / "runs-of-test-timing"
+    add_files(
+        repo,
+        {
+            "tests/test_timing.py": (
+                "import pathlib\n\n\ndef test_timing():\n"
+                f"    p = pathlib.Path({str(counter)!r})\n"
+                "    n = int(p.read_text()) + 1 if p.exists() else 1\n"
+                "    p.write_text(str(n))\n"
+                f"    assert n not in {fails_on!r}, f'run {{n}} is slow'\n"
+            )
+        },
+    )
+    code, out, err, summary = fix(repo, tmp_path, capsys, [FIX_ADD, FINISH])
+    assert counter.read_text() == "3"  # before, after, and once more
+    if fails_on == (2,):
+        assert code == ExitCode.SUITE_UNVERIFIED and summary["verdict"] == "fixed, suite unverified", (
+            out + err
+        )
+        assert (
+            "1 test(s) that passed before failed after the change and passed when run again (flaky, so "
+            "unchecked): tests/test_timing.py::test_timing" in out + err
+        )
+        assert summary["regressions"] == []
+    else:
+        assert code == ExitCode.FAILURE and summary["verdict"] == "not fixed", out + err
+        assert "tests that passed before do not: tests/test_timing.py::test_timing (failed)" in err
+        assert summary["regressions"] == ["tests/test_timing.py::test_timing"]
