@@ -48,13 +48,14 @@ def outcomes(python: str, repo: Path, files: list[str]) -> dict[str, str]:
         module = case.get("classname", "")
         parts = module.split(".")
         # classname is dotted: the file's module path, then classes
-        for cut in range(len(parts), 0, -1):
-            path = "/".join(parts[:cut]) + ".py"
-            if (repo / path).is_file():
-                node = "::".join([path, *parts[cut:], case.get("name", "").split("[")[0]])
-                break
-        else:
+        # (under src/ for a src layout's package, named by its import name)
+        paths = [
+            (p + "/".join(parts[:cut]) + ".py", cut) for cut in range(len(parts), 0, -1) for p in ("", "src/")
+        ]
+        path, cut = next(((path, cut) for path, cut in paths if (repo / path).is_file()), ("", 0))
+        if not path:
             continue
+        node = "::".join([path, *parts[cut:], case.get("name", "").split("[")[0]])
         bad = any(child.tag in ("failure", "error") for child in case)
         skipped = any(child.tag == "skipped" for child in case)
         state = "failed" if bad else "skipped" if skipped else "passed"

@@ -1,9 +1,10 @@
 """The replays ``eval --gold`` and ``--empty`` run: real turns through the real tools, no model.
 
-The gold replay makes the task's gold patch with the editor (one ``str_replace`` per hunk, or
-``create`` for a new file), falling back to the shell writing a file whole when a hunk's text is
-not unique in its file; then it runs the failing tests and finishes. The empty replay finishes at
-once, changing nothing. Each is a JSON Lines file the replay backend reads.
+The gold replay makes the task's gold patch with the editor (one ``str_replace`` per hunk, widened
+by the lines around it where its text recurs in the file, or ``create`` for a new file), falling
+back to the shell writing a file whole when that cannot be done; then it runs the failing tests
+and finishes. The empty replay finishes at once, changing nothing. Each is a JSON Lines file the
+replay backend reads.
 """
 
 from __future__ import annotations
@@ -127,16 +128,36 @@ def gold_turns(repo: Path, patch: str, check: str) -> list[str]:
 
 
 def _hunk_edits(text: str, diff: FileDiff, final: str) -> list[tuple[str, str]] | None:
-    """One (old, new) replacement per hunk, each old text found once where it is applied, whose
-    result is exactly ``final``; None when that does not hold."""
+    """One (old, new) replacement per hunk, each old text found once in the file as it then is
+    (a hunk whose text recurs, as the same change in two functions, is widened by the lines around
+    it, in the file's order, until it is unique), whose result is exactly ``final``; None when that
+    does not hold."""
     edits = []
+    cursor = 0  # hunks come in the file's order: each is found after the one before
     for old_lines, new_lines in diff.hunks:
         old, new = "\n".join(old_lines), "\n".join(new_lines)
-        if not old.strip() or text.count(old) != 1:
+        at = text.find(old, cursor)
+        if not old.strip() or at < 0:
             return None
-        text = text.replace(old, new)
-        edits.append((old, new))
+        start, end = at, at + len(old)
+        while text.count(text[start:end]) != 1:
+            wider = (text.rfind("\n", 0, max(start - 1, 0)) + 1 if start else 0, _line_end(text, end + 1))
+            if wider == (start, end):
+                return None
+            start, end = wider
+        replaced = text[start:at] + new + text[at + len(old) : end]
+        edits.append((text[start:end], replaced))
+        text = text[:start] + replaced + text[end:]
+        cursor = start + len(replaced)
     return edits if text == final else None
+
+
+def _line_end(text: str, at: int) -> int:
+    """Where the line holding ``at`` ends (the file's end when it is the last)."""
+    if at > len(text):
+        return len(text)
+    end = text.find("\n", at)
+    return len(text) if end < 0 else end
 
 
 def empty_turns() -> list[str]:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_shipped_tasks_load_and_say_where_they_come_from() -> None:
     tasks = load_tasks(ROOT / "bench" / "tasks")
-    assert len(tasks) >= 10
+    assert len(tasks) >= 20
     assert len({t.repo.value.split("==")[0] for t in tasks}) >= 8
     for task in tasks:
         assert task.repo.kind == "sdist" and task.fail_to_pass
