@@ -12,9 +12,28 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+from pathlib import Path
 
 import pytest
-import torch
+
+#: The repository's root, which holds engine/, kernels/, tools/ and sandboxes/ (installed only as
+#: ``clover_agent.*``).
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def root_last(path: list[str]) -> list[str]:
+    """``path`` with the repository's root (by any spelling: ``''`` for the current folder too) moved
+    to the end: ``python -m pytest`` puts the current folder first, and there the root's folders
+    would shadow installed top-level packages of the same name (transformers 5.25 imports Hugging
+    Face's ``kernels``). The ``tests`` package is still found there (no installed one holds it)."""
+    mine = [p for p in path if Path(p or os.curdir).resolve() == ROOT]
+    return [p for p in path if p not in mine] + ([str(ROOT)] if mine else [])
+
+
+sys.path[:] = root_last(sys.path)
+
+import torch  # noqa: E402
 
 # Triton reads TRITON_INTERPRET when a kernel is decorated (at import), and engine tests import the
 # kernels long before tests/kernels/ is collected: without a GPU, the interpreter is set up here,
@@ -22,8 +41,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
-from tests import local_python
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE  # noqa: E402
+from tests import local_python  # noqa: E402
 
 
 @functools.cache

@@ -333,4 +333,8 @@ def _write_from_args(args: argparse.Namespace) -> Path:
 
 
 if __name__ == "__main__":
+    # ``python -m`` puts the current folder first on sys.path; in a clover-agent checkout that is
+    # the folder whose kernels/ would stand for Hugging Face's ``kernels``, which transformers imports.
+    checkout = Path(__file__).resolve().parents[2]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != checkout]
     sys.exit(main())

@@ -169,6 +169,7 @@ def test_command_line(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=Path(__file__).resolve().parents[2],  # the checkout: its kernels/ must not shadow transformers'
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.safetensors.index.json").is_file() and (out / "chat_template.jinja").is_file()
