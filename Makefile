@@ -9,8 +9,9 @@ example: setup
 	.venv/bin/clover-agent fix test_add --repo examples/calculator
 
 # Both run in parallel, one worker per CPU (pytest-xdist; the distribution mode is in pyproject.toml).
+# `make test` also writes every item's outcome and time to build/test-report.xml (JUnit XML).
 test: setup
-	.venv/bin/python -m pytest -n auto --durations=25
+	.venv/bin/python -m pytest -n auto --durations=25 --junitxml=build/test-report.xml
 
 # The inner loop: no Docker, nothing slow.
 test-fast: setup

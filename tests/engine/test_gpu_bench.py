@@ -62,7 +62,7 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
             "--time-budget",
             "200",
             "--repeats",
-            "2",
+            "1",
             "--decode-tokens",
             "40",
         ),
