@@ -60,8 +60,8 @@ def environment_tag(recipe: EnvironmentRecipe, base_image_id: str) -> str:
 
 
 def setup_inputs_tar(recipe: EnvironmentRecipe, *, uid: int, gid: int) -> io.BytesIO:
-    """A tar of the set-up's inputs for :data:`SETUP_DIR`: ``pip.conf``, the CA bundle and the
-    wheel folder's files, readable by ``uid``."""
+    """A tar of the set-up's inputs for :data:`SETUP_DIR`: ``pip.conf``, the recipe's files, the CA
+    bundle and the wheel folder's files, readable by ``uid``."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
 
@@ -71,6 +71,8 @@ def setup_inputs_tar(recipe: EnvironmentRecipe, *, uid: int, gid: int) -> io.Byt
             tar.addfile(info, io.BytesIO(data))
 
         add("pip.conf", recipe.pip_conf().encode())
+        for name, text in recipe.files:
+            add(name, text.encode())
         if recipe.network and recipe.index.ca_bundle:
             add(Path(CA_PATH).name, recipe.index.ca_bundle)
         if recipe.wheels:

@@ -138,6 +138,9 @@ class EnvironmentRecipe:
     #: Variables of every set-up step from the project's files (a setuptools-scm pretend version),
     #: part of the cache key.
     variables: tuple[tuple[str, str], ...] = ()
+    #: Files the steps read from :data:`SETUP_DIR` (name, text), made from the dependency files
+    #: (a requirement file without the project's own line), part of the cache key.
+    files: tuple[tuple[str, str], ...] = ()
     #: The project's extras installed, and those it declares but not installed with their
     #: distributions' names (what the diagnosis of a missing module names); both follow from the
     #: dependency files, so neither is part of the cache key.
@@ -163,6 +166,8 @@ class EnvironmentRecipe:
         }
         if self.variables:  # only then, so the keys of earlier environments stay as they were
             material["variables"] = sorted(self.variables)
+        if self.files:  # likewise
+            material["setup_files"] = sorted(self.files)
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
     def setup_env(self) -> dict[str, str]:

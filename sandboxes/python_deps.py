@@ -14,6 +14,7 @@ import ast
 import configparser
 import hashlib
 import os
+import posixpath
 import re
 import shlex
 import subprocess
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.sandboxes import extras as extras_module
-from clover_agent.sandboxes.environment import EnvironmentRecipe, PackageIndex, SetupStep
+from clover_agent.sandboxes.environment import SETUP_DIR, EnvironmentRecipe, PackageIndex, SetupStep
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.workspace import listed_files
 
@@ -123,6 +124,9 @@ class _Findings:
         self.other_extras: dict[str, list[str]] = {}
         self.requirements: list[str] = []  # requirement strings
         self.requirement_files: list[str] = []
+        #: A chosen requirement file that also names the project itself (``-e .``), as given to pip
+        #: instead: without those lines (they would install it a second time, which pip refuses).
+        self.without_project: dict[str, str] = {}
         self.constraint_files: list[str] = []
         self.variables: dict[str, str] = {}
         self.pytest_ini: list[tuple[str, dict[str, str]]] = []  # (file, ini options)
@@ -218,6 +222,7 @@ class _Findings:
             elif testenv is not None:
                 self._use_tox(testenv, declared, keep_extras=options.extras is not None)
         if self.installable:
+            self._project_in_requirement_files()
             self._extras_the_tests_import(project, setup_cfg, options.packages, add=options.extras is None)
         if self.extras and self.installable:
             named = [
@@ -413,6 +418,35 @@ class _Findings:
             self.lines.append(f"its extra {extra}: the tests import {module} ({dist})")
         self.other_extras = {e: d for e, d in others.items() if e not in added}
 
+    def _project_in_requirement_files(self) -> None:
+        """A requirement file's lines that name the project itself (``.``, ``-e .[test]``): the
+        set-up installs it editable already, and pip refuses it twice, once not editable. Their
+        extras join the editable install's; the file goes to pip without them (its includes made
+        absolute), or not at all when nothing else is left in it."""
+        for rel in list(self.requirement_files):
+            text = self._text(rel)
+            if text is None:
+                continue
+            own = [m for m in map(_PROJECT_ITSELF.match, text.splitlines()) if m]
+            if not own:
+                continue
+            for match in own:
+                for extra in (e.strip() for e in (match[1] or "").split(",")):
+                    if extra and extras_module.EXTRA_NAME.match(extra) and extra not in self.extras:
+                        self.extras.append(extra)
+            rest = [
+                _absolute_include(line, rel) for line in text.splitlines() if not _PROJECT_ITSELF.match(line)
+            ]
+            said = ", ".join(f"`{m[0].strip()}`" for m in own)
+            if any(line.strip() and not line.lstrip().startswith("#") for line in rest):
+                self.without_project[rel] = "\n".join(rest) + "\n"
+                self.lines.append(
+                    f"{rel} names the project itself ({said}): installed editable, that line left out"
+                )
+            else:
+                self.requirement_files.remove(rel)
+                self.lines.append(f"{rel} names only the project itself ({said}): installed editable")
+
     def _hash_with_includes(self, rel: str, seen: set[str]) -> None:
         """Hash ``rel`` and the files it names with ``-r`` / ``-c`` (pip reads them too)."""
         if rel in seen:
@@ -462,11 +496,20 @@ class _Findings:
                 "the project (editable" + (f", extras {', '.join(self.extras)})" if self.extras else ")")
             )
             self.lines.insert(0, "the project, installed editable")
+        generated: list[tuple[str, str]] = []
         for rel in self.requirement_files:
-            args += ["-r", rel]
+            if rel in self.without_project:
+                name = f"requirements-{len(generated) + 1}.txt"
+                generated.append((name, self.without_project[rel]))
+                args += ["-r", f"{SETUP_DIR}/{name}"]
+            else:
+                args += ["-r", rel]
         for rel in self.constraint_files:
             args += ["-c", rel]
-        what += self.requirement_files
+        what += [
+            f"{rel} (without the project's own line)" if rel in self.without_project else rel
+            for rel in self.requirement_files
+        ]
         extra = list(dict.fromkeys([*self.requirements, *plugins, "pytest"]))
         args += extra
         what += extra  # every package, as pip is given it
@@ -499,6 +542,7 @@ class _Findings:
             network=options.network,
             timeout=options.timeout,
             variables=tuple(sorted(self.variables.items())),
+            files=tuple(generated),
             extras=tuple(self.extras) if self.installable else (),
             other_extras=tuple((e, tuple(d)) for e, d in self.other_extras.items())
             if self.installable
@@ -633,6 +677,25 @@ def _kind(rel: str) -> str:
     if re.search(r"test", name):
         return "test"
     return "dev" if re.search(r"dev|ci", name) else "base"
+
+
+#: A requirement line that names the project itself, by its folder (pip resolves it from the
+#: working folder, the repository's top): ``.``, ``./``, ``-e .``, ``file:.``, with extras or not.
+_PROJECT_ITSELF = re.compile(
+    r"^\s*(?:(?:-e|--editable)(?:\s+|\s*=\s*))?(?:file:)?\.(?:/)?(?:\s*\[([^\]]*)\])?\s*(?:#.*)?$"
+)
+_INCLUDE = re.compile(r"^(\s*(?:-r|-c|--requirement|--constraint)(?:\s+|\s*=\s*))(\S+)(.*)$")
+
+
+def _absolute_include(line: str, rel: str) -> str:
+    """``line`` of the requirement file ``rel``, a ``-r``/``-c`` include made absolute in the
+    sandbox's workspace (pip reads an include from the including file's folder; the copy is not
+    there)."""
+    match = _INCLUDE.match(line)
+    if not match or match[2].startswith("/") or "://" in match[2]:
+        return line
+    path = posixpath.normpath(posixpath.join("/workspace", posixpath.dirname(rel), match[2]))
+    return f"{match[1]}{path}{match[3]}"
 
 
 def _choose_requirement_files(found: list[str]) -> list[str]:

@@ -292,7 +292,12 @@ def test_test_requirement_files_win_over_dev_ones(tmp_path: Path) -> None:
     ]  # fmt: skip
     del files["tests.txt"], files["tests/requirements.txt"]
     dev_only = make_repo(tmp_path / "dev", files)
-    assert "requirements/dev.txt" in pip_args(discover(dev_only, EnvironmentOptions()))
+    recipe = discover(dev_only, EnvironmentOptions())
+    assert (
+        recipe is not None
+        and "requirements/dev.txt (without the project's own line)" in recipe.steps[0].title
+    )
+    assert recipe.files == (("requirements-1.txt", "d==1.0\n"),)  # given to pip without its `-e .`
 
 
 SCM_PYPROJECT = (
@@ -335,3 +340,44 @@ def test_a_setuptools_scm_version_from_the_last_tag_else_pkg_info_and_in_the_key
     static = make_repo(tmp_path / "static", {"pyproject.toml": '[project]\nname = "s"\nversion = "1"\n'})
     git(static, "tag", "v3")
     assert discover(static, EnvironmentOptions()).variables == ()
+
+
+def test_requirement_lines_naming_the_project_itself_join_its_editable_install(tmp_path: Path) -> None:
+    """python-utils 3.8.2's shape: requirements.txt is ``.`` and the tests' file ``-e .[tests]``;
+    given to pip beside ``-e .`` they install the project a second time, not editable, which pip
+    refuses ("Cannot install python-utils 3.8.2 (from /workspace) and ..."). The extras join the
+    editable install, a file holding nothing else is left out, the rest of one goes to pip as a
+    copy without that line, its includes made absolute (pip reads them from the file's folder)."""
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            "pyproject.toml": '[project]\nname = "demo"\nversion = "1"\n'
+            '[project.optional-dependencies]\ntests = ["pytest-cov"]\nyaml = ["pyyaml"]\n',
+            "demo.py": "",
+            "requirements.txt": "# the project\n.\n",
+            "tests/requirements.txt": "-e .[tests] # with its test extra\n-r ../requirements/common.txt\nmock\n",
+            "requirements/common.txt": "six\n",
+            "tests/test_demo.py": "import demo\n",
+        },
+    )
+    recipe = discover(repo, EnvironmentOptions())
+    assert recipe is not None
+    args = pip_args(recipe)
+    assert args[:2] == ["-e", ".[tests]"] and "requirements.txt" not in args, args
+    assert args[2:4] == ["-r", "/tmp/clover-setup/requirements-1.txt"], args
+    assert recipe.files == (("requirements-1.txt", "-r /workspace/requirements/common.txt\nmock\n"),)
+    assert "requirements.txt names only the project itself (`.`): installed editable" in recipe.found
+    assert (
+        "tests/requirements.txt names the project itself (`-e .[tests] # with its test extra`): installed "
+        "editable, that line left out" in recipe.found
+    )
+    assert "tests/requirements.txt (without the project's own line)" in recipe.steps[0].title
+    # the copy is part of the key: the same files, the same key; a changed file, another
+    base = "sha256:" + "0" * 64
+    again = discover(repo, EnvironmentOptions())
+    assert again is not None and again.cache_key(base) == recipe.cache_key(base)
+    (repo / "tests" / "requirements.txt").write_text("-e .[tests]\nmock>=5\n")
+    git(repo, "commit", "-qam", "mock>=5")
+    changed = discover(repo, EnvironmentOptions())
+    assert changed is not None and changed.cache_key(base) != recipe.cache_key(base)
+    assert changed.files == (("requirements-1.txt", "mock>=5\n"),)
