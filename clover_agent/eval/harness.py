@@ -332,11 +332,20 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
     return result
 
 
+#: Model calls that took less than this in all are not timed generation (a replay's turns are read
+#: in microseconds, which made millions of tokens a second): their rate is over the agent's time.
+MEASURABLE_MODEL_S = 0.1
+
+
 def _speed(result: dict[str, Any]) -> dict[str, Any]:
     """Output tokens per second over the model calls' own time (``generation``), or over the
     agent's wall time where the calls took no measurable time (``agent``); None with neither."""
     tokens = int(result["tokens_out"])
-    for over, seconds in (("generation", float(result["model_s"])), ("agent", float(result["agent_s"]))):
+    model_s, agent_s = float(result["model_s"]), float(result["agent_s"])
+    for over, seconds in (
+        ("generation", model_s if model_s >= MEASURABLE_MODEL_S else 0.0),
+        ("agent", agent_s),
+    ):
         if seconds > 0:
             return {"tokens_per_s": round(tokens / seconds, 2), "tokens_per_s_over": over}
     return {"tokens_per_s": None, "tokens_per_s_over": ""}
@@ -427,7 +436,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"task ({_prices(summary)}).",
         "",
         "tokens/s: output tokens over the model calls' own time (gen), or over the agent's wall time "
-        "(agent) where the calls took no measurable time; wall s is the whole task, grading included.",
+        "(agent) where the calls took no measurable time (under 0.1 s in all: a replay); wall s is the whole task, grading included.",
         "",
         "broken calls: tool calls that could not be used (unreadable, unknown tool, arguments the "
         "schema rejects), listed below; no call: turns with no tool call at all.",
