@@ -24,17 +24,35 @@ def choose_tokens(
     if mask_token_id is not None:
         index = torch.tensor([mask_token_id], device=logits.device)
         logits = logits.index_fill(1, index, float("-inf"))
-    top, argmax = logits.max(dim=-1)
-    argmax_probability = torch.exp(top - torch.logsumexp(logits, dim=-1))
     if params.greedy_draws:
-        return argmax, argmax_probability
+        top, tokens = logits.max(dim=-1)
+        return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))  # as commit_confidence
     probs = sampling_distribution(logits, params)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-    if params.confidence == "relative":
-        drawn_logit = logits.gather(1, tokens[:, None]).squeeze(1)
-        relative = torch.exp((drawn_logit - top) / params.temperature)
-        return tokens, torch.minimum(argmax_probability, relative)
-    return tokens, probs.gather(1, tokens[:, None]).squeeze(1)
+    return tokens, commit_confidence(logits, tokens, params, probs)
+
+
+def commit_confidence(
+    logits: torch.Tensor, tokens: torch.Tensor, params: SamplingParams, probs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Commit confidence [n] of ``tokens`` [n] chosen from controlled float32 ``logits`` [n, V] (the
+    mask token's logit already -inf), by ``params.confidence``; ``probs``: the rows'
+    :func:`sampling_distribution` when the caller has it.
+
+    Greedy: the top-1 probability. Sampling, ``"probability"``: the token's probability under the
+    filtered, renormalised distribution it was drawn from; ``"sglang"``: SGLang's dLLM rule,
+    ``min(p_argmax, exp((z_token - z_max) / T))`` with p_argmax the top-1 probability of the
+    logits at temperature 1, unfiltered, and z the logits (docs/decoding.md cites the source)."""
+    top = logits.max(dim=-1).values
+    argmax_probability = torch.exp(top - torch.logsumexp(logits, dim=-1))
+    if params.greedy_draws:
+        return argmax_probability
+    if params.confidence == "sglang":
+        token_logit = logits.gather(1, tokens[:, None]).squeeze(1)
+        relative = torch.exp((token_logit - top) / params.temperature)
+        return torch.minimum(argmax_probability, relative)
+    probs = sampling_distribution(logits, params) if probs is None else probs
+    return probs.gather(1, tokens[:, None]).squeeze(1)
 
 
 def sampling_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -25,8 +25,11 @@ MODES: tuple[str, ...] = ("diffusion", "self_speculative", "autoregressive")
 LoopAction = Literal["none", "penalize", "stop"]
 LOOP_ACTIONS: tuple[str, ...] = ("none", "penalize", "stop")
 FinishReason = Literal["stop", "length", "loop"]
-ConfidenceRule = Literal["drawn", "relative"]
-CONFIDENCE_RULES: tuple[str, ...] = ("drawn", "relative")
+ConfidenceRule = Literal["probability", "sglang"]
+#: Sampling's commit confidence rules (the same names and numbers as the kernels' ``TokenChoice``).
+CONFIDENCE_RULES: tuple[str, ...] = ("probability", "sglang")
+#: Earlier names of those rules, still accepted: ``SamplingParams`` stores the current name.
+CONFIDENCE_ALIASES: dict[str, str] = {"drawn": "probability", "relative": "sglang"}
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,12 @@ class SamplingParams:
     Sampling: ``temperature=0`` is greedy (the commit confidence of a position is the top-1
     probability of its controlled logits). With ``temperature>0`` each masked position draws a
     token from its controlled, temperature-scaled, top-k / top-p filtered distribution, and the
-    confidence LowConfidence compares with the threshold is, by default (``confidence="drawn"``), the
-    probability of the drawn token under that filtered, renormalised distribution (``"relative"``:
-    SGLang's rule, see ``choice.py``). Draws come from a ``torch.Generator`` seeded with
-    ``seed`` (0 when None), so equal parameters give equal outputs on the same device.
+    confidence LowConfidence compares with the threshold is, by default
+    (``confidence="probability"``), the probability of the drawn token under that filtered,
+    renormalised distribution (``"sglang"``: SGLang's rule, see ``choice.py``; the earlier names
+    ``"drawn"`` and ``"relative"`` are accepted and stored as these). Draws come from a
+    ``torch.Generator`` seeded with ``seed`` (0 when None), so equal parameters give equal outputs
+    on the same device.
 
     Controls (see ``controls.py``) act on the logits of every masked position before temperature
     and confidence, each only in its phase: penalties over the generated tokens (committed plus
@@ -84,9 +89,10 @@ class SamplingParams:
     loop_penalty: float = 1.3  # "penalize": the repetition penalty is multiplied by this per repeat
     # self_speculative: denoising passes per draft (1: every mask filled from one diffusion pass).
     draft_steps: int = 1
-    # Sampling's commit confidence: "drawn" (the drawn token's probability under the filtered
-    # distribution) or "relative" (SGLang's min(argmax probability, exp((z_drawn - z_max) / T))).
-    confidence: ConfidenceRule = "drawn"
+    # Sampling's commit confidence: "probability" (the drawn token's probability under the filtered
+    # distribution) or "sglang" (SGLang's min(argmax probability at T=1, exp((z_drawn - z_max) / T)));
+    # aliases "drawn" and "relative".
+    confidence: ConfidenceRule = "probability"
     # diffusion: encode the committed context causally (prefill and commit passes causal; denoising
     # passes still see their own block whole) instead of block-causally.
     causal_context: bool = False
@@ -95,6 +101,8 @@ class SamplingParams:
     fuse_commit: bool = False
 
     def __post_init__(self) -> None:
+        if self.confidence in CONFIDENCE_ALIASES:
+            object.__setattr__(self, "confidence", CONFIDENCE_ALIASES[self.confidence])
         problems = self.problems()
         if problems:
             raise ValueError("invalid sampling parameters: " + "; ".join(problems))
@@ -145,7 +153,8 @@ class SamplingParams:
         if self.draft_steps < 1:
             out.append(f"draft_steps must be at least 1 (got {self.draft_steps})")
         if self.confidence not in CONFIDENCE_RULES:
-            out.append(f"confidence must be one of {', '.join(CONFIDENCE_RULES)} (got {self.confidence!r})")
+            names = ", ".join(CONFIDENCE_RULES + tuple(CONFIDENCE_ALIASES))
+            out.append(f"confidence must be one of {names} (got {self.confidence!r})")
         return out
 
     @property

@@ -97,7 +97,7 @@ def choose_tokens(
         TOP_K_BLOCK=top_k_block,
         TOP_P=choice.top_p < 1.0 and not choice.greedy,
         BISECT_K=bisect_k,
-        SGLANG=choice.confidence_rule == "sglang",
+        SGLANG=choice.confidence_rule == "sglang" and not choice.greedy,
         BLOCK_V=block_v,
     )
     if not choice.greedy:

@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 
 ConfidenceRule = Literal["probability", "sglang"]
+#: The commit confidence rules: the names of the engine's ``SamplingParams.confidence``, the same numbers.
 CONFIDENCE_RULES: tuple[str, ...] = ("probability", "sglang")
 
 
@@ -118,26 +119,38 @@ def choose_tokens(
     """Token and commit confidence [T] for each row of controlled ``logits`` [T, V] (``choose_tokens``
     of the engine, plus the confidence rule). The mask token's logit is -inf first.
 
-    Then greedy (argmax, its softmax probability) or sampling (temperature, top-k, top-p, a draw, its
-    probability under the filtered distribution). The confidence of a sampled token follows
-    ``TokenChoice.confidence_rule``: ``"probability"`` (the engine's rule: the drawn token's filtered
-    probability) or ``"sglang"``: ``min(p_max, exp((z - z_max) / T))`` with p_max the filtered
-    distribution's top probability, z the drawn token's controlled logit and z_max the largest (both
-    rules give p_max for greedy rows)."""
+    Then greedy (argmax) or sampling (temperature, top-k, top-p, a draw from the filtered,
+    renormalised distribution); the confidence is :func:`commit_confidence`'s."""
     logits = logits.float().clone()
     if choice.mask_token_id is not None:
         logits[:, choice.mask_token_id] = float("-inf")
     if choice.greedy:
-        confidence, tokens = torch.softmax(logits, dim=-1).max(dim=-1)
+        confidence, tokens = torch.softmax(logits, dim=-1).max(dim=-1)  # as commit_confidence
         return tokens, confidence
-    scaled = logits / choice.temperature
-    probs = torch.softmax(filtered(scaled, choice.top_k, choice.top_p), dim=-1)
+    probs = torch.softmax(filtered(logits / choice.temperature, choice.top_k, choice.top_p), dim=-1)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-    confidence = probs.gather(1, tokens[:, None]).squeeze(1)
+    return tokens, commit_confidence(logits, tokens, choice)
+
+
+def commit_confidence(logits: torch.Tensor, tokens: torch.Tensor, choice: TokenChoice) -> torch.Tensor:
+    """Commit confidence [T] of ``tokens`` [T] chosen from controlled float32 ``logits`` [T, V] (the
+    mask token's logit already -inf); the engine's ``commit_confidence`` under the same names.
+
+    Greedy rows: the top-1 probability (both rules). Sampled rows by ``choice.confidence_rule``:
+    ``"probability"``, the token's probability under the temperature-scaled, top-k / top-p
+    filtered, renormalised distribution; ``"sglang"``, SGLang's dLLM rule
+    ``min(p_argmax, exp((z - z_max) / T))`` with p_argmax the top-1 probability of the logits at
+    temperature 1 and unfiltered (what SGLang's greedy path commits on), z the token's logit and
+    z_max the largest (docs/decoding.md cites SGLang's source)."""
+    argmax_probability = torch.softmax(logits, dim=-1).max(dim=-1).values
+    if choice.greedy:
+        return argmax_probability
     if choice.confidence_rule == "sglang":
-        ratio = torch.exp(scaled.gather(1, tokens[:, None]).squeeze(1) - scaled.max(dim=-1).values)
-        confidence = torch.minimum(probs.max(dim=-1).values, ratio)
-    return tokens, confidence
+        token_logit = logits.gather(1, tokens[:, None]).squeeze(1)
+        ratio = torch.exp((token_logit - logits.max(dim=-1).values) / choice.temperature)
+        return torch.minimum(argmax_probability, ratio)
+    probs = torch.softmax(filtered(logits / choice.temperature, choice.top_k, choice.top_p), dim=-1)
+    return probs.gather(1, tokens[:, None]).squeeze(1)
 
 
 def filtered(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

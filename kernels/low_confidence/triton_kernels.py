@@ -110,10 +110,13 @@ def choose_kernel(
     bias_row = row_bias_ptr + row * stride_rb
     offs = tl.arange(0, BLOCK_V)
 
-    # pass 1: max, lowest-index argmax, sum of exp(z - max); the largest values for top-k / top-p
+    # pass 1: max, lowest-index argmax, sum of exp(z - max); the largest values for top-k / top-p;
+    # SGLANG: also the sum at temperature 1, sum of exp((z - max) * T), for the top-1 probability
     best = float("-inf")
     best_at = 0
     mass = 0.0
+    mass_t1 = 0.0
+    temperature = 1.0 / inv_temperature
     if TOP_K_BLOCK > 0:
         top = tl.full([TOP_K_BLOCK], float("-inf"), dtype=tl.float32)
     for start in range(0, vocab, BLOCK_V):
@@ -124,6 +127,10 @@ def choose_kernel(
         new_best = tl.maximum(best, tile_best)
         shift = tl.where(new_best == float("-inf"), 0.0, new_best)  # a tile with nothing allowed yet
         mass = mass * tl.exp(best - shift) + tl.sum(tl.exp(z - shift), 0)
+        if SGLANG:
+            mass_t1 = mass_t1 * tl.exp((best - shift) * temperature) + tl.sum(
+                tl.exp((z - shift) * temperature), 0
+            )
         best_at = tl.where(tile_best > best, tile_at, best_at)
         best = new_best
         if TOP_K_BLOCK > 0:  # noqa: SIM102 (a compile-time switch around a run-time test)
@@ -205,8 +212,8 @@ def choose_kernel(
         drawn_z = tl.where(better, tile_z, drawn_z)
         drawn_key = tl.maximum(drawn_key, tile_key)
     confidence = tl.exp(drawn_z - best) / kept_mass
-    if SGLANG:
-        confidence = tl.minimum(1.0 / kept_mass, tl.exp(drawn_z - best))
+    if SGLANG:  # min(top-1 probability at T=1 unfiltered, exp((z - z_max) / T)); z here is z / T
+        confidence = tl.minimum(1.0 / mass_t1, tl.exp(drawn_z - best))
     tl.store(chosen_ptr + row, drawn.to(tl.int64))
     tl.store(confidence_ptr + row, confidence)
 

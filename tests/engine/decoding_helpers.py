@@ -106,13 +106,13 @@ def reference_logits(
 class ReferenceSampling:
     """Sampling in the oracle: transformers' warpers in their order (temperature, top-k, top-p), one
     ``torch.multinomial`` draw per masked row from a generator seeded with ``seed``, and the commit
-    confidence by ``rule`` ("drawn": the draw's probability; "relative": min(argmax probability,
-    exp((z_drawn - z_max) / T)))."""
+    confidence by ``rule`` ("probability": the draw's probability; "sglang": min(argmax probability
+    at temperature 1, exp((z_drawn - z_max) / T)))."""
 
     temperature: float
     top_k: int = 0
     top_p: float = 1.0
-    rule: str = "drawn"
+    rule: str = "probability"
     seed: int = 0
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
@@ -129,7 +129,7 @@ class ReferenceSampling:
         probs = self.probabilities(logits)
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         drawn = probs.gather(1, tokens[:, None]).squeeze(1)
-        if self.rule == "drawn":
+        if self.rule == "probability":
             return tokens, drawn
         top = logits.max(dim=-1).values
         relative = torch.exp((logits.gather(1, tokens[:, None]).squeeze(1) - top) / self.temperature)

@@ -323,7 +323,7 @@ def test_a_causal_context_is_a_different_encoding() -> None:
     assert block != causal
 
 
-@pytest.mark.parametrize("rule", ["drawn", "relative"])
+@pytest.mark.parametrize("rule", ["probability", "sglang"])
 def test_sampled_diffusion_equals_full_recompute_under_each_confidence_rule(rule: str) -> None:
     hf, model = models()
     prompt = prompt_of(40)
@@ -345,9 +345,9 @@ def test_the_confidence_rules_decide_differently() -> None:
         rule: reference_diffusion_decode(
             hf, prompt, 56, threshold=0.8, sampling=ReferenceSampling(0.7, 20, 0.9, rule=rule, seed=5)
         )
-        for rule in ("drawn", "relative")
+        for rule in ("probability", "sglang")
     }
-    assert decodes["drawn"] != decodes["relative"]
+    assert decodes["probability"] != decodes["sglang"]
 
 
 def test_autoregressive_sampling_follows_transformers_warper_order() -> None:

@@ -150,11 +150,9 @@ def test_sampling_keeps_the_filtered_set_and_reports_its_probability(
     probs = torch.softmax(reference.filtered(scaled, 9, 0.8), -1)
     picked = probs.gather(1, chosen[:, None]).squeeze(1)
     assert (picked > 0).all()
-    want = picked
-    if rule == "sglang":
-        ratio = torch.exp(scaled.gather(1, chosen[:, None]).squeeze(1) - scaled.max(-1).values)
-        want = torch.minimum(probs.max(-1).values, ratio)
-    # probabilities after top-k/top-p renormalisation in float32: op order of the sums
+    want = reference.commit_confidence(controlled, chosen, choice)
+    # probabilities (after top-k/top-p renormalisation, or at temperature 1 for "sglang") in
+    # float32, tiled: op order of the sums
     torch.testing.assert_close(confidence, want, rtol=1e-5, atol=1e-6)
 
 
@@ -183,3 +181,22 @@ def test_same_seed_same_draws_and_a_missing_seed() -> None:
     assert torch.equal(first, again)  # exact: the same seeded draw, run twice
     with pytest.raises(ValueError, match="seed"):
         lc.choose_tokens(logits, choice)
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_the_sglang_rule_on_a_hand_computed_row(top_k: int, poisoned_allocations: None) -> None:
+    """SGLang's min(p_argmax at temperature 1, exp((z - z_max) / T)) (the engine test of the same
+    name cites SGLang's source): logits ln [4, 2, 1, 1] at T = 0.5 give p_argmax 0.5, so token 0
+    commits at 0.5 and token 1 at exp(-2 ln 2) = 0.25, whatever top-k keeps."""
+    rows = 32
+    logits = torch.tensor([[4.0, 2.0, 1.0, 1.0]], device=DEVICE).log().repeat(rows, 1)
+    choice = TokenChoice(temperature=0.5, top_k=top_k, confidence_rule="sglang")
+    chosen, confidence = lc.choose_tokens(logits, choice, seed=torch.tensor([3], device=DEVICE))
+    drawn = set(chosen.tolist())
+    assert drawn == set(range(top_k))  # top-k 2: both kept tokens drawn (token 1 at 0.2, 32 rows)
+    want = torch.tensor([0.5, 0.25], device=DEVICE)[chosen]
+    # float32 logs and exponentials of powers of two, summed over tiles: a few ulp of numbers <= 1
+    torch.testing.assert_close(confidence, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(  # as above
+        confidence, reference.commit_confidence(logits, chosen, choice), rtol=1e-5, atol=1e-6
+    )
