@@ -53,16 +53,28 @@ class Engine:
         *,
         progress: TextIO | None = sys.stderr,
         cuda_graphs: bool = False,
+        experts: str = "auto",
+        int4_group: int = 128,
     ) -> Engine:
         """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
 
         ``kernels``: per-operator implementation choice (``ops.py``). ``cuda_graphs``: replay the
         fixed-shape decoding steps as CUDA graphs on a CUDA device (``graphs.py``; off by default
         until measured). The tokenizer is optional: a folder without ``tokenizer.json`` gives
-        ``tokenizer=None``.
+        ``tokenizer=None``. ``experts``: the routed experts as stored (``"auto"``: an FP8
+        checkpoint's stay FP8), ``"dense"`` in ``dtype``, or quantised on load to ``"fp8"`` or
+        ``"int4"`` (``int4_group`` inputs per scale); docs/quantization.md.
         """
         model_dir = Path(model_dir)
-        model, config = load_model(model_dir, device=device, dtype=dtype, kernels=kernels, progress=progress)
+        model, config = load_model(
+            model_dir,
+            device=device,
+            dtype=dtype,
+            kernels=kernels,
+            progress=progress,
+            experts=experts,
+            int4_group=int4_group,
+        )
         return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir, cuda_graphs=cuda_graphs)
 
     def logits(self, input_ids: list[int]) -> torch.Tensor:

@@ -42,6 +42,8 @@ PREFILL_TOKENS = (1024, 4096)
 CONTEXTS = (4096, 131072)
 #: Dynamic shared memory one block may use on Hopper (``cudaDevAttrMaxSharedMemoryPerBlockOptin``).
 MAX_SHARED = 232448
+#: Quantised routed experts the MoE GEMMs also read (``kernels/moe/quant.py``).
+EXPERT_SCHEMES = ("fp8", "int4")
 #: The operator folders holding a ``triton_kernels.py``.
 FOLDERS = tuple(sorted(p.parent.name for p in Path(__file__).parent.glob("*/triton_kernels.py")))
 
@@ -194,17 +196,47 @@ def _attention(tokens: int, s: CloverSizes, *, context: int, rule: int) -> None:
     )
 
 
-def _moe(tokens: int, s: CloverSizes) -> None:
-    """The MoE block after its projections: routing, both grouped GEMMs, the combine."""
+def _expert_weights(s: CloverSizes, scheme: str | None) -> tuple[Any, Any]:
+    """The routed experts' ``gate_up_proj`` and ``down_proj``: bf16, or quantised as loaded
+    (``kernels/moe/quant.py``: FP8 with 128 x 128 block scales, INT4 with groups of 128)."""
+    from clover_agent.kernels.moe import quant
+
+    e, h, i = s.experts, s.hidden, s.moe_inner
+    if scheme is None:
+        return _meta(e, 2 * i, h), _meta(e, h, i)
+
+    def weight(rows: int, cols: int, halves: int) -> quant.QuantizedWeight:
+        if scheme == "fp8":
+            block, packed, data_dtype, scale_dtype = quant.FP8_BLOCK, cols, torch.float8_e4m3fn, _F32
+        else:
+            block, packed, data_dtype, scale_dtype = (
+                (1, quant.INT4_GROUP),
+                (cols + 1) // 2,
+                torch.uint8,
+                torch.float16,
+            )
+        grid_rows, grid_cols = quant.scale_grid(rows, cols, block)
+        data = _meta(e, halves * rows, packed, dtype=data_dtype)
+        return quant.QuantizedWeight(
+            scheme, data, _meta(e, halves * grid_rows, grid_cols, dtype=scale_dtype), block, cols, halves
+        )
+
+    return weight(i, h, 2), weight(h, i, 1)
+
+
+def _moe(tokens: int, s: CloverSizes, scheme: str | None = None) -> None:
+    """The MoE block after its projections: routing, both grouped GEMMs, the combine; the experts
+    bf16 or quantised (``scheme``)."""
     from clover_agent.kernels.moe.fused_moe import sparse_moe
 
     h = s.hidden
+    gate_up, down = _expert_weights(s, scheme)
     sparse_moe(
         _meta(tokens, h),
         _meta(tokens, s.experts),
         s.top_k,
-        _meta(s.experts, 2 * s.moe_inner, h),
-        _meta(s.experts, h, s.moe_inner),
+        gate_up,
+        down,
         shared=_meta(tokens, h),
         shared_gate_logits=_meta(tokens, 1),
         residual=_meta(tokens, h),
@@ -259,6 +291,8 @@ def steps(sizes: CloverSizes = CLOVER) -> list[tuple[str, Callable[[], None]]]:
     for t in DECODE_TOKENS:
         add(f"decode {t}", lambda t=t: _norms(t, sizes))
         add(f"decode {t}", lambda t=t: _moe(t, sizes))
+        for scheme in EXPERT_SCHEMES:
+            add(f"decode {t}", lambda t=t, q=scheme: _moe(t, sizes, q))
     block = sizes.block_size  # every decoding GDN, attention and choice call has one block's rows
     step = f"decode {block}"
     add(step, lambda: _gdn(block, sizes, bidirectional=True, commit=0))  # denoise
@@ -273,6 +307,8 @@ def steps(sizes: CloverSizes = CLOVER) -> list[tuple[str, Callable[[], None]]]:
     for t in PREFILL_TOKENS:
         add(f"prefill {t}", lambda t=t: _norms(t, sizes))
         add(f"prefill {t}", lambda t=t: _moe(t, sizes))
+        for scheme in EXPERT_SCHEMES:
+            add(f"prefill {t}", lambda t=t, q=scheme: _moe(t, sizes, q))
         add(f"prefill {t}", lambda t=t: _gdn(t, sizes, bidirectional=False, commit=t))
         add(f"prefill {t}", lambda t=t: _gdn(t, sizes, bidirectional=True, commit=t))
         add(f"prefill {t}", lambda t=t: _attention(t, sizes, context=0, rule=1))

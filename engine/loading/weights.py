@@ -3,12 +3,12 @@
 Handles the layouts Hugging Face checkpoints of this architecture come in: one file or shards with
 ``model.safetensors.index.json``; ``model.`` or ``model.language_model.`` prefixes; routed experts
 per expert (``mlp.experts.{e}.gate_proj.weight`` …) or fused (``mlp.experts.gate_up_proj``,
-``mlp.experts.down_proj``); Clover's bidirectional GDN tensors. Vision and multi-token-prediction
+``mlp.experts.down_proj``), kept dense or quantised (``experts=``, docs/quantization.md); Clover's
+bidirectional GDN tensors; FP8 weights with their ``weight_scale_inv``. Vision and multi-token-prediction
 tensors are skipped and listed. Anything else that does not fit is an error naming the tensor and
-its file, as are missing tensors, shape or dtype mismatches and unreadable files.
-
-Tensors are read one at a time (``safe_open``), converted and copied straight into the model's
-parameters on the target device, so host memory holds about one tensor beyond the model itself.
+its file, as are missing tensors, shape or dtype mismatches and unreadable files. Tensors are read
+one at a time (``safe_open``), converted and copied straight into the model's parameters on the
+target device, so host memory holds about one tensor beyond the model itself.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ from typing import TextIO
 import torch
 from safetensors import SafetensorError, safe_open
 
-from clover_agent.engine.errors import CheckpointError
+from clover_agent.engine.errors import CheckpointError, EngineArgumentError
+from clover_agent.engine.model import quantized as quant
 from clover_agent.engine.model.bidirectional_gdn import CHECKPOINT_TENSORS as BIDIRECTIONAL_TENSORS
 from clover_agent.engine.model.config import CloverConfig
+from clover_agent.engine.model.moe import SparseMoe
 from clover_agent.engine.model.network import CloverModel
+from clover_agent.engine.model.quantized import QuantizedRoutedExperts
 from clover_agent.engine.ops import KernelChoice
 
 logger = logging.getLogger(__name__)
@@ -41,6 +44,10 @@ MODEL_PREFIXES = ("model.language_model.", "model.")
 IGNORED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
 
 _PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+#: How the routed experts are kept: as the checkpoint stores them ("auto": FP8 for an FP8 checkpoint,
+#: else dense in the model's dtype), dense, or quantised on load.
+EXPERT_CHOICES: tuple[str, ...] = ("auto", "dense", *quant.SCHEMES)
+SCALE_SUFFIX = "_scale_inv"  # "x.weight" is scaled by "x.weight_scale_inv"
 _BIDIRECTIONAL = re.compile(
     r"^(layers\.\d+\.linear_attn)\.(" + "|".join(map(re.escape, BIDIRECTIONAL_TENSORS)) + ")$"
 )
@@ -66,6 +73,8 @@ _DTYPES = {
     "F16": torch.float16,
     "BF16": torch.bfloat16,
 }
+#: Stored weight dtypes that need their ``weight_scale_inv`` to mean anything.
+_SCALED_DTYPES = {"F8_E4M3": torch.float8_e4m3fn}
 
 
 @dataclass(frozen=True)
@@ -104,10 +113,16 @@ class LoadPlan:
     ignored: list[str] = field(default_factory=list)
     unknown: list[TensorEntry] = field(default_factory=list)
     bidirectional: bool = False
+    #: Weight name -> its ``weight_scale_inv`` entry (FP8 checkpoints).
+    scales: dict[str, TensorEntry] = field(default_factory=dict)
 
     @property
     def load_bytes(self) -> int:
         return sum(e.nbytes for e in self.entries if e.name in self.targets)
+
+    @property
+    def fp8(self) -> bool:
+        return any(e.dtype in _SCALED_DTYPES for e in self.entries if e.name in self.targets)
 
 
 def read_tensor_index(model_dir: Path) -> list[TensorEntry]:
@@ -167,6 +182,9 @@ def plan_load(entries: list[TensorEntry]) -> LoadPlan:
         if name.startswith(IGNORED_PREFIXES):
             plan.ignored.append(name)
             continue
+        if name.endswith(".weight" + SCALE_SUFFIX):
+            plan.scales[name.removesuffix(SCALE_SUFFIX)] = entry
+            continue
         if name == "lm_head.weight":
             plan.targets[name] = Target("lm_head.weight")
             continue
@@ -185,6 +203,14 @@ def plan_load(entries: list[TensorEntry]) -> LoadPlan:
             plan.bidirectional = True
         else:
             plan.targets[name] = Target(local)
+    names = {e.name for e in entries}
+    for weight, scale in list(plan.scales.items()):
+        if weight not in names:
+            plan.unknown.append(scale)
+            del plan.scales[weight]
+        elif weight.startswith(IGNORED_PREFIXES):
+            plan.ignored.append(scale.name)
+            del plan.scales[weight]
     return plan
 
 
@@ -262,17 +288,29 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     kernels: KernelChoice = "auto",
     progress: TextIO | None = sys.stderr,
+    experts: str = "auto",
+    int4_group: int = quant.INT4_GROUP,
 ) -> tuple[CloverModel, CloverConfig]:
     """Build the model from ``model_dir`` and load its weights, shard by shard, onto ``device``.
 
+    ``experts``: how the routed experts are kept (:data:`EXPERT_CHOICES`): ``"auto"`` as stored
+    (an FP8 checkpoint's stay FP8, with its block scales), ``"dense"`` in ``dtype``, ``"fp8"`` or
+    ``"int4"`` (groups of ``int4_group`` inputs) quantised while loading, one tensor at a time.
     ``progress=None`` is quiet. Raises :class:`CheckpointError` for anything wrong with the folder.
     """
     model_dir = Path(model_dir)
+    if experts not in EXPERT_CHOICES:
+        raise EngineArgumentError(
+            f"unknown experts choice {experts!r} (choose from {', '.join(EXPERT_CHOICES)})"
+        )
+    if int4_group < 16 or int4_group & (int4_group - 1):
+        raise EngineArgumentError(f"int4_group must be a power of two of at least 16, not {int4_group}")
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: checkpoint folder not found")
     device = torch.device(device)
     config = CloverConfig.from_file(model_dir / "config.json")
     plan = plan_load(read_tensor_index(model_dir))
+    fp8_block = _fp8_block(model_dir)
     if plan.bidirectional and not config.bidirectional_gdn:
         # Tensors without the config flag: bidirectional, with the kernel size the tensors have.
         kernel = next(
@@ -286,46 +324,83 @@ def load_model(
         del plan.targets["lm_head.weight"]
         plan.ignored.append("lm_head.weight")
 
+    scheme = {"auto": "fp8" if plan.fp8 else None, "dense": None}.get(experts, experts)
+    block = (fp8_block if plan.fp8 else quant.FP8_BLOCK) if scheme == "fp8" else (1, int4_group)
     with torch.device("meta"):
         model = CloverModel(config, kernels=kernels).to(dtype)
+        if scheme is not None:  # before any allocation: the dense experts never exist
+            for moe in model.modules():
+                if isinstance(moe, SparseMoe):
+                    moe.experts = QuantizedRoutedExperts(config, scheme, block, device=torch.device("meta"))
     model = model.to_empty(device=device)  # the only allocation: parameters in the target dtype
     model.ops  # noqa: B018 - resolve the kernels for this device now: a bad choice fails before loading
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     params = dict(model.named_parameters(remove_duplicate=False))
+    quantized = {
+        f"{name}.{weight}": (module, weight)
+        for name, module in model.named_modules()
+        if isinstance(module, QuantizedRoutedExperts)
+        for weight in ("gate_up_proj", "down_proj")
+    }
+    # the quantised experts' logical shapes, for the checks
+    shapes = {
+        **params,
+        **{k: torch.empty(m.weight(w).shape, device="meta") for k, (m, w) in quantized.items()},
+    }
     unknown = plan.unknown + [
-        e for e in plan.entries if e.name in plan.targets and plan.targets[e.name].param not in params
+        e for e in plan.entries if e.name in plan.targets and plan.targets[e.name].param not in shapes
     ]
     if unknown:
         raise CheckpointError(
             f"{model_dir}: checkpoint tensors that do not fit the model layout:\n"
             + "\n".join(f"  {e.name} ({e.file.name}, shape {list(e.shape)})" for e in unknown)
         )
-    _check_targets(plan, params, config, model_dir)
+    _check_targets(plan, shapes, config, model_dir, fp8_block)
 
     if plan.ignored:
         logger.info(
             "skipped checkpoint tensors (vision / multi-token prediction): %s", ", ".join(plan.ignored)
         )
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    model_bytes += sum(m.nbytes for m in {m for m, _ in quantized.values()})
     if progress is not None:
         for line in memory_plan(plan, model_bytes, device, dtype):
             progress.write(line + "\n")
+        if scheme is not None:
+            progress.write(f"routed experts: {scheme}, scales per {block[0]} x {block[1]} block\n")
     meter = LoadProgress(len(plan.targets), plan.load_bytes, progress)
     by_file: dict[Path, list[TensorEntry]] = {}
     for entry in plan.entries:
         if entry.name in plan.targets:
             by_file.setdefault(entry.file, []).append(entry)
+    writer = _Writer(plan, params, quantized, fp8_block)
     for path, entries in by_file.items():
-        _load_file(path, entries, plan, params, meter.advance)
+        writer.load_file(path, entries, meter.advance)
     model.eval()
     return model, config
 
 
+def _fp8_block(model_dir: Path) -> tuple[int, int]:
+    """The FP8 scale block of ``config.json``'s ``quantization_config`` (``weight_block_size``), if any."""
+    try:
+        raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return quant.FP8_BLOCK  # CloverConfig.from_file reports the problem
+    found = raw.get("quantization_config") or raw.get("text_config", {}).get("quantization_config") or {}
+    size = found.get("weight_block_size") or quant.FP8_BLOCK
+    return int(size[0]), int(size[1])
+
+
 def _check_targets(
-    plan: LoadPlan, params: dict[str, torch.nn.Parameter], config: CloverConfig, model_dir: Path
+    plan: LoadPlan,
+    params: dict[str, torch.Tensor],
+    config: CloverConfig,
+    model_dir: Path,
+    fp8_block: tuple[int, int],
 ) -> None:
-    """Every parameter covered exactly, every tensor of the right shape and a float dtype."""
+    """Every parameter covered exactly, every tensor of the right shape and a float dtype (FP8 with
+    its ``weight_scale_inv`` of one scale per ``fp8_block``)."""
     problems: list[str] = []
     covered: set[tuple[str, int | None, int | None]] = set()
     entries = {e.name: e for e in plan.entries}
@@ -339,8 +414,18 @@ def _check_targets(
         expected = _expected_shape(param, target)
         if entry.shape != expected:
             problems.append(f"{where}: shape {list(entry.shape)}, expected {list(expected)}")
-        if entry.dtype not in _DTYPES:
+        scale = plan.scales.get(name)
+        if entry.dtype in _SCALED_DTYPES and scale is None:
+            problems.append(f"{where}: {entry.dtype} weight without its {name}{SCALE_SUFFIX}")
+        elif entry.dtype not in _DTYPES and entry.dtype not in _SCALED_DTYPES:
             problems.append(f"{where}: dtype {entry.dtype} is not a floating-point weight type")
+        if scale is not None:
+            grid = quant.scale_grid(*entry.shape[-2:], fp8_block) if len(entry.shape) >= 2 else None
+            if grid is None or scale.shape != (*entry.shape[:-2], *grid) or scale.dtype not in _DTYPES:
+                problems.append(
+                    f"{scale.name} ({scale.file.name}): {scale.dtype} {list(scale.shape)}, expected one "
+                    f"float per {fp8_block[0]} x {fp8_block[1]} block of {list(entry.shape)}"
+                )
         key = (target.param, target.expert, target.half)
         if key in covered:
             problems.append(f"{where}: another tensor already holds these weights")
@@ -384,24 +469,52 @@ def _expected_shape(param: torch.Tensor, target: Target) -> tuple[int, ...]:
     return (rows, *param.shape[2:])
 
 
-def _load_file(
-    path: Path,
-    entries: list[TensorEntry],
-    plan: LoadPlan,
-    params: dict[str, torch.nn.Parameter],
-    advance: Callable[[int], None],
-) -> None:
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            for entry in entries:
-                target = plan.targets[entry.name]
-                param = params[target.param]
-                tensor = handle.get_tensor(entry.name)
-                destination = param.data if target.expert is None else param.data[target.expert]
-                if target.half is not None:
-                    rows = param.shape[1] // 2
-                    destination = destination[target.half * rows : (target.half + 1) * rows]
-                destination.copy_(tensor.to(param.dtype))
-                advance(entry.nbytes)
-    except (SafetensorError, OSError, RuntimeError) as exc:
-        raise CheckpointError(f"{path}: reading the tensors failed ({exc})") from exc
+class _Writer:
+    """Copies checkpoint tensors into the model: dense parameters (FP8 ones dequantised) and the
+    quantised experts' buffers (stored FP8 bytes as they are, anything else quantised here)."""
+
+    def __init__(
+        self,
+        plan: LoadPlan,
+        params: dict[str, torch.nn.Parameter],
+        quantized: dict[str, tuple[QuantizedRoutedExperts, str]],
+        fp8_block: tuple[int, int],
+    ) -> None:
+        self.plan, self.params, self.quantized, self.fp8_block = plan, params, quantized, fp8_block
+
+    def load_file(self, path: Path, entries: list[TensorEntry], advance: Callable[[int], None]) -> None:
+        """``entries`` of the shard ``path``, then the shard is closed: an open one keeps the pages
+        read from it resident, and all of them open at once held the whole checkpoint in memory
+        (tests/engine/test_weights_memory.py). A scale in another shard is read from it alone."""
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                for entry in entries:
+                    tensor = handle.get_tensor(entry.name)
+                    scale_entry = self.plan.scales.get(entry.name)
+                    scale = None
+                    if scale_entry is not None and scale_entry.file == path:
+                        scale = handle.get_tensor(scale_entry.name)
+                    elif scale_entry is not None:
+                        with safe_open(str(scale_entry.file), framework="pt", device="cpu") as other:
+                            scale = other.get_tensor(scale_entry.name)
+                    self.store(self.plan.targets[entry.name], tensor, scale)
+                    advance(entry.nbytes)
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: reading the tensors failed ({exc})") from exc
+
+    def store(self, target: Target, tensor: torch.Tensor, scale: torch.Tensor | None) -> None:
+        if target.param in self.quantized:
+            self.store_quantized(target, tensor, scale)
+            return
+        param = self.params[target.param]
+        if scale is not None:
+            tensor = quant.dequantize_fp8(tensor, scale, self.fp8_block, param.dtype)
+        destination = param.data if target.expert is None else param.data[target.expert]
+        if target.half is not None:
+            rows = param.shape[1] // 2
+            destination = destination[target.half * rows : (target.half + 1) * rows]
+        destination.copy_(tensor.to(param.dtype))
+
+    def store_quantized(self, target: Target, tensor: torch.Tensor, scale: torch.Tensor | None) -> None:
+        module, name = self.quantized[target.param]
+        module.store(name, target.expert, target.half, tensor, scale, self.fp8_block)

@@ -81,7 +81,8 @@ class Ops:
       attention over the cache (``torch_ops.attention``);
     * ``sparse_moe(x, router_logits, top_k, gate_up_proj, down_proj, *, shared,
       shared_gate_logits, residual)``: routing, routed experts and the combine with the gated
-      shared expert and residual.
+      shared expert and residual; the expert weights may be tensors or quantised
+      (``kernels.moe.quant.QuantizedWeight``, docs/quantization.md).
     """
 
     rms_norm: Callable[..., torch.Tensor]

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from clover_agent.kernels.moe import reference as moe_reference
+from clover_agent.kernels.moe.quant import QuantizedWeight, as_dense
 
 #: Routed-expert calls over at most this many tokens (every block step) run on a fixed grid with no
 #: host read; longer ones (prefill chunks) group the pairs by expert, reading the per-expert counts
@@ -116,13 +117,14 @@ def routed_experts(
     x: torch.Tensor,
     expert_ids: torch.Tensor,
     expert_weights: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
 ) -> torch.Tensor:
     """Routed SwiGLU experts: ``sum_j w_j * down_e(silu(gate_e x) * up_e x)`` over each token's experts.
 
     x: [N, Hd]; expert_ids, expert_weights: [N, top_k] (distinct experts per token); gate_up_proj:
-    [E, 2I, Hd] (gate rows first); down_proj: [E, Hd, I]. Returns [N, Hd] in x's dtype.
+    [E, 2I, Hd] (gate rows first); down_proj: [E, Hd, I]. Returns [N, Hd] in x's dtype. Quantised
+    weights are dequantised to x's dtype after the slot selection (only the slots' experts).
 
     Up to :data:`FIXED_GRID_TOKENS` tokens: a fixed grid with no host read (capturable), summed in
     float32. An expert serves each token at most once, so S = min(E, N * top_k) expert slots of N
@@ -145,6 +147,7 @@ def routed_experts(
         gate_up_proj = gate_up_proj.index_select(0, slot_experts)
         down_proj = down_proj.index_select(0, slot_experts)
         routing = routing.index_select(1, slot_experts)
+    gate_up_proj, down_proj = as_dense(gate_up_proj, x.dtype), as_dense(down_proj, x.dtype)
     gate, up = torch.matmul(x, gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)  # [S, N, I] each
     out = torch.matmul(F.silu(gate) * up, down_proj.transpose(1, 2)).float()  # [S, N, Hd]
     weights = routing.t().unsqueeze(-1)  # [S, N, 1]
@@ -156,8 +159,8 @@ def sparse_moe(
     x: torch.Tensor,
     router_logits: torch.Tensor,
     top_k: int,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
     *,
     shared: torch.Tensor | None = None,
     shared_gate_logits: torch.Tensor | None = None,

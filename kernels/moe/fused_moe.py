@@ -10,6 +10,7 @@ import torch
 import triton
 
 from clover_agent.kernels.moe import triton_kernels as tk
+from clover_agent.kernels.moe.quant import QuantizedWeight
 from clover_agent.kernels.moe.reference import max_padded_pairs
 from clover_agent.kernels.runtime import dot_precision
 
@@ -74,14 +75,30 @@ def align_pairs(
     return sorted_pairs, block_experts, num_padded
 
 
+#: Inputs per K step of the grouped GEMMs (at most: a quantised weight's scale block must hold whole steps).
+_BLOCK_K = 64
+
+
+def _weight_args(w: torch.Tensor | QuantizedWeight) -> tuple[list, dict, int]:
+    """(tensor arguments: weights, scales and both's strides; constexprs; BLOCK_K) of one weight."""
+    if not isinstance(w, QuantizedWeight):
+        return [w, w, *w.stride(), 0, 0, 0], {"QUANT": "none", "SCALE_N": 1, "SCALE_K": 1}, _BLOCK_K
+    scale_n, scale_k = w.block
+    if scale_k < 16 or scale_k & (scale_k - 1):
+        raise ValueError(f"the kernels need a power-of-two scale block of at least 16 inputs, not {scale_k}")
+    constexprs = {"QUANT": w.scheme, "SCALE_N": scale_n, "SCALE_K": scale_k}
+    return [w.data, w.scale, *w.data.stride(), *w.scale.stride()], constexprs, min(_BLOCK_K, scale_k)
+
+
 def routed_pairs(
     x: torch.Tensor,
     expert_ids: torch.Tensor,
     expert_weights: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
 ) -> torch.Tensor:
-    """Weighted expert output of every pair, [N * k, Hd] in x's dtype (row ``n * k + j``)."""
+    """Weighted expert output of every pair, [N * k, Hd] in x's dtype (row ``n * k + j``).
+    Quantised weights are dequantised tile by tile in the kernels' K loops."""
     tokens, hidden = x.shape
     top_k = expert_ids.shape[1]
     experts, two_inner, _ = gate_up_proj.shape
@@ -95,10 +112,12 @@ def routed_pairs(
     tiles = block_experts.numel()
 
     hidden_states = torch.empty(pairs, inner, dtype=x.dtype, device=x.device)
-    block_n, block_k = 64, 64
+    block_n = 64
+    (w, scale, *w_strides), quant, block_k = _weight_args(gate_up_proj)
     tk.gate_up_kernel[(tiles, triton.cdiv(inner, block_n))](
         x,
-        gate_up_proj,
+        w,
+        scale,
         hidden_states,
         sorted_pairs,
         block_experts,
@@ -107,18 +126,21 @@ def routed_pairs(
         hidden,
         inner,
         x.stride(0),
-        *gate_up_proj.stride(),
+        *w_strides,
         hidden_states.stride(0),
         TOP_K=top_k,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         PRECISION=precision,
+        **quant,
     )
     out = torch.empty(pairs, hidden, dtype=x.dtype, device=x.device)
+    (w, scale, *w_strides), quant, block_k = _weight_args(down_proj)
     tk.down_kernel[(tiles, triton.cdiv(hidden, block_n))](
         hidden_states,
-        down_proj,
+        w,
+        scale,
         weights,
         out,
         sorted_pairs,
@@ -128,12 +150,13 @@ def routed_pairs(
         hidden,
         inner,
         hidden_states.stride(0),
-        *down_proj.stride(),
+        *w_strides,
         out.stride(0),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         PRECISION=precision,
+        **quant,
     )
     return out
 
@@ -179,8 +202,8 @@ def moe_experts(
     x: torch.Tensor,
     expert_ids: torch.Tensor,
     expert_weights: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
 ) -> torch.Tensor:
     """Routed SwiGLU experts; the contract of :func:`reference.moe_experts` (``ops.moe_experts``):
     x [N, Hd], expert_ids / expert_weights [N, k], gate_up_proj [E, 2I, Hd] (gate rows first),
@@ -196,8 +219,8 @@ def sparse_moe(
     x: torch.Tensor,
     router_logits: torch.Tensor,
     top_k: int,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
     *,
     shared: torch.Tensor | None = None,
     shared_gate_logits: torch.Tensor | None = None,
@@ -214,8 +237,11 @@ def sparse_moe(
     return moe_combine(pair_out, top_k, shared, shared_gate_logits, residual)
 
 
-def _check_rows(x: torch.Tensor, gate_up_proj: torch.Tensor, down_proj: torch.Tensor) -> None:
-    if gate_up_proj.stride(-1) != 1 or down_proj.stride(-1) != 1:
+def _check_rows(
+    x: torch.Tensor, gate_up_proj: torch.Tensor | QuantizedWeight, down_proj: torch.Tensor | QuantizedWeight
+) -> None:
+    stored = [w.data if isinstance(w, QuantizedWeight) else w for w in (gate_up_proj, down_proj)]
+    if any(w.stride(-1) != 1 for w in stored):
         raise ValueError("the expert weights must be contiguous in their last dimension")
     if x.dim() != 2 or x.shape[1] != gate_up_proj.shape[2] or down_proj.shape[1] != x.shape[1]:
         raise ValueError(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from clover_agent.kernels.moe.quant import QuantizedWeight
+
 
 def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k routing: float32 softmax over experts, top-k, renormalised to sum 1.
@@ -29,13 +31,14 @@ def moe_experts(
     x: torch.Tensor,
     expert_ids: torch.Tensor,
     expert_weights: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
 ) -> torch.Tensor:
     """Routed SwiGLU experts: ``sum_j w_j * down_e(silu(gate_e x) * up_e x)`` over each token's experts.
 
     x: [N, Hd]; expert_ids, expert_weights: [N, k]; gate_up_proj: [E, 2I, Hd] (gate rows first);
-    down_proj: [E, Hd, I]. Returns [N, Hd] in x's dtype. All inputs are read-only.
+    down_proj: [E, Hd, I]. Returns [N, Hd] in x's dtype. All inputs are read-only. Quantised
+    weights (``quant.QuantizedWeight``) are dequantised to x's dtype one active expert at a time.
 
     One matmul pair per active expert: the per-expert counts are read back to the host once
     (fine on the CPU; the Triton path needs no read-back).
@@ -51,11 +54,15 @@ def moe_experts(
         if count == 0:
             continue
         tokens = token_of[start : start + count]
-        gate, up = F.linear(x[tokens], gate_up_proj[expert]).chunk(2, dim=-1)
-        hidden = F.linear(F.silu(gate) * up, down_proj[expert])
+        gate, up = F.linear(x[tokens], _expert(gate_up_proj, expert, x.dtype)).chunk(2, dim=-1)
+        hidden = F.linear(F.silu(gate) * up, _expert(down_proj, expert, x.dtype))
         out.index_add_(0, tokens, (hidden * weight_of[start : start + count, None]).to(x.dtype))
         start += count
     return out
+
+
+def _expert(weights: torch.Tensor | QuantizedWeight, expert: int, dtype: torch.dtype) -> torch.Tensor:
+    return weights.expert(expert, dtype) if isinstance(weights, QuantizedWeight) else weights[expert]
 
 
 def moe_combine(
@@ -82,8 +89,8 @@ def sparse_moe(
     x: torch.Tensor,
     router_logits: torch.Tensor,
     top_k: int,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
+    gate_up_proj: torch.Tensor | QuantizedWeight,
+    down_proj: torch.Tensor | QuantizedWeight,
     *,
     shared: torch.Tensor | None = None,
     shared_gate_logits: torch.Tensor | None = None,

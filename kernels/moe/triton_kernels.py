@@ -4,6 +4,8 @@ Pairs are (token, slot) entries of the routing, numbered ``n * TOP_K + j``. The 
 groups them by expert in tiles of BLOCK_M rows; the two grouped GEMMs run one program per
 (tile, column block) over a fixed worst-case grid and return at once for tiles past the used
 length, which they read from device memory (no host read-back, so a CUDA graph can hold them).
+Both GEMMs read expert weights stored plain, FP8 or INT4 (``QUANT``; formats in ``quant.py``) and
+dequantise each weight tile in the K loop to the activations' dtype (w8a16 / w4a16).
 """
 
 from __future__ import annotations
@@ -90,9 +92,40 @@ def align_kernel(
 
 
 @triton.jit
+def weight_tile(
+    row_ptrs,
+    scale_ptrs,
+    k0,
+    ks,
+    k_limit,
+    row_ok,
+    stride_wk,
+    stride_sk,
+    QUANT: tl.constexpr,
+    SCALE_K: tl.constexpr,
+):
+    """[BLOCK_K, BLOCK_N] tile of W^T: inputs k0 + ks of the rows at ``row_ptrs`` ([BLOCK_N]
+    pointers), dequantised with the scales at ``scale_ptrs`` (one per row for this K block, as
+    BLOCK_K divides SCALE_K). "fp8": e4m3 * scale; "int4": (nibble - 8) * scale, two per byte
+    along K (even k low); "none": as stored."""
+    k = k0 + ks
+    mask = (k < k_limit)[:, None] & row_ok[None, :]
+    if QUANT == "int4":
+        packed = tl.load(row_ptrs[None, :] + (k // 2)[:, None] * stride_wk, mask=mask, other=0)
+        w = ((packed.to(tl.int32) >> ((k % 2) * 4)[:, None]) & 0xF) - 8
+    else:
+        w = tl.load(row_ptrs[None, :] + k[:, None] * stride_wk, mask=mask, other=0.0)
+    if QUANT != "none":
+        scale = tl.load(scale_ptrs + (k0 // SCALE_K) * stride_sk, mask=row_ok, other=0.0)
+        w = w.to(tl.float32) * scale.to(tl.float32)[None, :]
+    return w
+
+
+@triton.jit
 def gate_up_kernel(
     x_ptr,
     w_ptr,
+    scale_ptr,
     out_ptr,
     sorted_pairs_ptr,
     block_experts_ptr,
@@ -104,14 +137,21 @@ def gate_up_kernel(
     stride_we,
     stride_wn,
     stride_wk,
+    stride_se,
+    stride_sn,
+    stride_sk,
     stride_on,
     TOP_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    QUANT: tl.constexpr,
+    SCALE_N: tl.constexpr,
+    SCALE_K: tl.constexpr,
 ):
-    """out[pair, n] = silu(x[token] . gate_e[n]) * (x[token] . up_e[n]) for one tile of an expert's pairs."""
+    """out[pair, n] = silu(x[token] . gate_e[n]) * (x[token] . up_e[n]) for one tile of an expert's
+    pairs. Quantised gate and up rows each have their own scale grid (gate's first)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
@@ -123,19 +163,20 @@ def gate_up_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < inner
     ks = tl.arange(0, BLOCK_K)
-    gate_ptrs = w_ptr + expert * stride_we + cols[None, :] * stride_wn + ks[:, None] * stride_wk
-    up_ptrs = gate_ptrs + inner * stride_wn
+    gate_rows = w_ptr + expert * stride_we + cols * stride_wn
+    up_rows = gate_rows + inner * stride_wn
+    gate_scales = scale_ptr + expert * stride_se + (cols // SCALE_N) * stride_sn
+    up_scales = gate_scales + tl.cdiv(inner, SCALE_N) * stride_sn
     x_ptrs = x_ptr + tokens[:, None] * stride_xn + ks[None, :]
     acc_gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
         k_ok = (k0 + ks) < hidden
         a = tl.load(x_ptrs + k0, mask=rows[:, None] & k_ok[None, :], other=0.0)
-        w_mask = k_ok[:, None] & col_ok[None, :]
-        wg = tl.load(gate_ptrs + k0 * stride_wk, mask=w_mask, other=0.0)
-        wu = tl.load(up_ptrs + k0 * stride_wk, mask=w_mask, other=0.0)
-        acc_gate = tl.dot(a, wg, acc_gate, input_precision=PRECISION)
-        acc_up = tl.dot(a, wu, acc_up, input_precision=PRECISION)
+        wg = weight_tile(gate_rows, gate_scales, k0, ks, hidden, col_ok, stride_wk, stride_sk, QUANT, SCALE_K)
+        wu = weight_tile(up_rows, up_scales, k0, ks, hidden, col_ok, stride_wk, stride_sk, QUANT, SCALE_K)
+        acc_gate = tl.dot(a, wg.to(a.dtype), acc_gate, input_precision=PRECISION)
+        acc_up = tl.dot(a, wu.to(a.dtype), acc_up, input_precision=PRECISION)
     h = acc_gate * tl.sigmoid(acc_gate) * acc_up
     out_ptrs = out_ptr + pairs.to(tl.int64)[:, None] * stride_on + cols[None, :]
     tl.store(out_ptrs, h.to(out_ptr.dtype.element_ty), mask=rows[:, None] & col_ok[None, :])
@@ -145,6 +186,7 @@ def gate_up_kernel(
 def down_kernel(
     h_ptr,
     w_ptr,
+    scale_ptr,
     weights_ptr,
     out_ptr,
     sorted_pairs_ptr,
@@ -157,11 +199,17 @@ def down_kernel(
     stride_we,
     stride_wn,
     stride_wk,
+    stride_se,
+    stride_sn,
+    stride_sk,
     stride_on,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    QUANT: tl.constexpr,
+    SCALE_N: tl.constexpr,
+    SCALE_K: tl.constexpr,
 ):
     """out[pair, n] = w[pair] * (h[pair] . down_e[n]) for one tile of an expert's pairs."""
     pid_m = tl.program_id(0)
@@ -175,14 +223,15 @@ def down_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < hidden
     ks = tl.arange(0, BLOCK_K)
-    w_ptrs = w_ptr + expert * stride_we + cols[None, :] * stride_wn + ks[:, None] * stride_wk
+    w_rows = w_ptr + expert * stride_we + cols * stride_wn
+    w_scales = scale_ptr + expert * stride_se + (cols // SCALE_N) * stride_sn
     h_ptrs = h_ptr + pairs64[:, None] * stride_hn + ks[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, inner, BLOCK_K):
         k_ok = (k0 + ks) < inner
         a = tl.load(h_ptrs + k0, mask=rows[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_ptrs + k0 * stride_wk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        w = weight_tile(w_rows, w_scales, k0, ks, inner, col_ok, stride_wk, stride_sk, QUANT, SCALE_K)
+        acc = tl.dot(a, w.to(a.dtype), acc, input_precision=PRECISION)
     weight = tl.load(weights_ptr + pairs64, mask=rows, other=0.0).to(tl.float32)
     acc = acc * weight[:, None]
     out_ptrs = out_ptr + pairs64[:, None] * stride_on + cols[None, :]
