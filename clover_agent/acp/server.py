@@ -16,9 +16,9 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from acp import PROTOCOL_VERSION, RequestError, schema
+from acp import PROTOCOL_VERSION, Agent, RequestError, schema
 from acp.core import AgentSideConnection
 
 from clover_agent import __version__
@@ -191,7 +191,9 @@ async def serve(configure: Configure) -> bool:
     stops it (False); every session's sandbox is removed either way."""
     reader, writer = await protocol_streams()
     agent = CloverAcpAgent(configure)
-    conn = AgentSideConnection(agent, LineTransport(reader, writer), listening=False)
+    # The SDK's Agent protocol lists every method; those this agent leaves out (forking, listing or
+    # closing sessions, config options, extensions) the SDK's router answers "method not found".
+    conn = AgentSideConnection(cast(Agent, agent), LineTransport(reader, writer), listening=False)
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None
     stopped: list[int] = []

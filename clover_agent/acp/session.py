@@ -260,7 +260,8 @@ class AcpSession:
         run = self._run
         waiting = asyncio.ensure_future(cancelled.wait())
         try:
-            await asyncio.wait({run, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {run, waiting}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if cancelled.is_set():
                 await self._stopped(agent, run)
         finally:
@@ -330,7 +331,8 @@ class AcpSession:
         except Exception as exc:  # the client failed to answer: deny, as with no one to ask
             log.warning("session/request_permission failed: %s", exc)
             chosen = None
-        answer = {kind: answer for kind, _, answer in APPROVAL_OPTIONS}.get(chosen or "", Answer.DENY)
+        answers: dict[str, Answer] = {kind: answer for kind, _, answer in APPROVAL_OPTIONS}
+        answer = answers.get(chosen or "", Answer.DENY)
         if chosen == "reject_always":
             self._rejected.add(key)
         agent.answer_approval(event.call_id, answer)

@@ -39,7 +39,7 @@ from clover_agent.ci.result import (
 )
 from clover_agent.ci.safety import sandbox_environment, stored_credentials
 from clover_agent.ci.sanitize import frame_request, sanitize_task
-from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
+from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import EventBus
 from clover_agent.fix import FixRequest, run_fix
 from clover_agent.fix.console import ConsoleRenderer, make_console
@@ -138,7 +138,7 @@ def run_ci(
 
 
 def report_early_error(
-    error: CloverError,
+    error: BaseException,
     *,
     output_dir: str | None,
     repo: str | None,

@@ -14,7 +14,7 @@ from clover_agent.ci import CiRequest, run_ci
 from clover_agent.ci.events import EVENTS_VERSION, VERSIONS
 from clover_agent.ci.run import report_early_error
 from clover_agent.cli.options import add_backend_arguments, add_budget_arguments, backend_options
-from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError
+from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError
 from clover_agent.safe_text import terminal_safe
 from clover_agent.settings import Settings
 
@@ -56,7 +56,11 @@ def _ci(args: argparse.Namespace) -> int:
 
 
 def _early_error(
-    error: CloverError, output_dir: str | None, repo: str | None, source: str | None, json_events: int | None
+    error: BaseException,
+    output_dir: str | None,
+    repo: str | None,
+    source: str | None,
+    json_events: int | None,
 ) -> int:
     return report_early_error(
         error,

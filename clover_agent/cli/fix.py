@@ -167,7 +167,7 @@ def _fix(args: argparse.Namespace) -> int:
     options = backend_options(args, progress=ProgressText(renderer))
     options = check_backend_options(options, settings)  # with the model the settings chose
     asyncio.run(probe_backend(options, settings))  # a server that cannot be reached: before any work
-    if taken and not args.quiet:
+    if taken and stopped is not None and not args.quiet:
         console.print(
             Text(
                 terminal_safe(
@@ -175,7 +175,7 @@ def _fix(args: argparse.Namespace) -> int:
                 ),
                 style="dim",
             )
-        )  # type: ignore[union-attr]
+        )
     if not args.quiet:
         _warn_about_local_changes(repo, errors)
     # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.

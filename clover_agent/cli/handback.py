@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from rich.console import Console
 from rich.text import Text
@@ -244,7 +244,8 @@ def show_diff(sections: list[FilePatch], console: Console, environ: dict[str, st
         console.print(colored_diff(text), end="")
         return
     rendered = io.StringIO()
-    Console(file=rendered, force_terminal=console.color_system is not None, color_system=console.color_system,
+    system = cast(Literal["auto", "standard", "256", "truecolor", "windows"] | None, console.color_system)
+    Console(file=rendered, force_terminal=system is not None, color_system=system,
             width=console.width, markup=False, highlight=False, soft_wrap=True).print(colored_diff(text), end="")  # fmt: skip
     pager = shlex.split(environ.get("PAGER") or DEFAULT_PAGER)
     try:

@@ -70,7 +70,7 @@ def _list(args: argparse.Namespace) -> int:
         console.print(f"no runs under {runs} (`clover-agent fix TARGET` makes one)")
         return ExitCode.OK
     key = record_key(settings, repo)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for run in folders:
         if record_problem(run, key) is not None:
             rows.append((shown_names([run.name]), "?", "foreign: not written by your clover-agent", "", ""))

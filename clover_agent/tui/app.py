@@ -86,10 +86,11 @@ class CloverApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # Escape stays below the dialogs' own bindings; the others win over the prompt's (ctrl+d there
         # deletes forward, ctrl+c copies).
-        Binding(key.keys, key.action, key.description, show=False, priority=key.action != "interrupt")
-        for key in KEYS
-        if key.action and key.action != "scroll_transcript"
-    ] + [
+        *(
+            Binding(key.keys, key.action, key.description, show=False, priority=key.action != "interrupt")
+            for key in KEYS
+            if key.action and key.action != "scroll_transcript"
+        ),
         Binding("pageup", "scroll_transcript(-1)", "scroll up", show=False, priority=True),
         Binding("pagedown", "scroll_transcript(1)", "scroll down", show=False, priority=True),
     ]
@@ -169,7 +170,7 @@ class CloverApp(App[int]):
                 self.prompt.load_text(saved.info.draft)
                 self.prompt.move_cursor(self.prompt.document.end)
                 await self.transcript.show(Notice(text="Your unsent draft is back in the prompt."))
-        self.session = TuiSession(self.options, lambda event: self.post_message(AgentEvent(event)))
+        self.session = TuiSession(self.options, self._deliver)
         self.sub_title = self.session.session_id
 
     @work(thread=True, exclusive=True, group="files")
@@ -189,6 +190,10 @@ class CloverApp(App[int]):
     def on_transcript_below(self, message: Transcript.Below) -> None:
         self.query_one("#new-below").set_class(message.waiting, "-shown")
 
+    def _deliver(self, event: Event) -> None:
+        """The session's events, from the agent's thread, into the app's message queue."""
+        self.post_message(AgentEvent(event))
+
     async def on_agent_event(self, message: AgentEvent) -> None:
         event = message.event
         if isinstance(event, SessionStarted) and self.session is not None:
@@ -199,8 +204,11 @@ class CloverApp(App[int]):
         self.query_one(ActivityLine).observe(printable_event(event))  # live events only
         self._show_hints()
         screen = self.screen
-        moot = isinstance(event, CallInterrupted) and isinstance(screen, ApprovalScreen)
-        if moot and screen.request.call_id == event.call_id:  # the approval it waited for
+        if (
+            isinstance(event, CallInterrupted)
+            and isinstance(screen, ApprovalScreen)
+            and screen.request.call_id == event.call_id  # the approval it waited for
+        ):
             screen.dismiss(None)
         if isinstance(event, ApprovalNeeded):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)

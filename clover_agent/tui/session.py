@@ -382,7 +382,10 @@ class TuiSession(SessionCommands):
             return None
         self._unread.clear()
         agent.steering.resume()  # a new request comes of them: nothing more to wait for
-        first, *rest = await agent.steering.take_messages() or [None]
+        messages = await agent.steering.take_messages()
+        if not messages:
+            return None
+        first, *rest = messages
         for text in rest:
             self._unread.append(text)
             agent.send(text)
