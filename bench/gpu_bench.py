@@ -22,7 +22,10 @@ and it downloads nothing. Measured in one run, each piece skipped (and named) on
    (``gpu_model.py``);
 4. an end-to-end greedy decode per mode (wall time per forward; with a real checkpoint, the
    measured tokens per forward) and tokens/s of each mode from the step times at those tokens per
-   forward and at ``--tokens-per-forward``.
+   forward and at ``--tokens-per-forward``;
+5. the routed experts quantised in place, FP8 (e4m3, 128 x 128 block scales) then INT4 (w4a16,
+   groups of 128; ``--experts``), and the steps of 3 timed again on those kernels, with their
+   tokens/s beside the run's dtype.
 
 Random weights say nothing about tokens per forward: the report says which figures are measured.
 Full results go to ``--out`` (JSON; the path is printed), a Markdown section for bench/RESULTS.md
@@ -64,7 +67,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 from gpu_kernels import check_kernels, kernel_input_bytes  # noqa: E402
-from gpu_model import mode_rates, random_model, time_steps  # noqa: E402
+from gpu_model import mode_rates, quantize_experts, random_model, time_steps  # noqa: E402
 from gpu_report import markdown  # noqa: E402
 from gpu_timing import Budget, copy_bandwidth, synchronize  # noqa: E402
 
@@ -332,6 +335,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     if report.get("steps"):
         report["mode_rates"] = mode_rates(report["steps"], rates, config.block_size)
+    for scheme in args.experts:
+        if not budget.allows(f"steps with {scheme} experts"):
+            continue
+        if (
+            attempt(report, f"experts_{scheme}", lambda scheme=scheme: quantize_experts(model, scheme))
+            is None
+        ):
+            break  # the model's experts are half-replaced: nothing after this measures what it says
+        steps = attempt(
+            report,
+            f"steps_{scheme}",
+            lambda: time_steps(model, args.context, bandwidth=bandwidth, budget=budget, repeats=args.repeats),
+        )
+        if steps:
+            report[f"mode_rates_{scheme}"] = mode_rates(steps, rates, config.block_size)
     return finish(report, device, budget)
 
 
@@ -370,6 +388,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--decode-tokens", type=int, default=64, help="tokens per end-to-end decode (default 64)"
     )
     parser.add_argument("--tokens-per-forward", type=number_list, default=[1.0, 2.0, 3.0, 4.0, 6.0])
+    parser.add_argument(
+        "--experts",
+        type=lambda text: [s for s in text.split(",") if s],
+        default=["fp8", "int4"],
+        help="quantised routed experts timed after the run's dtype, in order (default fp8,int4; '' for none)",
+    )
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
         "--memory-limit-gb", type=float, help="refuse pieces that need more memory (default: what is free)"
@@ -383,6 +407,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.shape = args.shape or ("full" if on_cuda else "tiny")
     if args.repeats < 1 or args.context < 0 or args.context % 32:
         parser.error("--repeats must be >= 1 and --context a multiple of 32")
+    if not set(args.experts) <= {"fp8", "int4"}:
+        parser.error("--experts takes fp8 and int4, comma-separated")
     return args
 
 

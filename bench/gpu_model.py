@@ -16,12 +16,14 @@ Steps (each timed on rotating token ids, committing steps rewound after each cal
 
 The floor of a step is the bytes it must read once (every dense weight of the layers, the routed
 experts the step's tokens actually use, the committed K/V and GDN state, the LM head when it
-computes logits) over the measured copy bandwidth.
+computes logits) over the measured copy bandwidth. :func:`quantize_experts` turns the routed experts
+into FP8 or INT4 ones (docs/quantization.md), so the same steps are timed on those kernels.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,8 @@ from clover_agent.engine.model.cache import AttentionKV, GdnState, ModelCache
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.model.moe import SparseMoe
 from clover_agent.engine.model.network import CloverModel
+from clover_agent.engine.model.quantized import QuantizedRoutedExperts
+from clover_agent.kernels.moe.quant import FP8_BLOCK, INT4_GROUP, QuantizedWeight
 from clover_agent.kernels.moe.reference import route
 
 #: Token-id sets cycled through while timing a step.
@@ -175,6 +179,9 @@ def bytes_touched(model: CloverModel, cache: ModelCache, step: str, ids: torch.T
             handle.remove()
     element = model.embed_tokens.weight.element_size()
     per_expert = 3 * config.hidden_size * config.moe_intermediate_size * element
+    routed = model.layers[0].mlp.experts
+    if isinstance(routed, QuantizedRoutedExperts):  # its bytes and scales
+        per_expert = routed.nbytes // config.num_experts
     experts = sum(used) * per_expert
     dense = 0
     for layer in model.layers:
@@ -201,6 +208,41 @@ def bytes_touched(model: CloverModel, cache: ModelCache, step: str, ids: torch.T
         "state": state,
         "lm_head": head,
         "total": experts + dense + state + head,
+    }
+
+
+@torch.no_grad()
+def quantize_experts(model: CloverModel, scheme: str) -> dict[str, Any]:
+    """Every layer's routed experts replaced by ``scheme`` ones ("fp8": 128 x 128 block scales;
+    "int4": groups of 128), quantised one expert's matrix at a time from what the layer holds (its
+    dense weights, or another scheme's, dequantised), so only one layer is ever held twice."""
+    start = time.perf_counter()
+    config, device = model.config, model.device
+    block = FP8_BLOCK if scheme == "fp8" else (1, INT4_GROUP)
+    for layer in model.layers:
+        old = layer.mlp.experts
+        new = QuantizedRoutedExperts(config, scheme, block, device=device)
+        for name in ("gate_up_proj", "down_proj"):
+            weight = getattr(old, name)
+            for expert in range(config.num_experts):
+                dense = (
+                    weight.expert(expert, torch.float32)
+                    if isinstance(weight, QuantizedWeight)
+                    else weight[expert].float()
+                )
+                if name == "gate_up_proj":  # gate rows and up rows: a scale grid each
+                    for half, rows in enumerate(dense.chunk(2)):
+                        new.store(name, expert, half, rows, None, block)
+                else:
+                    new.store(name, expert, None, dense, None, block)
+        layer.mlp.experts = new
+        del old
+    synchronize(device)
+    return {
+        "scheme": scheme,
+        "block": list(block),
+        "routed_experts_bytes": sum(layer.mlp.experts.nbytes for layer in model.layers),
+        "seconds": time.perf_counter() - start,
     }
 
 

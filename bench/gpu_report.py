@@ -141,6 +141,17 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _rates(report["mode_rates"], report["tokens_per_forward_source"])
     if report.get("decode"):
         lines += _decode(report["decode"])
+    for scheme in ("fp8", "int4"):
+        if report.get(f"steps_{scheme}"):
+            made = report[f"experts_{scheme}"]
+            lines += [
+                "",
+                f"Routed experts as {scheme.upper()} (scales per {made['block'][0]} x {made['block'][1]}; "
+                f"{made['routed_experts_bytes'] / 1e9:.2f} GB, quantised in {made['seconds']:.1f} s):",
+            ]
+            lines += _steps(report[f"steps_{scheme}"], report["settings"]["context"])
+        if report.get(f"mode_rates_{scheme}"):
+            lines += _rates(report[f"mode_rates_{scheme}"], report["tokens_per_forward_source"])
     memory = f"process RSS {report['peak_rss_mib']:,.0f} MiB"
     if "cuda_peak_allocated_gib" in report:
         memory = f"CUDA allocator peak {report['cuda_peak_allocated_gib']:.1f} GiB; " + memory

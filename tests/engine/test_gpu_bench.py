@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ["denoise_32", "commit_32", "fused_64", "verify_64", "ar_1"]
+#: The tiny shape's expert width (engine/loading/tiny.py's TINY_TEXT_CONFIG).
+TINY_MOE_INTERMEDIATE = 32
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +112,30 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert all(row["tokens"] == 40 and row["ms_per_forward"] > 0 for row in report["decode"].values())
     assert report["budget"]["used_s"] < 200
 
+    # The same steps on the routed experts quantised in place, FP8 then INT4 (from the FP8 ones).
+    dense_experts = (
+        steps["denoise_32"]["bytes"]["routed_experts"] / steps["denoise_32"]["bytes"]["experts_per_layer"]
+    )
+    for scheme, bytes_per_weight in (("fp8", 1), ("int4", 0.5)):
+        made = report[f"experts_{scheme}"]
+        weights = 4 * 8 * 3 * 64 * TINY_MOE_INTERMEDIATE  # layers x experts x three matrices
+        assert weights * bytes_per_weight < made["routed_experts_bytes"] < weights * bytes_per_weight * 1.2
+        quantized = report[f"steps_{scheme}"]
+        assert list(quantized) == STEPS
+        for name, row in quantized.items():
+            assert row["median_ms"] > 0 and row["floor_ms"] > 0, (scheme, name)
+            per_expert = row["bytes"]["routed_experts"] / row["bytes"]["experts_per_layer"]
+            assert per_expert < dense_experts / 3, (scheme, name)  # float32 here: 4 bytes a weight
+        assert [row["tokens_per_forward"] for row in report[f"mode_rates_{scheme}"]] == [
+            1.0,
+            2.0,
+            3.0,
+            4.0,
+            6.0,
+        ]
+
     text = result.stdout
+    assert "Routed experts as FP8" in text and "Routed experts as INT4" in text
     assert text.startswith("<!-- gpu-bench:start -->") and "<!-- gpu-bench:end -->" in text
     assert "RANDOM weights built on the device" in text and "| fused_64 |" in text
     assert f"full results: {out}" in result.stderr
