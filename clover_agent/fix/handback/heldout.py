@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from clover_agent.fix.handback.patches import is_test_file
 from clover_agent.fix.handback.shadow import EXECUTABLE, SYMLINK, Change
 from clover_agent.fix.handback.stock import PatchSet
+from clover_agent.fix.handback.weakened import doctest_name
 from clover_agent.sandboxes.base import Put
 
 #: The files pytest reads its configuration from.
@@ -121,27 +122,17 @@ def _module_paths(modules: set[str]) -> set[str]:
     return found
 
 
-def _is_doctest(test_id: str) -> bool:
-    """Whether ``test_id`` is a doctest of a module (``pkg/mod.py::pkg.mod.func``, as pytest's
-    ``--doctest-modules`` names them): a dotted name that begins where the file's module path ends."""
-    path, _, name = test_id.partition("::")
-    if not path.endswith(".py") or not name or "::" in name:
-        return False
-    module = path[: -len(".py")].removesuffix("/__init__").split("/")
-    parts = name.split(".")
-    return any(parts[:k] == module[-k:] for k in range(1, min(len(parts), len(module)) + 1))
-
-
 def files_with_tests(test_ids: Iterable[str]) -> frozenset[str]:
     """The files that hold the tests ``test_ids`` name, but a module whose tests there are all its
-    own doctests: that module is code under test (held out, a fix in it would go with it)."""
+    own doctests: that module is code under test (held out, a fix in it would go with it; what
+    its doctests check is compared instead: :func:`~clover_agent.fix.handback.weakened.changed_doctests`)."""
     by_file: dict[str, list[str]] = {}
     for test_id in test_ids:
         by_file.setdefault(test_id.split("::")[0], []).append(test_id)
     return frozenset(
         path
         for path, ids in by_file.items()
-        if is_test_file(path) or not all(_is_doctest(test_id) for test_id in ids)
+        if is_test_file(path) or not all(doctest_name(test_id) is not None for test_id in ids)
     )
 
 

@@ -185,13 +185,16 @@ def judge(
     handed_back: HandedBack | None = None,
     tests_changed: list[str] | None = None,
     flaky: set[str] | frozenset[str] = frozenset(),
+    doctests_changed: list[str] | None = None,
 ) -> Judgement:
     """The verdict (see the module docstring). ``target_after`` and ``suite_after`` are the
     held-out runs (the starting commit's tests over the patched source); ``handed_back``: the runs
     on the patch as handed back (None: it is the held-out tree); ``tests_changed``: the paths the
     held-out run put back; ``flaky``: tests that broke in the held-out suite run and passed when run
-    again (no regression, but nothing verified about them). Target tests skipped before and after
-    are listed (``skipped``)."""
+    again (no regression, but nothing verified about them); ``doctests_changed``: suite tests that
+    passed before whose doctests the patch rewrote (their pass checks the patch's expectation, so
+    the suite is not verified; a target test's is in ``weakened``). Target tests skipped before and
+    after are listed (``skipped``)."""
     judged = _judge(
         target_before,
         target_after,
@@ -203,6 +206,7 @@ def judge(
         handed_back=handed_back,
         tests_changed=tests_changed,
         flaky=flaky,
+        doctests_changed=doctests_changed or [],
     )
     return replace(judged, skipped=skipped_throughout(target_before, target_after))
 
@@ -219,6 +223,7 @@ def _judge(
     handed_back: HandedBack | None,
     tests_changed: list[str] | None,
     flaky: set[str] | frozenset[str],
+    doctests_changed: list[str],
 ) -> Judgement:
     still = sorted(_failing(suite_before) & _failing(suite_after)) if suite_after is not None else []
     changed = tests_changed or []
@@ -288,6 +293,11 @@ def _judge(
         if any("timed out" in g or "could not be run" in g for g in gaps)
         else [t for t in regressions(suite_before, suite_after) if t not in flaky]
     )
+    if doctests_changed:
+        gaps.append(
+            f"{len(doctests_changed)} test(s) that passed before are doctests the patch rewrote, so they "
+            f"check its expectations, not the ones they had: {'; '.join(doctests_changed[:5])}"
+        )
     if flaky:
         gaps.append(
             f"{len(flaky)} test(s) that passed before failed after the change and passed when run again "

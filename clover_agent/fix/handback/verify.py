@@ -19,7 +19,7 @@ from clover_agent.fix.handback.heldout import HeldOut, files_with_tests, held_ou
 from clover_agent.fix.handback.shadow import Change
 from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
 from clover_agent.fix.handback.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
-from clover_agent.fix.handback.weakened import weakened_tests
+from clover_agent.fix.handback.weakened import changed_doctests, weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
@@ -224,13 +224,18 @@ async def verify_patch(
                 )
             handed_back = HandedBack(target_handed_back, files, tests_handed_back)
     before, after = _python_sides(patch)
+    targets = list(target_before.outcomes)
+    passed = [
+        t for t, o in suite_before.outcomes.items() if o == "passed" and t not in target_before.outcomes
+    ]
     judgement = judge(
         target_before,
         target_after,
         suite_before,
         suite_after,
         files_changed=patch.files,
-        weakened=weakened_tests(list(target_before.outcomes), before, after),
+        weakened=weakened_tests(targets, before, after) + changed_doctests(targets, before, after),
+        doctests_changed=changed_doctests(passed, before, after),
         environment_errors=set()
         if suite_after is None
         else environment_errors(suite_before, suite_after, names),

@@ -5,11 +5,14 @@ Python's ``ast`` (:func:`weakened_tests`; the heuristic is documented in the REA
 (:func:`count_checks`), an added skip or expected-failure marker or skip call, or a pytest hook
 able to change outcomes. Renaming or deleting a target test is not judged here: the verdict finds
 it gone. A file that does not parse after the change is left to the tests (they fail on it).
+A doctest lives in the code under test, so the held-out run keeps the patched module: what it
+checked is compared instead (:func:`changed_doctests`).
 """
 
 from __future__ import annotations
 
 import ast
+import doctest
 import posixpath
 import re
 
@@ -149,6 +152,55 @@ def _hooks(tree: ast.Module) -> set[str]:
         for n in tree.body
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in OUTCOME_HOOKS
     }
+
+
+def doctest_name(test_id: str) -> list[str] | None:
+    """The object a doctest of a module tests, as its qualified name inside the module ([] for the
+    module's own docstring), when ``test_id`` is one (``pkg/mod.py::pkg.mod.Class.method``, as
+    pytest's ``--doctest-modules`` names them: a dotted name that begins where the file's module
+    path ends); else None."""
+    path, _, name = test_id.partition("::")
+    if not path.endswith(".py") or not name or "::" in name:
+        return None
+    module = path[: -len(".py")].removesuffix("/__init__").split("/")
+    parts = name.split(".")
+    for k in range(min(len(parts), len(module)), 0, -1):
+        if parts[:k] == module[-k:]:
+            return parts[k:]
+    return None
+
+
+def _examples(tree: ast.Module, qualname: list[str]) -> list[tuple[str, str]] | None:
+    """The (source, expected output) of each example in the docstring of ``qualname`` in ``tree``;
+    None when there is no such object."""
+    node = tree if not qualname else _find(tree, qualname)[0]
+    if not isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return None
+    try:
+        found = doctest.DocTestParser().get_examples(ast.get_docstring(node, clean=True) or "")
+    except ValueError:  # a malformed example: doctest reports it when the test runs
+        return None
+    return [(example.source, example.want) for example in found]
+
+
+def changed_doctests(
+    test_ids: list[str], before: dict[str, bytes | None], after: dict[str, bytes | None]
+) -> list[str]:
+    """The doctests among ``test_ids`` whose examples (code or expected output) the patch changes:
+    a doctest is in the module it tests, which the held-out run keeps as patched, so such a test's
+    pass checks the patch's expectation, not the one it had. One line each."""
+    found = []
+    for test_id in test_ids:
+        qualname, path = doctest_name(test_id), test_id.partition("::")[0]
+        if qualname is None or path not in after:
+            continue
+        old, new = _parse(before.get(path)), _parse(after.get(path))
+        if old is None or new is None:
+            continue
+        was, now = _examples(old, qualname), _examples(new, qualname)
+        if was and now is not None and was != now:
+            found.append(f"{test_id}: the patch changes what its doctest checks")
+    return found
 
 
 def _parse(data: bytes | None) -> ast.Module | None:

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.cli import main
 from clover_agent.errors import ExitCode
+from clover_agent.fix.runs import SUMMARY_FILE
 from tests.clover_agent.fix import test_handback_attacks as attacks
-from tests.clover_agent.fix.test_fix import calculator_repo
+from tests.clover_agent.fix.test_fix import calculator_repo, run_dirs
 from tests.clover_agent.fix.test_handback_attacks import FINISH, FIX_ADD, FIXED_ADD
-from tests.clover_agent.test_agent_loop import call
-from tests.git_repos import git
+from tests.clover_agent.test_agent_loop import call, write_replay
+from tests.git_repos import git, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +196,68 @@ def test_a_test_that_breaks_after_the_change_is_run_once_more(
         assert code == ExitCode.FAILURE and summary["verdict"] == "not fixed", out + err
         assert "tests that passed before do not: tests/test_timing.py::test_timing (failed)" in err
         assert summary["regressions"] == ["tests/test_timing.py::test_timing"]
+
+
+#: A module whose tests are its doctests (``--doctest-modules``): ``add`` is wrong, its doctest
+#: says so; ``double``'s doctest passes.
+DOCTESTED = {
+    "pytest.ini": "[pytest]\naddopts = --doctest-modules\n",
+    "calc.py": '''def add(a, b):
+    """
+    >>> add(2, 3)
+    5
+    """
+    return a - b
+
+
+def double(a):
+    """
+    >>> double(2)
+    4
+    """
+    return 2 * a
+''',
+    "tests/test_calc.py": "from calc import double\n\n\ndef test_double():\n    assert double(0) == 0\n",
+}
+
+
+def doctest_fix(tmp_path: Path, capsys, turns: list[str]) -> tuple[int, str, dict, Path]:
+    """``clover-agent fix calc.py::calc.add`` on :data:`DOCTESTED` in a local sandbox, ``--yes``."""
+    repo = make_repo(tmp_path / "doctested", DOCTESTED)
+    replay = write_replay(tmp_path / "replay.jsonl", turns)
+    code = main(["fix", "calc.py::calc.add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
+                 "--sandbox", "local", "--yes"])  # fmt: skip
+    out = capsys.readouterr()
+    (run,) = run_dirs(repo)
+    return code, out.out + out.err, json.loads((run / SUMMARY_FILE).read_text()), repo
+
+
+def edit_calc(old: str, new: str) -> str:
+    return call("editor", command="str_replace", path="/workspace/calc.py", old_str=old, new_str=new)
+
+
+def test_an_agent_that_rewrites_the_target_doctest_has_weakened_it(tmp_path: Path, capsys) -> None:
+    """A doctest lives in the code under test, which the held-out run keeps as patched: an agent
+    that makes the target pass by changing what its doctest expects is caught by comparing what
+    the doctest checks before and after."""
+    rewrite = edit_calc("    >>> add(2, 3)\n    5", "    >>> add(2, 3)\n    -1")
+    code, out, summary, repo = doctest_fix(tmp_path, capsys, [rewrite, FINISH])
+    assert code == ExitCode.FAILURE and summary["verdict"] == "tests weakened", out
+    assert summary["weakened"] == ["calc.py::calc.add: the patch changes what its doctest checks"]
+    assert "return a - b" in (repo / "calc.py").read_text() and "-1" not in (repo / "calc.py").read_text()
+
+
+def test_a_suite_doctest_the_patch_rewrites_leaves_the_suite_unverified(tmp_path: Path, capsys) -> None:
+    """The fix is real, but the patch also changes what a passing doctest of the suite checks (a
+    behaviour changed on purpose, or a regression hidden): its pass vouches for nothing."""
+    fix_add = edit_calc("    return a - b", "    return a + b")
+    rewrite = edit_calc(
+        '    >>> double(2)\n    4\n    """\n    return 2 * a',
+        '    >>> double(2)\n    5\n    """\n    return 5 if a == 2 else 2 * a',
+    )
+    code, out, summary, repo = doctest_fix(tmp_path, capsys, [fix_add, rewrite, FINISH])
+    assert code == ExitCode.SUITE_UNVERIFIED and summary["verdict"] == "fixed, suite unverified", out
+    assert any(
+        "doctests the patch rewrote" in gap and "calc.py::calc.double" in gap for gap in summary["unverified"]
+    ), summary["unverified"]
+    assert "return a + b" in (repo / "calc.py").read_text()  # applied (--yes), named as unverified
