@@ -10,7 +10,7 @@ in README's "Verdicts" table. Tests that failed before and still fail are listed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from clover_agent.errors import ExitCode
@@ -193,39 +193,9 @@ def judge(
     held-out run put back; ``flaky``: tests that broke in the held-out suite run and passed when run
     again (no regression, but nothing verified about them); ``doctests_changed``: suite tests that
     passed before whose doctests the patch rewrote (their pass checks the patch's expectation, so
-    the suite is not verified; a target test's is in ``weakened``). Target tests skipped before and
-    after are listed (``skipped``)."""
-    judged = _judge(
-        target_before,
-        target_after,
-        suite_before,
-        suite_after,
-        files_changed=files_changed,
-        weakened=weakened,
-        environment_errors=environment_errors,
-        handed_back=handed_back,
-        tests_changed=tests_changed,
-        flaky=flaky,
-        doctests_changed=doctests_changed or [],
-    )
-    return replace(judged, skipped=skipped_throughout(target_before, target_after))
-
-
-def _judge(
-    target_before: TestReport,
-    target_after: TestReport,
-    suite_before: TestReport,
-    suite_after: TestReport | None,
-    *,
-    files_changed: list[str],
-    weakened: list[str],
-    environment_errors: set[str],
-    handed_back: HandedBack | None,
-    tests_changed: list[str] | None,
-    flaky: set[str] | frozenset[str],
-    doctests_changed: list[str],
-) -> Judgement:
+    the suite is not verified; a target test's is in ``weakened``)."""
     still = sorted(_failing(suite_before) & _failing(suite_after)) if suite_after is not None else []
+    doctests_changed = doctests_changed or []
     changed = tests_changed or []
     problems = target_problems(target_before, target_after)
     held_out_fails = bool(problems) or not target_passes(target_before, target_after)

@@ -18,7 +18,14 @@ from clover_agent.fix.diagnosis import diagnose, workspace_module_names
 from clover_agent.fix.handback.heldout import HeldOut, files_with_tests, held_out
 from clover_agent.fix.handback.shadow import Change
 from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
-from clover_agent.fix.handback.verdict import COLLECTION_FAILURE, HandedBack, Judgement, judge, target_passes
+from clover_agent.fix.handback.verdict import (
+    COLLECTION_FAILURE,
+    HandedBack,
+    Judgement,
+    judge,
+    skipped_throughout,
+    target_passes,
+)
 from clover_agent.fix.handback.weakened import changed_doctests, weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
@@ -243,5 +250,7 @@ async def verify_patch(
         tests_changed=plan.reverted,
         flaky=flaky,
     )
-    judgement = dataclasses.replace(judgement, tests_changed=plan.reverted)
+    # target tests skipped before and after: listed whatever the verdict (they checked nothing)
+    skipped = skipped_throughout(target_before, target_after)
+    judgement = dataclasses.replace(judgement, tests_changed=plan.reverted, skipped=skipped)
     return Verification(target_after, suite_after, handed_back, plan.harness, judgement)
