@@ -86,8 +86,10 @@ def test_reference_moe_on_quantised_experts_is_the_moe_on_their_dequantised_weig
     want = reference.moe_experts(x, ids, weights, gate_up.dequantize(dtype), down.dequantize(dtype))
     assert got.dtype == dtype
     # the same per-expert matmuls on bit-identical weights; only BLAS's blocking, which may depend
-    # on a tensor's layout (a slice of the stack against a fresh matrix), could reorder the sums
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # on a tensor's layout (a slice of the stack against a fresh matrix) and on the CPU, could
+    # reorder the sums: 1e-5 leaves room for that on any CPU; a wrong scale moves outputs of
+    # order 1 by far more
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # and the dequantised weights are the quantised format's own: one rounding to dtype
     dense = quant.as_dense(down, dtype)
     assert torch.equal(dense, down.dequantize(dtype))  # exact: the same function twice
