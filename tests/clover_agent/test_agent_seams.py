@@ -169,7 +169,10 @@ async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
     marker = f"/tmp/started-{uuid.uuid4().hex}"  # the local sandbox's /tmp is the host's
-    hang = call("shell", command=f"touch {marker} && sleep 600.7 && echo never")
+    # A sleep of its own: the local sandbox's `ps` lists the host's processes, the docker variant's
+    # sleep among them when the two run side by side on two workers.
+    sleep = f"sleep 600.{uuid.uuid4().int % 10**6:06d}"
+    hang = call("shell", command=f"touch {marker} && {sleep} && echo never")
     backend = replay(tmp_path / "hang.jsonl", hang, VIEW, FINISH)
     bus = EventBus()
     seen = Recorder(bus)
@@ -185,7 +188,7 @@ async def test_an_interrupt_stops_a_running_tool_and_a_correction_follows(
     assert interrupted.during == "tool" and finished.is_error and "interrupted" in finished.output
     # The command's processes are gone from the sandbox, and the run did not end: it waits.
     listing = await sandbox.exec("ps -eo args")
-    assert "sleep 600.7" not in listing.output
+    assert sleep not in listing.output
     await sandbox.exec(f"rm -f {marker}")
     await asyncio.sleep(0)
     assert not run.done() and agent.steering.paused

@@ -59,7 +59,8 @@ async def test_a_command_streams_its_output_before_it_ends(sandbox: Sandbox, tmp
 
 
 async def test_an_interrupted_command_keeps_its_partial_output(sandbox: Sandbox, tmp_path: Path) -> None:
-    command = "for i in 1 2 3; do echo partial-$i; done; sleep 600.3; echo never-printed"
+    sleep = f"sleep 600.{uuid.uuid4().int % 10**6:06d}"  # its own: a local sandbox sees the host's processes
+    command = f"for i in 1 2 3; do echo partial-$i; done; {sleep}; echo never-printed"
     backend = replay(tmp_path / "cut.jsonl", call("shell", command=command), VIEW, FINISH)
     bus = EventBus()
     seen = Recorder(bus)
@@ -73,7 +74,7 @@ async def test_an_interrupted_command_keeps_its_partial_output(sandbox: Sandbox,
     assert "partial-1\npartial-2\npartial-3" in finished.output and "never-printed" not in finished.output
     assert finished.full_output == "partial-1\npartial-2\npartial-3\n"
     assert (finished.data or {}).get("partial_output") is True
-    assert "sleep 600.3" not in (await sandbox.exec("ps -eo args")).output
+    assert sleep not in (await sandbox.exec("ps -eo args")).output
     agent.send("Never mind; look at the file.")
     assert (await asyncio.wait_for(run, DEADLINE_S)).submitted
     assert ("tool", finished.output) in conversation(agent)  # what the model read

@@ -6,6 +6,7 @@ read at its next step, and one it had no step left to read becomes the next requ
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -109,10 +110,12 @@ def _notices(app: CloverApp) -> str:
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 async def test_interrupt_during_a_tool_call_then_a_correction(tmp_path: Path, sandbox: str) -> None:
     repo = calculator_repo(tmp_path)
+    # a sleep of its own: the local sandbox sees the host's processes, the other variant's among them
+    sleep = f"sleep 613.{uuid.uuid4().int % 10**6:06d}"
     replay = write_replay(
         tmp_path / "sleepy.jsonl",
         [
-            turn("This will take a while.", call("shell", command="sleep 613.5", timeout=900)),
+            turn("This will take a while.", call("shell", command=sleep, timeout=900)),
             turn("", FIX_ADD),
             turn("", call("finish", summary="fixed add as told")),
         ],
@@ -121,12 +124,12 @@ async def test_interrupt_during_a_tool_call_then_a_correction(tmp_path: Path, sa
     async with app.run_test(size=(100, 30)) as pilot:
         await send(pilot, "fix the calculator")
         await wait_for(pilot, lambda: _count(app, ToolCallStarted) == 1, "the long command to start")
-        await wait_for(pilot, lambda: "sleep 613.5" in _processes(app), "the command's process")
+        await wait_for(pilot, lambda: sleep in _processes(app), "the command's process")
         await pilot.press("escape")
         await wait_for(pilot, lambda: _count(app, ToolCallFinished) == 1, "the interrupt")  # not 600 s
         (interrupted,) = [e for e in app.events if isinstance(e, CallInterrupted)]
         assert (interrupted.during, interrupted.name) == ("tool", "shell")
-        assert "sleep 613.5" not in _processes(app)  # the command's processes were killed in the sandbox
+        assert sleep not in _processes(app)  # the command's processes were killed in the sandbox
         card = app.transcript.cards[0]
         await wait_for(pilot, lambda: card.result is not None, "the card's result")
         assert card.was_interrupted and card.has_class("-error")  # drawn as interrupted
