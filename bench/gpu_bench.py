@@ -240,6 +240,7 @@ def end_to_end(decoder: BlockDecoder, new_tokens: int, budget: Budget) -> dict[s
     graphed = None
     if decoder.device.type == "cuda":
         graphed = BlockDecoder(decoder.model, decoder.tokenizer, cuda_graphs=True)
+        decoder = BlockDecoder(decoder.model, decoder.tokenizer)  # eager, whatever the engine's default
     out: dict[str, dict[str, Any]] = {}
     for mode in MODES:
         if not budget.allows(f"decode {mode}"):

@@ -255,6 +255,8 @@ def graph_call(graphs: StepGraphs, step: str) -> Callable[[torch.Tensor], Any]:
 
     def call(ids: torch.Tensor) -> Any:
         out = graphs(ids, shape)
+        if out is None:
+            raise RuntimeError(f"the step's capture failed: {graphs.failed[shape]}")
         if commit:
             rewind(cache, length, commits)
         return out

@@ -30,7 +30,7 @@ class Engine:
         tokenizer: Tokenizer | None,
         *,
         model_dir: Path,
-        cuda_graphs: bool = False,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -41,6 +41,8 @@ class Engine:
         self.dtype: torch.dtype = weight.dtype
         #: Committed state of earlier calls, reused when a prompt extends one (see prefix_cache.py).
         self.prefix_cache = PrefixCache()
+        if cuda_graphs is None:
+            cuda_graphs = self.device.type == "cuda"
         self.decoder = BlockDecoder(model, tokenizer, self.prefix_cache, cuda_graphs=cuda_graphs)
 
     @classmethod
@@ -52,15 +54,16 @@ class Engine:
         kernels: KernelChoice = "auto",
         *,
         progress: TextIO | None = sys.stderr,
-        cuda_graphs: bool = False,
+        cuda_graphs: bool | None = None,
         experts: str = "auto",
         int4_group: int = 128,
     ) -> Engine:
         """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
 
         ``kernels``: per-operator implementation choice (``ops.py``). ``cuda_graphs``: replay the
-        fixed-shape decoding steps as CUDA graphs on a CUDA device (``graphs.py``; off by default
-        until measured). The tokenizer is optional: a folder without ``tokenizer.json`` gives
+        fixed-shape decoding steps as CUDA graphs (``graphs.py``), captured once per step shape and
+        reused by every later call; None (the default): on where the model is on a CUDA device.
+        :meth:`decoding_steps` says how they run. The tokenizer is optional: a folder without ``tokenizer.json`` gives
         ``tokenizer=None``. ``experts``: the routed experts as stored (``"auto"``: an FP8
         checkpoint's stay FP8), ``"dense"`` in ``dtype``, or quantised on load to ``"fp8"`` or
         ``"int4"`` (``int4_group`` inputs per scale); docs/quantization.md.
@@ -76,6 +79,20 @@ class Engine:
             int4_group=int4_group,
         )
         return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir, cuda_graphs=cuda_graphs)
+
+    def decoding_steps(self) -> str:
+        """How the fixed-shape decoding steps run, in words (for a log line)."""
+        decoder = self.decoder
+        if decoder.cuda_graphs:
+            graphs = decoder.step_graphs
+            failed = graphs.failed if graphs is not None else {}
+            if failed:
+                shapes = "; ".join(f"{shape}: {why}" for shape, why in failed.items())
+                return f"CUDA graphs, but these steps run eager, their capture failed: {shapes}"
+            return "CUDA graphs (captured once per step shape, reused by every call)"
+        if decoder.eager_reason is not None:
+            return f"eager: {decoder.eager_reason}"
+        return "eager (CUDA graphs off)"
 
     def logits(self, input_ids: list[int]) -> torch.Tensor:
         """Float32 logits [T, vocab] of a plain causal forward over ``input_ids`` from an empty cache."""

@@ -134,7 +134,9 @@ class EngineBackend(ModelBackend):
     environment variable). ``sampling`` is a :class:`clover_agent.engine.decoding.sampling.SamplingParams`
     (default: ``SamplingParams.coding()`` with the checkpoint's block size and threshold);
     ``max_new_tokens`` caps each answer and the context window caps it further. A prompt that
-    leaves no room in the window raises :class:`ContextOverflow`."""
+    leaves no room in the window raises :class:`ContextOverflow`. ``cuda_graphs``: None (the
+    default) replays the decoding steps as CUDA graphs on a CUDA device, one capture per step shape
+    reused by every turn; loading prints how the steps run (and why eager, when they do)."""
 
     def __init__(
         self,
@@ -143,6 +145,7 @@ class EngineBackend(ModelBackend):
         device: str | None = None,
         dtype: torch.dtype | None = None,
         kernels: str = "auto",
+        cuda_graphs: bool | None = None,
         sources: ModelSources | None = None,
         sampling: SamplingParams | None = None,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -156,6 +159,7 @@ class EngineBackend(ModelBackend):
         self.device = device if device is not None else _device_for(report)
         self.dtype = dtype
         self.kernels = kernels
+        self.cuda_graphs = cuda_graphs
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.enable_thinking = enable_thinking
@@ -197,13 +201,20 @@ class EngineBackend(ModelBackend):
             dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         try:
             engine = Engine.from_pretrained(
-                self.model_dir, device=self.device, dtype=dtype, kernels=self.kernels, progress=self.progress
+                self.model_dir,
+                device=self.device,
+                dtype=dtype,
+                kernels=self.kernels,
+                progress=self.progress,
+                cuda_graphs=self.cuda_graphs,
             )
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailable(
                 f"The engine cannot load the checkpoint at {self.model_dir}: {exc}"
             ) from exc
         self._engine = engine
+        if self.progress is not None:
+            print(f"engine: decoding steps: {engine.decoding_steps()}", file=self.progress, flush=True)
         return engine
 
     async def load(self) -> None:

@@ -22,7 +22,7 @@ def choose_tokens(
     """Token and commit confidence [n] for each row of controlled ``logits`` [n, V] (not modified)."""
     logits = logits.float()
     if mask_token_id is not None:
-        index = torch.tensor([mask_token_id], device=logits.device)
+        index = torch.full((1,), mask_token_id, device=logits.device)  # a fill: no host copy
         logits = logits.index_fill(1, index, float("-inf"))
     if params.greedy_draws:
         top, tokens = logits.max(dim=-1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from clover_agent.engine.decoding.sampling import SamplingParams
+from clover_agent.engine.ops.transfer import upload
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class LogitsControls:
         """Record tokens appended to the output (committed, in order)."""
         if not token_ids:
             return
-        ids = torch.tensor(list(token_ids), device=self.counts.device)
+        ids = upload(list(token_ids), self.counts.device)
         self.counts.index_add_(0, ids, torch.ones_like(ids, dtype=self.counts.dtype))
         if self.think_end_at is None and self.tokens.think_end in token_ids:
             self.think_end_at = self.generated + list(token_ids).index(self.tokens.think_end)  # type: ignore[arg-type]
@@ -95,7 +96,7 @@ class LogitsControls:
             counts = self.counts
             if decided:
                 counts = counts.clone()
-                ids = torch.tensor([t for _, t in decided], device=counts.device)
+                ids = upload([t for _, t in decided], counts.device)
                 counts.index_add_(0, ids, torch.ones_like(ids, dtype=counts.dtype))
             self._penalize(out, counts)
         self._steer(out, positions, self._think_end_at(decided))
@@ -158,11 +159,11 @@ class LogitsControls:
                 else 0.0
             )
         if thinking and any(think_bias):
-            logits[:, think_end] += torch.tensor(think_bias, device=logits.device, dtype=logits.dtype)
+            logits[:, think_end] += upload(think_bias, logits.device, logits.dtype)
         if any(end_bias):
-            logits[:, response_end] += torch.tensor(end_bias, device=logits.device, dtype=logits.dtype)
+            logits[:, response_end] += upload(end_bias, logits.device, logits.dtype)
         if forced:
-            rows = torch.tensor(forced, device=logits.device)
+            rows = upload(forced, logits.device)
             logits[rows] = float("-inf")
             logits[rows, think_end] = 0.0
 

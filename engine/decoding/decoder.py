@@ -9,6 +9,7 @@ prefill, one denoising pass, emitting tokens, finishing) and the dispatch to the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 
@@ -26,10 +27,15 @@ from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, 
 from clover_agent.engine.model.cache import ModelCache
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.model.network import AttentionRule, CloverModel
+from clover_agent.engine.ops.transfer import upload
 from clover_agent.engine.text.tokenizer import Tokenizer
 
 #: Prefill runs in chunks of at most this many tokens (rounded down to whole blocks).
 PREFILL_CHUNK_TOKENS = 4096
+#: The smallest workspace (tokens of K/V); it grows by powers of two.
+MIN_WORKSPACE_TOKENS = 4096
+
+log = logging.getLogger("clover_agent.engine")
 
 
 class BlockDecoder:
@@ -42,6 +48,7 @@ class BlockDecoder:
         prefix_cache: PrefixCache | None = None,
         *,
         cuda_graphs: bool = False,
+        workspace: bool | None = None,
     ) -> None:
         self.model = model
         self.config: CloverConfig = model.config
@@ -49,6 +56,33 @@ class BlockDecoder:
         self.prefix_cache = prefix_cache
         #: Replay the fixed-shape steps as CUDA graphs (``graphs.py``); only on a CUDA model.
         self.cuda_graphs = cuda_graphs and model.device.type == "cuda"
+        #: Why steps run eager although graphs were asked for (None: they were not, or they run).
+        self.eager_reason: str | None = None
+        if cuda_graphs and not self.cuda_graphs:
+            self.eager_reason = f"the model is on {model.device}, and CUDA graphs need a CUDA device"
+            log.info("CUDA graphs off: %s; decoding steps run eager", self.eager_reason)
+        #: Decode every call in one cache (a snapshot is copied into it) so that the graphs captured
+        #: on its buffers serve every later call: on by default with graphs.
+        self.keep_workspace = self.cuda_graphs if workspace is None else workspace
+        self.workspace: ModelCache | None = None
+        self.step_graphs: StepGraphs | None = None
+        self.current: DecodeCall | None = None  # the call decoding in the workspace
+
+    def workspace_for(self, tokens: int) -> ModelCache:
+        """The workspace, with room for ``tokens``: a new one (and new graphs) when it has not, of
+        the next power of two, at most what the context window can use."""
+        cache = self.workspace
+        if cache is not None and cache.capacity >= tokens:
+            return cache
+        ceiling = self.config.max_position_embeddings + 2 * self.config.block_size
+        rows = max(tokens, min(max(MIN_WORKSPACE_TOKENS, 1 << (tokens - 1).bit_length()), ceiling))
+        if cache is not None:
+            log.info("decoding workspace grows to %d tokens; steps are captured again", rows)
+        self.workspace = self.step_graphs = None  # free the old buffers and graphs first
+        self.workspace = self.model.new_cache(rows)
+        if self.cuda_graphs:
+            self.step_graphs = StepGraphs(self.model, self.workspace)
+        return self.workspace
 
     @property
     def device(self) -> torch.device:
@@ -148,7 +182,12 @@ class DecodeCall:
         causal_prefix: int = 0,
     ) -> torch.Tensor:
         self.forwards += 1
-        ids = torch.tensor(list(tokens), dtype=torch.long, device=self.decoder.device)
+        if self.decoder.keep_workspace and self.decoder.current is not self:
+            raise RuntimeError(
+                "another call started on this decoder since this one: its state is gone (finish or "
+                "drop a stream before the next call)"
+            )
+        ids = upload(list(tokens), self.decoder.device)
         if self.graphs is not None and len(ids) in (1, self.block_size, 2 * self.block_size):
             count, rows = len(ids), len(ids) if logit_rows is None else logit_rows
             # Few shapes: no logits, a block's, or every row's (sliced here).
@@ -160,7 +199,9 @@ class DecodeCall:
                 rows if rows in (0, self.block_size) else count,
             )
             if self.graphs.fits(shape):
-                return self.graphs(ids, shape)[shape.logit_rows - rows :]
+                out = self.graphs(ids, shape)
+                if out is not None:
+                    return out[shape.logit_rows - rows :]
         return self.model(
             ids, cache, attention=attention, commit=commit, logit_rows=logit_rows, causal_prefix=causal_prefix
         )
@@ -168,15 +209,29 @@ class DecodeCall:
     def start_cache(self, attention: AttentionRule, max_length: int, multiple_of: int) -> ModelCache:
         """The longest reusable snapshot (or an empty cache) with K/V room for the whole call."""
         capacity = len(self.prompt) + self.limit + 2 * self.block_size
-        prefix = self.decoder.prefix_cache
+        decoder = self.decoder
+        prefix = decoder.prefix_cache
+        into = decoder.workspace_for(capacity) if decoder.keep_workspace else None
+        if into is not None:
+            decoder.current = self
         cache = None
         if prefix is not None and max_length > 0:
             cache = prefix.lookup(
-                self.prompt, attention, max_length=max_length, multiple_of=multiple_of, capacity=capacity
+                self.prompt,
+                attention,
+                max_length=max_length,
+                multiple_of=multiple_of,
+                capacity=capacity,
+                into=into,
             )
+        if cache is None and into is not None:
+            into.load(None)
+            cache = into
         if cache is None:
             cache = self.model.new_cache(capacity)
-        if self.decoder.cuda_graphs:
+        if decoder.keep_workspace:
+            self.graphs = decoder.step_graphs
+        elif decoder.cuda_graphs:
             self.graphs = StepGraphs(self.model, cache)
         self.reused = cache.length
         self.commits_before = cache.commits
@@ -215,7 +270,11 @@ class DecodeCall:
         read-back from the device is here."""
         open_slots = [i for i, done in enumerate(decided) if not done]
         base = len(self.generated)
-        rows = logits if len(open_slots) == len(tokens) else logits[open_slots]
+        rows = (
+            logits
+            if len(open_slots) == len(tokens)
+            else logits.index_select(0, upload(open_slots, logits.device))
+        )
         chosen, confidence = self.choose(
             rows,
             [base + i for i in open_slots],

@@ -1,18 +1,22 @@
 """CUDA-graph capture of the fixed-shape decoding steps (CUDA only; the CPU never gets here).
 
 A block step has a fixed shape and reads no tensor value on the host, so it can be captured once
-and replayed: one launch instead of thousands (:class:`StepGraphs`).
+and replayed: one launch instead of thousands (:class:`StepGraphs`). The decoder captures on its
+workspace (``BlockDecoder.workspace_for``), so one capture per step shape serves every later call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
 from dataclasses import dataclass
 
 import torch
 
 from clover_agent.engine.model.cache import AttentionKV, ModelCache
 from clover_agent.engine.model.network import AttentionRule, CloverModel
+
+log = logging.getLogger("clover_agent.engine")
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ class StepGraphs:
 
     Capturing runs the forward twice first (warm-up: lazy initialisation, library workspaces) on a
     side stream; the committed state those runs write is saved before and restored after, so a
-    capture changes nothing.
+    capture changes nothing, not even when it fails: that shape then runs eager (``failed``, and
+    the log names it).
     """
 
     def __init__(self, model: CloverModel, cache: ModelCache) -> None:
@@ -51,19 +56,24 @@ class StepGraphs:
         self.length = torch.zeros((), dtype=torch.long, device=model.device)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[StepShape, _Captured] = {}
+        #: Shapes whose capture failed, with why: they run eager.
+        self.failed: dict[StepShape, str] = {}
+        self.captures = self.replays = 0
 
     def fits(self, shape: StepShape) -> bool:
         """Whether the step fits the buffers the graphs were captured on (a cache that grew has new ones)."""
-        return self.cache.length + shape.tokens <= min(
-            (layer.capacity for layer in self.cache.layers if isinstance(layer, AttentionKV)), default=1 << 62
-        )
+        return shape not in self.failed and self.cache.length + shape.tokens <= self.cache.capacity
 
-    def __call__(self, ids: Sequence[int] | torch.Tensor, shape: StepShape) -> torch.Tensor:
-        """The step's logits (a static buffer: read it before the next replay). Call :meth:`fits` first."""
-        captured = self.graphs.get(shape) or self._capture(shape)
-        captured.ids.copy_(torch.as_tensor(ids, dtype=torch.long), non_blocking=True)
-        self.length.fill_(self.cache.length)
+    def __call__(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor | None:
+        """The step's logits (a static buffer: read it before the next replay), or None when the
+        shape cannot be captured (run it eager). Call :meth:`fits` first."""
+        captured = self.graphs.get(shape) or self._try_capture(shape)
+        if captured is None:
+            return None
+        captured.ids.copy_(ids, non_blocking=True)  # device to device
+        self.length.fill_(self.cache.length)  # a fill kernel: no copy from the host
         captured.graph.replay()
+        self.replays += 1
         if shape.commit:
             self.cache.advance(shape.commit)
         return captured.out
@@ -79,10 +89,31 @@ class StepGraphs:
             length=self.length,
         )
 
-    def _capture(self, shape: StepShape) -> _Captured:
+    def _try_capture(self, shape: StepShape) -> _Captured | None:
         cache = self.cache
         # A commit writes the GDN states in place and moves the length: keep both to restore them.
         saved = [t.clone() for layer in cache.layers for t in layer.tensors()]
+        length, commits = cache.length, cache.commits
+        started = time.perf_counter()
+        try:
+            captured = self._capture(shape)
+        except Exception as exc:
+            self.failed[shape] = f"{type(exc).__name__}: {exc}"
+            log.warning("CUDA graph capture of step %s failed (%s): that step runs eager", shape, exc)
+            return None
+        finally:
+            self._rewind(length, commits)
+            for target, value in zip(
+                (t for layer in cache.layers for t in layer.tensors()), saved, strict=True
+            ):
+                target.copy_(value)
+        self.captures += 1
+        log.debug("captured step %s in %.0f ms", shape, (time.perf_counter() - started) * 1e3)
+        self.graphs[shape] = captured
+        return captured
+
+    def _capture(self, shape: StepShape) -> _Captured:
+        cache = self.cache
         length, commits = cache.length, cache.commits
         self.cache.reserve(length + shape.tokens)
         self.length.fill_(length)
@@ -97,11 +128,7 @@ class StepGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             out = self._forward(ids, shape)
-        self._rewind(length, commits)
-        for target, value in zip((t for layer in cache.layers for t in layer.tensors()), saved, strict=True):
-            target.copy_(value)
-        self.graphs[shape] = _Captured(graph, ids, out)
-        return self.graphs[shape]
+        return _Captured(graph, ids, out)
 
     def _rewind(self, length: int, commits: int) -> None:
         cache = self.cache

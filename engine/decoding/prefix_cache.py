@@ -76,10 +76,11 @@ class PrefixCache:
         max_length: int,
         multiple_of: int = 1,
         capacity: int = 0,
+        into: ModelCache | None = None,
     ) -> ModelCache | None:
         """A private copy of the longest stored state for a prefix of ``tokens`` no longer than
         ``max_length`` whose length is a multiple of ``multiple_of`` (with K/V room for ``capacity``
-        tokens); None when there is none."""
+        tokens), or ``into`` loaded with it (``ModelCache.load``); None when there is none."""
         query = torch.tensor(list(tokens[:max_length]), dtype=torch.long)
         best_key, best_length = None, 0
         for key, entry in self._entries.items():
@@ -98,7 +99,11 @@ class PrefixCache:
             return None
         self.hits += 1
         self._entries.move_to_end(best_key)
-        return self._entries[best_key].cache.clone(capacity)
+        stored = self._entries[best_key].cache
+        if into is not None:
+            into.load(stored)
+            return into
+        return stored.clone(capacity)
 
     def clear(self) -> None:
         self._entries.clear()

@@ -163,6 +163,40 @@ class ModelCache:
             if isinstance(layer, AttentionKV):
                 layer.reserve(rows)
 
+    @property
+    def capacity(self) -> int:
+        """Tokens of K/V room in every attention layer (unbounded without one)."""
+        return min(
+            (layer.capacity for layer in self.layers if isinstance(layer, AttentionKV)), default=1 << 62
+        )
+
+    def load(self, other: ModelCache | None) -> None:
+        """Become a copy of ``other``'s committed state (None: the empty state) in this cache's own
+        buffers, which must have room for it: what a CUDA graph captured on them reads. Spare rows
+        are not copied."""
+        if other is None:
+            for layer in self.layers:
+                if isinstance(layer, GdnState):
+                    layer.recurrent.zero_()
+                    layer.conv.zero_()
+                else:
+                    layer.length = 0
+            self.length = self.commits = 0
+            return
+        if other.length > self.capacity:
+            raise ValueError(f"a state of {other.length} tokens does not fit a cache of {self.capacity}")
+        for mine, theirs in zip(self.layers, other.layers, strict=True):
+            if isinstance(mine, GdnState) and isinstance(theirs, GdnState):
+                mine.recurrent.copy_(theirs.recurrent)
+                mine.conv.copy_(theirs.conv)
+            elif isinstance(mine, AttentionKV) and isinstance(theirs, AttentionKV):
+                mine.key_buffer[: theirs.length].copy_(theirs.keys())
+                mine.value_buffer[: theirs.length].copy_(theirs.values())
+                mine.length = theirs.length
+            else:
+                raise ValueError("the two caches have different layer types")
+        self.length, self.commits = other.length, other.commits
+
     def clone(self, capacity: int = 0) -> ModelCache:
         """An independent copy of the committed state (committing to one never changes the other),
         with K/V room for ``capacity`` tokens; spare rows are not copied."""

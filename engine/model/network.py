@@ -22,6 +22,7 @@ from clover_agent.engine.model.gdn import GatedDeltaNet
 from clover_agent.engine.model.moe import SparseMoe
 from clover_agent.engine.model.norms import ZeroCentredRmsNorm
 from clover_agent.engine.ops import KernelChoice, Ops, check_kernels, resolve_ops
+from clover_agent.engine.ops.transfer import upload
 
 AttentionRule = Literal["block", "causal"]
 
@@ -124,7 +125,9 @@ class CloverModel(nn.Module):
         the next block's first pass). ``logit_rows=0`` runs no LM head, as in commit and prefill
         passes, where it would read the whole [vocab, hidden] matrix for nothing. Everything the
         forward branches on is a Python number or a shape."""
-        input_ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
+        if not isinstance(input_ids, torch.Tensor):
+            input_ids = upload(input_ids, self.device)
+        input_ids = input_ids.to(self.device, torch.long)
         if input_ids.dim() != 1 or input_ids.numel() == 0:
             raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")
         steps, past = input_ids.shape[0], cache.length

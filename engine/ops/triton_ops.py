@@ -22,7 +22,8 @@ def attention(
     length from device memory (``block_size=1`` is its causal rule). Causal rows then block rows (a
     causal-context commit fused with a denoising pass) are two calls: the block rows sit after the
     causal ones, so they see them and their own block."""
-    length = past.reshape(1) if isinstance(past, torch.Tensor) else torch.tensor([past], device=q.device)
+    # A fill, not a copy from the host: torch.tensor([past], device=...) would wait for the device.
+    length = past.reshape(1) if isinstance(past, torch.Tensor) else torch.full((1,), past, device=q.device)
 
     def attend(rows: slice, start: torch.Tensor, rule: int) -> torch.Tensor:
         return block_attention(
