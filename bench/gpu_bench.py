@@ -25,9 +25,15 @@ and it downloads nothing. Measured in one run, each piece skipped (and named) on
    forward and at ``--tokens-per-forward``;
 5. the routed experts quantised in place, FP8 (e4m3, 128 x 128 block scales) then INT4 (w4a16,
    groups of 128; ``--experts``), and the steps of 3 timed again on those kernels, with their
-   tokens/s beside the run's dtype.
+   tokens/s beside the run's dtype;
+6. prompt prefill tokens/s (``--prefill-tokens``) with the model's kernels and with the PyTorch
+   operators side by side, and the agent's path: two turns of one conversation on one decoder as the
+   agent's engine backend builds it (``--agent-prompt-tokens`` then ``--agent-new-tokens``; CUDA
+   graphs captured once on its workspace): time to the first block, decoding tokens/s, what the
+   second turn reused (``gpu_agent.py``).
 
-Random weights say nothing about tokens per forward: the report says which figures are measured.
+The run is labelled with ``--commit`` (what the caller checked out; default: the tree's git HEAD,
+which a bare copy of the working tree lacks). Random weights say nothing about tokens per forward: the report says which figures are measured.
 Full results go to ``--out`` (JSON; the path is printed), a Markdown section for bench/RESULTS.md
 to stdout (``gpu_report.py``).
 """
@@ -66,6 +72,7 @@ from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
+from gpu_agent import agent_path, prefill  # noqa: E402
 from gpu_kernels import check_kernels, kernel_input_bytes  # noqa: E402
 from gpu_model import mode_rates, quantize_experts, random_model, time_steps  # noqa: E402
 from gpu_report import markdown  # noqa: E402
@@ -108,10 +115,10 @@ def git_commit() -> str:
     return result.stdout.strip() or "unknown (not a git checkout)"
 
 
-def machine(device: torch.device) -> dict[str, Any]:
+def machine(device: torch.device, commit: str | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        "commit": git_commit(),
+        "commit": commit or git_commit(),
         "source": str(Path(clover_agent.engine.__file__).parent),
         "device": str(device),
         "torch": torch.__version__,
@@ -272,7 +279,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = Budget(args.time_budget)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     settings = {**vars(args), "out": str(args.out)}
-    report: dict[str, Any] = {"machine": machine(device), "settings": settings, "errors": []}
+    report: dict[str, Any] = {"machine": machine(device, args.commit), "settings": settings, "errors": []}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if budget.allows("copy bandwidth"):
@@ -326,6 +333,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     if budget.allows("decode"):
         attempt(report, "decode", lambda: end_to_end(decoder, args.decode_tokens, budget))
+    if args.prefill_tokens and budget.allows("prefill"):
+        attempt(report, "prefill", lambda: prefill(model, args.prefill_tokens, budget, min(args.repeats, 3)))
+    if args.agent_prompt_tokens and budget.allows("agent path"):
+        attempt(
+            report,
+            "agent_path",
+            lambda: agent_path(
+                model,
+                decoder.tokenizer,
+                prompt_tokens=args.agent_prompt_tokens,
+                new_tokens=args.agent_new_tokens,
+                budget=budget,
+            ),
+        )
     rates = list(args.tokens_per_forward)
     report["tokens_per_forward_source"] = "given (--tokens-per-forward): random weights measure none"
     if engine is not None and "diffusion" in report.get("decode", {}):
@@ -395,6 +416,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=["fp8", "int4"],
         help="quantised routed experts timed after the run's dtype, in order (default fp8,int4; '' for none)",
     )
+    parser.add_argument(
+        "--prefill-tokens",
+        type=int,
+        help="prompt tokens of the prefill timing (default 16384 on CUDA, else 512; 0: none)",
+    )
+    parser.add_argument(
+        "--agent-prompt-tokens",
+        type=int,
+        help="the agent path's first prompt (default 20000 on CUDA, else 300; 0: no agent path)",
+    )
+    parser.add_argument(
+        "--agent-new-tokens", type=int, help="tokens its first turn decodes (default 8192 on CUDA, else 64)"
+    )
+    parser.add_argument("--commit", help="the commit this tree is, for the report (default: git HEAD)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
         "--memory-limit-gb", type=float, help="refuse pieces that need more memory (default: what is free)"
@@ -406,6 +441,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--device cuda: no CUDA device here (use --device cpu)")
     args.dtype = args.dtype or ("bfloat16" if on_cuda else "float32")
     args.shape = args.shape or ("full" if on_cuda else "tiny")
+    for name, on_gpu, elsewhere in (
+        ("prefill_tokens", 16384, 512),
+        ("agent_prompt_tokens", 20000, 300),
+        ("agent_new_tokens", 8192, 64),
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, on_gpu if on_cuda else elsewhere)
     if args.repeats < 1 or args.context < 0 or args.context % 32:
         parser.error("--repeats must be >= 1 and --context a multiple of 32")
     if not set(args.experts) <= {"fp8", "int4"}:

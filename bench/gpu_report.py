@@ -22,20 +22,25 @@ def _kernels(kernels: dict[str, Any]) -> list[str]:
     )
     lines += [
         "",
-        "| kernel | shape | rel. error (bound) | median µs | GB/s | share of copy bandwidth |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| kernel | shape | rel. error (bound) | median µs | GB/s | share of copy bandwidth "
+        "| PyTorch reference µs | speed-up |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in kernels["rows"]:
         if "error" in row:
-            lines.append(f"| {row['name']} | {row['shape']} | FAILED: {row['error']} | | | |")
+            lines.append(f"| {row['name']} | {row['shape']} | FAILED: {row['error']} | | | | | |")
             continue
         error = (
             "draw (no exact reference)" if row["relative_error"] is None else f"{row['relative_error']:.1e}"
         )
         over = " OVER" if row["within_bound"] is False else ""
+        reference = row.get("reference_ms")
+        speedup = row.get("speedup")
         lines.append(
             f"| {row['name']} | {row['shape']} | {error} ({row['bound']:.0e}){over} | {row['median_ms'] * 1e3:,.1f} | "
-            f"{_fmt(row['gb_per_s'], ',.1f')} | {_fmt(row.get('share_of_copy_bandwidth'), '.2f')} |"
+            f"{_fmt(row['gb_per_s'], ',.1f')} | {_fmt(row.get('share_of_copy_bandwidth'), '.2f')} | "
+            f"{_fmt(None if reference is None else reference * 1e3, ',.1f')} | "
+            f"{'-' if speedup is None else f'{speedup:.2f}x'} |"
         )
     return lines
 
@@ -116,6 +121,57 @@ def _decode(decode: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _prefill(prefill: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Prompt prefill, {prefill['tokens']:,} tokens in chunks of {prefill['chunk']:,} (median of runs):",
+        "",
+        "| run | operators | seconds | tokens/s |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for label, what in (("model", "the model's operators"), ("torch_reference", "PyTorch reference")):
+        if label in prefill:
+            row = prefill[label]
+            lines.append(
+                f"| {what} | {row['operators']} | {row['seconds']:.3f} | {row['tokens_per_s']:,.0f} |"
+            )
+    if "speedup" in prefill:
+        lines += ["", f"Kernels over the PyTorch operators: {prefill['speedup']:.2f}x."]
+    return lines
+
+
+def _agent(agent: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"The agent's path (one decoder, prefix cache, CUDA graphs {'on' if agent['cuda_graphs'] else 'off'}):",
+        "",
+        "| turn | prompt tokens | reused | tokens | first block s | decode tokens/s | tokens per forward "
+        "| graph captures | graph replays | finished |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for turn in ("first_turn", "second_turn"):
+        if turn not in agent:
+            continue
+        row = agent[turn]
+        lines.append(
+            f"| {turn.replace('_', ' ')} | {row['prompt_tokens']:,} | {_fmt(row.get('reused_tokens'), ',')} | "
+            f"{row['tokens']:,} | {_fmt(row['first_block_s'], '.3f')} | {_fmt(row.get('decode_tokens_per_s'), ',.1f')} | "
+            f"{_fmt(row.get('tokens_per_forward'), '.2f')} | {_fmt(row.get('graph_captures'), 'd')} | "
+            f"{_fmt(row.get('graph_replays'), ',')} | {row['finished']} |"
+        )
+    failures = {
+        k: v
+        for turn in ("first_turn", "second_turn")
+        for k, v in agent.get(turn, {}).get("graph_failures", {}).items()
+    }
+    if failures:
+        lines += [
+            "",
+            "Steps left eager, their capture failed: " + "; ".join(f"{k}: {v}" for k, v in failures.items()),
+        ]
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     where = (
@@ -141,6 +197,10 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _rates(report["mode_rates"], report["tokens_per_forward_source"])
     if report.get("decode"):
         lines += _decode(report["decode"])
+    if report.get("prefill"):
+        lines += _prefill(report["prefill"])
+    if report.get("agent_path"):
+        lines += _agent(report["agent_path"])
     for scheme in ("fp8", "int4"):
         if report.get(f"steps_{scheme}"):
             made = report[f"experts_{scheme}"]

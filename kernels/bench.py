@@ -77,30 +77,20 @@ def relative_error(got: object, want: object) -> float:
     return worst
 
 
-def measure(case: KernelCase, *, warmup: int = 3, repeats: int = 20) -> dict[str, object]:
+def measure(
+    case: KernelCase, *, warmup: int = 3, repeats: int = 20, time_reference: bool = True
+) -> dict[str, object]:
     """Run a case: its error against the reference (first input set), then the median time of
     ``repeats`` calls after ``warmup`` (CUDA events on a GPU, the wall clock elsewhere), and the
-    effective bandwidth ``bytes_moved / median``."""
+    effective bandwidth ``bytes_moved / median``. With ``time_reference`` the PyTorch reference is
+    timed the same way right after, in the same run (``reference_ms``, and ``speedup``: reference
+    time over kernel time); it runs on the first input set only, so a small working set may be
+    served from L2 (the step shapes' weights are far larger)."""
     first = case.run()
     error = relative_error(first, case.reference()) if case.reference is not None else None
-    for _ in range(warmup):
-        case.run()
     cuda = torch.cuda.is_available() and _on_cuda(first)
-    times: list[float] = []
-    for _ in range(repeats):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            case.run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            began = time.perf_counter()
-            case.run()
-            times.append(time.perf_counter() - began)
-    median = statistics.median(times)
-    return {
+    median = _median_seconds(case.run, warmup=warmup, repeats=repeats, cuda=cuda)
+    row: dict[str, object] = {
         "name": case.name,
         "shape": case.shape,
         "median_ms": median * 1e3,
@@ -108,6 +98,30 @@ def measure(case: KernelCase, *, warmup: int = 3, repeats: int = 20) -> dict[str
         "gb_per_s": case.bytes_moved / median / 1e9 if median > 0 else None,
         "relative_error": error,
     }
+    if time_reference and case.reference is not None:
+        reference = _median_seconds(case.reference, warmup=warmup, repeats=repeats, cuda=cuda)
+        row["reference_ms"] = reference * 1e3
+        row["speedup"] = reference / median if median > 0 else None
+    return row
+
+
+def _median_seconds(call: Callable[[], object], *, warmup: int, repeats: int, cuda: bool) -> float:
+    for _ in range(warmup):
+        call()
+    times: list[float] = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            began = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
 
 
 def _on_cuda(result: object) -> bool:

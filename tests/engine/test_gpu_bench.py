@@ -67,6 +67,14 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
             "1",
             "--decode-tokens",
             "40",
+            "--prefill-tokens",
+            "256",
+            "--agent-prompt-tokens",
+            "200",
+            "--agent-new-tokens",
+            "48",
+            "--commit",
+            "0123abc",
         ),
     )
     assert result.returncode == 0, result.stderr + result.stdout
@@ -75,6 +83,7 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     # It ran the copy's engine, not the installed one.
     assert report["machine"]["source"] == str(tree_copy / "engine")
     assert report["copy_bandwidth"]["gb_per_s"] > 0
+    assert report["machine"]["commit"] == "0123abc"  # as given: the copy has no .git
 
     # Every kernel against its reference (the interpreter here: TRITON_INTERPRET=1 from conftest).
     kernels = {row["name"].split("[")[0] for row in report["kernels"]["rows"]}
@@ -82,6 +91,8 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     for row in report["kernels"]["rows"]:
         assert "error" not in row and row["median_ms"] > 0 and row["gb_per_s"] > 0, row["name"]
         assert row["within_bound"] is not False, row["name"]  # None: a sampled draw has no exact reference
+        # The PyTorch reference timed beside the kernel in the same run.
+        assert row["reference_ms"] > 0 and row["speedup"] > 0, row["name"]
 
     model = report["model"]
     assert model["source"] == "random" and model["dtype"] == "float32"
@@ -112,6 +123,19 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert all(row["tokens"] == 40 and row["ms_per_forward"] > 0 for row in report["decode"].values())
     assert report["budget"]["used_s"] < 200
 
+    # Prefill throughput, the model's operators beside the PyTorch ones, and the agent's two turns:
+    # the second re-sends the first's prompt and answer, and reuses their committed state.
+    prefill = report["prefill"]
+    assert prefill["tokens"] == 256 and prefill["model"]["tokens_per_s"] > 0
+    assert prefill["torch_reference"]["operators"] == "torch" and prefill["speedup"] > 0
+    agent = report["agent_path"]
+    first, second = agent["first_turn"], agent["second_turn"]
+    assert agent["cuda_graphs"] is False  # CUDA only
+    assert (first["prompt_tokens"], first["tokens"], first["reused_tokens"]) == (200, 48, 0)
+    assert first["first_block_s"] > 0 and first["decode_tokens_per_s"] > 0
+    assert second["prompt_tokens"] == 200 + 48 + 40
+    assert second["reused_tokens"] > 200 // 32 * 32  # past the first prompt: the answer's state too
+
     # The same steps on the routed experts quantised in place, FP8 then INT4 (from the FP8 ones).
     dense_experts = (
         steps["denoise_32"]["bytes"]["routed_experts"] / steps["denoise_32"]["bytes"]["experts_per_layer"]
@@ -138,6 +162,8 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert "Routed experts as FP8" in text and "Routed experts as INT4" in text
     assert text.startswith("<!-- gpu-bench:start -->") and "<!-- gpu-bench:end -->" in text
     assert "RANDOM weights built on the device" in text and "| fused_64 |" in text
+    assert "| PyTorch reference | torch |" in text and "| second turn | 288 |" in text
+    assert "| kernel | shape | rel. error (bound) | median µs" in text and "| speed-up |" in text
     assert f"full results: {out}" in result.stderr
 
 

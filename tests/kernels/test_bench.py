@@ -79,3 +79,6 @@ def test_measure_reports_error_time_and_bandwidth() -> None:
     assert row["name"] == case.name and row["bytes"] == case.bytes_moved
     assert row["median_ms"] > 0 and row["gb_per_s"] > 0
     assert row["relative_error"] < 1e-5
+    # The PyTorch reference timed beside it, in the same run.
+    assert row["reference_ms"] > 0 and row["speedup"] == row["reference_ms"] / row["median_ms"]
+    assert "reference_ms" not in measure(case, warmup=0, repeats=1, time_reference=False)
