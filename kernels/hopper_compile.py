@@ -4,7 +4,7 @@ The launchers run at the real model's shapes on meta tensors (shapes and strides
 stand-in driver that only names the target, so Triton's own binder specialises each launch as it
 would on an H100 or H200; a compile hook takes the launch instead of compiling and running it. Each
 distinct launch is then compiled by Triton and ptxas (shipped in the triton wheel), whose report
-gives registers and spills. tests/kernels/test_hopper_compile.py runs it in CI, in a process
+gives registers and spills (and the PTX its block-wide barriers). tests/kernels/test_hopper_compile.py runs it in CI, in a process
 without ``TRITON_INTERPRET``: ``python -m clover_agent.kernels.hopper_compile [--json]``.
 """
 
@@ -70,6 +70,9 @@ class Compiled:
     spill_loads: int | None = None
     stack: int | None = None
     shared: int | None = None
+    #: Block-wide barriers (``bar.sync``) in the PTX: a loop's body is counted once, so for a
+    #: kernel that loops over time steps this is about the barriers each step waits on.
+    barriers: int | None = None
     seconds: float = 0.0
     #: The package's helper ``@triton.jit`` functions it calls (inlined), by ``module.name``.
     calls: list[str] = field(default_factory=list)
@@ -409,6 +412,7 @@ def _compile(launch: _Launch) -> None:
         match = pattern.search(report)
         setattr(row, name, int(match.group(1)) if match else None)
     row.shared = int(kernel.metadata.shared)
+    row.barriers = len(re.findall(r"\b(?:bar|barrier)\.sync\b", kernel.asm.get("ptx", "")))
     # the initial IR names each function it calls by module, name and specialisation
     called = re.findall(r"tt\.call @\"?([\w.]+?)__", kernel.asm.get("source", ""))
     row.calls = sorted({name for name in called if name.startswith("clover_agent.")})
@@ -476,14 +480,25 @@ def compile_all(sizes: CloverSizes = CLOVER, progress: Callable[[str], None] | N
 
 def table(report: Report) -> str:
     """The report as a table: one line per compiled launch."""
-    head = ("kernel", "steps", "warps", "regs", "spill st/ld", "stack", "shared", "s", "constexprs")
+    head = (
+        "kernel",
+        "steps",
+        "warps",
+        "regs",
+        "spill st/ld",
+        "stack",
+        "shared",
+        "barriers",
+        "s",
+        "constexprs",
+    )
     lines = []
     for row in report.compiled:
         spills = f"{row.spill_stores}/{row.spill_loads}"
         numbers = (
-            (str(row.registers), spills, str(row.stack), str(row.shared))
+            (str(row.registers), spills, str(row.stack), str(row.shared), str(row.barriers))
             if row.ok
-            else ("FAILED", "", "", "")
+            else ("FAILED", "", "", "", "")
         )
         where = ", ".join(row.steps)
         lines.append((row.kernel, where, str(row.num_warps), *numbers, f"{row.seconds:.1f}", row.variant))

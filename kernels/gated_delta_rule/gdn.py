@@ -18,8 +18,12 @@ from clover_agent.kernels.runtime import dot_precision
 RECURRENT_MAX_STEPS = 64
 #: Chunk of the chunked kernels (a multiple of 16 for ``tl.dot``).
 CHUNK = 32
-#: State columns per program of the recurrent kernel.
-RECURRENT_BLOCK_V = 16
+#: State columns per program of the recurrent kernel, and its warps: flash-linear-attention's launch
+#: shape. One warp per program reduces over the key dimension with shuffles, no block-wide
+#: barrier inside a time step (four warps waited on 14); eight columns keep its [128, 8] state
+#: slice in 32 registers a thread, and give the decoding steps 16 x 32 x 2 = 1,024 programs.
+RECURRENT_BLOCK_V = 8
+RECURRENT_WARPS = 1
 #: State columns per program of the chunk scan.
 SCAN_BLOCK_V = 32
 
@@ -98,6 +102,7 @@ def _scan(
             **shape,
             BLOCK_K=block_k,
             BLOCK_V=block_v,
+            num_warps=RECURRENT_WARPS,
         )
         return out, state_out
     if 0 < store_at < steps:  # the state in the middle: two scans, the second from the first's state

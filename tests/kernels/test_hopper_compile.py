@@ -115,6 +115,20 @@ def test_no_decoding_kernel_spills(report: dict[str, Any], kernel: str) -> None:
     assert not spilling, "register spills at a decoding step:\n" + "\n".join(spilling)
 
 
+def test_the_recurrent_gated_delta_rule_waits_on_few_barriers(report: dict[str, Any]) -> None:
+    """The decoding steps' GDN scan runs one warp per program (flash-linear-attention's launch
+    shape): its reductions over the key dimension are warp shuffles, so a time step waits on at most
+    3 block-wide barriers (four warps per program waited on 14; every GDN layer of every pass runs
+    32 to 64 such steps one after another)."""
+    rows = [row for row in _rows(report, "recurrent_kernel") if row["decode"]]
+    assert rows
+    for row in rows:
+        assert row["num_warps"] == 1 and row["constexprs"]["BLOCK_V"] == 8, _numbers(row)
+        assert row["barriers"] is not None and row["barriers"] <= 3, (
+            f"{row['barriers']} barriers: {_numbers(row)}"
+        )
+
+
 @pytest.mark.parametrize("kernel", PREFILL_ONLY)
 def test_prefill_spills_are_reported(report: dict[str, Any], kernel: str) -> None:
     """Prefill-only kernels may spill (a chunk is long enough to hide it); the numbers are shown."""
