@@ -24,8 +24,10 @@ CHUNK = 32
 #: slice in 32 registers a thread, and give the decoding steps 16 x 32 x 2 = 1,024 programs.
 RECURRENT_BLOCK_V = 8
 RECURRENT_WARPS = 1
-#: State columns per program of the chunk scan.
+#: State columns per program of the chunk scan, and its warps: with eight, its [128, 32] state
+#: slice and its chunk's q, k and w tiles fit the registers (four spilled ~15 KB a thread).
 SCAN_BLOCK_V = 32
+SCAN_WARPS = 8
 
 Method = Literal["auto", "recurrent", "chunk"]
 
@@ -126,7 +128,8 @@ def _scan(
 
 def _chunk_forward(q, k, v, g, beta, state, scale, out, state_out, store, strides, shape, block_k) -> None:  # type: ignore[no-untyped-def]
     steps, value_heads, head_v = v.shape
-    precision = dot_precision(torch.float32)
+    # Tensor cores (TF32 operands, float32 sums) for half-precision models; exact float32 for float32.
+    precision = dot_precision(q.dtype)
     w = torch.empty(steps, value_heads, k.shape[2], dtype=torch.float32, device=v.device)
     u = torch.empty(steps, value_heads, head_v, dtype=torch.float32, device=v.device)
     tk.chunk_prepare_kernel[(triton.cdiv(steps, CHUNK), value_heads)](
@@ -173,6 +176,7 @@ def _chunk_forward(q, k, v, g, beta, state, scale, out, state_out, store, stride
         BLOCK_K=block_k,
         BLOCK_V=block_v,
         PRECISION=precision,
+        num_warps=SCAN_WARPS,
     )
 
 
@@ -198,7 +202,7 @@ def _chunk_local(q, k, v, g, beta, scale, out, block_size, strides, shape, block
         BLOCK_T=max(16, triton.next_power_of_2(block_size)),
         BLOCK_K=block_k,
         BLOCK_V=max(16, triton.next_power_of_2(head_v)),
-        PRECISION=dot_precision(torch.float32),
+        PRECISION=dot_precision(q.dtype),
     )
 
 

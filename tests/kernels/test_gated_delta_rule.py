@@ -129,9 +129,12 @@ def test_gated_delta_net_forward_only_and_state_in_place(poisoned_allocations: N
     torch.testing.assert_close(t["state"], want_state, rtol=1e-5, atol=1e-5)
 
 
-def test_gated_delta_net_half_inputs(poisoned_allocations: None) -> None:
-    t = delta_inputs(9, 1, 2, 16, 16, decay=0.5, seed=9)
-    n = net_inputs(9, 2, 16, seed=9)
+@pytest.mark.parametrize("steps", [9, 70])  # the step-by-step kernel; the chunked one (3 chunks)
+def test_gated_delta_net_half_inputs(steps: int, poisoned_allocations: None) -> None:
+    """Half-precision inputs: the chunked kernels' dots run on tensor cores (TF32 operands, float32
+    sums; the interpreter computes them in float32) instead of exact float32 FMAs."""
+    t = delta_inputs(steps, 1, 2, 16, 16, decay=0.5, seed=9)
+    n = net_inputs(steps, 2, 16, seed=9)
     half = {name: t[name].half() for name in ("q", "k", "v")}
     z = n["z"].half()
     out, _ = gdr.gated_delta_net(

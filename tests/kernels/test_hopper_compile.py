@@ -130,6 +130,18 @@ def test_the_recurrent_gated_delta_rule_waits_on_few_barriers(report: dict[str, 
 
 
 @pytest.mark.parametrize("kernel", PREFILL_ONLY)
+def test_the_chunked_gated_delta_rule_uses_tensor_cores_without_spills(
+    report: dict[str, Any], kernel: str
+) -> None:
+    """Prompt prefill's GDN kernels at the model's bf16 sizes: their dots on tensor cores (TF32
+    operands, float32 sums: ``PRECISION=tf32``, not the exact-float32 FMAs of ``ieee``) and no
+    register spills (with exact float32 dots and four warps the scan spilled 14.9/17.7 KB a thread)."""
+    for row in _rows(report, kernel):
+        assert row["constexprs"]["PRECISION"] == "tf32", _numbers(row)
+        assert row["ok"] and not row["spills"], _numbers(row)
+
+
+@pytest.mark.parametrize("kernel", PREFILL_ONLY)
 def test_prefill_spills_are_reported(report: dict[str, Any], kernel: str) -> None:
     """Prefill-only kernels may spill (a chunk is long enough to hide it); the numbers are shown."""
     rows = _rows(report, kernel)
