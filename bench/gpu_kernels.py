@@ -1,7 +1,7 @@
 """The kernel part of ``gpu_bench.py``: every Triton kernel against its PyTorch reference at the
 model's decoding-step shapes, through ``clover_agent.kernels.bench`` (the kernels' own benchmark
 cases: random inputs cycling through copies, the bytes each must move at least, CUDA-event
-medians). Added here: the error bound of the run's dtype, and each kernel's rate as a share of the
+medians with L2 flushed before each timed call, the PyTorch reference timed the same way). Added here: the error bound of the run's dtype, and each kernel's rate as a share of the
 measured copy bandwidth.
 """
 

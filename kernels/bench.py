@@ -84,12 +84,14 @@ def measure(
     ``repeats`` calls after ``warmup`` (CUDA events on a GPU, the wall clock elsewhere), and the
     effective bandwidth ``bytes_moved / median``. With ``time_reference`` the PyTorch reference is
     timed the same way right after, in the same run (``reference_ms``, and ``speedup``: reference
-    time over kernel time); it runs on the first input set only, so a small working set may be
-    served from L2 (the step shapes' weights are far larger)."""
+    time over kernel time). On a GPU the L2 cache is flushed before every timed call (a buffer of
+    twice its size is written, outside the timed events), so every input comes from memory as in
+    a model whose layers' weights together far exceed L2, for the kernel and the reference alike."""
     first = case.run()
     error = relative_error(first, case.reference()) if case.reference is not None else None
     cuda = torch.cuda.is_available() and _on_cuda(first)
-    median = _median_seconds(case.run, warmup=warmup, repeats=repeats, cuda=cuda)
+    flush = _l2_flush(first) if cuda else None
+    median = _median_seconds(case.run, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
     row: dict[str, object] = {
         "name": case.name,
         "shape": case.shape,
@@ -99,18 +101,30 @@ def measure(
         "relative_error": error,
     }
     if time_reference and case.reference is not None:
-        reference = _median_seconds(case.reference, warmup=warmup, repeats=repeats, cuda=cuda)
+        reference = _median_seconds(case.reference, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
         row["reference_ms"] = reference * 1e3
         row["speedup"] = reference / median if median > 0 else None
     return row
 
 
-def _median_seconds(call: Callable[[], object], *, warmup: int, repeats: int, cuda: bool) -> float:
+def _l2_flush(result: object) -> torch.Tensor:
+    """A buffer twice the L2 cache of the device ``result`` is on (``zero_()`` it to flush L2)."""
+    tensors = result if isinstance(result, Sequence) else (result,)
+    device = next(t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda)
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 1024**2
+    return torch.empty(2 * l2, dtype=torch.uint8, device=device)
+
+
+def _median_seconds(
+    call: Callable[[], object], *, warmup: int, repeats: int, cuda: bool, flush: torch.Tensor | None = None
+) -> float:
     for _ in range(warmup):
         call()
     times: list[float] = []
     for _ in range(repeats):
         if cuda:
+            if flush is not None:
+                flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             call()
