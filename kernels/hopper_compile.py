@@ -73,6 +73,9 @@ class Compiled:
     #: Block-wide barriers (``bar.sync``) in the PTX: a loop's body is counted once, so for a
     #: kernel that loops over time steps this is about the barriers each step waits on.
     barriers: int | None = None
+    #: Hopper's warpgroup MMA (``wgmma.mma_async``) instructions in the PTX; 0 with ``mma.sync``
+    #: (the Ampere tensor-core path) or no tensor cores at all.
+    wgmma: int | None = None
     seconds: float = 0.0
     #: The package's helper ``@triton.jit`` functions it calls (inlined), by ``module.name``.
     calls: list[str] = field(default_factory=list)
@@ -412,7 +415,9 @@ def _compile(launch: _Launch) -> None:
         match = pattern.search(report)
         setattr(row, name, int(match.group(1)) if match else None)
     row.shared = int(kernel.metadata.shared)
-    row.barriers = len(re.findall(r"\b(?:bar|barrier)\.sync\b", kernel.asm.get("ptx", "")))
+    ptx = kernel.asm.get("ptx", "")
+    row.barriers = len(re.findall(r"\b(?:bar|barrier)\.sync\b", ptx))
+    row.wgmma = len(re.findall(r"\bwgmma\.mma_async\b", ptx))
     # the initial IR names each function it calls by module, name and specialisation
     called = re.findall(r"tt\.call @\"?([\w.]+?)__", kernel.asm.get("source", ""))
     row.calls = sorted({name for name in called if name.startswith("clover_agent.")})

@@ -129,6 +129,23 @@ def test_the_recurrent_gated_delta_rule_waits_on_few_barriers(report: dict[str, 
         )
 
 
+@pytest.mark.parametrize("kernel", ["gate_up_kernel", "down_kernel"])
+def test_prefill_chunks_run_the_expert_gemms_on_hoppers_warpgroup_mma(
+    report: dict[str, Any], kernel: str
+) -> None:
+    """A full prefill chunk (4,096 tokens, 128 pairs an expert) tiles the grouped GEMMs 64 rows high,
+    which Hopper runs as warpgroup MMAs (``wgmma.mma_async``), dense and quantised alike; a decoding
+    step's 16-row tiles (a pair or two an expert) use ``mma.sync``, where wgmma's 64 rows would be
+    mostly padding."""
+    rows = _rows(report, kernel)
+    chunk = [row for row in rows if row["steps"] == ["prefill 4096"]]
+    assert {row["constexprs"]["QUANT"] for row in chunk} == {"none", "fp8", "int4"}
+    for row in chunk:
+        assert row["constexprs"]["BLOCK_M"] == 64 and row["wgmma"] > 0, _numbers(row)
+    for row in (row for row in rows if row["decode"]):
+        assert row["constexprs"]["BLOCK_M"] == 16 and row["wgmma"] == 0, _numbers(row)
+
+
 @pytest.mark.parametrize("kernel", PREFILL_ONLY)
 def test_the_chunked_gated_delta_rule_uses_tensor_cores_without_spills(
     report: dict[str, Any], kernel: str
