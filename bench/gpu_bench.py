@@ -275,6 +275,28 @@ def end_to_end(decoder: BlockDecoder, new_tokens: int, budget: Budget) -> dict[s
     return out
 
 
+def tune_moe(config: CloverConfig, device: torch.device, dtype: torch.dtype, args: argparse.Namespace) -> Any:
+    """The expert GEMMs' tiles tuned at the decoding steps' token counts (``kernels/moe/tune.py``),
+    written to ``moe_tiles.json`` beside ``--out``: the table to ship for this GPU model."""
+    from gpu_kernels import kernel_sizes
+
+    from clover_agent.kernels.moe.tiles import write_table
+    from clover_agent.kernels.moe.tune import tune
+
+    problems, rows = tune(
+        sizes=kernel_sizes(config),
+        tokens=(32, 64),
+        quants=args.tune_moe,
+        dtype=dtype,
+        device=device,
+        repeats=5,
+    )
+    table = args.out.with_name("moe_tiles.json")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    write_table(table, name, problems, {"torch": torch.__version__, "space": "small"})
+    return {"table": str(table), "rows": rows}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = Budget(args.time_budget)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -333,6 +355,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     if budget.allows("decode"):
         attempt(report, "decode", lambda: end_to_end(decoder, args.decode_tokens, budget))
+    if args.tune_moe and budget.allows("MoE tile tuning"):
+        attempt(report, "moe_tiles", lambda: tune_moe(config, device, dtype, args))
     if args.prefill_tokens and budget.allows("prefill"):
         attempt(report, "prefill", lambda: prefill(model, args.prefill_tokens, budget, min(args.repeats, 3)))
     if args.agent_prompt_tokens and budget.allows("agent path"):
@@ -428,6 +452,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--agent-new-tokens", type=int, help="tokens its first turn decodes (default 8192 on CUDA, else 64)"
+    )
+    parser.add_argument(
+        "--tune-moe",
+        type=lambda text: [s for s in text.split(",") if s],
+        default=[],
+        help="tune the expert GEMMs' tiles for these weight formats (none,fp8,int4) at the decoding "
+        "steps' token counts and write the table beside --out (default: no tuning; it compiles "
+        "dozens of variants)",
     )
     parser.add_argument("--commit", help="the commit this tree is, for the report (default: git HEAD)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")

@@ -140,6 +140,28 @@ def _prefill(prefill: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _moe_tiles(tiles: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Expert GEMM tiles tuned (table: {tiles['table']}):",
+        "",
+        "| format | tokens | best (m, n, k, warps, stages) | ms | heuristic ms | speed-up | dropped |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in tiles["rows"]:
+        if "error" in row:
+            lines.append(
+                f"| {row['quant']} | {row['tokens']} | {row['error']} | | | | {len(row['dropped'])} |"
+            )
+            continue
+        best = ", ".join(str(v) for v in row["best"].values())
+        lines.append(
+            f"| {row['quant']} | {row['tokens']} | {best} | {row['best_ms']:.3f} | {row['default_ms']:.3f} | "
+            f"{row['speedup']:.2f}x | {len(row['dropped'])} |"
+        )
+    return lines
+
+
 def _agent(agent: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -197,6 +219,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _rates(report["mode_rates"], report["tokens_per_forward_source"])
     if report.get("decode"):
         lines += _decode(report["decode"])
+    if report.get("moe_tiles"):
+        lines += _moe_tiles(report["moe_tiles"])
     if report.get("prefill"):
         lines += _prefill(report["prefill"])
     if report.get("agent_path"):

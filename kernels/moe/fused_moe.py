@@ -12,18 +12,11 @@ import triton
 from clover_agent.kernels.moe import triton_kernels as tk
 from clover_agent.kernels.moe.quant import QuantizedWeight
 from clover_agent.kernels.moe.reference import max_padded_pairs
+from clover_agent.kernels.moe.tiles import Tiles, tiles_for
 from clover_agent.kernels.runtime import dot_precision
 
 #: Pairs handled per program of the alignment kernel's scans.
 _ALIGN_BLOCK = 1024
-
-
-def block_m_for(pairs: int, num_experts: int) -> int:
-    """Rows per grouped-GEMM tile: 16 when experts get a few pairs each (decoding), more in prefill."""
-    per_expert = pairs / num_experts
-    if per_expert <= 16:
-        return 16
-    return 32 if per_expert <= 48 else 64
 
 
 def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,19 +68,16 @@ def align_pairs(
     return sorted_pairs, block_experts, num_padded
 
 
-#: Inputs per K step of the grouped GEMMs (at most: a quantised weight's scale block must hold whole steps).
-_BLOCK_K = 64
-
-
-def _weight_args(w: torch.Tensor | QuantizedWeight) -> tuple[list, dict, int]:
-    """(tensor arguments: weights, scales and both's strides; constexprs; BLOCK_K) of one weight."""
+def _weight_args(w: torch.Tensor | QuantizedWeight) -> tuple[list, dict, int | None]:
+    """(tensor arguments: weights, scales and both's strides; constexprs; the scale block along K,
+    which BLOCK_K may not exceed: None for dense weights) of one weight."""
     if not isinstance(w, QuantizedWeight):
-        return [w, w, *w.stride(), 0, 0, 0], {"QUANT": "none", "SCALE_N": 1, "SCALE_K": 1}, _BLOCK_K
+        return [w, w, *w.stride(), 0, 0, 0], {"QUANT": "none", "SCALE_N": 1, "SCALE_K": 1}, None
     scale_n, scale_k = w.block
     if scale_k < 16 or scale_k & (scale_k - 1):
         raise ValueError(f"the kernels need a power-of-two scale block of at least 16 inputs, not {scale_k}")
     constexprs = {"QUANT": w.scheme, "SCALE_N": scale_n, "SCALE_K": scale_k}
-    return [w.data, w.scale, *w.data.stride(), *w.scale.stride()], constexprs, min(_BLOCK_K, scale_k)
+    return [w.data, w.scale, *w.data.stride(), *w.scale.stride()], constexprs, scale_k
 
 
 def routed_pairs(
@@ -96,25 +86,42 @@ def routed_pairs(
     expert_weights: torch.Tensor,
     gate_up_proj: torch.Tensor | QuantizedWeight,
     down_proj: torch.Tensor | QuantizedWeight,
+    tiles: Tiles | None = None,
 ) -> torch.Tensor:
     """Weighted expert output of every pair, [N * k, Hd] in x's dtype (row ``n * k + j``).
-    Quantised weights are dequantised tile by tile in the kernels' K loops."""
+    Quantised weights are dequantised tile by tile in the kernels' K loops. ``tiles``: the GEMMs'
+    launch shape (default: :func:`tiles.tiles_for`, a tuned table's or the heuristic's)."""
     tokens, hidden = x.shape
     top_k = expert_ids.shape[1]
     experts, two_inner, _ = gate_up_proj.shape
     inner = two_inner // 2
     pairs = tokens * top_k
-    block_m = block_m_for(pairs, experts)
+    gate_up_args, gate_up_quant, gate_up_max_k = _weight_args(gate_up_proj)
+    down_args, down_quant, down_max_k = _weight_args(down_proj)
+    if tiles is None:
+        tiles = tiles_for(
+            tokens,
+            experts=experts,
+            hidden=hidden,
+            inner=inner,
+            top_k=top_k,
+            dtype=x.dtype,
+            quant=gate_up_quant["QUANT"],
+            device=x.device,
+            scale_k=min((k for k in (gate_up_max_k, down_max_k) if k is not None), default=None),
+        )
+    block_m, block_n = tiles.block_m, tiles.block_n
+    launch = {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
     sorted_pairs, block_experts, num_padded = align_pairs(expert_ids, experts, block_m)
     x = x if x.stride(-1) == 1 else x.contiguous()
     weights = expert_weights.reshape(-1).contiguous()
     precision = dot_precision(x.dtype)
-    tiles = block_experts.numel()
+    programs = block_experts.numel()  # tiles of pairs, a fixed worst case
 
     hidden_states = torch.empty(pairs, inner, dtype=x.dtype, device=x.device)
-    block_n = 64
-    (w, scale, *w_strides), quant, block_k = _weight_args(gate_up_proj)
-    tk.gate_up_kernel[(tiles, triton.cdiv(inner, block_n))](
+    (w, scale, *w_strides), quant = gate_up_args, gate_up_quant
+    block_k = min(tiles.block_k, gate_up_max_k or tiles.block_k)
+    tk.gate_up_kernel[(programs, triton.cdiv(inner, block_n))](
         x,
         w,
         scale,
@@ -134,10 +141,12 @@ def routed_pairs(
         BLOCK_K=block_k,
         PRECISION=precision,
         **quant,
+        **launch,
     )
     out = torch.empty(pairs, hidden, dtype=x.dtype, device=x.device)
-    (w, scale, *w_strides), quant, block_k = _weight_args(down_proj)
-    tk.down_kernel[(tiles, triton.cdiv(hidden, block_n))](
+    (w, scale, *w_strides), quant = down_args, down_quant
+    block_k = min(tiles.block_k, down_max_k or tiles.block_k)
+    tk.down_kernel[(programs, triton.cdiv(hidden, block_n))](
         hidden_states,
         w,
         scale,
@@ -157,6 +166,7 @@ def routed_pairs(
         BLOCK_K=block_k,
         PRECISION=precision,
         **quant,
+        **launch,
     )
     return out
 
