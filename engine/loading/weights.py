@@ -377,6 +377,7 @@ def load_model(
     writer = _Writer(plan, params, quantized, fp8_block)
     for path, entries in by_file.items():
         writer.load_file(path, entries, meter.advance)
+    model.fuse_projections()
     model.eval()
     return model, config
 

@@ -36,6 +36,36 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRmsNorm(config.linear_value_head_dim, config.rms_norm_eps)
         self.out_proj = nn.Linear(config.linear_value_dim, hidden, bias=False)
         self.bidirectional = BidirectionalGdn(config) if config.bidirectional_gdn else None
+        #: The four input projections' weights as one matrix once :meth:`fuse` ran (not a parameter).
+        self._fused: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """Run the four input projections as one GEMM from now on: x is read once, one launch
+        instead of four. The weights are copied into one matrix and each parameter becomes a view of
+        its rows, so memory does not grow and the checkpoint's names, ``state_dict`` and in-place
+        copies into the parameters keep working; moving the module (``to``, ``half``) fuses again."""
+        parts = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
+        with torch.no_grad():
+            fused = torch.cat([p.weight.detach() for p in parts])
+            offset = 0
+            for part in parts:
+                rows = part.weight.shape[0]
+                part.weight = nn.Parameter(fused[offset : offset + rows], requires_grad=False)
+                offset += rows
+        self._fused = fused
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]  # nn.Module's signature
+        moved = super()._apply(fn, recurse)
+        if self._fused is not None:  # the parameters are new tensors now, no longer its views
+            self.fuse()
+        return moved
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(pre-convolution rows, z, b, a): one GEMM once fused, else four."""
+        if self._fused is None:
+            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+        sizes = [self.in_proj_qkv.out_features, self.in_proj_z.out_features, self.in_proj_b.out_features]
+        return F.linear(x, self._fused).split([*sizes, self.in_proj_a.out_features], dim=-1)
 
     def forward(self, x: torch.Tensor, state: GdnState, ctx: ForwardContext) -> torch.Tensor:
         """x: [T, hidden] on top of ``state``; the first ``ctx.commit`` tokens are folded into it.
@@ -46,10 +76,10 @@ class GatedDeltaNet(nn.Module):
         Only the causal forward branch and the conv tail enter the state."""
         cfg = self.config
         steps, commit = x.shape[0], ctx.commit
-        rows = self.in_proj_qkv(x)  # pre-convolution rows [T, conv_dim]
-        z = self.in_proj_z(x).reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
-        beta = self.in_proj_b(x).sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        rows, z, b, a = self._project(x)  # rows: pre-convolution [T, conv_dim]
+        z = z.reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
         block_rows = ctx.block_rows if self.bidirectional is not None else None
 
         if block_rows:  # causal rows [0, block_rows), then block rows: two passes, the state between

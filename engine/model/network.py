@@ -85,6 +85,13 @@ class CloverModel(nn.Module):
             self._ops[device] = resolve_ops(self.kernels, device)
         return self._ops[device]
 
+    def fuse_projections(self) -> None:
+        """Each Gated DeltaNet layer's four input projections as one GEMM (``GatedDeltaNet.fuse``);
+        the loader does this once the weights are in."""
+        for layer in self.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.fuse()
+
     def new_cache(self, capacity: int = 0) -> ModelCache:
         """An empty cache on this model's device, K/V (room for ``capacity`` tokens) and conv state in
         its dtype."""

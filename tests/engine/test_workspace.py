@@ -67,7 +67,8 @@ def test_a_stored_snapshot_is_copied_in_and_never_written_to() -> None:
     again = decoder.generate(PROMPT + first.token_ids + [7, 8], params)
     assert again.reused_tokens > len(PROMPT) // BLOCK * BLOCK
     for snapshot, then in zip(snapshots, before, strict=True):
-        assert all(torch.equal(a, b) for a, b in zip(snapshot.tensors(), then, strict=True))
+        for a, b in zip(snapshot.tensors(), then, strict=True):
+            assert torch.equal(a, b)  # exact: a stored snapshot is never written
     assert decoder.generate(PROMPT, params).token_ids == first.token_ids
 
 
@@ -110,12 +111,12 @@ def test_loading_a_state_copies_it_and_an_empty_load_resets() -> None:
     target.load(source)
     assert (target.length, target.commits, target.capacity) == (source.length, source.commits, 256)
     for got, want in zip(target.tensors(), source.tensors(), strict=True):
-        assert torch.equal(got, want)
+        assert torch.equal(got, want)  # exact: copied
     target.load(None)
     fresh = model().new_cache(256)
     assert target.length == 0 and target.commits == 0
     for got, want in zip(target.tensors(), fresh.tensors(), strict=True):
-        assert torch.equal(got, want)
+        assert torch.equal(got, want)  # exact: zeros
     with pytest.raises(ValueError, match="does not fit"):
         model().new_cache(BLOCK).load(source)
 
