@@ -12,11 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.ops.transfer import upload
+
+if TYPE_CHECKING:
+    from clover_agent.kernels.low_confidence import LogitsAdjustment
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,61 @@ class LogitsControls:
 
     def _steer(self, logits: torch.Tensor, positions: Sequence[int], think_end_at: int | None) -> None:
         """Thinking and end-of-response biases; per-row numbers in Python, then one update per column."""
+        think_end, response_end = self.tokens.think_end, self.tokens.response_end
+        think_bias, end_bias, forced = self._steering(positions, think_end_at)
+        if any(think_bias):
+            logits[:, think_end] += upload(think_bias, logits.device, logits.dtype)
+        if any(end_bias):
+            logits[:, response_end] += upload(end_bias, logits.device, logits.dtype)
+        if forced:
+            rows = upload(forced, logits.device)
+            logits[rows] = float("-inf")
+            logits[rows, think_end] = 0.0
+
+    def adjustment(
+        self, positions: Sequence[int], tokens: Sequence[int], decided: Sequence[bool]
+    ) -> LogitsAdjustment | None:
+        """The controls of a block step's rows (row i: generated position ``positions[i]``, its token
+        ``tokens[i]`` when ``decided[i]``) as the fused token-choice kernel takes them, or None when
+        they change nothing. The kernel adds the block's decided tokens to the counts itself."""
+        if not self.active:
+            return None
+        from clover_agent.kernels.low_confidence import LogitsAdjustment
+
+        device = self.counts.device
+        pairs = [(pos, tok) for pos, tok, done in zip(positions, tokens, decided, strict=True) if done]
+        think_bias, end_bias, forced = self._steering(positions, self._think_end_at(pairs))
+        columns = [
+            (token, bias)
+            for token, bias in ((self.tokens.think_end, think_bias), (self.tokens.response_end, end_bias))
+            if any(bias)
+        ]
+        forced_token = [-1] * len(positions)
+        for row in forced:
+            forced_token[row] = self.tokens.think_end  # type: ignore[assignment]  # forced: thinking has </think>
+        p = self.params
+        return LogitsAdjustment(
+            counts=self.counts if self.penalizing else None,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=p.presence_penalty,
+            frequency_penalty=p.frequency_penalty,
+            bias_token_ids=upload([token for token, _ in columns], device) if columns else None,
+            row_bias=(
+                upload([v for _, bias in columns for v in bias], device, torch.float32)
+                .reshape(len(columns), len(positions))
+                .t()
+                .contiguous()
+                if columns
+                else None
+            ),
+            forced_token=upload(forced_token, device) if forced else None,
+        )
+
+    def _steering(
+        self, positions: Sequence[int], think_end_at: int | None
+    ) -> tuple[list[float], list[float], list[int]]:
+        """Per row: the bias on ``</think>`` (all zero unless thinking), the bias on the response
+        end, and the rows forced to ``</think>`` (the thinking budget's hard close)."""
         p = self.params
         think_end, response_end = self.tokens.think_end, self.tokens.response_end
         thinking = p.thinking and think_end is not None
@@ -158,14 +217,9 @@ class LogitsControls:
                 if ending
                 else 0.0
             )
-        if thinking and any(think_bias):
-            logits[:, think_end] += upload(think_bias, logits.device, logits.dtype)
-        if any(end_bias):
-            logits[:, response_end] += upload(end_bias, logits.device, logits.dtype)
-        if forced:
-            rows = upload(forced, logits.device)
-            logits[rows] = float("-inf")
-            logits[rows, think_end] = 0.0
+        if not thinking:
+            think_bias = [0.0] * len(think_bias)
+        return think_bias, end_bias, forced
 
 
 def _ramp_start(fraction: float, total: int) -> int:

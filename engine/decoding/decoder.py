@@ -19,6 +19,7 @@ from clover_agent.engine.decoding.autoregressive import autoregressive
 from clover_agent.engine.decoding.choice import choose_tokens, low_confidence_fill
 from clover_agent.engine.decoding.controls import ControlTokens, LogitsControls
 from clover_agent.engine.decoding.diffusion import diffusion
+from clover_agent.engine.decoding.fused_choice import CHOICES, FusedChoice, fused_choice_problem
 from clover_agent.engine.decoding.graphs import StepGraphs, StepShape
 from clover_agent.engine.decoding.prefix_cache import PrefixCache
 from clover_agent.engine.decoding.sampling import FinishReason, GenerationResult, SamplingParams
@@ -49,6 +50,7 @@ class BlockDecoder:
         *,
         cuda_graphs: bool = False,
         workspace: bool | None = None,
+        choice: str = "auto",
     ) -> None:
         self.model = model
         self.config: CloverConfig = model.config
@@ -67,6 +69,12 @@ class BlockDecoder:
         self.workspace: ModelCache | None = None
         self.step_graphs: StepGraphs | None = None
         self.current: DecodeCall | None = None  # the call decoding in the workspace
+        if choice not in CHOICES:
+            raise ValueError(f"choice must be one of {', '.join(CHOICES)}, not {choice!r}")
+        #: How a denoising pass chooses tokens: ``"torch"`` (choice.py, controls.py), ``"triton"``
+        #: (the fused step, fused_choice.py; an error where it cannot run), ``"auto"`` (the fused
+        #: step on a CUDA device where the Triton kernels run, else PyTorch).
+        self.choice = choice
 
     def workspace_for(self, tokens: int) -> ModelCache:
         """The workspace, with room for ``tokens``: a new one (and new graphs) when it has not, of
@@ -169,6 +177,13 @@ class DecodeCall:
         self.text_offset = 0
         self.chunks_seen = 0
         self.graphs: StepGraphs | None = None
+        self.fused: FusedChoice | None = None
+        if decoder.choice != "torch" and (decoder.choice == "triton" or decoder.device.type == "cuda"):
+            problem = fused_choice_problem(params, decoder.device)
+            if problem is None:
+                self.fused = FusedChoice(params, config.mask_token_id, decoder.device)
+            elif decoder.choice == "triton":
+                raise ValueError(f"choice='triton' cannot run: {problem}")
 
     # ---- model passes ------------------------------------------------------------------------
     def forward(
@@ -268,6 +283,8 @@ class DecodeCall:
         every open slot and fill the confident ones (LowConfidence), or all of them with ``fill_all``.
         Returns whether LowConfidence fell back to the single most confident slot. The pass's one
         read-back from the device is here."""
+        if self.fused is not None:
+            return self.fused.denoise(self, logits, tokens, decided, fill_all)
         open_slots = [i for i, done in enumerate(decided) if not done]
         base = len(self.generated)
         rows = (
