@@ -137,10 +137,12 @@ def _meta(*shape: int, dtype: torch.dtype = _BF16) -> torch.Tensor:
 
 
 def _norms(tokens: int, s: CloverSizes) -> None:
-    """The layers' RMS norms: hidden rows, and the attention's q / k norms over head rows."""
-    from clover_agent.kernels.norms.norms import rms_norm
+    """The layers' RMS norms: hidden rows (alone, and after the residual add), and the attention's
+    q / k norms over head rows."""
+    from clover_agent.kernels.norms.norms import add_rms_norm, rms_norm
 
     rms_norm(_meta(tokens, s.hidden), _meta(s.hidden), s.rms_eps)
+    add_rms_norm(_meta(tokens, s.hidden), _meta(tokens, s.hidden), _meta(s.hidden), s.rms_eps)
     # the query half of q_proj's [T, H, 2D] output (the gate is the other half)
     query = _meta(tokens, s.heads, 2 * s.head_dim)[..., : s.head_dim]
     rms_norm(query, _meta(s.head_dim), s.rms_eps)
@@ -148,11 +150,17 @@ def _norms(tokens: int, s: CloverSizes) -> None:
 
 
 def _gdn(tokens: int, s: CloverSizes, *, bidirectional: bool, commit: int) -> None:
-    """A GDN layer's core as engine/model/gdn.py calls it: short conv, then the scans and the norm."""
-    from clover_agent.kernels.gated_delta_rule.gdn import gated_delta_net
+    """A GDN layer's core as engine/model/gdn.py calls it: the gates from the fused input
+    projection's a and b columns, short conv, then the scans and the norm."""
+    from clover_agent.kernels.gated_delta_rule.gdn import gated_delta_net, gdn_gates
     from clover_agent.kernels.short_conv.conv import short_conv
 
     channels, kernel = s.conv_dim, s.conv_kernel
+    heads = s.gdn_value_heads
+    projection = _meta(tokens, channels + heads * s.gdn_value_dim + 2 * heads)
+    gdn_gates(
+        projection[:, -2 * heads : -heads], projection[:, -heads:], _meta(heads, dtype=_F32), _meta(heads)
+    )
     right = _meta(channels, s.right_conv_kernel) if bidirectional else None
     mixed = short_conv(
         _meta(tokens, channels),

@@ -78,8 +78,7 @@ class GatedDeltaNet(nn.Module):
         steps, commit = x.shape[0], ctx.commit
         rows, z, b, a = self._project(x)  # rows: pre-convolution [T, conv_dim]
         z = z.reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        g, beta = ctx.ops.gdn_gates(a, b, self.A_log, self.dt_bias)
         block_rows = ctx.block_rows if self.bidirectional is not None else None
 
         if block_rows:  # causal rows [0, block_rows), then block rows: two passes, the state between

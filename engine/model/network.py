@@ -47,8 +47,8 @@ class DecoderLayer(nn.Module):
             mixed = self.linear_attn(normed, state, ctx)
         else:
             mixed = self.self_attn(normed, state, ctx)
-        x = x + mixed
-        normed = ops.rms_norm(x, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps)
+        norm = self.post_attention_layernorm
+        x, normed = ops.add_rms_norm(x, mixed, norm.weight, norm.eps)  # one launch on the GPU
         return self.mlp(normed, ops, residual=x)
 
 

@@ -30,6 +30,14 @@ PROVIDERS: dict[str, dict[str, str]] = {
         "torch": "clover_agent.kernels.norms.reference:rms_norm",
         "triton": "clover_agent.kernels.norms:rms_norm",
     },
+    "add_rms_norm": {
+        "torch": "clover_agent.kernels.norms.reference:add_rms_norm",
+        "triton": "clover_agent.kernels.norms:add_rms_norm",
+    },
+    "gdn_gates": {
+        "torch": "clover_agent.kernels.gated_delta_rule.reference:gdn_gates",
+        "triton": "clover_agent.kernels.gated_delta_rule:gdn_gates",
+    },
     "short_conv": {
         "torch": "clover_agent.kernels.short_conv.reference:short_conv",
         "triton": "clover_agent.kernels.short_conv:short_conv",
@@ -71,6 +79,10 @@ class Ops:
     The operators (T tokens, H heads, D head size, C channels, E experts):
 
     * ``rms_norm(x, weight, eps)``: zero-centred RMSNorm;
+    * ``add_rms_norm(x, delta, weight, eps)``: the residual add and the next RMSNorm, ``(x + delta,
+      rms_norm(x + delta))``;
+    * ``gdn_gates(a, b, a_log, dt_bias)``: a GDN layer's per-head log decay (float32) and write
+      strength from its ``a`` and ``b`` projections;
     * ``short_conv(rows, weight, state, right_weight, block_size, activation)``: the GDN causal
       conv from the (read-only) conv state, plus Clover's block-local right conv, plus SiLU;
     * ``gated_delta_net(q, k, v, g, beta, state, scale, z, norm_weight, eps, *, commit,
@@ -86,6 +98,8 @@ class Ops:
     """
 
     rms_norm: Callable[..., torch.Tensor]
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    gdn_gates: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     short_conv: Callable[..., torch.Tensor]
     gated_delta_net: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
     attention: Callable[..., torch.Tensor]

@@ -32,6 +32,27 @@ SCAN_WARPS = 8
 Method = Literal["auto", "recurrent", "chunk"]
 
 
+def gdn_gates(
+    a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A GDN layer's gates in one launch (contract of :func:`reference.gdn_gates`): a, b [T, Hv]
+    (rows may be strided views of a projection), A_log and dt_bias [Hv]; returns g float32 [T, Hv]
+    and beta [T, Hv] in b's dtype."""
+    tokens, heads = a.shape
+    if a.stride(-1) != 1:
+        a = a.contiguous()
+    if b.stride(-1) != 1:
+        b = b.contiguous()
+    g = torch.empty(tokens, heads, dtype=torch.float32, device=a.device)
+    beta = torch.empty(tokens, heads, dtype=b.dtype, device=b.device)
+    if tokens:
+        tk.gates_kernel[(tokens,)](
+            a, b, a_log, dt_bias, g, beta, heads, a.stride(0), b.stride(0), g.stride(0), beta.stride(0),
+            BLOCK_H=max(16, triton.next_power_of_2(heads)),
+        )  # fmt: skip
+    return g, beta
+
+
 def _inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):  # type: ignore[no-untyped-def]
     """q/k/v with unit stride in the head dimension, g/beta with unit stride over heads (views kept)."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))

@@ -18,6 +18,16 @@ from clover_agent.kernels.norms.reference import gdn_output
 DELTA_RULE_CHUNK = 32
 
 
+def gdn_gates(
+    a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A GDN layer's per-head gates from its ``a`` and ``b`` projections [T, Hv]: the log decay
+    ``g = -exp(A_log) * softplus(a + dt_bias)`` in float32 and the write strength
+    ``beta = sigmoid(b)`` in b's dtype (as ``engine/model/gdn.py`` computes them)."""
+    g = -a_log.float().exp() * F.softplus(a.float() + dt_bias)
+    return g, b.sigmoid()
+
+
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + eps)`` over the last dim, in float32."""
     x = x.float()

@@ -26,6 +26,25 @@ def _load_qk(ptr, rows, ok, cols, cols_ok, stride_t, NORMALIZE: tl.constexpr):
     return x
 
 
+@triton.jit
+def gates_kernel(
+    a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, g_ptr, beta_ptr, heads, stride_a, stride_b, stride_g, stride_beta,
+    BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    """One token's gates: g = -exp(A_log) * softplus(a + dt_bias) (float32; softplus is x above 20,
+    as PyTorch's), beta = sigmoid(b) rounded to beta's dtype."""
+    t = tl.program_id(0).to(tl.int64)
+    hs = tl.arange(0, BLOCK_H)
+    ok = hs < heads
+    a = tl.load(a_ptr + t * stride_a + hs, mask=ok, other=0.0).to(tl.float32)
+    x = a + tl.load(dt_bias_ptr + hs, mask=ok, other=0.0).to(tl.float32)
+    softplus = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    g = -tl.exp(tl.load(a_log_ptr + hs, mask=ok, other=0.0).to(tl.float32)) * softplus
+    tl.store(g_ptr + t * stride_g + hs, g, mask=ok)
+    b = tl.load(b_ptr + t * stride_b + hs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(beta_ptr + t * stride_beta + hs, tl.sigmoid(b).to(beta_ptr.dtype.element_ty), mask=ok)
+
+
 # Step by step, for blocks of up to 64 tokens. One program per (value head, column block of the
 # state, direction): direction 0 scans left to right from the committed state (only read; the state
 # after ``store_at`` tokens goes to ``state_out``), direction 1 scans each block right to left from a

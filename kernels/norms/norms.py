@@ -34,6 +34,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out.reshape(x.shape)
 
 
+def add_rms_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the next norm in one launch (contract of :func:`reference.add_rms_norm`):
+    ``(x + delta, rms_norm(x + delta))``, the sum in x's dtype; x, delta [..., D], weight [D]."""
+    if delta.dtype != x.dtype or delta.shape != x.shape:
+        raise ValueError(
+            f"delta must match x: {tuple(delta.shape)} {delta.dtype} vs {tuple(x.shape)} {x.dtype}"
+        )
+    rows, deltas = _rows(x), _rows(delta)
+    total = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    if rows.shape[0]:
+        tk.add_rms_norm_kernel[(rows.shape[0],)](
+            rows, deltas, weight, total, out, rows.shape[1], rows.stride(0), deltas.stride(0),
+            total.stride(0), out.stride(0), eps, BLOCK_D=triton.next_power_of_2(rows.shape[1]),
+        )  # fmt: skip
+    return total.reshape(x.shape), out.reshape(x.shape)
+
+
 def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """GDN output norm (contract of :func:`reference.gated_rms_norm`): x, gate [..., D], weight [D];
     returns ``weight * x / rms(x) * silu(gate)`` in x's dtype, float32 inside."""

@@ -16,6 +16,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (normed * (1.0 + weight.float())).to(x.dtype)
 
 
+def add_rms_norm(
+    x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the next zero-centred RMSNorm, as a decoder layer runs them:
+    ``(x + delta, rms_norm(x + delta))``, the sum in x's dtype (the norm reads the rounded sum).
+
+    x, delta: [..., D]; weight: [D]. Read-only; returns new tensors."""
+    total = x + delta
+    return total, rms_norm(total, weight, eps)
+
+
 def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """GDN output norm: ``weight * x / rms(x) * silu(gate)`` (plain weight, norm before gate).
 

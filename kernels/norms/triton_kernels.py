@@ -21,6 +21,25 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, size, stride_x, stride_o, eps, BLOCK_
 
 
 @triton.jit
+def add_rms_norm_kernel(
+    x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, size, stride_x, stride_d, stride_s, stride_o, eps,
+    BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """sum = x + d (rounded to its dtype, as PyTorch's add), out = sum / rms(sum) * (1 + w): one row."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < size
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    d = tl.load(d_ptr + row * stride_d + cols, mask=ok, other=0.0).to(tl.float32)
+    total = (x + d).to(sum_ptr.dtype.element_ty)
+    tl.store(sum_ptr + row * stride_s + cols, total, mask=ok)
+    t = total.to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    normed = t * tl.rsqrt(tl.sum(t * t, 0) / size + eps)
+    tl.store(out_ptr + row * stride_o + cols, (normed * (1.0 + w)).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def gated_norm_kernel(
     x_ptr,
     x2_ptr,

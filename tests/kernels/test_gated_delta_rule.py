@@ -159,3 +159,25 @@ def test_gated_delta_net_rejects_bad_arguments() -> None:
         gdr.gated_delta_net(*args, mix_logits=n["mix_logits"])
     with pytest.raises(ValueError, match="commit must be"):
         gdr.gated_delta_net(*args, commit=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gdn_gates_match_reference(dtype: torch.dtype, poisoned_allocations: None) -> None:
+    """The gates from strided views of one projection (as the fused input projection gives them),
+    across softplus's linear branch (a + dt_bias above 20) and a large negative range."""
+    gen = torch.Generator().manual_seed(11)
+    heads = 6
+    projection = (torch.randn(9, 3 * heads, generator=gen) * 8).to(dtype).to(DEVICE)
+    projection[0, :heads] = 25.0  # softplus(x) = x above 20
+    a, b = projection[:, :heads], projection[:, 2 * heads :]
+    a_log = torch.randn(heads, generator=gen).to(DEVICE)
+    dt_bias = torch.randn(heads, generator=gen).to(dtype).to(DEVICE)
+    g, beta = gdr.gdn_gates(a, b, a_log, dt_bias)
+    want_g, want_beta = reference.gdn_gates(a, b, a_log, dt_bias)
+    assert g.dtype == torch.float32 and beta.dtype == dtype
+    # float32 exp / log against PyTorch's (log1p for softplus): ~1e-6 relative; values down to
+    # softplus(-30) ~ 1e-13, where log(1 + exp(x)) and log1p differ absolutely by far less than 1e-6
+    torch.testing.assert_close(g, want_g, rtol=1e-5, atol=1e-6)
+    # beta: float32 sigmoid rounded to the dtype once, as PyTorch's (float16: one rounding, 2**-11)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-3
+    torch.testing.assert_close(beta, want_beta, rtol=tolerance, atol=tolerance)

@@ -29,6 +29,8 @@ pytestmark = [
 #: rows, so nothing hides a spill's round trip through local memory: a spill here is a regression.
 DECODE = (
     "rms_norm_kernel",  # the layers' norms, the attention's q / k norms
+    "add_rms_norm_kernel",  # the residual add and the post-attention norm
+    "gates_kernel",  # the GDN gates
     "gated_norm_kernel",  # the GDN output norm (and the branch mix)
     "short_conv_kernel",  # the GDN short conv
     "recurrent_kernel",  # the gated delta rule, step by step

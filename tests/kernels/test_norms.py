@@ -1,4 +1,4 @@
-"""The RMS norm kernels (zero-centred, gated, and the GDN branch-mix epilogue) against the PyTorch
+"""The RMS norm kernels (zero-centred, after the residual add, gated, and the GDN branch-mix epilogue) against the PyTorch
 reference, on row sizes that are not powers of two."""
 
 from __future__ import annotations
@@ -32,6 +32,22 @@ def test_rms_norm_strided_rows(poisoned_allocations: None) -> None:
     torch.testing.assert_close(  # float32: as above
         norms.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_add_rms_norm_matches_reference(dtype: torch.dtype, poisoned_allocations: None) -> None:
+    """The residual add and the next norm in one launch: the sum as PyTorch's add rounds it (exact),
+    the norm of that rounded sum."""
+    x, delta, w = rand(7, 3, 100, seed=8).to(dtype), rand(7, 3, 100, seed=9).to(dtype), rand(100, seed=10)
+    total, normed = norms.add_rms_norm(x, delta, w.to(dtype), 1e-6)
+    want_total, want_normed = reference.add_rms_norm(x, delta, w.to(dtype), 1e-6)
+    assert total.dtype == normed.dtype == dtype
+    assert torch.equal(total, want_total)  # exact: one float32 add of two values, rounded once, as PyTorch
+    # float32 sums in another order (1e-5); float16 outputs: a rounding of 2**-11 relative (2e-3)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(normed, want_normed, rtol=tolerance, atol=tolerance)
+    with pytest.raises(ValueError, match="delta must match x"):
+        norms.add_rms_norm(x, delta[:, :2], w.to(dtype), 1e-6)
 
 
 def test_gated_rms_norm_matches_reference(poisoned_allocations: None) -> None:
