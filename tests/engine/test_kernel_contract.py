@@ -66,6 +66,12 @@ def test_auto_takes_each_usable_triton_operator_and_torch_for_the_rest(
 
 
 def test_triton_needs_the_interpreter_on_the_cpu(monkeypatch: pytest.MonkeyPatch, checkpoint: Path) -> None:
+    # Every operator's modules imported first, while TRITON_INTERPRET=1: Triton decides at decoration
+    # whether a kernel is interpreted, and a kernel module first imported in the window below (a
+    # PyTorch reference's package imports its launchers) would stay compiled-only for the rest of
+    # this worker's tests.
+    for op in ops.OP_NAMES:
+        ops.load(op, "torch"), ops.load(op, "triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(
         EngineArgumentError, match="rms_norm \\(Triton runs on the CPU only under TRITON_INTERPRET=1\\)"
