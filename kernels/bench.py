@@ -91,7 +91,7 @@ def measure(
     error = relative_error(first, case.reference()) if case.reference is not None else None
     cuda = torch.cuda.is_available() and _on_cuda(first)
     flush = _l2_flush(first) if cuda else None
-    median = _median_seconds(case.run, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
+    median = median_seconds(case.run, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
     row: dict[str, object] = {
         "name": case.name,
         "shape": case.shape,
@@ -101,7 +101,7 @@ def measure(
         "relative_error": error,
     }
     if time_reference and case.reference is not None:
-        reference = _median_seconds(case.reference, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
+        reference = median_seconds(case.reference, warmup=warmup, repeats=repeats, cuda=cuda, flush=flush)
         row["reference_ms"] = reference * 1e3
         row["speedup"] = reference / median if median > 0 else None
     return row
@@ -115,9 +115,11 @@ def _l2_flush(result: object) -> torch.Tensor:
     return torch.empty(2 * l2, dtype=torch.uint8, device=device)
 
 
-def _median_seconds(
+def median_seconds(
     call: Callable[[], object], *, warmup: int, repeats: int, cuda: bool, flush: torch.Tensor | None = None
 ) -> float:
+    """Median seconds of ``repeats`` calls after ``warmup``: CUDA events with ``cuda`` (``flush``
+    zeroed before each, outside the events), else the wall clock."""
     for _ in range(warmup):
         call()
     times: list[float] = []

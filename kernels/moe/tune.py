@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 
 import torch
 
-from clover_agent.kernels.bench import CLOVER, CloverSizes, relative_error
+from clover_agent.kernels.bench import CLOVER, CloverSizes, median_seconds, relative_error
 from clover_agent.kernels.moe.tiles import Tiles, block_m_for, problem_key, write_table
 
 #: Token counts measured by default: a decoding block, the fused 64-token step, prefill chunks.
@@ -72,24 +70,6 @@ def _problem(
     }
 
 
-def _median(call: Callable[[], object], repeats: int, cuda: bool) -> float:
-    call()  # compile and warm
-    times = []
-    for _ in range(repeats):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            began = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - began)
-    return statistics.median(times)
-
-
 def tune(
     *,
     sizes: CloverSizes = CLOVER,
@@ -106,7 +86,7 @@ def tune(
     from clover_agent.kernels.moe.fused_moe import routed_pairs
 
     device = torch.device(device)
-    cuda = device.type == "cuda"
+    timing = functools.partial(median_seconds, warmup=1, repeats=repeats, cuda=device.type == "cuda")
     problems: dict[str, dict[int, Tiles]] = {}
     rows: list[dict[str, Any]] = []
     for quant, count in itertools.product(quants, tokens):
@@ -122,10 +102,10 @@ def tune(
                 if error > AGREEMENT:
                     dropped[str(asdict(tiles))] = f"differs by {error:.1e}"
                     continue
-                timed[tiles] = _median(functools.partial(routed_pairs, **args, tiles=tiles), repeats, cuda)
+                timed[tiles] = timing(functools.partial(routed_pairs, **args, tiles=tiles))
             except Exception as exc:  # a shape this GPU cannot run (shared memory, registers)
                 dropped[str(asdict(tiles))] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        default_s = _median(functools.partial(routed_pairs, **args, tiles=default), repeats, cuda)
+        default_s = timing(functools.partial(routed_pairs, **args, tiles=default))
         if not timed:
             rows.append({"quant": quant, "tokens": count, "error": "no candidate ran", "dropped": dropped})
             continue
