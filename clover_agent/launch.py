@@ -103,9 +103,10 @@ def backend_factory(options: BackendOptions, settings: Settings) -> BackendFacto
             if options.model_name:
                 values["model_name"] = options.model_name
             return create_backend("openai", **values)
-        return create_backend(
-            "engine", sources=model_sources(settings, options.model), **options.engine_options
-        )
+        engine_options = dict(options.engine_options)
+        if settings.cuda_graphs is not None:
+            engine_options.setdefault("cuda_graphs", settings.cuda_graphs)
+        return create_backend("engine", sources=model_sources(settings, options.model), **engine_options)
 
     return make
 

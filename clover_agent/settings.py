@@ -53,6 +53,8 @@ ENV_VARS: dict[str, str] = {
     "OPENAI_API_KEY": "API key for --backend openai (also CLOVER_API_KEY)",
     "CLOVER_API_KEY": "API key for --backend openai, preferred over OPENAI_API_KEY",
     "CLOVER_BASE_URL": "default --base-url for --backend openai",
+    "CLOVER_CUDA_GRAPHS": "0 runs the engine's decoding steps eager on a CUDA device (default 1: replayed "
+    "as CUDA graphs); also [model] cuda_graphs = false",
     "HF_HOME": "Hugging Face cache root (weights are looked up in its hub/ folder)",
     "HF_HUB_CACHE": "Hugging Face hub cache folder",
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
@@ -94,6 +96,9 @@ class Settings:
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE  # CLOVER_SANDBOX_IMAGE, else the config file's
     base_url: str | None = None
     api_key: str | None = None
+    #: CLOVER_CUDA_GRAPHS, else the config file's [model] cuda_graphs; None: the engine's default
+    #: (replayed as CUDA graphs on a CUDA device).
+    cuda_graphs: bool | None = None
     hf_hub_cache: Path = field(default_factory=lambda: Path.home() / ".cache" / "huggingface" / "hub")
     #: The process environment, for what runs on this machine on the user's behalf (the local
     #: sandbox's commands) and for the Docker engine's address (:data:`DOCKER_VARIABLES`).
@@ -150,6 +155,9 @@ class Settings:
             or DEFAULT_SANDBOX_IMAGE,
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
+            cuda_graphs=_switch(env.get("CLOVER_CUDA_GRAPHS"), "CLOVER_CUDA_GRAPHS")
+            if env.get("CLOVER_CUDA_GRAPHS")
+            else _boolean(values, "model", "cuda_graphs", path),
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
             mcp_servers=_tables(values, "mcp_servers", path),
@@ -384,6 +392,26 @@ def _tables(values: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise UsageError(f"{path}: {key} must hold tables, one per name ([{key}.NAME])")
     return found
+
+
+def _switch(text: str, name: str) -> bool:
+    """An on/off environment variable: 1/true/yes/on or 0/false/no/off (any case)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{name}={text!r}: use 1 or 0 (true/false, yes/no, on/off)")
+
+
+def _boolean(values: dict[str, Any], table: str, key: str, path: Path) -> bool | None:
+    section = values.get(table, {})
+    if not isinstance(section, dict):
+        raise UsageError(f"{path}: {table} must be a table ([{table}])")
+    value = section.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise UsageError(f"{path}: [{table}] {key} must be true or false (got {value!r})")
+    return value
 
 
 def _string(values: dict[str, Any], table: str | None, key: str, path: Path) -> str | None:

@@ -226,3 +226,17 @@ def test_incremental_prompts_with_the_real_vocabulary(tmp_path: Path) -> None:
 
     model_dir = write_tiny_checkpoint(tmp_path, vocab="real", vocab_cache=Settings.load().vocab_cache)
     check_incremental_prompts(model_dir)
+
+
+def test_the_settings_can_turn_cuda_graphs_off(tiny_dir: Path, tmp_path: Path) -> None:
+    from clover_agent.launch import BackendOptions, backend_factory
+    from clover_agent.settings import Settings
+
+    env = {"CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    off = backend_factory(
+        BackendOptions(model=str(tiny_dir)), Settings.load({**env, "CLOVER_CUDA_GRAPHS": "0"})
+    )()
+    default = backend_factory(BackendOptions(model=str(tiny_dir)), Settings.load(env))()
+    assert (off.cuda_graphs, default.cuda_graphs) == (False, None)  # None: on with a CUDA device
+    explicit = BackendOptions(model=str(tiny_dir), engine_options={"cuda_graphs": True})
+    assert backend_factory(explicit, Settings.load({**env, "CLOVER_CUDA_GRAPHS": "0"}))().cuda_graphs is True

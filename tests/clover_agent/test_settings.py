@@ -106,6 +106,25 @@ def test_every_variable_is_read_here_and_handed_down(tmp_path: Path) -> None:
     assert sandbox_spec(settings, tmp_path, host_env={"PATH": "/bin"}).host_env == {"PATH": "/bin"}
 
 
+def test_cuda_graphs_can_be_turned_off(tmp_path: Path) -> None:
+    """CUDA graphs are the engine's default on a GPU; CLOVER_CUDA_GRAPHS=0 or ``[model] cuda_graphs
+    = false`` turns them off (the environment wins; tests/clover_agent/test_backend_engine.py: the
+    backend a front end builds gets it)."""
+    env = {"CLOVER_CONFIG": str(tmp_path / "none.toml")}
+    assert Settings.load(env).cuda_graphs is None  # the engine decides: on with a CUDA device
+    off = Settings.load({**env, "CLOVER_CUDA_GRAPHS": "0"})
+    assert off.cuda_graphs is False and Settings.load({**env, "CLOVER_CUDA_GRAPHS": "On"}).cuda_graphs
+    with pytest.raises(UsageError, match="CLOVER_CUDA_GRAPHS='sometimes': use 1 or 0"):
+        Settings.load({**env, "CLOVER_CUDA_GRAPHS": "sometimes"})
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\ncuda_graphs = false\n")
+    assert Settings.load({"CLOVER_CONFIG": str(config)}).cuda_graphs is False
+    assert Settings.load({"CLOVER_CONFIG": str(config), "CLOVER_CUDA_GRAPHS": "1"}).cuda_graphs is True
+    config.write_text('[model]\ncuda_graphs = "no"\n')
+    with pytest.raises(UsageError, match=r"\[model\] cuda_graphs must be true or false \(got 'no'\)"):
+        Settings.load({"CLOVER_CONFIG": str(config)})
+
+
 def test_the_openai_backend_gets_the_key_from_the_settings(tmp_path: Path) -> None:
     settings = Settings.load({"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_API_KEY": "k1"})
     options = BackendOptions("openai", base_url="http://127.0.0.1:9/v1", model_name="clover")
