@@ -144,6 +144,7 @@ class Settings:
         state = env.get("CLOVER_STATE")
         hub = env.get("HF_HUB_CACHE")
         hf_home = env.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+        graphs = env.get("CLOVER_CUDA_GRAPHS")
         return cls(
             config_path=path,
             model_path=text("model", "path"),
@@ -155,8 +156,8 @@ class Settings:
             or DEFAULT_SANDBOX_IMAGE,
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
-            cuda_graphs=_switch(env.get("CLOVER_CUDA_GRAPHS"), "CLOVER_CUDA_GRAPHS")
-            if env.get("CLOVER_CUDA_GRAPHS")
+            cuda_graphs=_switch(graphs, "CLOVER_CUDA_GRAPHS")
+            if graphs
             else _boolean(values, "model", "cuda_graphs", path),
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
