@@ -4,7 +4,7 @@ A table (JSON, written by ``python -m clover_agent.kernels.moe.tune``) holds, pe
 (experts, hidden, inner, top-k, dtype, weight format), the fastest :class:`Tiles` measured at a few
 token counts; a call takes the entry of the nearest measured count, as vLLM's tuned fused-MoE
 configs do. Tables ship in ``kernels/moe/tuned/``, one per GPU model (the file named after
-``torch.cuda.get_device_name``); ``CLOVER_MOE_TILES=/path/table.json`` uses another. Without an
+``torch.cuda.get_device_name``); ``CLOVER_MOE_TILES`` names another table file. Without an
 entry the heuristic applies: 16 rows a tile while experts get a few pairs each (decoding), 32 or
 64 in prefill, 64 columns, 64 inputs per K step.
 """
