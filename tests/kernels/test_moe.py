@@ -67,6 +67,25 @@ def test_align_pairs_matches_reference(
     assert got[0].numel() == want[0].numel() and got[1].numel() == want[1].numel()
 
 
+@pytest.mark.parametrize("tokens", [32, 64])
+def test_a_decoding_step_reads_each_touched_expert_once(tokens: int) -> None:
+    """At the model's decoding shapes (a 32-token block, the fused 64-token step; top-8 of 256
+    experts) the launch's tiles hold each touched expert once, so the grouped GEMMs read its
+    weights once a step (an expert with more pairs than a tile's rows would take a second tile)."""
+    from clover_agent.kernels.moe.tiles import tiles_for
+
+    logits = random_moe(tokens, 8, 8, 256, seed=tokens)["router_logits"]
+    ids, _ = moe.route(logits, 8)
+    tiles = tiles_for(
+        tokens, experts=256, hidden=2048, inner=512, top_k=8, dtype=torch.bfloat16, quant="none",
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    _, block_experts, num_padded = moe.align_pairs(ids, 256, tiles.block_m)
+    used = block_experts[: int(num_padded) // tiles.block_m].tolist()
+    assert sorted(used) == sorted(set(ids.flatten().tolist()))  # one tile per touched expert
+    assert tiles.block_m == 16  # and 16-row tiles: a pair or two an expert, little padding
+
+
 def test_align_pairs_reference_groups_pairs_stably() -> None:
     ids = torch.tensor([[2, 0], [2, 1], [0, 2]])
     sorted_pairs, block_experts, num_padded = reference.align_pairs(ids, 4, 4)
