@@ -35,6 +35,7 @@ def kernel_sizes(config: CloverConfig) -> Any:
         heads=config.num_attention_heads,
         kv_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
+        rotary_dim=config.rotary_dim,
         gdn_key_heads=config.linear_num_key_heads,
         gdn_value_heads=config.linear_num_value_heads,
         gdn_key_dim=config.linear_key_head_dim,

@@ -33,6 +33,7 @@ class CloverSizes:
     heads: int = 16
     kv_heads: int = 2
     head_dim: int = 256
+    rotary_dim: int = 64  # partial_rotary_factor 0.25 of the head
     gdn_key_heads: int = 16
     gdn_value_heads: int = 32
     gdn_key_dim: int = 128

@@ -138,15 +138,16 @@ def _meta(*shape: int, dtype: torch.dtype = _BF16) -> torch.Tensor:
 
 def _norms(tokens: int, s: CloverSizes) -> None:
     """The layers' RMS norms: hidden rows (alone, and after the residual add), and the attention's
-    q / k norms over head rows."""
-    from clover_agent.kernels.norms.norms import add_rms_norm, rms_norm
+    q / k norms over head rows with the rotary embedding."""
+    from clover_agent.kernels.norms.norms import add_rms_norm, rms_norm, rms_norm_rotary
 
     rms_norm(_meta(tokens, s.hidden), _meta(s.hidden), s.rms_eps)
     add_rms_norm(_meta(tokens, s.hidden), _meta(tokens, s.hidden), _meta(s.hidden), s.rms_eps)
-    # the query half of q_proj's [T, H, 2D] output (the gate is the other half)
+    # the query half of q_proj's [T, H, 2D] output (the gate is the other half), then k: norm and rotary
     query = _meta(tokens, s.heads, 2 * s.head_dim)[..., : s.head_dim]
-    rms_norm(query, _meta(s.head_dim), s.rms_eps)
-    rms_norm(_meta(tokens, s.kv_heads, s.head_dim), _meta(s.head_dim), s.rms_eps)
+    cos, sin = _meta(tokens, s.rotary_dim), _meta(tokens, s.rotary_dim)
+    rms_norm_rotary(query, _meta(s.head_dim), s.rms_eps, cos, sin)
+    rms_norm_rotary(_meta(tokens, s.kv_heads, s.head_dim), _meta(s.head_dim), s.rms_eps, cos, sin)
 
 
 def _gdn(tokens: int, s: CloverSizes, *, bidirectional: bool, commit: int) -> None:

@@ -33,16 +33,6 @@ class RotaryEmbedding:
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first ``cos.shape[-1]`` dims of x [T, H, D] (half-split pairing); the rest pass."""
-    dim = cos.shape[-1]
-    rotated, passed = x[..., :dim], x[..., dim:]
-    first, second = rotated[..., : dim // 2], rotated[..., dim // 2 :]
-    turned = torch.cat([-second, first], dim=-1)
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.cat([rotated * cos + turned * sin, passed], dim=-1)
-
-
 class GatedAttention(nn.Module):
     """GQA attention with per-head q/k RMSNorm, partial rotary and a sigmoid output gate.
 
@@ -69,13 +59,16 @@ class GatedAttention(nn.Module):
         query, gate = (
             self.q_proj(x).reshape(steps, cfg.num_attention_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
         )
-        query = ops.rms_norm(query, self.q_norm.weight, self.q_norm.eps)
-        key = ops.rms_norm(
-            self.k_proj(x).reshape(steps, cfg.num_key_value_heads, -1), self.k_norm.weight, self.k_norm.eps
+        cos, sin = ctx.rotary  # the q / k norms and the rotary embedding: one launch each on the GPU
+        query = ops.rms_norm_rotary(query, self.q_norm.weight, self.q_norm.eps, cos, sin)
+        key = ops.rms_norm_rotary(
+            self.k_proj(x).reshape(steps, cfg.num_key_value_heads, -1),
+            self.k_norm.weight,
+            self.k_norm.eps,
+            cos,
+            sin,
         )
         value = self.v_proj(x).reshape(steps, cfg.num_key_value_heads, -1)
-        cos, sin = ctx.rotary
-        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
 
         kv.write(key, value, ctx.positions)
         out = ops.attention(

@@ -30,6 +30,10 @@ PROVIDERS: dict[str, dict[str, str]] = {
         "torch": "clover_agent.kernels.norms.reference:rms_norm",
         "triton": "clover_agent.kernels.norms:rms_norm",
     },
+    "rms_norm_rotary": {
+        "torch": "clover_agent.kernels.norms.reference:rms_norm_rotary",
+        "triton": "clover_agent.kernels.norms:rms_norm_rotary",
+    },
     "add_rms_norm": {
         "torch": "clover_agent.kernels.norms.reference:add_rms_norm",
         "triton": "clover_agent.kernels.norms:add_rms_norm",
@@ -79,6 +83,8 @@ class Ops:
     The operators (T tokens, H heads, D head size, C channels, E experts):
 
     * ``rms_norm(x, weight, eps)``: zero-centred RMSNorm;
+    * ``rms_norm_rotary(x, weight, eps, cos, sin)``: an attention head's q or k norm, then its
+      (partial) rotary embedding;
     * ``add_rms_norm(x, delta, weight, eps)``: the residual add and the next RMSNorm, ``(x + delta,
       rms_norm(x + delta))``;
     * ``gdn_gates(a, b, a_log, dt_bias)``: a GDN layer's per-head log decay (float32) and write
@@ -98,6 +104,7 @@ class Ops:
     """
 
     rms_norm: Callable[..., torch.Tensor]
+    rms_norm_rotary: Callable[..., torch.Tensor]
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     gdn_gates: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     short_conv: Callable[..., torch.Tensor]

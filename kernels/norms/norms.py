@@ -34,6 +34,31 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out.reshape(x.shape)
 
 
+def rms_norm_rotary(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
+    """An attention head's q or k norm and its rotary embedding in one launch (contract of
+    :func:`reference.rms_norm_rotary`): x [T, H, D] (heads may be a strided view, unit stride in D),
+    weight [D], cos / sin [T, rot]; a new [T, H, D] tensor in x's dtype."""
+    tokens, heads, size = x.shape
+    rot = cos.shape[-1]
+    if rot % 2 or rot > size or sin.shape != cos.shape or cos.shape[0] != tokens:
+        raise ValueError(
+            f"cos / sin must be [T, even rot <= {size}], got {tuple(cos.shape)} / {tuple(sin.shape)}"
+        )
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cos = cos if cos.stride(-1) == 1 else cos.contiguous()
+    sin = sin if sin.stride(-1) == 1 else sin.contiguous()
+    out = torch.empty(tokens, heads, size, dtype=x.dtype, device=x.device)
+    if tokens * heads:
+        tk.rms_norm_rotary_kernel[(tokens * heads,)](
+            x, weight, cos, sin, out, size, heads, rot, x.stride(0), x.stride(1), cos.stride(0), sin.stride(0),
+            out.stride(0), out.stride(1), eps, BLOCK_D=triton.next_power_of_2(size),
+        )  # fmt: skip
+    return out
+
+
 def add_rms_norm(
     x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

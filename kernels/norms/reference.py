@@ -16,6 +16,25 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (normed * (1.0 + weight.float())).to(x.dtype)
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of the first ``cos.shape[-1]`` dims of x [T, H, D] (half-split pairs:
+    dim i with dim i + rot/2), the rest passed; cos, sin [T, rot], in x's dtype op by op."""
+    dim = cos.shape[-1]
+    rotated, passed = x[..., :dim], x[..., dim:]
+    first, second = rotated[..., : dim // 2], rotated[..., dim // 2 :]
+    turned = torch.cat([-second, first], dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat([rotated * cos + turned * sin, passed], dim=-1)
+
+
+def rms_norm_rotary(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, cos: torch.Tensor, sin: torch.Tensor
+) -> torch.Tensor:
+    """An attention head's q or k norm, then its rotary embedding: ``rotate(rms_norm(x), cos, sin)``
+    (the norm rounded to x's dtype first, as the model runs them). x [T, H, D]; weight [D]."""
+    return rotate(rms_norm(x, weight, eps), cos, sin)
+
+
 def add_rms_norm(
     x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

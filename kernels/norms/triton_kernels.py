@@ -21,6 +21,36 @@ def rms_norm_kernel(x_ptr, w_ptr, out_ptr, size, stride_x, stride_o, eps, BLOCK_
 
 
 @triton.jit
+def rms_norm_rotary_kernel(
+    x_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr, size, heads, rot, stride_xt, stride_xh, stride_c, stride_s,
+    stride_ot, stride_oh, eps, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """One head row: n = x / rms(x) * (1 + w) rounded to the dtype, then the rotary embedding over
+    its first ``rot`` dims (dim i pairs with i + rot/2), float32 inside, one rounding at the end."""
+    row = tl.program_id(0)
+    t = (row // heads).to(tl.int64)
+    h = (row % heads).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < size
+    base = x_ptr + t * stride_xt + h * stride_xh
+    x = tl.load(base + cols, mask=ok, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, 0) / size + eps)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    normed = (x * inv * (1.0 + w)).to(out_ptr.dtype.element_ty).to(tl.float32)
+    half = rot // 2
+    rotating = cols < rot
+    partner = tl.where(cols < half, cols + half, cols - half)
+    px = tl.load(base + partner, mask=rotating, other=0.0).to(tl.float32)
+    pw = tl.load(w_ptr + partner, mask=rotating, other=0.0).to(tl.float32)
+    paired = (px * inv * (1.0 + pw)).to(out_ptr.dtype.element_ty).to(tl.float32)
+    turned = tl.where(cols < half, -paired, paired)
+    cos = tl.load(cos_ptr + t * stride_c + cols, mask=rotating, other=1.0).to(tl.float32)
+    sin = tl.load(sin_ptr + t * stride_s + cols, mask=rotating, other=0.0).to(tl.float32)
+    out = tl.where(rotating, normed * cos + turned * sin, normed)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + cols, out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def add_rms_norm_kernel(
     x_ptr, d_ptr, w_ptr, sum_ptr, out_ptr, size, stride_x, stride_d, stride_s, stride_o, eps,
     BLOCK_D: tl.constexpr,

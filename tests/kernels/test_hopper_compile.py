@@ -28,7 +28,8 @@ pytestmark = [
 #: 64-token commit + denoise step). They run for every block of every answer, each over a few dozen
 #: rows, so nothing hides a spill's round trip through local memory: a spill here is a regression.
 DECODE = (
-    "rms_norm_kernel",  # the layers' norms, the attention's q / k norms
+    "rms_norm_kernel",  # the layers' norms
+    "rms_norm_rotary_kernel",  # the attention's q / k norms and rotary embedding
     "add_rms_norm_kernel",  # the residual add and the post-attention norm
     "gates_kernel",  # the GDN gates
     "gated_norm_kernel",  # the GDN output norm (and the branch mix)

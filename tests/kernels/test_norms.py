@@ -50,6 +50,26 @@ def test_add_rms_norm_matches_reference(dtype: torch.dtype, poisoned_allocations
         norms.add_rms_norm(x, delta[:, :2], w.to(dtype), 1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_rotary_matches_reference(dtype: torch.dtype, poisoned_allocations: None) -> None:
+    """The q norm and partial rotary on a strided view of the projection (query then gate per head)."""
+    tokens, heads, size, rot = 5, 3, 40, 16
+    x = rand(tokens, heads, 2 * size, seed=11).to(dtype)[..., :size]
+    w = rand(size, seed=12).to(dtype)
+    angles = torch.arange(7, 7 + tokens).float()[:, None] * (0.3 ** torch.arange(rot // 2).float())[None, :]
+    angles = torch.cat([angles, angles], dim=-1).to(DEVICE)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    got = norms.rms_norm_rotary(x, w, 1e-6, cos, sin)
+    want = reference.rms_norm_rotary(x, w, 1e-6, cos, sin)
+    assert got.dtype == dtype and got.shape == want.shape
+    # float32: sums in another order (1e-5). float16: the reference rounds after each multiply and
+    # the add, the kernel once at the end: up to two roundings of 2**-11 on values up to ~4 (4e-3)
+    tolerance = 1e-5 if dtype == torch.float32 else 4e-3
+    torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
+    with pytest.raises(ValueError, match="cos / sin must be"):
+        norms.rms_norm_rotary(x, w, 1e-6, cos[:, :15], sin[:, :15])
+
+
 def test_gated_rms_norm_matches_reference(poisoned_allocations: None) -> None:
     x, gate, w = rand(9, 3, 36, seed=5), rand(9, 3, 36, seed=6), rand(36, seed=7)
     got = norms.gated_rms_norm(x, gate, w, 1e-6)
