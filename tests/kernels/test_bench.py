@@ -44,6 +44,7 @@ def test_clover_sizes_are_the_shipped_config() -> None:
         "heads": text["num_attention_heads"],
         "kv_heads": text["num_key_value_heads"],
         "head_dim": text["head_dim"],
+        "rotary_dim": CloverConfig.from_dict(raw).rotary_dim,  # head_dim x partial_rotary_factor
         "gdn_key_heads": text["linear_num_key_heads"],
         "gdn_value_heads": text["linear_num_value_heads"],
         "gdn_key_dim": text["linear_key_head_dim"],
