@@ -60,6 +60,7 @@ def problem_key(experts: int, hidden: int, inner: int, top_k: int, dtype: torch.
     return f"E{experts}-H{hidden}-I{inner}-K{top_k}-{str(dtype).removeprefix('torch.')}-{quant}"
 
 
+@functools.lru_cache(maxsize=16)
 def device_table_name(device: torch.device) -> str:
     """The shipped table's file name for ``device``'s GPU model (``NVIDIA H200`` -> ``nvidia_h200.json``)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
@@ -71,10 +72,16 @@ def table_path(device: torch.device) -> Path:
     return Path(named) if named else TABLES / device_table_name(device)
 
 
-@functools.lru_cache(maxsize=8)
-def _read(path: str, mtime: float) -> dict[str, dict[int, Tiles]]:
+@functools.lru_cache(maxsize=16)
+def _read(path: Path, named: bool) -> dict[str, dict[int, Tiles]]:
+    """The table at ``path``, read once per process (every MoE launch asks: no file system access
+    on that path after the first); ``named``: the path came from the environment variable."""
+    if not path.is_file():
+        if named:
+            raise ValueError(f"{TABLE_VARIABLE} names {path}, which is not a file")
+        return {}
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = json.loads(path.read_text())
         return {
             key: {int(tokens): Tiles(**tiles) for tokens, tiles in by_tokens.items()}
             for key, by_tokens in raw["problems"].items()
@@ -84,12 +91,8 @@ def _read(path: str, mtime: float) -> dict[str, dict[int, Tiles]]:
 
 
 def load_table(path: Path) -> dict[str, dict[int, Tiles]]:
-    """``{problem key: {tokens: Tiles}}`` from a table file ({} when there is none)."""
-    if not path.is_file():
-        if os.environ.get(TABLE_VARIABLE):
-            raise ValueError(f"{TABLE_VARIABLE} names {path}, which is not a file")
-        return {}
-    return _read(str(path), path.stat().st_mtime)
+    """``{problem key: {tokens: Tiles}}`` from a table file ({} when there is none), read once."""
+    return _read(path, bool(os.environ.get(TABLE_VARIABLE)))
 
 
 def tiles_for(
@@ -130,3 +133,4 @@ def write_table(
     body = {"device": device_name, "notes": notes, "problems": merged}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+    _read.cache_clear()  # a table read before this write is stale now
