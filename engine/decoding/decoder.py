@@ -49,7 +49,7 @@ class BlockDecoder:
         prefix_cache: PrefixCache | None = None,
         *,
         cuda_graphs: bool = False,
-        workspace: bool | None = None,
+        workspace: bool = False,
         choice: str = "auto",
     ) -> None:
         self.model = model
@@ -64,8 +64,8 @@ class BlockDecoder:
             self.eager_reason = f"the model is on {model.device}, and CUDA graphs need a CUDA device"
             log.info("CUDA graphs off: %s; decoding steps run eager", self.eager_reason)
         #: Decode every call in one cache (a snapshot is copied into it) so that the graphs captured
-        #: on its buffers serve every later call: on by default with graphs.
-        self.keep_workspace = self.cuda_graphs if workspace is None else workspace
+        #: on its buffers serve every later call: always with graphs, else when asked for.
+        self.keep_workspace = self.cuda_graphs or workspace
         self.workspace: ModelCache | None = None
         self.step_graphs: StepGraphs | None = None
         self.current: DecodeCall | None = None  # the call decoding in the workspace
@@ -244,10 +244,7 @@ class DecodeCall:
             cache = into
         if cache is None:
             cache = self.model.new_cache(capacity)
-        if decoder.keep_workspace:
-            self.graphs = decoder.step_graphs
-        elif decoder.cuda_graphs:
-            self.graphs = StepGraphs(self.model, cache)
+        self.graphs = decoder.step_graphs  # None without CUDA graphs
         self.reused = cache.length
         self.commits_before = cache.commits
         return cache
