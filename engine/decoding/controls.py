@@ -217,8 +217,6 @@ class LogitsControls:
                 if ending
                 else 0.0
             )
-        if not thinking:
-            think_bias = [0.0] * len(think_bias)
         return think_bias, end_bias, forced
 
 
