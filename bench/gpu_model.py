@@ -69,6 +69,7 @@ def random_model(
         else:  # projections, convolutions, experts, router: unit-variance outputs
             fan_in = param.shape[-1] if param.dim() > 1 else 1
             param.normal_(0.0, 1.0 / math.sqrt(fan_in), generator=gen)
+    model.fuse_projections()  # as the loader leaves a checkpoint's model: what the engine runs
     model.eval()
     return model
 
