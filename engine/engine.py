@@ -63,8 +63,10 @@ class Engine:
         ``kernels``: per-operator implementation choice (``ops.py``). ``cuda_graphs``: replay the
         fixed-shape decoding steps as CUDA graphs (``graphs.py``), captured once per step shape and
         reused by every later call; None (the default): on where the model is on a CUDA device.
-        :meth:`decoding_steps` says how they run. The tokenizer is optional: a folder without ``tokenizer.json`` gives
-        ``tokenizer=None``. ``experts``: the routed experts as stored (``"auto"``: an FP8
+        :meth:`decoding_steps` says how they run. With the Triton MoE, its tile table
+        (``CLOVER_MOE_TILES`` or the GPU's shipped one) is read here: a bad one is a ``ValueError``
+        now, not in the middle of an answer. The tokenizer is optional: a folder without
+        ``tokenizer.json`` gives ``tokenizer=None``. ``experts``: the routed experts as stored (``"auto"``: an FP8
         checkpoint's stay FP8), ``"dense"`` in ``dtype``, or quantised on load to ``"fp8"`` or
         ``"int4"`` (``int4_group`` inputs per scale); docs/quantization.md.
         """
@@ -78,6 +80,10 @@ class Engine:
             experts=experts,
             int4_group=int4_group,
         )
+        if model.ops.backends["sparse_moe"] == "triton":
+            from clover_agent.kernels.moe.tiles import load_table, table_path
+
+            load_table(table_path(model.device))
         return cls(model, config, load_tokenizer(model_dir), model_dir=model_dir, cuda_graphs=cuda_graphs)
 
     def decoding_steps(self) -> str:

@@ -68,6 +68,19 @@ def test_a_bad_table_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 @requires_triton
+def test_the_engine_names_a_bad_table_when_it_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read when the model loads with the Triton MoE, not at its first launch mid-answer."""
+    from clover_agent.engine.engine import Engine
+    from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+
+    checkpoint = write_tiny_checkpoint(tmp_path / "ckpt", seed=1)
+    monkeypatch.setenv(TABLE_VARIABLE, str(tmp_path / "absent.json"))
+    with pytest.raises(ValueError, match=r"names .*absent\.json, which is not a file"):
+        Engine.from_pretrained(checkpoint, kernels={"sparse_moe": "triton"}, progress=None)
+    assert Engine.from_pretrained(checkpoint, kernels="torch", progress=None)  # the PyTorch MoE reads none
+
+
+@requires_triton
 def test_tuning_writes_a_table_the_launcher_then_uses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
