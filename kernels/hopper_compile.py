@@ -76,6 +76,9 @@ class Compiled:
     #: Hopper's warpgroup MMA (``wgmma.mma_async``) instructions in the PTX; 0 with ``mma.sync``
     #: (the Ampere tensor-core path) or no tensor cores at all.
     wgmma: int | None = None
+    #: The distinct tensor-core instructions in the PTX (``mma.sync...`` or ``wgmma.mma_async...``
+    #: with their shapes and operand types, e.g. ``...f32.bf16.bf16.f32``): what the products run on.
+    mma: list[str] = field(default_factory=list)
     seconds: float = 0.0
     #: The package's helper ``@triton.jit`` functions it calls (inlined), by ``module.name``.
     calls: list[str] = field(default_factory=list)
@@ -427,6 +430,7 @@ def _compile(launch: _Launch) -> None:
     ptx = kernel.asm.get("ptx", "")
     row.barriers = len(re.findall(r"\b(?:bar|barrier)\.sync\b", ptx))
     row.wgmma = len(re.findall(r"\bwgmma\.mma_async\b", ptx))
+    row.mma = sorted(set(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)(?:\.\w+)+", ptx)))
     # the initial IR names each function it calls by module, name and specialisation
     called = re.findall(r"tt\.call @\"?([\w.]+?)__", kernel.asm.get("source", ""))
     row.calls = sorted({name for name in called if name.startswith("clover_agent.")})

@@ -5,6 +5,11 @@ and gated RMSNorm epilogue, and the per-head gates (decay and write strength) in
 from clover_agent.kernels.runtime import available, triton_problem
 
 if triton_problem() != "triton is not installed":
-    from clover_agent.kernels.gated_delta_rule.gdn import gated_delta_net, gated_delta_rule, gdn_gates
+    from clover_agent.kernels.gated_delta_rule.gdn import (
+        chunk_precision,
+        gated_delta_net,
+        gated_delta_rule,
+        gdn_gates,
+    )
 
-__all__ = ["available", "gated_delta_net", "gated_delta_rule", "gdn_gates"]
+__all__ = ["available", "chunk_precision", "gated_delta_net", "gated_delta_rule", "gdn_gates"]

@@ -12,7 +12,6 @@ import triton
 
 from clover_agent.kernels.gated_delta_rule import triton_kernels as tk
 from clover_agent.kernels.norms.norms import gdn_output
-from clover_agent.kernels.runtime import dot_precision
 
 #: Longest input the step-by-step kernel takes under ``method="auto"`` (a fused 64-token step).
 RECURRENT_MAX_STEPS = 64
@@ -24,12 +23,25 @@ CHUNK = 32
 #: slice in 32 registers a thread, and give the decoding steps 16 x 32 x 2 = 1,024 programs.
 RECURRENT_BLOCK_V = 8
 RECURRENT_WARPS = 1
-#: State columns per program of the chunk scan, and its warps: with eight, its [128, 32] state
-#: slice and its chunk's q, k and w tiles fit the registers (four spilled ~15 KB a thread).
-SCAN_BLOCK_V = 32
+#: State columns per program of the chunk scan, and its warps. With bf16 operands at sm_90, eight
+#: warps over 16 columns fit the registers (172 a thread, no spill) and give Clover's 32 value heads
+#: 256 programs; 32 columns spilled 24 bytes a thread, and four warps spilled at every width
+#: (tests/kernels/test_hopper_compile.py holds the no-spill part).
+SCAN_BLOCK_V = 16
 SCAN_WARPS = 8
 
 Method = Literal["auto", "recurrent", "chunk"]
+
+#: How the chunked kernels' matrix products take their operands, by the model's dtype: a
+#: half-precision model's on the tensor cores in its own type (float32 sums, as
+#: flash-linear-attention does), a float32 model's exactly (no TF32), so a float32 run checks the
+#: same arithmetic as the reference.
+_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def chunk_precision(dtype: torch.dtype) -> str:
+    """The chunked kernels' ``PRECISION`` for inputs of ``dtype`` (see ``triton_kernels``)."""
+    return _PRECISION.get(dtype, "ieee")
 
 
 def gdn_gates(
@@ -149,10 +161,13 @@ def _scan(
 
 def _chunk_forward(q, k, v, g, beta, state, scale, out, state_out, store, strides, shape, block_k) -> None:  # type: ignore[no-untyped-def]
     steps, value_heads, head_v = v.shape
-    # Tensor cores (TF32 operands, float32 sums) for half-precision models; exact float32 for float32.
-    precision = dot_precision(q.dtype)
-    w = torch.empty(steps, value_heads, k.shape[2], dtype=torch.float32, device=v.device)
-    u = torch.empty(steps, value_heads, head_v, dtype=torch.float32, device=v.device)
+    precision = chunk_precision(q.dtype)
+    # Between the two kernels a half-precision model's w and u are kept in its own type, as
+    # flash-linear-attention keeps them (half the traffic; w is rounded to it for its product
+    # anyway); a float32 model's stay exact.
+    between = torch.float32 if precision == "ieee" else q.dtype
+    w = torch.empty(steps, value_heads, k.shape[2], dtype=between, device=v.device)
+    u = torch.empty(steps, value_heads, head_v, dtype=between, device=v.device)
     tk.chunk_prepare_kernel[(triton.cdiv(steps, CHUNK), value_heads)](
         q,
         k,
@@ -223,7 +238,7 @@ def _chunk_local(q, k, v, g, beta, scale, out, block_size, strides, shape, block
         BLOCK_T=max(16, triton.next_power_of_2(block_size)),
         BLOCK_K=block_k,
         BLOCK_V=max(16, triton.next_power_of_2(head_v)),
-        PRECISION=dot_precision(q.dtype),
+        PRECISION=chunk_precision(q.dtype),
     )
 
 

@@ -3,7 +3,10 @@
 ``recurrent_kernel`` runs step by step, for short inputs: the forward scan from the committed state
 and Clover's in-block backward branch in one launch. ``chunk_prepare_kernel`` and
 ``chunk_scan_kernel`` are the chunked (WY) form for prompt prefill. Each kernel's comment says how
-it splits the work. All arithmetic is float32; ``PRECISION`` is the ``tl.dot`` input precision.
+it splits the work. Arithmetic is float32. ``PRECISION`` says how the chunked kernels' matrix
+products take their operands: ``"ieee"`` (or ``"tf32"``) is ``tl.dot``'s input precision on float32
+operands; ``"bf16"`` and ``"fp16"`` round the operands to that half type for the tensor cores (as
+flash-linear-attention's chunked kernels do), the sums staying float32.
 """
 
 from __future__ import annotations
@@ -12,6 +15,17 @@ import triton
 import triton.language as tl
 
 import clover_agent.kernels.runtime  # noqa: F401  (decides interpretation before these kernels)
+
+
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    """``a @ b`` with float32 sums; operands rounded to ``PRECISION``'s half type (see the module)."""
+    if PRECISION == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif PRECISION == "fp16":
+        return tl.dot(a.to(tl.float16), b.to(tl.float16))
+    else:
+        return tl.dot(a, b, input_precision=PRECISION)
 
 
 @triton.jit
@@ -179,7 +193,7 @@ def chunk_prepare_kernel(
     log_decay = tl.cumsum(g, 0)
     lower = i[:, None] >= i[None, :]
     decay = tl.exp(tl.where(lower, log_decay[:, None] - log_decay[None, :], float("-inf")))
-    kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    kk = _dot(k, tl.trans(k), PRECISION)
     a = tl.where(i[:, None] > i[None, :], beta[:, None] * kk * decay, 0.0)
     # (I + a)^-1 by forward substitution: row r = e_r - a[r, :] @ inverse (rows < r final already)
     inverse = tl.where(i[:, None] == i[None, :], 1.0, 0.0)
@@ -187,16 +201,16 @@ def chunk_prepare_kernel(
         a_r = tl.sum(tl.where(i[:, None] == r, a, 0.0), 0)
         row = tl.where(i == r, 1.0, 0.0) - tl.sum(a_r[:, None] * inverse, 0)
         inverse = tl.where(i[:, None] == r, row[None, :], inverse)
-    u = tl.dot(inverse, v.to(tl.float32) * beta[:, None], input_precision=PRECISION)
+    u = _dot(inverse, v.to(tl.float32) * beta[:, None], PRECISION)
     if LOCAL:
         q = _load_qk(q_ptr + hk * stride_qh, t, ok, ks, k_ok, stride_qt, NORMALIZE)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * decay
-        o = tl.dot(qk, u, input_precision=PRECISION) * scale
+        qk = _dot(q, tl.trans(k), PRECISION) * decay
+        o = _dot(qk, u, PRECISION) * scale
         tl.store(
             u_ptr + t[:, None] * stride_ut + h * stride_uh + vs[None, :], o, mask=ok[:, None] & v_ok[None, :]
         )
     else:
-        w = tl.dot(inverse, k * (beta * tl.exp(log_decay))[:, None], input_precision=PRECISION)
+        w = _dot(inverse, k * (beta * tl.exp(log_decay))[:, None], PRECISION)
         tl.store(
             w_ptr + t[:, None] * stride_wt + h * stride_wh + ks[None, :], w, mask=ok[:, None] & k_ok[None, :]
         )
@@ -269,17 +283,17 @@ def chunk_scan_kernel(
         )
         log_decay = tl.cumsum(g, 0)
         total = tl.sum(g, 0)
-        u = u - tl.dot(w, s, input_precision=PRECISION)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        u = u - _dot(w, s, PRECISION)
+        qk = _dot(q, tl.trans(k), PRECISION)
         qk = qk * tl.exp(tl.where(lower, log_decay[:, None] - log_decay[None, :], float("-inf")))
-        o = tl.dot(q * tl.exp(log_decay)[:, None], s, input_precision=PRECISION)
-        o = (o + tl.dot(qk, u, input_precision=PRECISION)) * scale
+        o = _dot(q * tl.exp(log_decay)[:, None], s, PRECISION)
+        o = (o + _dot(qk, u, PRECISION)) * scale
         tl.store(
             out_ptr + t[:, None] * stride_ot + h * stride_oh + vs[None, :],
             o,
             mask=ok[:, None] & v_ok[None, :],
         )
         k_to_end = k * tl.exp(total - log_decay)[:, None]
-        s = s * tl.exp(total) + tl.dot(tl.trans(k_to_end), u, input_precision=PRECISION)
+        s = s * tl.exp(total) + _dot(tl.trans(k_to_end), u, PRECISION)
     if STORE:
         tl.store(state_out_ptr + state_offs, s, mask=state_mask)

@@ -131,24 +131,31 @@ def test_gated_delta_net_forward_only_and_state_in_place(poisoned_allocations: N
 
 @pytest.mark.parametrize("steps", [9, 70])  # the step-by-step kernel; the chunked one (3 chunks)
 def test_gated_delta_net_half_inputs(steps: int, poisoned_allocations: None) -> None:
-    """Half-precision inputs: the chunked kernels' dots run on tensor cores (TF32 operands, float32
-    sums; the interpreter computes them in float32) instead of exact float32 FMAs."""
+    """Half-precision inputs: the chunked kernels' matrix products take operands in the model's half
+    type on the tensor cores (``PRECISION="fp16"`` here, ``"bf16"`` for Clover's weights), float32
+    sums, and keep w and u in it between the kernels, as flash-linear-attention does; the output and
+    the committed state stay within half-precision roundings of the float32 reference."""
+    assert gdr.chunk_precision(torch.float16) == "fp16" and gdr.chunk_precision(torch.bfloat16) == "bf16"
+    assert gdr.chunk_precision(torch.float32) == "ieee"
     t = delta_inputs(steps, 1, 2, 16, 16, decay=0.5, seed=9)
     n = net_inputs(steps, 2, 16, seed=9)
     half = {name: t[name].half() for name in ("q", "k", "v")}
     z = n["z"].half()
-    out, _ = gdr.gated_delta_net(
+    commit = steps - 4
+    out, state = gdr.gated_delta_net(
         half["q"], half["k"], half["v"], t["g"], t["beta"].half(), t["state"], 0.25, z, n["norm_weight"], 1e-6,
-        block_size=4, mix_logits=n["mix_logits"],
+        block_size=4, mix_logits=n["mix_logits"], commit=commit,
     )  # fmt: skip
-    want, _ = reference.gated_delta_net(
+    want, want_state = reference.gated_delta_net(
         *(half[name].float() for name in ("q", "k", "v")), t["g"], t["beta"].half().float(), t["state"], 0.25,
-        z.float(), n["norm_weight"], 1e-6, block_size=4, mix_logits=n["mix_logits"],
+        z.float(), n["norm_weight"], 1e-6, block_size=4, mix_logits=n["mix_logits"], commit=commit,
     )  # fmt: skip
-    assert out.dtype == torch.float16
-    # float16 inputs and output against float32 on the same values: float16 roundings (2**-11) through
-    # the scan and the norm
+    assert out.dtype == torch.float16 and state is not None and state.dtype == torch.float32
+    # float16 inputs, operands and output against float32 on the same values: float16 roundings
+    # (2**-11 relative) of the products' operands through the scan and the norm
     torch.testing.assert_close(out.float(), want, rtol=5e-3, atol=5e-3)
+    # the state is float32 but built from float16-rounded operands over up to 66 steps
+    torch.testing.assert_close(state, want_state, rtol=5e-3, atol=5e-3)
 
 
 def test_gated_delta_net_rejects_bad_arguments() -> None:

@@ -153,11 +153,13 @@ def test_prefill_chunks_run_the_expert_gemms_on_hoppers_warpgroup_mma(
 def test_the_chunked_gated_delta_rule_uses_tensor_cores_without_spills(
     report: dict[str, Any], kernel: str
 ) -> None:
-    """Prompt prefill's GDN kernels at the model's bf16 sizes: their dots on tensor cores (TF32
-    operands, float32 sums: ``PRECISION=tf32``, not the exact-float32 FMAs of ``ieee``) and no
-    register spills (with exact float32 dots and four warps the scan spilled 14.9/17.7 KB a thread)."""
+    """Prompt prefill's GDN kernels at the model's bf16 sizes: every matrix product on tensor cores
+    with bf16 operands and float32 sums (``PRECISION=bf16``; the PTX holds only bf16 MMA
+    instructions, no TF32 ones, nor the exact-float32 FMAs of ``ieee``) and no register spills (with
+    exact float32 dots and four warps the scan spilled 14.9/17.7 KB a thread)."""
     for row in _rows(report, kernel):
-        assert row["constexprs"]["PRECISION"] == "tf32", _numbers(row)
+        assert row["constexprs"]["PRECISION"] == "bf16", _numbers(row)
+        assert row["mma"] and all(".bf16.bf16" in mma for mma in row["mma"]), row["mma"]
         assert row["ok"] and not row["spills"], _numbers(row)
 
 
