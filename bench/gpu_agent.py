@@ -120,7 +120,11 @@ def _turn(
         row.update(reused_tokens=result.reused_tokens, tokens_per_forward=result.tokens_per_forward)
     if graphs is not None:
         row.update(
-            graph_captures=graphs.captures, graph_replays=graphs.replays, graph_failures=dict(graphs.failed)
+            graph_captures=graphs.captures,
+            graph_replays=graphs.replays,
+            # denoising passes replayed with their token choice in the graph (ChoiceProgram)
+            graph_pass_replays=sum(n for key, n in graphs.replayed.items() if isinstance(key, tuple)),
+            graph_failures={str(key): why for key, why in graphs.failed.items()},
         )
     return row, generated
 

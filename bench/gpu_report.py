@@ -168,8 +168,8 @@ def _agent(agent: dict[str, Any]) -> list[str]:
         f"The agent's path (one decoder, prefix cache, CUDA graphs {'on' if agent['cuda_graphs'] else 'off'}):",
         "",
         "| turn | prompt tokens | reused | tokens | first block s | decode tokens/s | tokens per forward "
-        "| graph captures | graph replays | finished |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| graph captures | graph replays | of them passes with their choice | finished |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for turn in ("first_turn", "second_turn"):
         if turn not in agent:
@@ -179,7 +179,7 @@ def _agent(agent: dict[str, Any]) -> list[str]:
             f"| {turn.replace('_', ' ')} | {row['prompt_tokens']:,} | {_fmt(row.get('reused_tokens'), ',')} | "
             f"{row['tokens']:,} | {_fmt(row['first_block_s'], '.3f')} | {_fmt(row.get('decode_tokens_per_s'), ',.1f')} | "
             f"{_fmt(row.get('tokens_per_forward'), '.2f')} | {_fmt(row.get('graph_captures'), 'd')} | "
-            f"{_fmt(row.get('graph_replays'), ',')} | {row['finished']} |"
+            f"{_fmt(row.get('graph_replays'), ',')} | {_fmt(row.get('graph_pass_replays'), ',')} | {row['finished']} |"
         )
     failures = {
         k: v

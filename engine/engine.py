@@ -95,7 +95,10 @@ class Engine:
             if failed:
                 shapes = "; ".join(f"{shape}: {why}" for shape, why in failed.items())
                 return f"CUDA graphs, but these steps run eager, their capture failed: {shapes}"
-            return "CUDA graphs (captured once per step shape, reused by every call)"
+            return (
+                "CUDA graphs (captured once per step shape, a denoising pass with its token choice, "
+                "reused by every call)"
+            )
         if decoder.eager_reason is not None:
             return f"eager: {decoder.eager_reason}"
         return "eager (CUDA graphs off)"

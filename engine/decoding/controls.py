@@ -148,16 +148,8 @@ class LogitsControls:
         from clover_agent.kernels.low_confidence import LogitsAdjustment
 
         device = self.counts.device
-        pairs = [(pos, tok) for pos, tok, done in zip(positions, tokens, decided, strict=True) if done]
-        think_bias, end_bias, forced = self._steering(positions, self._think_end_at(pairs))
-        columns = [
-            (token, bias)
-            for token, bias in ((self.tokens.think_end, think_bias), (self.tokens.response_end, end_bias))
-            if any(bias)
-        ]
-        forced_token = [-1] * len(positions)
-        for row in forced:
-            forced_token[row] = self.tokens.think_end  # type: ignore[assignment]  # forced: thinking has </think>
+        biases, forced_token = self.pass_numbers(positions, tokens, decided)
+        columns = [(token, bias) for token, bias in biases if any(bias)]
         p = self.params
         return LogitsAdjustment(
             counts=self.counts if self.penalizing else None,
@@ -173,8 +165,36 @@ class LogitsControls:
                 if columns
                 else None
             ),
-            forced_token=upload(forced_token, device) if forced else None,
+            forced_token=upload(forced_token, device) if any(t >= 0 for t in forced_token) else None,
         )
+
+    def layout(self) -> tuple[tuple[int, ...], bool]:
+        """The token columns this call's controls may ever bias, and whether they may force a row:
+        the fixed layout of the numbers :meth:`pass_numbers` gives (a captured pass's buffers)."""
+        p = self.params
+        forcing = p.thinking and self.tokens.think_end is not None and p.thinking_budget is not None
+        return tuple(token for token, _ in self._columns()), forcing
+
+    def _columns(self) -> list[tuple[int, str]]:
+        p, think_end, response_end = self.params, self.tokens.think_end, self.tokens.response_end
+        columns = [(think_end, "think")] if p.thinking and think_end is not None else []
+        if p.end_bias_start is not None and response_end is not None:
+            columns.append((response_end, "end"))
+        return columns
+
+    def pass_numbers(
+        self, positions: Sequence[int], tokens: Sequence[int], decided: Sequence[bool]
+    ) -> tuple[list[tuple[int, list[float]]], list[int]]:
+        """A block step's steering numbers in :meth:`layout`'s order: (column token, its bias per
+        row) for each column (zeros where nothing applies now), and the token each row is forced
+        to (-1: none)."""
+        pairs = [(pos, tok) for pos, tok, done in zip(positions, tokens, decided, strict=True) if done]
+        think_bias, end_bias, forced = self._steering(positions, self._think_end_at(pairs))
+        steering = {"think": think_bias, "end": end_bias}
+        forced_token = [-1] * len(positions)
+        for row in forced:
+            forced_token[row] = self.tokens.think_end  # type: ignore[assignment]  # forced: thinking has </think>
+        return [(token, steering[kind]) for token, kind in self._columns()], forced_token
 
     def _steering(
         self, positions: Sequence[int], think_end_at: int | None

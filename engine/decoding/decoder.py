@@ -19,7 +19,13 @@ from clover_agent.engine.decoding.autoregressive import autoregressive
 from clover_agent.engine.decoding.choice import choose_tokens, low_confidence_fill
 from clover_agent.engine.decoding.controls import ControlTokens, LogitsControls
 from clover_agent.engine.decoding.diffusion import diffusion
-from clover_agent.engine.decoding.fused_choice import CHOICES, FusedChoice, fused_choice_problem
+from clover_agent.engine.decoding.fused_choice import (
+    CHOICES,
+    ChoiceProgram,
+    FusedChoice,
+    fused_choice_problem,
+    read_pass,
+)
 from clover_agent.engine.decoding.graphs import StepGraphs, StepShape
 from clover_agent.engine.decoding.prefix_cache import PrefixCache
 from clover_agent.engine.decoding.sampling import FinishReason, GenerationResult, SamplingParams
@@ -51,6 +57,7 @@ class BlockDecoder:
         cuda_graphs: bool = False,
         workspace: bool = False,
         choice: str = "auto",
+        rehearse_graphs: bool = False,
     ) -> None:
         self.model = model
         self.config: CloverConfig = model.config
@@ -63,9 +70,15 @@ class BlockDecoder:
         if cuda_graphs and not self.cuda_graphs:
             self.eager_reason = f"the model is on {model.device}, and CUDA graphs need a CUDA device"
             log.info("CUDA graphs off: %s; decoding steps run eager", self.eager_reason)
+        #: Run every step through ``StepGraphs`` without CUDA: each "replay" runs the step eagerly on
+        #: the graphs' static buffers (``StepGraphs(rehearse=True)``), how tests on the CPU check
+        #: everything a GPU's graphs do but the graphs themselves.
+        self.rehearse_graphs = rehearse_graphs and not self.cuda_graphs
         #: Decode every call in one cache (a snapshot is copied into it) so that the graphs captured
         #: on its buffers serve every later call: always with graphs, else when asked for.
-        self.keep_workspace = self.cuda_graphs or workspace
+        self.keep_workspace = self.cuda_graphs or self.rehearse_graphs or workspace
+        #: The static buffers of denoising passes captured with their token choice (made on first use).
+        self.choice_program: ChoiceProgram | None = None
         self.workspace: ModelCache | None = None
         self.step_graphs: StepGraphs | None = None
         self.current: DecodeCall | None = None  # the call decoding in the workspace
@@ -88,9 +101,14 @@ class BlockDecoder:
             log.info("decoding workspace grows to %d tokens; steps are captured again", rows)
         self.workspace = self.step_graphs = None  # free the old buffers and graphs first
         self.workspace = self.model.new_cache(rows)
-        if self.cuda_graphs:
-            self.step_graphs = StepGraphs(self.model, self.workspace)
+        if self.cuda_graphs or self.rehearse_graphs:
+            self.step_graphs = StepGraphs(self.model, self.workspace, rehearse=self.rehearse_graphs)
         return self.workspace
+
+    def program(self) -> ChoiceProgram:
+        if self.choice_program is None:
+            self.choice_program = ChoiceProgram(self.config.block_size, self.config.vocab_size, self.device)
+        return self.choice_program
 
     @property
     def device(self) -> torch.device:
@@ -177,6 +195,8 @@ class DecodeCall:
         self.text_offset = 0
         self.chunks_seen = 0
         self.graphs: StepGraphs | None = None
+        #: Denoising passes captured with their token choice (graphs, the fused step, diffusion).
+        self.program: ChoiceProgram | None = None
         self.fused: FusedChoice | None = None
         if decoder.choice != "torch" and (decoder.choice == "triton" or decoder.device.type == "cuda"):
             problem = fused_choice_problem(params, decoder.device)
@@ -196,12 +216,7 @@ class DecodeCall:
         logit_rows: int | None = None,
         causal_prefix: int = 0,
     ) -> torch.Tensor:
-        self.forwards += 1
-        if self.decoder.keep_workspace and self.decoder.current is not self:
-            raise RuntimeError(
-                "another call started on this decoder since this one: its state is gone (finish or "
-                "drop a stream before the next call)"
-            )
+        self._count_forward()
         ids = upload(list(tokens), self.decoder.device)
         if self.graphs is not None and len(ids) in (1, self.block_size, 2 * self.block_size):
             count, rows = len(ids), len(ids) if logit_rows is None else logit_rows
@@ -220,6 +235,69 @@ class DecodeCall:
         return self.model(
             ids, cache, attention=attention, commit=commit, logit_rows=logit_rows, causal_prefix=causal_prefix
         )
+
+    def _count_forward(self) -> None:
+        self._claim()
+        self.forwards += 1
+
+    def _claim(self) -> None:
+        """Stop a call overtaken by a later one on the same workspace before it touches the device."""
+        if self.decoder.keep_workspace and self.decoder.current is not self:
+            raise RuntimeError(
+                "another call started on this decoder since this one: its state is gone (finish or "
+                "drop a stream before the next call)"
+            )
+
+    def denoise_pass(
+        self,
+        prefix: list[int],
+        tokens: list[int],
+        decided: list[bool],
+        cache: ModelCache,
+        *,
+        commit: int = 0,
+        causal_prefix: int = 0,
+    ) -> bool:
+        """A denoising pass over the block ``tokens`` after ``prefix`` (committed with it when
+        ``commit``): the forward, then :meth:`denoise`; with CUDA graphs and the fused choice, both
+        as one captured program (``fused_choice.ChoiceProgram``) for a whole block after nothing or
+        after one block. Returns whether LowConfidence fell back to one slot."""
+        program, graphs, fused, block = self.program, self.graphs, self.fused, self.block_size
+        if (
+            program is not None
+            and graphs is not None
+            and graphs.cache is cache
+            and fused is not None
+            and len(tokens) == block
+            and len(prefix) in (0, block)
+        ):
+            shape = StepShape(len(prefix) + block, "block", commit, causal_prefix, block)
+            variant = program.variant(self, fused, self.threshold)
+            key = (shape, variant)
+            if graphs.fits(shape, key):
+                self._claim()
+                base = len(self.generated)
+                program.stage(self, variant, [base + i for i in range(block)], tokens, decided)
+                outs = graphs.run(
+                    key,
+                    shape,
+                    lambda: program.body(graphs, shape, variant),
+                    prefix=upload(prefix, self.decoder.device) if prefix else None,
+                    state=program.state,
+                )
+                if outs is not None:
+                    self.forwards += 1
+                    fill, fallback = outs
+                    return read_pass(program.tokens, fill, fallback, tokens, decided)
+        logits = self.forward(
+            prefix + tokens,
+            cache,
+            "block",
+            commit=commit or False,
+            causal_prefix=causal_prefix,
+            logit_rows=len(tokens),
+        )
+        return self.denoise(logits, tokens, decided)
 
     def start_cache(self, attention: AttentionRule, max_length: int, multiple_of: int) -> ModelCache:
         """The longest reusable snapshot (or an empty cache) with K/V room for the whole call."""
@@ -245,6 +323,9 @@ class DecodeCall:
         if cache is None:
             cache = self.model.new_cache(capacity)
         self.graphs = decoder.step_graphs  # None without CUDA graphs
+        if self.graphs is not None and self.fused is not None and self.params.mode == "diffusion":
+            self.program = decoder.program()
+            self.program.start(self.fused)
         self.reused = cache.length
         self.commits_before = cache.commits
         return cache
@@ -280,6 +361,8 @@ class DecodeCall:
         every open slot and fill the confident ones (LowConfidence), or all of them with ``fill_all``.
         Returns whether LowConfidence fell back to the single most confident slot. The pass's one
         read-back from the device is here."""
+        if self.program is not None:
+            self.program.staged = None  # this pass changes the block outside the program's buffers
         if self.fused is not None:
             return self.fused.denoise(self, logits, tokens, decided, fill_all)
         open_slots = [i for i, done in enumerate(decided) if not done]

@@ -34,19 +34,19 @@ def diffusion(call: DecodeCall) -> Iterator[StreamEvent]:
         finish: tuple[FinishReason, int] | None = None
         while not all(decided):
             if unfused:
-                logits = call.forward(
-                    unfused + tokens,
+                fallback = call.denoise_pass(
+                    unfused,
+                    tokens,
+                    decided,
                     cache,
-                    "block",
                     commit=len(unfused),
                     causal_prefix=len(unfused) if params.causal_context else 0,
-                    logit_rows=slots,
                 )
                 unfused = []
             else:
-                logits = call.forward(fixed + tokens, cache, "block", logit_rows=slots)
+                fallback = call.denoise_pass(fixed, tokens, decided, cache)
             steps += 1
-            call.fallback_steps += call.denoise(logits, tokens, decided)
+            call.fallback_steps += fallback
             yield BlockProgress(block, cache.length + len(fixed), steps, list(tokens), list(decided))
             finish = _settled(call, tokens, decided, remaining)
             if finish is not None:

@@ -1,4 +1,4 @@
-"""CUDA-graph capture of the fixed-shape decoding steps (CUDA only; the CPU never gets here).
+"""CUDA-graph capture of the fixed-shape decoding steps (CUDA; rehearsed on any device by tests).
 
 A block step has a fixed shape and reads no tensor value on the host, so it can be captured once
 and replayed: one launch instead of thousands (:class:`StepGraphs`). The decoder captures on its
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,13 +30,19 @@ class StepShape:
     logit_rows: int
 
 
+#: What a step program returns: its output tensors (a graph's static outputs).
+Outputs = tuple[torch.Tensor, ...]
+#: A step program: runs a step on its static input ids, returns its outputs.
+Body = Callable[[torch.Tensor], Outputs]
+
+
 class _Captured:
-    def __init__(self, graph: torch.cuda.CUDAGraph, ids: torch.Tensor, out: torch.Tensor) -> None:
-        self.graph, self.ids, self.out = graph, ids, out
+    def __init__(self, replay: Callable[[], None], ids: torch.Tensor, outs: Outputs) -> None:
+        self.replay, self.ids, self.outs = replay, ids, outs
 
 
 class StepGraphs:
-    """Captured forwards of ``model`` on ``cache``, one per step shape, captured on first use.
+    """Captured steps of ``model`` on ``cache``, one per step shape, captured on first use.
 
     The shapes: 1 token, a block's denoise, a block's commit without LM head, two blocks for a
     commit fused with the next first pass or a verify. What varies between replays lives in device
@@ -43,40 +51,79 @@ class StepGraphs:
     belongs to one cache's buffers; the Python bookkeeping a forward does after its kernels
     (``cache.advance`` on a commit) is done here after each replay.
 
-    Capturing runs the forward twice first (warm-up: lazy initialisation, library workspaces) on a
-    side stream; the committed state those runs write is saved before and restored after, so a
-    capture changes nothing, not even when it fails: that shape then runs eager (``failed``, and
-    the log names it).
+    Besides the bare forward (``__call__``), a step can be a *program* (:meth:`run`): the forward
+    and whatever follows it on the device, e.g. a denoising pass's token choice
+    (``fused_choice.ChoiceProgram``), captured as one graph per (shape, variant) key.
+
+    Capturing runs the step twice first (warm-up: lazy initialisation, library workspaces) on a
+    side stream; the committed state those runs write, and the tensors a program updates in place,
+    are saved before and restored after, so a capture changes nothing, not even when it fails: that
+    key then runs eager (``failed``, and the log names it).
+
+    ``rehearse=True`` does all of this without CUDA (any device): a "capture" runs the warm-ups and
+    the restore, a "replay" runs the step eagerly and copies its outputs into the static ones. It is
+    how the CPU tests exercise what a GPU replays, everything but the graph itself.
     """
 
-    def __init__(self, model: CloverModel, cache: ModelCache) -> None:
-        if model.device.type != "cuda":
+    def __init__(self, model: CloverModel, cache: ModelCache, *, rehearse: bool = False) -> None:
+        if model.device.type != "cuda" and not rehearse:
             raise ValueError("CUDA graphs need the model on a CUDA device")
-        self.model, self.cache = model, cache
+        self.model, self.cache, self.rehearse = model, cache, rehearse
         self.length = torch.zeros((), dtype=torch.long, device=model.device)
-        self.pool = torch.cuda.graph_pool_handle()
-        self.graphs: dict[StepShape, _Captured] = {}
-        #: Shapes whose capture failed, with why: they run eager.
-        self.failed: dict[StepShape, str] = {}
+        self.pool = None if rehearse else torch.cuda.graph_pool_handle()
+        self.graphs: dict[Hashable, _Captured] = {}
+        #: Keys (a bare step's shape, or a program's key) whose capture failed, with why: they run eager.
+        self.failed: dict[Hashable, str] = {}
         self.captures = self.replays = 0
+        #: Replays by key.
+        self.replayed: Counter[Hashable] = Counter()
 
-    def fits(self, shape: StepShape) -> bool:
-        """Whether the step fits the buffers the graphs were captured on (a cache that grew has new ones)."""
-        return shape not in self.failed and self.cache.length + shape.tokens <= self.cache.capacity
+    def fits(self, shape: StepShape, key: Hashable | None = None) -> bool:
+        """Whether the step fits the buffers the graphs were captured on (a cache that grew has new
+        ones) and its capture has not failed; ``key``: a program's, else the shape is the key."""
+        failed = (shape if key is None else key) in self.failed
+        return not failed and self.cache.length + shape.tokens <= self.cache.capacity
 
     def __call__(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor | None:
         """The step's logits (a static buffer: read it before the next replay), or None when the
         shape cannot be captured (run it eager). Call :meth:`fits` first."""
-        captured = self.graphs.get(shape) or self._try_capture(shape)
+
+        def forward(static_ids: torch.Tensor) -> Outputs:
+            return (self._forward(static_ids, shape),)
+
+        outs = self.run(shape, shape, lambda: forward, ids=ids)
+        return None if outs is None else outs[0]
+
+    def run(
+        self,
+        key: Hashable,
+        shape: StepShape,
+        make: Callable[[], Body],
+        *,
+        ids: torch.Tensor | None = None,
+        prefix: torch.Tensor | None = None,
+        state: Sequence[torch.Tensor] = (),
+    ) -> Outputs | None:
+        """Replay ``key``'s graph of the step ``make()`` gives (captured now, from one call of
+        ``make``, when the key is new): its outputs (static
+        buffers: read them before the next replay), or None when it cannot be captured (run the
+        step eager). Before the replay the static ids take ``ids`` (all of them) or ``prefix`` (the
+        first ones; the step fills the rest itself). ``state``: tensors the step updates in place
+        (besides the cache), kept unchanged by the capture. Call :meth:`fits` first."""
+        captured = self.graphs.get(key) or self._try_capture(key, shape, make, state)
         if captured is None:
             return None
-        captured.ids.copy_(ids, non_blocking=True)  # device to device
+        if ids is not None:
+            captured.ids.copy_(ids, non_blocking=True)  # device to device
+        elif prefix is not None and len(prefix):
+            captured.ids[: len(prefix)].copy_(prefix, non_blocking=True)
         self.length.fill_(self.cache.length)  # a fill kernel: no copy from the host
-        captured.graph.replay()
+        captured.replay()
         self.replays += 1
+        self.replayed[key] += 1
         if shape.commit:
             self.cache.advance(shape.commit)
-        return captured.out
+        return captured.outs
 
     def _forward(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
         return self.model(
@@ -89,46 +136,63 @@ class StepGraphs:
             length=self.length,
         )
 
-    def _try_capture(self, shape: StepShape) -> _Captured | None:
+    def _try_capture(
+        self, key: Hashable, shape: StepShape, make: Callable[[], Body], state: Sequence[torch.Tensor]
+    ) -> _Captured | None:
         cache = self.cache
-        # A commit writes the GDN states in place and moves the length: keep both to restore them.
-        saved = [t.clone() for layer in cache.layers for t in layer.tensors()]
+        # A commit writes the GDN states in place and moves the length: keep both to restore them,
+        # and whatever else the program updates in place.
+        kept = [t for layer in cache.layers for t in layer.tensors()] + list(state)
+        saved = [t.clone() for t in kept]
         length, commits = cache.length, cache.commits
         started = time.perf_counter()
         try:
-            captured = self._capture(shape)
+            captured = self._capture(shape, make())
         except Exception as exc:
-            self.failed[shape] = f"{type(exc).__name__}: {exc}"
-            log.warning("CUDA graph capture of step %s failed (%s): that step runs eager", shape, exc)
+            self.failed[key] = f"{type(exc).__name__}: {exc}"
+            log.warning("CUDA graph capture of step %s failed (%s): that step runs eager", key, exc)
             return None
         finally:
             self._rewind(length, commits)
-            for target, value in zip(
-                (t for layer in cache.layers for t in layer.tensors()), saved, strict=True
-            ):
+            for target, value in zip(kept, saved, strict=True):
                 target.copy_(value)
         self.captures += 1
-        log.debug("captured step %s in %.0f ms", shape, (time.perf_counter() - started) * 1e3)
-        self.graphs[shape] = captured
+        log.debug("captured step %s in %.0f ms", key, (time.perf_counter() - started) * 1e3)
+        self.graphs[key] = captured
         return captured
 
-    def _capture(self, shape: StepShape) -> _Captured:
+    def _capture(self, shape: StepShape, body: Body) -> _Captured:
         cache = self.cache
         length, commits = cache.length, cache.commits
         self.cache.reserve(length + shape.tokens)
         self.length.fill_(length)
         ids = torch.full((shape.tokens,), self.model.config.mask_token_id or 0, device=self.model.device)
+        if self.rehearse:
+            for _ in range(2):
+                body(ids)
+                self._rewind(length, commits)
+            outs = tuple(out.clone() for out in body(ids))
+
+            def replay() -> None:
+                # an eager forward also does its Python bookkeeping (a commit advances the cache),
+                # which a replay does not: undo it, run() does it as after a replay
+                length, commits = cache.length, cache.commits
+                for static, out in zip(outs, body(ids), strict=True):
+                    static.copy_(out)
+                self._rewind(length, commits)
+
+            return _Captured(replay, ids, outs)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._forward(ids, shape)
+                body(ids)
                 self._rewind(length, commits)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self._forward(ids, shape)
-        return _Captured(graph, ids, out)
+            outs = body(ids)
+        return _Captured(graph.replay, ids, outs)
 
     def _rewind(self, length: int, commits: int) -> None:
         cache = self.cache

@@ -15,10 +15,19 @@ import torch
 
 
 def upload(
-    values: Sequence[int] | Sequence[float], device: torch.device, dtype: torch.dtype = torch.long
+    values: Sequence[int] | Sequence[float],
+    device: torch.device,
+    dtype: torch.dtype = torch.long,
+    *,
+    into: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``values`` as a 1-D ``dtype`` tensor on ``device``, queued behind the device's work."""
-    host = torch.tensor(values, dtype=dtype)
+    """``values`` as a 1-D ``dtype`` tensor on ``device``, queued behind the device's work; with
+    ``into``, copied into that tensor instead (its device, dtype and shape; a CUDA graph's static
+    input keeps its address), which is returned."""
+    host = torch.tensor(values, dtype=dtype if into is None else into.dtype)
+    if into is not None:
+        host = host.reshape(into.shape)
+        return into.copy_(host.pin_memory() if into.device.type == "cuda" else host, non_blocking=True)
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
