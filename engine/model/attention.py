@@ -8,6 +8,7 @@ from torch import nn
 from clover_agent.engine.model.cache import AttentionKV
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.model.forward import ForwardContext
+from clover_agent.engine.model.fused import FusedInputs
 from clover_agent.engine.model.norms import ZeroCentredRmsNorm
 
 
@@ -33,10 +34,11 @@ class RotaryEmbedding:
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-class GatedAttention(nn.Module):
+class GatedAttention(FusedInputs):
     """GQA attention with per-head q/k RMSNorm, partial rotary and a sigmoid output gate.
 
-    ``q_proj`` yields, per head, the query then the gate (``2 * head_dim`` rows per head).
+    ``q_proj`` yields, per head, the query then the gate (``2 * head_dim`` rows per head); q, k and
+    v run as one GEMM once fused (:class:`FusedInputs`, as the loader leaves a model).
     """
 
     def __init__(self, config: CloverConfig) -> None:
@@ -50,25 +52,27 @@ class GatedAttention(nn.Module):
         self.q_norm = ZeroCentredRmsNorm(head_dim, config.rms_norm_eps)
         self.k_norm = ZeroCentredRmsNorm(head_dim, config.rms_norm_eps)
 
+    def input_projections(self) -> tuple[nn.Linear, ...]:
+        return self.q_proj, self.k_proj, self.v_proj
+
     def forward(self, x: torch.Tensor, kv: AttentionKV, ctx: ForwardContext) -> torch.Tensor:
         """x: [T, hidden] after ``ctx.past`` committed tokens. The new K/V go into the cache's rows
         after the committed ones, in place; attention reads the cache there (nothing concatenated)."""
         cfg = self.config
         steps = x.shape[0]
         ops = ctx.ops
-        query, gate = (
-            self.q_proj(x).reshape(steps, cfg.num_attention_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
-        )
+        q, k, v = self.project(x)
+        query, gate = q.reshape(steps, cfg.num_attention_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
         cos, sin = ctx.rotary  # the q / k norms and the rotary embedding: one launch each on the GPU
         query = ops.rms_norm_rotary(query, self.q_norm.weight, self.q_norm.eps, cos, sin)
         key = ops.rms_norm_rotary(
-            self.k_proj(x).reshape(steps, cfg.num_key_value_heads, -1),
+            k.reshape(steps, cfg.num_key_value_heads, -1),
             self.k_norm.weight,
             self.k_norm.eps,
             cos,
             sin,
         )
-        value = self.v_proj(x).reshape(steps, cfg.num_key_value_heads, -1)
+        value = v.reshape(steps, cfg.num_key_value_heads, -1)
 
         kv.write(key, value, ctx.positions)
         out = ops.attention(

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from clover_agent.engine.model.bidirectional_gdn import BidirectionalGdn
 from clover_agent.engine.model.cache import GdnState
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.model.forward import ForwardContext
+from clover_agent.engine.model.fused import FusedInputs
 from clover_agent.engine.model.norms import GatedRmsNorm
 
 
-class GatedDeltaNet(nn.Module):
+class GatedDeltaNet(FusedInputs):
     """Projections, causal short conv, delta-rule recurrence, gated norm, output projection.
 
     With ``bidirectional`` (checkpoints carrying the extra tensors) block-mode forwards add the
@@ -36,36 +36,10 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRmsNorm(config.linear_value_head_dim, config.rms_norm_eps)
         self.out_proj = nn.Linear(config.linear_value_dim, hidden, bias=False)
         self.bidirectional = BidirectionalGdn(config) if config.bidirectional_gdn else None
-        #: The four input projections' weights as one matrix once :meth:`fuse` ran (not a parameter).
-        self._fused: torch.Tensor | None = None
 
-    def fuse(self) -> None:
-        """Run the four input projections as one GEMM from now on: x is read once, one launch
-        instead of four. The weights are copied into one matrix and each parameter becomes a view of
-        its rows, so memory does not grow and the checkpoint's names, ``state_dict`` and in-place
-        copies into the parameters keep working; moving the module (``to``, ``half``) fuses again."""
-        parts = (self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a)
-        with torch.no_grad():
-            fused = torch.cat([p.weight.detach() for p in parts])
-            offset = 0
-            for part in parts:
-                rows = part.weight.shape[0]
-                part.weight = nn.Parameter(fused[offset : offset + rows], requires_grad=False)
-                offset += rows
-        self._fused = fused
-
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]  # nn.Module's signature
-        moved = super()._apply(fn, recurse)
-        if self._fused is not None:  # the parameters are new tensors now, no longer its views
-            self.fuse()
-        return moved
-
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(pre-convolution rows, z, b, a): one GEMM once fused, else four."""
-        if self._fused is None:
-            return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
-        sizes = [self.in_proj_qkv.out_features, self.in_proj_z.out_features, self.in_proj_b.out_features]
-        return F.linear(x, self._fused).split([*sizes, self.in_proj_a.out_features], dim=-1)
+    def input_projections(self) -> tuple[nn.Linear, ...]:
+        """(pre-convolution rows, z, b, a), one GEMM once fused (:class:`FusedInputs`)."""
+        return self.in_proj_qkv, self.in_proj_z, self.in_proj_b, self.in_proj_a
 
     def forward(self, x: torch.Tensor, state: GdnState, ctx: ForwardContext) -> torch.Tensor:
         """x: [T, hidden] on top of ``state``; the first ``ctx.commit`` tokens are folded into it.
@@ -76,7 +50,7 @@ class GatedDeltaNet(nn.Module):
         Only the causal forward branch and the conv tail enter the state."""
         cfg = self.config
         steps, commit = x.shape[0], ctx.commit
-        rows, z, b, a = self._project(x)  # rows: pre-convolution [T, conv_dim]
+        rows, z, b, a = self.project(x)  # rows: pre-convolution [T, conv_dim]
         z = z.reshape(steps, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
         g, beta = ctx.ops.gdn_gates(a, b, self.A_log, self.dt_bias)
         block_rows = ctx.block_rows if self.bidirectional is not None else None

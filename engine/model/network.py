@@ -86,11 +86,11 @@ class CloverModel(nn.Module):
         return self._ops[device]
 
     def fuse_projections(self) -> None:
-        """Each Gated DeltaNet layer's four input projections as one GEMM (``GatedDeltaNet.fuse``);
-        the loader does this once the weights are in."""
+        """Each layer's input projections as one GEMM (``fused.FusedInputs``: a Gated DeltaNet's
+        four, an attention layer's q / k / v); the loader does this once the weights are in."""
         for layer in self.layers:
-            if hasattr(layer, "linear_attn"):
-                layer.linear_attn.fuse()
+            mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+            mixer.fuse()
 
     def new_cache(self, capacity: int = 0) -> ModelCache:
         """An empty cache on this model's device, K/V (room for ``capacity`` tokens) and conv state in
