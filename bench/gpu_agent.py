@@ -153,4 +153,31 @@ def agent_path(
     follow_up = prompt + answer + random_ids(model, 40, seed=7)
     short = SamplingParams.for_model(model.config, max_new_tokens=min(new_tokens, 256), stop_token_ids=())
     out["second_turn"] = _turn(decoder, follow_up, short, seconds=max(1.0, budget.left() * 0.5))[0]
+    if budget.allows("agent path, graphs against eager"):
+        out["graphs_vs_eager"] = graphs_against_eager(model, tokenizer, cuda)
     return out
+
+
+def graphs_against_eager(model: CloverModel, tokenizer: Tokenizer | None, cuda: bool) -> dict[str, Any]:
+    """One greedy call (a 512-token prompt, 128 new tokens) on a decoder with CUDA graphs (each
+    whole-block pass one replay with its token choice) and on an eager one: whether the tokens are
+    the same, and where they first differ. Without CUDA the graphs are rehearsed
+    (``BlockDecoder(rehearse_graphs=True)``), so the comparison runs everywhere."""
+    prompt = random_ids(model, 512 // model.config.block_size * model.config.block_size, seed=11)
+    params = SamplingParams.for_model(model.config, max_new_tokens=128, stop_token_ids=())
+    graphs = BlockDecoder(model, tokenizer, cuda_graphs=cuda, rehearse_graphs=not cuda)
+    got = graphs.generate(prompt, params).token_ids
+    want = BlockDecoder(model, tokenizer).generate(prompt, params).token_ids
+    steps = graphs.step_graphs
+    assert steps is not None
+    first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    if first is None and len(got) != len(want):
+        first = min(len(got), len(want))
+    return {
+        "tokens": len(want),
+        "same": first is None,
+        "first_difference": first,
+        "replays": steps.replays,
+        "pass_replays": sum(n for key, n in steps.replayed.items() if isinstance(key, tuple)),
+        "rehearsed": not cuda,
+    }

@@ -191,6 +191,19 @@ def _agent(agent: dict[str, Any]) -> list[str]:
             "",
             "Steps left eager, their capture failed: " + "; ".join(f"{k}: {v}" for k, v in failures.items()),
         ]
+    versus = agent.get("graphs_vs_eager")
+    if versus:
+        how = "rehearsed graphs" if versus["rehearsed"] else "CUDA graphs"
+        same = (
+            "the same tokens"
+            if versus["same"]
+            else f"tokens differ from position {versus['first_difference']}"
+        )
+        lines += [
+            "",
+            f"A greedy call of {versus['tokens']} tokens on {how} ({versus['pass_replays']} passes replayed "
+            f"with their token choice) against eager steps: {same}.",
+        ]
     return lines
 
 

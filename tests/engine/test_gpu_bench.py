@@ -135,6 +135,11 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert first["first_block_s"] > 0 and first["decode_tokens_per_s"] > 0
     assert second["prompt_tokens"] == 200 + 48 + 40
     assert second["reused_tokens"] > 200 // 32 * 32  # past the first prompt: the answer's state too
+    # graphs (rehearsed here) against eager: the same tokens; the steps replayed, but no pass with
+    # its token choice: on the CPU "auto" chooses tokens with PyTorch, not the fused step
+    versus = agent["graphs_vs_eager"]
+    assert versus["rehearsed"] and versus["same"] and versus["tokens"] == 128, versus
+    assert versus["replays"] > 0 and versus["pass_replays"] == 0
 
     # The same steps on the routed experts quantised in place, FP8 then INT4 (from the FP8 ones).
     dense_experts = (
