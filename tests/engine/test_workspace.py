@@ -34,11 +34,14 @@ def buffers(cache: ModelCache) -> list[int]:
     return [t.data_ptr() for layer in cache.layers for t in layer.buffers()]
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "rehearsed-graphs"])
 @pytest.mark.parametrize("mode", ["diffusion", "self_speculative", "autoregressive"])
-def test_calls_in_the_workspace_decode_as_calls_in_their_own_caches(mode: str) -> None:
+def test_calls_in_the_workspace_decode_as_calls_in_their_own_caches(mode: str, graphs: bool) -> None:
     """A conversation of three turns then an unrelated prompt, with a prefix cache: the same tokens
-    and the same reuse as a decoder that gives each call a cache of its own, in one set of buffers."""
-    kept = BlockDecoder(model(), prefix_cache=PrefixCache(), workspace=True)
+    and the same reuse as a decoder that gives each call a cache of its own, in one set of buffers;
+    also with every fixed-shape step going through ``StepGraphs`` as on a GPU (rehearsed: captures
+    and replays on static buffers, the cache's bookkeeping after each replay)."""
+    kept = BlockDecoder(model(), prefix_cache=PrefixCache(), workspace=True, rehearse_graphs=graphs)
     own = BlockDecoder(model(), prefix_cache=PrefixCache())
     prompt, seen = PROMPT, None
     for turn, new_tokens in enumerate((40, 30, 20)):
@@ -55,6 +58,9 @@ def test_calls_in_the_workspace_decode_as_calls_in_their_own_caches(mode: str) -
     assert kept.generate(PROMPT[3:], params).token_ids == own.generate(PROMPT[3:], params).token_ids
     assert buffers(kept.workspace) == seen
     assert own.workspace is None  # off unless asked for (or on with CUDA graphs)
+    if graphs:
+        steps = kept.step_graphs
+        assert steps is not None and steps.replays > steps.captures > 0 and not steps.failed
 
 
 def test_a_stored_snapshot_is_copied_in_and_never_written_to() -> None:
