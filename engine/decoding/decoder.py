@@ -418,6 +418,9 @@ class DecodeCall:
     def finish(self, reason: FinishReason, cache: ModelCache, attention: AttentionRule) -> GenerationDone:
         """The GenerationDone event; hands the final committed state to the prefix cache first (a
         consumer may stop iterating at GenerationDone)."""
+        # An overtaken call's last pass may be behind it, but the workspace holds the later call's
+        # state now: storing it under this call's tokens would poison the prefix cache.
+        self._claim()
         commits = cache.commits - self.commits_before
         self.remember(cache, attention, (self.prompt + self.generated)[: cache.length])
         tokenizer = self.decoder.tokenizer

@@ -20,6 +20,10 @@ from clover_agent.engine.model.network import AttentionRule, CloverModel
 
 log = logging.getLogger("clover_agent.engine")
 
+#: Captured steps kept per workspace at most: a new key past it runs eager (a call whose repetition
+#: penalty keeps rising, ``loop_action="penalize"``, would otherwise capture a pass per repeat).
+MAX_GRAPHS = 24
+
 
 @dataclass(frozen=True)
 class StepShape:
@@ -75,14 +79,26 @@ class StepGraphs:
         #: Keys (a bare step's shape, or a program's key) whose capture failed, with why: they run eager.
         self.failed: dict[Hashable, str] = {}
         self.captures = self.replays = 0
+        #: Whether a step was left eager because :data:`MAX_GRAPHS` were captured.
+        self.full = False
         #: Replays by key.
         self.replayed: Counter[Hashable] = Counter()
 
     def fits(self, shape: StepShape, key: Hashable | None = None) -> bool:
         """Whether the step fits the buffers the graphs were captured on (a cache that grew has new
-        ones) and its capture has not failed; ``key``: a program's, else the shape is the key."""
-        failed = (shape if key is None else key) in self.failed
-        return not failed and self.cache.length + shape.tokens <= self.cache.capacity
+        ones), its capture has not failed, and it is captured or there is room for it
+        (:data:`MAX_GRAPHS`); ``key``: a program's, else the shape is the key."""
+        key = shape if key is None else key
+        if key in self.failed:
+            return False
+        if key not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
+            if not self.full:
+                log.info(
+                    "%d steps captured, the most kept: new ones run eager (the first: %s)", MAX_GRAPHS, key
+                )
+            self.full = True
+            return False
+        return self.cache.length + shape.tokens <= self.cache.capacity
 
     def __call__(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor | None:
         """The step's logits (a static buffer: read it before the next replay), or None when the

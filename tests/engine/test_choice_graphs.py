@@ -11,6 +11,7 @@ import functools
 
 import pytest
 
+from clover_agent.engine.decoding import graphs as graphs_module
 from clover_agent.engine.decoding.decoder import BlockDecoder
 from clover_agent.engine.decoding.fused_choice import PassVariant
 from clover_agent.engine.decoding.graphs import StepShape
@@ -106,7 +107,7 @@ def test_a_prompt_tail_block_runs_outside_the_program_and_the_next_pass_restages
         assert got.token_ids == BlockDecoder(model(), choice="triton").generate(prompt, params).token_ids
 
 
-def test_a_new_penalty_after_a_loop_is_a_new_capture() -> None:
+def test_a_new_penalty_after_a_loop_is_a_new_capture(monkeypatch: pytest.MonkeyPatch) -> None:
     """The penalties' numbers are baked into a captured pass: ``loop_action="penalize"`` raises the
     repetition penalty after a repeated block, and the passes after it are a capture of their own."""
     params = SamplingParams(
@@ -125,3 +126,13 @@ def test_a_new_penalty_after_a_loop_is_a_new_capture() -> None:
     assert repeated and repeated[0] < len(blocks) - 1  # this model repeats a block before the end
     penalties = [variant.penalties for shape, variant in programs(decoder) if shape.commit == 0]
     assert penalties == [(1.01, 0.0, 0.0), (1.01 * 1.5, 0.0, 0.0)]
+
+    # Captures are bounded: past MAX_GRAPHS a new key runs eager (a forward graph and the fused step
+    # apart), decoding the same tokens.
+    steps = decoder.step_graphs
+    assert steps is not None and not steps.full
+    monkeypatch.setattr(graphs_module, "MAX_GRAPHS", len(steps.graphs) - 1)
+    bounded = BlockDecoder(model(), choice="triton", rehearse_graphs=True)
+    assert bounded.generate(prompt, params).token_ids == result.token_ids
+    assert bounded.step_graphs is not None and bounded.step_graphs.full
+    assert len(bounded.step_graphs.graphs) == len(steps.graphs) - 1

@@ -109,6 +109,28 @@ def test_a_call_overtaken_by_a_later_one_stops_with_a_clear_error() -> None:
             pass
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["workspace", "rehearsed-graphs"])
+def test_a_call_overtaken_after_its_last_pass_does_not_store_the_later_calls_state(graphs: bool) -> None:
+    """A call paused after its last pass needs no more forwards, but its finish stores the committed
+    state for later calls: overtaken, it stops there with the error instead of storing the later
+    call's state under its own tokens (a poisoned prefix the next call with its prompt would reuse)."""
+    prompt = list(range(5, 5 + 2 * BLOCK))
+    params = SamplingParams(max_new_tokens=40, stop_token_ids=())
+    want = BlockDecoder(model()).generate(prompt, params).token_ids
+    events = len(list(BlockDecoder(model()).stream(prompt, params)))
+    decoder = BlockDecoder(model(), prefix_cache=PrefixCache(), workspace=True, rehearse_graphs=graphs)
+    first = decoder.stream(prompt, params)
+    for _ in range(events - 2):  # all but the last block's commit and the finish
+        next(first)
+    decoder.generate(list(range(200, 200 + BLOCK)), params)  # overtakes it
+    assert isinstance(next(first), BlockCommitted)  # decided before it was overtaken
+    with pytest.raises(RuntimeError, match="another call started on this decoder"):
+        next(first)
+    again = decoder.generate(prompt, params)
+    assert again.token_ids == want
+    assert again.reused_tokens == len(prompt)  # its own prefill's snapshot, stored before
+
+
 def test_loading_a_state_copies_it_and_an_empty_load_resets() -> None:
     source = model().new_cache(128)
     model()(torch.arange(5, 5 + 2 * BLOCK), source, attention="block", commit=True, logit_rows=0)
