@@ -287,8 +287,7 @@ class DecodeCall:
                 )
                 if outs is not None:
                     self.forwards += 1
-                    fill, fallback = outs
-                    return read_pass(program.tokens, fill, fallback, tokens, decided)
+                    return read_pass(outs[0], tokens, decided)
         logits = self.forward(
             prefix + tokens,
             cache,

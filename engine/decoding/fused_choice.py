@@ -75,20 +75,20 @@ class FusedChoice:
         result = low_confidence_step(
             logits, on_device, done, self.choice, threshold, adjustment, seed=self.seed
         )
-        return read_pass(on_device, result.fill, result.fallback, tokens, decided) and not fill_all
+        return read_pass(pack_pass(on_device, result.fill, result.fallback), tokens, decided) and not fill_all
 
 
-def read_pass(
-    on_device: torch.Tensor,
-    fill: torch.Tensor,
-    fallback: torch.Tensor,
-    tokens: list[int],
-    decided: list[bool],
-) -> bool:
-    """The pass's one read-back: the block's tokens, the rows filled now and the fallback flag;
-    ``tokens`` and ``decided`` take the filled rows. Returns the fallback flag."""
+def pack_pass(tokens: torch.Tensor, fill: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """What a pass reads back, as one int64 tensor: the block's tokens, the rows filled now, the
+    fallback flag."""
+    return torch.cat([tokens, fill.long(), fallback.long()])
+
+
+def read_pass(packed: torch.Tensor, tokens: list[int], decided: list[bool]) -> bool:
+    """The pass's one read-back (``packed``: :func:`pack_pass`); ``tokens`` and ``decided`` take the
+    filled rows. Returns the fallback flag."""
     slots = len(tokens)
-    values = torch.cat([on_device, fill.long(), fallback.long()]).tolist()
+    values = packed.tolist()
     for slot in range(slots):
         if values[slots + slot]:
             tokens[slot] = values[slot]
@@ -185,7 +185,7 @@ class ChoiceProgram:
 
     def body(self, graphs: StepGraphs, shape: StepShape, variant: PassVariant) -> Body:
         """The captured pass: the block's tokens into the input's last rows, the forward, the fused
-        step on the block's logits; outputs (fill, fallback)."""
+        step on the block's logits; its output, what the host reads back (:func:`pack_pass`)."""
         from clover_agent.kernels.low_confidence import low_confidence_step
 
         adjustment = self.adjustment(variant)
@@ -203,7 +203,7 @@ class ChoiceProgram:
                 adjustment,
                 seed=self.seed,
             )
-            return result.fill, result.fallback
+            return (pack_pass(self.tokens, result.fill, result.fallback),)
 
         return run
 
