@@ -282,7 +282,7 @@ class DecodeCall:
                     key,
                     shape,
                     lambda: program.body(graphs, shape, variant),
-                    prefix=upload(prefix, self.decoder.device) if prefix else None,
+                    prefix=prefix,
                     state=program.state,
                 )
                 if outs is not None:

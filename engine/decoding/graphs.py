@@ -17,6 +17,7 @@ import torch
 
 from clover_agent.engine.model.cache import AttentionKV, ModelCache
 from clover_agent.engine.model.network import AttentionRule, CloverModel
+from clover_agent.engine.ops.transfer import upload
 
 log = logging.getLogger("clover_agent.engine")
 
@@ -117,22 +118,22 @@ class StepGraphs:
         make: Callable[[], Body],
         *,
         ids: torch.Tensor | None = None,
-        prefix: torch.Tensor | None = None,
+        prefix: Sequence[int] = (),
         state: Sequence[torch.Tensor] = (),
     ) -> Outputs | None:
         """Replay ``key``'s graph of the step ``make()`` gives (captured now, from one call of
         ``make``, when the key is new): its outputs (static
         buffers: read them before the next replay), or None when it cannot be captured (run the
-        step eager). Before the replay the static ids take ``ids`` (all of them) or ``prefix`` (the
-        first ones; the step fills the rest itself). ``state``: tensors the step updates in place
+        step eager). Before the replay the static ids take ``ids`` (all of them, on the device) or
+        the host's ``prefix`` (the first ones, uploaded into them; the step fills the rest itself). ``state``: tensors the step updates in place
         (besides the cache), kept unchanged by the capture. Call :meth:`fits` first."""
         captured = self.graphs.get(key) or self._try_capture(key, shape, make, state)
         if captured is None:
             return None
         if ids is not None:
             captured.ids.copy_(ids, non_blocking=True)  # device to device
-        elif prefix is not None and len(prefix):
-            captured.ids[: len(prefix)].copy_(prefix, non_blocking=True)
+        elif prefix:
+            upload(list(prefix), captured.ids.device, into=captured.ids[: len(prefix)])
         self.length.fill_(self.cache.length)  # a fill kernel: no copy from the host
         captured.replay()
         self.replays += 1
