@@ -92,14 +92,17 @@ class BlockDecoder:
     def workspace_for(self, tokens: int) -> ModelCache:
         """The workspace, with room for ``tokens``: a new one (and new graphs) when it has not, of
         the next power of two, at most what the context window can use."""
-        cache = self.workspace
-        if cache is not None and cache.capacity >= tokens:
-            return cache
+        if self.workspace is not None and self.workspace.capacity >= tokens:
+            return self.workspace
         ceiling = self.config.max_position_embeddings + 2 * self.config.block_size
         rows = max(tokens, min(max(MIN_WORKSPACE_TOKENS, 1 << (tokens - 1).bit_length()), ceiling))
-        if cache is not None:
+        if self.workspace is not None:
             log.info("decoding workspace grows to %d tokens; steps are captured again", rows)
-        self.workspace = self.step_graphs = None  # free the old buffers and graphs first
+        # Free the old buffers and graphs before the new ones are made (the peak is not old + new):
+        # the last call in the workspace lets go of its graphs too.
+        if self.current is not None:
+            self.current.graphs = None
+        self.workspace = self.step_graphs = None
         self.workspace = self.model.new_cache(rows)
         if self.cuda_graphs or self.rehearse_graphs:
             self.step_graphs = StepGraphs(self.model, self.workspace, rehearse=self.rehearse_graphs)
@@ -155,6 +158,13 @@ class DecodeCall:
         bad = [t for t in prompt if not 0 <= t < config.vocab_size]
         if bad:
             raise ValueError(f"prompt token ids outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
+        named = {"stop_token_ids": list(params.stop_token_ids)}
+        if params.think_end_token_id is not None:
+            named["think_end_token_id"] = [params.think_end_token_id]
+        for name, ids in named.items():
+            bad = [t for t in ids if not 0 <= t < config.vocab_size]
+            if bad:
+                raise ValueError(f"{name} outside the vocabulary [0, {config.vocab_size}): {bad[:5]}")
         if len(prompt) >= config.max_position_embeddings:
             raise ValueError(
                 f"the prompt has {len(prompt)} tokens but the context window is "

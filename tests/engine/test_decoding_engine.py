@@ -74,6 +74,15 @@ def test_bad_calls_raise_clear_errors(checkpoint: Path) -> None:
         clover.generate([1] * window, SamplingParams())
     with pytest.raises(ValueError, match="outside the vocabulary"):
         clover.stream([clover.config.vocab_size], SamplingParams())
+    # A stop or </think> id the vocabulary lacks could never be produced; as the response end the
+    # controls steer towards it, it failed mid-call with an IndexError: it is named up front.
+    vocab = clover.config.vocab_size
+    with pytest.raises(
+        ValueError, match=rf"stop_token_ids outside the vocabulary \[0, {vocab}\): \[{vocab}\]"
+    ):
+        clover.stream([1, 2], SamplingParams(stop_token_ids=(vocab,), end_bias_start=0.5))
+    with pytest.raises(ValueError, match="think_end_token_id outside the vocabulary"):
+        clover.stream([1, 2], SamplingParams(thinking=True, think_end_token_id=vocab + 5))
     with pytest.raises(ValueError, match="differs from the checkpoint's block_size"):
         clover.generate([1, 2], SamplingParams(block_size=16))
 

@@ -5,7 +5,9 @@ caches do, reuse stored prefixes the same way, and never leave their state in a 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
+import weakref
 from io import StringIO
 from pathlib import Path
 
@@ -90,6 +92,35 @@ def test_the_workspace_grows_by_powers_of_two_within_the_context_window() -> Non
     grown = decoder.workspace_for(MIN_WORKSPACE_TOKENS + 1)
     assert grown is not small and grown.capacity == window + 2 * BLOCK
     assert decoder.workspace_for(window + 2 * BLOCK) is grown
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["workspace", "rehearsed-graphs"])
+def test_a_growing_workspace_frees_the_old_one_before_making_the_new_one(
+    graphs: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Growth must not hold old and new at once (on a GPU, the K/V of a long context twice, and the
+    old graphs): nothing keeps the old buffers alive when the new cache is made."""
+    decoder = BlockDecoder(model(), prefix_cache=PrefixCache(), workspace=True, rehearse_graphs=graphs)
+    decoder.generate(PROMPT, SamplingParams(max_new_tokens=8, stop_token_ids=()))
+    assert decoder.workspace is not None
+    old = weakref.ref(decoder.workspace.layers[-1].buffers()[0])
+    alive: list[bool] = []
+    new_cache = CloverModel.new_cache
+
+    def spying(self: CloverModel, capacity: int = 0) -> ModelCache:
+        gc.collect()
+        alive.append(old() is not None)
+        return new_cache(self, capacity)
+
+    monkeypatch.setattr(CloverModel, "new_cache", spying)
+    grown = decoder.workspace_for(MIN_WORKSPACE_TOKENS + 1)
+    assert alive == [False] and grown.capacity > MIN_WORKSPACE_TOKENS
+    monkeypatch.undo()
+    # and the next call decodes as on a fresh decoder
+    params = SamplingParams(max_new_tokens=20, stop_token_ids=())
+    assert (
+        decoder.generate(PROMPT, params).token_ids == BlockDecoder(model()).generate(PROMPT, params).token_ids
+    )
 
 
 def test_a_call_overtaken_by_a_later_one_stops_with_a_clear_error() -> None:
