@@ -193,7 +193,7 @@ class ChoiceProgram:
 
         def run(ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
             ids[shape.tokens - block :].copy_(self.tokens)
-            logits = graphs._forward(ids, shape)[-block:]
+            logits = graphs.forward(ids, shape)[-block:]
             result = low_confidence_step(
                 logits,
                 self.tokens,

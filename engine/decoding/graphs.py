@@ -105,10 +105,10 @@ class StepGraphs:
         """The step's logits (a static buffer: read it before the next replay), or None when the
         shape cannot be captured (run it eager). Call :meth:`fits` first."""
 
-        def forward(static_ids: torch.Tensor) -> Outputs:
-            return (self._forward(static_ids, shape),)
+        def bare(static_ids: torch.Tensor) -> Outputs:
+            return (self.forward(static_ids, shape),)
 
-        outs = self.run(shape, shape, lambda: forward, ids=ids)
+        outs = self.run(shape, shape, lambda: bare, ids=ids)
         return None if outs is None else outs[0]
 
     def run(
@@ -122,11 +122,12 @@ class StepGraphs:
         state: Sequence[torch.Tensor] = (),
     ) -> Outputs | None:
         """Replay ``key``'s graph of the step ``make()`` gives (captured now, from one call of
-        ``make``, when the key is new): its outputs (static
-        buffers: read them before the next replay), or None when it cannot be captured (run the
-        step eager). Before the replay the static ids take ``ids`` (all of them, on the device) or
-        the host's ``prefix`` (the first ones, uploaded into them; the step fills the rest itself). ``state``: tensors the step updates in place
-        (besides the cache), kept unchanged by the capture. Call :meth:`fits` first."""
+        ``make``, when the key is new): its outputs (static buffers: read them before the next
+        replay), or None when it cannot be captured (run the step eager). Before the replay the
+        static ids take ``ids`` (all of them, on the device) or the host's ``prefix`` (the first
+        ones, uploaded into them; the step fills the rest itself). ``state``: tensors the step
+        updates in place (besides the cache), kept unchanged by the capture. Call :meth:`fits`
+        first."""
         captured = self.graphs.get(key) or self._try_capture(key, shape, make, state)
         if captured is None:
             return None
@@ -142,7 +143,8 @@ class StepGraphs:
             self.cache.advance(shape.commit)
         return captured.outs
 
-    def _forward(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, shape: StepShape) -> torch.Tensor:
+        """The bare forward of ``shape`` on the static ids and length (what a captured step runs)."""
         return self.model(
             ids,
             self.cache,
@@ -193,10 +195,10 @@ class StepGraphs:
             def replay() -> None:
                 # an eager forward also does its Python bookkeeping (a commit advances the cache),
                 # which a replay does not: undo it, run() does it as after a replay
-                length, commits = cache.length, cache.commits
+                before = cache.length, cache.commits
                 for static, out in zip(outs, body(ids), strict=True):
                     static.copy_(out)
-                self._rewind(length, commits)
+                self._rewind(*before)
 
             return _Captured(replay, ids, outs)
         side = torch.cuda.Stream()
