@@ -29,6 +29,7 @@ class ExitCode(IntEnum):
     BUDGET_EXHAUSTED = 6  # step, time or token budget spent before the task was finished
     AGENT_ERROR = 7  # the agent stopped: stuck, replay exhausted, repeated format errors
     SUITE_UNVERIFIED = 8  # fix: the target passes, but the rest of the suite could not be checked
+    NEEDS_REVIEW = 9  # fix: the target passes, but a check of how it passes found something to look at
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -3,7 +3,9 @@
 The host takes stock of the workspace when the sandbox starts (:class:`~clover_agent.fix.handback.stock.Stock`,
 as ``fix`` does). After a request the agent finished, :meth:`HandBack.offer` stops the sandbox's
 processes, reads what changed into the host's shadow repository (what is never handed back left
-out) and runs the test suite on exactly those bytes in a fresh sandbox: the verdict. Accepted, the
+out) and runs the test suite on exactly those bytes in a fresh sandbox, and the tamper scan on what
+the patch adds to non-test code: the verdict (never "verified": there is no baseline and no
+held-out run here; a scan finding or a forged result record makes it "needs review"). Accepted, the
 changes are written through the editor (``fs/write_text_file``, so its buffers follow) when it can
 write files and every change is a text file added or modified; else on disk with ``fix``'s atomic
 apply. Either way a file is written only when the user's tree holds what the session started from
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.errors import CloverError
@@ -22,6 +24,7 @@ from clover_agent.fix.handback.apply import PatchNotApplied, apply_patch_set, bl
 from clover_agent.fix.handback.patches import local_changes
 from clover_agent.fix.handback.shadow import REGULAR
 from clover_agent.fix.handback.stock import PatchSet, Stock
+from clover_agent.fix.handback.tamper import scan_changes
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
@@ -37,16 +40,22 @@ class Offer:
     patch: PatchSet
     report: TestReport | None
     texts: dict[str, tuple[str | None, str | None]]  # path -> (old, new); None: absent or not text
+    #: What the tamper scan of the patch and the results channel found (docs/verdict-checks.md).
+    review: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
+        """The offer's title word: never "verified" (no held-out run here), "needs review" first."""
         report = self.report
+        if self.review:
+            more = f" (and {len(self.review) - 1} more)" if len(self.review) > 1 else ""
+            return f"needs review: {self.review[0]}{more}"
         if report is None:
-            return "not verified (no tests could run)"
+            return "not checked (no tests could run)"
         if report.problem and not report.total:
-            return f"not verified: {report.problem}"
+            return f"not checked: {report.problem}"
         if report.all_passed:
-            return f"verified: {report.passed} tests pass on the changed files"
+            return f"{report.passed} tests pass on the changed files (the patch's own tests, not held out)"
         return f"{report.failed + report.errors} of {report.total} tests fail on the changed files"
 
     @property
@@ -97,7 +106,15 @@ class HandBack:
         texts = {
             c.path: (_text(blobs.get(f"a/{c.path}")), _text(blobs.get(f"b/{c.path}"))) for c in patch.changes
         }
-        return Offer(patch, await self._verify(patch), texts)
+        report = await self._verify(patch)
+        python = [c for c in patch.changes if c.path.endswith(".py")]
+        sides = (
+            {c.path: blobs.get(f"a/{c.path}") for c in python},
+            {c.path: blobs.get(f"b/{c.path}") for c in python},
+        )
+        review = [f.describe() for f in scan_changes(*sides)]
+        review += [f"test run: {problem}" for problem in (report.integrity if report else [])]
+        return Offer(patch, report, texts, review)
 
     async def _verify(self, patch: PatchSet) -> TestReport | None:
         async with create_sandbox(self.kind, self.spec) as fresh:

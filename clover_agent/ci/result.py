@@ -30,6 +30,7 @@ SCHEMA_VERSION = 1
 STATUS = {
     ExitCode.OK: "fixed",
     ExitCode.SUITE_UNVERIFIED: "fixed_suite_unverified",
+    ExitCode.NEEDS_REVIEW: "needs_review",
     ExitCode.FAILURE: "not_fixed",
     ExitCode.USAGE: "usage_error",
     ExitCode.MODEL_UNAVAILABLE: "backend_unavailable",
@@ -90,6 +91,8 @@ def build_result(
         patch_status = "verified"
     elif code == ExitCode.SUITE_UNVERIFIED:
         patch_status = "target_verified"
+    elif code == ExitCode.NEEDS_REVIEW:
+        patch_status = "needs_review"
     else:
         patch_status = "partial" if patch_text.strip() else "empty"
     backend = fix.get("backend") or None
@@ -114,6 +117,7 @@ def build_result(
         "weakened": list(fix.get("weakened") or []),
         "harness": list(fix.get("harness") or []),
         "tests_changed": list(fix.get("tests_changed") or []),
+        "review": list(fix.get("review") or []),
         "regressions": regressions,
         "shown_by": list(fix.get("shown_by") or []),
         "files_changed": list(fix.get("files_changed") or []),
@@ -188,6 +192,7 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 HEADLINES = {
     "fixed": "FIXED",
     "fixed_suite_unverified": "FIXED, SUITE UNVERIFIED",
+    "needs_review": "NEEDS REVIEW: the target passes, but how it passes needs a look",
     "not_fixed": "NOT FIXED",
     "nothing_to_fix": "NOTHING TO FIX",
     "budget_exhausted": "NOT FIXED: budget spent",
@@ -259,6 +264,14 @@ def render_summary(result: dict[str, Any]) -> str:
         lines.append(f"| new tests without the change | | {_counts(tests['without_change'])} |")
     if result["regressions"]:
         lines += ["", "Broken by the change: " + ", ".join(_code(t) for t in result["regressions"][:20])]
+    if result["review"]:
+        lines += ["", "Needs review (checks of how the target passes):", ""]
+        lines += [f"- {_code(item)}" for item in result["review"][:20]]
+        lines += (
+            [f"- and {len(result['review']) - 20} more (result.json's `review`)"]
+            if len(result["review"]) > 20
+            else []
+        )
     if result["weakened"]:
         lines += ["", "Tests weakened: " + "; ".join(_code(w) for w in result["weakened"][:10])]
     if result["harness"]:
@@ -280,6 +293,7 @@ def render_summary(result: dict[str, Any]) -> str:
     how = {
         "verified": "verified",
         "target_verified": "the target verified, the suite NOT",
+        "needs_review": "NEEDS REVIEW before use",
         "partial": "partial, NOT verified",
         "empty": "empty",
     }[patch["status"]]

@@ -35,6 +35,8 @@ exit codes (the same as fix's where the meanings match):
   6  budget exhausted: --max-steps, --max-time or --max-tokens ran out (partial patch kept)
   8  fixed, suite unverified: the target passes on the patched tree, but the rest of the suite
      could not be checked (it timed out, could not be collected, ...); patch.diff is kept
+  9  needs review: the target passes, but a check of how it passes found something to look at
+     (result.json's review); patch.diff is kept, marked "needs_review", never handed back
   130 interrupted (SIGINT or SIGTERM, e.g. a cancelled job)
 The output folder always gets result.json and summary.md (bad arguments included, once --output-dir
 is read and is the bot's), and --json-events a last `finished` line; patch.diff and trajectory.jsonl

@@ -44,11 +44,14 @@ from clover_agent.events import (
 )
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.handback.hostgit import git as host_git
+from clover_agent.fix.handback.stock import PatchSet
+from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
+from clover_agent.fix.report import Checked
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
-from clover_agent.fix.workflow import FixRequest, run_fix
+from clover_agent.fix.workflow import FixRequest, run_fix, verify_part
 from clover_agent.launch import backend_factory, check_backend_options, mcp_servers, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings
@@ -69,6 +72,9 @@ exit codes:
      model's context window (before any model call: a model with a larger window is needed)
   8  fixed, suite unverified: the target passes, but the rest of the suite could not be checked
      (it timed out, could not be collected or run, or its tests erred for environment reasons)
+  9  needs review: the target passes, but a check of how it passes found something to look at
+     (code that reaches for the test runner, a wrong canary test, a test that fails without
+     pytest, a forged result; listed in summary.json's review): --yes never applies it
   130 interrupted (Ctrl-C); a Ctrl-C while the patch is applied says whether your tree is
      unchanged or fully patched (never half)
 Every run keeps its trajectory, patch and summary under <repo>/.clover/runs/<id>/;
@@ -218,12 +224,16 @@ def _fix(args: argparse.Namespace) -> int:
     finally:
         renderer.close()
     print_summary(report, figures, console)
-    if not report.fixed:
+    if not (report.fixed or report.verdict == Verdict.NEEDS_REVIEW):  # needs review: a person may apply it
         hint = progress.resume_hint(repo)
         if report.stock is not None:
             report.stock.discard()  # the verdict is already the trajectory's last line
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
-    return hand_back(report, repo, args, console, environ=settings.environment)
+
+    def reverify(part: PatchSet) -> Checked:  # the run's renderer is closed: this says its own lines
+        return asyncio.run(verify_part(request, EventBus(), report, part))
+
+    return hand_back(report, repo, args, console, environ=settings.environment, reverify=reverify)
 
 
 def _unrecorded_flags(args: argparse.Namespace) -> list[str]:

@@ -29,9 +29,10 @@ from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for
 from clover_agent.fix.console import write_plain
 from clover_agent.fix.handback import decision
 from clover_agent.fix.handback.snapshot import left_out_lines
+from clover_agent.fix.handback.stock import PatchSet
 from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures, duration
-from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome
+from clover_agent.fix.report import Checked, FixReport, HandBack, HandBackOutcome
 from clover_agent.safe_text import shown_names, terminal_safe
 
 DEFAULT_PAGER = "less -R -F -X"
@@ -94,6 +95,8 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         status, style = f"FIXED — {terminal_safe(report.message, single_line=True)}", "bold green"
     elif report.verdict == Verdict.FIXED_UNVERIFIED:
         status, style = "FIXED, SUITE UNVERIFIED (exit 8)", "bold yellow"
+    elif report.verdict == Verdict.NEEDS_REVIEW:
+        status, style = "NEEDS REVIEW (exit 9)", "bold yellow"
     elif report.verdict == Verdict.TESTS_WEAKENED:
         status, style = "TESTS WEAKENED (exit 1)", "bold red"
     elif report.verdict == Verdict.TESTS_CHANGED:
@@ -127,6 +130,7 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
     for label, items in (
         ("still fails", report.still_failing),
         ("unverified", report.unverified),
+        ("review", report.review),
         ("weakened", report.weakened),
         ("harness", report.harness),
     ):
@@ -164,6 +168,7 @@ def hand_back(
     *,
     environ: Mapping[str, str] | None = None,
     ask: Callable[[str], str] = input,
+    reverify: Callable[[PatchSet], Checked] | None = None,
 ) -> int:
     """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
     the module docstring), record the command's exit code and message in the run's summary.json
@@ -175,7 +180,12 @@ def hand_back(
         confirm = _Confirmation(report, console, dict(environ or {}), ask)
     try:
         outcome = decision.hand_back(
-            report, repo, mode=mode, confirm=confirm, say=lambda text: write_plain(console, text)
+            report,
+            repo,
+            mode=mode,
+            confirm=confirm,
+            say=lambda text: write_plain(console, text),
+            reverify=reverify,
         )
     except KeyboardInterrupt:  # at the question: nothing was applied
         message = (

@@ -62,6 +62,10 @@ class HandBackOutcome:
     message: str = ""
     kind: HandBack | None = None
     detail: str = ""
+    #: When only part of the verified patch was to be applied: that part's own verification (in a
+    #: fresh sandbox, held out), whose verdict is then the run's, and its files.
+    subset: Checked | None = None
+    subset_files: tuple[str, ...] = ()
 
     @property
     def hand_back(self) -> str | None:
@@ -154,10 +158,20 @@ class FixReport:
     unverified: tuple[str, ...] = ()  # why the suite's run is not a full check
     weakened: tuple[str, ...] = ()  # how the target's tests were weakened
     target_not_passing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
+    #: What the checks of how the target passes found (a fixed verdict with any: ``needs review``),
+    #: and what each check did (:mod:`clover_agent.fix.handback.checks`).
+    review: tuple[str, ...] = ()
+    checks: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
     #: The patch made on the host (None when the workspace could not be read back).
     patch_set: PatchSet | None = None
     stock: Stock | None = None
     key: RecordKey | None = None  # signs the RECORD_FILES
+    #: Steps 1 and 2 (what a part of the patch is verified against again, at the hand-back).
+    before: Before | None = None
+    #: The verdict of the whole patch when only part of it was verified again and judged
+    #: (``verdict`` is then that part's: it describes the bytes that reach the tree).
+    whole_verdict: Verdict | None = None
+    subset_files: tuple[str, ...] = ()
 
     @property
     def fixed(self) -> bool:
@@ -186,9 +200,31 @@ class FixReport:
 
     def with_outcome(self, outcome: HandBackOutcome) -> FixReport:
         """The report the command ends with: the hand-back's exit code and message (an empty one
-        keeps the verdict's) and what became of the patch."""
+        keeps the verdict's) and what became of the patch; when part of the patch was verified on
+        its own (``outcome.subset``), that part's verdict and runs."""
+        report = self
+        if outcome.subset is not None:
+            judged, runs = outcome.subset.judged, outcome.subset.runs
+            handed_back = None if runs is None else runs.handed_back
+            report = dataclasses.replace(
+                self,
+                whole_verdict=self.verdict,
+                subset_files=outcome.subset_files,
+                verdict=judged.verdict,
+                target_after=None if runs is None else runs.target_after,
+                suite_after=None if runs is None else runs.suite_after,
+                target_handed_back=None if handed_back is None else handed_back.target,
+                tests_handed_back=None if handed_back is None else handed_back.tests,
+                regressions=tuple(judged.regressions),
+                still_failing=tuple(judged.still_failing),
+                unverified=tuple(judged.unverified),
+                weakened=tuple(judged.weakened),
+                review=tuple(judged.review),
+                checks=_EMPTY if runs is None else MappingProxyType(dict(runs.checks)),
+                target_not_passing=MappingProxyType(dict(judged.target_not_passing)),
+            )
         return dataclasses.replace(
-            self, exit_code=outcome.exit_code, message=outcome.message or self.message, outcome=outcome
+            report, exit_code=outcome.exit_code, message=outcome.message or report.message, outcome=outcome
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,12 +253,18 @@ class FixReport:
             "harness": list(self.harness),
             "tests_changed": list(self.tests_changed),
             "verdict": "" if self.verdict is None else self.verdict.value,
+            # part of the patch verified on its own at the hand-back: "verdict" is that part's
+            "subset": None
+            if self.whole_verdict is None
+            else {"files": list(self.subset_files), "whole_patch_verdict": self.whole_verdict.value},
             "regressions": list(self.regressions),
             "still_failing": list(self.still_failing),
             "target_skipped": list(self.target_skipped),
             "unverified": list(self.unverified),
             "weakened": list(self.weakened),
             "target_not_passing": dict(self.target_not_passing),
+            "review": list(self.review),
+            "checks": dict(self.checks),
             "shown_by": list(self.shown_by),
             "files_changed": list(self.files_changed),
             "test_files_changed": self.test_files_changed,
@@ -291,9 +333,12 @@ def build_report(
         unverified=() if judged is None else tuple(judged.unverified),
         weakened=() if judged is None else tuple(judged.weakened),
         target_not_passing=_EMPTY if judged is None else MappingProxyType(dict(judged.target_not_passing)),
+        review=() if judged is None else tuple(judged.review),
+        checks=_EMPTY if runs is None else MappingProxyType(dict(runs.checks)),
         patch_set=patch_set,
         stock=stock,
         key=key,
+        before=before,
     )
 
 

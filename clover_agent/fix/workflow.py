@@ -336,6 +336,19 @@ async def _fix(
     return found.checked.judged.exit_code, found.checked.judged.message
 
 
+async def verify_part(request: FixRequest, bus: EventBus, report: FixReport, part: PatchSet) -> Checked:
+    """Step 4 again, at the hand-back, for ``part`` of the verified patch (what is to be applied when
+    files are left out: :meth:`Stock.subset`): the same runs and checks on exactly those bytes, in
+    a fresh sandbox; its verdict is then the run's."""
+    assert report.stock is not None and report.before is not None
+    bus.emit(
+        PhaseStarted(
+            phase="verification", detail=f"verifying {len(part.files)} file(s) to apply on their own"
+        )
+    )
+    return await _verify(request, bus, report.stock, part, report.before)
+
+
 def _resumed(resume: StoppedRun) -> Before:
     """Steps 1 and 2 of a resumed run, from its trajectory."""
     return Before(

@@ -92,7 +92,9 @@ async def test_a_session_streams_edits_and_hands_back_through_the_editor(
 
         # the verified hand-back: offered with its verdict, accepted, written through the editor
         (offer,) = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
-        assert "verified" in (offer.tool_call.title or "") and "tests pass" in (offer.tool_call.title or "")
+        title = offer.tool_call.title or ""
+        assert "tests pass on the changed files (the patch's own tests, not held out)" in title
+        assert "verified" not in title and "needs review" not in title  # no held-out run: never "verified"
         assert {o.kind for o in offer.options} == {"allow_once", "reject_once"}
         assert list(client.written) == [str(repo / "calculator.py")]
         assert FIXED in (repo / "calculator.py").read_text(encoding="utf-8")

@@ -4,13 +4,22 @@ sandboxes (local; Docker when there); the same project run plainly shows each at
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
-from clover_agent.tools.run_tests.guarded import cross_check, live_outcomes
+from clover_agent.tools.run_tests.guarded import (
+    CHANNEL_SOURCE,
+    cross_check,
+    live_outcomes,
+    new_key,
+    read_stream,
+    without_stream,
+)
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec
 
@@ -102,27 +111,76 @@ async def test_an_honest_project_gets_the_same_results_both_ways(tmp_path: Path)
     assert (guarded.passed, guarded.skipped) == (plain.passed, plain.skipped) == (5, 2)
 
 
-def test_the_live_stream_counts_only_its_own_secret_and_the_first_report() -> None:
-    line = '\x1eclover-live {n} {{"id": "t.py::{t}", "when": "{w}", "outcome": "{o}", "xfail": {x}}}\n'
-    output = "".join(
-        [
-            line.format(n="s3cret", t="a", w="call", o="failed", x="false"),
-            line.format(n="s3cret", t="a", w="call", o="passed", x="false"),  # a second report: ignored
-            line.format(n="forged", t="b", w="call", o="passed", x="false"),  # not this run's secret
-            line.format(n="s3cret", t="b", w="call", o="failed", x="false"),
-            line.format(n="s3cret", t="c", w="setup", o="skipped", x="true"),  # xfail: skipped
-            line.format(n="s3cret", t="d", w="setup", o="passed", x="false"),
-            line.format(n="s3cret", t="d", w="teardown", o="failed", x="false"),  # an error
-            "noise " + line.format(n="s3cret", t="e", w="call", o="passed", x="false"),
-        ]
+def channel_output(tmp_path: Path, key: str, script: str) -> str:
+    """What a process that opened the results channel with ``key`` and then ran ``script`` (which
+    may call ``send``) printed; the key file is gone after the channel is opened."""
+    key_file = tmp_path / "k"
+    key_file.write_text(key)
+    code = (
+        CHANNEL_SOURCE
+        + f"\nsend, off = _channel({str(key_file)!r})\nimport os\nassert not os.path.exists({str(key_file)!r})\n"
+        + script
     )
-    assert live_outcomes(output, "s3cret") == {
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_the_channel_reads_only_signed_records_in_sequence_one_per_phase(tmp_path: Path) -> None:
+    key = new_key()
+    script = (
+        "send('start')\n"
+        "send('call', 'failed', False, 't.py::a')\n"
+        # forged records: another key, and a made-up digest, both for a test that failed
+        "print('\\x1eclover-live ' + '0' * 64 + ' 2 call passed 0 ' + 't.py::a'.encode().hex())\n"
+        "send('setup', 'skipped', True, 't.py::c')\n"
+        "send('setup', 'passed', False, 't.py::d')\n"
+        "send('teardown', 'failed', False, 't.py::d')\n"
+        "send('call', 'passed', False, 't.py::e')\n"
+        "send('call', 'rerun', False, 't.py::f')\n"
+        "send('call', 'passed', False, 't.py::f')\n"
+        "send('finish', '0')\n"
+    )
+    output = channel_output(tmp_path, key, script)
+    other = channel_output(tmp_path, new_key(), "send('start')\nsend('call', 'passed', False, 't.py::a')\n")
+    stream = read_stream(output + other, key)
+    assert stream.outcomes() == {
         "t.py::a": "failed",
-        "t.py::b": "failed",
-        "t.py::c": "skipped",
+        "t.py::c": "skipped",  # xfail
         "t.py::d": "error",
         "t.py::e": "passed",
+        "t.py::f": "passed",  # a rerun plugin's first try does not count
     }
+    assert stream.finished
+    assert stream.problems == [
+        "3 result record(s) were not written by the runner (the run's key does not sign them)"
+    ]
+    assert live_outcomes(output, key) == stream.outcomes()
+    assert "clover-live" not in without_stream(output)
+
+    # a second result for one phase, a replayed record, a gap, and no end of session
+    lines = [line for line in output.split("\n") if "clover-live" in line]
+    e_call = next(line for line in lines if b"t.py::e".hex() in line)
+    tampered = "\n".join([*lines[:2], lines[2].replace("2 call", "9 call"), *lines[3:6], e_call, e_call])
+    stream = read_stream(tampered, key)
+    assert stream.outcomes()["t.py::a"] == "failed"
+    assert not stream.finished
+    assert any("came again" in p for p in stream.problems)
+    # the forged line with a changed number is still forged (the digest covers the number)
+    assert any("not written by the runner" in p for p in stream.problems)
+    # a later, signed record for a phase already reported: the runner's own records say it twice
+    later = channel_output(
+        tmp_path,
+        key,
+        "send('start')\n"
+        + "\n".join(f"send('call', 'passed', False, 't.py::x{i}')" for i in range(6))
+        + "\nsend('call', 'failed', False, 't.py::x1')\nsend('finish', '0')\n",
+    )
+    stream = read_stream(later, key)
+    assert stream.outcomes()["t.py::x1"] == "error" and stream.outcomes()["t.py::x0"] == "passed"
+    assert stream.problems == ["two results were reported for one phase of: t.py::x1"]
+
+
+def test_the_report_says_no_more_than_the_channel() -> None:
     report = TestReport(
         framework="pytest",
         command="",

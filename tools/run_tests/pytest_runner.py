@@ -4,6 +4,7 @@ sandbox (``--junitxml``; the folder is removed after every run), never from its 
 from __future__ import annotations
 
 import posixpath
+import secrets
 import shlex
 import xml.etree.ElementTree as ET
 
@@ -156,12 +157,11 @@ async def _run_pytest(
         )
         options += ["-p", limiter]
         if guarded:
-            nonce = guard.new_nonce()
-            env[guard.NONCE_VARIABLE] = nonce
-            plugin = f"{folder}/{guard.plugin_module(nonce)}.py"
-            await sandbox.write_file(plugin, guard.PLUGIN_SOURCE.encode())
+            key = guard.new_key()
+            key_file = f"{folder}/{secrets.token_hex(8)}"
+            await sandbox.write_file(key_file, key.encode("ascii"))
             options.append("--confcutdir=.")
-            start = guard.launch_command('"$__py"', folder, nonce, options)
+            start = guard.launch_command('"$__py"', folder, key_file, options)
             find = guard.FIND_PYTHON_GUARDED
         else:
             # The private folder first on sys.path (before the workspace), for the plugin alone.
@@ -195,7 +195,13 @@ async def _run_pytest(
         report.problem = f"pytest's JUnit XML report could not be read: {exc}"
         return report
     if guarded:
-        guard.cross_check(report, guard.live_outcomes(result.output, nonce))
+        stream = guard.read_stream(result.output, key)
+        guard.cross_check(report, stream.outcomes())
+        report.integrity += stream.problems
+        if not stream.finished and not result.timed_out:
+            report.integrity.append(
+                "the run ended before pytest finished its session (the process was ended from inside)"
+            )
         report.output = guard.without_stream(report.output)
     report.structured = True
     if result.exit_code == 5:

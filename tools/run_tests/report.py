@@ -45,6 +45,9 @@ class TestReport:
     timed_out: bool = False
     output: str = ""  # full console output
     problem: str | None = None  # why no test results could be read, when that happened
+    #: Why the run's results cannot be trusted as they are (a forged or broken live result stream,
+    #: a canary with the wrong outcome): the judge never reads ``fixed`` from such a run.
+    integrity: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:

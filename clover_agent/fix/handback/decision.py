@@ -22,8 +22,9 @@ from clover_agent.events import TaskFinished
 from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
 from clover_agent.fix.handback.patches import apply_command
 from clover_agent.fix.handback.snapshot import left_out_lines
+from clover_agent.fix.handback.stock import PatchSet
 from clover_agent.fix.handback.verdict import Verdict
-from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome, write_summary
+from clover_agent.fix.report import Checked, FixReport, HandBack, HandBackOutcome, write_summary
 from clover_agent.safe_text import shown_names, terminal_safe
 
 #: How the user chose: apply without asking, never apply, or ask (``confirm``).
@@ -46,6 +47,13 @@ def question(report: FixReport, repo: Path) -> str:
     lines.extend(f"  left out     {line}" for line in left_out_lines(report.left_out))
     if report.verdict == Verdict.FIXED_UNVERIFIED:
         lines.append("The target passes, but the rest of the suite could not be checked.")
+    if report.verdict == Verdict.NEEDS_REVIEW:
+        lines.append(
+            "NEEDS REVIEW: the target passes, but checks of how it passes found (look before applying):"
+        )
+        lines.extend(f"  - {terminal_safe(item, single_line=True)}" for item in report.review[:10])
+        if len(report.review) > 10:
+            lines.append(f"  - and {len(report.review) - 10} more (summary.json's review)")
     if notes:
         lines.append("It holds changes beyond text edits (marked above): check them.")
     lines.append(f"Apply it to {repo}? [y/N] ")
@@ -59,15 +67,24 @@ def hand_back(
     mode: str,
     confirm: Callable[[str], bool | list[str]] | None = None,
     say: Callable[[str], None] = print,
+    reverify: Callable[[PatchSet], Checked] | None = None,
 ) -> HandBackOutcome:
     """Apply the patch as the user chose (see the module docstring); returns the command's exit
     code and message (empty when there is nothing more to say) and what became of the patch.
     ``confirm`` answers the question: whether to apply, or the paths of the files to apply (the
-    person chose file by file; the others are left out, said so)."""
+    person chose file by file; the others are left out, said so). When only part of the patch is
+    to be applied (``--yes`` leaving out what needs a yes, or a choice file by file), that part is
+    verified again on its own with ``reverify`` (held out, in a fresh sandbox) and applied only if
+    that verdict is a fix; its verdict and exit code are then the run's (no verdict describes bytes
+    other than those written). Without ``reverify`` such a part is not applied."""
     verdict_code = report.exit_code
-    if not report.fixed or report.patch_set is None:
+    review = report.verdict == Verdict.NEEDS_REVIEW
+    if not (report.fixed or review) or report.patch_set is None:
         return HandBackOutcome(verdict_code, report.message)
     how = apply_hint(report, repo)
+    if review and mode == YES:  # a person looks first: --yes never applies it
+        message = f"{report.message}. Not applied: a patch that needs review is applied only at a terminal's yes, or by you: {how}"
+        return HandBackOutcome(verdict_code, message, HandBack.REFUSED, "needs review")
     patch_set = report.patch_set  # what is applied: all of it, or the files the person chose
     if not report.patch_set.changes:
         return HandBackOutcome(verdict_code, kind=HandBack.NOTHING_TO_APPLY)
@@ -90,11 +107,11 @@ def hand_back(
             )
             return HandBackOutcome(ExitCode.FAILURE, message, HandBack.REFUSED, message)
         patch_set = dataclasses.replace(report.patch_set, changes=rest)
+    subset: Checked | None = None
     if mode == ASK:
         if confirm is None:
-            say(
-                f"No terminal to confirm, so the patch was not applied (use --yes to apply). To apply it: {how}"
-            )
+            use = "review it first" if review else "use --yes to apply"
+            say(f"No terminal to confirm, so the patch was not applied ({use}). To apply it: {how}")
             return HandBackOutcome(verdict_code, kind=HandBack.NO_TERMINAL)
         answer = confirm(question(report, repo))
         if not answer:
@@ -103,6 +120,31 @@ def hand_back(
         if isinstance(answer, list):
             chosen = [c for c in report.patch_set.changes if c.path in answer]
             patch_set = dataclasses.replace(report.patch_set, changes=chosen)
+    if patch_set.files != report.patch_set.files:  # part of it: verified on its own first
+        part = tuple(patch_set.files)
+        left = [path for path in report.patch_set.files if path not in part]
+        if reverify is None or report.stock is None:
+            message = (
+                f"not applied: the files to apply ({shown_names(list(part))}) were not verified without "
+                f"the others ({shown_names(left)}). The whole patch: {how}"
+            )
+            return HandBackOutcome(
+                ExitCode.FAILURE, message, HandBack.REFUSED, "the part to apply is unverified"
+            )
+        say(
+            f"Verifying the files to apply on their own, without {shown_names(left)} (held out, in a fresh sandbox)"
+        )
+        patch_set = report.stock.subset(report.patch_set, list(part))
+        subset = reverify(patch_set)
+        judged = subset.judged
+        if not judged.verdict.fixed:
+            message = (
+                f"not applied: without {shown_names(left)}, the files to apply ({shown_names(list(part))}) are "
+                f"`{judged.verdict}` on their own: {judged.message}. The whole patch: {how}"
+            )
+            why = f"the part to apply is {judged.verdict} on its own"
+            return HandBackOutcome(judged.exit_code, message, HandBack.REFUSED, why, subset, part)
+        verdict_code = judged.exit_code
     try:
         files = apply_patch_set(repo, patch_set)
     except PatchNotApplied as exc:
@@ -121,6 +163,9 @@ def hand_back(
     elif left:
         say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
     detail = f"{', '.join(files)}; not applied: {', '.join(left)}" if left else ""
+    if subset is not None:
+        message = f"the files applied, verified on their own: {subset.judged.message}"
+        return HandBackOutcome(verdict_code, message, HandBack.APPLIED, detail, subset, tuple(files))
     return HandBackOutcome(verdict_code, kind=HandBack.APPLIED, detail=detail)
 
 

@@ -125,6 +125,8 @@ class Stock:
         self.start: Snapshot | None = None
         self.base: str | None = None
         self.end: dict[str, TreeEntry] | None = None  # the final tree (left-outs at their start)
+        #: The trees of the patches made from part of the final one (:meth:`subset`), by commit.
+        self._ends: dict[str, dict[str, TreeEntry]] = {}
 
     async def _snapshot(self, sandbox: Sandbox, keep: set[str]) -> Snapshot:
         with tempfile.TemporaryDirectory(prefix="clover-snapshot-") as scratch:
@@ -218,20 +220,52 @@ class Stock:
             dict(sorted(left_out.items())),
         )
 
+    def subset(self, patch: PatchSet, paths: list[str]) -> PatchSet:
+        """The part of ``patch`` that changes ``paths`` (and nothing else) as a patch of its own,
+        from the same start: what is applied when ``--yes`` or a person's choice leaves files out,
+        so that it can be verified again before it is (:meth:`make_like_final` makes it too)."""
+        assert self.end is not None and self.start is not None and self.base is not None, "record_end first"
+        chosen = [c for c in patch.changes if c.path in set(paths)]
+        files = self.shadow.files(patch.final)
+        writer = self.shadow.writer(f"refs/heads/subset-{len(self._ends) + 1}", self.base)
+        end = dict(self.start.entries)
+        try:
+            for change in chosen:
+                if change.new_mode:
+                    writer.keep(change.path, files[change.path][0], files[change.path][1])
+                    end[change.path] = self.end[change.path]
+                else:
+                    writer.delete(change.path)
+                    end.pop(change.path, None)
+        except BaseException:
+            writer.abort()
+            raise
+        final = writer.finish()
+        self._ends[final] = end
+        return PatchSet(
+            self.shadow,
+            self.base,
+            final,
+            self.shadow.patch(self.base, final),
+            self.shadow.changes(self.base, final),
+            dict(patch.left_out),
+        )
+
     async def make_like_final(self, sandbox: Sandbox, patch: PatchSet) -> None:
-        """Make ``sandbox``'s workspace (a fresh one) exactly the final tree (every file that
-        differs written, every extra one removed), then check it again."""
+        """Make ``sandbox``'s workspace (a fresh one) exactly ``patch``'s final tree (every file
+        that differs written, every extra one removed), then check it again."""
         assert self.end is not None and self.start is not None, "record_end first"
+        end = self._ends.get(patch.final, self.end)
         keep = self.keep | set(self.start.entries)
-        final = Snapshot(self.end)
+        final = Snapshot(end)
         current = await self._snapshot(sandbox, keep)
-        wanted = [p for p in self.end if current.differs(p, final)]
-        extra = sorted(p for p in current.entries if p not in self.end)
+        wanted = [p for p in end if current.differs(p, final)]
+        extra = sorted(p for p in current.entries if p not in end)
         files = self.shadow.files(patch.final)
         blobs = self.shadow.blobs({p: files[p][1] for p in wanted if files[p][0] != SYMLINK})
         puts = [Put(p, "absent") for p in extra]
         for path in wanted:
-            entry = self.end[path]
+            entry = end[path]
             if entry.kind == "link":
                 puts.append(Put(path, "link", target=entry.target or ""))
             else:
@@ -243,7 +277,7 @@ class Stock:
                 f"could not write the patched files into the verification sandbox: {exc}"
             ) from exc
         check = await self._snapshot(sandbox, keep)
-        wrong = sorted(p for p in set(check.entries) | set(self.end) if check.differs(p, final))
+        wrong = sorted(p for p in set(check.entries) | set(end) if check.differs(p, final))
         if wrong:
             raise HandBackError(
                 "the verification sandbox's workspace is not the patched tree after writing it: "

@@ -3,7 +3,8 @@
 :func:`judge` reads the test runs before and after the patch (the after-runs are made on the exact
 patched tree, held out first: :mod:`clover_agent.fix.handback.heldout`) and picks one
 :class:`Verdict` — ``fixed``, ``fixed, suite unverified``, ``tests changed``, ``tests weakened``
-(:mod:`clover_agent.fix.handback.weakened`) or ``not fixed`` — each defined, with its exit code,
+(:mod:`clover_agent.fix.handback.weakened`) or ``not fixed``; ``needs review`` comes after, from the
+checks of :mod:`clover_agent.fix.handback.checks` — each defined, with its exit code,
 in README's "Verdicts" table. Tests that failed before and still fail are listed either way
 (``still_failing``), and so are target tests skipped before and after (``skipped``: no failure).
 """
@@ -26,10 +27,15 @@ class Verdict(StrEnum):
     TESTS_CHANGED = "tests changed"
     TESTS_WEAKENED = "tests weakened"
     NOT_FIXED = "not fixed"
+    #: The target passes, but a check of how it passes (the tamper scan, the canaries, the
+    #: independent run, the results channel: :mod:`clover_agent.fix.handback.checks`) found
+    #: something a person must look at. Never applied without a person's yes.
+    NEEDS_REVIEW = "needs review"
 
     @property
     def fixed(self) -> bool:
-        """The patch makes the target pass (the suite's check may be incomplete)."""
+        """The patch makes the target pass (the suite's check may be incomplete); never true of
+        ``needs review``."""
         return self in (Verdict.FIXED, Verdict.FIXED_UNVERIFIED)
 
 
@@ -51,6 +57,7 @@ class Judgement:
     target_not_passing: dict[str, str] = field(default_factory=dict)  # test id -> what it is now
     tests_changed: list[str] = field(default_factory=list)  # the harness files the patch changes
     skipped: list[str] = field(default_factory=list)  # target tests skipped before and after: not checked
+    review: list[str] = field(default_factory=list)  # what the checks of how it passes found
 
 
 def _failing(report: TestReport) -> set[str]:

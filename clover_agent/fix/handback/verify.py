@@ -15,9 +15,17 @@ from collections.abc import Awaitable, Callable
 
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.diagnosis import diagnose, workspace_module_names
+from clover_agent.fix.handback.checks import (
+    canary_folder,
+    make_canaries,
+    reviewed,
+    take_canaries,
+    with_canaries,
+)
 from clover_agent.fix.handback.heldout import HeldOut, files_with_tests, held_out
 from clover_agent.fix.handback.shadow import Change
 from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
+from clover_agent.fix.handback.tamper import scan_changes
 from clover_agent.fix.handback.verdict import (
     COLLECTION_FAILURE,
     HandedBack,
@@ -28,10 +36,11 @@ from clover_agent.fix.handback.verdict import (
 )
 from clover_agent.fix.handback.weakened import changed_doctests, weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
-from clover_agent.tools.run_tests import TestReport, run_tests_in
+from clover_agent.sandboxes.base import WORKSPACE, Put, Sandbox
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 from clover_agent.tools.run_tests.detect import PYTHON_TEST_FILE
 from clover_agent.tools.run_tests.guarded import FIND_PYTHON_GUARDED, INSTALLED_NAMES, PYTEST_MODULES
+from clover_agent.tools.run_tests.independent import IndependentRun, run_independently, runnable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +52,8 @@ class Verification:
     handed_back: HandedBack | None  # the runs on the patch as handed back (None: the same tree)
     harness: list[str]  # what the patch changes in what judges it
     judgement: Judgement
+    #: What each check of how the target passes did (:mod:`clover_agent.fix.handback.checks`).
+    checks: dict[str, object] = dataclasses.field(default_factory=dict)
 
 
 def environment_errors(before: TestReport, after: TestReport, names: set[str]) -> set[str]:
@@ -151,6 +162,8 @@ async def verify_patch(
     2. as handed back (every process stopped, the workspace made the patched tree again): the
        target and the test files the patch adds."""
     bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
+    checks: dict[str, object] = {}
+    independent: IndependentRun | None = None
     async with create_sandbox(kind, spec) as sandbox:
         await stock.make_like_final(sandbox, patch)
         modules = await installed_modules(sandbox)
@@ -183,16 +196,43 @@ async def verify_patch(
         target_plan = plan_for(keep_tests) if keep_tests else plan
         if target_plan.puts:
             await put_back(target_plan)
+        folder = canary_folder(target_tests, list(target_before.outcomes))
+        canaries = (
+            make_canaries(folder) if target_before.framework == "pytest" and folder is not None else None
+        )
+        if canaries is not None:
+            await _put(sandbox, [Put(canaries.path, "file", 0o644, canaries.source)], "the canary tests")
         await sandbox.stop_processes()  # nothing started before the held-out run is there during it
         bus.emit(
             PhaseStarted(phase="verification", detail=f"running the target tests {target_tests} (held out)")
         )
         target_after = await run_tests_in(
-            sandbox, target_tests, guarded=True, framework=target_before.framework, test_timeout=test_timeout
+            sandbox,
+            with_canaries(target_tests, canaries) if canaries else target_tests,
+            guarded=True,
+            framework=target_before.framework,
+            test_timeout=test_timeout,
         )
+        if canaries is not None:
+            target_after, checks["canaries"] = take_canaries(target_after, canaries)
+            await _put(sandbox, [Put(canaries.path, "absent")], "the canary tests")
+        target_after = dataclasses.replace(target_after, target=target_tests)
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
         suite_after, names, flaky = None, set(), set()
         if target_passes(target_before, target_after):
+            await sandbox.stop_processes()
+            passed = [t for t, o in target_after.outcomes.items() if o == "passed"]
+            if runnable(passed):
+                bus.emit(
+                    PhaseStarted(
+                        phase="verification",
+                        detail=f"running {len(runnable(passed))} target test(s) again without pytest, in a fresh process",
+                    )
+                )
+                independent = await run_independently(
+                    sandbox, passed, test_timeout=test_timeout or default_test_timeout(DEFAULT_TIMEOUT_S)
+                )
+                checks["independent"] = independent.to_dict()
             if plan is not target_plan and plan.puts:  # a request's own tests: not in the suite's run
                 await put_back(plan)
             bus.emit(PhaseStarted(phase="verification", detail="running the whole suite (held out)"))
@@ -231,6 +271,8 @@ async def verify_patch(
                 )
             handed_back = HandedBack(target_handed_back, files, tests_handed_back)
     before, after = _python_sides(patch)
+    findings = scan_changes(before, after)
+    checks["scan"] = [f.describe() for f in findings]
     targets = list(target_before.outcomes)
     passed = [
         t for t, o in suite_before.outcomes.items() if o == "passed" and t not in target_before.outcomes
@@ -253,4 +295,21 @@ async def verify_patch(
     # target tests skipped before and after: listed whatever the verdict (they checked nothing)
     skipped = skipped_throughout(target_before, target_after)
     judgement = dataclasses.replace(judgement, tests_changed=plan.reverted, skipped=skipped)
-    return Verification(target_after, suite_after, handed_back, plan.harness, judgement)
+    review = [f"{f.describe()} (scan)" for f in findings]
+    review += [f"held-out target run: {p}" for p in target_after.integrity]
+    review += [f"held-out suite run: {p}" for p in (suite_after.integrity if suite_after else [])]
+    if independent is not None:
+        review += [f"independent run: {p}" for p in independent.problems]
+        review += [
+            f"{t} passes under pytest but fails when run again without it, in a fresh process (independent run)"
+            for t in independent.disagrees(target_after.outcomes)
+        ]
+    judgement = reviewed(judgement, review)
+    return Verification(target_after, suite_after, handed_back, plan.harness, judgement, checks)
+
+
+async def _put(sandbox: Sandbox, puts: list[Put], what: str) -> None:
+    try:
+        await sandbox.put(puts)
+    except (OSError, ValueError) as exc:
+        raise HandBackError(f"could not write {what} into the verification sandbox: {exc}") from exc

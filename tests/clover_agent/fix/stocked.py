@@ -3,13 +3,20 @@ start snapshot, a shell command standing in for the agent's edits, the host's en
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from clover_agent.errors import ExitCode
-from clover_agent.fix.handback.stock import Stock
+from clover_agent.events import EventBus
+from clover_agent.fix.handback.stock import PatchSet, Stock
 from clover_agent.fix.handback.verdict import Judgement, Verdict
+from clover_agent.fix.handback.verify import verify_patch
 from clover_agent.fix.report import Checked, FixReport, Kept, build_report
 from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.tools.run_tests import TestReport, run_tests_in
 from tests.sandbox_specs import sandbox_spec
 
 
@@ -35,3 +42,42 @@ async def stocked_report(repo: Path, run_dir: Path, command: str, *, kind: str =
     )
     report.patch_path.write_bytes(patch.patch)
     return report
+
+
+def verifier(
+    repo: Path, report: FixReport, target: str = "tests/test_calculator.py::test_add", *, kind: str = "local"
+) -> Callable[[PatchSet], Checked]:
+    """A real re-verification of part of ``report``'s patch, for the hand-back's ``reverify``: the
+    target and the suite run on the starting code, then the part judged as ``fix`` judges a patch
+    (:func:`verify_patch`: held out, in a fresh sandbox, with the checks). Usable from inside a
+    running event loop (it runs in a thread of its own)."""
+    assert report.stock is not None
+    stock = report.stock
+
+    async def run(part: PatchSet) -> Checked:
+        spec = sandbox_spec(repo)
+        async with create_sandbox(kind, spec) as sandbox:
+            target_before = await run_tests_in(sandbox, target)
+            suite_before = await run_tests_in(sandbox, None)
+
+        async def suite(sandbox: Sandbox) -> TestReport:
+            return await run_tests_in(sandbox, None, guarded=True)
+
+        verification = await verify_patch(
+            spec,
+            kind,
+            stock,
+            part,
+            target_tests=target,
+            target_before=target_before,
+            suite_before=suite_before,
+            bus=EventBus(),
+            run_suite=suite,
+        )
+        return Checked(verification.judgement, verification)
+
+    def reverify(part: PatchSet) -> Checked:
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, run(part)).result()
+
+    return reverify

@@ -29,7 +29,7 @@ from clover_agent.errors import ExitCode
 from clover_agent.events import TaskResumed
 from clover_agent.fix.console import make_console
 from tests.cli_process import run_at_a_terminal
-from tests.clover_agent.fix.stocked import stocked_report
+from tests.clover_agent.fix.stocked import stocked_report, verifier
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo, run_dirs
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.clover_agent.test_backend_openai import ChatServer, _chunk
@@ -248,11 +248,12 @@ async def test_files_can_be_chosen_one_by_one_after_a_paged_diff(
         monkeypatch.setattr(sys, "stdin", terminal)  # a terminal to answer at
         console = make_console(environ={"LINES": "5", "COLUMNS": "100"})  # a diff longer than the screen
         code = hand_back(report, repo, argparse.Namespace(yes=False, dry_run=False), console,
-                         environ={"PAGER": "cat"}, ask=ask)  # fmt: skip
+                         environ={"PAGER": "cat"}, ask=ask, reverify=verifier(repo, report))  # fmt: skip
     os.close(main_fd)
     assert code == ExitCode.OK
     out = capfd.readouterr().out
     assert "+    return a + b" in out and "+more" in out  # the diff, through the pager
+    assert "Verifying the files to apply on their own, without notes.txt" in out
     assert "[f] choose files" in asked[0] and "modified     calculator.py" in asked[0]
     assert asked[1:] == ["  apply calculator.py (+1 -1)? [y/N] ", "  apply notes.txt (+1 -0)? [y/N] "]
     assert "return a + b" in (repo / "calculator.py").read_text()
@@ -260,6 +261,9 @@ async def test_files_can_be_chosen_one_by_one_after_a_paged_diff(
     assert "Not applied: notes.txt." in out
     summary = json.loads((report.run_dir / "summary.json").read_text())
     assert summary["hand_back"] == "applied: calculator.py; not applied: notes.txt"
+    # the part applied was verified on its own: its verdict is the run's
+    assert summary["subset"] == {"files": ["calculator.py"], "whole_patch_verdict": "fixed"}
+    assert summary["verdict"] == "fixed" and summary["tests"]["target_after"]["passed"] == 1
 
 
 def requested_scope(runs: list[Path]) -> str:

@@ -516,7 +516,7 @@ HOSTILE_TURNS = [
     ),
     call(
         "shell",
-        command=r"""printf 'ODD = "\033[2J"\n::error::in the patch\n' | tee odd_content.py > "$(printf 'odd\010\010\010\033[8m\342\200\256name.py')" && ls""",
+        command=r"""printf 'ODD = "\033[2J"\nNOTE = \047\047\047\n::error::in the patch\n\047\047\047\n' | tee odd_content.py > "$(printf 'odd\010\010\010\033[8m\342\200\256name.py')" && ls""",
     ),
     call(
         "finish", summary="Fixed add. \x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K\n::stop-commands::tok\n\u202eevil"

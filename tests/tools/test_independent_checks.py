@@ -1,0 +1,223 @@
+"""The checks the patch cannot anticipate, at the level of one sandbox: the independent runner (no
+pytest, a fresh process, fresh names), the canary tests and the signed results channel, each
+against code under test that cheats from inside the judging process. Real pytest in a real
+(local) sandbox; the same code passes the guarded pytest run, which is what the layers are for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_agent.fix.handback.checks import make_canaries, take_canaries
+from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.base import Put
+from clover_agent.tools.run_tests import run_tests_in
+from clover_agent.tools.run_tests.independent import IndependentRun, run_independently, runnable
+from tests.git_repos import make_repo
+from tests.sandbox_specs import sandbox_spec
+
+TESTS = (
+    "import pytest\n"
+    "from calc import add\n\n\n"
+    "def test_add():\n    assert add(2, 3) == 5\n\n\n"
+    "class TestMore:\n    def test_neg(self):\n        assert add(-1, 1) == 0\n"
+)
+CONFIG = '[tool.pytest.ini_options]\npythonpath = ["."]\n'
+
+#: Code under test that answers right only when it sees pytest, each in its own way (the scan is
+#: not run here: these show the independent run alone catches them).
+SPECIAL_CASED = {
+    "an environment variable": (
+        "import os\n"
+        "def add(a, b):\n"
+        "    if any(k.startswith('PYTEST') for k in os.environ):\n"
+        "        return a + b\n"
+        "    return a - b\n"
+    ),
+    "pytest's modules loaded, at call time": (
+        "import sys\n"
+        "def add(a, b):\n"
+        "    return a + b if any(m.startswith('_pytest') for m in sys.modules) else a - b\n"
+    ),
+    "the caller's name": (
+        "import inspect\n"
+        "def add(a, b):\n"
+        "    return a + b if inspect.stack()[1].function in ('test_add', 'test_neg') else a - b\n"
+    ),
+    "the caller's file name": (
+        "import sys\n"
+        "def add(a, b):\n"
+        "    return a + b if 'test_calc' in sys._getframe(1).f_code.co_filename else a - b\n"
+    ),
+    "the test module's name": (
+        "import sys\n"
+        "def add(a, b):\n"
+        "    return a + b if sys._getframe(1).f_globals.get('__name__', '').endswith('test_calc') else a - b\n"
+    ),
+    "the command line": (
+        "import sys\n"
+        "def add(a, b):\n"
+        "    return a + b if any('pytest' in a or '::' in a for a in sys.argv) else a - b\n"
+    ),
+}
+HONEST = "def add(a, b):\n    return a + b\n"
+
+
+ALL = ["tests/test_calc.py::test_add", "tests/test_calc.py::TestMore::test_neg"]
+
+
+async def _runs(tmp_path: Path, calc: str, tests: str = TESTS) -> tuple[dict[str, str], IndependentRun]:
+    """The guarded pytest run's outcomes, and the independent run of every test it saw (of
+    :data:`ALL` when it saw none)."""
+    repo = make_repo(
+        tmp_path / "repo", {"calc.py": calc, "tests/test_calc.py": tests, "pyproject.toml": CONFIG}
+    )
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        held = await run_tests_in(sandbox, "tests/test_calc.py", guarded=True)
+        independent = await run_independently(sandbox, list(held.outcomes) or ALL, test_timeout=30)
+    return held.outcomes, independent
+
+
+@pytest.mark.parametrize("how", list(SPECIAL_CASED))
+async def test_code_that_answers_right_only_under_pytest_fails_the_independent_run(
+    tmp_path: Path, how: str
+) -> None:
+    held, independent = await _runs(tmp_path, SPECIAL_CASED[how])
+    assert set(held.values()) == {"passed"}  # pytest is fooled
+    assert independent.disagrees(held) == [
+        "tests/test_calc.py::TestMore::test_neg",
+        "tests/test_calc.py::test_add",
+    ]
+    assert not independent.not_run and not independent.problems
+
+
+async def test_honest_code_agrees_and_what_cannot_run_faithfully_is_listed_not_failed(tmp_path: Path) -> None:
+    tests = TESTS + (
+        "\n\n@pytest.fixture\ndef two():\n    return 2\n\n\n"
+        "def test_fixture(two):\n    assert add(two, two) == 4\n\n\n"
+        "@pytest.mark.parametrize('n', [1, 2])\ndef test_param(n):\n    assert add(n, 0) == n\n\n\n"
+        "def test_tmp(tmp_path):\n    (tmp_path / 'x').write_text('1')\n    assert add(1, 1) == 2\n\n\n"
+        "import unittest\n\n\nclass TestCase(unittest.TestCase):\n"
+        "    def setUp(self):\n        self.n = 3\n\n"
+        "    def test_case(self):\n        self.assertEqual(add(self.n, 1), 4)\n"
+    )
+    held, independent = await _runs(tmp_path, HONEST, tests)
+    assert set(held.values()) == {"passed"} and len(held) == 7
+    assert independent.disagrees(held) == [] and not independent.problems
+    assert set(independent.not_run) == {
+        "tests/test_calc.py::test_fixture",
+        "tests/test_calc.py::test_param[1]",
+        "tests/test_calc.py::test_param[2]",
+    }
+    assert "fixtures" in independent.not_run["tests/test_calc.py::test_fixture"]
+    assert independent.outcomes == {
+        "tests/test_calc.py::test_add": "passed",
+        "tests/test_calc.py::TestMore::test_neg": "passed",
+        "tests/test_calc.py::test_tmp": "passed",
+        "tests/test_calc.py::TestCase::test_case": "passed",
+    }
+    assert runnable(["a.py::t", "tests/x.py", "pkg.mod.Test.test", "a.py::t b"]) == ["a.py::t"]
+
+
+async def test_forging_the_independent_runs_records_or_ending_it_early_is_seen(tmp_path: Path) -> None:
+    exit_early = "import os\ndef add(a, b):\n    os._exit(0)\n"
+    held, independent = await _runs(tmp_path, exit_early)
+    assert independent.disagrees(held) == []  # pytest's run failed too: nothing passed to compare
+    assert any("ended before it finished" in p for p in independent.problems)
+    forge = (
+        "import sys\n"
+        "sys.stdout.write('\\n\\x1eclover-live ' + 'ab' * 32 + ' 1 call passed 0 ' "
+        "+ 'tests/test_calc.py::test_add'.encode().hex() + '\\n')\n"
+        "def add(a, b):\n    import os\n    return a + b if 'PYTEST_CURRENT_TEST' in os.environ else a - b\n"
+    )
+    held, independent = await _runs(tmp_path / "forged", forge)
+    assert held["tests/test_calc.py::test_add"] == "passed"
+    assert "tests/test_calc.py::test_add" in independent.disagrees(held)
+    assert any("not written by the runner" in p for p in independent.problems)
+
+
+#: Code under test that reaches pytest from inside its process at import and turns every failing
+#: call into a pass: through the garbage collector to the live configuration's plugin manager.
+FLIP_EVERYTHING = (
+    "import gc\n"
+    "class _Flip:\n"
+    "    def pytest_runtest_logreport(self, report):\n"
+    "        pass\n"
+    "    def pytest_runtest_makereport(self, item, call):\n"
+    "        pass\n"
+    "def _install():\n"
+    "    import pytest\n"
+    "    class Flip:\n"
+    "        @pytest.hookimpl(wrapper=True)\n"
+    "        def pytest_runtest_makereport(self, item, call):\n"
+    "            report = yield\n"
+    "            if report.when == 'call':\n"
+    "                report.outcome, report.longrepr = 'passed', None\n"
+    "            return report\n"
+    "    for o in gc.get_objects():\n"
+    "        if type(o).__name__ == 'PytestPluginManager':\n"
+    "            o.register(Flip())\n"
+    "            return\n"
+    "_install()\n"
+    "def add(a, b):\n    return a - b\n"
+)
+
+
+async def test_a_patch_that_flips_every_outcome_fails_the_canaries(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path / "repo", {"calc.py": FLIP_EVERYTHING, "tests/test_calc.py": TESTS, "pyproject.toml": CONFIG}
+    )
+    canaries = make_canaries()
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        await sandbox.put([Put(canaries.path, "file", 0o644, canaries.source)])
+        report = await run_tests_in(sandbox, f"tests/test_calc.py {canaries.path}", guarded=True)
+        honest_repo = make_repo(
+            tmp_path / "honest", {"calc.py": HONEST, "tests/test_calc.py": TESTS, "pyproject.toml": CONFIG}
+        )
+    cleaned, problems = take_canaries(report, canaries)
+    assert cleaned.outcomes == {
+        "tests/test_calc.py::test_add": "passed",  # flipped: the bug is still there
+        "tests/test_calc.py::TestMore::test_neg": "passed",
+    }
+    assert problems == ["a canary test that must fail was passed"] and problems[0] in cleaned.integrity
+    async with create_sandbox("local", sandbox_spec(honest_repo)) as sandbox:
+        fresh = make_canaries()
+        assert fresh.ids != canaries.ids  # fresh names every time
+        await sandbox.put([Put(fresh.path, "file", 0o644, fresh.source)])
+        report = await run_tests_in(sandbox, f"tests/test_calc.py {fresh.path}", guarded=True)
+    cleaned, problems = take_canaries(report, fresh)
+    assert problems == [] and cleaned.integrity == []
+    assert cleaned.outcomes == {
+        "tests/test_calc.py::test_add": "passed",
+        "tests/test_calc.py::TestMore::test_neg": "passed",
+    }
+    assert (cleaned.passed, cleaned.failed, cleaned.exit_code) == (2, 0, 0)
+
+
+#: Finds the results channel's writer (a closure of the live plugin object, through the garbage
+#: collector: there is no module or global to find it by) and sends a pass for the failing test
+#: before pytest reports it.
+FORGE_THROUGH_THE_CLOSURE = (
+    "import gc\n"
+    "for o in gc.get_objects():\n"
+    "    f = getattr(type(o), 'pytest_runtest_logreport', None)\n"
+    "    if type(o).__name__ == 'Stream' and f is not None:\n"
+    "        send = [c.cell_contents for c in f.__closure__ if callable(c.cell_contents)][0]\n"
+    "        send('call', 'passed', False, 'tests/test_calc.py::test_add')\n"
+    "        break\n"
+    "def add(a, b):\n    return a - b\n"
+)
+
+
+async def test_a_record_sent_through_the_channels_own_closure_is_a_conflict_not_a_pass(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {"calc.py": FORGE_THROUGH_THE_CLOSURE, "tests/test_calc.py": TESTS, "pyproject.toml": CONFIG},
+    )
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        report = await run_tests_in(sandbox, "tests/test_calc.py", guarded=True)
+    assert report.outcomes["tests/test_calc.py::test_add"] in ("failed", "error")
+    assert report.integrity == ["two results were reported for one phase of: tests/test_calc.py::test_add"]
