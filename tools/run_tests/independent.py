@@ -45,20 +45,17 @@ def _independent():
             del os.environ[name]
     here = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", here, ".")]
-    import ast, configparser, importlib, inspect, pathlib, secrets, signal, tempfile, traceback, types
-    import unittest
-    try:
-        import tomllib
-    except ImportError:
-        tomllib = None
+    # only what every run needs is imported here (the rest when a test needs it: this is timed)
+    import ast, importlib, importlib.util, signal, traceback, types
 
     def fresh(prefix):
-        return prefix + secrets.token_hex(6)
+        return prefix + os.urandom(6).hex()
 
     def ini_pythonpath():
         found = []
-        if tomllib is not None and os.path.isfile("pyproject.toml"):
+        if os.path.isfile("pyproject.toml"):
             try:
+                import tomllib
                 with open("pyproject.toml", "rb") as handle:
                     table = tomllib.load(handle).get("tool", {}).get("pytest", {})
                 value = table.get("ini_options", table).get("pythonpath", [])
@@ -67,6 +64,7 @@ def _independent():
                 pass
         for name, section in (("pytest.ini", "pytest"), ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
             if os.path.isfile(name):
+                import configparser
                 parser = configparser.ConfigParser(interpolation=None)
                 try:
                     parser.read(name)
@@ -74,6 +72,21 @@ def _independent():
                 except configparser.Error:
                     pass
         return [os.path.join(here, p) for p in found]
+
+    class LazyPytest(types.ModuleType):
+        # pytest as a test module imports it, loaded only when a test first uses it
+
+        def __getattr__(self, name):
+            if name.startswith("__") and name.endswith("__"):
+                raise AttributeError(name)
+            if sys.modules.get("pytest") is self:
+                del sys.modules["pytest"]
+            real = importlib.import_module("pytest")
+            self.__dict__.update(real.__dict__)
+            return getattr(real, name)
+
+    if importlib.util.find_spec("pytest") is not None:
+        sys.modules["pytest"] = LazyPytest("pytest")
 
     def basedir(folder):
         while os.path.isfile(os.path.join(folder, "__init__.py")):
@@ -204,13 +217,15 @@ def _independent():
         if obj is None or not callable(obj):
             send("notrun", "notfound", False, test_id)
             continue
-        if inspect.iscoroutinefunction(obj) or inspect.isasyncgenfunction(obj):
+        flags = getattr(getattr(getattr(obj, "__func__", obj), "__code__", None), "co_flags", 0)
+        if flags & (0x80 | 0x200):  # CO_COROUTINE, CO_ASYNC_GENERATOR
             send("notrun", "async", False, test_id)
             continue
         if marks(obj) or (owner is not module and marks(owner)) or marks(module):
             send("notrun", "marked", False, test_id)
             continue
-        if isinstance(owner, type) and issubclass(owner, unittest.TestCase):
+        unittest = sys.modules.get("unittest")  # a TestCase needs its module to have imported it
+        if unittest is not None and isinstance(owner, type) and issubclass(owner, unittest.TestCase):
             method = fresh("test_")
             setattr(owner, method, renamed(obj))
             result = unittest.TestResult()
@@ -237,16 +252,21 @@ def _independent():
         if not isinstance(function, types.FunctionType):
             send("notrun", "unsupported", False, test_id)
             continue
-        params = [p for p in inspect.signature(function).parameters.values()
-                  if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        code = function.__code__
+        positional = code.co_varnames[: code.co_argcount]
+        params = list(positional[: len(positional) - len(function.__defaults__ or ())])
+        params += [n for n in code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+                   if n not in (function.__kwdefaults__ or {})]
         if owner is not module:
             params = params[1:]
-        if any(p.name != "tmp_path" for p in params):
+        if any(p != "tmp_path" for p in params):
             send("notrun", "fixtures", False, test_id)
             continue
         test = renamed(function)
 
         def run(test=test, owner=owner, params=params):
+            if params:
+                import pathlib, tempfile
             kwargs = {"tmp_path": pathlib.Path(tempfile.mkdtemp(prefix=fresh("p_")))} if params else {}
             xunit(module, "setup_module", module)
             try:
@@ -277,6 +297,15 @@ def _independent():
 import sys
 sys.exit(_independent())
 """
+)
+
+
+#: The Python to run with: the first that finds pytest without importing it or any workspace module
+#: (as :data:`~.guarded.FIND_PYTHON_GUARDED` picks, at a tenth of its cost).
+FIND_PYTHON = (
+    'for __py in python3 python; do if command -v "$__py" >/dev/null 2>&1 && "$__py" -c '
+    "\"import sys, importlib.util; sys.path.pop(0); sys.exit(importlib.util.find_spec('pytest') is None)\" "
+    ">/dev/null 2>&1; then break; fi; __py=; done"
 )
 
 
@@ -336,7 +365,7 @@ async def run_independently(sandbox: Sandbox, test_ids: list[str], *, test_timeo
         key_file = f"{folder}/{secrets.token_hex(8)}"
         await sandbox.write_file(key_file, key.encode("ascii"))
         command = (
-            f"{guard.FIND_PYTHON_GUARDED}; "
+            f"{FIND_PYTHON}; "
             '[ -n "$__py" ] || { echo "no Python with pytest in the sandbox"; exit 127; }; '
             '"$__py" -c ' + shlex.join([RUNNER, folder, key_file, repr(float(test_timeout)), "--", *ids])
         )
