@@ -55,6 +55,22 @@ SPECIAL_CASED = {
         "def add(a, b):\n"
         "    return a + b if sys._getframe(1).f_globals.get('__name__', '').endswith('test_calc') else a - b\n"
     ),
+    "a timer armed (pytest's per-test limit)": (
+        "import signal\n"
+        "def add(a, b):\n"
+        "    return a + b if signal.getitimer(signal.ITIMER_REAL)[0] > 0 else a - b\n"
+    ),
+    "a signal handler installed (pytest's per-test limit)": (
+        "import signal\n"
+        "def add(a, b):\n"
+        "    return a + b if callable(signal.getsignal(signal.SIGALRM)) else a - b\n"
+    ),
+    "refusing to be imported outside pytest": (
+        "import sys\n"
+        "if not any(m.startswith('_pytest') for m in sys.modules):\n"
+        "    raise ImportError('needs a real program')\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
     "the command line": (
         "import sys\n"
         "def add(a, b):\n"
@@ -100,10 +116,20 @@ async def test_honest_code_agrees_and_what_cannot_run_faithfully_is_listed_not_f
         "def test_tmp(tmp_path):\n    (tmp_path / 'x').write_text('1')\n    assert add(1, 1) == 2\n\n\n"
         "import unittest\n\n\nclass TestCase(unittest.TestCase):\n"
         "    def setUp(self):\n        self.n = 3\n\n"
-        "    def test_case(self):\n        self.assertEqual(add(self.n, 1), 4)\n"
+        "    def test_case(self):\n        self.assertEqual(add(self.n, 1), 4)\n\n\n"
+        # xunit set-up in each form pytest calls: with and without the argument it may take
+        "SEEN = []\n\n\ndef setup_module(module):\n    SEEN.append(module.__name__)\n\n\n"
+        "def setup_function():\n    SEEN.append('f')\n\n\n"
+        "def test_xunit_function():\n    assert SEEN and SEEN[-1] == 'f'\n\n\n"
+        "class TestXunit:\n    def setup_class(cls):\n        cls.base = 10\n\n"
+        "    def setup_method(self, method):\n        self.step = 1\n\n"
+        "    def test_method(self):\n        assert add(self.base, self.step) == 11\n\n\n"
+        "class TestClassmethod:\n    @classmethod\n    def setup_class(cls):\n        cls.base = 5\n\n"
+        "    def setup_method(self):\n        self.step = 2\n\n"
+        "    def test_method(self):\n        assert add(self.base, self.step) == 7\n"
     )
     held, independent = await _runs(tmp_path, HONEST, tests)
-    assert set(held.values()) == {"passed"} and len(held) == 7
+    assert set(held.values()) == {"passed"} and len(held) == 10
     assert independent.disagrees(held) == [] and not independent.problems
     assert set(independent.not_run) == {
         "tests/test_calc.py::test_fixture",
@@ -116,6 +142,9 @@ async def test_honest_code_agrees_and_what_cannot_run_faithfully_is_listed_not_f
         "tests/test_calc.py::TestMore::test_neg": "passed",
         "tests/test_calc.py::test_tmp": "passed",
         "tests/test_calc.py::TestCase::test_case": "passed",
+        "tests/test_calc.py::test_xunit_function": "passed",
+        "tests/test_calc.py::TestXunit::test_method": "passed",
+        "tests/test_calc.py::TestClassmethod::test_method": "passed",
     }
     assert runnable(["a.py::t", "tests/x.py", "pkg.mod.Test.test", "a.py::t b"]) == ["a.py::t"]
 

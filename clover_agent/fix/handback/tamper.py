@@ -204,7 +204,39 @@ _USES: dict[str, tuple[str, str]] = {
     "codeop.Compile": ("dynamic", "compiles source text"),
     "codeop.CommandCompiler": ("dynamic", "compiles source text"),
     "pydoc.locate": ("dynamic", "imports an object by a name given as a string"),
+    "pkgutil.resolve_name": ("dynamic", "imports an object by a name given as a string"),
+    "pickle.load": ("dynamic", "loads objects that can run code"),
+    "pickle.Unpickler": ("dynamic", "loads objects that can run code"),
+    "shelve.open": ("dynamic", "loads objects that can run code"),
+    "cProfile.run": ("dynamic", "runs code given as text"),
+    "cProfile.runctx": ("dynamic", "runs code given as text"),
+    "profile.run": ("dynamic", "runs code given as text"),
+    "profile.runctx": ("dynamic", "runs code given as text"),
+    "pdb.run": ("dynamic", "runs code given as text"),
+    "pdb.runeval": ("dynamic", "runs code given as text"),
+    "pdb.runctx": ("dynamic", "runs code given as text"),
+    "bdb.Bdb": ("dynamic", "runs code under a debugger"),
+    "trace.Trace": ("dynamic", "runs code under a tracer"),
+    "timeit.Timer": ("dynamic", "runs code given as text"),
+    "timeit.timeit": ("dynamic", "runs code given as text"),
+    "timeit.repeat": ("dynamic", "runs code given as text"),
+    "zipimport.zipimporter": ("interpreter", "import machinery"),
+    "sys.path": ("interpreter", "where modules are imported from"),
+    "sys.unraisablehook": ("interpreter", "the interpreter's hook for errors it cannot raise"),
+    "sys.excepthook": ("interpreter", "the interpreter's hook for uncaught errors"),
+    "signal.getitimer": ("interpreter", "reads the process's timers (a test runner's time limit)"),
+    "signal.getsignal": ("interpreter", "reads a signal's handler (a test runner's time limit)"),
+    "faulthandler.is_enabled": (
+        "interpreter",
+        "asks whether the fault handler is on (test runners turn it on)",
+    ),
+    "logging.currentframe": ("interpreter", "stack introspection"),
 }
+#: Strings that name the sandbox the tests run in, or a frame's attributes (for ``attrgetter``).
+_SANDBOX_TEXT = re.compile(r"^/\.dockerenv$|^/run/\.containerenv$|^/workspace(?:/|$)|/proc/1/cgroup")
+_FRAME_TEXT = re.compile(r"\b(?:f_back|f_globals|f_locals|f_code|f_builtins|tb_frame|gi_frame|cr_frame)\b")
+#: Names of functions that are a program's entry point (exits and ``sys.argv`` belong there).
+_ENTRY_POINT = re.compile(r"^_*(?:main|cli|\w+_main|\w+_cli|main_\w+|cli_\w+|console_\w+|entry_?point)$")
 #: Exits that are fine in a main block or a function named ``main``.
 _SOFT_EXITS = frozenset({"sys.exit", "builtins.exit", "builtins.quit"})
 #: What replacing these (assignment, ``setattr``) does to the process.
@@ -259,6 +291,12 @@ _DISTINCT_ATTRS: dict[str, tuple[str, str]] = {
     "get_referents": ("interpreter", "walks the garbage collector's objects"),
     "__subclasses__": ("interpreter", "walks every subclass of a class"),
     "exec_module": ("dynamic", "runs a module's code"),
+    "findCaller": ("interpreter", "stack introspection"),
+    "runctx": ("dynamic", "runs code given as text"),
+    "runcall": ("dynamic", "runs code under a profiler or debugger"),
+    "runeval": ("dynamic", "runs code given as text"),
+    "getitimer": ("interpreter", "reads the process's timers (a test runner's time limit)"),
+    "getsignal": ("interpreter", "reads a signal's handler (a test runner's time limit)"),
 }
 #: Modules whose use (not only import) is a finding.
 _LOOKED_UP = _RUNNER_MODULES | {"atexit", "ctypes", "_ctypes", "__main__"}
@@ -1280,7 +1318,9 @@ class _Scanner:
         return kept
 
     def _exit_allowed(self) -> bool:
-        return self.main_guard > 0 or "main" in self.scopes
+        """In a main block, or in a function named as a program's entry point (``main``, ``cli``,
+        ``run_main``, ``console_main``, ...), where exits and the command line belong."""
+        return self.main_guard > 0 or any(_ENTRY_POINT.match(scope) for scope in self.scopes)
 
     def _module(self, name: str, node: ast.AST, verb: str) -> None:
         """Findings for a module imported or looked up by ``name``."""
@@ -1332,6 +1372,12 @@ class _Scanner:
             return
         if _PROC.search(text):
             self._hit(node, "interpreter", f"names {_show(text)} (the process's own /proc entries)")
+        if _SANDBOX_TEXT.search(text):
+            self._hit(node, "environment", f"names {_show(text)}, a sign of the sandbox the tests run in")
+        if _FRAME_TEXT.search(text):
+            self._hit(
+                node, "interpreter", f"names a frame's attribute in {_show(text)} (stack introspection)"
+            )
         if "CLOVER_" in text or "clover_live" in text.lower():
             self._hit(node, "runner", f"names Clover's own {_show(text)}")
         elif text.endswith(".py") and len(text) < 200 and " " not in text and is_test_file(text.lstrip("./")):
@@ -1373,6 +1419,13 @@ class _Scanner:
         if qual in _USES:
             rule, why = _USES[qual]
             self._hit(node, rule, f"uses {qual.removeprefix('builtins.')} ({why})")
+        elif qual == "sys.argv":
+            if not self._exit_allowed():
+                self._hit(
+                    node,
+                    "environment",
+                    "reads sys.argv outside a main block or main() (the test runner's command line)",
+                )
         elif qual in _SOFT_EXITS:
             if not self._exit_allowed():
                 self._hit(
@@ -1456,6 +1509,10 @@ class _Scanner:
             answers = [v for v in values if v is not _NOT_IMPLEMENTED and v is not None]
             if other is not None and answers and not _reads(fn, other):
                 return f"never looks at the other operand {other!r}"
+            positional = [*fn.args.posonlyargs, *fn.args.args]
+            own = positional[0].arg if positional else None
+            if own is not None and other is not None and answers and not _reads(fn, own):
+                return f"never looks at its own value {own!r}"
         return None
 
     def _method_value(self, value: ast.AST, name: str, node: ast.AST, where: str) -> None:
@@ -1465,6 +1522,12 @@ class _Scanner:
             fn = value
         elif isinstance(value, ast.Name):
             fn = self.functions.get(value.id)
+        elif name in _OPERAND_DUNDERS and (
+            isinstance(value, ast.Call) or (_dotted(value) or "").startswith(("operator.", "_operator."))
+        ):
+            shown = _clean(_unparse(value))[:80]
+            self._hit(node, "comparison", f"sets {name} to {shown}, not a method that compares {where}")
+            return
         if fn is None:
             return
         why = self._constant_method(fn, name)
