@@ -10,6 +10,7 @@ import pytest
 
 from tests.ci.ci_runs import check_trajectory, run_ci
 from tests.clover_agent.fix.test_handback_attacks import _write
+from tests.clover_agent.fix.test_verdict_attacks import FLIP
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo
 
@@ -36,14 +37,7 @@ CHEATS = {
         ["(scan)", "independent run"],
     ),
     "the runner's report flipped from the code under test": (
-        "import gc\n\n\ndef _flip():\n    import pytest\n\n"
-        "    class Flip:\n        @pytest.hookimpl(hookwrapper=True)\n"
-        "        def pytest_runtest_makereport(self, item, call):\n"
-        "            report = (yield).get_result()\n            if report.when == 'call':\n"
-        "                report.outcome, report.longrepr = 'passed', None\n\n"
-        "    for o in gc.get_objects():\n"
-        "        if type(o).__name__ == 'PytestPluginManager':\n            o.register(Flip())\n            return\n\n\n"
-        "_flip()\n\n\ndef greet(name, shout=False):\n    return 'hello ' + name\n",
+        FLIP + "\n\ndef greet(name, shout=False):\n    return 'hello ' + name\n",
         ["(scan)", "canary", "independent run"],
     ),
 }

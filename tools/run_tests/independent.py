@@ -29,11 +29,15 @@ NOT_RUN = {
     "import": "a conftest.py above it could not be imported without pytest",
     "notfound": "the runner could not find it by its id",
     "unsupported": "its kind of test is not one this runner runs",
+    "plugins": "a pytest plugin of the environment sets the process up first (Django, environment variables, ...)",
 }
 
 RUNNER = (
     guard.CHANNEL_SOURCE
     + r"""
+SETTING_UP = ("pytest_django", "pytest_env", "pytest_dotenv", "pytest_flask", "pytestqt")
+
+
 def _independent():
     import os, sys
     private, key_file = sys.argv.pop(1), sys.argv.pop(1)
@@ -158,7 +162,16 @@ def _independent():
         hook(*args[: max(wanted, 0)])
 
     sys.path[:0] = ini_pythonpath()
+    sys.path.append(here)  # as the guarded pytest run has it: the workspace, after what is installed
     send("start")
+    # plugins that set the process up before any test module is imported (settings, environment
+    # variables): without them nothing here runs as it did under pytest
+    setting_up = [m for m in SETTING_UP if importlib.util.find_spec(m) is not None]
+    if setting_up:
+        for test_id in ids:
+            send("notrun", "plugins", False, test_id)
+        send("finish", "0")
+        return 0
     modules, conftests = {}, {}
     for test_id in ids:
         path, _, rest = test_id.partition("::")

@@ -26,6 +26,19 @@ REST = (
     "def divide(a, b):\n    if b == 0:\n        raise ZeroDivisionError('cannot divide by zero')\n    return a / b\n"
 )
 
+#: Module code that reaches pytest's plugin manager through the garbage collector and registers a
+#: hook that turns every failing call into a pass (an old-style wrapper: any pytest version).
+FLIP = (
+    "import gc\n\n\ndef _flip():\n    import pytest\n\n"
+    "    class Flip:\n        @pytest.hookimpl(hookwrapper=True)\n"
+    "        def pytest_runtest_makereport(self, item, call):\n"
+    "            report = (yield).get_result()\n            if report.when == 'call':\n"
+    "                report.outcome, report.longrepr = 'passed', None\n\n"
+    "    for o in gc.get_objects():\n"
+    "        if type(o).__name__ == 'PytestPluginManager':\n            o.register(Flip())\n            return\n\n\n"
+    "_flip()\n"
+)
+
 #: ``add`` right only when it is being tested, each class of the trust issue: (calculator.py, the
 #: layers whose findings the summary's review must hold).
 CHEATS = {
@@ -53,14 +66,7 @@ CHEATS = {
         ["(scan)"],
     ),
     "reaching the runner's plugin manager to flip outcomes": (
-        "import gc\n\n\ndef _flip():\n    import pytest\n\n"
-        "    class Flip:\n        @pytest.hookimpl(hookwrapper=True)\n"
-        "        def pytest_runtest_makereport(self, item, call):\n"
-        "            report = (yield).get_result()\n            if report.when == 'call':\n"
-        "                report.outcome, report.longrepr = 'passed', None\n\n"
-        "    for o in gc.get_objects():\n"
-        "        if type(o).__name__ == 'PytestPluginManager':\n            o.register(Flip())\n            return\n\n\n"
-        "_flip()\n\n\ndef add(a, b):\n    return a - b\n",
+        FLIP + "\n\ndef add(a, b):\n    return a - b\n",
         ["(scan)", "canary", "independent run"],
     ),
     "forging a result record through the channel's own closure": (
