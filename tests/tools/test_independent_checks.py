@@ -250,3 +250,26 @@ async def test_a_record_sent_through_the_channels_own_closure_is_a_conflict_not_
         report = await run_tests_in(sandbox, "tests/test_calc.py", guarded=True)
     assert report.outcomes["tests/test_calc.py::test_add"] in ("failed", "error")
     assert report.integrity == ["two results were reported for one phase of: tests/test_calc.py::test_add"]
+
+
+async def test_a_plugin_name_planted_in_the_workspace_does_not_turn_the_independent_run_off(
+    tmp_path: Path,
+) -> None:
+    """A project with pytest-env or pytest-django installed is not run independently (those set the
+    process up first); a workspace module of that name is not such a plugin."""
+    cheat = SPECIAL_CASED["a timer armed (pytest's per-test limit)"]
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "calc.py": cheat,
+            "tests/test_calc.py": TESTS,
+            "pyproject.toml": CONFIG,
+            "pytest_env.py": "",
+            "src/pytest_django.py": "",
+        },
+    )
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        held = await run_tests_in(sandbox, "tests/test_calc.py", guarded=True)
+        independent = await run_independently(sandbox, list(held.outcomes), test_timeout=30)
+    assert set(held.outcomes.values()) == {"passed"}
+    assert not independent.not_run and independent.disagrees(held.outcomes) == sorted(ALL)

@@ -161,12 +161,13 @@ def _independent():
         wanted = len(args) if code is None else code.co_argcount - (1 if hasattr(hook, "__self__") else 0)
         hook(*args[: max(wanted, 0)])
 
+    # plugins of the environment (never a workspace file) that set the process up before any test
+    # module is imported (settings, environment variables): without them nothing runs as under pytest
+    found = [importlib.util.find_spec(m) for m in SETTING_UP]
+    setting_up = [f for f in found if f is not None and not os.path.realpath(f.origin or here).startswith(here + os.sep)]
     sys.path[:0] = ini_pythonpath()
     sys.path.append(here)  # as the guarded pytest run has it: the workspace, after what is installed
     send("start")
-    # plugins that set the process up before any test module is imported (settings, environment
-    # variables): without them nothing here runs as it did under pytest
-    setting_up = [m for m in SETTING_UP if importlib.util.find_spec(m) is not None]
     if setting_up:
         for test_id in ids:
             send("notrun", "plugins", False, test_id)
