@@ -5,11 +5,12 @@ against code under test that cheats from inside the judging process. Real pytest
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.handback.checks import make_canaries, take_canaries
+from clover_agent.fix.handback.checks import make_canaries, take_canaries, with_canaries
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Put
 from clover_agent.tools.run_tests import run_tests_in
@@ -273,3 +274,27 @@ async def test_a_plugin_name_planted_in_the_workspace_does_not_turn_the_independ
         independent = await run_independently(sandbox, list(held.outcomes), test_timeout=30)
     assert set(held.outcomes.values()) == {"passed"}
     assert not independent.not_run and independent.disagrees(held.outcomes) == sorted(ALL)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "test_file"),
+    [
+        ("check_*.py", "tests/check_calc.py"),
+        ("*_test.py", "tests/calc_test.py"),
+        ("test_*.py", "tests/test_calc.py"),
+    ],
+)
+async def test_canaries_join_a_k_expression_run_whatever_files_the_project_collects(
+    tmp_path: Path, pattern: str, test_file: str
+) -> None:
+    """The target given as ``-k``: the canaries' file lies beside the target's and is named as it
+    is, so the project's ``python_files`` collects it with the rest."""
+    config = f'[tool.pytest.ini_options]\npythonpath = ["."]\npython_files = ["{pattern}"]\n'
+    repo = make_repo(tmp_path / "repo", {"calc.py": HONEST, test_file: TESTS, "pyproject.toml": config})
+    canaries = make_canaries(posixpath.dirname(test_file), test_file)
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        await sandbox.put([Put(canaries.path, "file", 0o644, canaries.source)])
+        report = await run_tests_in(sandbox, with_canaries("-k test_add", canaries), guarded=True)
+    cleaned, problems = take_canaries(report, canaries)
+    assert problems == [], report.output[-2000:]
+    assert cleaned.outcomes == {f"{test_file}::test_add": "passed"}

@@ -35,11 +35,23 @@ class Canaries:
         return self.must_pass, self.must_fail
 
 
-def make_canaries(folder: str = "") -> Canaries:
-    """Fresh canaries in ``folder`` (workspace-relative; "" the top): random file, class and test
-    names, random numbers (a unittest case, which pytest collects whatever the project's
-    ``python_classes`` / ``python_functions`` say)."""
-    stem, klass = f"test_{secrets.token_hex(6)}", f"Test{secrets.token_hex(6)}"
+def canary_stem(like: str | None) -> str:
+    """A fresh file name shaped as ``like`` (a target test's file) is, so that a project's
+    ``python_files`` collects it too: ``test_*``, ``*_test``, or the same first word (``check_*``)."""
+    token = secrets.token_hex(6)
+    base = posixpath.basename(like or "")[: -len(".py")] if (like or "").endswith(".py") else ""
+    if base.endswith("_test") and not base.startswith("test_"):
+        return f"t{token}_test"
+    if "_" in base and not base.startswith("test_"):
+        return f"{base.split('_', 1)[0]}_{token}"
+    return f"test_{token}"
+
+
+def make_canaries(folder: str = "", like: str | None = None) -> Canaries:
+    """Fresh canaries in ``folder`` (workspace-relative; "" the top), their file named as ``like``
+    (:func:`canary_stem`): random file, class and test names, random numbers (a unittest case, which
+    pytest collects whatever the project's ``python_classes`` / ``python_functions`` say)."""
+    stem, klass = canary_stem(like), f"Test{secrets.token_hex(6)}"
     good, bad = f"test_{secrets.token_hex(6)}", f"test_{secrets.token_hex(6)}"
     a, b = secrets.randbelow(10**6) + 2, secrets.randbelow(10**6) + 2
     source = (

@@ -197,8 +197,11 @@ async def verify_patch(
         if target_plan.puts:
             await put_back(target_plan)
         folder = canary_folder(target_tests, list(target_before.outcomes))
+        like = next(iter(target_before.outcomes), None) or next(iter(target_tests.split()), None)
         canaries = (
-            make_canaries(folder) if target_before.framework == "pytest" and folder is not None else None
+            make_canaries(folder, (like or "").split("::")[0])
+            if target_before.framework == "pytest" and folder is not None
+            else None
         )
         if canaries is not None:
             await _put(sandbox, [Put(canaries.path, "file", 0o644, canaries.source)], "the canary tests")
