@@ -204,24 +204,11 @@ class FixReport:
         its own (``outcome.subset``), that part's verdict and runs."""
         report = self
         if outcome.subset is not None:
-            judged, runs = outcome.subset.judged, outcome.subset.runs
-            handed_back = None if runs is None else runs.handed_back
             report = dataclasses.replace(
                 self,
                 whole_verdict=self.verdict,
                 subset_files=outcome.subset_files,
-                verdict=judged.verdict,
-                target_after=None if runs is None else runs.target_after,
-                suite_after=None if runs is None else runs.suite_after,
-                target_handed_back=None if handed_back is None else handed_back.target,
-                tests_handed_back=None if handed_back is None else handed_back.tests,
-                regressions=tuple(judged.regressions),
-                still_failing=tuple(judged.still_failing),
-                unverified=tuple(judged.unverified),
-                weakened=tuple(judged.weakened),
-                review=tuple(judged.review),
-                checks=_EMPTY if runs is None else MappingProxyType(dict(runs.checks)),
-                target_not_passing=MappingProxyType(dict(judged.target_not_passing)),
+                **_checked_fields(outcome.subset),
             )
         return dataclasses.replace(
             report, exit_code=outcome.exit_code, message=outcome.message or report.message, outcome=outcome
@@ -301,10 +288,6 @@ def build_report(
     and the run's exit code and message."""
     before = before or Before()
     patch_set = None if kept is None else kept.patch_set
-    runs = None if checked is None else checked.runs
-    handed_back = None if runs is None else runs.handed_back
-    shown = None if checked is None else checked.shown
-    judged = None if checked is None else checked.judged
     return FixReport(
         run_id,
         run_dir,
@@ -314,32 +297,44 @@ def build_report(
         selection=before.selection,
         target_before=before.target_before,
         suite_before=before.suite_before,
-        target_after=None if runs is None else runs.target_after,
-        suite_after=None if runs is None else runs.suite_after,
-        target_handed_back=None if handed_back is None else handed_back.target,
-        tests_handed_back=None if handed_back is None else handed_back.tests,
-        harness=() if runs is None else tuple(runs.harness),
-        tests_changed=() if judged is None else tuple(judged.tests_changed),
-        regressions=() if judged is None else tuple(judged.regressions),
-        without_change=None if shown is None else shown.without_change,
-        shown_by=() if shown is None else shown.shown_by,
         agent=agent,
         backend=backend,
         files_changed=() if patch_set is None else tuple(patch_set.files),
         elapsed_s=elapsed_s,
-        verdict=None if judged is None else judged.verdict,
-        still_failing=() if judged is None else tuple(judged.still_failing),
-        target_skipped=() if judged is None else tuple(judged.skipped),
-        unverified=() if judged is None else tuple(judged.unverified),
-        weakened=() if judged is None else tuple(judged.weakened),
-        target_not_passing=_EMPTY if judged is None else MappingProxyType(dict(judged.target_not_passing)),
-        review=() if judged is None else tuple(judged.review),
-        checks=_EMPTY if runs is None else MappingProxyType(dict(runs.checks)),
         patch_set=patch_set,
         stock=stock,
         key=key,
         before=before,
+        **_checked_fields(checked),
     )
+
+
+def _checked_fields(checked: Checked | None) -> dict[str, Any]:
+    """The report's fields that step 4 (``checked``: its runs, evidence and verdict) gives, for
+    :func:`build_report` and, when part of the patch was verified again, :meth:`FixReport.with_outcome`."""
+    runs = None if checked is None else checked.runs
+    handed_back = None if runs is None else runs.handed_back
+    shown = None if checked is None else checked.shown
+    judged = None if checked is None else checked.judged
+    return {
+        "target_after": None if runs is None else runs.target_after,
+        "suite_after": None if runs is None else runs.suite_after,
+        "target_handed_back": None if handed_back is None else handed_back.target,
+        "tests_handed_back": None if handed_back is None else handed_back.tests,
+        "harness": () if runs is None else tuple(runs.harness),
+        "tests_changed": () if judged is None else tuple(judged.tests_changed),
+        "regressions": () if judged is None else tuple(judged.regressions),
+        "without_change": None if shown is None else shown.without_change,
+        "shown_by": () if shown is None else shown.shown_by,
+        "verdict": None if judged is None else judged.verdict,
+        "still_failing": () if judged is None else tuple(judged.still_failing),
+        "target_skipped": () if judged is None else tuple(judged.skipped),
+        "unverified": () if judged is None else tuple(judged.unverified),
+        "weakened": () if judged is None else tuple(judged.weakened),
+        "target_not_passing": _EMPTY if judged is None else MappingProxyType(dict(judged.target_not_passing)),
+        "review": () if judged is None else tuple(judged.review),
+        "checks": _EMPTY if runs is None else MappingProxyType(dict(runs.checks)),
+    }
 
 
 def write_summary(report: FixReport) -> dict[str, Any]:

@@ -124,7 +124,10 @@ def _independent():
 
     def renamed(func):
         name = fresh("t_")
-        code = func.__code__.replace(co_name=name, co_qualname=name)
+        try:
+            code = func.__code__.replace(co_name=name, co_qualname=name)
+        except TypeError:  # before Python 3.11: no co_qualname
+            code = func.__code__.replace(co_name=name)
         copy = types.FunctionType(code, func.__globals__, name, func.__defaults__, func.__closure__)
         copy.__kwdefaults__, copy.__qualname__ = func.__kwdefaults__, name
         copy.__dict__.update(func.__dict__)
@@ -340,6 +343,8 @@ class IndependentRun:
             "not_run": self.not_run,
             "problems": self.problems,
             "timed_out": self.timed_out,
+            # what the runner printed (tracebacks of what failed), to tell a false alarm from a cheat
+            "output_tail": self.output[-2000:],
             "asked": len(self.asked),
         }
 

@@ -23,7 +23,7 @@ from clover_agent.tools.run_tests import TestReport
 
 @dataclass(frozen=True)
 class Canaries:
-    """Two tests in one new file at the workspace's top: ``must_pass`` and ``must_fail`` (node ids)."""
+    """Two tests in one new file beside the target's: ``must_pass`` and ``must_fail`` (node ids)."""
 
     path: str
     must_pass: str

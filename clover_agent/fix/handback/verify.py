@@ -107,17 +107,18 @@ MAX_RERUN = 20
 
 async def _flaky(
     sandbox: Sandbox, before: TestReport, after: TestReport, bus: EventBus, test_timeout: float | None
-) -> set[str]:
+) -> tuple[set[str], list[str]]:
     """The tests that passed before, failed (or erred) in the held-out suite run, and pass when run
     once more, held out and guarded, in the same sandbox: flaky, so the suite's run vouches for
-    nothing about them (the verdict is then at most "fixed, suite unverified"; never "fixed")."""
+    nothing about them (the verdict is then at most "fixed, suite unverified"; never "fixed").
+    Also what was wrong with that run's results channel (a forged pass there is a finding)."""
     broke = sorted(
         t
         for t, o in after.outcomes.items()
         if o in ("failed", "error") and before.outcomes.get(t) == "passed"
     )
     if not broke or len(broke) > MAX_RERUN or any(c.isspace() for t in broke for c in t):
-        return set()  # none, too many to be chance, or ids a target cannot name
+        return set(), []  # none, too many to be chance, or ids a target cannot name
     await sandbox.stop_processes()
     bus.emit(
         PhaseStarted(
@@ -128,7 +129,7 @@ async def _flaky(
         sandbox, " ".join(broke), guarded=True, framework=after.framework, test_timeout=test_timeout
     )
     bus.emit(TestsRun(phase="suite_rerun", target=" ".join(broke), report=again.to_dict()))
-    return {t for t in broke if again.outcomes.get(t) == "passed"}
+    return {t for t in broke if again.outcomes.get(t) == "passed"}, again.integrity
 
 
 def _changed_test_files(patch: PatchSet, keep: frozenset[str]) -> list[str]:
@@ -185,12 +186,7 @@ async def verify_patch(
         async def put_back(held: HeldOut) -> None:
             detail = f"the starting commit's tests and harness put back ({len(held.reverted)} path(s))"
             bus.emit(PhaseStarted(phase="verification", detail=detail))
-            try:
-                await sandbox.put(held.puts)
-            except (OSError, ValueError) as exc:
-                raise HandBackError(
-                    f"could not put the starting commit's tests back for the held-out run: {exc}"
-                ) from exc
+            await _put(sandbox, held.puts, "the starting commit's tests for the held-out run")
 
         plan = plan_for(frozenset())
         target_plan = plan_for(keep_tests) if keep_tests else plan
@@ -221,15 +217,17 @@ async def verify_patch(
             await _put(sandbox, [Put(canaries.path, "absent")], "the canary tests")
         target_after = dataclasses.replace(target_after, target=target_tests)
         bus.emit(TestsRun(phase="target_after", target=target_tests, report=target_after.to_dict()))
-        suite_after, names, flaky = None, set(), set()
+        suite_after, names = None, set()
+        flaky: set[str] = set()
+        rerun_integrity: list[str] = []
         if target_passes(target_before, target_after):
             await sandbox.stop_processes()
-            passed = [t for t, o in target_after.outcomes.items() if o == "passed"]
-            if runnable(passed):
+            passed = runnable([t for t, o in target_after.outcomes.items() if o == "passed"])
+            if passed:
                 bus.emit(
                     PhaseStarted(
                         phase="verification",
-                        detail=f"running {len(runnable(passed))} target test(s) again without pytest, in a fresh process",
+                        detail=f"running {len(passed)} target test(s) again without pytest, in a fresh process",
                     )
                 )
                 independent = await run_independently(
@@ -242,7 +240,7 @@ async def verify_patch(
             suite_after = await run_suite(sandbox)
             bus.emit(TestsRun(phase="suite_after", target="", report=suite_after.to_dict()))
             names = await workspace_module_names(sandbox)
-            flaky = await _flaky(sandbox, suite_before, suite_after, bus, test_timeout)
+            flaky, rerun_integrity = await _flaky(sandbox, suite_before, suite_after, bus, test_timeout)
         handed_back = None
         if plan.puts:  # else the held-out tree is the patch as handed back
             await sandbox.stop_processes()  # nothing of the held-out run lingers
@@ -301,6 +299,7 @@ async def verify_patch(
     review = [f"{f.describe()} (scan)" for f in findings]
     review += [f"held-out target run: {p}" for p in target_after.integrity]
     review += [f"held-out suite run: {p}" for p in (suite_after.integrity if suite_after else [])]
+    review += [f"the broken tests' second run: {p}" for p in rerun_integrity]
     if independent is not None:
         review += [f"independent run: {p}" for p in independent.problems]
         review += [
