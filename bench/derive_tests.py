@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from clover_agent.eval.grade import test_patch_paths  # noqa: E402
 from clover_agent.eval.source import make_repo  # noqa: E402
 from clover_agent.eval.tasks import load_tasks  # noqa: E402
-from clover_agent.fix.handback.hostgit import git  # noqa: E402
+from clover_agent.handback.hostgit import git  # noqa: E402
 from clover_agent.settings import Settings, host_package_index  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "clover-eval-sdists"

@@ -92,7 +92,7 @@ def add_all_command(errors: str) -> str:
     what git cannot index (a nested repository with no commit, a file it may not read) instead of
     failing, and keep git's warnings off the output (``errors``: a file for them, removed after);
     any other error still fails. The host's own stock names what is left out
-    (``clover_agent.fix.handback.snapshot``), so a checkpoint or a recorded diff lacking it loses nothing."""
+    (``clover_agent.handback.snapshot``), so a checkpoint or a recorded diff lacking it loses nothing."""
     return f"""if ! git add -A --ignore-errors . 2>{errors}; then
   if grep -v -e '^error: ' -e '^warning: ' -e '^hint: ' -e '^fatal: adding files failed$' \\
       -e ': Permission denied$' {errors} >&2; then
@@ -111,7 +111,7 @@ def diff_script(base: str) -> str:
     """Shell script printing the binary-safe diff of the workspace against ``base``, new files
     included, through a throwaway index so the agent's own staging is left alone. It is the
     trajectory's record of the workspace (what a resumed run restores), never the patch handed back
-    (the host computes that itself: ``clover_agent.fix.handback.stock``)."""
+    (the host computes that itself: ``clover_agent.handback.stock``)."""
     return f"""set -e
 cd "$WORKSPACE"
 index=$(mktemp)

@@ -29,7 +29,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.eval": "eval",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
-    "clover_agent.fix.handback": "fix.handback",
+    "clover_agent.handback": "handback",
     "clover_agent.agent": "agent",
     "clover_agent.backends": "backends",
     "clover_agent.backends.engine": "backends.engine",
@@ -56,7 +56,7 @@ _ENGINE_ERRORS = "clover_agent.engine.errors"
 _BELOW_FRONT_ENDS = {
     "launch",
     "fix",
-    "fix.handback",
+    "handback",
     "agent",
     "backends",
     "tools",
@@ -84,20 +84,10 @@ ALLOWED: dict[str, set[str]] = {
         "tools",
         *_SHARED,
     },
-    "fix": {"fix.handback", "agent", "backends", "tools", "sandboxes", *_SHARED},
-    # The hand-back (snapshots, patch, after-runs, verdict, apply) knows nothing of the workflow that
-    # calls it, its console or its run folders; it reads the regression scope, the diagnosis and
-    # the run's report (the decision reads it, never writes it).
-    "fix.handback": {
-        "clover_agent.fix.regression",
-        "clover_agent.fix.diagnosis",
-        "clover_agent.fix.report",
-        "agent",
-        "backends",
-        "tools",
-        "sandboxes",
-        *_SHARED,
-    },
+    "fix": {"handback", "agent", "backends", "tools", "sandboxes", *_SHARED},
+    # The hand-back every front end shares (snapshots, patch, held-out runs, checks, verdict, a
+    # session's offers, apply) knows none of them: not the fix workflow, its console or its reports.
+    "handback": {"tools", "sandboxes", *_SHARED},
     "agent": {"backends", "tools", "sandboxes", *_SHARED},
     "backends": {"backends.engine", *_SHARED},
     "backends.engine": {"backends", *_ENGINE, *_SHARED},

@@ -76,15 +76,15 @@ def test_an_edge_against_the_layers_fails_the_check(tmp_path: Path) -> None:
 
 def test_inside_the_engine_and_the_hand_back_imports_go_down(tmp_path: Path) -> None:
     """The engine's groups (text and ops, the model on them, decoding and loading on top) and the
-    hand-back under the fix workflow are layers too: an edge up inside them fails the check."""
+    hand-back every front end shares are layers too: an edge up from them fails the check."""
     files = {
         "clover_agent/__init__.py": "",
         "clover_agent/fix/__init__.py": "",
         "clover_agent/fix/console.py": "",
-        "clover_agent/fix/workflow.py": "from clover_agent.fix.handback import stock\n",
-        "clover_agent/fix/handback/__init__.py": "",
-        "clover_agent/fix/handback/stock.py": "from clover_agent.fix import diagnosis\n",
-        "clover_agent/fix/diagnosis.py": "",
+        "clover_agent/fix/workflow.py": "from clover_agent.handback import stock\n",
+        "clover_agent/handback/__init__.py": "",
+        "clover_agent/handback/stock.py": "from clover_agent.handback import diagnosis\n",
+        "clover_agent/handback/diagnosis.py": "",
         "engine/__init__.py": "",
         "engine/errors.py": "",
         "engine/model/__init__.py": "",
@@ -98,9 +98,9 @@ def test_inside_the_engine_and_the_hand_back_imports_go_down(tmp_path: Path) -> 
 
     (tmp_path / "engine" / "model" / "up.py").write_text("from clover_agent.engine.decoding import decoder\n")
     (tmp_path / "engine" / "ops" / "up.py").write_text("import clover_agent.engine.model.network\n")
-    (tmp_path / "clover_agent" / "fix" / "handback" / "up.py").write_text("from .. import console\n")
+    (tmp_path / "clover_agent" / "handback" / "up.py").write_text("from ..fix import console\n")
     assert {(e.source, e.target) for e in violations(roots)} == {
         ("clover_agent.engine.model.up", "clover_agent.engine.decoding.decoder"),
         ("clover_agent.engine.ops.up", "clover_agent.engine.model.network"),
-        ("clover_agent.fix.handback.up", "clover_agent.fix.console"),
+        ("clover_agent.handback.up", "clover_agent.fix.console"),
     }

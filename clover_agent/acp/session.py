@@ -28,7 +28,6 @@ from acp import (
     update_user_message_text,
 )
 
-from clover_agent.acp.handback import HandBack
 from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
@@ -48,6 +47,7 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from clover_agent.handback.session import SessionHandBack
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.tools.mcp import McpServerConfig, McpServers
@@ -132,7 +132,7 @@ class AcpSession:
         self.mcp: McpServers | None = None
         self._notes: list[str] = []
         self.agent: Agent | None = None
-        self.handback: HandBack | None = None
+        self.handback: SessionHandBack | None = None
         self.system = ""
         self._run: asyncio.Future[RunResult] | None = None  # the agent's run (paused after a cancel)
         self._cancelled: asyncio.Event | None = None  # set by cancel() while a prompt is answered
@@ -198,8 +198,13 @@ class AcpSession:
         )
         # stock is taken of the user's tree as it is (before a saved session's changes come back):
         # what the session offers is everything it changed that the tree does not hold yet
-        self.handback = HandBack(
-            self.sandbox, self.config.sandbox_kind, self.config.spec, self.repo, self.folder / "handback"
+        self.handback = SessionHandBack(
+            self.sandbox,
+            self.config.sandbox_kind,
+            self.config.spec,
+            self.repo,
+            self.folder / "handback",
+            bus=self.bus,
         )
         await self.handback.start()
         if saved is not None and saved.state is not None:
@@ -354,8 +359,12 @@ class AcpSession:
             return
         call_id = f"handback-{self.turns}"
         files = len(offer.patch.changes)
-        title = f"Hand back {files} file{'s' if files != 1 else ''} ({offer.verdict})"
-        content = [
+        title = f"Hand back {files} file{'s' if files != 1 else ''} ({offer.judged.verdict})"
+        findings = "".join(f"\n- {item}" for item in offer.review)
+        content: list[schema.ContentToolCallContent | schema.FileEditToolCallContent] = [
+            _text(f"Verdict: {offer.verdict}" + (f"\nLook before applying:{findings}" if findings else ""))
+        ]
+        content += [
             tool_diff_content(str(self.repo / c.path), offer.texts[c.path][1] or "", offer.texts[c.path][0])
             for c in offer.patch.changes
         ]

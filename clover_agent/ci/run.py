@@ -43,9 +43,9 @@ from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for,
 from clover_agent.events import EventBus
 from clover_agent.fix import FixRequest, run_fix
 from clover_agent.fix.console import ConsoleRenderer, make_console
-from clover_agent.fix.handback.patches import apply_command
-from clover_agent.fix.handback.stock import SHADOW_DIR
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
+from clover_agent.handback.patches import apply_command
+from clover_agent.handback.stock import SHADOW_DIR
 from clover_agent.launch import (
     BackendOptions,
     backend_factory,

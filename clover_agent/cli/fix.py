@@ -43,15 +43,15 @@ from clover_agent.events import (
     TaskStarted,
 )
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
-from clover_agent.fix.handback.hostgit import git as host_git
-from clover_agent.fix.handback.stock import PatchSet
-from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
-from clover_agent.fix.report import Checked
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
 from clover_agent.fix.workflow import FixRequest, run_fix, verify_part
+from clover_agent.handback.hostgit import git as host_git
+from clover_agent.handback.judging import Checked
+from clover_agent.handback.stock import PatchSet
+from clover_agent.handback.verdict import Verdict
 from clover_agent.launch import backend_factory, check_backend_options, mcp_servers, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.settings import Settings

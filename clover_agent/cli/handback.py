@@ -1,6 +1,6 @@
 """The end of ``clover-agent fix`` at the user's side: the summary, and the confirmation.
 
-:func:`hand_back` hands the patch back through :func:`clover_agent.fix.handback.decision.hand_back` (which
+:func:`hand_back` hands the patch back through :func:`clover_agent.fix.decision.hand_back` (which
 applies the verified bytes, all or nothing, and says what the command ends with). What this module
 adds is the person's side at a terminal (without ``--yes`` / ``--dry-run``): the diff first,
 coloured, through a pager when it is longer than the screen (``PAGER``, default ``less -R -F -X``),
@@ -26,13 +26,14 @@ from rich.console import Console
 from rich.text import Text
 
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, exit_code_for, message_of
+from clover_agent.fix import decision
 from clover_agent.fix.console import write_plain
-from clover_agent.fix.handback import decision
-from clover_agent.fix.handback.snapshot import left_out_lines
-from clover_agent.fix.handback.stock import PatchSet
-from clover_agent.fix.handback.verdict import Verdict
 from clover_agent.fix.progress import RunFigures, duration
-from clover_agent.fix.report import Checked, FixReport, HandBack, HandBackOutcome
+from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome
+from clover_agent.handback.judging import Checked
+from clover_agent.handback.snapshot import left_out_lines
+from clover_agent.handback.stock import PatchSet
+from clover_agent.handback.verdict import Verdict
 from clover_agent.safe_text import shown_names, terminal_safe
 
 DEFAULT_PAGER = "less -R -F -X"
@@ -172,7 +173,7 @@ def hand_back(
 ) -> int:
     """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
     the module docstring), record the command's exit code and message in the run's summary.json
-    and trajectory (:func:`clover_agent.fix.handback.decision.record_outcome`; also when the apply itself
+    and trajectory (:func:`clover_agent.fix.decision.record_outcome`; also when the apply itself
     failed), and return it (a :class:`CloverError` for a non-zero one). ``ask`` reads one answer."""
     mode = decision.DRY_RUN if args.dry_run else decision.YES if args.yes else decision.ASK
     confirm = None
@@ -204,7 +205,7 @@ def hand_back(
 
 class _Confirmation:
     """The question at a terminal: the diff, then the files and the choices. Called with
-    :func:`clover_agent.fix.handback.decision.question`'s text (the files, what needs a look); returns
+    :func:`clover_agent.fix.decision.question`'s text (the files, what needs a look); returns
     whether to apply the patch, or the files chosen one by one."""
 
     def __init__(

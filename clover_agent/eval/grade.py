@@ -14,7 +14,7 @@ from typing import Any
 from clover_agent.errors import RUN_ERRORS, message_of
 from clover_agent.eval.scripts import parse_patch
 from clover_agent.eval.tasks import Task
-from clover_agent.fix.handback.hostgit import git
+from clover_agent.handback.hostgit import git
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover_agent.fix.handback.hostgit import git
+from clover_agent.handback.hostgit import git
 
 WORKSPACE = "/workspace"
 

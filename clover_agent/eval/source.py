@@ -17,7 +17,7 @@ from pathlib import Path
 
 from clover_agent.errors import CloverError
 from clover_agent.eval.tasks import RepoSource
-from clover_agent.fix.handback.hostgit import HostGitError, git
+from clover_agent.handback.hostgit import HostGitError, git
 from clover_agent.sandboxes.environment import PackageIndex
 
 INDEX_TIMEOUT_S = 120

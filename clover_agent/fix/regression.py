@@ -9,7 +9,7 @@
 - ``none``: no regression run; the verdict then says that only the target was checked.
 
 Each phase runs its regression tests once (the baseline before the agent, the check after it),
-in parallel where the project has pytest-xdist (:data:`WORKERS`).
+in parallel where the project has pytest-xdist (:data:`clover_agent.handback.judging.WORKERS`).
 """
 
 from __future__ import annotations
@@ -19,30 +19,14 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from clover_agent.fix.diagnosis import workspace_module_names
+from clover_agent.handback.diagnosis import workspace_module_names
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
-from clover_agent.tools.run_tests import TestReport
 
 REGRESSION_SCOPES = ("suite", "related", "none")
 DEFAULT_SCOPE = "suite"
-#: pytest-xdist processes for a regression run (the sandbox has 2 CPUs by default).
-WORKERS = 2
 _TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 #: Folders never searched for test files.
 _SKIPPED = {".git", ".tox", ".nox", ".venv", "venv", "node_modules", "build", "dist", "__pycache__"}
-
-
-#: What the baseline of a run without regression runs says (kept so a resumed run knows).
-NO_REGRESSION_RUN = "no regression run (--regression none): only the target is checked"
-
-
-def skipped_regression_report() -> TestReport:
-    """The stand-in baseline of a run with ``--regression none``."""
-    return TestReport(framework="none", command="", target=None, exit_code=None, problem=NO_REGRESSION_RUN)
-
-
-def regression_skipped(baseline: TestReport) -> bool:
-    return baseline.problem == NO_REGRESSION_RUN and not baseline.outcomes
 
 
 @dataclass(frozen=True)
@@ -67,34 +51,6 @@ class RegressionSelection:
             f" and {len(self.files) - 5} more" if len(self.files) > 5 else ""
         )
         return f"{len(self.files)} related test file{'s' if len(self.files) != 1 else ''} ({shown})"
-
-
-def _case_base(test_id: str) -> str:
-    """``tests/t.py::test_f[a-1]`` without its parametrize id: ``tests/t.py::test_f``."""
-    return re.sub(r"\[.*\]$", "", test_id)
-
-
-def renamed_cases(before: TestReport, after: TestReport) -> set[str]:
-    """The tests of ``before`` that are gone from ``after`` only because their parametrize ids
-    differ between runs (ids made from the clock, random values or object addresses, e.g. a case
-    named after ``datetime.now()``): their test function has as many cases in both runs, and those
-    only in ``after`` all passed. A deleted, deselected or failing case is not among them."""
-
-    def cases(report: TestReport) -> dict[str, set[str]]:
-        grouped: dict[str, set[str]] = {}
-        for test_id in report.outcomes:
-            if test_id.endswith("]"):
-                grouped.setdefault(_case_base(test_id), set()).add(test_id)
-        return grouped
-
-    was, now = cases(before), cases(after)
-    renamed: set[str] = set()
-    for base, old in was.items():
-        new = now.get(base, set())
-        gone, added = old - new, new - old
-        if gone and len(old) == len(new) and all(after.outcomes[t] == "passed" for t in added):
-            renamed |= gone
-    return renamed
 
 
 async def select_regression(sandbox: Sandbox, scope: str, target_tests: list[str]) -> RegressionSelection:

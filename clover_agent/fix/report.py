@@ -22,11 +22,11 @@ from clover_agent.agent.loop import RunResult
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.fix.handback.patches import is_test_file
-from clover_agent.fix.handback.stock import PatchSet, Stock
-from clover_agent.fix.handback.verdict import Judgement, Verdict
-from clover_agent.fix.handback.verify import Verification
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
+from clover_agent.handback.judging import Checked
+from clover_agent.handback.patches import is_test_file
+from clover_agent.handback.stock import PatchSet, Stock
+from clover_agent.handback.verdict import Verdict
 from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.run_tests import TestReport
 
@@ -98,24 +98,6 @@ class Kept:
     problem: str = ""
 
 
-@dataclass(frozen=True)
-class Shown:
-    """A change made from the request alone: its tests without it, and those that show it."""
-
-    without_change: TestReport
-    shown_by: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Checked:
-    """Step 4: the verdict (with the workflow's notes in its message), the runs on the patched
-    tree (None when they could not be made) and, from a request, what shows the change."""
-
-    judged: Judgement
-    runs: Verification | None = None
-    shown: Shown | None = None
-
-
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -159,7 +141,7 @@ class FixReport:
     weakened: tuple[str, ...] = ()  # how the target's tests were weakened
     target_not_passing: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY)
     #: What the checks of how the target passes found (a fixed verdict with any: ``needs review``),
-    #: and what each check did (:mod:`clover_agent.fix.handback.checks`).
+    #: and what each check did (:mod:`clover_agent.handback.checks`).
     review: tuple[str, ...] = ()
     checks: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
     #: The patch made on the host (None when the workspace could not be read back).

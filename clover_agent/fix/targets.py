@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.errors import UsageError
-from clover_agent.fix.diagnosis import diagnose
-from clover_agent.fix.handback.hostgit import git as host_git
+from clover_agent.handback.diagnosis import diagnose
+from clover_agent.handback.hostgit import git as host_git
+from clover_agent.handback.judging import target_for
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, run_tests_in
 
@@ -176,14 +177,6 @@ async def select_tests(
     return TestSelection(
         target, "free text", await run_tests_in(sandbox, target, test_timeout=test_timeout), suite
     )
-
-
-def target_for(test_ids: list[str]) -> str:
-    """A ``run_tests`` target selecting ``test_ids``: the node ids themselves, or (when an id holds a
-    space, as a parameter id may) their test names as a ``-k`` expression."""
-    if any(len(test_id.split()) > 1 for test_id in test_ids):
-        return "-k " + " or ".join(sorted({re.sub(r"\[.*\]$", "", t.split("::")[-1]) for t in test_ids}))
-    return " ".join(test_ids)
 
 
 def closest_tests(text: str, test_ids: list[str], limit: int = 3) -> list[str]:

@@ -5,7 +5,7 @@ with a :class:`FixRequest`: a complete sandbox spec, a backend factory (called o
 is confirmed) and, optionally, the run folder. The steps (docs/architecture.md, "The fix
 workflow's steps"): the host's snapshot of the start, TARGET resolved and run, the regression
 baseline, the agent, the patch made on the host, its verification in a fresh sandbox and the
-verdict (:mod:`clover_agent.fix.handback`); a request with no failing test needs a test that shows
+verdict (:mod:`clover_agent.handback`); a request with no failing test needs a test that shows
 the change, and a stopped run continues with ``resume=``. Each step returns a value
 (:mod:`clover_agent.fix.report`) and the frozen report is built once from them, however it ends.
 """
@@ -42,25 +42,17 @@ from clover_agent.events import (
     TaskStarted,
     TestsRun,
 )
-from clover_agent.fix.diagnosis import diagnose, workspace_module_names
-from clover_agent.fix.handback import evidence
-from clover_agent.fix.handback.patches import hidden_work
-from clover_agent.fix.handback.snapshot import left_out_lines
-from clover_agent.fix.handback.stock import SHADOW_DIR, HandBackError, PatchSet, Stock
-from clover_agent.fix.handback.verdict import Judgement, Verdict
-from clover_agent.fix.handback.verify import verify_patch
-from clover_agent.fix.regression import (
-    DEFAULT_SCOPE,
-    NO_REGRESSION_RUN,
-    WORKERS,
-    regression_skipped,
-    select_regression,
-    skipped_regression_report,
-)
-from clover_agent.fix.report import Before, Checked, FixReport, Kept, Mode, Shown, build_report, write_summary
+from clover_agent.fix.regression import DEFAULT_SCOPE, select_regression
+from clover_agent.fix.report import Before, FixReport, Kept, Mode, build_report, write_summary
 from clover_agent.fix.resume import StoppedRun
 from clover_agent.fix.runs import PATCH_FILE, new_run_id, runs_dir
 from clover_agent.fix.targets import TestSelection, means_failing_now, select_tests, target_for
+from clover_agent.handback import evidence
+from clover_agent.handback.diagnosis import diagnose, workspace_module_names
+from clover_agent.handback.judging import WORKERS, Checked, Judging, check_patch
+from clover_agent.handback.patches import hidden_work
+from clover_agent.handback.stock import SHADOW_DIR, PatchSet, Stock
+from clover_agent.handback.verdict import Judgement, Verdict, skipped_regression_report
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.errors import SandboxError
@@ -117,7 +109,7 @@ def per_test_limit(request: FixRequest) -> float:
 
 
 class EnvironmentNotReady(CloverError):
-    """The target cannot run in the sandbox's environment (named by :mod:`clover_agent.fix.diagnosis`)."""
+    """The target cannot run in the sandbox's environment (named by :mod:`clover_agent.handback.diagnosis`)."""
 
     exit_code = ExitCode.SANDBOX_UNAVAILABLE
 
@@ -370,128 +362,27 @@ async def _keep_patch(sandbox: Sandbox, stock: Stock, patch_path: Path) -> Kept:
     return Kept(patch)
 
 
+def _judging(request: FixRequest, stock: Stock, before: Before) -> Judging:
+    """What step 4 judges the patch against: the run's baseline and target (none: the request's)."""
+    assert before.suite_before is not None
+    return Judging(
+        request.sandbox,
+        request.sandbox_kind,
+        stock,
+        before.suite_before,
+        before.target_tests,
+        before.target_before,
+        suite_timeout_s=request.suite_timeout_s,
+        test_timeout_s=per_test_limit(request),
+    )
+
+
 async def _verify(
     request: FixRequest, bus: EventBus, stock: Stock, patch_set: PatchSet, before: Before
 ) -> Checked:
-    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict.
-    No target tests (working from the request alone): the test files the patch adds or changes are
-    the target, and one of them must fail without the change (:func:`_show_change`)."""
-    suite_before, target_tests, target_before = before.suite_before, before.target_tests, before.target_before
-    assert suite_before is not None
-    from_request = not target_tests
-    if from_request:
-        target_tests = " ".join(evidence.test_files(patch_set))
-        if not target_tests:
-            return Checked(
-                Judgement(
-                    Verdict.NOT_FIXED,
-                    ExitCode.FAILURE,
-                    "no test shows the change: the patch adds or changes no test file (with no failing test, "
-                    "a test that fails without the change and passes with it is needed)",
-                )
-            )
-        # Nothing failed before: the new tests' baseline is their run without the change, below.
-        target_before = TestReport(
-            framework=suite_before.framework, command="", target=target_tests, exit_code=0
-        )
-    assert target_before is not None
-
-    async def suite(sandbox: Sandbox) -> TestReport:
-        if regression_skipped(suite_before):  # --regression none: nothing to run again
-            return skipped_regression_report()
-        # the same tests as the baseline: the whole suite, or the related files it ran
-        return await run_tests_in(
-            sandbox,
-            suite_before.target,
-            timeout=request.suite_timeout_s,
-            workers=WORKERS,
-            guarded=True,
-            framework=suite_before.framework,
-            test_timeout=per_test_limit(request),
-        )
-
-    try:
-        runs = await verify_patch(
-            request.sandbox,
-            request.sandbox_kind,
-            stock,
-            patch_set,
-            target_tests=target_tests,
-            target_before=target_before,
-            suite_before=suite_before,
-            bus=bus,
-            run_suite=suite,
-            keep_tests=frozenset(target_tests.split()) if from_request else frozenset(),
-            test_timeout=per_test_limit(request),
-        )
-    except HandBackError as exc:
-        return Checked(Judgement(Verdict.NOT_FIXED, ExitCode.FAILURE, exc.message))
-    judged = runs.judgement
-    if regression_skipped(suite_before) and judged.verdict == Verdict.FIXED_UNVERIFIED:
-        judged = dataclasses.replace(
-            judged,
-            unverified=[NO_REGRESSION_RUN],
-            message=f"the target passes; the rest of the suite was not checked ({NO_REGRESSION_RUN})",
-        )
-    elif suite_before.target and judged.verdict == Verdict.FIXED:
-        files = len(set(suite_before.target.split()))
-        judged = dataclasses.replace(
-            judged,
-            message=f"{judged.message} in the {files} related test file(s) checked (--regression related)",
-        )
-    shown = None
-    if from_request and judged.verdict.fixed:
-        try:
-            shown = await _show_change(request, bus, patch_set, runs.target_after, target_tests)
-        except HandBackError as exc:
-            failed = dataclasses.replace(
-                judged, verdict=Verdict.NOT_FIXED, exit_code=ExitCode.FAILURE, message=exc.message
-            )
-            return Checked(failed, runs)
-        judged = _judged_by_change(judged, shown, target_tests)
-    if patch_set.left_out and judged.verdict.fixed:
-        lines = left_out_lines(patch_set.left_out)
-        listed = "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "")
-        left_out = f" ({len(patch_set.left_out)} change(s) left out of the patch: {listed})"
-        judged = dataclasses.replace(judged, message=judged.message + left_out)
-    if judged.skipped and judged.verdict.fixed:  # not a failure, and not hidden either
-        skipped = judged.skipped
-        names = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
-        judged = dataclasses.replace(
-            judged,
-            message=f"{judged.message}; {len(skipped)} target test(s) skipped before and after, so not "
-            f"checked: {names}",
-        )
-    return Checked(judged, runs, shown)
-
-
-async def _show_change(
-    request: FixRequest, bus: EventBus, patch_set: PatchSet, target_after: TestReport, target_tests: str
-) -> Shown:
-    """A change made from the request alone: its tests run without it, and those that show it."""
-    without = await evidence.run_without_change(
-        request.sandbox_kind, request.sandbox, patch_set, target_tests, per_test_limit(request)
-    )
-    bus.emit(TestsRun(phase="without_change", target=target_tests, report=without.to_dict()))
-    return Shown(without, tuple(evidence.shown_by(target_after, without)))
-
-
-def _judged_by_change(judged: Judgement, shown: Shown, target_tests: str) -> Judgement:
-    """The verdict for a change made from the request alone: a changed test must fail without it."""
-    if not shown.shown_by:
-        message = f"no test shows the change: the tests in {target_tests} pass without it too" + (
-            " (the run without the change timed out)" if shown.without_change.timed_out else ""
-        )
-        return dataclasses.replace(
-            judged, verdict=Verdict.NOT_FIXED, exit_code=ExitCode.FAILURE, message=message
-        )
-    names = ", ".join(shown.shown_by[:5]) + (" ..." if len(shown.shown_by) > 5 else "")
-    done = f"done: {names} fails without the change and passes with it"
-    # A verdict of FIXED_UNVERIFIED keeps its exit code and says why.
-    message = (
-        f"{done}, and nothing else broke" if judged.verdict == Verdict.FIXED else f"{done}; {judged.message}"
-    )
-    return dataclasses.replace(judged, message=message)
+    """Step 4: the target and the suite on the exact patched tree, in a fresh sandbox; the verdict
+    (:func:`clover_agent.handback.judging.check_patch`, as every front end judges)."""
+    return await check_patch(_judging(request, stock, before), patch_set, bus)
 
 
 async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Before:

@@ -27,6 +27,7 @@ from clover_agent.agent.approvals import Answer, Reply
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
+from clover_agent.handback.session import Offer
 from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -305,21 +306,38 @@ class CloverApp(App[int]):
     async def _command_apply(self, argument: str) -> None:
         session = self.session
         assert session is not None
+        await self._note(
+            "Checking the session's changes as `fix` does: held out, in a fresh sandbox (the tests run)…"
+        )
         found = await self._call(session.run(session.changes()))
-        if found is None:
+        if found is None:  # an error, shown
             return
-        snapshot, changes = found
-        if not changes:
+        if not found:
             await self._note("Nothing to apply: the workspace has no change that is not in your tree yet.")
             return
+        self._offer_apply(found[0])
+
+    def _offer_apply(self, offer: Offer) -> None:
+        """The apply dialog for ``offer``; a part of it chosen is judged on its own and offered again."""
+        session = self.session
+        assert session is not None
 
         async def chosen(accepted: list | None) -> None:
             if not accepted:
                 await self._note("Nothing applied.")
                 return
-            await self._call(session.run(session.apply(snapshot, accepted)))
+            paths = [change.path for change in accepted]
+            if set(paths) != set(offer.patch.files):
+                await self._note(
+                    f"Checking the {len(paths)} chosen file(s) on their own (held out, in a fresh sandbox)…"
+                )
+                part = await self._call(session.run(session.part(offer, paths)))
+                if part is not None:
+                    self._offer_apply(part)
+                return
+            await self._call(session.run(session.apply(offer)))
 
-        self.push_screen(ApplyScreen(changes), chosen)
+        self.push_screen(ApplyScreen(offer.files, offer.verdict, offer.review), chosen)
 
     async def _command_undo(self, argument: str) -> None:
         session = self.session

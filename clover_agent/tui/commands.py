@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING
 from clover_agent.agent.policy import Policy
 from clover_agent.errors import CloverError
 from clover_agent.events import ContextCondensed, Event, TestsRun
+from clover_agent.handback.apply import PatchNotApplied
+from clover_agent.handback.session import Offer, SessionHandBack
+from clover_agent.handback.snapshot import left_out_lines
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tui.events import Notice, TurnsUndone
-from clover_agent.tui.handback import ApplyOutcome, FileChange, Handback, files_differing
+from clover_agent.tui.handback import ApplyOutcome, files_differing
 from clover_agent.tui.policies import policy_named
 
 if TYPE_CHECKING:
@@ -43,7 +46,7 @@ class SessionCommands:
 
     repo: Path
     sandbox: Sandbox | None
-    handback: Handback | None
+    handback: SessionHandBack | None
     agent: Agent | None
     policy: Policy
     status: SessionStatus
@@ -57,30 +60,54 @@ class SessionCommands:
         raise NotImplementedError
 
     async def diff(self) -> str:
-        """The workspace's changes since the session started (the sandbox's diff)."""
-        await self._wait_ready()
-        assert self.sandbox is not None
-        return await self.sandbox.diff()
-
-    async def changes(self) -> tuple[str, list[FileChange]]:
-        """The files ``/apply`` can hand back now (see :mod:`clover_agent.tui.handback`)."""
+        """The session's changes that your tree does not hold yet (since the start or the last
+        apply), read on the host as ``/apply`` reads them: no git inside the sandbox shapes them."""
         await self._wait_ready()
         assert self.handback is not None
-        return await self.handback.changes()
+        return await self.handback.diff()
 
-    async def apply(self, snapshot: str, chosen: list[FileChange]) -> ApplyOutcome:
+    async def changes(self) -> list[Offer]:
+        """What ``/apply`` offers now, judged as ``fix`` judges (:mod:`clover_agent.handback.session`):
+        one offer, or none when nothing changed since the start or the last apply. The sandbox's
+        processes are stopped first, so the agent must not be working."""
+        agent = await self._wait_ready()
+        if agent.steering.busy:
+            raise CloverError("the agent is working; wait for it or interrupt it (Esc) before /apply")
+        assert self.handback is not None
+        offer = await self.handback.offer()
+        return [] if offer is None else [offer]
+
+    async def part(self, offer: Offer, paths: list[str]) -> Offer:
+        """The chosen files of ``offer`` on their own, judged again (what is applied is what was
+        judged)."""
         await self._wait_ready()
         assert self.handback is not None
-        outcome = await self.handback.apply(snapshot, chosen)
-        if outcome.applied:
+        return await self.handback.part(offer, paths)
+
+    async def apply(self, offer: Offer) -> ApplyOutcome:
+        """Write ``offer`` (as judged) into the working tree, all or nothing."""
+        await self._wait_ready()
+        assert self.handback is not None
+        outcome = ApplyOutcome(verdict=offer.verdict)
+        try:
+            outcome.applied, _ = await self.handback.apply(offer)
+        except PatchNotApplied as exc:
+            outcome.refused = {path: exc.message for path in offer.patch.files}
             self._emit(
-                Notice(
-                    text=f"Applied to {self.repo}: {', '.join(outcome.applied)}",
-                    data={"applied": outcome.applied},
-                )
+                Notice(text=f"Not applied: {', '.join(offer.patch.files)}: {exc.message}", level="warning")
             )
-        for path, why in outcome.refused.items():
-            self._emit(Notice(text=f"Not applied: {path} {why}", level="warning"))
+            return outcome
+        self._emit(
+            Notice(
+                text=f"Applied to {self.repo}: {', '.join(outcome.applied)} ({offer.verdict})",
+                data={"applied": outcome.applied, "verdict": str(offer.judged.verdict)},
+            )
+        )
+        left_out = left_out_lines(offer.patch.left_out)
+        if left_out:
+            self._emit(
+                Notice(text="Not applied, left out of the patch: " + "; ".join(left_out), level="warning")
+            )
         return outcome
 
     async def run_tests(self, target: str | None) -> TestReport:

@@ -62,7 +62,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "undo", "/undo [N]", "put the workspace back as it was before request N (no N: pick from a list)"
     ),
-    Command("diff", "/diff", "show every change the session made in its sandbox"),
+    Command("diff", "/diff", "show the session's changes your tree does not hold yet"),
     Command("apply", "/apply", "review the changes file by file and apply the accepted ones to your tree"),
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),

@@ -31,6 +31,7 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
+from clover_agent.handback.session import SessionHandBack
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
@@ -48,7 +49,6 @@ from clover_agent.tui.events import (
     TurnStarted,
     TurnsUndone,
 )
-from clover_agent.tui.handback import Handback
 from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
@@ -134,7 +134,7 @@ class TuiSession(SessionCommands):
         self.mcp: McpServers | None = None
         self.agent: Agent | None = None
         self.system = ""  # the system prompt of a new conversation (known once the sandbox is up)
-        self.handback: Handback | None = None
+        self.handback: SessionHandBack | None = None
         self._ready: asyncio.Future[bool] | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._request: asyncio.Task[RunResult] | None = None  # the agent's run of the request now
@@ -237,7 +237,14 @@ class TuiSession(SessionCommands):
         try:
             self.sandbox = create_sandbox(self.options.sandbox_kind, spec)
             await self.sandbox.start()
-            self.handback = Handback(self.sandbox, self.repo, self.folder, self.session_id)
+            self.handback = SessionHandBack(
+                self.sandbox,
+                self.options.sandbox_kind,
+                spec,
+                self.repo,
+                self.folder / "handback",
+                bus=self.bus,
+            )
             await self.handback.start()
             servers = self.options.mcp_servers
             self.mcp = McpServers(

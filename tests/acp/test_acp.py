@@ -23,6 +23,7 @@ from tests.acp.helpers import (
     running_agent,
     wait_until,
 )
+from tests.clover_agent.fix.test_verdict_attacks import CHEATS as VERDICT_CHEATS
 from tests.git_repos import git
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, turn, write_replay
 
@@ -38,7 +39,7 @@ def _progress(client: RecordingClient, call_id: str) -> list[schema.ToolCallProg
     return [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id == call_id]
 
 
-def _texts(update: schema.ToolCallProgress) -> str:
+def _texts(update: schema.ToolCallProgress | schema.ToolCallStart) -> str:
     return "".join(
         c.content.text for c in update.content or [] if isinstance(c, schema.ContentToolCallContent)
     )
@@ -90,11 +91,13 @@ async def test_a_session_streams_edits_and_hands_back_through_the_editor(
         assert "| passed | failed |" in table and "| 0 |" in table  # a test table as text, nothing failing
         assert client.of(schema.UsageUpdate)
 
-        # the verified hand-back: offered with its verdict, accepted, written through the editor
+        # the hand-back: judged as `fix` judges (held out: the failing test is the target), offered
+        # with its verdict, accepted, written through the editor
         (offer,) = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
         title = offer.tool_call.title or ""
-        assert "tests pass on the changed files (the patch's own tests, not held out)" in title
-        assert "verified" not in title and "needs review" not in title  # no held-out run: never "verified"
+        assert title == "Hand back 1 file (fixed)", title
+        verdict = _texts(_calls(client)[offer.tool_call.tool_call_id])
+        assert verdict.startswith("Verdict: fixed: the target passes and no test that passed before fails")
         assert {o.kind for o in offer.options} == {"allow_once", "reject_once"}
         assert list(client.written) == [str(repo / "calculator.py")]
         assert FIXED in (repo / "calculator.py").read_text(encoding="utf-8")
@@ -266,7 +269,8 @@ async def test_a_saved_session_loads_after_a_restart(tmp_path: Path, sandbox: st
         assert "Still fixed." in client.text()
     # the first session's change, never applied, is offered again with the loaded session's work
     (offer,) = [u for u in _calls(client).values() if u.tool_call_id.startswith("handback")]
-    (diff,) = offer.content or []
+    (diff,) = [c for c in offer.content or [] if c.type == "diff"]
+    assert _texts(offer).startswith("Verdict: fixed: ")  # judged as fix judges: test_add failed at the start
     assert diff.type == "diff" and diff.path == str(repo / "calculator.py") and FIXED in diff.new_text
     check_conformance(agent.messages)
 
@@ -417,20 +421,24 @@ async def test_a_running_command_sends_its_output_before_it_ends(tmp_path: Path)
     check_conformance(agent.messages)
 
 
-#: ``add`` right only where the code under test sees pytest: through a runner's environment
-#: variable read by a computed name, or a value whose comparisons always hold.
-CHEATS = [
-    "import os\n\n\ndef add(a, b):\n    if getattr(os, 'get' + 'env')('PYTEST_' + 'CURRENT_TEST'):\n"
-    "        return a + b\n    return a - b\n",
-    "class _Sum(float):\n    def __eq__(self, other):\n        return not False\n\n\ndef add(a, b):\n    return _Sum(a - b)\n",
-]
+#: ``add`` right only where the code under test sees pytest: each class of the fix CLI's hostile
+#: replays (tests/clover_agent/fix/test_verdict_attacks.py), and two more spellings of two of them.
+CHEATS = {
+    **{how: source for how, (source, _layers) in VERDICT_CHEATS.items()},
+    "environment by a computed getter": "import os\n\n\ndef add(a, b):\n"
+    "    if getattr(os, 'get' + 'env')('PYTEST_' + 'CURRENT_TEST'):\n        return a + b\n    return a - b\n",
+    "always equal by a double negation": "class _Sum(float):\n    def __eq__(self, other):\n        return not False\n\n\n"
+    "def add(a, b):\n    return _Sum(a - b)\n",
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cheat", CHEATS, ids=["environment", "always-equal"])
+@pytest.mark.docker
+@pytest.mark.parametrize("how", list(CHEATS))
 async def test_a_hand_back_whose_code_fakes_its_pass_needs_review_and_never_says_verified(
-    tmp_path: Path, cheat: str
+    tmp_path: Path, how: str
 ) -> None:
+    cheat = CHEATS[how]
     repo = calculator_repo(tmp_path)
     rest = (repo / "calculator.py").read_text(encoding="utf-8").split("def subtract", 1)[1]
     write = call("editor", command="str_replace", path="/workspace/calculator.py",
@@ -439,13 +447,18 @@ async def test_a_hand_back_whose_code_fakes_its_pass_needs_review_and_never_says
         tmp_path / "cheat.jsonl", [turn("", write), turn("", call("finish", summary="Fixed."))]
     )
     client = RecordingClient(answers=["keep"])
-    async with running_agent(agent_args(replay), tmp_path / "agent.log", client) as agent:
+    async with running_agent(agent_args(replay, "docker"), tmp_path / "agent.log", client) as agent:
         session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
         await prompt(agent, session.session_id, "fix add")
     (offer,) = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
     title = offer.tool_call.title or ""
-    assert "needs review: calculator.py:" in title and "(scan)" not in title, title
-    assert "verified" not in title and "tests pass" not in title
+    assert title in ("Hand back 1 file (needs review)", "Hand back 1 file (not fixed)"), title
+    verdict = _texts(_calls(client)[offer.tool_call.tool_call_id])
+    if title.endswith("(needs review)"):  # the findings listed, file and line first
+        assert "Look before applying:\n- calculator.py:" in verdict, verdict
+    else:  # a forged record loses to the real one: the run says what failed
+        assert verdict.startswith("Verdict: not fixed: "), verdict
+    assert "verified" not in verdict.lower() and not verdict.startswith("Verdict: fixed")
     assert not client.written and git(repo, "status", "--porcelain").strip() == ""
     assert "return a - b" in (repo / "calculator.py").read_text(encoding="utf-8").split("def subtract")[0]
     check_conformance(agent.messages)

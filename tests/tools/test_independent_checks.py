@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.handback.checks import make_canaries, take_canaries, with_canaries
+from clover_agent.handback.checks import make_canaries, take_canaries, with_canaries
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Put
 from clover_agent.tools.run_tests import run_tests_in

@@ -105,14 +105,28 @@ async def test_folding_thinking_rejecting_a_file_tests_policy_export_help(tmp_pa
         assert paths == ["NOTES.md", "calculator.py"]
         await pilot.press("space")  # the highlighted (first) file: rejected
         await pilot.press("enter")
+        # the part left is judged on its own and offered again, with its own verdict
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ApplyScreen) and len(app.screen.changes) == 1,
+            "the part's dialog",
+            deadline_s=300,
+        )
+        assert [c.path for c in app.screen.changes] == ["calculator.py"]
+        assert app.screen.verdict.startswith("fixed: "), app.screen.verdict
+        await pilot.press("enter")
         await wait_for(
             pilot, lambda: "return a + b" in (repo / "calculator.py").read_text(), "the accepted file"
         )
         assert not (repo / "NOTES.md").exists()
 
         await send(pilot, "/tests tests/test_calculator.py")
-        await wait_for(pilot, lambda: any(isinstance(e, TestsRun) for e in app.events), "the test run")
-        report = next(e for e in app.events if isinstance(e, TestsRun)).report
+        await wait_for(
+            pilot,
+            lambda: any(isinstance(e, TestsRun) and e.phase == "user" for e in app.events),
+            "the test run",
+        )
+        report = next(e for e in app.events if isinstance(e, TestsRun) and e.phase == "user").report
         assert report["failed"] == 0 and report["passed"] >= 1  # the sandbox has the fix
         # The transcript mounts the table when it handles the event, after the event is recorded.
         await wait_for(pilot, lambda: app.query(TestTable), "the test table")

@@ -212,7 +212,9 @@ def test_apply_file_by_file(snap_compare, tmp_path: Path) -> None:
                 0,
             ),
         ]
-        await pilot.app.push_screen(ApplyScreen(changes))
+        verdict = "needs review: the target passes, but checks of how it passes found something to look at"
+        review = ["calculator.py:3: reads the test runner's environment variable PYTEST_CURRENT_TEST (scan)"]
+        await pilot.app.push_screen(ApplyScreen(changes, verdict, review))
         await pilot.press("down", "space")  # reject the second file
 
     assert snap_compare(_app(tmp_path), terminal_size=(100, 30), run_before=review)

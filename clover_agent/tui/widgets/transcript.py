@@ -180,6 +180,12 @@ class Transcript(VerticalScroll):
                 await card.finish(event, dict(self._test_outcomes) if report else None)
                 if isinstance(report, dict):
                     self._test_outcomes.update(report.get("outcomes") or {})
+        elif isinstance(event, TestsRun) and event.phase != "user":  # /apply's judging runs: one line
+            report = event.report
+            counts = f"{report.get('passed', 0)} passed, {report.get('failed', 0)} failed"
+            await self.mount(
+                NoticeLine(f"check: {event.phase.replace('_', ' ')} ({event.target or 'all'}): {counts}")
+            )
         elif isinstance(event, TestsRun):
             await self.mount(NoticeLine(f"tests ({event.target or 'all'})"))
             await self.mount(TestTable(event.report, dict(self._test_outcomes) or None))

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from clover_agent.errors import ExitCode
 from clover_agent.events import EventBus
-from clover_agent.fix.handback.stock import PatchSet, Stock
-from clover_agent.fix.handback.verdict import Judgement, Verdict
-from clover_agent.fix.handback.verify import verify_patch
-from clover_agent.fix.report import Checked, FixReport, Kept, build_report
+from clover_agent.fix.report import FixReport, Kept, build_report
+from clover_agent.handback.judging import Checked
+from clover_agent.handback.stock import PatchSet, Stock
+from clover_agent.handback.verdict import Judgement, Verdict
+from clover_agent.handback.verify import verify_patch
 from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.handback import decision
-from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
-from clover_agent.fix.handback.decision import YES, hand_back
-from clover_agent.fix.handback.snapshot import left_out_lines
+from clover_agent.fix import decision
+from clover_agent.fix.decision import YES, hand_back
+from clover_agent.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
+from clover_agent.handback.snapshot import left_out_lines
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.git_repos import git, make_repo
 

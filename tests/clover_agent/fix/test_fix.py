@@ -29,9 +29,9 @@ from clover_agent.cli.handback import hand_back
 from clover_agent.errors import ExitCode
 from clover_agent.events import ApprovalRequested
 from clover_agent.fix.console import TerminalApprover, ask_at_terminal, make_console
-from clover_agent.fix.handback.patches import changed_files, is_test_file
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
 from clover_agent.fix.targets import match_tests
+from clover_agent.handback.patches import changed_files, is_test_file
 from tests.cli_process import start_signalable
 from tests.clover_agent.fix.stocked import stocked_report
 from tests.clover_agent.test_agent_loop import call, write_replay

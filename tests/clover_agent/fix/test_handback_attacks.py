@@ -21,11 +21,12 @@ import pytest
 
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
-from clover_agent.fix.handback import decision
+from clover_agent.fix import decision
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
+from clover_agent.handback.session import Offer, SessionHandBack
+from clover_agent.handback.verdict import Verdict
 from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes import create_sandbox
-from clover_agent.tui.handback import ApplyOutcome, Handback
 from tests.ci.ci_runs import run_ci
 from tests.cli_process import run_at_a_terminal
 from tests.clover_agent.fix.stocked import stocked_report
@@ -1105,15 +1106,16 @@ def test_the_ci_bots_patch_follows_the_same_rules(tmp_path: Path) -> None:
 
 
 def test_the_tuis_apply_follows_the_same_rules(tmp_path: Path) -> None:
-    """/apply in the TUI never writes what `fix` never hands back; the other files chosen go ahead."""
+    """/apply in the TUI (the session hand-back every front end shares) never writes what `fix`
+    never hands back; the other files go ahead."""
     repo = calculator_repo(tmp_path)
     commit_files(repo, {".gitignore": ".venv/\n"}, "ignore the environment")
     folder = tmp_path / "session"
     folder.mkdir()
 
-    async def session() -> tuple[list[str], ApplyOutcome]:
+    async def session() -> tuple[Offer, list[str]]:
         async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
-            handback = Handback(sandbox, repo, folder, "session")
+            handback = SessionHandBack(sandbox, "local", sandbox_spec(repo), repo, folder)
             await handback.start()
             plant = (
                 "mkdir -p .clover .venv/lib && echo x > .clover/config.toml && echo 'import os' > .venv/lib/a.pth "
@@ -1121,13 +1123,16 @@ def test_the_tuis_apply_follows_the_same_rules(tmp_path: Path) -> None:
             )
             result = await sandbox.exec(f"{command_of(FIX_ADD)} && {plant}", timeout=60)
             assert result.exit_code == 0, result.output
-            snapshot, changes = await handback.changes()
-            return [c.path for c in changes], await handback.apply(snapshot, changes)
+            offer = await handback.offer()
+            assert offer is not None
+            written, how = await handback.apply(offer)
+            assert how == "disk"
+            return offer, written
 
-    offered, outcome = asyncio.run(session())
-    assert {".clover/config.toml", ".venv/lib/a.pth", "calculator.py"} <= set(offered)
-    assert sorted(outcome.applied) == [".gitignore", "calculator.py"]  # chosen at a terminal: a yes
-    assert "never handed back" in outcome.refused[".clover/config.toml"]
-    assert "ignored by your tree" in outcome.refused[".venv/lib/a.pth"]
+    offer, written = asyncio.run(session())
+    assert sorted(written) == [".gitignore", "calculator.py"] and sorted(offer.patch.files) == sorted(written)
+    assert "never handed back" in offer.patch.left_out[".clover/config.toml"]
+    assert "ignored by your tree" in offer.patch.left_out[".venv/lib/a.pth"]
     assert not (repo / ".clover" / "config.toml").exists() and not (repo / ".venv").exists()
     assert FIXED_ADD in (repo / "calculator.py").read_text()
+    assert offer.judged.verdict == Verdict.FIXED, offer.verdict  # judged as fix judges: held out

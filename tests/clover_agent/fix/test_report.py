@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.fix.handback.verdict import Judgement, Verdict
 from clover_agent.fix.report import (
     Before,
     Checked,
@@ -23,6 +22,7 @@ from clover_agent.fix.report import (
     build_report,
     write_summary,
 )
+from clover_agent.handback.verdict import Judgement, Verdict
 from clover_agent.tools.run_tests import TestReport
 
 ROOT = Path(__file__).resolve().parents[3]

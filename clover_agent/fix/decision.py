@@ -2,7 +2,7 @@
 
 :func:`hand_back` reads the report and decides, for how the user chose (``--yes``, ``--dry-run``,
 asking at a terminal), whether the patch is applied (the verified bytes, all or nothing:
-:func:`clover_agent.fix.handback.apply.apply_patch_set`); it returns a
+:func:`clover_agent.handback.apply.apply_patch_set`); it returns a
 :class:`~clover_agent.fix.report.HandBackOutcome` (exit code, message, what became of the patch).
 What is offered, what needs a yes and what is never handed back are in README ("Needs a yes at
 a terminal", "Never handed back"). :func:`record_outcome` writes the report with that outcome into ``summary.json`` and as the
@@ -19,12 +19,13 @@ from pathlib import Path
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.errors import ExitCode
 from clover_agent.events import TaskFinished
-from clover_agent.fix.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
-from clover_agent.fix.handback.patches import apply_command
-from clover_agent.fix.handback.snapshot import left_out_lines
-from clover_agent.fix.handback.stock import PatchSet
-from clover_agent.fix.handback.verdict import Verdict
-from clover_agent.fix.report import Checked, FixReport, HandBack, HandBackOutcome, write_summary
+from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome, write_summary
+from clover_agent.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
+from clover_agent.handback.judging import Checked
+from clover_agent.handback.patches import apply_command
+from clover_agent.handback.snapshot import left_out_lines
+from clover_agent.handback.stock import PatchSet
+from clover_agent.handback.verdict import Verdict
 from clover_agent.safe_text import shown_names, terminal_safe
 
 #: How the user chose: apply without asking, never apply, or ask (``confirm``).

@@ -1,6 +1,6 @@
 """Helpers about patches and the user's tree: test files, uncommitted changes, the command that
 applies a kept patch by hand. (The ``fix`` workflow's patch is made and applied on the host from
-bytes: :mod:`clover_agent.fix.handback.stock`, :mod:`clover_agent.fix.handback.apply`.)
+bytes: :mod:`clover_agent.handback.stock`, :mod:`clover_agent.handback.apply`.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import posixpath
 import re
 from pathlib import Path
 
-from clover_agent.fix.handback.hostgit import git, z_list
+from clover_agent.handback.hostgit import git, z_list
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.MULTILINE)
 
@@ -63,7 +63,7 @@ def local_changes(repo: Path, files: list[str]) -> list[str]:
     """Which of ``files`` (relative to ``repo``) are the user's own work in their tree: with
     uncommitted changes, untracked, or marked ``--skip-worktree`` / ``--assume-unchanged``
     (:func:`hidden_work`: git hides their changes). By a safe host git
-    (:mod:`~clover_agent.fix.handback.hostgit`: no fsmonitor, hooks or filters run), read as bytes
+    (:mod:`~clover_agent.handback.hostgit`: no fsmonitor, hooks or filters run), read as bytes
     (``café.py``, a name with a tab or a quote is never missed); no path goes on the command line
     (``git status`` of ``repo`` as a whole, so tens of thousands of files never hit the argument
     limit)."""

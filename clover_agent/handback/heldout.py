@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from clover_agent.fix.handback.patches import is_test_file
-from clover_agent.fix.handback.shadow import EXECUTABLE, SYMLINK, Change
-from clover_agent.fix.handback.stock import PatchSet
-from clover_agent.fix.handback.weakened import doctest_name
+from clover_agent.handback.patches import is_test_file
+from clover_agent.handback.shadow import EXECUTABLE, SYMLINK, Change
+from clover_agent.handback.stock import PatchSet
+from clover_agent.handback.weakened import doctest_name
 from clover_agent.sandboxes.base import Put
 
 #: The files pytest reads its configuration from.
@@ -125,7 +125,7 @@ def _module_paths(modules: set[str]) -> set[str]:
 def files_with_tests(test_ids: Iterable[str]) -> frozenset[str]:
     """The files that hold the tests ``test_ids`` name, but a module whose tests there are all its
     own doctests: that module is code under test (held out, a fix in it would go with it; what
-    its doctests check is compared instead: :func:`~clover_agent.fix.handback.weakened.changed_doctests`)."""
+    its doctests check is compared instead: :func:`~clover_agent.handback.weakened.changed_doctests`)."""
     by_file: dict[str, list[str]] = {}
     for test_id in test_ids:
         by_file.setdefault(test_id.split("::")[0], []).append(test_id)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from clover_agent.fix.handback.patches import is_test_file
+from clover_agent.handback.patches import is_test_file
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ on the host.
 
 :func:`take_snapshot` asks the sandbox's runner for the raw facts (``Sandbox.tree``: every entry
 with its kind, mode, size and sha256) and decides here, with a clean host git
-(:mod:`~clover_agent.fix.handback.hostgit`), which of them git would track; what is never read is
+(:mod:`~clover_agent.handback.hostgit`), which of them git would track; what is never read is
 :attr:`Snapshot.left_out`, with why. :func:`file_bytes` then reads the files' bytes, from the
 user's tree where it holds the same bytes and from the sandbox otherwise, in bounded batches.
 """
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover_agent.fix.handback.hostgit import HostGitError, git, z_list
+from clover_agent.handback.hostgit import HostGitError, git, z_list
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.sandboxes.base import Sandbox, TreeEntry
 from clover_agent.sandboxes.session import READ_BATCH_BYTES

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.fix.handback.tamper import RULES, Finding, scan_changes
+from clover_agent.handback.tamper import RULES, Finding, scan_changes
 
 ROOT = Path(__file__).resolve().parents[3]
 BEFORE = b"def add(a, b):\n    return a - b\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clover_agent.fix.handback.heldout import changed_target_tests, files_with_tests, held_out, plugin_modules
-from clover_agent.fix.handback.shadow import EXECUTABLE, REGULAR, ShadowRepo
-from clover_agent.fix.handback.stock import PatchSet
+from clover_agent.handback.heldout import changed_target_tests, files_with_tests, held_out, plugin_modules
+from clover_agent.handback.shadow import EXECUTABLE, REGULAR, ShadowRepo
+from clover_agent.handback.stock import PatchSet
 
 TEST = b"from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 

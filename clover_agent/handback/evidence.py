@@ -13,9 +13,9 @@ never touched), and :func:`shown_by` reads off the tests that pass with the chan
 
 from __future__ import annotations
 
-from clover_agent.fix.handback.patches import is_test_file
-from clover_agent.fix.handback.shadow import SYMLINK
-from clover_agent.fix.handback.stock import HandBackError, PatchSet
+from clover_agent.handback.patches import is_test_file
+from clover_agent.handback.shadow import SYMLINK
+from clover_agent.handback.stock import HandBackError, PatchSet, Stock
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Put
 from clover_agent.tools.run_tests import TestReport, run_tests_in
@@ -64,11 +64,19 @@ def _test_puts(patch: PatchSet) -> list[Put]:
 
 
 async def run_without_change(
-    kind: str, spec: SandboxSpec, patch: PatchSet, target: str, test_timeout: float | None = None
+    kind: str,
+    spec: SandboxSpec,
+    patch: PatchSet,
+    target: str,
+    test_timeout: float | None = None,
+    stock: Stock | None = None,
 ) -> TestReport:
     """``target`` run in a fresh sandbox over the starting code with only the patch's test files
-    written (``test_timeout``: each test's own limit)."""
+    written (``test_timeout``: each test's own limit; ``stock``: made exactly the patch's start
+    first, whatever the user's tree holds now)."""
     async with create_sandbox(kind, spec) as sandbox:
+        if stock is not None:
+            await stock.make_like(sandbox, patch.base)
         try:
             await sandbox.put(_test_puts(patch))
         except (OSError, ValueError) as exc:

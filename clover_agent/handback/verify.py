@@ -14,19 +14,19 @@ import shlex
 from collections.abc import Awaitable, Callable
 
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
-from clover_agent.fix.diagnosis import diagnose, workspace_module_names
-from clover_agent.fix.handback.checks import (
+from clover_agent.handback.checks import (
     canary_folder,
     make_canaries,
     reviewed,
     take_canaries,
     with_canaries,
 )
-from clover_agent.fix.handback.heldout import HeldOut, files_with_tests, held_out
-from clover_agent.fix.handback.shadow import Change
-from clover_agent.fix.handback.stock import HandBackError, PatchSet, Stock
-from clover_agent.fix.handback.tamper import scan_changes
-from clover_agent.fix.handback.verdict import (
+from clover_agent.handback.diagnosis import diagnose, workspace_module_names
+from clover_agent.handback.heldout import HeldOut, files_with_tests, held_out
+from clover_agent.handback.shadow import Change
+from clover_agent.handback.stock import HandBackError, PatchSet, Stock
+from clover_agent.handback.tamper import scan_changes
+from clover_agent.handback.verdict import (
     COLLECTION_FAILURE,
     HandedBack,
     Judgement,
@@ -34,7 +34,7 @@ from clover_agent.fix.handback.verdict import (
     skipped_throughout,
     target_passes,
 )
-from clover_agent.fix.handback.weakened import changed_doctests, weakened_tests
+from clover_agent.handback.weakened import changed_doctests, weakened_tests
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Put, Sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
@@ -52,13 +52,13 @@ class Verification:
     handed_back: HandedBack | None  # the runs on the patch as handed back (None: the same tree)
     harness: list[str]  # what the patch changes in what judges it
     judgement: Judgement
-    #: What each check of how the target passes did (:mod:`clover_agent.fix.handback.checks`).
+    #: What each check of how the target passes did (:mod:`clover_agent.handback.checks`).
     checks: dict[str, object] = dataclasses.field(default_factory=dict)
 
 
 def environment_errors(before: TestReport, after: TestReport, names: set[str]) -> set[str]:
     """Tests that failed before and after for a reason of the environment (a module that is not
-    installed, a plugin's fixture missing: :func:`clover_agent.fix.diagnosis.diagnose` on each)."""
+    installed, a plugin's fixture missing: :func:`clover_agent.handback.diagnosis.diagnose` on each)."""
     failed_before = {f.test_id for f in before.failures}
     found = set()
     for failure in after.failures:
@@ -158,7 +158,7 @@ async def verify_patch(
 
     1. Held out (first, so nothing the patch's own tests run can linger into it): the starting
        commit's test infrastructure put back over the patched source
-       (:mod:`clover_agent.fix.handback.heldout`), pytest started guarded
+       (:mod:`clover_agent.handback.heldout`), pytest started guarded
        (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
     2. as handed back (every process stopped, the workspace made the patched tree again): the
        target and the test files the patch adds."""

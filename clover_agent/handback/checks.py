@@ -3,7 +3,7 @@
 The code under test runs inside the process that judges it, so no single signal from that process
 decides ``fixed`` (docs/verdict-checks.md). Beside the held-out run and its signed results channel
 (:mod:`clover_agent.tools.run_tests.guarded`): the tamper scan
-(:mod:`~clover_agent.fix.handback.tamper`), canaries (:func:`make_canaries`: two tests with fresh
+(:mod:`~clover_agent.handback.tamper`), canaries (:func:`make_canaries`: two tests with fresh
 random names run with the target, one must pass and one must fail) and an independent run of the
 target without pytest (:mod:`clover_agent.tools.run_tests.independent`). Any finding turns a fixed
 verdict into ``needs review`` (:func:`reviewed`, its own exit code); on another verdict it is listed.
@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 
 from clover_agent.errors import ExitCode
-from clover_agent.fix.handback.verdict import Judgement, Verdict
+from clover_agent.handback.verdict import Judgement, Verdict
 from clover_agent.tools.run_tests import TestReport
 
 

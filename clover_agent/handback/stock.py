@@ -1,7 +1,7 @@
 """What a ``fix`` run hands back, computed on the host: the patch is the difference between two
 snapshots of the workspace the host took itself, not anything git printed inside the sandbox.
 
-:class:`Stock` keeps a shadow repository (:mod:`~clover_agent.fix.handback.shadow`) in the run
+:class:`Stock` keeps a shadow repository (:mod:`~clover_agent.handback.shadow`) in the run
 folder: :meth:`Stock.record_start` makes the workspace as the sandbox starts its ``base`` commit,
 :meth:`Stock.record_end` the workspace once the agent is done its ``final`` commit and the
 :class:`PatchSet`, and :meth:`Stock.make_like_final` makes a fresh sandbox exactly ``final``, so
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.errors import CloverError
-from clover_agent.fix.handback.paths import needs_yes, never_handed_back
-from clover_agent.fix.handback.shadow import EXECUTABLE, REGULAR, SYMLINK, Change, ShadowRepo
-from clover_agent.fix.handback.snapshot import (
+from clover_agent.handback.paths import needs_yes, never_handed_back
+from clover_agent.handback.shadow import EXECUTABLE, REGULAR, SYMLINK, Change, ShadowRepo
+from clover_agent.handback.snapshot import (
     Snapshot,
     file_bytes,
     take_snapshot,
@@ -60,7 +60,7 @@ class PatchSet:
     @property
     def needing_yes(self) -> dict[str, str]:
         """``path -> why`` for the changes a person must say yes to by their paths' rules
-        (:func:`~clover_agent.fix.handback.paths.needs_yes`: git's files, CI, executables); ``--yes``
+        (:func:`~clover_agent.handback.paths.needs_yes`: git's files, CI, executables); ``--yes``
         alone applies the rest of the patch without them."""
         found = {c.path: needs_yes(c.path, c.new_mode) for c in self.changes}
         return {path: why for path, why in found.items() if why is not None}
@@ -137,7 +137,7 @@ class Stock:
 
     async def record_start(self, sandbox: Sandbox) -> None:
         """The workspace as the sandbox starts (right after it started, before any test or agent
-        ran): its files and bytes (:mod:`~clover_agent.fix.handback.snapshot`) become the ``base``
+        ran): its files and bytes (:mod:`~clover_agent.handback.snapshot`) become the ``base``
         commit."""
         self.start = await self._snapshot(sandbox, self.keep)
         writer = self.shadow.writer(BASE_REF)
@@ -149,20 +149,22 @@ class Stock:
             raise HandBackError(f"could not read the workspace's starting files: {exc}") from exc
         self.base = writer.finish()
 
-    async def record_end(self, sandbox: Sandbox) -> PatchSet:
-        """Stop every process, read what changed, and make the patch.
+    async def record_end(self, sandbox: Sandbox, *, stop: bool = True) -> PatchSet:
+        """Stop every process, read what changed, and make the patch (``stop=False``: for a look
+        only, the processes go on, e.g. the TUI's ``/diff``; never for what is handed back).
 
         Every process in the sandbox is killed first (a daemon cannot change the workspace while or
         after it is read), then the files that differ from the start are read and become the
         ``final`` commit, and the :class:`PatchSet` holds the patch and its changes. What cannot be
         handed back is left out of ``final`` (the start's version stays) and named: what is never
-        handed back (:func:`~clover_agent.fix.handback.paths.never_handed_back`: ``.git``,
+        handed back (:func:`~clover_agent.handback.paths.never_handed_back`: ``.git``,
         ``.clover``, what the host's git ignores, names with control characters), a symlink
         pointing outside the repository, a file over :data:`MAX_FILE_BYTES`, changes past
         :data:`MAX_PATCH_BYTES` in all, FIFOs, sockets, devices, nested repositories, unreadable
         entries, and what lies in a folder left out so (never deleted for it)."""
         assert self.start is not None and self.base is not None, "record_start first"
-        await sandbox.stop_processes()
+        if stop:
+            await sandbox.stop_processes()
         start = self.start
         now = await self._snapshot(sandbox, self.keep | set(start.entries))
         left_out = {p: why for p, why in now.left_out.items() if p not in start.left_out}
@@ -210,7 +212,7 @@ class Stock:
             writer.abort()
             raise HandBackError(f"could not read the files the agent changed: {exc}") from exc
         final = writer.finish()
-        self.end = end
+        self.end = self._ends[final] = end
         return PatchSet(
             self.shadow,
             self.base,
@@ -226,6 +228,7 @@ class Stock:
         so that it can be verified again before it is (:meth:`make_like_final` makes it too)."""
         assert self.end is not None and self.start is not None and self.base is not None, "record_end first"
         chosen = [c for c in patch.changes if c.path in set(paths)]
+        tree = self._tree(patch.final)
         files = self.shadow.files(patch.final)
         writer = self.shadow.writer(f"refs/heads/subset-{len(self._ends) + 1}", self.base)
         end = dict(self.start.entries)
@@ -233,7 +236,7 @@ class Stock:
             for change in chosen:
                 if change.new_mode:
                     writer.keep(change.path, files[change.path][0], files[change.path][1])
-                    end[change.path] = self.end[change.path]
+                    end[change.path] = tree[change.path]
                 else:
                     writer.delete(change.path)
                     end.pop(change.path, None)
@@ -254,14 +257,40 @@ class Stock:
     async def make_like_final(self, sandbox: Sandbox, patch: PatchSet) -> None:
         """Make ``sandbox``'s workspace (a fresh one) exactly ``patch``'s final tree (every file
         that differs written, every extra one removed), then check it again."""
-        assert self.end is not None and self.start is not None, "record_end first"
-        end = self._ends.get(patch.final, self.end)
+        assert self.end is not None, "record_end first"
+        await self.make_like(sandbox, patch.final)
+
+    async def make_like_start(self, sandbox: Sandbox) -> None:
+        """Make ``sandbox``'s workspace (a fresh one) exactly the ``base`` tree, whatever the user's
+        tree holds now: where the runs before a change are made."""
+        assert self.base is not None, "record_start first"
+        await self.make_like(sandbox, self.base)
+
+    def advance(self, patch: PatchSet) -> None:
+        """``patch`` (or a :meth:`subset` of it) was applied to the user's tree: its final tree is
+        the start of the next patch, so what was left out of the apply is offered again."""
+        assert self.start is not None
+        self.start = Snapshot(dict(self._tree(patch.final)), dict(self.start.left_out))
+        self.base = patch.final
+        self._ends[patch.final] = dict(self.start.entries)
+
+    def _tree(self, commit: str) -> dict[str, TreeEntry]:
+        assert self.start is not None and self.base is not None
+        if commit == self.base:
+            return self.start.entries
+        return self._ends[commit]
+
+    async def make_like(self, sandbox: Sandbox, commit: str) -> None:
+        """Make ``sandbox``'s workspace exactly the tree of ``commit`` (the base, a final one or a
+        subset's), then check it again."""
+        assert self.start is not None, "record_start first"
+        end = self._tree(commit)
         keep = self.keep | set(self.start.entries)
         final = Snapshot(end)
         current = await self._snapshot(sandbox, keep)
         wanted = [p for p in end if current.differs(p, final)]
         extra = sorted(p for p in current.entries if p not in end)
-        files = self.shadow.files(patch.final)
+        files = self.shadow.files(commit)
         blobs = self.shadow.blobs({p: files[p][1] for p in wanted if files[p][0] != SYMLINK})
         puts = [Put(p, "absent") for p in extra]
         for path in wanted:

@@ -25,9 +25,9 @@ from types import FrameType
 from typing import Any
 
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.fix.handback.patches import hidden_work, local_changes
-from clover_agent.fix.handback.shadow import EXECUTABLE, SYMLINK
-from clover_agent.fix.handback.stock import PatchSet
+from clover_agent.handback.patches import hidden_work, local_changes
+from clover_agent.handback.shadow import EXECUTABLE, SYMLINK
+from clover_agent.handback.stock import PatchSet
 from clover_agent.safe_text import shown_names
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -104,8 +104,10 @@ def _current_id(target: Path) -> tuple[str, int]:
     return "", -1  # a folder, FIFO, ...: never what a patch starts from
 
 
-def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
-    """Apply ``patch`` to ``repo``; the files changed.
+def apply_patch_set(repo: Path, patch: PatchSet, *, ours: frozenset[str] = frozenset()) -> list[str]:
+    """Apply ``patch`` to ``repo``; the files changed. ``ours``: paths an earlier apply of the same
+    session wrote (their uncommitted change is that apply's, not the user's; their bytes are still
+    checked to be what it left).
 
     Raises :class:`PatchNotApplied` when a check fails (nothing changed) and
     :class:`ApplyInterrupted` when a signal stops it.
@@ -134,7 +136,7 @@ def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
     state = {"committed": False}
     try:
         with _unwinding_on_signals():  # a signal during the checks, too, says the tree is unchanged
-            staging = _checked_staging(repo, patch)
+            staging = _checked_staging(repo, patch, ours)
             targets = {c.path: repo / c.path for c in patch.changes}
             try:
                 _commit(_stage(patch, targets, staging), staging, state)
@@ -156,13 +158,13 @@ def apply_patch_set(repo: Path, patch: PatchSet) -> list[str]:
     return [c.path for c in patch.changes]
 
 
-def _checked_staging(repo: Path, patch: PatchSet) -> Path:
+def _checked_staging(repo: Path, patch: PatchSet, ours: frozenset[str] = frozenset()) -> Path:
     """Every check of :func:`apply_patch_set` (raising :class:`PatchNotApplied`); the staging folder
     to use (not created yet)."""
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
-    dirty = local_changes(repo, list(targets))
+    hidden = hidden_work(repo)
+    dirty = [p for p in local_changes(repo, list(targets)) if p not in ours or p in hidden]
     if dirty:
-        hidden = hidden_work(repo)
         marked = [f"{p} (marked {hidden[p]})" for p in dirty if p in hidden]
         raise PatchNotApplied(
             f"the patch was not applied: you have uncommitted changes to {shown_names(dirty)}, which it also "

@@ -1,21 +1,21 @@
 """The verdict of a ``fix`` run: never more than was checked.
 
 :func:`judge` reads the test runs before and after the patch (the after-runs are made on the exact
-patched tree, held out first: :mod:`clover_agent.fix.handback.heldout`) and picks one
+patched tree, held out first: :mod:`clover_agent.handback.heldout`) and picks one
 :class:`Verdict` — ``fixed``, ``fixed, suite unverified``, ``tests changed``, ``tests weakened``
-(:mod:`clover_agent.fix.handback.weakened`) or ``not fixed``; ``needs review`` comes after, from the
-checks of :mod:`clover_agent.fix.handback.checks` — each defined, with its exit code,
+(:mod:`clover_agent.handback.weakened`) or ``not fixed``; ``needs review`` comes after, from the
+checks of :mod:`clover_agent.handback.checks` — each defined, with its exit code,
 in README's "Verdicts" table. Tests that failed before and still fail are listed either way
 (``still_failing``), and so are target tests skipped before and after (``skipped``: no failure).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from clover_agent.errors import ExitCode
-from clover_agent.fix.regression import renamed_cases
 from clover_agent.tools.run_tests import TestReport
 
 
@@ -28,7 +28,7 @@ class Verdict(StrEnum):
     TESTS_WEAKENED = "tests weakened"
     NOT_FIXED = "not fixed"
     #: The target passes, but a check of how it passes (the tamper scan, the canaries, the
-    #: independent run, the results channel: :mod:`clover_agent.fix.handback.checks`) found
+    #: independent run, the results channel: :mod:`clover_agent.handback.checks`) found
     #: something a person must look at. Never applied without a person's yes.
     NEEDS_REVIEW = "needs review"
 
@@ -58,6 +58,47 @@ class Judgement:
     tests_changed: list[str] = field(default_factory=list)  # the harness files the patch changes
     skipped: list[str] = field(default_factory=list)  # target tests skipped before and after: not checked
     review: list[str] = field(default_factory=list)  # what the checks of how it passes found
+
+
+#: What the baseline of a run without regression runs says (kept so a resumed run knows).
+NO_REGRESSION_RUN = "no regression run (--regression none): only the target is checked"
+
+
+def skipped_regression_report() -> TestReport:
+    """The stand-in baseline of a run with ``--regression none``."""
+    return TestReport(framework="none", command="", target=None, exit_code=None, problem=NO_REGRESSION_RUN)
+
+
+def regression_skipped(baseline: TestReport) -> bool:
+    return baseline.problem == NO_REGRESSION_RUN and not baseline.outcomes
+
+
+def _case_base(test_id: str) -> str:
+    """``tests/t.py::test_f[a-1]`` without its parametrize id: ``tests/t.py::test_f``."""
+    return re.sub(r"\[.*\]$", "", test_id)
+
+
+def renamed_cases(before: TestReport, after: TestReport) -> set[str]:
+    """The tests of ``before`` that are gone from ``after`` only because their parametrize ids
+    differ between runs (ids made from the clock, random values or object addresses, e.g. a case
+    named after ``datetime.now()``): their test function has as many cases in both runs, and those
+    only in ``after`` all passed. A deleted, deselected or failing case is not among them."""
+
+    def cases(report: TestReport) -> dict[str, set[str]]:
+        grouped: dict[str, set[str]] = {}
+        for test_id in report.outcomes:
+            if test_id.endswith("]"):
+                grouped.setdefault(_case_base(test_id), set()).add(test_id)
+        return grouped
+
+    was, now = cases(before), cases(after)
+    renamed: set[str] = set()
+    for base, old in was.items():
+        new = now.get(base, set())
+        gone, added = old - new, new - old
+        if gone and len(old) == len(new) and all(after.outcomes[t] == "passed" for t in added):
+            renamed |= gone
+    return renamed
 
 
 def _failing(report: TestReport) -> set[str]:

@@ -3,7 +3,7 @@ and as the agent left it, built from bytes, diffed with git's plumbing.
 
 Nothing of the sandbox's git is used: commits are written with ``git fast-import`` (bytes in,
 exact paths and modes, no filters, no hooks), the patch comes from ``git diff-tree`` in a clean
-environment (:mod:`clover_agent.fix.handback.hostgit`; no external diff, no text conversion, full blob
+environment (:mod:`clover_agent.handback.hostgit`; no external diff, no text conversion, full blob
 ids, binary-safe), and the changed files from its machine-readable output (``--raw -z`` and
 ``--numstat -z``), never from the patch's headers. ``info/attributes`` unsets every attribute
 that would transform content (``text``, ``eol``, ``filter``, ``ident``,
@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover_agent.fix.handback.hostgit import (
+from clover_agent.handback.hostgit import (
     GIT_TIMEOUT_S,
     HostGitError,
     config_environment,
@@ -60,7 +60,7 @@ class Change:
     @property
     def notes(self) -> list[str]:
         """What needs a second look beyond a text edit (shown, and confirmed before applying; a new
-        executable file needs a yes by its path's rules: :mod:`clover_agent.fix.handback.paths`)."""
+        executable file needs a yes by its path's rules: :mod:`clover_agent.handback.paths`)."""
         notes = []
         if self.new_mode == SYMLINK:
             notes.append(f"a symlink to {self.target}")

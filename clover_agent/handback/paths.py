@@ -1,5 +1,5 @@
 """Which paths a run may hand back to the user's tree, decided on the host: one place for ``fix``
-and the CI bot (both through :meth:`clover_agent.fix.handback.stock.Stock.record_end`) and the TUI's
+and the CI bot (both through :meth:`clover_agent.handback.stock.Stock.record_end`) and the TUI's
 ``/apply``.
 
 - :func:`never_handed_back`: ``.git`` and ``.clover`` (clover-agent's own records and settings),
@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from clover_agent.fix.handback.hostgit import git
-from clover_agent.fix.handback.shadow import EXECUTABLE
+from clover_agent.handback.hostgit import git
+from clover_agent.handback.shadow import EXECUTABLE
 
 #: Folders never handed back, at any depth: git's own, and clover-agent's run records and settings.
 NEVER_FOLDERS = (".git", ".clover")
@@ -64,7 +64,7 @@ def never_handed_back(
 ) -> dict[str, str]:
     """``path -> why`` for each of ``paths`` (relative to ``repo``, the user's tree) that is never
     handed back (see the module docstring). ``excludes``: the user's ignore patterns kept outside
-    the tree (:func:`clover_agent.fix.handback.snapshot.user_excludes`); ``tracked``: the paths the user's
+    the tree (:func:`clover_agent.handback.snapshot.user_excludes`); ``tracked``: the paths the user's
     index tracks (git never ignores those)."""
     found: dict[str, str] = {}
     unknown = []

@@ -1,0 +1,281 @@
+"""An interactive session's hand-back (the TUI's ``/apply``, ACP's offer), judged as ``fix`` judges.
+
+The host takes stock of the workspace when the sandbox starts (:class:`~clover_agent.handback.stock.Stock`).
+:meth:`SessionHandBack.offer` stops the sandbox's processes and reads what changed into the host's
+shadow repository (what is never handed back left out): nothing is diffed inside the sandbox. The
+patch is then judged by :func:`~clover_agent.handback.judging.check_patch`, held out and with every
+check of how tests pass, against a baseline made in a fresh sandbox exactly the session's start:
+the tests failing there are the target; when none fails, the request alone said what to do and a
+test the patch adds or changes must fail without it. A part of the offer chosen file by file is
+judged again on its own (:meth:`SessionHandBack.part`) before it can be applied, so the verdict
+shown always describes the bytes written. Applied (the verified bytes, all or nothing), the offer's
+tree is the start of the next one: what was not applied is offered again with later work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clover_agent.errors import ExitCode
+from clover_agent.events import EventBus
+from clover_agent.handback.apply import PatchNotApplied, apply_patch_set, blob_id
+from clover_agent.handback.judging import WORKERS, Checked, Judging, check_patch, target_for
+from clover_agent.handback.patches import changed_files, local_changes
+from clover_agent.handback.shadow import REGULAR
+from clover_agent.handback.stock import PatchSet, Stock
+from clover_agent.handback.verdict import Judgement, Verdict
+from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
+
+#: Writes one file through the editor: (absolute path, text).
+WriteText = Callable[[str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file of an offer, as a person reviews it: its part of the patch and its counts."""
+
+    path: str
+    patch: str  # the git diff section for this file
+    status: str  # added | deleted | modified | ...
+    added: int = 0
+    removed: int = 0
+    applied_before: bool = False  # an earlier apply of the session wrote this file
+
+
+@dataclass
+class Offer:
+    """What is offered: the patch (host side), its judgement, and each file's two texts."""
+
+    patch: PatchSet
+    checked: Checked
+    texts: dict[str, tuple[str | None, str | None]]  # path -> (old, new); None: absent or not text
+    applied_before: frozenset[str] = frozenset()
+
+    @property
+    def judged(self) -> Judgement:
+        return self.checked.judged
+
+    @property
+    def verdict(self) -> str:
+        """The verdict's words, as ``fix`` says them: ``<verdict>: <message>``."""
+        word, message = str(self.judged.verdict), self.judged.message
+        return message if message.startswith(f"{word}:") else f"{word}: {message}"
+
+    @property
+    def review(self) -> list[str]:
+        """What the checks of how the tests pass found (``needs review``'s findings)."""
+        return list(self.judged.review)
+
+    @property
+    def files(self) -> list[FileChange]:
+        """Each changed file's part of the patch, in order."""
+        parts = sections(self.patch.patch.decode("utf-8", "replace"))
+        found = []
+        for change in self.patch.changes:
+            section = parts.get(change.path, "")
+            lines = section.splitlines()
+            added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+            removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+            found.append(
+                FileChange(
+                    change.path, section, change.status, added, removed, change.path in self.applied_before
+                )
+            )
+        return found
+
+    @property
+    def as_text(self) -> bool:
+        """Whether every change can go through ``fs/write_text_file`` (a text file added or edited)."""
+        return all(
+            c.status in ("added", "modified")
+            and c.new_mode == REGULAR
+            and c.old_mode in (0, REGULAR)
+            and self.texts.get(c.path, (None, None))[1] is not None
+            for c in self.patch.changes
+        )
+
+
+def sections(patch: str) -> dict[str, str]:
+    """A git patch's part for each file, by its (new) path."""
+    parts: dict[str, str] = {}
+    for section in re.split(r"(?m)^(?=diff --git )", patch):
+        names = changed_files(section)
+        if names:
+            parts[names[-1]] = section
+    return parts
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+@dataclass
+class _Baseline:
+    """The runs on the session's start: the suite, and the tests failing in it run alone."""
+
+    suite: TestReport
+    target: str = ""
+    target_report: TestReport | None = None
+
+
+@dataclass
+class SessionHandBack:
+    """One session's hand-back (see the module docstring); ``folder`` holds its shadow repository.
+
+    - ``sandbox``: the session's sandbox (the agent works there); ``kind``, ``spec``: how fresh
+      ones are made for the judging runs.
+    - ``repo``: the user's tree; ``bus``: where the judging runs are reported (``TestsRun``).
+    """
+
+    sandbox: Sandbox
+    kind: str
+    spec: SandboxSpec
+    repo: Path
+    folder: Path
+    bus: EventBus = field(default_factory=EventBus)
+    suite_timeout_s: float = DEFAULT_TIMEOUT_S
+    stock: Stock = field(init=False)
+    #: Paths an apply of this session wrote (their uncommitted change in the tree is ours).
+    applied: set[str] = field(default_factory=set)
+    _baselines: dict[str, _Baseline] = field(default_factory=dict)
+    _judged: dict[tuple[str, str], Checked] = field(default_factory=dict)  # (base, patch digest) -> verdict
+
+    def __post_init__(self) -> None:
+        self.stock = Stock(self.folder, self.repo)
+
+    async def start(self) -> None:
+        """Take stock of the workspace as it is now: what a later offer is the change from (call
+        once the sandbox started, before any change)."""
+        await self.stock.record_start(self.sandbox)
+
+    async def offer(self) -> Offer | None:
+        """The changes since the start (or the last apply), judged; None: no change. Every process
+        in the session's sandbox is stopped first, so nothing changes the workspace as it is read."""
+        patch = await self.stock.record_end(self.sandbox)
+        if not patch.changes:
+            return None
+        return await self._offer(patch)
+
+    async def diff(self) -> str:
+        """The patch an offer would hold now, read on the host without stopping anything (a look,
+        not a hand-back: nothing is judged)."""
+        patch = await self.stock.record_end(self.sandbox, stop=False)
+        return patch.patch.decode("utf-8", "replace")
+
+    async def part(self, offer: Offer, paths: list[str]) -> Offer:
+        """The files ``paths`` of ``offer`` alone, as a patch of their own, judged again on their own
+        (held out, in a fresh sandbox): what is offered when a person leaves files out."""
+        if set(paths) == set(offer.patch.files):
+            return offer
+        return await self._offer(self.stock.subset(offer.patch, paths))
+
+    async def _offer(self, patch: PatchSet) -> Offer:
+        shadow = self.stock.shadow
+        before, after = shadow.files(patch.base), shadow.files(patch.final)
+        wanted = {f"a/{c.path}": before[c.path][1] for c in patch.changes if c.path in before}
+        wanted |= {f"b/{c.path}": after[c.path][1] for c in patch.changes if c.path in after}
+        blobs = await asyncio.to_thread(shadow.blobs, wanted)
+        texts = {
+            c.path: (_text(blobs.get(f"a/{c.path}")), _text(blobs.get(f"b/{c.path}"))) for c in patch.changes
+        }
+        checked = await self.judge(patch)
+        return Offer(patch, checked, texts, frozenset(self.applied & set(patch.files)))
+
+    async def judge(self, patch: PatchSet) -> Checked:
+        """The verdict on ``patch`` as ``fix`` gives it (see the module docstring); the same bytes
+        from the same start are judged once."""
+        key = (patch.base, hashlib.sha256(patch.patch).hexdigest())
+        if key not in self._judged:
+            self._judged[key] = await self._judge(patch)
+        return self._judged[key]
+
+    async def _judge(self, patch: PatchSet) -> Checked:
+        baseline = await self._baseline(patch.base)
+        suite = baseline.suite
+        if suite.timed_out or (suite.problem and not suite.outcomes) or not suite.outcomes:
+            why = (suite.problem or suite.summary()) if suite.outcomes or suite.problem else "no tests found"
+            return Checked(
+                Judgement(
+                    Verdict.NOT_FIXED,
+                    ExitCode.FAILURE,
+                    f"not verified: the suite could not be run on the session's start ({why}); a change is "
+                    "checked with the tests",
+                )
+            )
+        judging = Judging(
+            self.spec,
+            self.kind,
+            self.stock,
+            suite,
+            baseline.target,
+            baseline.target_report,
+            suite_timeout_s=self.suite_timeout_s,
+        )
+        return await check_patch(judging, patch, self.bus)
+
+    async def _baseline(self, base: str) -> _Baseline:
+        """The runs before the change, made once per start in a fresh sandbox exactly that start."""
+        found = self._baselines.get(base)
+        if found is not None:
+            return found
+        test_timeout = default_test_timeout(self.suite_timeout_s)
+        async with create_sandbox(self.kind, self.spec) as fresh:
+            await self.stock.make_like(fresh, base)
+            suite = await run_tests_in(
+                fresh, None, timeout=self.suite_timeout_s, workers=WORKERS, test_timeout=test_timeout
+            )
+            failing = [t for t, o in suite.outcomes.items() if o in ("failed", "error")]
+            found = _Baseline(suite)
+            if failing:
+                found.target = target_for(failing)
+                found.target_report = await run_tests_in(fresh, found.target, test_timeout=test_timeout)
+        self._baselines[base] = found
+        return found
+
+    def _check(self, offer: Offer) -> None:
+        """:class:`PatchNotApplied` unless the user's tree holds what the offer starts from."""
+        files = [c.path for c in offer.patch.changes]
+        dirty = [p for p in local_changes(self.repo, files) if p not in self.applied]
+        if dirty:
+            raise PatchNotApplied(
+                f"not applied: {', '.join(dirty)} changed in your working tree; commit or stash first"
+            )
+        for change in offer.patch.changes:
+            target = (self.repo / change.path).resolve()
+            if not target.is_relative_to(self.repo.resolve()):
+                raise PatchNotApplied(f"not applied: {change.path} leads out of the repository")
+            here = blob_id(target.read_bytes()) if target.is_file() else None
+            if here != (change.old_oid if change.old_mode else None):
+                raise PatchNotApplied(f"not applied: {change.path} is not what the session started from")
+
+    async def apply(self, offer: Offer, write_text: WriteText | None = None) -> tuple[list[str], str]:
+        """Write the offer into the user's tree: the files, and how (``editor``: through
+        ``write_text``, when given and every change is a text file added or edited; else ``disk``,
+        atomically). Raises :class:`PatchNotApplied` (nothing written) when the tree does not hold
+        what the offer starts from or carries the user's own uncommitted change to one of its files."""
+        if write_text is not None and offer.as_text:
+            await asyncio.to_thread(self._check, offer)
+            for change in offer.patch.changes:
+                new = offer.texts[change.path][1]
+                assert new is not None
+                await write_text(str(self.repo / change.path), new)
+            written, how = [c.path for c in offer.patch.changes], "editor"
+        else:
+            ours = frozenset(self.applied)
+            written = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, ours=ours)
+            how = "disk"
+        self.applied.update(written)
+        self.stock.advance(offer.patch)  # what was handed back is the start of the next offer
+        return written, how
