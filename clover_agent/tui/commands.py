@@ -135,11 +135,11 @@ class SessionCommands:
             raise CloverError(f"there is no request {turn}")
         if agent.steering.busy:
             raise CloverError("the agent is working; interrupt it (Esc) before undoing")
-        assert self.sandbox is not None
-        before = await self.sandbox.diff()
+        assert self.handback is not None
+        before = await self.handback.diff()  # read on the host, as /apply reads the changes
         if await agent.undo(target.first_step) is None:
             raise CloverError(f"nothing changed in the workspace since request {turn}; nothing to undo")
-        files = files_differing(before, await self.sandbox.diff())
+        files = files_differing(before, await self.handback.diff())
         for t in self.turns:
             t.undone |= t.turn >= turn
         self._emit(TurnsUndone(turn=turn, files=files))
