@@ -26,6 +26,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.tui": "tui",
     "clover_agent.ci": "ci",
     "clover_agent.acp": "acp",
+    "clover_agent.session": "session",
     "clover_agent.eval": "eval",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
@@ -68,12 +69,15 @@ _BELOW_FRONT_ENDS = {
 ALLOWED: dict[str, set[str]] = {
     # Front ends: cli dispatches to the others; none imports the CLI, and the TUI, the CI bot and eval
     # not each other.
-    "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
-    "tui": set(_BELOW_FRONT_ENDS),
+    "cli": {"tui", "ci", "acp", "eval", "session", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
+    # The sessions' store and events: the agent's records and trajectories, nothing of a front end.
+    "session": {"agent", *_SHARED},
+    "tui": {*_BELOW_FRONT_ENDS, "session"},
     "ci": set(_BELOW_FRONT_ENDS),
     "eval": set(_BELOW_FRONT_ENDS),
-    # The editors' front end keeps its sessions in the TUI's store, in its format (and its events).
-    "acp": {*_BELOW_FRONT_ENDS, "clover_agent.tui.store", "clover_agent.tui.events"},
+    # The interactive front ends keep their sessions in one store, with their own events; ACP never
+    # imports the TUI (nor the TUI ACP).
+    "acp": {*_BELOW_FRONT_ENDS, "session"},
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",

@@ -104,3 +104,79 @@ def test_inside_the_engine_and_the_hand_back_imports_go_down(tmp_path: Path) -> 
         ("clover_agent.engine.ops.up", "clover_agent.engine.model.network"),
         ("clover_agent.handback.up", "clover_agent.fix.console"),
     }
+
+
+#: Circles of imports that another change removes; an entry that no longer occurs fails the test.
+KNOWN_CIRCLES: list[frozenset[str]] = [
+    # the decoder and its mode modules (decoding/diffusion, autoregressive, speculative, fused_choice)
+    frozenset(
+        f"clover_agent.engine.decoding.{name}"
+        for name in ("autoregressive", "decoder", "diffusion", "fused_choice", "speculative")
+    ),
+    # the kernels' benchmark cases and each kernel's benchmark module
+    frozenset(
+        ["clover_agent.kernels.bench"]
+        + [
+            f"clover_agent.kernels.{k}.benchmark"
+            for k in ("attention", "gated_delta_rule", "low_confidence", "moe", "short_conv")
+        ]
+    ),
+]
+
+
+def circles(roots: dict[str, Path]) -> list[frozenset[str]]:
+    """Every set of modules that import each other round a circle (lazy and type-checking imports
+    included): the strongly connected components of the import graph with more than one module."""
+    graph: dict[str, set[str]] = {}
+    for edge in edges(roots):
+        if edge.source != edge.target:
+            graph.setdefault(edge.source, set()).add(edge.target)
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_modules_import_each_other_round_a_circle() -> None:
+    found = circles(PACKAGE_ROOTS)
+    unexpected = [sorted(c) for c in found if c not in KNOWN_CIRCLES]
+    assert not unexpected, f"modules that import each other round a circle: {unexpected}"
+    assert not [sorted(c) for c in KNOWN_CIRCLES if c not in found], "gone: remove from KNOWN_CIRCLES"
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    roots = _write(
+        tmp_path,
+        {
+            "clover_agent/__init__.py": "",
+            "clover_agent/a.py": "from clover_agent import b\n",
+            "clover_agent/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from clover_agent import c\n",
+            "clover_agent/c.py": "def f():\n    from clover_agent import a\n",
+            "clover_agent/d.py": "from clover_agent import a\n",
+        },
+    )
+    assert circles(roots) == [frozenset({"clover_agent.a", "clover_agent.b", "clover_agent.c"})]

@@ -50,10 +50,10 @@ from clover_agent.events import (
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.session.events import SessionStarted, TurnStarted
+from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tools.mcp import McpServerConfig, McpServers
 from clover_agent.tools.registry import default_tools
-from clover_agent.tui.events import SessionStarted, TurnStarted
-from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 
 log = logging.getLogger("clover_agent.acp")
 

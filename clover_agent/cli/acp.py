@@ -29,8 +29,8 @@ from clover_agent.settings import Settings
 def _acp(args: argparse.Namespace) -> int:
     from clover_agent.acp.server import run
     from clover_agent.acp.session import SessionConfig
+    from clover_agent.session.store import load_session, sessions_dir
     from clover_agent.tui.policies import policy_named
-    from clover_agent.tui.store import load_session, sessions_dir
 
     settings = Settings.load()  # once per command; every session gets its values passed in
     policy = policy_named(args.policy)

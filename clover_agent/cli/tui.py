@@ -44,9 +44,9 @@ def is_terminal() -> bool:
 def _tui(args: argparse.Namespace) -> int:
     if not is_terminal():
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
+    from clover_agent.session.store import list_sessions, load_session, sessions_dir
     from clover_agent.tui.app import CloverApp
     from clover_agent.tui.session import SessionOptions
-    from clover_agent.tui.store import list_sessions, load_session, sessions_dir
 
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress

@@ -28,7 +28,8 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
 from clover_agent.handback.session import Offer
-from clover_agent.tui.events import ApprovalNeeded, Notice, SessionStarted
+from clover_agent.session.events import ApprovalNeeded, Notice, SessionStarted
+from clover_agent.session.store import SessionInfo, load_session
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
 from clover_agent.tui.palette import SlashCommands
@@ -39,7 +40,6 @@ from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import session_picker, undo_picker
 from clover_agent.tui.session import SessionOptions, TuiSession
-from clover_agent.tui.store import SessionInfo, load_session
 from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.key_hints import KeyHints

@@ -9,9 +9,9 @@ steering, closing) is in :mod:`clover_agent.tui.session`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clover_agent.agent.policy import Policy
 from clover_agent.errors import CloverError
@@ -19,15 +19,25 @@ from clover_agent.events import ContextCondensed, Event, TestsRun
 from clover_agent.handback.apply import PatchNotApplied
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.handback.snapshot import left_out_lines
+from clover_agent.session.events import Notice, TurnsUndone
 from clover_agent.tools.run_tests import TestReport, run_tests_in
-from clover_agent.tui.events import Notice, TurnsUndone
 from clover_agent.tui.handback import ApplyOutcome, files_differing
 from clover_agent.tui.policies import policy_named
 
 if TYPE_CHECKING:
     from clover_agent.agent.loop import Agent
     from clover_agent.sandboxes.base import Sandbox
-    from clover_agent.tui.session import SessionStatus
+
+
+@dataclass
+class SessionStatus:
+    """What the status bar needs that the events do not carry."""
+
+    backend: str = ""
+    context_window: int = 0
+    sandbox: str = "starting"
+    policy: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

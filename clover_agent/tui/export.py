@@ -18,7 +18,7 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from clover_agent.tui.events import SessionStarted, TurnStarted, TurnsUndone
+from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
 
 
 def _fence(text: str, language: str = "") -> str:

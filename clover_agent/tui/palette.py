@@ -5,22 +5,29 @@ the ``/`` menu, each with what it does; choosing one runs it (one that needs an 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 
 from clover_agent.tui.keys import COMMANDS, Command
+from clover_agent.tui.widgets.prompt import PromptBox
 
-if TYPE_CHECKING:
-    from clover_agent.tui.app import CloverApp
+
+class CommandHost(Protocol):
+    """What the palette needs of the app (which imports the palette, never the other way)."""
+
+    @property
+    def prompt(self) -> PromptBox: ...
+
+    async def run_command(self, name: str, argument: str) -> None: ...
 
 
 class SlashCommands(Provider):
     """See the module docstring."""
 
     async def _run(self, command: Command) -> None:
-        app: CloverApp = self.app  # type: ignore[assignment]
+        app = cast(CommandHost, self.app)
         if command.needs_argument:
             app.prompt.load_text(f"/{command.name} ")
             app.prompt.move_cursor(app.prompt.document.end)

@@ -16,7 +16,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,12 +35,7 @@ from clover_agent.handback.session import SessionHandBack
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes import SandboxSpec, create_sandbox
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.settings import Settings
-from clover_agent.tools.mcp import McpServerConfig, McpServers
-from clover_agent.tools.registry import default_tools
-from clover_agent.tui.agent_thread import AgentThread
-from clover_agent.tui.commands import SessionCommands, Turn
-from clover_agent.tui.events import (
+from clover_agent.session.events import (
     ApprovalNeeded,
     MessageQueued,
     Notice,
@@ -49,9 +44,14 @@ from clover_agent.tui.events import (
     TurnStarted,
     TurnsUndone,
 )
+from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
+from clover_agent.settings import Settings
+from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.registry import default_tools
+from clover_agent.tui.agent_thread import AgentThread
+from clover_agent.tui.commands import SessionCommands, SessionStatus, Turn
 from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
 from clover_agent.tui.preview import edit_preview
-from clover_agent.tui.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
@@ -78,21 +78,10 @@ class SessionOptions:
     mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
-@dataclass
-class SessionStatus:
-    """What the status bar needs that the events do not carry."""
-
-    backend: str = ""
-    context_window: int = 0
-    sandbox: str = "starting"
-    policy: str = ""
-    limits: dict[str, Any] = field(default_factory=dict)
-
-
 class TuiSession(SessionCommands):
     """The session. ``deliver`` is called (in the agent thread) with every event.
 
-    Every event of the session — the agent's and the TUI's own (:mod:`clover_agent.tui.events`) —
+    Every event of the session — the agent's and the TUI's own (:mod:`clover_agent.session.events`) —
     goes to the trajectory of the session folder first, then to ``deliver`` (the app posts it to
     itself; Textual's ``post_message`` is thread-safe). A request starts ``run`` (the first) or
     ``continue_with`` (the later ones, and all of a resumed session's, which ``Agent.resume`` took

@@ -377,7 +377,7 @@ async def test_sessions_are_the_tuis_and_embedded_files_reach_the_model(tmp_path
         ).stop_reason == "end_turn"
 
     from clover_agent.events import MessageAdded
-    from clover_agent.tui.store import list_sessions, load_session
+    from clover_agent.session.store import list_sessions, load_session
     from tests.tui.helpers import session_key
 
     key = session_key(repo)

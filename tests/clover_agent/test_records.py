@@ -12,8 +12,8 @@ from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.cli.options import record_key
 from clover_agent.errors import UsageError
 from clover_agent.events import SandboxProgress
+from clover_agent.session.store import SessionInfo, list_sessions, load_session, session_dir, write_info
 from clover_agent.settings import Settings
-from clover_agent.tui.store import SessionInfo, list_sessions, load_session, session_dir, write_info
 
 
 def test_the_key_is_made_once_readable_by_the_user_alone(tmp_path: Path) -> None:

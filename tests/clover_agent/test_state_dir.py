@@ -12,7 +12,7 @@ import pytest
 from clover_agent.agent.records import state_dir
 from clover_agent.errors import UsageError
 from clover_agent.fix.runs import runs_dir
-from clover_agent.tui.store import sessions_dir
+from clover_agent.session.store import sessions_dir
 from tests.cli_process import run_at_a_terminal
 from tests.git_repos import make_repo
 

@@ -16,10 +16,10 @@ from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.backends.replay import ReplayBackend, load_replay
 from clover_agent.cli.options import record_key
+from clover_agent.session.store import SavedSession
 from clover_agent.settings import Settings
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.session import SessionOptions
-from clover_agent.tui.store import SavedSession
 from tests.clover_agent.test_backend_openai import ChatServer
 from tests.git_repos import git
 

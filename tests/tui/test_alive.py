@@ -12,8 +12,8 @@ from textual import events
 
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.events import Done
+from clover_agent.session.events import Notice
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import Notice
 from clover_agent.tui.widgets.activity import ActivityLine, elapsed
 from tests.clover_agent.test_backend_openai import ChatServer
 from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay

@@ -11,8 +11,8 @@ import pytest
 from textual.widgets import Input, Static
 
 from clover_agent.events import ApprovalDecided, Done, ToolCallFinished, ToolCallStarted
+from clover_agent.session.events import ApprovalNeeded
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import ApprovalNeeded
 from clover_agent.tui.screens.approval import ApprovalScreen
 from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay
 

@@ -13,8 +13,8 @@ from rich.color_triplet import ColorTriplet
 from textual.geometry import Region
 from textual.pilot import Pilot
 
+from clover_agent.session.events import ApprovalNeeded
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import ApprovalNeeded
 from clover_agent.tui.handback import FileChange
 from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen

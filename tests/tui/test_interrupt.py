@@ -20,8 +20,8 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from clover_agent.session.events import MessageQueued, TurnStarted
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import MessageQueued, TurnStarted
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import (

@@ -16,10 +16,10 @@ import pytest
 
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.events import CallInterrupted, Done, ModelDelta
+from clover_agent.session.store import list_sessions, load_session
 from clover_agent.tui.app import QUIT_HINT, CloverApp
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.session import ERRORS_FILE
-from clover_agent.tui.store import list_sessions, load_session
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.tool_card import ToolCard

@@ -22,13 +22,13 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from clover_agent.session.events import ApprovalNeeded, SessionStarted, TurnStarted
+from clover_agent.session.store import SavedSession, SessionInfo
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import ApprovalNeeded, SessionStarted, TurnStarted
 from clover_agent.tui.handback import FileChange
 from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.help import HelpScreen
-from clover_agent.tui.store import SavedSession, SessionInfo
 from tests.tui.helpers import calculator_repo, make_app, write_replay
 
 T0 = 1_767_225_600.0  # fixed timestamps: the status line's figures come from them

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clover_agent.events import ApprovalDecided, Done, ToolCallFinished
+from clover_agent.session.events import ApprovalNeeded
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.events import ApprovalNeeded
 from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen

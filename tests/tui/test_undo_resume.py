@@ -9,10 +9,10 @@ import pytest
 
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import Done, WorkspaceUndone
+from clover_agent.session.store import list_sessions, load_session
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.picker import PickerScreen
 from clover_agent.tui.session import SessionOptions
-from clover_agent.tui.store import list_sessions, load_session
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage

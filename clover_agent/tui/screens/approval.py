@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from clover_agent.agent.approvals import Answer, Reply
-from clover_agent.tui.events import ApprovalNeeded
+from clover_agent.session.events import ApprovalNeeded
 from clover_agent.tui.widgets.diff_view import DiffView
 from clover_agent.tui.widgets.tool_card import summarize
 

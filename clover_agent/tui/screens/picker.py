@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from clover_agent.session.store import SessionInfo
 from clover_agent.tui.session import Turn
-from clover_agent.tui.store import SessionInfo
 from clover_agent.tui.text import printable
 
 

@@ -24,7 +24,7 @@ from clover_agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from clover_agent.tui.events import ApprovalNeeded, TurnStarted
+from clover_agent.session.events import ApprovalNeeded, TurnStarted
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 COMMAND_CHARS = 60  # of a shell command, shown

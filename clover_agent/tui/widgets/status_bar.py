@@ -23,7 +23,7 @@ from clover_agent.events import (
     RunStarted,
     ToolCallFinished,
 )
-from clover_agent.tui.events import SandboxState, SessionStarted, TurnStarted
+from clover_agent.session.events import SandboxState, SessionStarted, TurnStarted
 
 
 def _short(count: float) -> str:

@@ -30,7 +30,7 @@ from clover_agent.events import (
     ToolOutput,
     WorkspaceUndone,
 )
-from clover_agent.tui.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
+from clover_agent.session.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diffusion_view import DiffusionView
 from clover_agent.tui.widgets.notice import NoticeLine

@@ -28,7 +28,7 @@ from clover_agent.agent.trajectory import (
 )
 from clover_agent.errors import UsageError
 from clover_agent.events import Event
-from clover_agent.tui import events as _tui_events  # noqa: F401 - registers the TUI's event types
+from clover_agent.session import events as _session_events  # noqa: F401 - registers the TUI's event types
 
 SESSIONS_DIR = Path(".clover") / "sessions"
 INDEX_FILE = "session.json"
