@@ -1,17 +1,17 @@
-"""The verdict of a ``fix`` run: never more than was checked.
+"""The verdict of a run: never more than was checked.
 
 :func:`judge` reads the test runs before and after the patch (the after-runs are made on the exact
-patched tree, held out first: :mod:`clover_agent.handback.heldout`) and picks one
-:class:`Verdict` — ``fixed``, ``fixed, suite unverified``, ``tests changed``, ``tests weakened``
-(:mod:`clover_agent.handback.weakened`) or ``not fixed``; ``needs review`` comes after, from the
-checks of :mod:`clover_agent.handback.checks` — each defined, with its exit code,
-in README's "Verdicts" table. Tests that failed before and still fail are listed either way
-(``still_failing``), and so are target tests skipped before and after (``skipped``: no failure).
+patched tree, held out first: :mod:`clover_agent.handback.heldout`) and picks one :class:`Verdict`
+by an ordered table of small rules (:data:`RULES`, each a judgement or nothing; none: ``fixed``):
+``fixed, suite unverified``, ``tests changed``, ``tests weakened`` (:mod:`~clover_agent.handback.weakened`)
+or ``not fixed``; ``needs review`` comes after, from :mod:`clover_agent.handback.checks`. Each is
+in README's "Verdicts" table with its exit code. Tests that failed before and still fail are listed
+either way (``still_failing``), and so are target tests skipped before and after (``skipped``).
 """
-
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -221,6 +221,250 @@ class HandedBack:
         return regressions(was, self.tests), new_failing
 
 
+@dataclass(frozen=True)
+class Runs:
+    """What a verdict is read from (:func:`judge`'s arguments), and what the rules derive from it.
+
+    - ``target_after``, ``suite_after``: the held-out runs (the starting commit's tests over the
+      patched source); ``handed_back``: the runs on the patch as handed back (None: the same tree).
+    - ``tests_changed``: the paths the held-out run put back; ``weakened``: how target tests were
+      weakened; ``flaky``: tests that broke in the held-out suite run and passed when run again.
+    - ``doctests_changed``: suite tests that passed before whose doctests the patch rewrote.
+    """
+
+    target_before: TestReport
+    target_after: TestReport
+    suite_before: TestReport
+    suite_after: TestReport | None
+    files_changed: list[str]
+    weakened: list[str]
+    environment_errors: set[str]
+    handed_back: HandedBack | None = None
+    tests_changed: list[str] = field(default_factory=list)
+    flaky: set[str] | frozenset[str] = frozenset()
+    doctests_changed: list[str] = field(default_factory=list)
+
+    @property
+    def still(self) -> list[str]:
+        """Tests that failed before and still fail (listed whatever the verdict)."""
+        if self.suite_after is None:
+            return []
+        return sorted(_failing(self.suite_before) & _failing(self.suite_after))
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return target_problems(self.target_before, self.target_after)
+
+    @property
+    def held_out_fails(self) -> bool:
+        return bool(self.problems) or not target_passes(self.target_before, self.target_after)
+
+    @property
+    def as_handed(self) -> str | None:
+        """Why the target does not pass on the patch as handed back (None: it does, or no such run)."""
+        return self.handed_back.problem(self.target_before) if self.handed_back is not None else None
+
+    def shown_problems(self) -> str:
+        return ", ".join(f"{t} ({what})" for t, what in list(self.problems.items())[:10]) or (
+            f"the run ended with exit code {self.target_after.exit_code}"
+        )
+
+
+#: A rule reads the runs and gives the verdict, or None to leave it to the next rule.
+Rule = Callable[[Runs], "Judgement | None"]
+
+
+def _passes_only_with_changed_tests(runs: Runs) -> Judgement | None:
+    """The target passes as handed back but not held out, and the patch changed what judges it."""
+    if not (
+        runs.held_out_fails and runs.handed_back is not None and runs.as_handed is None and runs.tests_changed
+    ):
+        return None
+    if runs.weakened:
+        return Judgement(
+            Verdict.TESTS_WEAKENED,
+            ExitCode.FAILURE,
+            "the target passes, but its tests were weakened: " + "; ".join(runs.weakened[:5]),
+            weakened=runs.weakened,
+            target_not_passing=runs.problems,
+            tests_changed=runs.tests_changed,
+        )
+    return Judgement(
+        Verdict.TESTS_CHANGED,
+        ExitCode.FAILURE,
+        "the target passes only with the patch's own changes to its tests or their harness ("
+        + ", ".join(runs.tests_changed[:10])
+        + f"); with the starting commit's tests: {runs.shown_problems()}",
+        target_not_passing=runs.problems,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _target_could_not_run(runs: Runs) -> Judgement | None:
+    after = runs.target_after
+    if not (after.timed_out or (after.problem and not after.outcomes)):
+        return None
+    why = "timed out" if after.timed_out else _first_line(after.problem or "")
+    return Judgement(
+        Verdict.NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
+    )
+
+
+def _target_fails_held_out(runs: Runs) -> Judgement | None:
+    if not runs.held_out_fails:
+        return None
+    as_handed = runs.as_handed
+    return Judgement(
+        Verdict.NOT_FIXED,
+        ExitCode.FAILURE,
+        "the agent finished, but the target does not pass: "
+        + runs.shown_problems()
+        + (f"; on the patch as handed back: {as_handed}" if as_handed and runs.tests_changed else ""),
+        still_failing=runs.still,
+        target_not_passing=runs.problems,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _target_fails_as_handed_back(runs: Runs) -> Judgement | None:
+    if runs.as_handed is None:
+        return None
+    return Judgement(
+        Verdict.NOT_FIXED,
+        ExitCode.FAILURE,
+        f"the target passes with the starting commit's tests, but not on the patch as handed back: {runs.as_handed}",
+        still_failing=runs.still,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _tests_weakened(runs: Runs) -> Judgement | None:
+    if not runs.weakened:
+        return None
+    return Judgement(
+        Verdict.TESTS_WEAKENED,
+        ExitCode.FAILURE,
+        "the target passes, but its tests were weakened: " + "; ".join(runs.weakened[:5]),
+        still_failing=runs.still,
+        weakened=runs.weakened,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _gaps(runs: Runs) -> list[str]:
+    """Why the suite's runs check less than the whole suite, with the patch's doctests and the flaky."""
+    assert runs.suite_after is not None
+    gaps = suite_gaps(runs.suite_before, runs.suite_after, runs.environment_errors)
+    if runs.doctests_changed:
+        gaps.append(
+            f"{len(runs.doctests_changed)} test(s) that passed before are doctests the patch rewrote, so they "
+            f"check its expectations, not the ones they had: {'; '.join(runs.doctests_changed[:5])}"
+        )
+    if runs.flaky:
+        gaps.append(
+            f"{len(runs.flaky)} test(s) that passed before failed after the change and passed when run again "
+            f"(flaky, so unchecked): {', '.join(sorted(runs.flaky)[:5])}"
+        )
+    return gaps
+
+
+def _regressions(runs: Runs) -> Judgement | None:
+    """Tests that passed before and do not now (held out, or in a test file the patch changes)."""
+    suite_after = runs.suite_after
+    assert suite_after is not None
+    gaps = suite_gaps(runs.suite_before, suite_after, runs.environment_errors)
+    broke = (
+        []
+        if any("timed out" in g or "could not be run" in g for g in gaps)
+        else [t for t in regressions(runs.suite_before, suite_after) if t not in runs.flaky]
+    )
+    handed_back = runs.handed_back
+    gone_as_handed = handed_back.broken([runs.target_before, runs.suite_before])[0] if handed_back else []
+    if not (broke or gone_as_handed):
+        return None
+    as_handed_outcomes = handed_back.tests.outcomes if handed_back and handed_back.tests else {}
+    shown = ", ".join(
+        [f"{t} ({suite_after.outcomes.get(t, 'gone')})" for t in broke]
+        + [
+            f"{t} ({as_handed_outcomes.get(t, 'gone')}, as handed back)"
+            for t in gone_as_handed
+            if t not in broke
+        ][:10]
+    )
+    return Judgement(
+        Verdict.NOT_FIXED,
+        ExitCode.FAILURE,
+        f"the target passes now, but tests that passed before do not: {shown}",
+        regressions=sorted({*broke, *gone_as_handed}),
+        still_failing=runs.still,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _new_tests_fail(runs: Runs) -> Judgement | None:
+    handed_back = runs.handed_back
+    new_failing = handed_back.broken([runs.target_before, runs.suite_before])[1] if handed_back else []
+    if not new_failing:
+        return None
+    return Judgement(
+        Verdict.NOT_FIXED,
+        ExitCode.FAILURE,
+        "the target passes, but tests the patch adds fail: " + ", ".join(new_failing[:10]),
+        still_failing=runs.still,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _nothing_changed(runs: Runs) -> Judgement | None:
+    if runs.files_changed:
+        return None
+    return Judgement(
+        Verdict.NOT_FIXED,
+        ExitCode.FAILURE,
+        "the agent changed no file, yet the target passes now (a flaky test?)",
+    )
+
+
+def _suite_unverified(runs: Runs) -> Judgement | None:
+    gaps = _gaps(runs)
+    if not gaps:
+        return None
+    return Judgement(
+        Verdict.FIXED_UNVERIFIED,
+        ExitCode.SUITE_UNVERIFIED,
+        "the target passes, but the rest of the suite is unverified: " + "; ".join(gaps),
+        still_failing=runs.still,
+        unverified=gaps,
+        tests_changed=runs.tests_changed,
+    )
+
+
+def _fixed(runs: Runs) -> Judgement:
+    still = runs.still
+    return Judgement(
+        Verdict.FIXED,
+        ExitCode.OK,
+        "fixed: the target passes and no test that passed before fails"
+        + (f" ({len(still)} failed before and still fail)" if still else ""),
+        still_failing=still,
+        tests_changed=runs.tests_changed,
+    )
+
+
+#: The verdict's rules, in order: the first that gives a judgement decides; none does: ``fixed``.
+RULES: tuple[Rule, ...] = (
+    _passes_only_with_changed_tests,
+    _target_could_not_run,
+    _target_fails_held_out,
+    _target_fails_as_handed_back,
+    _tests_weakened,
+    _regressions,
+    _new_tests_fail,
+    _nothing_changed,
+    _suite_unverified,
+)
+
+
 def judge(
     target_before: TestReport,
     target_after: TestReport,
@@ -235,141 +479,23 @@ def judge(
     flaky: set[str] | frozenset[str] = frozenset(),
     doctests_changed: list[str] | None = None,
 ) -> Judgement:
-    """The verdict (see the module docstring). ``target_after`` and ``suite_after`` are the
-    held-out runs (the starting commit's tests over the patched source); ``handed_back``: the runs
-    on the patch as handed back (None: it is the held-out tree); ``tests_changed``: the paths the
-    held-out run put back; ``flaky``: tests that broke in the held-out suite run and passed when run
-    again (no regression, but nothing verified about them); ``doctests_changed``: suite tests that
-    passed before whose doctests the patch rewrote (their pass checks the patch's expectation, so
-    the suite is not verified; a target test's is in ``weakened``)."""
-    still = sorted(_failing(suite_before) & _failing(suite_after)) if suite_after is not None else []
-    doctests_changed = doctests_changed or []
-    changed = tests_changed or []
-    problems = target_problems(target_before, target_after)
-    held_out_fails = bool(problems) or not target_passes(target_before, target_after)
-    as_handed = handed_back.problem(target_before) if handed_back is not None else None
-    if held_out_fails and handed_back is not None and as_handed is None and changed:
-        shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10]) or (
-            f"the run ended with exit code {target_after.exit_code}"
-        )
-        if weakened:
-            return Judgement(
-                Verdict.TESTS_WEAKENED,
-                ExitCode.FAILURE,
-                "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
-                weakened=weakened,
-                target_not_passing=problems,
-                tests_changed=changed,
-            )
-        return Judgement(
-            Verdict.TESTS_CHANGED,
-            ExitCode.FAILURE,
-            "the target passes only with the patch's own changes to its tests or their harness ("
-            + ", ".join(changed[:10])
-            + f"); with the starting commit's tests: {shown}",
-            target_not_passing=problems,
-            tests_changed=changed,
-        )
-    if target_after.timed_out or (target_after.problem and not target_after.outcomes):
-        why = "timed out" if target_after.timed_out else _first_line(target_after.problem or "")
-        return Judgement(
-            Verdict.NOT_FIXED, ExitCode.FAILURE, f"the target tests could not be run after the change: {why}"
-        )
-    if held_out_fails:
-        shown = ", ".join(f"{t} ({what})" for t, what in list(problems.items())[:10])
-        return Judgement(
-            Verdict.NOT_FIXED,
-            ExitCode.FAILURE,
-            "the agent finished, but the target does not pass: "
-            + (shown or f"the run ended with exit code {target_after.exit_code}")
-            + (f"; on the patch as handed back: {as_handed}" if as_handed and changed else ""),
-            still_failing=still,
-            target_not_passing=problems,
-            tests_changed=changed,
-        )
-    if as_handed is not None:
-        return Judgement(
-            Verdict.NOT_FIXED,
-            ExitCode.FAILURE,
-            f"the target passes with the starting commit's tests, but not on the patch as handed back: {as_handed}",
-            still_failing=still,
-            tests_changed=changed,
-        )
-    if weakened:
-        return Judgement(
-            Verdict.TESTS_WEAKENED,
-            ExitCode.FAILURE,
-            "the target passes, but its tests were weakened: " + "; ".join(weakened[:5]),
-            still_failing=still,
-            weakened=weakened,
-            tests_changed=changed,
-        )
-    assert suite_after is not None
-    gaps = suite_gaps(suite_before, suite_after, environment_errors)
-    broke = (
-        []
-        if any("timed out" in g or "could not be run" in g for g in gaps)
-        else [t for t in regressions(suite_before, suite_after) if t not in flaky]
+    """The verdict (see the module docstring): the first of :data:`RULES` that gives one, else
+    ``fixed``. The arguments are :class:`Runs`'s."""
+    runs = Runs(
+        target_before,
+        target_after,
+        suite_before,
+        suite_after,
+        files_changed,
+        weakened,
+        environment_errors,
+        handed_back,
+        tests_changed or [],
+        flaky,
+        doctests_changed or [],
     )
-    if doctests_changed:
-        gaps.append(
-            f"{len(doctests_changed)} test(s) that passed before are doctests the patch rewrote, so they "
-            f"check its expectations, not the ones they had: {'; '.join(doctests_changed[:5])}"
-        )
-    if flaky:
-        gaps.append(
-            f"{len(flaky)} test(s) that passed before failed after the change and passed when run again "
-            f"(flaky, so unchecked): {', '.join(sorted(flaky)[:5])}"
-        )
-    gone_as_handed, new_failing = (
-        handed_back.broken([target_before, suite_before]) if handed_back else ([], [])
-    )
-    if broke or gone_as_handed:
-        as_handed_outcomes = handed_back.tests.outcomes if handed_back and handed_back.tests else {}
-        shown = ", ".join(
-            [f"{t} ({suite_after.outcomes.get(t, 'gone')})" for t in broke]
-            + [
-                f"{t} ({as_handed_outcomes.get(t, 'gone')}, as handed back)"
-                for t in gone_as_handed
-                if t not in broke
-            ][:10]
-        )
-        return Judgement(
-            Verdict.NOT_FIXED,
-            ExitCode.FAILURE,
-            f"the target passes now, but tests that passed before do not: {shown}",
-            regressions=sorted({*broke, *gone_as_handed}),
-            still_failing=still,
-            tests_changed=changed,
-        )
-    if new_failing:
-        return Judgement(
-            Verdict.NOT_FIXED,
-            ExitCode.FAILURE,
-            "the target passes, but tests the patch adds fail: " + ", ".join(new_failing[:10]),
-            still_failing=still,
-            tests_changed=changed,
-        )
-    if not files_changed:
-        return Judgement(
-            Verdict.NOT_FIXED,
-            ExitCode.FAILURE,
-            "the agent changed no file, yet the target passes now (a flaky test?)",
-        )
-    if gaps:
-        return Judgement(
-            Verdict.FIXED_UNVERIFIED,
-            ExitCode.SUITE_UNVERIFIED,
-            "the target passes, but the rest of the suite is unverified: " + "; ".join(gaps),
-            still_failing=still,
-            unverified=gaps,
-            tests_changed=changed,
-        )
-    return Judgement(
-        Verdict.FIXED,
-        ExitCode.OK,
-        "fixed: the target passes and no test that passed before fails"
-        + (f" ({len(still)} failed before and still fail)" if still else ""),
-        still_failing=still,
-        tests_changed=changed,
-    )
+    for rule in RULES:
+        judged = rule(runs)
+        if judged is not None:
+            return judged
+    return _fixed(runs)
