@@ -180,3 +180,38 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
         },
     )
     assert circles(roots) == [frozenset({"clover_agent.a", "clover_agent.b", "clover_agent.c"})]
+
+
+#: Inside ``fix``, a one-way pipeline: each module imports only those of a lower rank (the package's
+#: ``__init__`` sits on top, re-exporting the workflow's names).
+FIX_RANKS = {
+    "runs": 0,
+    "progress": 0,
+    "targets": 1,
+    "regression": 1,
+    "report": 2,
+    "resume": 2,
+    "decision": 3,
+    "console": 3,
+    "workflow": 4,
+    "fix": 5,
+}
+
+
+def test_inside_fix_imports_go_one_way() -> None:
+    inside = [
+        e
+        for e in edges(PACKAGE_ROOTS)
+        if e.source.startswith("clover_agent.fix")
+        and e.target.startswith("clover_agent.fix")
+        and e.source != e.target
+    ]
+    assert inside, "the check reads fix's modules"
+    names = {e.source.rsplit(".", 1)[-1] for e in inside} | {e.target.rsplit(".", 1)[-1] for e in inside}
+    assert names <= set(FIX_RANKS), f"modules of fix without a rank: {names - set(FIX_RANKS)}"
+    up = [
+        str(e)
+        for e in inside
+        if FIX_RANKS[e.source.rsplit(".", 1)[-1]] <= FIX_RANKS[e.target.rsplit(".", 1)[-1]]
+    ]
+    assert not up, "imports up or sideways inside fix:\n" + "\n".join(up)
