@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -50,6 +51,15 @@ class CloverSizes:
 
 
 CLOVER = CloverSizes()
+
+
+class _CaseOptions(TypedDict):
+    """The keyword arguments :func:`cases` gives every operator's ``benchmark.case``."""
+
+    device: str
+    dtype: torch.dtype
+    sizes: CloverSizes
+    copies: int
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,7 @@ def cases(
 
     built: list[KernelCase] = []
     for count in tokens:
-        options = {"device": device, "dtype": dtype, "sizes": sizes, "copies": copies}
+        options: _CaseOptions = {"device": device, "dtype": dtype, "sizes": sizes, "copies": copies}
         built.append(moe_bench.case(count, **options))
         built.append(conv_bench.case(count, **options))
         built.append(gdn_bench.case(count, **options))

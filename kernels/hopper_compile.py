@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -307,10 +308,10 @@ def steps(sizes: CloverSizes = CLOVER) -> list[tuple[str, Callable[[], None]]]:
         found.append((name, call))
 
     for t in DECODE_TOKENS:
-        add(f"decode {t}", lambda t=t: _norms(t, sizes))
-        add(f"decode {t}", lambda t=t: _moe(t, sizes))
+        add(f"decode {t}", functools.partial(_norms, t, sizes))
+        add(f"decode {t}", functools.partial(_moe, t, sizes))
         for scheme in EXPERT_SCHEMES:
-            add(f"decode {t}", lambda t=t, q=scheme: _moe(t, sizes, q))
+            add(f"decode {t}", functools.partial(_moe, t, sizes, scheme))
     block = sizes.block_size  # every decoding GDN, attention and choice call has one block's rows
     step = f"decode {block}"
     add(step, lambda: _gdn(block, sizes, bidirectional=True, commit=0))  # denoise
@@ -318,18 +319,18 @@ def steps(sizes: CloverSizes = CLOVER) -> list[tuple[str, Callable[[], None]]]:
     add(step, lambda: _gdn(block, sizes, bidirectional=True, commit=block))  # denoise, then commit
     for context in CONTEXTS:
         for rule in (block, 1):  # the block's rows; the committed block's rows, causal
-            add(step, lambda c=context, r=rule: _attention(block, sizes, context=c, rule=r))
+            add(step, functools.partial(_attention, block, sizes, context=context, rule=rule))
     add(step, lambda: _token_choice(block, sizes))
     fused = 2 * block  # the fused step as one call (kernels/bench.py's case)
     add(f"decode {fused}", lambda: _gdn(fused, sizes, bidirectional=True, commit=fused))
     for t in PREFILL_TOKENS:
-        add(f"prefill {t}", lambda t=t: _norms(t, sizes))
-        add(f"prefill {t}", lambda t=t: _moe(t, sizes))
+        add(f"prefill {t}", functools.partial(_norms, t, sizes))
+        add(f"prefill {t}", functools.partial(_moe, t, sizes))
         for scheme in EXPERT_SCHEMES:
-            add(f"prefill {t}", lambda t=t, q=scheme: _moe(t, sizes, q))
-        add(f"prefill {t}", lambda t=t: _gdn(t, sizes, bidirectional=False, commit=t))
-        add(f"prefill {t}", lambda t=t: _gdn(t, sizes, bidirectional=True, commit=t))
-        add(f"prefill {t}", lambda t=t: _attention(t, sizes, context=0, rule=1))
+            add(f"prefill {t}", functools.partial(_moe, t, sizes, scheme))
+        add(f"prefill {t}", functools.partial(_gdn, t, sizes, bidirectional=False, commit=t))
+        add(f"prefill {t}", functools.partial(_gdn, t, sizes, bidirectional=True, commit=t))
+        add(f"prefill {t}", functools.partial(_attention, t, sizes, context=0, rule=1))
     return found
 
 

@@ -8,6 +8,7 @@ or ``not fixed``; ``needs review`` comes after, from :mod:`clover_agent.handback
 in README's "Verdicts" table with its exit code. Tests that failed before and still fail are listed
 either way (``still_failing``), and so are target tests skipped before and after (``skipped``).
 """
+
 from __future__ import annotations
 
 import re

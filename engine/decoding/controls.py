@@ -226,17 +226,11 @@ class LogitsControls:
                 answering = position > think_end_at
             else:
                 answering = p.thinking_budget is not None and position > p.thinking_budget
-            ending = answering and p.end_bias_start is not None and response_end is not None
-            end_bias.append(
-                _ramp(
-                    position,
-                    _ramp_start(p.end_bias_start, p.max_new_tokens),
-                    p.max_new_tokens,
-                    p.end_bias_strength,
-                )
-                if ending
-                else 0.0
-            )
+            if answering and p.end_bias_start is not None and response_end is not None:
+                start = _ramp_start(p.end_bias_start, p.max_new_tokens)
+                end_bias.append(_ramp(position, start, p.max_new_tokens, p.end_bias_strength))
+            else:
+                end_bias.append(0.0)
         return think_bias, end_bias, forced
 
 

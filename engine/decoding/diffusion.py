@@ -14,11 +14,15 @@ from clover_agent.engine.decoding.stream import BlockProgress, StreamEvent
 
 if TYPE_CHECKING:
     from clover_agent.engine.decoding.decoder import DecodeCall
+    from clover_agent.engine.model.network import AttentionRule
 
 
 def diffusion(call: DecodeCall) -> Iterator[StreamEvent]:
     params, size = call.params, call.block_size
-    context = "causal" if params.causal_context else "block"  # how committed tokens are encoded
+    # how committed tokens are encoded
+    context: AttentionRule = "causal" if params.causal_context else "block"
+    mask = call.mask
+    assert mask is not None  # DecodeCall refuses a checkpoint without a mask token for this mode
     aligned = len(call.prompt) // size * size
     cache = call.start_cache(context, aligned, size)
     call.prefill(cache, aligned, context)
@@ -28,7 +32,7 @@ def diffusion(call: DecodeCall) -> Iterator[StreamEvent]:
         fixed = call.prompt[cache.length :] if block == 0 else []
         slots = size - len(fixed)
         remaining = call.limit - len(call.generated)
-        tokens = [call.mask] * slots
+        tokens = [mask] * slots
         decided = [False] * slots
         steps = 0
         finish: tuple[FinishReason, int] | None = None

@@ -51,7 +51,7 @@ class FusedChoice:
             top_k=params.top_k,
             top_p=params.top_p,
             mask_token_id=mask_token_id,
-            confidence_rule=params.confidence,  # type: ignore[arg-type]  # the same names
+            confidence_rule=params.confidence,  # the same names
         )
         self.seed = torch.full(
             (1,), params.seed if params.seed is not None else 0, dtype=torch.long, device=device

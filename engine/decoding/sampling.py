@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     from clover_agent.engine.model.config import CloverConfig
@@ -163,7 +163,8 @@ class SamplingParams:
 
     def with_changes(self, **changes: object) -> SamplingParams:
         """A validated copy with some fields replaced."""
-        return replace(self, **changes)
+        # Fields of several types: ``replace`` rejects unknown names, __post_init__ checks the values.
+        return replace(self, **cast("dict[str, Any]", changes))
 
     @classmethod
     def for_model(cls, config: CloverConfig | None, **overrides: object) -> SamplingParams:

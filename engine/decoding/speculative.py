@@ -61,7 +61,9 @@ def _draft(
     """Draft ``length`` tokens after ``pending`` by diffusion on top of the causal cache: LowConfidence
     for ``draft_steps - 1`` passes, then every remaining mask from the last pass. Returns the draft and
     the number of passes it took."""
-    tokens = [call.mask] * length
+    mask = call.mask
+    assert mask is not None  # DecodeCall refuses a checkpoint without a mask token for this mode
+    tokens = [mask] * length
     decided = [False] * length
     passes = call.params.draft_steps
     for step in range(passes):

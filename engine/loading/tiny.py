@@ -150,8 +150,8 @@ def _save_safetensors(tensors: dict[str, torch.Tensor], out_dir: Path, shards: i
         file_name = f"model-{number:05d}-of-{len(groups):05d}.safetensors"
         save_file({name: tensors[name] for name in group}, str(out_dir / file_name), metadata=metadata)
         weight_map.update(dict.fromkeys(group, file_name))
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    index_json = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index_json, indent=2) + "\n")
 
 
 def _config_json(

@@ -421,7 +421,11 @@ def _check_targets(
         elif entry.dtype not in _DTYPES and entry.dtype not in _SCALED_DTYPES:
             problems.append(f"{where}: dtype {entry.dtype} is not a floating-point weight type")
         if scale is not None:
-            grid = quant.scale_grid(*entry.shape[-2:], fp8_block) if len(entry.shape) >= 2 else None
+            grid = (
+                quant.scale_grid(entry.shape[-2], entry.shape[-1], fp8_block)
+                if len(entry.shape) >= 2
+                else None
+            )
             if grid is None or scale.shape != (*entry.shape[:-2], *grid) or scale.dtype not in _DTYPES:
                 problems.append(
                     f"{scale.name} ({scale.file.name}): {scale.dtype} {list(scale.shape)}, expected one "
@@ -440,6 +444,7 @@ def _check_targets(
             if pname in per_expert:
                 problems.append(f"{_checkpoint_name(pname, [])}: present both fused and per expert")
             continue
+        missing: list[int | None]
         if pname.endswith("mlp.experts.gate_up_proj"):
             missing = [e for e in range(param.shape[0]) for h in (0, 1) if (pname, e, h) not in covered]
         elif pname.endswith("mlp.experts.down_proj"):

@@ -3,6 +3,9 @@ q / k / v): the input is read once, one launch instead of three or four."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Self
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,7 +36,7 @@ class FusedInputs(nn.Module):
                 offset += rows
         self._fused = fused
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]  # nn.Module's signature
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
         moved = super()._apply(fn, recurse)
         if self._fused is not None:  # the parameters are new tensors now, no longer its views
             self.fuse()

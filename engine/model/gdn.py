@@ -55,6 +55,7 @@ class GatedDeltaNet(FusedInputs):
         g, beta = ctx.ops.gdn_gates(a, b, self.A_log, self.dt_bias)
         block_rows = ctx.block_rows if self.bidirectional is not None else None
 
+        committed: torch.Tensor | None
         if block_rows:  # causal rows [0, block_rows), then block rows: two passes, the state between
             head = self._core(
                 rows[:block_rows],
@@ -67,6 +68,7 @@ class GatedDeltaNet(FusedInputs):
                 commit=block_rows,
                 bidirectional=False,
             )
+            assert head[1] is not None  # commit > 0: the state after the causal rows
             history = rows[block_rows - state.conv.shape[1] : block_rows].t().to(state.conv.dtype)
             tail = self._core(
                 rows[block_rows:],
@@ -86,6 +88,7 @@ class GatedDeltaNet(FusedInputs):
             )  # fmt: skip
 
         if commit:
+            assert committed is not None  # commit > 0: the core returned the state
             state.recurrent.copy_(committed)
             history = torch.cat([state.conv, rows[:commit].t().to(state.conv.dtype)], dim=1)
             state.conv.copy_(history[:, history.shape[1] - state.conv.shape[1] :])
@@ -108,7 +111,11 @@ class GatedDeltaNet(FusedInputs):
         ``commit`` tokens or None)."""
         cfg, ops = self.config, ctx.ops
         steps = rows.shape[0]
-        right = self.bidirectional.conv1d_right.weight.squeeze(1) if bidirectional else None
+        branch = None
+        if bidirectional:
+            assert self.bidirectional is not None  # only a bidirectional checkpoint runs the branch
+            branch = self.bidirectional
+        right = branch.conv1d_right.weight.squeeze(1) if branch is not None else None
         mixed = ops.short_conv(rows, self.conv1d.weight.squeeze(1), conv_state, right, ctx.block_size, True)
         key_dim = cfg.linear_key_dim
         q = mixed[:, :key_dim].reshape(steps, cfg.linear_num_key_heads, -1)
@@ -127,6 +134,6 @@ class GatedDeltaNet(FusedInputs):
             self.norm.eps,
             commit=commit,
             block_size=ctx.block_size if bidirectional else None,
-            mix_logits=self.bidirectional.bidir_mix_logits if bidirectional else None,
+            mix_logits=branch.bidir_mix_logits if branch is not None else None,
             normalize_qk=True,
         )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.ops import Ops
+
+if TYPE_CHECKING:
+    from clover_agent.engine.model.quantized import QuantizedRoutedExperts
 
 
 class RoutedExperts(nn.Module):
@@ -39,7 +44,8 @@ class SparseMoe(nn.Module):
         super().__init__()
         self.top_k = config.num_experts_per_tok
         self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
-        self.experts = RoutedExperts(config)
+        # The loader may replace them by their quantised form (``engine/model/quantized.py``).
+        self.experts: RoutedExperts | QuantizedRoutedExperts = RoutedExperts(config)
         self.shared_expert = SharedExpert(config.hidden_size, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
 

@@ -9,7 +9,8 @@ follow the checkpoint's with the ``model.`` prefix dropped, so the loader maps n
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -88,7 +89,7 @@ class CloverModel(nn.Module):
     def fuse_projections(self) -> None:
         """Each layer's input projections as one GEMM (``fused.FusedInputs``: a Gated DeltaNet's
         four, an attention layer's q / k / v); the loader does this once the weights are in."""
-        for layer in self.layers:
+        for layer in cast("Iterable[DecoderLayer]", self.layers):
             mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
             mixer.fuse()
 

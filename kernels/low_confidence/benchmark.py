@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TypedDict
 
 import torch
 
 from clover_agent.kernels.bench import CLOVER, CloverSizes, KernelCase, cycling, nbytes
 from clover_agent.kernels.low_confidence import reference
 from clover_agent.kernels.low_confidence.choose import low_confidence_step
-from clover_agent.kernels.low_confidence.reference import LogitsAdjustment, TokenChoice
+from clover_agent.kernels.low_confidence.reference import LogitsAdjustment, StepResult, TokenChoice
+
+
+class _Sampling(TypedDict, total=False):
+    """Sampling fields of a :class:`TokenChoice`."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
 
 #: Qwen's coding preset for sampling.
-CODING = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+CODING: _Sampling = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
 
 
 def case(
@@ -42,7 +53,9 @@ def case(
     logits = [torch.randn(tokens, vocab, generator=gen, device=device) * 4 for _ in range(copies)]
     draw_seed = torch.tensor([seed], device=device)
 
-    def step(rows: torch.Tensor, fn=low_confidence_step, **extra) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def step(
+        rows: torch.Tensor, fn: Callable[..., StepResult] = low_confidence_step, **extra: torch.Tensor
+    ) -> torch.Tensor:
         state, done = start.clone(), decided.clone()
         fn(rows, state, done, choice, 0.9, adjust, **extra)
         return state

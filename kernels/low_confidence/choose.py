@@ -101,6 +101,7 @@ def choose_tokens(
         BLOCK_V=block_v,
     )
     if not choice.greedy:
+        assert seed is not None  # sampling without a seed raised above
         seed.add_(1)
     return chosen, confidence
 

@@ -76,7 +76,9 @@ class StepResult:
 
 def step_counts(adjustment: LogitsAdjustment, tokens: torch.Tensor, decided: torch.Tensor) -> torch.Tensor:
     """The penalties' counts for a block step: committed counts plus the block's decided tokens."""
-    return adjustment.counts.index_add(0, tokens.long(), decided.to(adjustment.counts.dtype))
+    counts = adjustment.counts
+    assert counts is not None, "step_counts needs a penalizing adjustment"
+    return counts.index_add(0, tokens.long(), decided.to(counts.dtype))
 
 
 def adjust_logits(
@@ -94,6 +96,7 @@ def adjust_logits(
         return out
     if adjustment.penalizing:
         counts = adjustment.counts if counts is None else counts
+        assert counts is not None  # penalizing: adjustment.counts is set
         seen = counts > 0
         penalty = adjustment.repetition_penalty
         if penalty != 1.0:
@@ -103,8 +106,10 @@ def adjust_logits(
         if adjustment.frequency_penalty:
             out -= adjustment.frequency_penalty * counts.float()
     if adjustment.bias_token_ids is not None:
+        row_bias = adjustment.row_bias
+        assert row_bias is not None, "bias_token_ids come with their row_bias"
         for j, token in enumerate(adjustment.bias_token_ids.tolist()):
-            out[:, token] += adjustment.row_bias[:, j].float()
+            out[:, token] += row_bias[:, j].float()
     if adjustment.forced_token is not None:
         forced = adjustment.forced_token
         rows = forced >= 0

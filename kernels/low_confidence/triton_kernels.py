@@ -139,7 +139,7 @@ def choose_kernel(
                 top = tl.topk(both, TOP_K_BLOCK)
 
     if GREEDY:
-        tl.store(chosen_ptr + row, best_at.to(tl.int64))
+        tl.store(chosen_ptr + row, best_at.to(tl.int64))  # type: ignore[attr-defined]  # a Triton tensor by now
         tl.store(confidence_ptr + row, 1.0 / mass)
         return
 
@@ -214,7 +214,7 @@ def choose_kernel(
     confidence = tl.exp(drawn_z - best) / kept_mass
     if SGLANG:  # min(top-1 probability at T=1 unfiltered, exp((z - z_max) / T)); z here is z / T
         confidence = tl.minimum(1.0 / mass_t1, tl.exp(drawn_z - best))
-    tl.store(chosen_ptr + row, drawn.to(tl.int64))
+    tl.store(chosen_ptr + row, drawn.to(tl.int64))  # type: ignore[attr-defined]  # a Triton tensor by now
     tl.store(confidence_ptr + row, confidence)
 
 

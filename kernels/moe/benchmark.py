@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -42,7 +43,7 @@ def case(
         for _ in range(copies)
     ]
 
-    def call(fn, args):  # type: ignore[no-untyped-def]
+    def call(fn: Callable[..., torch.Tensor], args: dict[str, torch.Tensor]) -> torch.Tensor:
         return fn(
             args["x"],
             args["router_logits"],

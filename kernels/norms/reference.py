@@ -75,5 +75,9 @@ def gdn_output(
 ) -> torch.Tensor:
     """The GDN layer after its scans: mix the branches (when ``backward_out`` is given), round to z's
     dtype, gated RMSNorm with gate ``z``. forward_out, backward_out: [T, Hv, Dv] float32; z: [T, Hv, Dv]."""
-    out = forward_out if backward_out is None else mix_branches(forward_out, backward_out, mix_logits)
+    if backward_out is None:
+        out = forward_out
+    else:
+        assert mix_logits is not None, "the backward branch needs mix_logits"
+        out = mix_branches(forward_out, backward_out, mix_logits)
     return gated_rms_norm(out.to(z.dtype), z, weight, eps)

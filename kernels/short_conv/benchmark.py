@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -30,7 +31,7 @@ def case(
     weight, right = randn(channels, sizes.conv_kernel), randn(channels, sizes.right_conv_kernel)
     inputs = [(randn(tokens, channels), randn(channels, sizes.conv_kernel - 1)) for _ in range(copies)]
 
-    def call(fn, rows, state):  # type: ignore[no-untyped-def]
+    def call(fn: Callable[..., torch.Tensor], rows: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         return fn(rows, weight, state, right, sizes.block_size, activation=True)
 
     rows, state = inputs[0]
