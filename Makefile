@@ -24,7 +24,7 @@ test-fast: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/python scripts/typecheck.py
+	.venv/bin/python -m mypy
 
 format: setup
 	.venv/bin/ruff format .

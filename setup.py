@@ -1,19 +1,17 @@
-"""Package mapping: engine/, kernels/, tools/ and sandboxes/ install as clover_agent.<name>.
+"""The package list: ``clover_agent`` and everything under it, links included.
 
-Everything else lives in pyproject.toml. setuptools' declarative config cannot express "every
-subpackage of these folders under another name", so the list is computed here; nothing generic
-(``engine``, ``tools``, ...) is ever installed at top level.
+engine/, kernels/, tools/ and sandboxes/ install as ``clover_agent.<name>`` through the links
+``clover_agent/<name> -> ../<name>``, the one place that mapping is written; the folders have no
+``__init__.py``, so a Python started at the checkout's root finds nothing generic (``kernels``,
+``tools``, ...) there that would hide an installed distribution. Everything else is in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
-SIBLINGS = ("engine", "kernels", "tools", "sandboxes")
+packages = [
+    name
+    for name in find_namespace_packages(include=["clover_agent", "clover_agent.*"])
+    if "__pycache__" not in name.split(".")
+]
 
-package_dir = {"clover_agent": "clover_agent"}
-packages = ["clover_agent", *(f"clover_agent.{p}" for p in find_packages("clover_agent"))]
-for folder in SIBLINGS:
-    package_dir[f"clover_agent.{folder}"] = folder
-    packages.append(f"clover_agent.{folder}")
-    packages += [f"clover_agent.{folder}.{p}" for p in find_packages(folder)]
-
-setup(package_dir=package_dir, packages=packages)
+setup(packages=packages)

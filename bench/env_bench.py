@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from clover_agent.fix.regression import REGRESSION_SCOPES  # noqa: E402
 from clover_agent.launch import sandbox_spec  # noqa: E402
-from clover_agent.sandboxes import create_sandbox  # noqa: E402
+from clover_agent.sandboxes.factory import create_sandbox  # noqa: E402
 from clover_agent.settings import Settings  # noqa: E402
 from tests.real_projects import (  # noqa: E402
     PROJECTS,

@@ -36,9 +36,10 @@ sys.path.insert(0, str(ROOT))
 from clover_agent.errors import RUN_ERRORS, message_of  # noqa: E402
 from clover_agent.eval.harness import EvalOptions, prepare_repo, task_spec  # noqa: E402
 from clover_agent.eval.tasks import Task, load_tasks  # noqa: E402
-from clover_agent.sandboxes import SandboxSpec, create_sandbox  # noqa: E402
+from clover_agent.sandboxes.base import SandboxSpec  # noqa: E402
 from clover_agent.sandboxes.docker import docker_client  # noqa: E402
 from clover_agent.sandboxes.env_image import environment_tag, remove_images  # noqa: E402
+from clover_agent.sandboxes.factory import create_sandbox  # noqa: E402
 from clover_agent.settings import Settings  # noqa: E402
 
 DEFAULT_TASKS = ROOT / "bench" / "tasks"

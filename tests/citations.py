@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover_agent.settings import REPO_CONFIG
+from tests.import_layers import SIBLINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The folders whose ``.py`` files are read (comments and docstrings).
-FOLDERS = ("clover_agent", "engine", "kernels", "tools", "sandboxes", "tests", "bench", "scripts")
+FOLDERS = ("clover_agent", *SIBLINGS, "tests", "bench", "scripts")
 #: The repository's own notes, read whole.
 NOTES = ("README.md", "docs/*.md", "sandboxes/README.md", "bench/RESULTS.md")
 #: What a cited file's name ends with.

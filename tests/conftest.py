@@ -17,23 +17,7 @@ from pathlib import Path
 
 import pytest
 
-#: The repository's root, which holds engine/, kernels/, tools/ and sandboxes/ (installed only as
-#: ``clover_agent.*``).
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def root_last(path: list[str]) -> list[str]:
-    """``path`` with the repository's root (by any spelling: ``''`` for the current folder too) moved
-    to the end: ``python -m pytest`` puts the current folder first, and there the root's folders
-    would shadow installed top-level packages of the same name (transformers 5.25 imports Hugging
-    Face's ``kernels``). The ``tests`` package is still found there (no installed one holds it)."""
-    mine = [p for p in path if Path(p or os.curdir).resolve() == ROOT]
-    return [p for p in path if p not in mine] + ([str(ROOT)] if mine else [])
-
-
-sys.path[:] = root_last(sys.path)
-
-import torch  # noqa: E402
+import torch
 
 # Triton reads TRITON_INTERPRET when a kernel is decorated (at import), and engine tests import the
 # kernels long before tests/kernels/ is collected: without a GPU, the interpreter is set up here,

@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tests.findings import Finding
+from tests.import_layers import SIBLINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The package's folders whose modules are checked (tests, examples, bench and scripts are not).
-FOLDERS = ("clover_agent", "engine", "kernels", "tools", "sandboxes")
+FOLDERS = ("clover_agent", *SIBLINGS)
 #: The most lines a module docstring may have (leading and trailing blank lines not counted).
 MAX_LINES = 12
 _UNIT = (

@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Installed module prefix → source folder (the ``package-dir`` mapping of setup.py).
+#: The top-level folders that install as ``clover_agent.<name>``, read from the one place the mapping
+#: is written: the links ``clover_agent/<name> -> ../<name>``.
+SIBLINGS: tuple[str, ...] = tuple(
+    sorted(p.name for p in (ROOT / "clover_agent").iterdir() if p.is_symlink() and p.is_dir())
+)
+#: Installed module prefix → source folder.
 PACKAGE_ROOTS: dict[str, Path] = {
     "clover_agent": ROOT / "clover_agent",
-    **{f"clover_agent.{name}": ROOT / name for name in ("engine", "kernels", "tools", "sandboxes")},
+    **{f"clover_agent.{name}": ROOT / name for name in SIBLINGS},
 }
 
 #: Module prefix → layer; the longest matching prefix decides.

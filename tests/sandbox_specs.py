@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.launch import sandbox_spec as launch_spec
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.sandboxes.base import SandboxSpec
 from clover_agent.settings import Settings, repo_settings
 
 

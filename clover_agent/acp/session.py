@@ -48,8 +48,8 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.handback.session import SessionHandBack
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.session.events import SessionStarted, TurnStarted
 from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tools.mcp import McpServerConfig, McpServers

@@ -24,7 +24,8 @@ from clover_agent.backends import BACKEND_KINDS
 from clover_agent.errors import UsageError
 from clover_agent.launch import BackendOptions, sandbox_spec
 from clover_agent.safe_text import terminal_safe
-from clover_agent.sandboxes import SANDBOX_KINDS, SandboxSpec
+from clover_agent.sandboxes.base import SandboxSpec
+from clover_agent.sandboxes.factory import SANDBOX_KINDS
 from clover_agent.settings import (
     REPO_CONFIG,
     RepoSettings,

@@ -19,12 +19,13 @@ from clover_agent.errors import ExitCode, UsageError
 from clover_agent.safe_text import terminal_safe
 
 if TYPE_CHECKING:
-    from clover_agent.sandboxes import SandboxSpec
+    from clover_agent.sandboxes.base import SandboxSpec
 
 
 async def run_tool_call(name: str, args: dict[str, Any], kind: str, spec: SandboxSpec) -> tuple[Any, str]:
     """(ToolResult, diff of the sandbox copy) for one call in a fresh sandbox made from ``spec``."""
-    from clover_agent.sandboxes import SandboxError, create_sandbox
+    from clover_agent.sandboxes.errors import SandboxError
+    from clover_agent.sandboxes.factory import create_sandbox
     from clover_agent.tools.registry import SANDBOX_LOST, execute
 
     async with create_sandbox(kind, spec) as sandbox:

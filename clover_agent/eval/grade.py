@@ -15,7 +15,8 @@ from clover_agent.errors import RUN_ERRORS, message_of
 from clover_agent.eval.scripts import parse_patch
 from clover_agent.eval.tasks import Task
 from clover_agent.handback.hostgit import git
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
 GRADE_TIMEOUT_S = 900.0

@@ -31,7 +31,7 @@ from clover_agent.fix.workflow import FixRequest, run_fix
 from clover_agent.handback.hostgit import git
 from clover_agent.launch import sandbox_spec
 from clover_agent.protocol import FORMAT_REMINDER
-from clover_agent.sandboxes import SandboxSpec
+from clover_agent.sandboxes.base import SandboxSpec
 from clover_agent.settings import RepoSettings, Settings, host_package_index
 
 RESULTS_DIR = "results"

@@ -53,9 +53,9 @@ from clover_agent.handback.judging import WORKERS, Checked, Judging, check_patch
 from clover_agent.handback.patches import hidden_work
 from clover_agent.handback.stock import SHADOW_DIR, PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict, skipped_regression_report
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.errors import SandboxError
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.mcp import McpServerConfig, McpServers
 from clover_agent.tools.registry import default_tools
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in

@@ -16,8 +16,8 @@ from __future__ import annotations
 from clover_agent.handback.patches import is_test_file
 from clover_agent.handback.shadow import SYMLINK
 from clover_agent.handback.stock import HandBackError, PatchSet, Stock
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import Put
+from clover_agent.sandboxes.base import Put, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 
 

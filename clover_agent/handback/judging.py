@@ -25,8 +25,7 @@ from clover_agent.handback.verdict import (
     skipped_regression_report,
 )
 from clover_agent.handback.verify import Verification, verify_patch
-from clover_agent.sandboxes import SandboxSpec
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 
 #: pytest-xdist processes for a suite run (the sandbox has 2 CPUs by default).

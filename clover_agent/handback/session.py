@@ -29,8 +29,8 @@ from clover_agent.handback.patches import changed_files, local_changes
 from clover_agent.handback.shadow import REGULAR
 from clover_agent.handback.stock import PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 
 #: Writes one file through the editor: (absolute path, text).

@@ -35,8 +35,8 @@ from clover_agent.handback.verdict import (
     target_passes,
 )
 from clover_agent.handback.weakened import changed_doctests, weakened_tests
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import WORKSPACE, Put, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, Put, Sandbox, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 from clover_agent.tools.run_tests.detect import PYTHON_TEST_FILE
 from clover_agent.tools.run_tests.guarded import FIND_PYTHON_GUARDED, INSTALLED_NAMES, PYTEST_MODULES

@@ -33,8 +33,8 @@ from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.launch import sandbox_spec
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
-from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.session.events import (
     ApprovalNeeded,
     MessageQueued,

@@ -39,7 +39,7 @@ from clover_agent.events import (
     ProvisionalBlock,
 )
 from clover_agent.fix.progress import RunFigures
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.shell import ShellTool
 from tests.sandbox_specs import sandbox_spec
 

@@ -30,7 +30,7 @@ from clover_agent.events import (
     ModelDelta,
     ToolCallFinished,
 )
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.git_repos import git, make_repo
 from tests.sandbox_specs import sandbox_spec
 

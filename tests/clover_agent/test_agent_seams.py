@@ -34,7 +34,8 @@ from clover_agent.events import (
     WorkspaceChanged,
     WorkspaceUndone,
 )
-from clover_agent.sandboxes import Sandbox, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.base import Tool, ToolContext, ToolResult
 from clover_agent.tools.registry import default_tools
 from tests.clover_agent.test_agent_loop import FINISH, VIEW, call

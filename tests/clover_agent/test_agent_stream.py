@@ -12,7 +12,7 @@ from clover_agent.agent import Agent, TrajectoryWriter
 from clover_agent.agent.notes import INTERRUPTED_TOOL
 from clover_agent.agent.trajectory import read_events
 from clover_agent.events import EventBus, ToolCallFinished, ToolCallStarted, ToolOutput
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from tests.clover_agent.test_agent_loop import FINISH, VIEW, call
 from tests.clover_agent.test_agent_seams import DEADLINE_S, Recorder, conversation, replay, repo, sandbox
 

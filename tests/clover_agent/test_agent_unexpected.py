@@ -12,7 +12,7 @@ import pytest
 from clover_agent.agent import Agent
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.events import Done, Event, EventBus
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.clover_agent.test_agent_loop import FINISH
 from tests.clover_agent.test_backend_openai import ChatServer
 from tests.git_repos import make_repo

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent.checkpoints import Checkpoints, restore_workspace
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec
 

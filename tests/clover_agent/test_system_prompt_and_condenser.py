@@ -84,7 +84,7 @@ async def test_facts_come_from_the_workspace_through_the_sandbox(tmp_path) -> No
     import subprocess
 
     from clover_agent.agent.system_prompt import gather_facts
-    from clover_agent.sandboxes import create_sandbox
+    from clover_agent.sandboxes.factory import create_sandbox
 
     repo = tmp_path / "repo"
     (repo / "pkg" / "sub").mkdir(parents=True)
@@ -126,7 +126,7 @@ async def test_instruction_files_that_are_huge_or_unreadable_do_not_end_the_run(
     import subprocess
 
     from clover_agent.agent.system_prompt import MAX_INSTRUCTION_CHARS, gather_facts
-    from clover_agent.sandboxes import create_sandbox
+    from clover_agent.sandboxes.factory import create_sandbox
 
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)

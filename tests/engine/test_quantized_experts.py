@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from clover_agent.engine import Engine
+from clover_agent.engine.engine import Engine
 from clover_agent.engine.errors import EngineArgumentError
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from clover_agent.engine.model.moe import RoutedExperts

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox, cleanup, create_sandbox
+from clover_agent.sandboxes import cleanup
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.cli_process import start_signalable
 from tests.git_repos import git
 from tests.sandbox_specs import sandbox_spec

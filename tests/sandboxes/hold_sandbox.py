@@ -28,7 +28,8 @@ from pathlib import Path
 from types import FrameType
 
 from clover_agent.launch import sandbox_spec
-from clover_agent.sandboxes import cleanup, create_sandbox
+from clover_agent.sandboxes import cleanup
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.settings import Settings
 
 EXIT_FROM_OWN_HANDLER = 3

@@ -11,8 +11,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from clover_agent.sandboxes import SandboxError, SandboxLimits
+from clover_agent.sandboxes.base import SandboxLimits
 from clover_agent.sandboxes.docker import DockerSandbox
+from clover_agent.sandboxes.errors import SandboxError
 from tests.sandbox_specs import sandbox_spec
 
 pytestmark = pytest.mark.docker

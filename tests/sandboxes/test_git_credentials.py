@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.sandboxes.git_config import (
     holds_credential,
     read_config,

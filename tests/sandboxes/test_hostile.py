@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import (
-    FileTooLargeError,
-    Sandbox,
-    SandboxArgumentError,
-    SandboxError,
-    SandboxLimits,
-    SpecialFileError,
-    create_sandbox,
-)
+from clover_agent.sandboxes.base import FileTooLargeError, Sandbox, SandboxLimits, SpecialFileError
+from clover_agent.sandboxes.errors import SandboxArgumentError, SandboxError
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.sandboxes.session import SessionSandbox
 from clover_agent.sandboxes.workspace import SPARSE_MIN_HOLE
 from tests.git_repos import git, make_repo

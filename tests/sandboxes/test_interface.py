@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 
 from .conftest import tree_snapshot
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Put, Sandbox, create_sandbox
+from clover_agent.sandboxes.base import Put, Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec
 

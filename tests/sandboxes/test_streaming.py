@@ -4,7 +4,7 @@ bounded, and the workspace named as the model sees it."""
 
 from __future__ import annotations
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.runner import STREAM_PIECE_BYTES
 
 

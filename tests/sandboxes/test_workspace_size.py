@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.sandboxes.workspace import plan_workspace, write_workspace_tar
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 from tests.git_repos import make_repo

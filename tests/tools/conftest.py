@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from clover_agent.sandboxes import Sandbox, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.editor_view import MAX_VIEW_CHARS
 from clover_agent.tools.registry import execute

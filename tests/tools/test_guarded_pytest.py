@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tools.run_tests.guarded import (
     CHANNEL_SOURCE,

@@ -17,7 +17,8 @@ from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.errors import ExitCode
 from clover_agent.events import Done, EventBus, ToolCallFinished
-from clover_agent.sandboxes import SandboxLimits, SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import SandboxLimits, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec

@@ -10,7 +10,8 @@ import tracemalloc
 import pytest
 import pytest_asyncio
 
-from clover_agent.sandboxes import Sandbox, SandboxLimits, create_sandbox
+from clover_agent.sandboxes.base import Sandbox, SandboxLimits
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.base import ToolContext, ToolResult
 from clover_agent.tools.editor_view import MAX_DIR_ENTRIES, MAX_VIEW_CHARS
 from clover_agent.tools.registry import SANDBOX_LOST, execute

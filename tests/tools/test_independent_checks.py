@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from clover_agent.handback.checks import make_canaries, take_canaries, with_canaries
-from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Put
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import run_tests_in
 from clover_agent.tools.run_tests.independent import IndependentRun, run_independently, runnable
 from tests.git_repos import make_repo

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
 

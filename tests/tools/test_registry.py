@@ -10,7 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from clover_agent.sandboxes import Sandbox, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import SANDBOX_LOST, TOOL_NAMES, default_tools, execute, tool_specs
 from tests.sandbox_specs import sandbox_spec

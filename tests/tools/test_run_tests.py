@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox, create_sandbox
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.base import ToolContext
 from clover_agent.tools.registry import execute
 from clover_agent.tools.run_tests import TestReport, detect_framework, parse_go_json, run_tests_in

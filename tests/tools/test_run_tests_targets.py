@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import ToolContext, ToolError
 from clover_agent.tools.registry import execute
 from clover_agent.tools.run_tests import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import ToolContext, ToolError, ToolResult
 from clover_agent.tools.registry import execute
 from clover_agent.tools.search import MAX_MATCHES, SearchTool

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from clover_agent.sandboxes import Sandbox
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.tools.base import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, ToolContext
 from clover_agent.tools.registry import execute
 from clover_agent.tools.shell import STATE_SUBDIR

@@ -61,7 +61,7 @@ def test_commands_are_slash_words() -> None:
 
 
 async def test_the_edit_preview_in_a_real_sandbox(tmp_path) -> None:
-    from clover_agent.sandboxes import create_sandbox
+    from clover_agent.sandboxes.factory import create_sandbox
     from clover_agent.tui.preview import edit_preview
     from tests.sandbox_specs import sandbox_spec
     from tests.tui.helpers import calculator_repo

@@ -15,8 +15,8 @@ from clover_agent.handback.judging import Checked
 from clover_agent.handback.stock import PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict
 from clover_agent.handback.verify import verify_patch
-from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 from tests.sandbox_specs import sandbox_spec
 

@@ -26,7 +26,7 @@ from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.handback.verdict import Verdict
 from clover_agent.safe_text import terminal_safe
-from clover_agent.sandboxes import create_sandbox
+from clover_agent.sandboxes.factory import create_sandbox
 from tests.ci.ci_runs import run_ci
 from tests.cli_process import run_at_a_terminal
 from tests.clover_agent.fix.stocked import stocked_report

@@ -14,7 +14,8 @@ from clover_agent.errors import ExitCode
 from clover_agent.fix.regression import select_regression
 from clover_agent.fix.runs import SUMMARY_FILE
 from clover_agent.handback.verdict import regressions, renamed_cases
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import TestReport
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import make_repo

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from clover_agent.handback.diagnosis import diagnose, workspace_module_names
-from clover_agent.sandboxes import SandboxSpec, create_sandbox
+from clover_agent.sandboxes.base import SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 from clover_agent.tools.run_tests import run_tests_in
 from tests.git_repos import make_repo

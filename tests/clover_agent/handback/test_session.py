@@ -11,8 +11,8 @@ from clover_agent.handback.apply import PatchNotApplied
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.handback.verdict import Verdict
 from clover_agent.launch import sandbox_spec
-from clover_agent.sandboxes import create_sandbox
 from clover_agent.sandboxes.base import Put
+from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.settings import Settings
 from tests.git_repos import git
 from tests.tui.helpers import calculator_repo

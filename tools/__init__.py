@@ -1,1 +1,0 @@
-"""Tools the model calls (imports as ``clover_agent.tools``)."""
