@@ -77,7 +77,8 @@ def check_kernels(
     problem = triton_problem()
     if problem is not None:
         return {"unavailable": problem}
-    from clover_agent.kernels.bench import cases, measure
+    from clover_agent.kernels.bench import measure
+    from clover_agent.kernels.cases import cases
 
     cuda = device.type == "cuda"
     sizes = kernel_sizes(config)

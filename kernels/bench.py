@@ -16,7 +16,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
 
 import torch
 
@@ -51,15 +50,6 @@ class CloverSizes:
 
 
 CLOVER = CloverSizes()
-
-
-class _CaseOptions(TypedDict):
-    """The keyword arguments :func:`cases` gives every operator's ``benchmark.case``."""
-
-    device: str
-    dtype: torch.dtype
-    sizes: CloverSizes
-    copies: int
 
 
 @dataclass(frozen=True)
@@ -170,38 +160,3 @@ def cycling(calls: Sequence[Callable[[], object]]) -> Callable[[], object]:
 
 def nbytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def cases(
-    device: str = "cuda",
-    dtype: torch.dtype = torch.bfloat16,
-    sizes: CloverSizes = CLOVER,
-    tokens: Sequence[int] = (32, 64),
-    prefill_tokens: Sequence[int] = (4096,),
-    context: int = 4096,
-    copies: int = 2,
-) -> list[KernelCase]:
-    """Every kernel's cases at the decoding step shapes (``tokens``: a 32-token block, the 64-token
-    fused commit + denoise step; attention after ``context`` committed tokens) and at prompt prefill
-    chunks (``prefill_tokens``). ``copies``: input sets each case cycles through."""
-    from clover_agent.kernels.attention import benchmark as attention_bench
-    from clover_agent.kernels.gated_delta_rule import benchmark as gdn_bench
-    from clover_agent.kernels.low_confidence import benchmark as low_confidence_bench
-    from clover_agent.kernels.moe import benchmark as moe_bench
-    from clover_agent.kernels.short_conv import benchmark as conv_bench
-
-    built: list[KernelCase] = []
-    for count in tokens:
-        options: _CaseOptions = {"device": device, "dtype": dtype, "sizes": sizes, "copies": copies}
-        built.append(moe_bench.case(count, **options))
-        built.append(conv_bench.case(count, **options))
-        built.append(gdn_bench.case(count, **options))
-        built.append(gdn_bench.case(count, commit=count, **options))
-        built.append(attention_bench.case(count, context=context, **options))
-        built.append(low_confidence_bench.case(count, **options))
-        built.append(low_confidence_bench.case(count, sampling=True, **options))
-    for count in prefill_tokens:
-        built.append(
-            gdn_bench.case(count, commit=count, method="chunk", device=device, dtype=dtype, sizes=sizes)
-        )
-    return built

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
 import torch
 
 # Triton reads TRITON_INTERPRET when a kernel is decorated (at import), and engine tests import the
@@ -25,8 +22,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from clover_agent.settings import DEFAULT_SANDBOX_IMAGE  # noqa: E402
-from tests import local_python  # noqa: E402
+from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
+from tests import local_python
 
 
 @functools.cache

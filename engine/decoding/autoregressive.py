@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from clover_agent.engine.decoding.stream import StreamEvent
 
 if TYPE_CHECKING:
-    from clover_agent.engine.decoding.decoder import DecodeCall
+    from clover_agent.engine.decoding.call import Call
 
 
-def autoregressive(call: DecodeCall) -> Iterator[StreamEvent]:
+def autoregressive(call: Call) -> Iterator[StreamEvent]:
     size = call.block_size
     cache = call.start_cache("causal", len(call.prompt) - 1, 1)
     call.prefill(cache, (len(call.prompt) - 1) // size * size, "causal")

@@ -13,11 +13,11 @@ from clover_agent.engine.decoding.sampling import FinishReason
 from clover_agent.engine.decoding.stream import BlockProgress, StreamEvent
 
 if TYPE_CHECKING:
-    from clover_agent.engine.decoding.decoder import DecodeCall
+    from clover_agent.engine.decoding.call import Call
     from clover_agent.engine.model.network import AttentionRule
 
 
-def diffusion(call: DecodeCall) -> Iterator[StreamEvent]:
+def diffusion(call: Call) -> Iterator[StreamEvent]:
     params, size = call.params, call.block_size
     # how committed tokens are encoded
     context: AttentionRule = "causal" if params.causal_context else "block"
@@ -73,7 +73,7 @@ def diffusion(call: DecodeCall) -> Iterator[StreamEvent]:
 
 
 def _settled(
-    call: DecodeCall, tokens: list[int], decided: list[bool], remaining: int
+    call: Call, tokens: list[int], decided: list[bool], remaining: int
 ) -> tuple[FinishReason, int] | None:
     """(reason, tokens to keep) once the decided prefix of the block settles the call."""
     for i in range(min(remaining, len(tokens))):

@@ -21,7 +21,7 @@ from clover_agent.engine.ops import triton_unusable
 from clover_agent.engine.ops.transfer import upload
 
 if TYPE_CHECKING:
-    from clover_agent.engine.decoding.decoder import DecodeCall
+    from clover_agent.engine.decoding.call import Call
     from clover_agent.engine.decoding.graphs import Body, StepGraphs, StepShape
     from clover_agent.engine.decoding.sampling import SamplingParams
 
@@ -58,7 +58,7 @@ class FusedChoice:
         )
 
     def denoise(
-        self, call: DecodeCall, logits: torch.Tensor, tokens: list[int], decided: list[bool], fill_all: bool
+        self, call: Call, logits: torch.Tensor, tokens: list[int], decided: list[bool], fill_all: bool
     ) -> bool:
         """``DecodeCall.denoise`` on the fused step: ``logits`` [len(tokens), V]; ``tokens`` and
         ``decided`` updated in place; whether LowConfidence fell back to one slot."""
@@ -142,7 +142,7 @@ class ChoiceProgram:
         fused.seed = self.seed
         self.staged = None
 
-    def variant(self, call: DecodeCall, fused: FusedChoice, threshold: float) -> PassVariant:
+    def variant(self, call: Call, fused: FusedChoice, threshold: float) -> PassVariant:
         controls = call.controls
         active = controls.active
         columns, forcing = controls.layout() if active else ((), False)
@@ -209,7 +209,7 @@ class ChoiceProgram:
 
     def stage(
         self,
-        call: DecodeCall,
+        call: Call,
         variant: PassVariant,
         positions: Sequence[int],
         tokens: list[int],

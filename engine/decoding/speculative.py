@@ -17,10 +17,10 @@ from clover_agent.engine.decoding.stream import BlockProgress, StreamEvent
 from clover_agent.engine.model.cache import ModelCache
 
 if TYPE_CHECKING:
-    from clover_agent.engine.decoding.decoder import DecodeCall
+    from clover_agent.engine.decoding.call import Call
 
 
-def self_speculative(call: DecodeCall) -> Iterator[StreamEvent]:
+def self_speculative(call: Call) -> Iterator[StreamEvent]:
     """The rounds of one call. The cache always ends on a block boundary; the accepted tokens after
     it are *pending* (re-fed to every verify pass). A round drafts the positions up to the end of
     the current block (the whole next block when the pending tokens fill theirs), then one causal
@@ -56,7 +56,7 @@ def self_speculative(call: DecodeCall) -> Iterator[StreamEvent]:
 
 
 def _draft(
-    call: DecodeCall, block: int, cache: ModelCache, pending: list[int], length: int
+    call: Call, block: int, cache: ModelCache, pending: list[int], length: int
 ) -> Generator[StreamEvent, None, tuple[list[int], int]]:
     """Draft ``length`` tokens after ``pending`` by diffusion on top of the causal cache: LowConfidence
     for ``draft_steps - 1`` passes, then every remaining mask from the last pass. Returns the draft and
@@ -75,7 +75,7 @@ def _draft(
     return tokens, step + 1
 
 
-def _verify(call: DecodeCall, rows: torch.Tensor, draft: list[int]) -> list[int]:
+def _verify(call: Call, rows: torch.Tensor, draft: list[int]) -> list[int]:
     """The accepted draft prefix plus the causal choice after it; ``rows[j]`` predicts ``draft[j]``.
 
     Every row is chosen at once (the controls of row j see the draft tokens before it as generated),

@@ -8,7 +8,8 @@ import dataclasses
 import torch
 
 from clover_agent.engine.model.config import CloverConfig, full_size_config_json
-from clover_agent.kernels.bench import CLOVER, CloverSizes, cases, measure, relative_error
+from clover_agent.kernels.bench import CLOVER, CloverSizes, measure, relative_error
+from clover_agent.kernels.cases import cases
 from tests.kernels.helpers import DEVICE, requires_triton
 
 #: Small enough for the interpreter, awkward enough to cross tiles.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clover_agent.kernels.bench import cases
+from clover_agent.kernels.cases import cases
 from tests.kernels.test_bench import TINY
 
 pytestmark = pytest.mark.gpu
