@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def use_source_tree() -> None:
     """Import ``clover_agent`` from this tree, installed or not: the repository root first on the
-    path, and the root on the package's path, where ``engine/`` and ``kernels/`` are its
-    subpackages as the installed mapping makes them."""
+    path, and the root on the package's path too, so ``engine/`` and ``kernels/`` are its
+    subpackages even in a copy of the tree that lost the links ``clover_agent/<name>``."""
     sys.path.insert(0, str(ROOT))
     import clover_agent
 
@@ -78,7 +78,7 @@ from gpu_model import mode_rates, quantize_experts, random_model, time_steps  # 
 from gpu_report import markdown  # noqa: E402
 from gpu_timing import Budget, copy_bandwidth, synchronize  # noqa: E402
 
-import clover_agent.engine  # noqa: E402
+import clover_agent.engine.engine as engine_module  # noqa: E402
 from clover_agent.engine.decoding.decoder import BlockDecoder  # noqa: E402
 from clover_agent.engine.decoding.sampling import MODES, SamplingParams  # noqa: E402
 from clover_agent.engine.engine import Engine  # noqa: E402
@@ -119,7 +119,7 @@ def machine(device: torch.device, commit: str | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "commit": commit or git_commit(),
-        "source": str(Path(clover_agent.engine.__file__).parent),
+        "source": str(Path(engine_module.__file__ or "").resolve().parent),
         "device": str(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -31,7 +31,10 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = tmp_path_factory.mktemp("device") / "repo"
     for name in listed:
         source = ROOT / name
-        if source.is_file():
+        if source.is_symlink():  # clover_agent/<name> -> ../<name>, as a git checkout makes them
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(source), copy / name)
+        elif source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
     return copy
