@@ -63,6 +63,7 @@ _BELOW_FRONT_ENDS = {
     "launch",
     "fix",
     "handback",
+    "session",
     "agent",
     "backends",
     "tools",
@@ -74,15 +75,16 @@ _BELOW_FRONT_ENDS = {
 ALLOWED: dict[str, set[str]] = {
     # Front ends: cli dispatches to the others; none imports the CLI, and the TUI, the CI bot and eval
     # not each other.
-    "cli": {"tui", "ci", "acp", "eval", "session", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
-    # The sessions' store and events: the agent's records and trajectories, nothing of a front end.
-    "session": {"agent", *_SHARED},
-    "tui": {*_BELOW_FRONT_ENDS, "session"},
+    "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
+    # One agent session's assembly (sandbox, MCP servers, agent, facts), the sessions' store and
+    # events: nothing of a front end.
+    "session": {"agent", "backends", "tools", "sandboxes", *_SHARED},
+    "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
     "eval": set(_BELOW_FRONT_ENDS),
     # The interactive front ends keep their sessions in one store, with their own events; ACP never
     # imports the TUI (nor the TUI ACP).
-    "acp": {*_BELOW_FRONT_ENDS, "session"},
+    "acp": set(_BELOW_FRONT_ENDS),
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",
@@ -93,7 +95,7 @@ ALLOWED: dict[str, set[str]] = {
         "tools",
         *_SHARED,
     },
-    "fix": {"handback", "agent", "backends", "tools", "sandboxes", *_SHARED},
+    "fix": {"handback", "session", "agent", "backends", "tools", "sandboxes", *_SHARED},
     # The hand-back every front end shares (snapshots, patch, held-out runs, checks, verdict, a
     # session's offers, apply) knows none of them: not the fix workflow, its console or its reports.
     "handback": {"tools", "sandboxes", *_SHARED},

@@ -3,6 +3,7 @@ included, goes down the layers; and the check does fail on an edge against them.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests.import_layers import PACKAGE_ROOTS, edges, layer_of, modules, violations
@@ -201,3 +202,25 @@ def test_inside_fix_imports_go_one_way() -> None:
         if FIX_RANKS[e.source.rsplit(".", 1)[-1]] <= FIX_RANKS[e.target.rsplit(".", 1)[-1]]
     ]
     assert not up, "imports up or sideways inside fix:\n" + "\n".join(up)
+
+
+#: Building an agent session's parts: only clover_agent.session.assembly does it.
+ASSEMBLY_CALLS = {"Agent", "McpServers", "gather_facts"}
+
+
+def test_every_front_end_opens_its_agent_session_in_one_place() -> None:
+    """No second assembly: only ``clover_agent.session.assembly`` builds an agent, starts MCP servers
+    or gathers the sandbox's facts for a system prompt; ``fix`` (so the CI bot and eval), the TUI
+    and ACP open their sessions through it."""
+    found = []
+    for module, path in modules(PACKAGE_ROOTS).items():
+        if module.startswith("clover_agent.agent") or module == "clover_agent.tools.mcp":
+            continue  # where they are defined
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                if name in ASSEMBLY_CALLS:
+                    found.append(f"{module}:{node.lineno}: {name}(...)")
+    assert found and all(f.startswith("clover_agent.session.assembly:") for f in found), "\n".join(found)
+    users = {e.source for e in edges(PACKAGE_ROOTS) if e.target == "clover_agent.session.assembly"}
+    assert {"clover_agent.fix.workflow", "clover_agent.tui.session", "clover_agent.acp.session"} <= users

@@ -32,9 +32,8 @@ from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Policy, with_mcp
+from clover_agent.agent.policy import Policy
 from clover_agent.agent.records import RecordKey
-from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, message_of
@@ -49,11 +48,10 @@ from clover_agent.events import (
 )
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox, SandboxSpec
-from clover_agent.sandboxes.factory import create_sandbox
+from clover_agent.session.assembly import AgentSession, AgentSetup
 from clover_agent.session.events import SessionStarted, TurnStarted
 from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tools.mcp import McpServerConfig, McpServers
-from clover_agent.tools.registry import default_tools
 
 log = logging.getLogger("clover_agent.acp")
 
@@ -130,6 +128,7 @@ class AcpSession:
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
         self.mcp: McpServers | None = None
+        self.parts: AgentSession | None = None  # the sandbox, the MCP servers and the agent, opened
         self._notes: list[str] = []
         self.agent: Agent | None = None
         self.handback: SessionHandBack | None = None
@@ -177,25 +176,18 @@ class AcpSession:
                 resumed=saved is not None,
             )
         )
-        self.sandbox = create_sandbox(self.config.sandbox_kind, self.config.spec)
-        await self.sandbox.start()
-        self.mcp = McpServers(
-            self.config.mcp_servers,
-            self.sandbox,
-            report=self._note,
-            log_dir=self.folder,
-        )
-        await self.mcp.open_held()  # its clients live in a task of their own: close() may run elsewhere
-        agent = Agent(
-            self.backend,
-            self.sandbox,
+        self.parts = AgentSession(
+            AgentSetup(
+                self.config.sandbox_kind, self.config.spec, self.config.policy, self.config.mcp_servers
+            ),
             self.bus,
             run_id=self.session_id,
-            policy=with_mcp(self.config.policy, self.config.mcp_servers),
-            budget=self._budget(),
-            approvals=Approvals(),
-            tools=[*default_tools(), *self.mcp.tools],
+            folder=self.folder,
+            report=self._note,
         )
+        self.sandbox = await self.parts.open_sandbox()
+        agent = await self.parts.open_agent(self.backend, self._budget(), Approvals())
+        self.mcp = self.parts.mcp
         # stock is taken of the user's tree as it is (before a saved session's changes come back):
         # what the session offers is everything it changed that the tree does not hold yet
         self.handback = SessionHandBack(
@@ -209,7 +201,7 @@ class AcpSession:
         await self.handback.start()
         if saved is not None and saved.state is not None:
             await agent.resume(saved.state, fresh_budget=True)
-        self.system = system_prompt(await gather_facts(self.sandbox)) + EDITOR_NOTE
+        self.system = await self.parts.system_prompt(EDITOR_NOTE)
         self.agent = agent
         await self.bus.drain()
         self._save_info()
@@ -412,13 +404,13 @@ class AcpSession:
             with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
                 await self._run
         try:
-            if self.mcp is not None:
-                await self.mcp.close_held()
+            if self.parts is not None:
+                await self.parts.close_agent()
             if self.backend is not None:
                 await self.backend.close()
         finally:
-            if self.sandbox is not None:
-                await self.sandbox.close()
+            if self.parts is not None:
+                await self.parts.close()
             with contextlib.suppress(Exception):
                 await self.bus.drain()
             self._writer.close()

@@ -24,10 +24,9 @@ from typing import Any
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget, LimitsExceeded
-from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset, with_mcp
+from clover_agent.agent.loop import RunResult
+from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset
 from clover_agent.agent.records import RecordKey
-from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
@@ -55,9 +54,8 @@ from clover_agent.handback.stock import SHADOW_DIR, PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict, skipped_regression_report
 from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.errors import SandboxError
-from clover_agent.sandboxes.factory import create_sandbox
-from clover_agent.tools.mcp import McpServerConfig, McpServers
-from clover_agent.tools.registry import default_tools
+from clover_agent.session.assembly import AgentSession, AgentSetup
+from clover_agent.tools.mcp import McpServerConfig
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 
 
@@ -276,8 +274,20 @@ async def _fix(
             )
         )
     bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
-    sandbox = create_sandbox(request.sandbox_kind, request.sandbox)
-    async with sandbox:
+    parts = AgentSession(
+        AgentSetup(
+            request.sandbox_kind,
+            request.sandbox,
+            request.policy or preset(DEFAULT_PRESET),
+            request.mcp_servers,
+        ),
+        bus,
+        run_id=run_id,
+        folder=run_dir,
+        report=lambda message: bus.emit(ErrorReported(kind="mcp", message=message)),
+    )
+    try:
+        sandbox = await parts.open_sandbox()
         async with _by_deadline(found.deadline, "reproducing the failure"):
             await stock.record_start(sandbox)  # before any test or the agent ran
             found.before = before = (
@@ -287,37 +297,26 @@ async def _fix(
             raise before.stop
         backend = request.make_backend()
         found.backend = backend.name
-        servers = McpServers(
-            request.mcp_servers,
-            sandbox,
-            report=lambda message: bus.emit(ErrorReported(kind="mcp", message=message)),
-            log_dir=run_dir,
-        )
         try:
-            async with servers:
-                agent = Agent(
-                    backend,
-                    sandbox,
-                    bus,
-                    run_id=run_id,
-                    policy=with_mcp(request.policy or preset(DEFAULT_PRESET), request.mcp_servers),
-                    approvals=request.approvals,
-                    budget=Budget(
-                        request.max_steps, request.max_time_s, request.max_tokens, deadline=found.deadline
-                    ),
-                    tools=[*default_tools(), *servers.tools],
+            budget = Budget(
+                request.max_steps, request.max_time_s, request.max_tokens, deadline=found.deadline
+            )
+            agent = await parts.open_agent(backend, budget, request.approvals)
+            if resume is None:
+                task = f"{request.request}\n\n{before.task}" if request.request else before.task
+                found.agent = result = await agent.run(task, await parts.system_prompt())
+            else:  # the system prompt and the task are in the recorded conversation
+                found.agent = result = await agent.run(
+                    resume.state.task, "", resume=resume.state, fresh_budget=True
                 )
-                if resume is None:
-                    facts = await gather_facts(sandbox)
-                    task = f"{request.request}\n\n{before.task}" if request.request else before.task
-                    found.agent = result = await agent.run(task, system_prompt(facts))
-                else:  # the system prompt and the task are in the recorded conversation
-                    found.agent = result = await agent.run(
-                        resume.state.task, "", resume=resume.state, fresh_budget=True
-                    )
         finally:
-            await backend.close()
+            try:
+                await parts.close_agent()
+            finally:
+                await backend.close()
         found.kept = kept = await _keep_patch(sandbox, stock, run_dir / PATCH_FILE)
+    finally:
+        await parts.close()
     if not result.submitted:
         return result.exit_code, result.message
     if kept.patch_set is None:  # the workspace could not be read back: nothing can be handed back

@@ -1,6 +1,9 @@
-"""What every interactive session shares, whichever front end drives it (the TUI, ACP).
+"""What every agent session shares, whichever front end drives it.
 
-``store``: the saved sessions (``<repo>/.clover/sessions/<id>/``, signed trajectories) that both
-list, load and resume; ``events``: the session's own events beside the agent's (a request started,
-requests undone, the sandbox's state, a notice), recorded in the same trajectory.
+``assembly``: the one place an agent session is opened and closed (sandbox, MCP servers, policy
+and tools, the agent, the system prompt from the sandbox's facts), used by ``fix`` (so the CI bot
+and ``eval``), the TUI and ACP. For the interactive ones (the TUI, ACP): ``store``, the saved
+sessions (``<repo>/.clover/sessions/<id>/``, signed trajectories) both list, load and resume, and
+``events``, the session's own events beside the agent's (a request started, requests undone, the
+sandbox's state, a notice), recorded in the same trajectory.
 """

@@ -24,9 +24,7 @@ from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import with_mcp
 from clover_agent.agent.records import RecordKey
-from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
@@ -34,7 +32,7 @@ from clover_agent.events import ApprovalRequested, Done, Event, EventBus, Messag
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.launch import sandbox_spec
 from clover_agent.sandboxes.base import Sandbox, SandboxSpec
-from clover_agent.sandboxes.factory import create_sandbox
+from clover_agent.session.assembly import AgentSession, AgentSetup
 from clover_agent.session.events import (
     ApprovalNeeded,
     MessageQueued,
@@ -47,7 +45,6 @@ from clover_agent.session.events import (
 from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.settings import Settings
 from clover_agent.tools.mcp import McpServerConfig, McpServers
-from clover_agent.tools.registry import default_tools
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.commands import SessionCommands, SessionStatus, Turn
 from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
@@ -121,6 +118,7 @@ class TuiSession(SessionCommands):
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
         self.mcp: McpServers | None = None
+        self.parts: AgentSession | None = None  # the sandbox, the MCP servers and the agent, opened
         self.agent: Agent | None = None
         self.system = ""  # the system prompt of a new conversation (known once the sandbox is up)
         self.handback: SessionHandBack | None = None
@@ -205,13 +203,10 @@ class TuiSession(SessionCommands):
             raise CloverError("the sandbox is still starting")
         if self.agent is not None:
             raise CloverError(f"the {self.options.sandbox_kind} sandbox is up already")
-        if self.mcp is not None:
-            await self.mcp.close_held()
-            self.mcp = None
-        if self.sandbox is not None:  # what the failed start left
+        if self.parts is not None:  # what the failed start left
             with contextlib.suppress(*RUN_ERRORS, OSError):
-                await self.sandbox.close()
-            self.sandbox = None
+                await self.parts.close()
+            self.parts, self.sandbox, self.mcp = None, None, None
         if kind is not None:
             self.options.sandbox_kind = kind
         self._ready = asyncio.get_running_loop().create_future()
@@ -223,9 +218,15 @@ class TuiSession(SessionCommands):
         saved = self.options.resume
         self._sandbox_state("starting")
         spec = self.options.spec or sandbox_spec(Settings.load(), self.repo)
+        self.parts = AgentSession(
+            AgentSetup(self.options.sandbox_kind, spec, self.policy, self.options.mcp_servers),
+            self.bus,
+            run_id=self.session_id,
+            folder=self.folder,
+            report=lambda message: self._emit(Notice(text=message, level="warning")),
+        )
         try:
-            self.sandbox = create_sandbox(self.options.sandbox_kind, spec)
-            await self.sandbox.start()
+            self.sandbox = await self.parts.open_sandbox()
             self.handback = SessionHandBack(
                 self.sandbox,
                 self.options.sandbox_kind,
@@ -235,27 +236,11 @@ class TuiSession(SessionCommands):
                 bus=self.bus,
             )
             await self.handback.start()
-            servers = self.options.mcp_servers
-            self.mcp = McpServers(
-                servers,
-                self.sandbox,
-                report=lambda message: self._emit(Notice(text=message, level="warning")),
-                log_dir=self.folder,
-            )
-            await self.mcp.open_held()  # its clients in a task of their own: the close runs elsewhere
-            agent = Agent(
-                self.backend,
-                self.sandbox,
-                self.bus,
-                run_id=self.session_id,
-                policy=with_mcp(self.policy, servers),
-                budget=self._budget(),
-                approvals=Approvals(),
-                tools=[*default_tools(), *self.mcp.tools],
-            )
+            agent = await self.parts.open_agent(self.backend, self._budget(), Approvals())
+            self.mcp = self.parts.mcp
             if saved is not None and saved.state is not None:
                 await self._take_up(agent, saved)
-            self.system = system_prompt(await gather_facts(self.sandbox)) + INTERACTIVE_NOTE
+            self.system = await self.parts.system_prompt(INTERACTIVE_NOTE)
         except RUN_ERRORS as exc:
             other = "local" if self.options.sandbox_kind != "local" else "docker"
             caveat = (
@@ -482,13 +467,13 @@ class TuiSession(SessionCommands):
             with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
                 await self._request
         try:
-            if self.mcp is not None:
-                await self.mcp.close_held()
+            if self.parts is not None:
+                await self.parts.close_agent()
             if self.backend is not None:
                 await self.backend.close()
         finally:
-            if self.sandbox is not None:
-                await self.sandbox.close()
+            if self.parts is not None and self.parts.sandbox is not None:
+                await self.parts.close()
                 self._sandbox_state("closed")
             await self.bus.drain()
             self._writer.close()

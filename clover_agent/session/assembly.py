@@ -1,0 +1,111 @@
+"""One agent session, opened and closed the same way by every front end.
+
+:class:`AgentSession` is the only place an agent is assembled: the sandbox (started, closed again
+if its start fails), then the MCP servers in it, the policy with their tools, the
+:class:`~clover_agent.agent.loop.Agent` with the default tools and theirs, and the system prompt
+from the sandbox's facts; :meth:`AgentSession.close` takes them down in reverse. ``fix`` (and so
+the CI bot and ``eval``), the TUI and ACP all open their sessions here
+(tests/test_architecture.py checks that no other module builds an agent or starts MCP servers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from clover_agent.agent.approvals import Approvals
+from clover_agent.agent.budget import Budget
+from clover_agent.agent.loop import Agent
+from clover_agent.agent.policy import Policy, with_mcp
+from clover_agent.agent.system_prompt import gather_facts, system_prompt
+from clover_agent.backends.base import ModelBackend
+from clover_agent.errors import RUN_ERRORS
+from clover_agent.events import EventBus
+from clover_agent.sandboxes.base import Sandbox, SandboxSpec
+from clover_agent.sandboxes.factory import create_sandbox
+from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.registry import default_tools
+
+
+@dataclass
+class AgentSetup:
+    """What every front end's agent session is made of.
+
+    - ``sandbox_kind``, ``spec``: the sandbox (``spec`` complete: ``launch.sandbox_spec``).
+    - ``policy``: what the agent may do unasked (the MCP servers' tools are added to it).
+    - ``mcp_servers``: servers whose tools the agent gets (started in the sandbox unless "host").
+    """
+
+    sandbox_kind: str
+    spec: SandboxSpec
+    policy: Policy
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+
+
+@dataclass
+class AgentSession:
+    """One session's parts, opened in order (:meth:`open_sandbox`, :meth:`open_agent`) and closed
+    in reverse (:meth:`close_agent`, :meth:`close`). ``report`` names what did not start (an MCP
+    server); ``folder``: where the servers' logs go."""
+
+    config: AgentSetup
+    bus: EventBus
+    run_id: str
+    folder: Path
+    report: Callable[[str], None]
+    sandbox: Sandbox | None = None
+    mcp: McpServers | None = None
+    agent: Agent | None = None
+
+    async def open_sandbox(self) -> Sandbox:
+        """Make and start the sandbox; one that fails to start is closed again, and the error raised."""
+        sandbox = create_sandbox(self.config.sandbox_kind, self.config.spec)
+        try:
+            await sandbox.start()
+        except BaseException:
+            with contextlib.suppress(*RUN_ERRORS, OSError):
+                await sandbox.close()
+            raise
+        self.sandbox = sandbox
+        return sandbox
+
+    async def open_agent(self, backend: ModelBackend, budget: Budget, approvals: Approvals | None) -> Agent:
+        """Start the MCP servers in the sandbox and build the agent with the policy, the default
+        tools and the servers'."""
+        assert self.sandbox is not None, "open_sandbox first"
+        servers = self.config.mcp_servers
+        self.mcp = McpServers(servers, self.sandbox, report=self.report, log_dir=self.folder)
+        await self.mcp.open_held()  # its clients in a task of their own: the close may run in another
+        self.agent = Agent(
+            backend,
+            self.sandbox,
+            self.bus,
+            run_id=self.run_id,
+            policy=with_mcp(self.config.policy, servers),
+            approvals=approvals,
+            budget=budget,
+            tools=[*default_tools(), *self.mcp.tools],
+        )
+        return self.agent
+
+    async def system_prompt(self, note: str = "") -> str:
+        """The system prompt of a new conversation: the sandbox's facts, then the front end's ``note``."""
+        assert self.sandbox is not None, "open_sandbox first"
+        return system_prompt(await gather_facts(self.sandbox)) + note
+
+    async def close_agent(self) -> None:
+        """Stop the MCP servers (the agent's run is over; the sandbox stays)."""
+        if self.mcp is not None:
+            await self.mcp.close_held()
+            self.mcp = None
+
+    async def close(self) -> None:
+        """Take everything down: the MCP servers, then the sandbox."""
+        try:
+            await self.close_agent()
+        finally:
+            sandbox, self.sandbox = self.sandbox, None
+            if sandbox is not None:
+                await sandbox.close()
