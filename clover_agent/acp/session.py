@@ -14,9 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from acp import (
@@ -32,8 +29,6 @@ from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.policy import Policy
-from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, message_of
@@ -47,11 +42,11 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.handback.session import SessionHandBack
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox, SandboxSpec
-from clover_agent.session.assembly import AgentSession, AgentSetup
+from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import SessionStarted, TurnStarted
-from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
-from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.session.store import SessionInfo, new_session_id, session_dir, write_info
+from clover_agent.tools.mcp import McpServers
 
 log = logging.getLogger("clover_agent.acp")
 
@@ -76,24 +71,6 @@ STOP_REASONS: dict[str, schema.StopReason] = {
     "budget_exhausted": "max_turn_requests",
     "interrupted": "cancelled",
 }
-
-
-@dataclass
-class SessionConfig:
-    """What a session runs with: the same choices as ``tui`` (``clover_agent.cli.acp`` builds it)."""
-
-    repo: Path
-    make_backend: Callable[[], ModelBackend]
-    sandbox_kind: str
-    spec: SandboxSpec
-    policy: Policy
-    max_steps: int | None = 50
-    max_time_s: float | None = 1800.0
-    max_tokens: int | None = None
-    record_key: RecordKey | None = None
-    resume: SavedSession | None = None
-    #: The user's and the trusted repository's servers, then the client's (session/new's mcpServers).
-    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class Client:
@@ -177,9 +154,7 @@ class AcpSession:
             )
         )
         self.parts = AgentSession(
-            AgentSetup(
-                self.config.sandbox_kind, self.config.spec, self.config.policy, self.config.mcp_servers
-            ),
+            self.config,
             self.bus,
             run_id=self.session_id,
             folder=self.folder,

@@ -54,6 +54,7 @@ from clover_agent.launch import (
     sandbox_spec,
 )
 from clover_agent.safe_text import terminal_safe
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.settings import REPO_CONFIG, Settings, repo_settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -283,25 +284,28 @@ def _run(
         repo_config=configured,
     )
     spec.setup_network = False  # the sandbox never has the network, not even for set-up commands
-    fix_request = FixRequest(
-        target=request.target or "",
+    session = SessionConfig(
         repo=repo,
         make_backend=backend_factory(request.backend, settings),
-        sandbox=spec,
+        spec=spec,
         sandbox_kind="docker",
-        run_dir=output,
-        command="ci",
         policy=preset("ci"),
-        approvals=None,
         max_steps=request.max_steps,
         max_time_s=request.max_time_s,
         max_tokens=request.max_tokens,
+        mcp_servers=mcp_servers(settings, repo, configured),
+    )
+    fix_request = FixRequest(
+        target=request.target or "",
+        session=session,
+        run_dir=output,
+        command="ci",
+        approvals=None,
         suite_timeout_s=configured.suite_timeout or DEFAULT_TIMEOUT_S,
         test_timeout_s=configured.test_timeout,
         request=framed,
         whole_run_time=True,  # --max-time: the whole run's deadline
         exit_codes={ExitCode.AGENT_ERROR: ExitCode.FAILURE},  # one code: trajectory, result, process
-        mcp_servers=mcp_servers(settings, repo, configured),
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines

@@ -54,6 +54,7 @@ from clover_agent.handback.stock import PatchSet
 from clover_agent.handback.verdict import Verdict
 from clover_agent.launch import backend_factory, check_backend_options, mcp_servers, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.settings import Settings
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -186,24 +187,27 @@ def _fix(args: argparse.Namespace) -> int:
         _warn_about_local_changes(repo, errors)
     # At a terminal a person answers what the policy asks about; elsewhere (and with ci) no one can.
     approvals = Approvals() if sys.stdin.isatty() and args.policy != "ci" else None
-    request = FixRequest(
-        target=stopped.target if stopped else args.target,
+    session = SessionConfig(
         repo=repo,
         make_backend=backend_factory(options, settings),
-        sandbox=sandbox_spec_of(args, settings, repo, configured),
+        spec=sandbox_spec_of(args, settings, repo, configured),
         sandbox_kind=sandbox_kind(args),
-        regression=args.regression,
         policy=preset(args.policy),
-        approvals=approvals,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
+        record_key=record_key(settings, repo),
+        mcp_servers=mcp_servers(settings, repo, configured),
+    )
+    request = FixRequest(
+        target=stopped.target if stopped else args.target,
+        session=session,
+        regression=args.regression,
+        approvals=approvals,
         suite_timeout_s=args.suite_timeout,
         test_timeout_s=args.test_timeout,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
-        record_key=record_key(settings, repo),
-        mcp_servers=mcp_servers(settings, repo, configured),
     )
     if stopped is not None:
         figures.steps_before = stopped.state.steps

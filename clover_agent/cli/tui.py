@@ -31,7 +31,7 @@ from clover_agent.launch import (
 from clover_agent.settings import Settings
 
 if TYPE_CHECKING:
-    from clover_agent.tui.session import SessionOptions
+    from clover_agent.session.assembly import SessionConfig
 
 #: ``--resume`` given without an id: choose from a list.
 PICK = "?"
@@ -44,9 +44,10 @@ def is_terminal() -> bool:
 def _tui(args: argparse.Namespace) -> int:
     if not is_terminal():
         raise UsageError("the TUI needs a terminal (stdin and stdout); for scripts use `clover-agent fix`")
+    from clover_agent.session.assembly import SessionConfig
     from clover_agent.session.store import list_sessions, load_session, sessions_dir
     from clover_agent.tui.app import CloverApp
-    from clover_agent.tui.session import SessionOptions
+    from clover_agent.tui.policies import policy_named
 
     settings = Settings.load()  # once per command; everything below gets its values passed in
     backend = backend_options(args, progress=None)  # the screen is the TUI's: no load progress
@@ -55,12 +56,12 @@ def _tui(args: argparse.Namespace) -> int:
     sessions_dir(repo)  # a .clover that is a symlink: refused here, before the app starts
     key = record_key(settings, repo).for_kind("session")
     configured = repo_config_of(args, settings, repo, ask=True, say=lambda text: print(text, file=sys.stderr))
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=backend_factory(backend, settings),
         sandbox_kind=sandbox_kind(args),
         spec=sandbox_spec_of(args, settings, repo, configured),
-        policy=args.policy,
+        policy=policy_named(args.policy),
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
@@ -81,7 +82,7 @@ def _tui(args: argparse.Namespace) -> int:
     return app.run() or 0
 
 
-def _check_before_drawing(backend: BackendOptions, settings: Settings, options: SessionOptions) -> None:
+def _check_before_drawing(backend: BackendOptions, settings: Settings, options: SessionConfig) -> None:
     """What would only fail once the app is up, said before it draws, as ``fix`` says it: a replay
     file that cannot be read, a server that cannot be reached, a Docker engine that does not answer
     or lacks the sandbox image (each a :class:`CloverError` or ``SandboxUnavailable`` with the fix)."""
@@ -91,7 +92,7 @@ def _check_before_drawing(backend: BackendOptions, settings: Settings, options: 
         load_replay(Path(backend.replay))  # every line, as the backend will read them
     asyncio.run(probe_backend(backend, settings))
     spec = options.spec
-    if options.sandbox_kind == "docker" and spec is not None:
+    if options.sandbox_kind == "docker":
         from clover_agent.sandboxes.docker import docker_client, require_image
 
         client = docker_client(spec.host_env)

@@ -32,6 +32,7 @@ from clover_agent.handback.hostgit import git
 from clover_agent.launch import sandbox_spec
 from clover_agent.protocol import FORMAT_REMINDER
 from clover_agent.sandboxes.base import SandboxSpec
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.settings import RepoSettings, Settings, host_package_index
 
 RESULTS_DIR = "results"
@@ -272,19 +273,22 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         counter = _Counter(task.instance_id, options.say)
         bus = EventBus()
         bus.subscribe(counter)
-        request = FixRequest(
-            target=" ".join(task.fail_to_pass),
+        session = SessionConfig(
             repo=repo,
             make_backend=make_backend,
-            sandbox=task_spec(options, repo, task),
+            spec=task_spec(options, repo, task),
             sandbox_kind=options.sandbox_kind,
-            run_dir=work / "run",
-            command="eval",
             policy=preset("ci"),
             # a replay ends by itself, however many turns its patch takes
             max_steps=options.max_steps if options.mode == "model" else None,
             max_time_s=options.max_time_s,
             max_tokens=options.max_tokens,
+        )
+        request = FixRequest(
+            target=" ".join(task.fail_to_pass),
+            session=session,
+            run_dir=work / "run",
+            command="eval",
             regression=options.regression,
             request=_request(task),
             launch={"eval": options.mode, "instance_id": task.instance_id},

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,7 @@ from typing import Any
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget, LimitsExceeded
 from clover_agent.agent.loop import RunResult
-from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset
-from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
-from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import (
     Done,
@@ -52,10 +49,9 @@ from clover_agent.handback.judging import WORKERS, Checked, Judging, check_patch
 from clover_agent.handback.patches import hidden_work
 from clover_agent.handback.stock import SHADOW_DIR, PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict, skipped_regression_report
-from clover_agent.sandboxes.base import Sandbox, SandboxSpec
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.errors import SandboxError
-from clover_agent.session.assembly import AgentSession, AgentSetup
-from clover_agent.tools.mcp import McpServerConfig
+from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
 
 
@@ -65,23 +61,18 @@ class NothingToFix(CloverError):
 
 @dataclass
 class FixRequest:
-    """One ``fix`` run: TARGET in ``repo``, with everything the workflow needs handed in."""
+    """One ``fix`` run: an agent session (:class:`~clover_agent.session.assembly.SessionConfig`:
+    repository, model, sandbox, policy, budget, record key, MCP servers) and what is ``fix``'s own.
+    The session's backend is made only once a failure is confirmed; its ``max_time_s`` is the
+    agent's budget, or the whole run's deadline with ``whole_run_time``."""
 
     target: str  # "": the tests that fail in the whole suite (or, with a ``request``, none)
-    repo: Path  # the repository on the host (TARGET's files are looked up there)
-    make_backend: Callable[[], ModelBackend]  # called only once a failure is confirmed
-    sandbox: SandboxSpec  # complete (``clover_agent.launch.sandbox_spec``)
-    sandbox_kind: str = "docker"
+    session: SessionConfig
     run_dir: Path | None = None  # where the run's files go; default <repo>/.clover/runs/<run id>
     command: str = "fix"  # the front end, as the trajectory's task events name it
-    policy: Policy | None = None
     approvals: Approvals | None = None  # who answers what the policy asks about (None: no one)
-    max_steps: int | None = 50
-    max_time_s: float | None = 1800.0
-    max_tokens: int | None = None
-    #: ``max_time_s`` is the whole run's wall-clock deadline (the CI bot's): it counts from the
-    #: run's start, and the reproduction, the agent's tool calls and the verification are cut at it.
-    #: Otherwise it is the agent's own budget.
+    #: ``session.max_time_s`` is the whole run's wall-clock deadline (the CI bot's): it counts from
+    #: the run's start, and the reproduction, the agent's tool calls and the verification are cut at it.
     whole_run_time: bool = False
     #: Exit codes the front end gives otherwise (the CI bot's 7 -> 1), in the summary and the
     #: trajectory's verdict alike.
@@ -94,11 +85,6 @@ class FixRequest:
     request: str = ""
     launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
     keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
-    #: Signs the run's records (``fix --resume`` and ``runs`` read only signed ones); None: unsigned
-    #: (the CI bot's output folder, which nothing reads back).
-    record_key: RecordKey | None = None
-    #: MCP servers whose tools the agent gets (started in the run's sandbox unless one says "host").
-    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 def per_test_limit(request: FixRequest) -> float:
@@ -171,11 +157,11 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
     elif request.run_dir is not None:
         run_dir = request.run_dir
     else:
-        run_dir = runs_dir(request.repo) / run_id
+        run_dir = runs_dir(request.session.repo) / run_id
     if resume is not None:  # a killed segment's shadow repository: the run makes its own
         shutil.rmtree(run_dir / SHADOW_DIR, ignore_errors=True)
     writer = TrajectoryWriter(
-        run_dir / TRAJECTORY_FILE, keep_stream=request.keep_stream, key=request.record_key
+        run_dir / TRAJECTORY_FILE, keep_stream=request.keep_stream, key=request.session.record_key
     )
     unsubscribe = bus.subscribe(writer)
     if resume is None:
@@ -184,8 +170,8 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 run_id=run_id,
                 command=request.command,
                 target=request.target,
-                repo=str(request.repo),
-                sandbox=request.sandbox_kind,
+                repo=str(request.session.repo),
+                sandbox=request.session.sandbox_kind,
                 launch=request.launch,
             )
         )
@@ -198,15 +184,15 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
                 previous_exit_code=resume.exit_code,
                 previous_outcome=resume.outcome,
                 previous_message=resume.message,
-                repo=str(request.repo),
-                sandbox=request.sandbox_kind,
+                repo=str(request.session.repo),
+                sandbox=request.session.sandbox_kind,
                 launch=request.launch,
             )
         )
     found = _Found()
     exit_code, message = ExitCode.FAILURE, ""
-    if request.whole_run_time and request.max_time_s is not None:
-        found.deadline = started + request.max_time_s
+    if request.whole_run_time and request.session.max_time_s is not None:
+        found.deadline = started + request.session.max_time_s
     try:
         exit_code, message = await _fix(request, bus, run_id, run_dir, found, resume)
     except RUN_ERRORS as exc:
@@ -226,7 +212,7 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
             exit_code=exit_code,
             message=message,
             elapsed_s=time.monotonic() - started,
-            key=request.record_key,
+            key=request.session.record_key,
             stock=found.stock,
             before=found.before,
             backend=found.backend,
@@ -260,9 +246,10 @@ async def _fix(
         bus.emit(SandboxProgress(message=message))
 
     # the environment's set-up and a large copy say what they do (here and in the verifying sandbox)
-    request = dataclasses.replace(request, sandbox=dataclasses.replace(request.sandbox, progress=progress))
-    found.stock = stock = Stock(run_dir, request.repo)
-    hidden = hidden_work(request.repo)
+    spec = dataclasses.replace(request.session.spec, progress=progress)
+    request = dataclasses.replace(request, session=dataclasses.replace(request.session, spec=spec))
+    found.stock = stock = Stock(run_dir, request.session.repo)
+    hidden = hidden_work(request.session.repo)
     if hidden:  # git hides their changes from `status`; the apply's guard still sees them
         shown = ", ".join(f"{path} ({flag})" for path, flag in list(hidden.items())[:10])
         more = f" and {len(hidden) - 10} more" if len(hidden) > 10 else ""
@@ -273,14 +260,9 @@ async def _fix(
                 "and a patch that changes them is not applied",
             )
         )
-    bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.sandbox_kind} sandbox"))
+    bus.emit(PhaseStarted(phase="set-up", detail=f"starting the {request.session.sandbox_kind} sandbox"))
     parts = AgentSession(
-        AgentSetup(
-            request.sandbox_kind,
-            request.sandbox,
-            request.policy or preset(DEFAULT_PRESET),
-            request.mcp_servers,
-        ),
+        request.session,
         bus,
         run_id=run_id,
         folder=run_dir,
@@ -295,11 +277,14 @@ async def _fix(
             )
         if before.stop is not None:
             raise before.stop
-        backend = request.make_backend()
+        backend = request.session.make_backend()
         found.backend = backend.name
         try:
             budget = Budget(
-                request.max_steps, request.max_time_s, request.max_tokens, deadline=found.deadline
+                request.session.max_steps,
+                request.session.max_time_s,
+                request.session.max_tokens,
+                deadline=found.deadline,
             )
             agent = await parts.open_agent(backend, budget, request.approvals)
             if resume is None:
@@ -365,8 +350,8 @@ def _judging(request: FixRequest, stock: Stock, before: Before) -> Judging:
     """What step 4 judges the patch against: the run's baseline and target (none: the request's)."""
     assert before.suite_before is not None
     return Judging(
-        request.sandbox,
-        request.sandbox_kind,
+        request.session.spec,
+        request.session.sandbox_kind,
         stock,
         before.suite_before,
         before.target_tests,
@@ -388,7 +373,7 @@ async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Be
     """Steps 1 and 2: the target's failure confirmed (an environment problem stops the run here,
     before any agent: ``stop``), and the regression baseline (one run; free text's suite run is
     reused). No TARGET, or one that means the tests failing now: :func:`_failing_in_suite`."""
-    if not request.target or means_failing_now(request.target, request.repo):
+    if not request.target or means_failing_now(request.target, request.session.repo):
         return await _failing_in_suite(request, sandbox, bus)
     bus.emit(
         PhaseStarted(phase="tests before", detail=f"finding and running the tests {request.target!r} selects")
@@ -396,7 +381,7 @@ async def _reproduce(request: FixRequest, sandbox: Sandbox, bus: EventBus) -> Be
     selection = await select_tests(
         sandbox,
         request.target,
-        request.repo,
+        request.session.repo,
         workers=WORKERS,
         suite_timeout=request.suite_timeout_s,
         test_timeout=per_test_limit(request),
@@ -464,8 +449,8 @@ async def _environment_problem(
     problem = diagnose(
         report,
         await workspace_module_names(sandbox),
-        environment=request.sandbox.environment is not None and request.sandbox_kind == "docker",
-        recipe=request.sandbox.environment if request.sandbox_kind == "docker" else None,
+        environment=request.session.spec.environment is not None and request.session.sandbox_kind == "docker",
+        recipe=request.session.spec.environment if request.session.sandbox_kind == "docker" else None,
     )
     return None if problem is None else EnvironmentNotReady(problem.message(target))
 
@@ -514,7 +499,9 @@ async def _failing_in_suite(request: FixRequest, sandbox: Sandbox, bus: EventBus
     stop: CloverError | None = None
     if not suite.outcomes:
         why = suite.problem or suite.summary()
-        stop = UsageError(f"found no tests in {request.repo} ({why}); a change is checked with the tests")
+        stop = UsageError(
+            f"found no tests in {request.session.repo} ({why}); a change is checked with the tests"
+        )
     elif not suite.all_passed:
         stop = CloverError(f"the suite could not be run as it is: {suite.problem or suite.summary()}")
     elif not request.request:

@@ -12,36 +12,50 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clover_agent.agent.approvals import Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent
-from clover_agent.agent.policy import Policy, with_mcp
+from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset, with_mcp
+from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS
 from clover_agent.events import EventBus
 from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.factory import create_sandbox
+from clover_agent.session.store import SavedSession
 from clover_agent.tools.mcp import McpServerConfig, McpServers
 from clover_agent.tools.registry import default_tools
 
 
 @dataclass
-class AgentSetup:
-    """What every front end's agent session is made of.
+class SessionConfig:
+    """One agent session's configuration, the same for every front end (``fix``'s request holds one
+    beside what is its own; the TUI and ACP run on one).
 
+    - ``repo``: the user's repository; ``make_backend``: the model, made when the session needs it.
     - ``sandbox_kind``, ``spec``: the sandbox (``spec`` complete: ``launch.sandbox_spec``).
     - ``policy``: what the agent may do unasked (the MCP servers' tools are added to it).
+    - ``max_steps``, ``max_time_s``, ``max_tokens``: the agent's budget (None: no limit).
+    - ``record_key``: signs the session's records (None: unsigned, never resumed).
     - ``mcp_servers``: servers whose tools the agent gets (started in the sandbox unless "host").
+    - ``resume``: a saved interactive session to take up (the TUI, ACP).
     """
 
-    sandbox_kind: str
+    repo: Path
+    make_backend: Callable[[], ModelBackend]
     spec: SandboxSpec
-    policy: Policy
+    sandbox_kind: str = "docker"
+    policy: Policy = field(default_factory=lambda: preset(DEFAULT_PRESET))
+    max_steps: int | None = 50
+    max_time_s: float | None = 1800.0
+    max_tokens: int | None = None
+    record_key: RecordKey | None = None
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    resume: SavedSession | None = None
 
 
 @dataclass
@@ -50,7 +64,7 @@ class AgentSession:
     in reverse (:meth:`close_agent`, :meth:`close`). ``report`` names what did not start (an MCP
     server); ``folder``: where the servers' logs go."""
 
-    config: AgentSetup
+    config: SessionConfig
     bus: EventBus
     run_id: str
     folder: Path

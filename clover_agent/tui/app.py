@@ -28,6 +28,7 @@ from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
 from clover_agent.handback.session import Offer
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.events import ApprovalNeeded, Notice, SessionStarted
 from clover_agent.session.store import SessionInfo, load_session
 from clover_agent.tui.export import transcript_markdown
@@ -39,7 +40,7 @@ from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import session_picker, undo_picker
-from clover_agent.tui.session import SessionOptions, TuiSession
+from clover_agent.tui.session import TuiSession
 from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.key_hints import KeyHints
@@ -102,7 +103,7 @@ class CloverApp(App[int]):
     """
 
     def __init__(
-        self, options: SessionOptions, *, pick_from: list[SessionInfo] | None = None, theme: str = "dark"
+        self, options: SessionConfig, *, pick_from: list[SessionInfo] | None = None, theme: str = "dark"
     ) -> None:
         super().__init__()
         self.options = options

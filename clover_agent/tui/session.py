@@ -13,26 +13,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
-from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
 from clover_agent.handback.session import SessionHandBack
-from clover_agent.launch import sandbox_spec
-from clover_agent.sandboxes.base import Sandbox, SandboxSpec
-from clover_agent.session.assembly import AgentSession, AgentSetup
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import (
     ApprovalNeeded,
     MessageQueued,
@@ -43,36 +40,16 @@ from clover_agent.session.events import (
     TurnsUndone,
 )
 from clover_agent.session.store import SavedSession, SessionInfo, new_session_id, session_dir, write_info
-from clover_agent.settings import Settings
-from clover_agent.tools.mcp import McpServerConfig, McpServers
+from clover_agent.tools.mcp import McpServers
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.commands import SessionCommands, SessionStatus, Turn
-from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
+from clover_agent.tui.policies import INTERACTIVE_NOTE
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.text import sandbox_paths
 
 T = TypeVar("T")
 #: Where the session folder keeps the tracebacks of unexpected errors.
 ERRORS_FILE = "errors.log"
-
-
-@dataclass
-class SessionOptions:
-    """What a session runs with (the same choices as ``fix``, per request where they are budgets)."""
-
-    repo: Path
-    make_backend: Callable[[], ModelBackend]
-    sandbox_kind: str = "docker"
-    spec: SandboxSpec | None = None  # default: the repository as the settings say (launch.sandbox_spec)
-    policy: str = "workspace"
-    max_steps: int | None = 50
-    max_time_s: float | None = 1800.0
-    max_tokens: int | None = None
-    resume: SavedSession | None = None
-    #: Signs the session's records (``store.SESSION_FILES``); None: unsigned, so never resumed.
-    record_key: RecordKey | None = None
-    #: MCP servers whose tools the agent gets (``launch.mcp_servers``: the settings', a trusted repository's).
-    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class TuiSession(SessionCommands):
@@ -87,7 +64,7 @@ class TuiSession(SessionCommands):
     message); approvals are answered with ``answer_approval``. The sandbox starts as soon as the
     session does, while the person types; a request sent before it is ready waits for it."""
 
-    def __init__(self, options: SessionOptions, deliver: Callable[[Event], None]) -> None:
+    def __init__(self, options: SessionConfig, deliver: Callable[[Event], None]) -> None:
         self.options = options
         self.repo = options.repo
         saved = options.resume
@@ -107,7 +84,7 @@ class TuiSession(SessionCommands):
             if isinstance(event, TurnsUndone):
                 for turn in self.turns:
                     turn.undone |= turn.turn >= event.turn
-        self.policy = policy_named(options.policy)
+        self.policy = options.policy
         self.status = SessionStatus(policy=self.policy.name)
         self.bus = EventBus()
         self._writer = TrajectoryWriter(self.folder / TRAJECTORY_FILE, key=options.record_key)
@@ -217,9 +194,9 @@ class TuiSession(SessionCommands):
         assert self._ready is not None and self.backend is not None
         saved = self.options.resume
         self._sandbox_state("starting")
-        spec = self.options.spec or sandbox_spec(Settings.load(), self.repo)
+        spec = self.options.spec
         self.parts = AgentSession(
-            AgentSetup(self.options.sandbox_kind, spec, self.policy, self.options.mcp_servers),
+            dataclasses.replace(self.options, policy=self.policy),
             self.bus,
             run_id=self.session_id,
             folder=self.folder,

@@ -11,10 +11,11 @@ import pytest
 
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import Done, ToolCallFinished
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.tools.mcp import McpServerConfig
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.session import SessionOptions
 from tests.mcp.test_mcp_tools import SERVER
+from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import calculator_repo, call, send, session_key, turn, wait_for, write_replay
 
 pytestmark = pytest.mark.slow
@@ -28,9 +29,10 @@ async def test_a_tui_session_calls_a_servers_tool(tmp_path: Path) -> None:
         tmp_path / "mcp.jsonl",
         [turn("", call("mcp__calc__add", a=4, b=5)), turn("", call("finish", summary="9"))],
     )
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
+        spec=sandbox_spec(repo),
         sandbox_kind="local",
         record_key=session_key(repo),
         mcp_servers=(

@@ -16,12 +16,14 @@ from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.openai import OpenAIBackend
 from clover_agent.backends.replay import ReplayBackend, load_replay
 from clover_agent.cli.options import record_key
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.store import SavedSession
 from clover_agent.settings import Settings
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.session import SessionOptions
+from clover_agent.tui.policies import policy_named
 from tests.clover_agent.test_backend_openai import ChatServer
 from tests.git_repos import git
+from tests.sandbox_specs import sandbox_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
 DEADLINE_S = 120.0
@@ -72,8 +74,8 @@ def make_app(
     theme: str = "dark",
 ) -> CloverApp:
     make = (lambda: ReplayBackend(backend)) if isinstance(backend, Path) else backend
-    options = SessionOptions(repo=repo, make_backend=make, sandbox_kind=sandbox, policy=policy, resume=resume,
-                             record_key=session_key(repo))  # fmt: skip
+    options = SessionConfig(repo=repo, make_backend=make, spec=sandbox_spec(repo), sandbox_kind=sandbox,
+                            policy=policy_named(policy), resume=resume, record_key=session_key(repo))  # fmt: skip
     return CloverApp(options, theme=theme)
 
 

@@ -12,11 +12,12 @@ from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from clover_agent.events import Done, ModelCallStarted, ModelDelta, ProvisionalBlock
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.tui.app import CloverApp
-from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.diffusion_view import UNDECIDED
 from clover_agent.tui.widgets.status_bar import StatusBar
+from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import calculator_repo, send, wait_for
 
 
@@ -33,7 +34,9 @@ async def test_provisional_blocks_appear_and_commit(tmp_path: Path) -> None:
             model, device="cpu", sampling=SamplingParams.greedy(), max_new_tokens=40, progress=None
         )
 
-    options = SessionOptions(repo=repo, make_backend=backend, sandbox_kind="local", max_steps=1)
+    options = SessionConfig(
+        repo=repo, make_backend=backend, spec=sandbox_spec(repo), sandbox_kind="local", max_steps=1
+    )
     app = CloverApp(options)
     async with app.run_test(size=(100, 30)) as pilot:
         await send(pilot, "change A")

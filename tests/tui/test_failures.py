@@ -9,10 +9,10 @@ import pytest
 
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import ApprovalDecided, Done, ToolCallFinished
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.help import HelpScreen
-from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.widgets.notice import NoticeLine
 from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import calculator_repo, call, make_app, send, turn, wait_for, write_replay
@@ -51,7 +51,7 @@ async def test_a_denied_call_is_reported_to_the_model(tmp_path: Path) -> None:
 async def test_a_sandbox_that_cannot_start(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="never"))])
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="docker",
@@ -107,7 +107,7 @@ async def test_the_app_answers_while_the_sandbox_starts(tmp_path: Path) -> None:
     gate = tmp_path / "go"
     replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran after the start"))])
     setup = f"while [ ! -e {gate} ]; do sleep 0.1; done"  # the test decides when the start ends
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="local",
@@ -137,7 +137,7 @@ async def test_a_failed_sandbox_start_can_be_retried(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     gate = tmp_path / "ready-now"
     replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran after the retry"))])
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="local",
@@ -166,7 +166,7 @@ async def test_a_failed_sandbox_start_can_be_retried(tmp_path: Path) -> None:
 async def test_a_failed_docker_start_can_switch_to_the_local_sandbox(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     replay = write_replay(tmp_path / "r.jsonl", [turn("", call("finish", summary="ran locally"))])
-    options = SessionOptions(
+    options = SessionConfig(
         repo=repo,
         make_backend=lambda: ReplayBackend(replay),
         sandbox_kind="docker",

@@ -9,13 +9,14 @@ import pytest
 
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import Done, WorkspaceUndone
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.store import list_sessions, load_session
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.picker import PickerScreen
-from clover_agent.tui.session import SessionOptions
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
 from clover_agent.tui.widgets.user_message import UserMessage
+from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import (
     FIX_ADD,
     calculator_repo,
@@ -164,7 +165,7 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: _done(first, 1), "the first session")
         await pilot.press("ctrl+q")
     replay = write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="again"))])
-    options = SessionOptions(repo=repo, make_backend=lambda: ReplayBackend(replay), sandbox_kind="local",
+    options = SessionConfig(repo=repo, make_backend=lambda: ReplayBackend(replay), spec=sandbox_spec(repo), sandbox_kind="local",
                              record_key=session_key(repo))  # fmt: skip
     app = CloverApp(options, pick_from=list_sessions(repo, session_key(repo)))
     async with app.run_test() as pilot:
