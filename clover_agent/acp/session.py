@@ -380,12 +380,10 @@ class AcpSession:
                 await self._run
         try:
             if self.parts is not None:
-                await self.parts.close_agent()
-            if self.backend is not None:
+                await self.parts.close(self.backend)
+            elif self.backend is not None:
                 await self.backend.close()
         finally:
-            if self.parts is not None:
-                await self.parts.close()
             with contextlib.suppress(Exception):
                 await self.bus.drain()
             self._writer.close()

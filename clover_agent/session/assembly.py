@@ -115,10 +115,13 @@ class AgentSession:
             await self.mcp.close_held()
             self.mcp = None
 
-    async def close(self) -> None:
-        """Take everything down: the MCP servers, then the sandbox."""
+    async def close(self, backend: ModelBackend | None = None) -> None:
+        """Take everything down: the MCP servers, the model ``backend`` when given, then the sandbox
+        (closed whatever the others raised)."""
         try:
             await self.close_agent()
+            if backend is not None:
+                await backend.close()
         finally:
             sandbox, self.sandbox = self.sandbox, None
             if sandbox is not None:

@@ -443,14 +443,14 @@ class TuiSession(SessionCommands):
             self._request.cancel()
             with contextlib.suppress(asyncio.CancelledError, *RUN_ERRORS):
                 await self._request
+        up = self.parts is not None and self.parts.sandbox is not None
         try:
             if self.parts is not None:
-                await self.parts.close_agent()
-            if self.backend is not None:
+                await self.parts.close(self.backend)
+            elif self.backend is not None:
                 await self.backend.close()
         finally:
-            if self.parts is not None and self.parts.sandbox is not None:
-                await self.parts.close()
+            if up:
                 self._sandbox_state("closed")
             await self.bus.drain()
             self._writer.close()
