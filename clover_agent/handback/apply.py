@@ -162,8 +162,9 @@ def _checked_staging(repo: Path, patch: PatchSet, ours: frozenset[str] = frozens
     """Every check of :func:`apply_patch_set` (raising :class:`PatchNotApplied`); the staging folder
     to use (not created yet)."""
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
-    hidden = hidden_work(repo)
-    dirty = [p for p in local_changes(repo, list(targets)) if p not in ours or p in hidden]
+    dirty = local_changes(repo, list(targets))
+    hidden = hidden_work(repo) if dirty else {}
+    dirty = [p for p in dirty if p not in ours or p in hidden]
     if dirty:
         marked = [f"{p} (marked {hidden[p]})" for p in dirty if p in hidden]
         raise PatchNotApplied(

@@ -68,15 +68,14 @@ async def run_without_change(
     spec: SandboxSpec,
     patch: PatchSet,
     target: str,
-    test_timeout: float | None = None,
-    stock: Stock | None = None,
+    test_timeout: float | None,
+    stock: Stock,
 ) -> TestReport:
     """``target`` run in a fresh sandbox over the starting code with only the patch's test files
-    written (``test_timeout``: each test's own limit; ``stock``: made exactly the patch's start
-    first, whatever the user's tree holds now)."""
+    written (``test_timeout``: each test's own limit). The sandbox is made exactly the patch's
+    start first (``stock``), whatever the user's tree holds now."""
     async with create_sandbox(kind, spec) as sandbox:
-        if stock is not None:
-            await stock.make_like(sandbox, patch.base)
+        await stock.make_like(sandbox, patch.base)
         try:
             await sandbox.put(_test_puts(patch))
         except (OSError, ValueError) as exc:

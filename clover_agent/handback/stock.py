@@ -127,6 +127,7 @@ class Stock:
         self.end: dict[str, TreeEntry] | None = None  # the final tree (left-outs at their start)
         #: The trees of the patches made from part of the final one (:meth:`subset`), by commit.
         self._ends: dict[str, dict[str, TreeEntry]] = {}
+        self._subsets = 0  # subsets made: each gets a ref of its own
 
     async def _snapshot(self, sandbox: Sandbox, keep: set[str]) -> Snapshot:
         with tempfile.TemporaryDirectory(prefix="clover-snapshot-") as scratch:
@@ -213,13 +214,18 @@ class Stock:
             raise HandBackError(f"could not read the files the agent changed: {exc}") from exc
         final = writer.finish()
         self.end = self._ends[final] = end
+        return self._patch_set(final, dict(sorted(left_out.items())))
+
+    def _patch_set(self, final: str, left_out: dict[str, str]) -> PatchSet:
+        """The patch from ``base`` to ``final`` (a commit of the shadow repository)."""
+        assert self.base is not None
         return PatchSet(
             self.shadow,
             self.base,
             final,
             self.shadow.patch(self.base, final),
             self.shadow.changes(self.base, final),
-            dict(sorted(left_out.items())),
+            left_out,
         )
 
     def subset(self, patch: PatchSet, paths: list[str]) -> PatchSet:
@@ -230,7 +236,8 @@ class Stock:
         chosen = [c for c in patch.changes if c.path in set(paths)]
         tree = self._tree(patch.final)
         files = self.shadow.files(patch.final)
-        writer = self.shadow.writer(f"refs/heads/subset-{len(self._ends) + 1}", self.base)
+        self._subsets += 1
+        writer = self.shadow.writer(f"refs/heads/subset-{self._subsets}", self.base)
         end = dict(self.start.entries)
         try:
             for change in chosen:
@@ -245,26 +252,13 @@ class Stock:
             raise
         final = writer.finish()
         self._ends[final] = end
-        return PatchSet(
-            self.shadow,
-            self.base,
-            final,
-            self.shadow.patch(self.base, final),
-            self.shadow.changes(self.base, final),
-            dict(patch.left_out),
-        )
+        return self._patch_set(final, dict(patch.left_out))
 
     async def make_like_final(self, sandbox: Sandbox, patch: PatchSet) -> None:
         """Make ``sandbox``'s workspace (a fresh one) exactly ``patch``'s final tree (every file
         that differs written, every extra one removed), then check it again."""
         assert self.end is not None, "record_end first"
         await self.make_like(sandbox, patch.final)
-
-    async def make_like_start(self, sandbox: Sandbox) -> None:
-        """Make ``sandbox``'s workspace (a fresh one) exactly the ``base`` tree, whatever the user's
-        tree holds now: where the runs before a change are made."""
-        assert self.base is not None, "record_start first"
-        await self.make_like(sandbox, self.base)
 
     def advance(self, patch: PatchSet) -> None:
         """``patch`` (or a :meth:`subset` of it) was applied to the user's tree: its final tree is
