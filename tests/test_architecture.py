@@ -178,10 +178,13 @@ FIX_RANKS = {
     "regression": 1,
     "report": 2,
     "resume": 2,
+    "request": 2,
+    "reproduce": 3,
     "decision": 3,
     "console": 3,
-    "workflow": 4,
-    "fix": 5,
+    "steps": 4,
+    "workflow": 5,
+    "fix": 6,
 }
 
 
@@ -223,4 +226,4 @@ def test_every_front_end_opens_its_agent_session_in_one_place() -> None:
                     found.append(f"{module}:{node.lineno}: {name}(...)")
     assert found and all(f.startswith("clover_agent.session.assembly:") for f in found), "\n".join(found)
     users = {e.source for e in edges(PACKAGE_ROOTS) if e.target == "clover_agent.session.assembly"}
-    assert {"clover_agent.fix.workflow", "clover_agent.tui.session", "clover_agent.acp.session"} <= users
+    assert {"clover_agent.fix.steps", "clover_agent.tui.session", "clover_agent.acp.session"} <= users

@@ -45,9 +45,10 @@ from clover_agent.events import (
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.progress import RunFigures
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
+from clover_agent.fix.request import FixRequest
 from clover_agent.fix.resume import StoppedRun, load_stopped_run
 from clover_agent.fix.runs import locate_run
-from clover_agent.fix.workflow import FixRequest, run_fix, verify_part
+from clover_agent.fix.workflow import run_fix, verify_part
 from clover_agent.handback.hostgit import git as host_git
 from clover_agent.handback.judging import Checked
 from clover_agent.handback.stock import PatchSet
@@ -235,7 +236,7 @@ def _fix(args: argparse.Namespace) -> int:
         raise CloverError(report.message + (f"\n{hint}" if hint else ""), exit_code=report.exit_code)
 
     def reverify(part: PatchSet) -> Checked:  # the run's renderer is closed: this says its own lines
-        return asyncio.run(verify_part(request, EventBus(), report, part))
+        return asyncio.run(verify_part(report, part, EventBus()))
 
     return hand_back(report, repo, args, console, environ=settings.environment, reverify=reverify)
 

@@ -27,7 +27,8 @@ from clover_agent.eval.scripts import empty_turns, gold_turns, write_replay
 from clover_agent.eval.source import commit_all, make_repo
 from clover_agent.eval.tasks import Task
 from clover_agent.events import Event, EventBus, ModelResponded, PhaseStarted
-from clover_agent.fix.workflow import FixRequest, run_fix
+from clover_agent.fix.request import FixRequest
+from clover_agent.fix.workflow import run_fix
 from clover_agent.handback.hostgit import git
 from clover_agent.launch import sandbox_spec
 from clover_agent.protocol import FORMAT_REMINDER

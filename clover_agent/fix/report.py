@@ -23,9 +23,9 @@ from clover_agent.agent.records import RecordKey
 from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.errors import CloverError, ExitCode
 from clover_agent.fix.runs import PATCH_FILE, SUMMARY_FILE
-from clover_agent.handback.judging import Checked
+from clover_agent.handback.judging import Checked, Judging
 from clover_agent.handback.patches import is_test_file
-from clover_agent.handback.stock import PatchSet, Stock
+from clover_agent.handback.stock import Kept, PatchSet, Stock
 from clover_agent.handback.verdict import Verdict
 from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.run_tests import TestReport
@@ -90,14 +90,6 @@ class Before:
     stop: CloverError | SandboxError | None = None  # SandboxError: it broke after a test run
 
 
-@dataclass(frozen=True)
-class Kept:
-    """Step 3's end: the patch made on the host, or why the workspace could not be read back."""
-
-    patch_set: PatchSet | None
-    problem: str = ""
-
-
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -148,8 +140,8 @@ class FixReport:
     patch_set: PatchSet | None = None
     stock: Stock | None = None
     key: RecordKey | None = None  # signs the RECORD_FILES
-    #: Steps 1 and 2 (what a part of the patch is verified against again, at the hand-back).
-    before: Before | None = None
+    #: What the patch was judged against (a part of it is judged against the same at the hand-back).
+    judging: Judging | None = None
     #: The verdict of the whole patch when only part of it was verified again and judged
     #: (``verdict`` is then that part's: it describes the bytes that reach the tree).
     whole_verdict: Verdict | None = None
@@ -265,6 +257,7 @@ def build_report(
     agent: RunResult | None = None,
     kept: Kept | None = None,
     checked: Checked | None = None,
+    judging: Judging | None = None,
 ) -> FixReport:
     """The report from the phases' values (those a run that ended early never reached are None)
     and the run's exit code and message."""
@@ -286,7 +279,7 @@ def build_report(
         patch_set=patch_set,
         stock=stock,
         key=key,
-        before=before,
+        judging=judging,
         **_checked_fields(checked),
     )
 

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover_agent.errors import CloverError
+from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.handback.paths import needs_yes, never_handed_back
 from clover_agent.handback.shadow import EXECUTABLE, REGULAR, SYMLINK, Change, ShadowRepo
 from clover_agent.handback.snapshot import (
@@ -90,6 +90,15 @@ class PatchSet:
             "left_out": self.left_out,
             "needs_yes": self.needing_yes,
         }
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The end of an agent's work: the patch made on the host (:meth:`Stock.take`), or why the
+    workspace could not be read back."""
+
+    patch_set: PatchSet | None
+    problem: str = ""
 
 
 def git_mode(entry: TreeEntry) -> int:
@@ -215,6 +224,17 @@ class Stock:
         final = writer.finish()
         self.end = self._ends[final] = end
         return self._patch_set(final, dict(sorted(left_out.items())))
+
+    async def take(self, sandbox: Sandbox, patch_file: Path) -> Kept:
+        """:meth:`record_end`, its patch written to ``patch_file`` (empty when the workspace could
+        not be read back: the problem is then in the :class:`Kept`, nothing is raised)."""
+        try:
+            patch = await self.record_end(sandbox)
+        except (*RUN_ERRORS, OSError) as exc:
+            patch_file.write_bytes(b"")
+            return Kept(None, f"the workspace could not be read back from the sandbox: {message_of(exc)}")
+        patch_file.write_bytes(patch.patch)
+        return Kept(patch)
 
     def _patch_set(self, final: str, left_out: dict[str, str]) -> PatchSet:
         """The patch from ``base`` to ``final`` (a commit of the shadow repository)."""

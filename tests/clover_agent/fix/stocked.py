@@ -10,9 +10,9 @@ from pathlib import Path
 
 from clover_agent.errors import ExitCode
 from clover_agent.events import EventBus
-from clover_agent.fix.report import FixReport, Kept, build_report
+from clover_agent.fix.report import FixReport, build_report
 from clover_agent.handback.judging import Checked
-from clover_agent.handback.stock import PatchSet, Stock
+from clover_agent.handback.stock import Kept, PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict
 from clover_agent.handback.verify import verify_patch
 from clover_agent.sandboxes.base import Sandbox
