@@ -16,9 +16,9 @@ from typing import Any
 from clover_agent.backends import BACKEND_KINDS, create_backend
 from clover_agent.backends.base import ModelBackend
 from clover_agent.engine.loading.locate import ModelSources
+from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes.base import SandboxLimits, SandboxSpec
-from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.settings import REPO_CONFIG, RepoSettings, Settings, host_package_index, repo_settings
 from clover_agent.tools.mcp import McpServerConfig, parse_servers
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from clover_agent.environments.recipe import PackageIndex, without_credentials
 from clover_agent.errors import UsageError
-from clover_agent.sandboxes.environment import PackageIndex, without_credentials
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 
 __all__ = [

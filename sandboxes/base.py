@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from clover_agent.sandboxes.environment import EnvironmentRecipe
+from clover_agent.environments.recipe import EnvironmentRecipe
 from clover_agent.sandboxes.errors import SandboxArgumentError, SandboxConfigError, SandboxError
 
 __all__ = [
@@ -165,7 +165,7 @@ class SandboxSpec:
     setup_commands: list[str] = field(default_factory=list)  # run once before the agent starts
     setup_network: bool = False  # network only while the setup commands run
     setup_timeout: float = 1800.0  # seconds, per set-up command
-    #: The project's environment (:mod:`clover_agent.sandboxes.environment`): made once per
+    #: The project's environment (:mod:`clover_agent.environments.recipe`): made once per
     #: dependency state and cached as an image by the Docker sandbox; None: the image as it is.
     #: The local sandbox uses this machine's Python and ignores it.
     environment: EnvironmentRecipe | None = None

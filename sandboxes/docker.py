@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clover_agent.environments.recipe import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes import cleanup, env_image
 from clover_agent.sandboxes.base import WORKSPACE, Attached, SandboxError, SandboxSpec, require_repo
 from clover_agent.sandboxes.docker_api import QUICK, SLOW, EngineCalls, slow_timeout
-from clover_agent.sandboxes.environment import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE, compiler_image
 from clover_agent.sandboxes.session import WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox, runner_command

@@ -1,13 +1,13 @@
 """Environment images: a project's set-up done once in a set-up container and kept as a local image.
 
 The Docker sandbox (:mod:`clover_agent.sandboxes.docker`) asks for the image of a recipe
-(:class:`~clover_agent.sandboxes.environment.EnvironmentRecipe`): the tag
+(:class:`~clover_agent.environments.recipe.EnvironmentRecipe`): the tag
 ``clover-agent-env:<key>``, the key hashing everything the environment depends on, so a stale
 environment is never used. When the tag is missing a set-up container runs :func:`run_setup` and
 is committed under it; ``clover-agent sandbox prune`` removes the images newer ones replaced
 (:func:`superseded_environment_images`). Its inputs are in a volume at
-:data:`~clover_agent.sandboxes.environment.SETUP_DIR`, never part of the image. No registry is
-involved (sandboxes/README.md, "Project environments").
+:data:`~clover_agent.environments.recipe.SETUP_DIR`, never part of the image. No registry is
+involved (environments/README.md).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clover_agent.sandboxes.base import ExecResult, Sandbox
-from clover_agent.sandboxes.environment import (
+from clover_agent.environments.recipe import (
     CA_PATH,
     SANDBOX_ENVIRONMENT,
     VENV,
@@ -31,6 +30,7 @@ from clover_agent.sandboxes.environment import (
     WORKSPACE_OVERLAY,
     EnvironmentRecipe,
 )
+from clover_agent.sandboxes.base import ExecResult, Sandbox
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.images import COMPILER_PACKAGES
 

@@ -17,13 +17,13 @@ import logging
 import os
 import shutil
 import stat
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from clover_agent.environments.files import git_ls_files, listed_files
 from clover_agent.sandboxes.base import SandboxError
 from clover_agent.sandboxes.git_config import is_config_file, sandbox_config
 
@@ -122,28 +122,6 @@ export GIT_INDEX_FILE=$index
 """
 
 
-def _git_ls_files(repo: Path, *which: str) -> list[str] | None:
-    """``git ls-files`` paths (``--cached``, ``--others``), or None when ``repo`` is not in a git
-    work tree. The repository's fsmonitor hook is not run."""
-    command = ["git", "-c", "core.fsmonitor=false", "-C", str(repo), "ls-files", "-z", *which]
-    try:
-        out = subprocess.run([*command, "--exclude-standard"], capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p})
-
-
-def _git_files(repo: Path) -> list[str] | None:
-    """Tracked and untracked-but-not-ignored paths, or None when ``repo`` is not in a git work tree."""
-    return _git_ls_files(repo, "--cached", "--others")
-
-
-def listed_files(repo: str | os.PathLike[str]) -> list[str] | None:
-    """The relative paths of the files a sandbox copy of ``repo`` holds besides ``.git`` (tracked
-    and untracked-but-not-ignored), or None when ``repo`` is not in a git work tree."""
-    return _git_files(Path(repo).resolve())
-
-
 #: A copy this large is worth telling the user about (with the ``.git`` folder's share).
 LARGE_COPY_BYTES = 20 * 1024**2
 
@@ -156,7 +134,7 @@ def workspace_paths(repo: str | os.PathLike[str]) -> Iterator[tuple[Path, str]]:
     root = Path(repo).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"repository folder not found: {root}")
-    listed = _git_files(root)
+    listed = listed_files(root)
     if listed is None:
         yield from _walk_below(root, root)
         return
@@ -309,7 +287,7 @@ def plan_workspace(repo: str | os.PathLike[str]) -> WorkspacePlan:
     """Scan ``repo`` for its workspace copy: entries, sparse files, and the size it takes. Git reads
     tracked files whole (so they count whole); untracked sparse files count by their data."""
     root = Path(repo).resolve()
-    listed = _git_ls_files(root, "--others")
+    listed = git_ls_files(root, "--others")
     untracked = None if listed is None else set(listed)
     entries, sparse, size, files, git_size = [], {}, 0, 0, 0
     for path, rel in workspace_paths(root):

@@ -41,6 +41,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.backends.engine": "backends.engine",
     "clover_agent.tools": "tools",
     "clover_agent.sandboxes": "sandboxes",
+    "clover_agent.environments": "environments",
     "clover_agent.engine": "engine",
     "clover_agent.engine.model": "engine.model",
     "clover_agent.engine.ops": "engine.ops",
@@ -68,6 +69,7 @@ _BELOW_FRONT_ENDS = {
     "backends",
     "tools",
     "sandboxes",
+    "environments",
     "settings",
     *_SHARED,
 }
@@ -78,7 +80,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     # One agent session's assembly (sandbox, MCP servers, agent, facts), the sessions' store and
     # events: nothing of a front end.
-    "session": {"agent", "backends", "tools", "sandboxes", *_SHARED},
+    "session": {"agent", "backends", "tools", "sandboxes", "environments", *_SHARED},
     "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
     "eval": set(_BELOW_FRONT_ENDS),
@@ -91,19 +93,24 @@ ALLOWED: dict[str, set[str]] = {
         "backends.engine",
         "clover_agent.engine.loading.locate",
         "sandboxes",
+        "environments",
         "settings",
         "tools",
         *_SHARED,
     },
-    "fix": {"handback", "session", "agent", "backends", "tools", "sandboxes", *_SHARED},
+    "fix": {"handback", "session", "agent", "backends", "tools", "sandboxes", "environments", *_SHARED},
     # The hand-back every front end shares (snapshots, patch, held-out runs, checks, verdict, a
     # session's offers, apply) knows none of them: not the fix workflow, its console or its reports.
-    "handback": {"tools", "sandboxes", *_SHARED},
-    "agent": {"backends", "tools", "sandboxes", *_SHARED},
+    "handback": {"tools", "sandboxes", "environments", *_SHARED},
+    "agent": {"backends", "tools", "sandboxes", "environments", *_SHARED},
     "backends": {"backends.engine", *_SHARED},
     "backends.engine": {"backends", *_ENGINE, *_SHARED},
-    "tools": {"sandboxes", "package"},
-    "sandboxes": {"package"},
+    "tools": {"sandboxes", "environments", "package"},
+    # Where tools run; a project's environment (found by ``environments``) is set up and cached there.
+    "sandboxes": {"environments", "package"},
+    # What a project's environment needs, found from its files: below the sandboxes (their error
+    # types only), so discovery runs and is tested without one.
+    "environments": {"clover_agent.sandboxes.errors", "package"},
     "engine": {*_ENGINE, "kernels", "package"},
     # Inside the engine: text and ops at the bottom, the model on the ops, decoding and loading on both.
     "engine.text": {_ENGINE_ERRORS, "package"},
@@ -112,7 +119,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine.decoding": {"engine.model", "engine.ops", "engine.text", _ENGINE_ERRORS, "kernels", "package"},
     "engine.loading": {"engine.model", "engine.ops", "engine.text", _ENGINE_ERRORS, "package"},
     "kernels": {"package"},
-    "settings": {"errors", "sandboxes", "package"},
+    "settings": {"errors", "sandboxes", "environments", "package"},
     "protocol": {"errors", "package"},
     "events": {"package"},
     "safe_text": {"package"},

@@ -100,7 +100,7 @@ def test_non_editable_install_maps_subpackages(tmp_path: Path) -> None:
 
 
 def test_the_mapping_is_the_links_and_the_folders_are_no_packages_of_their_own() -> None:
-    assert SIBLINGS == ("engine", "kernels", "sandboxes", "tools")
+    assert SIBLINGS == ("engine", "environments", "kernels", "sandboxes", "tools")
     for name in SIBLINGS:
         link = REPO / "clover_agent" / name
         assert os.readlink(link) == f"../{name}" and link.resolve() == REPO / name

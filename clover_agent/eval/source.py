@@ -15,10 +15,10 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from clover_agent.environments.recipe import PackageIndex
 from clover_agent.errors import CloverError
 from clover_agent.eval.tasks import RepoSource
 from clover_agent.handback.hostgit import HostGitError, git
-from clover_agent.sandboxes.environment import PackageIndex
 
 INDEX_TIMEOUT_S = 120
 _IDENTITY = ("-c", "user.name=clover-agent eval", "-c", "user.email=eval@clover-agent.invalid")

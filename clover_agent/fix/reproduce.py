@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover_agent.environments.recipe import EnvironmentRecipe
 from clover_agent.errors import CloverError, ExitCode, UsageError
 from clover_agent.events import EventBus, PhaseStarted, TestsRun
 from clover_agent.fix.regression import select_regression
@@ -23,7 +24,6 @@ from clover_agent.handback.diagnosis import diagnose, workspace_module_names
 from clover_agent.handback.judging import WORKERS, target_for
 from clover_agent.handback.verdict import skipped_regression_report
 from clover_agent.sandboxes.base import Sandbox
-from clover_agent.sandboxes.environment import EnvironmentRecipe
 from clover_agent.sandboxes.errors import SandboxError
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 

@@ -14,9 +14,9 @@ import json
 import re
 from dataclasses import dataclass
 
+from clover_agent.environments.extras import EXTRA_NAME, extra_for
+from clover_agent.environments.recipe import EnvironmentRecipe
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
-from clover_agent.sandboxes.environment import EnvironmentRecipe
-from clover_agent.sandboxes.extras import EXTRA_NAME, extra_for
 from clover_agent.tools.run_tests import TestReport
 
 #: Fixtures that known plugins provide, and the plugin.

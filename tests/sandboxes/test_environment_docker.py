@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from clover_agent.launch import sandbox_spec as launch_spec
 from clover_agent.sandboxes.base import SandboxSpec
 from clover_agent.sandboxes.docker import LABEL, LABEL_OWNER_PID, docker_client
@@ -32,7 +33,6 @@ from clover_agent.sandboxes.env_image import (
 from clover_agent.sandboxes.errors import SandboxSetupError
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.sandboxes.images import COMPILER_REPOSITORY, compiler_image, compiler_images
-from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, host_package_index
 from clover_agent.tools.run_tests import run_tests_in
 from tests.cli_process import run_cli

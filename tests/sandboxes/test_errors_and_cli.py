@@ -13,12 +13,12 @@ import docker
 import pytest
 
 from clover_agent.cli.options import add_sandbox_arguments, sandbox_spec_of
+from clover_agent.environments.recipe import EnvironmentRecipe
 from clover_agent.errors import ExitCode, UsageError, exit_code_for
 from clover_agent.launch import sandbox_spec as launch_spec
 from clover_agent.sandboxes.base import SandboxSpec
 from clover_agent.sandboxes.docker import DockerSandbox
 from clover_agent.sandboxes.env_image import advice
-from clover_agent.sandboxes.environment import EnvironmentRecipe
 from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.sandboxes.images import compiler_tag

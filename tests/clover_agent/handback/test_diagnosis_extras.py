@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from clover_agent.handback.diagnosis import diagnose, workspace_module_names
 from clover_agent.sandboxes.factory import create_sandbox
-from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from clover_agent.tools.run_tests import run_tests_in
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec

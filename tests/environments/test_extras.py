@@ -7,8 +7,8 @@ import os
 import shlex
 from pathlib import Path
 
-from clover_agent.sandboxes.extras import collected_imports, distributions, extra_for, provides
-from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
+from clover_agent.environments.extras import collected_imports, distributions, extra_for, provides
+from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from tests.git_repos import make_repo
 
 PYPROJECT = (

@@ -3,7 +3,7 @@
 From the files the sandbox copy holds: the project itself (installed editable), its test extras
 and the extras its tests import (:mod:`.extras`), dependency groups and requirement files, the
 pytest plugins its configuration asks for, and pytest; the list, in order, is in
-sandboxes/README.md ("Project environments"). Everything goes into one pip run, so the resolver
+environments/README.md. Everything goes into one pip run, so the resolver
 sees all constraints at once. The repository's ``.clover/config.toml`` can replace each finding
 (:class:`EnvironmentOptions`).
 """
@@ -22,10 +22,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clover_agent.sandboxes import extras as extras_module
-from clover_agent.sandboxes.environment import SETUP_DIR, EnvironmentRecipe, PackageIndex, SetupStep
+from clover_agent.environments import extras as extras_module
+from clover_agent.environments.files import listed_files
+from clover_agent.environments.recipe import SETUP_DIR, EnvironmentRecipe, PackageIndex, SetupStep
 from clover_agent.sandboxes.errors import SandboxSetupError
-from clover_agent.sandboxes.workspace import listed_files
 
 TEST_NAMES = ("test", "tests", "testing")
 DEV_NAMES = ("dev", "develop", "development")

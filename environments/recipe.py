@@ -3,9 +3,9 @@
 The project's interpreter and dependencies live in a virtual environment at :data:`VENV` inside
 the sandbox, set up once with the network on and kept as a local image keyed by
 :meth:`EnvironmentRecipe.cache_key` (:mod:`clover_agent.sandboxes.env_image`; the model is in
-sandboxes/README.md, "Project environments"). This module holds the data a
+environments/README.md). This module holds the data a
 :class:`~clover_agent.sandboxes.base.SandboxSpec` carries (:class:`EnvironmentRecipe`,
-:class:`PackageIndex`), built by :func:`clover_agent.sandboxes.python_deps.discover` from the
+:class:`PackageIndex`), built by :func:`clover_agent.environments.python_deps.discover` from the
 repository's files and by the caller from the host's package-index configuration. Nothing here
 reads the host.
 """

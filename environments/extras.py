@@ -5,7 +5,7 @@ turn) with :mod:`ast`, never running them, and keeps the module-level imports th
 guarded (a ``try``, ``with suppress(...)`` or ``if TYPE_CHECKING`` around one: no need).
 :func:`extra_for` tells which declared extra lists a distribution providing a module, by name
 (``yaml`` from ``PyYAML``, ``linkify_it`` from ``linkify-it-py``; a few known others in
-:data:`KNOWN_DISTRIBUTIONS`). :mod:`clover_agent.sandboxes.python_deps` installs such extras with
+:data:`KNOWN_DISTRIBUTIONS`). :mod:`clover_agent.environments.python_deps` installs such extras with
 the test extras; ``fix``'s diagnosis names the extra when a module is still missing.
 """
 

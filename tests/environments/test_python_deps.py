@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.sandboxes.environment import EnvironmentRecipe, PackageIndex
+from clover_agent.environments.python_deps import EnvironmentOptions, discover
+from clover_agent.environments.recipe import EnvironmentRecipe, PackageIndex
 from clover_agent.sandboxes.errors import SandboxSetupError
-from clover_agent.sandboxes.python_deps import EnvironmentOptions, discover
 from tests.git_repos import git, make_repo
 
 
