@@ -63,9 +63,10 @@ EDITOR_NOTE = """
 
 # Working with the user
 You are working with a person in their editor. Each of their messages is a request; work on it with
-your tools, and when it is done (or you need their answer to go on) call `finish` with your reply to
-them. Your changes reach their files only when they accept them at the end. They may cancel you and
-correct course: follow their latest message."""
+your tools. When you changed files and the work is done, call `finish` with a summary for them; to
+answer a question, or when you need their answer to go on, reply in plain text with no tool call
+(that ends your turn). Your changes reach their files only when they accept them at the end. They
+may cancel you and correct course: follow their latest message."""
 #: What a run's outcome is as an ACP stop reason (an error is told as text and ends the turn).
 STOP_REASONS: dict[str, schema.StopReason] = {
     "budget_exhausted": "max_turn_requests",
@@ -161,7 +162,7 @@ class AcpSession:
             report=self._note,
         )
         self.sandbox = await self.parts.open_sandbox()
-        agent = await self.parts.open_agent(self.backend, self._budget(), Approvals())
+        agent = await self.parts.open_agent(self.backend, self._budget(), Approvals(), conversation=True)
         self.mcp = self.parts.mcp
         # stock is taken of the user's tree as it is (before a saved session's changes come back):
         # what the session offers is everything it changed that the tree does not hold yet
@@ -246,9 +247,9 @@ class AcpSession:
         self._run = None
         result = run.result()
         await self.bus.drain()
-        if result.outcome not in ("submitted", "interrupted"):
+        if not result.ended_well and result.outcome != "interrupted":
             await self._send(update_agent_message_text(f"\n\nThe agent stopped: {result.message}"))
-        if result.submitted and not cancelled.is_set():
+        if result.ended_well and not cancelled.is_set():
             await self._offer_handback()
         self._save_info()
         return "cancelled" if cancelled.is_set() else STOP_REASONS.get(result.outcome, "end_turn")

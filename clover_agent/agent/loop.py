@@ -59,9 +59,13 @@ class Submitted(Exception):
         self.summary = summary
 
 
+class Answered(Exception):
+    """In a conversation, the model replied in prose with no tool call: that is its answer."""
+
+
 @dataclass
 class RunResult:
-    outcome: str  # submitted | budget_exhausted | stuck | error | interrupted
+    outcome: str  # submitted | answered | budget_exhausted | stuck | error | interrupted
     exit_code: ExitCode
     message: str
     summary: str = ""
@@ -72,12 +76,23 @@ class RunResult:
     def submitted(self) -> bool:
         return self.outcome == "submitted"
 
+    @property
+    def ended_well(self) -> bool:
+        """The turn ended as the agent meant: ``finish`` called, or (in a conversation) answered."""
+        return self.outcome in ("submitted", "answered")
+
 
 class Agent:
     """Drives one conversation in one sandbox with one backend; everything it does is an event on
-    ``bus``. ``tools``: the tool objects it offers the model and runs (default: the standard ones).
-    ``approvals``: where a person answers the calls the policy asks about (None: no one can be
-    asked, so those are denied)."""
+    ``bus``.
+
+    - ``tools``: the tool objects it offers the model and runs (default: the standard ones).
+    - ``approvals``: where a person answers the calls the policy asks about (None: no one can be
+      asked, so those are denied).
+    - ``conversation``: a person reads the replies (the TUI, ACP): a reply in prose with no tool
+      call answers them and ends the turn. Otherwise (``fix``, the CI bot) every reply must call a
+      tool, and one that does not is told so and costs a step.
+    """
 
     def __init__(
         self,
@@ -93,8 +108,10 @@ class Agent:
         stuck_repeats: int = 3,
         tools: Sequence[Tool] | None = None,
         condenser: Condenser | None = None,
+        conversation: bool = False,
     ) -> None:
         self.backend = backend
+        self.conversation = conversation
         self.sandbox = sandbox
         self.bus = bus
         self.run_id = run_id
@@ -277,6 +294,8 @@ class Agent:
                 await self._step()
         except Submitted as done:
             result = RunResult("submitted", ExitCode.OK, "the agent finished the task", summary=done.summary)
+        except Answered:
+            result = RunResult("answered", ExitCode.OK, "the agent answered")
         except LimitsExceeded as exc:
             result = RunResult("budget_exhausted", exc.exit_code, exc.message)
         except AgentStuck as exc:
@@ -318,7 +337,7 @@ class Agent:
             "elapsed_s": round(before.elapsed_s + self.budget.elapsed_s, 3),
             "checkpoints": len(self.checkpoints.taken) if self.checkpoints else 0,
         }
-        if not result.submitted:
+        if not result.ended_well:
             self.bus.emit(
                 ErrorReported(
                     kind=result.outcome, message=result.message, fatal=True, exit_code=int(result.exit_code)
@@ -413,6 +432,8 @@ class Agent:
         self._add(turn.to_message())
         problem = turn.format_error
         if problem is None and not turn.tool_calls:
+            if self.conversation and turn.finish_reason != "length" and turn.content.strip():
+                raise Answered()
             problem = CUT_OFF if turn.finish_reason == "length" else NO_TOOL_CALL
         if problem is not None:
             self.bus.emit(ErrorReported(kind="format", message=problem))

@@ -85,9 +85,16 @@ class AgentSession:
         self.sandbox = sandbox
         return sandbox
 
-    async def open_agent(self, backend: ModelBackend, budget: Budget, approvals: Approvals | None) -> Agent:
+    async def open_agent(
+        self,
+        backend: ModelBackend,
+        budget: Budget,
+        approvals: Approvals | None,
+        *,
+        conversation: bool = False,
+    ) -> Agent:
         """Start the MCP servers in the sandbox and build the agent with the policy, the default
-        tools and the servers'."""
+        tools and the servers'. ``conversation``: a person reads the replies (see :class:`Agent`)."""
         assert self.sandbox is not None, "open_sandbox first"
         servers = self.config.mcp_servers
         self.mcp = McpServers(servers, self.sandbox, report=self.report, log_dir=self.folder)
@@ -101,6 +108,7 @@ class AgentSession:
             approvals=approvals,
             budget=budget,
             tools=[*default_tools(), *self.mcp.tools],
+            conversation=conversation,
         )
         return self.agent
 

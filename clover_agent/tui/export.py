@@ -75,7 +75,7 @@ def transcript_markdown(events: list[Event]) -> str:
             out.append(f"*Undone: request {event.turn} and later ({files} put back)*")
         elif isinstance(event, ErrorReported) and not event.fatal:
             out.append(f"> {event.kind}: {event.message}")
-        elif isinstance(event, Done):
+        elif isinstance(event, Done) and event.outcome != "answered":  # the answer is the text above
             text = event.summary or event.message
             out.append(f"*{event.outcome.replace('_', ' ')}:* {text}")
     return "\n\n".join(out) + "\n"

@@ -11,8 +11,10 @@ INTERACTIVE_NOTE = """
 
 # Working with the user
 You are pair-programming with a person in a terminal. Each of their messages is a request; work on
-it with your tools, and when it is done (or you need their answer to go on) call `finish` with your
-reply to them. They may interrupt you and correct course: follow their latest message."""
+it with your tools. When you changed files and the work is done, call `finish` with a summary for
+them; to answer a question, or when you need their answer to go on, reply in plain text with no
+tool call (that ends your turn). They may interrupt you and correct course: follow their latest
+message."""
 
 
 def _mutating_editor_rules(decision: Decision) -> tuple[Rule, ...]:

@@ -357,6 +357,19 @@ async def test_a_spent_budget_ends_the_turn_and_says_why(tmp_path: Path) -> None
     assert not client.permissions  # no finish: nothing offered
 
 
+async def test_a_prose_answer_ends_the_turn_with_nothing_offered(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    answer = "`add` returns a - b: it subtracts, so test_add fails."
+    replay = write_replay(tmp_path / "r.jsonl", [turn(answer)])
+    client = RecordingClient()
+    async with running_agent(agent_args(replay, "local"), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "why does test_add fail?")).stop_reason == "end_turn"
+    assert answer in client.text()
+    assert "The agent stopped" not in client.text() and "format" not in client.text()
+    assert not client.permissions  # nothing changed: nothing offered
+
+
 @pytest.mark.slow
 async def test_sessions_are_the_tuis_and_embedded_files_reach_the_model(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)

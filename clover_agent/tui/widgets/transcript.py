@@ -211,6 +211,8 @@ class Transcript(VerticalScroll):
             for card in self._cards.values():
                 if card.result is None:
                     card.note("interrupted", "-error")
+            if event.outcome == "answered":  # the reply itself, streamed above, is the turn's end
+                return
             text = event.summary or event.message
             level = (
                 "done"
