@@ -77,9 +77,14 @@ def check_backend_options(options: BackendOptions, settings: Settings) -> Backen
 
 
 async def probe_backend(options: BackendOptions, settings: Settings) -> None:
-    """That a server backend can be reached (:meth:`ModelBackend.check`), before a front end does
-    any work for it (``fix``: before the sandbox and the tests); the engine and replay backends
-    were checked by :func:`check_backend_options`."""
+    """That the backend will answer, before a front end does any work for it (``fix``: before the
+    sandbox and the tests): a replay file's every line read as the backend reads them; a server
+    reached, serving the model (:meth:`ModelBackend.check`). The engine was checked by
+    :func:`check_backend_options`."""
+    if options.kind == "replay" and options.replay:
+        from clover_agent.backends.replay import load_replay
+
+        load_replay(Path(options.replay))
     if options.kind == "openai":
         backend = backend_factory(options, settings)()
         try:

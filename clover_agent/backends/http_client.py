@@ -94,7 +94,7 @@ def describe_error(error: Any) -> str:
     return str(error)
 
 
-def _error_detail(body: bytes) -> str:
+def error_detail(body: bytes) -> str:
     text = body.decode("utf-8", errors="replace").strip()
     try:
         parsed = json.loads(text)
@@ -158,6 +158,20 @@ class JsonPostClient:
                     return
                 yield item
 
+    def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        """GET ``path`` on the server (blocking): its status and up to 1 MiB of its body;
+        :class:`BackendUnavailable` when it cannot be reached or stops answering."""
+        connection = self._connect()
+        try:
+            connection.sock.settimeout(self.connect_timeout)
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read(1 << 20)
+        except (OSError, http.client.HTTPException) as exc:
+            raise BackendUnavailable(self._stopped(exc)) from None
+        finally:
+            connection.close()
+
     def reach(self) -> None:
         """Connect to the server (TCP, and TLS for https) and hang up: :class:`BackendUnavailable`
         saying why when it cannot be reached (blocking; seconds at most: ``connect_timeout``)."""
@@ -194,7 +208,7 @@ class JsonPostClient:
             connection.request("POST", self._path, body=payload, headers=headers)
             response = connection.getresponse()
             if response.status != 200:
-                detail = _error_detail(response.read(65536))
+                detail = error_detail(response.read(65536))
                 raise StatusError(response.status, detail)
         except StatusError:
             connection.close()

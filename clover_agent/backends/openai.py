@@ -13,6 +13,7 @@ This module is the chat-completions protocol (the request body, retries, assembl
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ from clover_agent.backends.base import (
     ModelTurn,
     estimate_tokens,
 )
-from clover_agent.backends.http_client import HangUp, JsonPostClient, StatusError, describe_error
+from clover_agent.backends.http_client import (
+    HangUp,
+    JsonPostClient,
+    StatusError,
+    describe_error,
+    error_detail,
+)
 from clover_agent.backends.threads import run_in_daemon_thread
 from clover_agent.errors import UsageError
 from clover_agent.protocol import (
@@ -42,6 +49,9 @@ from clover_agent.protocol import (
 
 #: Statuses worth another try: rate limited, or the server (or a proxy) momentarily failing.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+#: The model name sent when none is given (the CI Action's default too).
+DEFAULT_MODEL_NAME = "clover"
 
 
 @dataclass
@@ -198,7 +208,7 @@ class OpenAIBackend(ModelBackend):
         self,
         base_url: str,
         *,
-        model_name: str = "default",
+        model_name: str = DEFAULT_MODEL_NAME,
         api_key: str | None = None,
         stream: bool = True,
         timeout: float = 600.0,
@@ -271,7 +281,25 @@ class OpenAIBackend(ModelBackend):
         return f"The model server at {self.url} answered {status}: {error.detail}\n{hint}"
 
     async def check(self) -> None:
-        await run_in_daemon_thread(self.client.reach, name="clover-openai-check")
+        """Before any work: that the server answers and, where it lists its models (``GET /models``,
+        as OpenAI-compatible servers do), that it serves ``model_name`` and takes the API key. A
+        server without the list is only reached."""
+        headers = {k: v for k, v in self._headers().items() if k == "Authorization"}
+        path = f"{urlsplit(self.base_url).path}/models"
+        status, body = await run_in_daemon_thread(
+            functools.partial(self.client.get, path, headers), name="clover-openai-check"
+        )
+        if status in (401, 403):
+            raise BackendUnavailable(self._status_message(StatusError(status, error_detail(body))))
+        served = _served_models(body) if status == 200 else []
+        if served and self.model_name not in served:
+            shown = ", ".join(repr(m) for m in served[:10]) + (
+                f" and {len(served) - 10} more" if len(served) > 10 else ""
+            )
+            raise BackendUnavailable(
+                f"The model server at {self.base_url} does not serve the model {self.model_name!r}; it "
+                f"serves {shown}.\nChoose one with --model-name."
+            )
 
     # -- completion ----------------------------------------------------------------------------------
 
@@ -321,6 +349,17 @@ class OpenAIBackend(ModelBackend):
             await asyncio.sleep(self.retry_delay * 2**attempt)
             attempt += 1
         return accumulator.turn(tools, lambda: self.count_tokens(messages, tools))
+
+
+def _served_models(body: bytes) -> list[str]:
+    """The model ids of a ``GET /models`` answer (``{"data": [{"id": ...}]}``); [] when it is not one."""
+    try:
+        listed = json.loads(body).get("data")
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    return [str(m["id"]) for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def _api_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from clover_agent.launch import (
     backend_factory,
     check_backend_options,
     mcp_servers,
+    probe_backend,
     sandbox_spec,
 )
 from clover_agent.safe_text import terminal_safe
@@ -126,7 +127,7 @@ def run_ci(
                     f"sandbox: {'; '.join(credentials)}. Check out with `persist-credentials: false` "
                     "(actions/checkout) or remove them (git config --unset-all KEY)."
                 )
-            check_backend_options(request.backend, settings)
+            asyncio.run(probe_backend(check_backend_options(request.backend, settings), settings))
             exit_code, message = _run(
                 request, settings, repo, output, frame_request(clean, _source(request)), log, events
             )

@@ -82,6 +82,14 @@ def _counts(report: Any) -> str:
     return text
 
 
+#: The header of a run that stopped before the agent worked, by its exit code: it was not tried.
+NOT_RUN = {
+    ExitCode.USAGE: "NOT RUN: usage or configuration error",
+    ExitCode.MODEL_UNAVAILABLE: "NOT RUN: model backend unavailable",
+    ExitCode.SANDBOX_UNAVAILABLE: "NOT RUN: sandbox or project environment not ready",
+}
+
+
 def print_summary(report: FixReport, figures: RunFigures, console: Console) -> None:
     """The verdict, the tests before and after, what changed, the run's figures and its files. A run
     that did not succeed is named here by its exit code; its reason is said once, by the command."""
@@ -104,6 +112,10 @@ def print_summary(report: FixReport, figures: RunFigures, console: Console) -> N
         status, style = "TESTS CHANGED (exit 1)", "bold red"
     elif report.exit_code == ExitCode.NOTHING_TO_FIX:
         status, style = "NOTHING TO FIX (exit 5)", "bold yellow"
+    elif report.agent is None and report.exit_code in NOT_RUN:
+        status, style = f"{NOT_RUN[ExitCode(report.exit_code)]} (exit {int(report.exit_code)})", "bold red"
+    elif report.exit_code == ExitCode.INTERRUPTED:
+        status, style = "INTERRUPTED (exit 130)", "bold yellow"
     else:
         status, style = f"NOT FIXED (exit {int(report.exit_code)})", "bold red"
     console.print()
@@ -199,6 +211,10 @@ def hand_back(
         outcome = HandBackOutcome(exit_code_for(exc), message, HandBack.FAILED, message_of(exc))
     final = decision.record_outcome(report, outcome)
     if final.exit_code != ExitCode.OK:
+        if outcome.kind in (HandBack.FAILED, HandBack.REFUSED) and report.verdict is not None:
+            # the header above named the verdict: this one names what became of the patch
+            said = f"{str(report.verdict).upper()}, NOT APPLIED (exit {int(final.exit_code)})"
+            console.print(Text(f"clover-agent fix: {said}", style="bold yellow"))
         raise CloverError(final.message, exit_code=final.exit_code)
     return int(final.exit_code)
 

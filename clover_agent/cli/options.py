@@ -71,7 +71,9 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
         help="OpenAI-compatible server's API root, e.g. http://HOST:30000/v1 (openai backend; default "
         "CLOVER_BASE_URL; the API key, if it needs one, comes from CLOVER_API_KEY or OPENAI_API_KEY)",
     )
-    p.add_argument("--model-name", metavar="NAME", help="model name sent to the server (openai backend)")
+    p.add_argument(
+        "--model-name", metavar="NAME", help="model name sent to the server (openai backend; default: clover)"
+    )
     p.add_argument("--replay", metavar="FILE", help="recorded assistant turns, JSON Lines (replay backend)")
 
 

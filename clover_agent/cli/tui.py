@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_agent.cli.options import (
@@ -86,11 +85,7 @@ def _check_before_drawing(backend: BackendOptions, settings: Settings, options: 
     """What would only fail once the app is up, said before it draws, as ``fix`` says it: a replay
     file that cannot be read, a server that cannot be reached, a Docker engine that does not answer
     or lacks the sandbox image (each a :class:`CloverError` or ``SandboxUnavailable`` with the fix)."""
-    if backend.kind == "replay" and backend.replay:
-        from clover_agent.backends.replay import load_replay
-
-        load_replay(Path(backend.replay))  # every line, as the backend will read them
-    asyncio.run(probe_backend(backend, settings))
+    asyncio.run(probe_backend(backend, settings))  # a replay's every line; a server serving the model
     spec = options.spec
     if options.sandbox_kind == "docker":
         from clover_agent.sandboxes.docker import docker_client, require_image

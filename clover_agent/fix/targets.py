@@ -96,8 +96,19 @@ def means_failing_now(text: str, repo: Path) -> bool:
         len(words) >= 2
         and all(word in _FAILING_NOW_WORDS for word in words)
         and any(word in _FAILURE_WORDS for word in words)
-        and not (repo / text.strip()).exists()  # a file or folder of that name is the file
+        and not _names_a_path(repo, text.strip())  # a file or folder of that name is the file
     )
+
+
+def _names_a_path(repo: Path, text: str) -> bool:
+    """Whether ``text`` is the relative path of something in ``repo``; text no path can be (longer
+    than a file name may be, a NUL byte) is not one."""
+    if text.startswith("/"):
+        return False
+    try:
+        return (repo / text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass
@@ -137,7 +148,7 @@ async def select_tests(
     candidates: list[tuple[str, str]] = []
     if "::" in text:
         candidates.append((text, "node id"))
-    elif (repo / text).exists() and not text.startswith("/"):
+    elif _names_a_path(repo, text):
         candidates.append((text, "file"))
     elif " " not in text and not text.startswith("/") and ("/" in text or text.endswith(".py")):
         raise UsageError(

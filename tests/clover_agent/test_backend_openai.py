@@ -45,6 +45,9 @@ class ChatServer:
 
     def __init__(self) -> None:
         self.replies: deque[dict[str, Any]] = deque()
+        #: ``GET /v1/models`` answers ``{"data": [{"id": ...}]}`` with these; None: 404 (no list).
+        self.models: list[str] | None = None
+        self.models_status = 200
         self.requests: list[dict[str, Any]] = []
         self.hung_up = threading.Event()
         server = self
@@ -54,6 +57,23 @@ class ChatServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                server.requests.append({"path": self.path, "headers": dict(self.headers), "body": None})
+                listed = server.models
+                status = 404 if listed is None else server.models_status
+                payload = json.dumps(
+                    {"object": "list", "data": [{"id": m, "object": "model"} for m in listed or []]}
+                )
+                if status != 200:
+                    payload = json.dumps(
+                        {"error": {"message": f"HTTP {status} here", "type": "invalid_request_error"}}
+                    )
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload.encode())
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -455,3 +475,29 @@ async def test_odd_shapes_are_read_leniently(server: ChatServer) -> None:
     turn = await OpenAIBackend(server.base_url).complete(MESSAGES, TOOLS)
     assert [(c.name, c.arguments) for c in turn.tool_calls] == [("finish", {"summary": "ok"})]
     assert turn.tool_calls[0].id.startswith("call_")
+
+
+async def test_check_finds_a_model_the_server_does_not_serve(server: ChatServer) -> None:
+    server.models = ["clover", "qwen3.6"]
+    await OpenAIBackend(server.base_url, model_name="clover").check()
+    with pytest.raises(BackendUnavailable) as found:
+        await OpenAIBackend(server.base_url, model_name="gpt-4o").check()
+    said = found.value.message
+    assert (
+        "does not serve the model 'gpt-4o'" in said
+        and "'clover', 'qwen3.6'" in said
+        and "--model-name" in said
+    )
+    assert OpenAIBackend(server.base_url).model_name == "clover"  # the Action's default, when none is given
+    assert [r["path"] for r in server.requests] == ["/v1/models", "/v1/models"]
+    assert not server.replies  # nothing was asked of the model
+
+
+async def test_check_says_a_refused_key_and_passes_a_server_without_a_list(server: ChatServer) -> None:
+    server.models = None  # no /models: reaching it is all that can be checked
+    await OpenAIBackend(server.base_url, model_name="anything").check()
+    server.models, server.models_status = ["clover"], 401
+    with pytest.raises(BackendUnavailable) as found:
+        await OpenAIBackend(server.base_url, api_key="sk-wrong").check()
+    assert "HTTP 401" in found.value.message
+    assert server.requests[-1]["headers"]["Authorization"] == "Bearer sk-wrong"

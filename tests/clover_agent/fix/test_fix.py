@@ -298,6 +298,30 @@ def test_target_matching_nothing_is_a_usage_error(tmp_path: Path, capsys) -> Non
     assert code == ExitCode.USAGE and "no test matches" in err
 
 
+def test_a_run_stopped_before_the_agent_is_headed_not_run(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    code = main(["fix", "zebra quantum flux", "--repo", str(repo), "--backend", "replay", "--replay",
+                 str(REPLAY), "--sandbox", "local", "--yes"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == ExitCode.USAGE
+    assert (
+        "clover-agent fix: NOT RUN: usage or configuration error (exit 2)" in out and "NOT FIXED" not in out
+    )
+
+
+def test_a_free_text_target_of_any_length_is_free_text(tmp_path: Path, capsys) -> None:
+    """Longer than a file name may be (255 bytes): matched as words, never looked up as a path."""
+    repo = calculator_repo(tmp_path)
+    long_text = "the add function of the calculator module " + "really " * 60 + "does not add two numbers"
+    assert len(long_text.encode()) > 255
+    code = main(["fix", long_text, "--repo", str(repo), "--backend", "replay", "--replay", str(REPLAY),
+                 "--sandbox", "local", "--dry-run"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "File name too long" not in captured.err
+    assert code == ExitCode.OK, captured.err
+    assert "test_add" in captured.out  # the words chose the test
+
+
 def test_a_misspelt_test_name_suggests_the_closest(tmp_path: Path, capsys) -> None:
     repo = calculator_repo(tmp_path)
     code, err, _ = fix_error(repo, capsys, "test_sbutract", "--backend", "replay", "--replay", str(REPLAY))
@@ -505,6 +529,8 @@ def test_yes_never_applies_over_uncommitted_changes_to_the_same_file(tmp_path: P
     assert "+    return a + b" in (run / PATCH_FILE).read_text()  # the patch is kept
     summary = json.loads((run / SUMMARY_FILE).read_text())
     assert summary["fixed"] and summary["hand_back"].startswith("refused: the patch was not applied")
+    out = captured.out
+    assert "clover-agent fix: FIXED" in out and "clover-agent fix: FIXED, NOT APPLIED (exit 1)" in out
 
 
 #: A test that kills the local sandbox's runner (its ancestor process whose last argument is the

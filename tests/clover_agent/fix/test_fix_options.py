@@ -11,6 +11,7 @@ import pytest
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo, run_dirs
+from tests.clover_agent.test_backend_openai import ChatServer
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +102,29 @@ def test_quiet_leaves_only_the_summary_and_the_hand_back(tmp_path: Path, capsys)
     assert code == ExitCode.OK, err
     assert out.lstrip().startswith("clover-agent fix: FIXED") and "Dry run" in out
     assert "→ " not in out and "tests target before" not in out and "thinking" not in out
+
+
+def test_a_bad_replay_line_stops_before_any_work(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = tmp_path / "bad.jsonl"
+    replay.write_text('{"content": "fine"}\n{"content": 3}\n')
+    code = main(["fix", "test_add", "--repo", str(repo), "--sandbox", "local", "--replay", str(replay)])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.USAGE and f"{replay}:2: each line must be an object" in err, err
+    assert "tests" not in out and not runs_made(repo)
+
+
+def test_a_model_the_server_does_not_serve_stops_before_any_work(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    server = ChatServer()
+    server.models = ["clover"]
+    try:
+        code = main(["fix", "test_add", "--repo", str(repo), "--sandbox", "local", "--base-url",
+                     server.base_url, "--model-name", "gpt-4o"])  # fmt: skip
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert code == ExitCode.MODEL_UNAVAILABLE, err
+    assert "does not serve the model 'gpt-4o'" in err and "'clover'" in err and "--model-name" in err
+    assert "tests" not in out and not runs_made(repo)
+    assert [r["path"] for r in server.requests] == ["/v1/models"]  # no chat request, no sandbox
