@@ -60,7 +60,8 @@ def _tui(args: argparse.Namespace) -> int:
         make_backend=backend_factory(backend, settings),
         sandbox_kind=sandbox_kind(args),
         spec=sandbox_spec_of(args, settings, repo, configured),
-        policy=policy_named(args.policy),
+        policy=policy_named(args.policy or "workspace"),
+        policy_chosen=args.policy is not None,
         max_steps=args.max_steps,
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
@@ -121,8 +122,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         choices=tuple(POLICIES),
-        default="workspace",
-        help="which calls run (default workspace): as for fix, plus ask: ask before every edit and command",
+        default=None,
+        help="which calls run (default workspace; a resumed session keeps its own): as for fix, plus ask: "
+        "ask before every edit and command",
     )
     p.add_argument("--theme", choices=("dark", "light"), default="dark", help="colour theme (F2 switches)")
     p.set_defaults(func=_tui)

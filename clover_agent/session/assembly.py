@@ -38,7 +38,9 @@ class SessionConfig:
 
     - ``repo``: the user's repository; ``make_backend``: the model, made when the session needs it.
     - ``sandbox_kind``, ``spec``: the sandbox (``spec`` complete: ``launch.sandbox_spec``).
-    - ``policy``: what the agent may do unasked (the MCP servers' tools are added to it).
+    - ``policy``: what the agent may do unasked (the MCP servers' tools are added to it);
+      ``policy_chosen``: the person chose it for this start (a resumed session otherwise keeps
+      the policy it had).
     - ``max_steps``, ``max_time_s``, ``max_tokens``: the agent's budget (None: no limit).
     - ``record_key``: signs the session's records (None: unsigned, never resumed).
     - ``mcp_servers``: servers whose tools the agent gets (started in the sandbox unless "host").
@@ -50,6 +52,7 @@ class SessionConfig:
     spec: SandboxSpec
     sandbox_kind: str = "docker"
     policy: Policy = field(default_factory=lambda: preset(DEFAULT_PRESET))
+    policy_chosen: bool = True
     max_steps: int | None = 50
     max_time_s: float | None = 1800.0
     max_tokens: int | None = None

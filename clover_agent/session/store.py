@@ -48,6 +48,7 @@ class SessionInfo:
     requests: int = 0
     backend: str = ""
     draft: str = ""  # the prompt's unsent text when the app quit, put back on resume
+    policy: str = ""  # the policy in force when it was last saved ("": not recorded)
 
     @property
     def shown_title(self) -> str:

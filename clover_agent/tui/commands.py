@@ -20,6 +20,7 @@ from clover_agent.handback.apply import PatchNotApplied
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.handback.snapshot import left_out_lines
 from clover_agent.session.events import Notice, TurnsUndone
+from clover_agent.session.store import SessionInfo
 from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tui.handback import ApplyOutcome, files_differing
 from clover_agent.tui.policies import policy_named
@@ -62,9 +63,13 @@ class SessionCommands:
     status: SessionStatus
     system: str
     turns: list[Turn]
+    info: SessionInfo
 
     async def _wait_ready(self) -> Agent:
         raise NotImplementedError  # the session's: waits for the sandbox and the agent
+
+    def _save_info(self) -> None:
+        raise NotImplementedError  # the session's: writes session.json
 
     def _emit(self, event: Event) -> None:
         raise NotImplementedError
@@ -161,6 +166,8 @@ class SessionCommands:
         self.status.policy = policy.name
         if self.agent is not None:
             self.agent.policy = policy
+        self.info.policy = policy.name
+        self._save_info()
         self._emit(Notice(text=f"Policy is now {policy.name}."))
         return policy
 

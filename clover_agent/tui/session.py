@@ -23,9 +23,10 @@ from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.policy import Policy
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, CloverError, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, UsageError, message_of
 from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.sandboxes.base import Sandbox
@@ -43,7 +44,7 @@ from clover_agent.session.store import SavedSession, SessionInfo, new_session_id
 from clover_agent.tools.mcp import McpServers
 from clover_agent.tui.agent_thread import AgentThread
 from clover_agent.tui.commands import SessionCommands, SessionStatus, Turn
-from clover_agent.tui.policies import INTERACTIVE_NOTE
+from clover_agent.tui.policies import INTERACTIVE_NOTE, policy_named
 from clover_agent.tui.preview import edit_preview
 from clover_agent.tui.text import sandbox_paths
 
@@ -84,7 +85,8 @@ class TuiSession(SessionCommands):
             if isinstance(event, TurnsUndone):
                 for turn in self.turns:
                     turn.undone |= turn.turn >= event.turn
-        self.policy = options.policy
+        self.policy, self._policy_note = _resumed_policy(options)
+        self.info.policy = self.policy.name
         self.status = SessionStatus(policy=self.policy.name)
         self.bus = EventBus()
         self._writer = TrajectoryWriter(self.folder / TRAJECTORY_FILE, key=options.record_key)
@@ -169,6 +171,10 @@ class TuiSession(SessionCommands):
                 resumed=saved is not None,
             )
         )
+        if self._policy_note:
+            self._emit(
+                Notice(text=self._policy_note, level="warning" if self.options.policy_chosen else "info")
+            )
         await self._start_sandbox()
 
     async def restart_sandbox(self, kind: str | None = None) -> None:
@@ -454,3 +460,25 @@ class TuiSession(SessionCommands):
                 self._sandbox_state("closed")
             await self.bus.drain()
             self._writer.close()
+
+
+def _resumed_policy(options: SessionConfig) -> tuple[Policy, str]:
+    """The policy a session starts with, and what to say about it: a resumed session keeps the one
+    it had unless ``--policy`` chose another for this start (which is said)."""
+    saved = options.resume
+    if saved is None:
+        return options.policy, ""
+    had = saved.info.policy or next(
+        (e.policy for e in reversed(saved.events) if isinstance(e, SessionStarted)), ""
+    )
+    if not had or had == options.policy.name:
+        return options.policy, ""
+    if options.policy_chosen:
+        return options.policy, f"Policy: {options.policy.name}, as --policy chose; this session had {had}."
+    try:
+        return policy_named(had), f"Policy: {had}, as this session had it."
+    except UsageError:  # a policy this version no longer has
+        return (
+            options.policy,
+            f"Policy: {options.policy.name}; this session had {had}, which is unknown here.",
+        )

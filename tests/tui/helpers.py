@@ -72,10 +72,12 @@ def make_app(
     policy: str = "workspace",
     resume: SavedSession | None = None,
     theme: str = "dark",
+    policy_chosen: bool = True,
 ) -> CloverApp:
     make = (lambda: ReplayBackend(backend)) if isinstance(backend, Path) else backend
     options = SessionConfig(repo=repo, make_backend=make, spec=sandbox_spec(repo), sandbox_kind=sandbox,
-                            policy=policy_named(policy), resume=resume, record_key=session_key(repo))  # fmt: skip
+                            policy=policy_named(policy), resume=resume, record_key=session_key(repo),
+                            policy_chosen=policy_chosen)  # fmt: skip
     return CloverApp(options, theme=theme)
 
 

@@ -175,3 +175,32 @@ async def test_resume_without_an_id_opens_a_picker(tmp_path: Path) -> None:
         assert app.session.session_id == first.session.session_id
         assert [m.text for m in app.query(UserMessage)] == ["[/] hello [b"]
         await pilot.press("ctrl+q")
+
+
+async def test_a_resumed_session_keeps_its_policy_or_says_what_changed_it(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    first = make_app(repo, write_replay(tmp_path / "a.jsonl", [turn("Nothing to do yet.")]), policy="ask")
+    async with first.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "hello")
+        await wait_for(pilot, lambda: _done(first, 1), "the first request")
+        await send(pilot, "/policy read-only")
+        await wait_for(pilot, lambda: first.session.policy.name == "read-only", "the policy change")
+        session_id = first.session.session_id
+        await pilot.press("ctrl+q")
+    assert list_sessions(repo, session_key(repo))[0].policy == "read-only"
+
+    replay = write_replay(tmp_path / "b.jsonl", [turn("Still nothing.")])
+    kept = make_app(repo, replay, resume=load_session(repo, session_id, session_key(repo)), policy_chosen=False)
+    async with kept.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: "as this session had it" in _notices(kept), "the policy note")
+        assert kept.session.policy.name == "read-only" and kept.session.status.policy == "read-only"
+        assert "Policy: read-only, as this session had it." in _notices(kept)
+        await pilot.press("ctrl+q")
+
+    chosen = make_app(repo, replay, resume=load_session(repo, session_id, session_key(repo)), policy="ask")
+    async with chosen.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: "as --policy chose" in _notices(chosen), "the policy note")
+        assert chosen.session.policy.name == "ask"
+        assert "Policy: ask, as --policy chose; this session had read-only." in _notices(chosen)
+        await pilot.press("ctrl+q")
+    assert list_sessions(repo, session_key(repo))[0].policy == "ask"
