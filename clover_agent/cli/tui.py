@@ -79,7 +79,10 @@ def _tui(args: argparse.Namespace) -> int:
         options.resume = load_session(repo, args.resume, key)
     _check_before_drawing(backend, settings, options)
     app = CloverApp(options, pick_from=pick_from, theme=args.theme)
-    return app.run() or 0
+    code = app.run() or 0
+    if app.exit_note:
+        print(app.exit_note)
+    return code
 
 
 def _check_before_drawing(backend: BackendOptions, settings: Settings, options: SessionConfig) -> None:

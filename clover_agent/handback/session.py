@@ -174,6 +174,10 @@ class SessionHandBack:
         patch = await self.stock.record_end(self.sandbox, stop=False)
         return patch.patch.decode("utf-8", "replace")
 
+    async def pending(self) -> list[str]:
+        """The files an offer would hold now (a look, as :meth:`diff`): what quitting leaves behind."""
+        return (await self.stock.record_end(self.sandbox, stop=False)).files
+
     async def part(self, offer: Offer, paths: list[str]) -> Offer:
         """The files ``paths`` of ``offer`` alone, as a patch of their own, judged again on their own
         (held out, in a fresh sandbox): what is offered when a person leaves files out."""

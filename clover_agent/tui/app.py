@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -40,6 +41,7 @@ from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import session_picker, undo_picker
+from clover_agent.tui.screens.quit import QuitScreen
 from clover_agent.tui.session import TuiSession
 from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.activity import ActivityLine
@@ -113,6 +115,10 @@ class CloverApp(App[int]):
         self.events: list[Event] = []  # every event shown but output pieces, in order (tests, /export)
         self._closed = False
         self._quit_armed = False  # ctrl+c was pressed once on an idle, empty prompt
+        self._quit_confirmed = False  # quit although changes are not applied (the quit dialog's q)
+        self._pending: list[str] = []  # the changed files not applied, as quitting found them
+        #: Printed at the shell once the app has quit: how to continue the session, what it holds.
+        self.exit_note = ""
         self.menu = PathMenu(id="path-menu")  # the prompt's completion menu
         self.hints = KeyHints(id="key-hints")
 
@@ -493,12 +499,53 @@ class CloverApp(App[int]):
         self.transcript.page(direction)
 
     async def action_quit(self) -> None:
-        await self._close_session()
+        """Quit; with changes your tree does not hold yet, first say which (the quit dialog)."""
+        if not self._quit_confirmed:
+            self._pending = await self._unapplied()
+            if self._pending and not isinstance(self.screen, QuitScreen):
+                self.push_screen(QuitScreen(self._pending, self._resume_command()), self._quit_answer)
+                return
+        await self._close_session(self._pending)
         self.exit(0)
 
-    async def _close_session(self) -> None:
+    async def _quit_answer(self, answer: str | None) -> None:
+        if answer == "quit":
+            self._quit_confirmed = True
+            await self.action_quit()
+        elif answer == "apply":
+            await self.run_command("apply", "")
+
+    async def _unapplied(self) -> list[str]:
+        """The files the session changed that your tree does not hold yet ([] when it cannot tell)."""
+        session = self.session
+        if session is None or self._closed:
+            return []
+
+        def look() -> list[str]:
+            return session.run(session.unapplied()).result(timeout=20)
+
+        try:
+            return await asyncio.to_thread(look)
+        except (*RUN_ERRORS, OSError, concurrent.futures.TimeoutError, RuntimeError):
+            return []
+
+    def _resume_command(self) -> str:
+        assert self.session is not None
+        repo = (
+            ""
+            if self.options.repo.resolve() == Path.cwd().resolve()
+            else f" --repo {shlex.quote(str(self.options.repo))}"
+        )
+        return f"clover-agent tui --resume {self.session.session_id}{repo}"
+
+    async def _close_session(self, pending: list[str] | None = None) -> None:
         if self._closed or self.session is None:
             return
+        if self.session.info.requests or pending:
+            held = f" ({len(pending)} changed file(s) not applied)" if pending else ""
+            self.exit_note = (
+                f"Session {self.session.session_id} saved{held}. Continue it: {self._resume_command()}"
+            )
         self._closed = True
         for bar in self.query(StatusBar):
             bar.sandbox = "closing"

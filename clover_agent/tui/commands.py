@@ -81,6 +81,13 @@ class SessionCommands:
         assert self.handback is not None
         return await self.handback.diff()
 
+    async def unapplied(self) -> list[str]:
+        """The files changed in the session that your tree does not hold yet ([] before the sandbox
+        is up: nothing can have changed)."""
+        if self.handback is None or self.sandbox is None:
+            return []
+        return await self.handback.pending()
+
     async def changes(self) -> list[Offer]:
         """What ``/apply`` offers now, judged as ``fix`` judges (:mod:`clover_agent.handback.session`):
         one offer, or none when nothing changed since the start or the last apply. The sandbox's

@@ -28,7 +28,7 @@ KEYS: tuple[Key, ...] = (
         "ctrl_c",
         "copy the selection; else clear the prompt; else interrupt the agent; else, pressed twice, quit",
     ),
-    Key("ctrl+q", "quit", "quit (the sandbox is removed; the session stays saved)"),
+    Key("ctrl+q", "quit", "quit (the session stays saved; changes not applied are named first)"),
     Key("ctrl+t", "toggle_thinking", "show / fold the model's thinking"),
     Key("ctrl+o", "expand", "expand / fold the focused or newest long output"),
     Key("ctrl+d", "diff", "show the session's changes (/diff)"),

@@ -1,6 +1,7 @@
 """The TUI in a real terminal: tmux at 100x30 and 80x24 runs ``clover-agent tui`` from a shell;
 a typed request runs (replay backend, local sandbox), its tool calls and result show, and ctrl+c
-twice or ctrl+q quits, leaving the shell as it was (same terminal settings, commands run); ctrl+c
+twice or ctrl+q quits (first saying which changes are not applied, then printing how to resume),
+leaving the shell as it was (same terminal settings, commands run); ctrl+c
 clears a draft and interrupts a request, and Tab leaves the focus in the prompt; after PageUp new
 output does not pull the view down, and back at the bottom it follows again; a shell command's
 output shows in its card while it runs."""
@@ -109,7 +110,13 @@ def test_in_a_real_terminal(tmp_path: Path, size: tuple[int, int], quit_key: str
             tmux.key(quit_key)
             tmux.wait("ctrl+c again to quit")
         tmux.key(quit_key)
-        tmux.wait("EXIT=0", deadline_s=60)
+        # the change is not in the tree: quitting says so, and how to get it back
+        shown = tmux.wait("not in your tree yet: calculator.py", "q quit anyway", deadline_s=60)
+        assert "clover-agent tui --resume" in shown
+        tmux.key("q")
+        shown = tmux.wait("EXIT=0", deadline_s=60)
+        said = "(1 changed file(s) not applied). Continue it: clover-agent tui --resume"
+        assert "".join(said.split()) in "".join(shown.split())  # as printed, however the terminal wrapped it
         tmux.type("stty -g > ../after.txt; cmp ../before.txt ../after.txt && echo SAME-$((6 * 7))")
         tmux.key("Enter")
         tmux.wait("SAME-42", deadline_s=30)  # the shell reads commands again, terminal settings restored

@@ -190,7 +190,9 @@ async def test_a_resumed_session_keeps_its_policy_or_says_what_changed_it(tmp_pa
     assert list_sessions(repo, session_key(repo))[0].policy == "read-only"
 
     replay = write_replay(tmp_path / "b.jsonl", [turn("Still nothing.")])
-    kept = make_app(repo, replay, resume=load_session(repo, session_id, session_key(repo)), policy_chosen=False)
+    kept = make_app(
+        repo, replay, resume=load_session(repo, session_id, session_key(repo)), policy_chosen=False
+    )
     async with kept.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: "as this session had it" in _notices(kept), "the policy note")
         assert kept.session.policy.name == "read-only" and kept.session.status.policy == "read-only"
