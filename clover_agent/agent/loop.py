@@ -112,6 +112,7 @@ class Agent:
     ) -> None:
         self.backend = backend
         self.conversation = conversation
+        self.result: RunResult | None = None  # the last run's, once it ended
         self.sandbox = sandbox
         self.bus = bus
         self.run_id = run_id
@@ -318,6 +319,7 @@ class Agent:
         return await self._finish(result)
 
     async def _finish(self, result: RunResult) -> RunResult:
+        self.result = result  # also when the run is interrupted, whose caller gets an exception
         self.running = False
         self.budget.pause()  # until the next request: waiting for a person is not the agent's time
         try:

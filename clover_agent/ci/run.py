@@ -37,7 +37,7 @@ from clover_agent.ci.result import (
     render_summary,
     write_result,
 )
-from clover_agent.ci.safety import sandbox_environment, stored_credentials
+from clover_agent.ci.safety import local_environment, sandbox_environment, stored_credentials
 from clover_agent.ci.sanitize import frame_request, sanitize_task
 from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import EventBus
@@ -67,6 +67,13 @@ OUTPUT_FILES = (PATCH_FILE, RESULT_FILE, SUMMARY_MD, TRAJECTORY_FILE, SUMMARY_FI
 _SAFE_GIT = ("git", "-c", "core.fsmonitor=false")
 
 
+#: Said on every run with ``--sandbox local``.
+LOCAL_WARNING = (
+    "warning: --sandbox local: the agent's commands run on this machine as this user, with no "
+    "isolation and the network; for trying the bot only. CI should use the Docker sandbox (the default)."
+)
+
+
 @dataclass
 class CiRequest:
     """What ``clover-agent ci`` was asked: the task as given (untrusted), where, and the budgets."""
@@ -86,6 +93,9 @@ class CiRequest:
     #: Use the repository's .clover/config.toml whole (its set-up commands, image, packages, wheels):
     #: the workflow's owner decides. Else only what needs no trust (settings.TRUSTED_ONLY).
     trust_repo: bool = False
+    #: Where the agent's commands run: "docker" (CI's), or "local" to try the bot on a machine
+    #: without Docker (no isolation: said on every run).
+    sandbox: str = "docker"
 
 
 def run_ci(
@@ -270,6 +280,8 @@ def _run(
 ) -> tuple[int, str]:
     """The ``fix`` workflow on the request: (exit code, message)."""
     configured = repo_settings(repo, trusted=request.trust_repo)
+    if request.sandbox == "local":
+        log.write(LOCAL_WARNING + "\n")
     if configured.ignored:
         log.write(
             f"note: {REPO_CONFIG}'s {', '.join(configured.ignored)} ignored: the repository's file is "
@@ -281,7 +293,10 @@ def _run(
         image=request.image,
         network=False,
         env=sandbox_environment(settings.environment),
-        host_env=settings.docker_env,  # the Docker engine's address only, never into the container
+        # Docker: the engine's address only, never into the container; local: a path to programs
+        host_env=settings.docker_env
+        if request.sandbox == "docker"
+        else local_environment(settings.environment),
         repo_config=configured,
     )
     spec.setup_network = False  # the sandbox never has the network, not even for set-up commands
@@ -289,7 +304,7 @@ def _run(
         repo=repo,
         make_backend=backend_factory(request.backend, settings),
         spec=spec,
-        sandbox_kind="docker",
+        sandbox_kind=request.sandbox,
         policy=preset("ci"),
         max_steps=request.max_steps,
         max_time_s=request.max_time_s,

@@ -26,9 +26,19 @@ from clover_agent.sandboxes.git_config import (
 SANDBOX_VARIABLES = ("CI", "TZ", "LANG", "LC_ALL", "SOURCE_DATE_EPOCH")
 
 
+#: With ``--sandbox local`` the commands also need the host's way to find its programs (this
+#: machine's Python and its pytest): still no variable that holds a secret.
+LOCAL_VARIABLES = ("PATH", "HOME", "USER", "VIRTUAL_ENV")
+
+
 def sandbox_environment(host: Mapping[str, str]) -> dict[str, str]:
     """The variables set inside the sandbox: :data:`SANDBOX_VARIABLES` the host has, nothing else."""
     return {name: host[name] for name in SANDBOX_VARIABLES if host.get(name)}
+
+
+def local_environment(host: Mapping[str, str]) -> dict[str, str]:
+    """What the local sandbox's commands inherit: :data:`LOCAL_VARIABLES` the host has, nothing else."""
+    return {name: host[name] for name in LOCAL_VARIABLES if host.get(name)}
 
 
 def stored_credentials(repo: Path) -> list[str]:

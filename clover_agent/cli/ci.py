@@ -89,6 +89,7 @@ def _request(args: argparse.Namespace, task: str, source: str) -> CiRequest:
         max_tokens=args.max_tokens,
         json_events=args.json_events or 0,
         trust_repo=args.trust_repo,
+        sandbox=args.sandbox,
     )
 
 
@@ -190,6 +191,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_backend_arguments(p)
     p.add_argument("--image", metavar="IMG", help="Docker image for the sandbox")
+    p.add_argument(
+        "--sandbox",
+        choices=("docker", "local"),
+        default="docker",
+        help="where the agent's commands run (default docker; local: no isolation, to try the bot on a "
+        "machine without Docker — never in CI)",
+    )
     p.add_argument(
         "--trust-repo",
         action="store_true",

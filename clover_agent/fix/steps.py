@@ -135,13 +135,17 @@ async def run_steps(
                 session.max_steps, session.max_time_s, session.max_tokens, deadline=found.deadline
             )
             agent = await parts.open_agent(backend, budget, request.approvals)
-            if resume is None:
-                task = f"{request.request}\n\n{before.task}" if request.request else before.task
-                found.agent = result = await agent.run(task, await parts.system_prompt())
-            else:  # the system prompt and the task are in the recorded conversation
-                found.agent = result = await agent.run(
-                    resume.state.task, "", resume=resume.state, fresh_budget=True
-                )
+            try:
+                if resume is None:
+                    task = f"{request.request}\n\n{before.task}" if request.request else before.task
+                    found.agent = result = await agent.run(task, await parts.system_prompt())
+                else:  # the system prompt and the task are in the recorded conversation
+                    found.agent = result = await agent.run(
+                        resume.state.task, "", resume=resume.state, fresh_budget=True
+                    )
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                found.agent = agent.result  # interrupted: its steps and tokens are still the run's
+                raise
         finally:
             try:
                 await parts.close_agent()

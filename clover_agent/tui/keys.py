@@ -28,7 +28,12 @@ KEYS: tuple[Key, ...] = (
         "ctrl_c",
         "copy the selection; else clear the prompt; else interrupt the agent; else, pressed twice, quit",
     ),
-    Key("ctrl+q", "quit", "quit (the session stays saved; changes not applied are named first)"),
+    Key(
+        "ctrl+q",
+        "quit",
+        "quit (the session stays saved, and the command that resumes it is printed); with changes not in "
+        "your tree yet, it first names them: `q` quits anyway, `a` reviews them (/apply), `esc` stays",
+    ),
     Key("ctrl+t", "toggle_thinking", "show / fold the model's thinking"),
     Key("ctrl+o", "expand", "expand / fold the focused or newest long output"),
     Key("ctrl+d", "diff", "show the session's changes (/diff)"),

@@ -81,6 +81,17 @@ def test_fixed_with_a_target(tmp_path: Path) -> None:
     assert check_trajectory(run)[-1].exit_code == 0
 
 
+def test_the_local_sandbox_runs_the_bot_without_docker_and_says_it_is_not_for_ci(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    run = run_ci(repo, tmp_path / "out", "--task", "Adding numbers is wrong", "--target",
+                 "tests/test_calculator.py::test_add", "--backend", "replay", "--replay", str(REPLAY),
+                 "--sandbox", "local")  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert run.result["files_changed"] == ["calculator.py"] and run.result["status"] == "fixed"
+    said = " ".join(run.stderr.split())
+    assert "--sandbox local" in said and "no isolation" in said and "CI should use the Docker sandbox" in said
+
+
 @pytest.mark.docker
 def test_not_fixed_keeps_the_partial_patch_marked(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
@@ -351,6 +362,7 @@ def test_a_cancelled_job_ends_as_interrupted_with_its_files(tmp_path: Path) -> N
     stdout, stderr = proc.communicate(timeout=120)
     run = collect(proc.returncode, stdout, stderr, repo, out, before)
     assert run.code == 130 and run.result["status"] == "interrupted"
+    assert run.result["steps"] == 1 and run.result["agent"]["outcome"] == "interrupted"  # the turn it made
     assert check_trajectory(run)[-1].exit_code == 130
     client = docker.from_env()
     assert client.containers.list(all=True, filters={"label": f"clover-agent.owner-pid={proc.pid}"}) == []
