@@ -118,6 +118,8 @@ class _CiParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self.arguments = list(sys.argv[1:] if args is None else args)
+        if self.arguments[:1] == ["init"]:  # `ci init`: a command of its own, not a run
+            return _init_parser().parse_known_args(self.arguments[1:], namespace)
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:  # the top parser would say so, without ending as a run
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -171,7 +173,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sandbox without network, with policy ci: reproduce the failing tests (--target, or the\n"
         "suite's failures; with none failing, the patch must add a test that shows the change),\n"
         "repair, verify, and write OUT/patch.diff, result.json, trajectory.jsonl and summary.md.\n"
-        "The working tree is left untouched. See docs/ci.md.",
+        "The working tree is left untouched. See docs/ci.md.\n\n"
+        "`clover-agent ci init` writes the GitHub workflows that run it into a repository (ci init --help).",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -217,3 +220,50 @@ def register(sub: argparse._SubParsersAction) -> None:
         "only; see docs/ci.md); human logs go to stderr",
     )
     p.set_defaults(func=_ci)
+
+
+def _init_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="clover-agent ci init",
+        description="Write the bot's GitHub workflows into REPO/.github/workflows/ (on comments and labels, "
+        "and on a failed CI run), the action pinned to a full commit SHA, then check them (every action "
+        "pinned; actionlint and zizmor where installed). Prints the variables and the secret to set.",
+    )
+    p.add_argument("--repo", default=".", metavar="DIR", help="the repository (default: the current folder)")
+    p.add_argument(
+        "--action",
+        metavar="OWNER/REPO@SHA",
+        help="where the workflows take clover-agent from, pinned to the commit's full SHA (default: this "
+        "clover-agent's own checkout, its GitHub origin and HEAD)",
+    )
+    p.add_argument(
+        "--ci-workflow",
+        default="CI",
+        metavar="NAME",
+        help="the name of your CI workflow, whose failures it takes",
+    )
+    p.add_argument("--force", action="store_true", help="replace workflows of those names that differ")
+    p.add_argument("--dry-run", action="store_true", help="print the workflows and check them; write nothing")
+    p.set_defaults(func=_ci_init)
+    return p
+
+
+def _ci_init(args: argparse.Namespace) -> int:
+    from clover_agent.ci.init import NEXT_STEPS, action_reference, write
+
+    repo = Path(args.repo).resolve()
+    if not (repo / ".git").exists():
+        raise UsageError(f"--repo {args.repo}: not a git repository (its workflows go in .github/workflows/)")
+    action = action_reference(args.action)
+    written = write(repo, action, ci_workflow=args.ci_workflow, force=args.force, dry_run=args.dry_run)
+    for path, text in written.files.items():
+        where = path.relative_to(repo)
+        if args.dry_run:
+            print(f"--- {where} (not written: --dry-run)\n{text}")
+        else:
+            print(f"wrote {where}")
+    checks = " and ".join(written.checked_with) or "no linter installed (actionlint, zizmor)"
+    print(f"uses {action}; every action pinned to a full commit SHA; checked with {checks}: no findings")
+    if not args.dry_run:
+        print(NEXT_STEPS)
+    return 0

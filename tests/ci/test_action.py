@@ -95,9 +95,9 @@ def run_workflow(
     *,
     extra_with: dict[str, str] | None = None,
 ) -> tuple[Runner, dict[str, Any] | None]:
-    """Run the job of ``examples/github/WORKFLOW`` for ``event``; (the runner, the action's
+    """Run the job of ``clover_agent/ci/workflows/WORKFLOW`` for ``event``; (the runner, the action's
     outputs, or None when the job's condition skipped it)."""
-    spec = load_yaml(ROOT / "examples" / "github" / workflow)
+    spec = load_yaml(ROOT / "clover_agent" / "ci" / "workflows" / workflow)
     assert event_name in spec["on"]
     (job,) = spec["jobs"].values()
     root = tmp_path / "runner"

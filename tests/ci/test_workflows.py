@@ -1,5 +1,5 @@
-"""The action (action.yml) and the example workflows (examples/github/), placed where a user puts
-them with the action's commit set as the quick start says: actionlint (shellcheck on the
+"""The action (action.yml) and the workflows `ci init` writes (clover_agent/ci/workflows/), placed
+where a user puts them with the action's commit set as the quick start says: actionlint (shellcheck on the
 workflows' scripts, the workflows' inputs checked against action.yml), shellcheck on the action's
 own scripts and zizmor (offline, pedantic) report nothing; and they keep the properties
 docs/ci.md promises (pinned actions, no persisted credentials, least permissions, time limits)."""
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKFLOWS = sorted((ROOT / "examples" / "github").glob("*.yml"))
+WORKFLOWS = sorted((ROOT / "clover_agent" / "ci" / "workflows").glob("*.yml"))
 ACTION = ROOT / "action.yml"
 BIN = Path(sys.executable).parent
 PLACEHOLDER = "your-org/clover-agent@CLOVER_AGENT_COMMIT"
@@ -180,9 +180,9 @@ def test_the_action_installs_from_its_own_checkout() -> None:
 
 @pytest.mark.parametrize("name", ["clover.yml", "clover-ci-failure.yml"])
 def test_each_job_has_a_time_limit_commented_permissions_and_a_concurrency_group(name: str) -> None:
-    workflow = yaml.safe_load((ROOT / "examples" / "github" / name).read_text())
+    workflow = yaml.safe_load((ROOT / "clover_agent" / "ci" / "workflows" / name).read_text())
     assert workflow["permissions"] == {} and "group" in workflow["concurrency"]
-    text = (ROOT / "examples" / "github" / name).read_text()
+    text = (ROOT / "clover_agent" / "ci" / "workflows" / name).read_text()
     for job in workflow["jobs"].values():
         assert 0 < job["timeout-minutes"] <= 120
         for scope, level in job["permissions"].items():
@@ -190,7 +190,7 @@ def test_each_job_has_a_time_limit_commented_permissions_and_a_concurrency_group
 
 
 def test_the_ci_failure_workflow_never_takes_a_forks_or_its_own_branch() -> None:
-    workflow = yaml.safe_load((ROOT / "examples" / "github" / "clover-ci-failure.yml").read_text())
+    workflow = yaml.safe_load((ROOT / "clover_agent" / "ci" / "workflows" / "clover-ci-failure.yml").read_text())
     condition = workflow["jobs"]["clover"]["if"]
     assert "github.event.workflow_run.head_repository.full_name == github.repository" in condition
     assert "!startsWith(github.event.workflow_run.head_branch, 'clover/')" in condition
