@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,62 @@ _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 WHERE = ("sandbox", "host")
 APPROVE = ("ask", "allow")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+class _SdkLog(logging.Handler):
+    """The MCP SDK's log records (a server printing what is not MCP, a stream failing): kept for
+    the messages that name why a server failed, never printed over a front end's screen."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        error = record.exc_info[1] if record.exc_info else None
+        found = _bad_input(error) if error is not None else None
+        if found is not None:
+            text = f"it wrote what is not MCP on its stdout: {found[:200]!r}"
+        elif error is not None:
+            text += f" ({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''})"
+        self.lines = [*self.lines[-19:], text]
+
+
+def _bad_input(error: BaseException) -> str | None:
+    """The line a server wrote that is not a JSON-RPC message (from the SDK's validation error)."""
+    errors = getattr(error, "errors", None)
+    try:
+        found = errors()[0].get("input") if callable(errors) else None
+    except (IndexError, TypeError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+_SDK_LOG = _SdkLog()
+_sdk_logger = logging.getLogger("mcp")
+_sdk_logger.addHandler(_SDK_LOG)
+_sdk_logger.propagate = False  # its tracebacks would land on the TUI's screen
+
+
+@dataclass
+class ServerState:
+    """What ``/mcp`` shows of one server: running, failed (and why) or stopped, and its tools."""
+
+    name: str
+    where: str  # McpServerConfig.describe()
+    state: str = "starting"  # starting | running | failed | stopped
+    tools: list[str] = field(default_factory=list)
+    error: str = ""
+    connection: _Connection | None = None
+
+    @property
+    def now(self) -> str:
+        """The state as it is now: a running server whose connection broke during a call has stopped."""
+        if self.state == "running" and self.connection is not None and not self.connection.alive:
+            return "stopped (it died during a call; its tools are withdrawn)"
+        return self.state
+
+
 _KEYS = ("command", "args", "env", "url", "headers", "where", "approve")
 
 
@@ -178,22 +235,70 @@ class McpServers:
         self.report = report
         self.log_dir = log_dir
         self.tools: list[Tool] = []
+        self.states: dict[str, ServerState] = {
+            c.name: ServerState(c.name, c.describe()) for c in self.configs
+        }
         self._stack = contextlib.AsyncExitStack()
         self._held: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
     async def __aenter__(self) -> McpServers:
         for config in self.configs:
+            state = self.states[config.name]
+            seen = len(_SDK_LOG.lines)
             try:
                 async with asyncio.timeout(START_TIMEOUT_S):  # in this task: the client's scopes are
-                    await self._start(config)
+                    connection = await self._start(config)
             except Exception as exc:  # a server of the user's: any way it fails is named, once
-                self.report(f"MCP server `{config.name}` ({config.describe()}) did not start: {_why(exc)}")
+                said = _SDK_LOG.lines[seen:] if len(_SDK_LOG.lines) >= seen else []
+                state.state, state.error = "failed", self._why_not(config, exc, said)
+                self.report(f"MCP server `{config.name}` ({config.describe()}) did not start: {state.error}")
+            else:
+                state.state, state.tools, state.connection = "running", list(connection.names), connection
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         with contextlib.suppress(Exception):
             await self._stack.aclose()
+        for state in self.states.values():
+            if state.state == "running":
+                state.state = "stopped"
+
+    def _why_not(self, config: McpServerConfig, exc: BaseException, said: list[str]) -> str:
+        """Why ``config``'s server did not start, in a line, and the way forward."""
+        log = self._log_path(config)
+        text = log.read_text(errors="replace") if log is not None and log.is_file() else ""
+        tail = [line.strip() for line in text.splitlines() if line.strip()]
+        command = " ".join([config.command or "", *config.args])
+        here = "on this machine" if config.where == "host" else "in the sandbox"
+        if config.url:
+            reason, forward = _why(exc), "check that the server answers at that URL"
+        elif isinstance(exc, FileNotFoundError) or any(
+            re.search(r"executable file not found|command not found|No such file", line)
+            for line in [*tail[-1:], *said[-1:]]
+        ):
+            reason, forward = f"`{config.command}` is not installed {here}", self._install(config)
+        elif said and said[-1].startswith("it wrote what is not MCP"):
+            reason = said[-1]
+            forward = f"a stdio server writes only MCP messages on its stdout (its logs go to stderr): check `{command}`"
+        elif tail:
+            reason, forward = f"it exited: {tail[-1][:200]}", self._install(config)
+        else:
+            reason, forward = _why(exc), f"check that `{command}` starts an MCP server over stdio {here}"
+        where = f"; its output: {log}" if log is not None and tail else ""
+        return f"{reason}. To fix: {forward}{where}"
+
+    @staticmethod
+    def _install(config: McpServerConfig) -> str:
+        if config.where == "host":
+            return f"install it on this machine, or fix [mcp_servers.{config.name}]'s command"
+        return (
+            "the sandbox has no network and only its image's programs: run it on this machine with "
+            f'`where = "host"` in [mcp_servers.{config.name}], or add it to the sandbox image'
+        )
+
+    def _log_path(self, config: McpServerConfig) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"mcp-{_NAME_OK.sub('_', config.name)}.log"
 
     async def open_held(self) -> McpServers:
         """Start the servers in a task of their own, for a caller whose start and end run in
@@ -291,9 +396,9 @@ class McpServers:
         return stdio_client(params, errlog=self._errlog(config, stack))
 
     def _errlog(self, config: McpServerConfig, stack: contextlib.AsyncExitStack) -> TextIO:
-        if self.log_dir is None:
+        path = self._log_path(config)
+        if path is None:
             return stack.enter_context(open(os.devnull, "w"))
-        path = self.log_dir / f"mcp-{_NAME_OK.sub('_', config.name)}.log"
         return stack.enter_context(path.open("a", encoding="utf-8"))
 
 

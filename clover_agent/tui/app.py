@@ -389,6 +389,26 @@ class CloverApp(App[int]):
         window = f", context window {status.context_window} tokens" if status.context_window else ""
         await self._note(f"Backend {status.backend or '(starting)'}{window}.")
 
+    async def _command_mcp(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        configs = session.options.mcp_servers
+        if not configs:
+            await self._note("No MCP servers: add [mcp_servers.NAME] to your settings (docs/mcp.md).")
+            return
+        if session.mcp is None:
+            names = ", ".join(f"`{c.name}`" for c in configs)
+            await self._note(f"MCP servers {names}: they start with the sandbox, which is not up yet.")
+            return
+        for state in session.mcp.states.values():
+            if state.state == "failed":
+                await self._note(f"MCP `{state.name}` ({state.where}): failed: {state.error}", "warning")
+                continue
+            tools = ", ".join(state.tools) or "no tools"
+            await self._note(
+                f"MCP `{state.name}` ({state.where}): {state.now}; {len(state.tools)} tool(s): {tools}"
+            )
+
     async def _command_sandbox(self, argument: str) -> None:
         session = self.session
         assert session is not None

@@ -72,6 +72,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
     Command("model", "/model", "show the backend and the model"),
+    Command("mcp", "/mcp", "list the MCP servers: running or why not, and their tools"),
     Command(
         "sandbox",
         "/sandbox WHAT",

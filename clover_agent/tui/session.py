@@ -464,7 +464,7 @@ class TuiSession(SessionCommands):
 
 def _resumed_policy(options: SessionConfig) -> tuple[Policy, str]:
     """The policy a session starts with, and what to say about it: a resumed session keeps the one
-    it had unless ``--policy`` chose another for this start (which is said)."""
+    it had (the status bar shows it) unless ``--policy`` chose another for this start, which is said."""
     saved = options.resume
     if saved is None:
         return options.policy, ""
@@ -476,7 +476,7 @@ def _resumed_policy(options: SessionConfig) -> tuple[Policy, str]:
     if options.policy_chosen:
         return options.policy, f"Policy: {options.policy.name}, as --policy chose; this session had {had}."
     try:
-        return policy_named(had), f"Policy: {had}, as this session had it."
+        return policy_named(had), ""  # kept, as the status bar shows
     except UsageError:  # a policy this version no longer has
         return (
             options.policy,
