@@ -131,21 +131,26 @@ def sandbox_spec(
     repo_config: RepoSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> SandboxSpec:
-    """The complete spec for a sandbox over ``repo``: the image (``image``, else the repository's
-    ``.clover/config.toml``, else the settings'), the repository's set-up, and the host
-    environment (default: this process's, as the settings read it; a CI bot passes an allow-list).
+    """The complete spec for a sandbox over ``repo``: the image, the repository's set-up, and the host
+    environment.
 
-    ``environment`` (the front ends pass it for the Docker sandbox): the project's environment,
-    found from its files and the repository's file (``[sandbox] environment = "none"`` turns it
-    off), installed with this machine's package-index configuration and ``wheels`` (a folder,
-    e.g. ``--wheels``; else the repository's ``wheels``); the repository's set-up commands then run
-    in it and are cached with it. Without one they run in each sandbox before the agent.
-    ``compiler`` (e.g. ``--with-compiler``; else the repository's ``compiler``): the Docker sandbox
-    starts from the image's compiler variant.
-    ``repo_config``: the repository's settings as the front end trusted them (default: its file
-    untrusted, so without its set-up commands, image, packages or wheels).
+    - ``image``: else the repository's ``.clover/config.toml``, else the settings'.
+    - ``host_env``: default this process's, as the settings read it (a CI bot passes an allow-list).
+    - ``wheels``: a folder of wheels for the environment (e.g. ``--wheels``; else the repository's).
+    - ``compiler``: the Docker sandbox starts from the image's compiler variant (e.g. ``--with-compiler``;
+      else the repository's ``compiler``).
+
+    ``environment`` (the front ends pass it for the Docker sandbox): the project's environment, found
+    from its files and the repository's file (``[sandbox] environment = "none"`` turns it off), installed
+    with this machine's package-index configuration and ``wheels``. The repository's set-up commands then
+    run in it and are cached with it; without one they run in each sandbox before the agent.
+
+    ``repo_config``: the repository's settings as the front end trusted them. The default is its file
+    untrusted, so without its set-up commands, image, packages or wheels.
+
     A broken repository file is a :class:`UsageError`; dependency files that cannot be read are a
-    :class:`~clover_agent.sandboxes.errors.SandboxSetupError`."""
+    :class:`~clover_agent.sandboxes.errors.SandboxSetupError`.
+    """
     repo_config = repo_settings(repo) if repo_config is None else repo_config
     host = dict(settings.environment if host_env is None else host_env)
     recipe = None

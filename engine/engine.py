@@ -60,15 +60,18 @@ class Engine:
     ) -> Engine:
         """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
 
-        ``kernels``: per-operator implementation choice (``ops.py``). ``cuda_graphs``: replay the
-        fixed-shape decoding steps as CUDA graphs (``graphs.py``), captured once per step shape and
-        reused by every later call; None (the default): on where the model is on a CUDA device.
-        :meth:`decoding_steps` says how they run. With the Triton MoE, its tile table
-        (``CLOVER_MOE_TILES`` or the GPU's shipped one) is read here: a bad one is a ``ValueError``
-        now, not in the middle of an answer. The tokenizer is optional: a folder without
-        ``tokenizer.json`` gives ``tokenizer=None``. ``experts``: the routed experts as stored (``"auto"``: an FP8
-        checkpoint's stay FP8), ``"dense"`` in ``dtype``, or quantised on load to ``"fp8"`` or
-        ``"int4"`` (``int4_group`` inputs per scale); docs/quantization.md.
+        - ``kernels``: per-operator implementation choice (``ops.py``).
+        - ``cuda_graphs``: replay the fixed-shape decoding steps as CUDA graphs (``graphs.py``); None (the
+          default): on where the model is on a CUDA device. :meth:`decoding_steps` says how they run.
+        - ``experts``: the routed experts as stored (``"auto"``: an FP8 checkpoint's stay FP8), ``"dense"``
+          in ``dtype``, or quantised on load to ``"fp8"`` or ``"int4"`` (``int4_group`` inputs per scale).
+
+        CUDA graphs are captured once per step shape and reused by every later call. Quantisation:
+        docs/quantization.md.
+
+        With the Triton MoE, its tile table (``CLOVER_MOE_TILES`` or the GPU's shipped one) is read here: a
+        bad one is a ``ValueError`` now, not in the middle of an answer. The tokenizer is optional: a folder
+        without ``tokenizer.json`` gives ``tokenizer=None``.
         """
         model_dir = Path(model_dir)
         model, config = load_model(

@@ -83,11 +83,15 @@ def measure(
 ) -> dict[str, object]:
     """Run a case: its error against the reference (first input set), then the median time of
     ``repeats`` calls after ``warmup`` (CUDA events on a GPU, the wall clock elsewhere), and the
-    effective bandwidth ``bytes_moved / median``. With ``time_reference`` the PyTorch reference is
-    timed the same way right after, in the same run (``reference_ms``, and ``speedup``: reference
-    time over kernel time). On a GPU the L2 cache is flushed before every timed call (a buffer of
-    twice its size is written, outside the timed events), so every input comes from memory as in
-    a model whose layers' weights together far exceed L2, for the kernel and the reference alike."""
+    effective bandwidth ``bytes_moved / median``.
+
+    - ``time_reference``: time the PyTorch reference the same way right after, in the same run
+      (``reference_ms``, and ``speedup``: reference time over kernel time).
+
+    On a GPU the L2 cache is flushed before every timed call (a buffer of twice its size is written,
+    outside the timed events), so every input comes from memory as in a model whose layers' weights
+    together far exceed L2, for the kernel and the reference alike.
+    """
     first = case.run()
     error = relative_error(first, case.reference()) if case.reference is not None else None
     cuda = torch.cuda.is_available() and _on_cuda(first)

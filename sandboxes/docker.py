@@ -64,12 +64,11 @@ _LOCAL_HINT = "or run with `--sandbox local` (no isolation: commands run on this
 def docker_client(environment: Mapping[str, str], *, offer_local: bool = True) -> docker.DockerClient:
     """A client for a Docker engine that answers, or :class:`SandboxUnavailable` saying how to fix it.
 
-    ``environment`` holds the engine's address (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
-    ``DOCKER_CERT_PATH``; none of them: the default socket) and the API calls' deadline
-    (``CLOVER_DOCKER_TIMEOUT``, :mod:`clover_agent.sandboxes.docker_api`), passed by the caller
-    (:attr:`SandboxSpec.host_env`). ``offer_local`` adds "or run with ``--sandbox local``" to the
-    fix: right for the commands that take that option (``fix``, ``tool``), wrong for ``sandbox
-    build|prune``, which need Docker itself.
+    - ``environment``: the caller's (:attr:`SandboxSpec.host_env`): the engine's address (``DOCKER_HOST``,
+      ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``; none of them: the default socket) and the API calls'
+      deadline (``CLOVER_DOCKER_TIMEOUT``, :mod:`clover_agent.sandboxes.docker_api`).
+    - ``offer_local``: add "or run with ``--sandbox local``" to the fix: right for the commands that
+      take that option (``fix``, ``tool``), wrong for ``sandbox build|prune``, which need Docker itself.
     """
     way_out = f", {_LOCAL_HINT}" if offer_local else ""
     try:

@@ -812,11 +812,15 @@ def _dir_fd(parts: list[str], *, create: bool) -> int:
 
 def op_tree(req: dict) -> dict:
     """Every entry below the workspace as ``[path, kind, mode, size, link target or special kind,
-    sha256]``, paths relative to it. Kinds: ``dir``, ``file``, ``link``, ``special`` (FIFO, socket,
-    device: never opened), ``repo`` (a folder holding a ``.git``: a nested repository, not entered)
-    and ``unreadable``. ``.git`` itself is never listed; symlinks are never followed; folders in
-    ``prune`` are listed but not entered. ``dirs_only``: folders and ``.gitignore`` files only;
-    ``hash``: the sha256 of each regular file."""
+    sha256]``, paths relative to it; ``.git`` itself is never listed, symlinks are never followed.
+
+    Kinds: ``dir``, ``file``, ``link``, ``special`` (FIFO, socket, device: never opened), ``repo`` (a
+    folder holding a ``.git``: a nested repository, not entered) and ``unreadable``.
+
+    - ``prune``: folders listed but not entered.
+    - ``dirs_only``: folders and ``.gitignore`` files only.
+    - ``hash``: the sha256 of each regular file.
+    """
     prune = set(req.get("prune") or ())
     dirs_only, want_hash = bool(req.get("dirs_only")), bool(req.get("hash"))
     limit = min(int(req.get("max_entries") or MAX_TREE_ENTRIES), MAX_TREE_ENTRIES)
@@ -887,12 +891,16 @@ GIT_FILES = ("index", "info/exclude", "config")
 
 
 def op_fingerprint(req: dict) -> dict:
-    """A digest of the stat data (path, mode, size, inode, modification and change times) of every
-    entry below the workspace, symlinks not followed, ``.git`` folders not entered (only the files
-    of theirs that decide what git takes, :data:`GIT_FILES`). Two equal digests mean nothing there
-    changed in between: a write changes the change time, which no program can set back. The digest
-    is None when an entry changed within :data:`RACY_NS` of the walk (a change in the same timestamp
-    tick would go unseen) or past :data:`MAX_FINGERPRINT_ENTRIES` entries."""
+    """A digest of the stat data of every entry below the workspace: two equal digests mean nothing
+    there changed in between, since a write changes the change time, which no program can set back.
+
+    The stat data: path, mode, size, inode, modification and change times. Symlinks are not followed;
+    ``.git`` folders are not entered (only the files of theirs that decide what git takes,
+    :data:`GIT_FILES`).
+
+    The digest is None when an entry changed within :data:`RACY_NS` of the walk (a change in the same
+    timestamp tick would go unseen) or past :data:`MAX_FINGERPRINT_ENTRIES` entries.
+    """
     started = time.time_ns()
     digest = hashlib.sha256()
     count = 0

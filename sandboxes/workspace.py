@@ -70,19 +70,25 @@ git rev-parse HEAD
 
 def copy_index_command(source: str, dest: str) -> str:
     """Shell command copying the git index ``source`` to ``dest`` (shell words) for a throwaway
-    ``git add -A``, such that git compares the content of every file it caches, never trusting the
-    cached stat data; without an index to copy, ``dest`` is removed (git starts from an empty one).
+    ``git add -A`` that compares the content of every file it caches, never trusting the cached stat data.
 
-    Why: git's stat data has whole-second times, so a file rewritten with the same size in the
-    second its entry was cached still matches it. Git guards against that ("racily clean" entries)
-    by comparing content for entries not older than the index file itself, but a plain copy gets
-    a fresh time and loses the guard, and so would miss the change. Dating the copy to second 1
-    of 1970 makes every entry racily clean. Not second 0: git reads a zero index time as unknown
-    and then skips the guard altogether. Not ``cp -p`` (keeping the guard as git has it): that
-    still trusts stat for entries older than the index, which a tool restoring old times (tar,
-    ``cp -p``, rsync) can fool. Not an empty index: it would drop tracked files that match
-    ``.gitignore``. Cost, measured on 2,000 files (8 MB): ~35 ms per ``git add -A`` instead of ~7;
-    it grows with the bytes tracked (~2 ms per MB), small next to a model turn.
+    Without an index to copy, ``dest`` is removed (git starts from an empty one).
+
+    Why: git's stat data has whole-second times, so a file rewritten with the same size in the second
+    its entry was cached still matches it. Git guards against that ("racily clean" entries) by
+    comparing content for entries not older than the index file itself, but a plain copy gets a fresh
+    time, loses the guard, and so would miss the change. Dating the copy to second 1 of 1970 makes
+    every entry racily clean.
+
+    Not instead:
+
+    - second 0: git reads a zero index time as unknown and then skips the guard altogether;
+    - ``cp -p`` (keeping the guard as git has it): it still trusts stat for entries older than the
+      index, which a tool restoring old times (tar, ``cp -p``, rsync) can fool;
+    - an empty index: it would drop tracked files that match ``.gitignore``.
+
+    Cost, measured on 2,000 files (8 MB): ~35 ms per ``git add -A`` instead of ~7; it grows with the
+    bytes tracked (~2 ms per MB), small next to a model turn.
     """
     return f"{{ cp {source} {dest} && TZ=UTC0 touch -t 197001010000.01 {dest}; }} 2>/dev/null || rm -f {dest}"
 

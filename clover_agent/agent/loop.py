@@ -200,12 +200,15 @@ class Agent:
         return await self._run(task, resumed=resume is not None, begin=begin)
 
     async def resume(self, state: ResumeState, *, fresh_budget: bool = False) -> list[Checkpoint]:
-        """Take up an earlier run in this fresh sandbox without running (``run(resume=...)`` does
-        this first; a front end may call it and then :meth:`continue_with`): its conversation (calls
-        it cut off answered), what it spent (see :meth:`run` for ``fresh_budget``), its snapshots
-        made again so :meth:`undo` reaches them, and its workspace patch. Returns the snapshots
-        that could not be made again (undo before them is refused, saying so); raises
-        :class:`WorkspaceCheckpointError` when the patch does not apply (the conversation is taken up)."""
+        """Take up an earlier run in this fresh sandbox, without running the agent.
+
+        ``run(resume=...)`` does this first; a front end may call it and then :meth:`continue_with`. What
+        is taken up: the conversation (calls it cut off answered), what it spent (``fresh_budget``: see
+        :meth:`run`), its snapshots, made again so :meth:`undo` reaches them, and its workspace patch.
+
+        Returns the snapshots that could not be made again (undo before them is refused, saying so).
+        Raises :class:`WorkspaceCheckpointError` when the patch does not apply (the conversation is taken up).
+        """
         self.messages = [dict(m) for m in state.messages]
         self._close_interrupted_calls()
         if fresh_budget:

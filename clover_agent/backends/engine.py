@@ -129,14 +129,18 @@ def choose_device(sources: ModelSources) -> tuple[Path, str]:
 
 
 class EngineBackend(ModelBackend):
-    """Clover in this process, from ``model_dir``, else the first checkpoint found in ``sources``
-    (built from the settings by ``clover_agent.launch.model_sources``; this backend reads no
-    environment variable). ``sampling`` is a :class:`clover_agent.engine.decoding.sampling.SamplingParams`
-    (default: ``SamplingParams.coding()`` with the checkpoint's block size and threshold);
-    ``max_new_tokens`` caps each answer and the context window caps it further. A prompt that
-    leaves no room in the window raises :class:`ContextOverflow`. ``cuda_graphs``: None (the
-    default) replays the decoding steps as CUDA graphs on a CUDA device, one capture per step shape
-    reused by every turn; loading prints how the steps run (and why eager, when they do)."""
+    """Clover in this process, from ``model_dir``, else the first checkpoint found in ``sources``.
+
+    - ``sources``: from ``clover_agent.launch.model_sources`` (this backend reads no environment variable).
+    - ``sampling``: a :class:`clover_agent.engine.decoding.sampling.SamplingParams` (default:
+      ``SamplingParams.coding()`` with the checkpoint's block size and threshold).
+    - ``max_new_tokens``: caps each answer; the context window caps it further.
+    - ``cuda_graphs``: None (the default) replays the decoding steps as CUDA graphs on a CUDA device.
+
+    A prompt that leaves no room in the window raises :class:`ContextOverflow`. CUDA graphs are captured
+    once per step shape and reused by every turn; loading prints how the steps run (and why eager, when
+    they do).
+    """
 
     def __init__(
         self,

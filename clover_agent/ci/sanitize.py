@@ -100,18 +100,25 @@ class CleanTask:
 def sanitize_task(
     raw: str, *, max_chars: int = MAX_TASK_CHARS, max_input_chars: int = MAX_INPUT_CHARS
 ) -> CleanTask:
-    """``raw`` as the text its rendered page shows, chat-format markup neutralised, at most
-    ``max_chars`` characters; only its first ``max_input_chars`` are read.
+    """``raw`` as the text its rendered page shows, chat-format markup neutralised: what is hidden from a
+    person reading the task never reaches the model.
 
-    Removed (and counted): HTML comments, processing instructions, declarations and CDATA
-    sections, elements hidden by an attribute (``hidden``, ``aria-hidden``) or a style and those a
-    page never shows (``script``, ``style``, ``template`` ...) with what they enclose, image alt
-    text, titles (of links and any element), link reference definitions (their labels and titles
-    are never shown; a link using one keeps its target), other attributes' values, zero-width and
-    other invisible characters, Unicode tag characters, bidirectional controls and control
-    characters. Text that would read as chat-format markup to the model (special tokens such as
-    ``<|im_start|>``, tool-call and tool-response tags) or as the frame's tag is neutralised. What
-    code spans and blocks show (markup included) is kept, as is what ``<details>`` folds away."""
+    - ``max_chars``: the most characters the result has.
+    - ``max_input_chars``: only this many characters of ``raw`` are read.
+
+    Removed with what they enclose: elements hidden by an attribute (``hidden``, ``aria-hidden``) or a
+    style, and those a page never shows (``script``, ``style``, ``template`` ...).
+
+    Also removed: HTML comments, processing instructions, declarations and CDATA sections, image alt
+    text, titles (of links and any element), other attributes' values, link reference definitions
+    (their labels and titles are never shown; a link using one keeps its target), zero-width and other
+    invisible characters, Unicode tag characters, bidirectional controls and control characters. Every
+    removal is counted.
+
+    Text that would read as chat-format markup to the model (special tokens such as ``<|im_start|>``,
+    tool-call and tool-response tags) or as the frame's tag is neutralised. What code spans and blocks
+    show (markup included) is kept, as is what ``<details>`` folds away.
+    """
     removed: Counter[str] = Counter()
     text, input_cut = _cap_input(raw, max_input_chars)
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2028", "\n").replace("\u2029", "\n\n")

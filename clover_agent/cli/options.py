@@ -378,12 +378,16 @@ def launch_record(args: argparse.Namespace, options: BackendOptions) -> dict[str
 def apply_launch_record(
     args: argparse.Namespace, record: dict[str, Any], replay_turns_used: int
 ) -> list[str]:
-    """Fill ``args`` with what the run was started with, where the command line says nothing; the
-    flags the command line gave win. The backend is taken whole: recorded (with its options) when
-    no backend option is given now, else the one the given options select. A replay recorded and
-    taken again continues after the ``replay_turns_used`` turns its earlier segments used.
-    The sandbox is never taken: a resumed run runs outside Docker only when the command line says
-    so now. Returns the flags taken from the record (to say so)."""
+    """Fill ``args`` with what the run was started with, where the command line says nothing (the
+    flags it gives win); returns the flags taken from the record, to say so.
+
+    - ``replay_turns_used``: the turns a recorded replay's earlier segments used; a replay taken again
+      continues after them.
+
+    The backend is taken whole: the recorded one (with its options) when no backend option is given
+    now, else the one the given options select. The sandbox is never taken: a resumed run runs outside
+    Docker only when the command line says so now.
+    """
     taken: list[str] = []
     backend_given = args.backend is not None or any(getattr(args, name, None) for name, _, _ in BACKEND_FLAGS)
     if not backend_given and record.get("backend") in BACKEND_KINDS:

@@ -93,20 +93,27 @@ def write_plain(console: Console, text: str) -> None:
 
 class ConsoleRenderer:
     """Bus subscriber writing a run's events on ``console``.
-    ``figures`` is the run's :class:`RunFigures` (subscribe it before this renderer); ``live=False``
-    renders recorded events (``clover-agent runs show``): no live area, each call's figures on a line.
 
-    The log: model text as it is written (line by line), each tool call on one line, results
-    trimmed (the trajectory keeps them whole), test runs, and at a terminal a live area at the
-    bottom: the line being written and a status line (what is going on now, for how long, step
-    N/limit, tokens in/out, tokens/s and, for the engine, tokens per forward) that updates while the
-    model works. The model's thinking is shown dim and labelled; without ``verbose`` it is folded
-    to one line per turn. Styles come from rich and follow the terminal: colour only at a terminal
-    and without ``NO_COLOR``, no live area when the output is not a terminal (or ``TERM=dumb``):
-    plain lines for logs and scripts, with each model call's figures on a line of their own.
-    ``quiet`` writes nothing (the command's summary and errors still are). Errors that end the run
-    are not written here: the command says them once, at the end. Provisional diffusion blocks are
-    not drawn (the TUI does) but count in the figures."""
+    - ``figures``: the run's :class:`RunFigures` (subscribe it before this renderer).
+    - ``verbose``: the model's thinking in full (else folded to one line per turn).
+    - ``quiet``: write nothing (the command's summary and errors still are).
+    - ``live=False``: recorded events (``clover-agent runs show``): no live area, each call's figures on
+      a line.
+
+    The log: model text as it is written (line by line), each tool call on one line, results trimmed
+    (the trajectory keeps them whole), and test runs. The model's thinking is shown dim and labelled.
+    Provisional diffusion blocks are not drawn (the TUI does) but count in the figures.
+
+    At a terminal, a live area at the bottom holds the line being written and a status line that updates
+    while the model works: what is going on now, for how long, step N/limit, tokens in/out, tokens/s
+    and, for the engine, tokens per forward.
+
+    Styles come from rich and follow the terminal: colour only at a terminal and without ``NO_COLOR``.
+    When the output is not a terminal (or ``TERM=dumb``) there is no live area: plain lines for logs and
+    scripts, with each model call's figures on a line of their own.
+
+    Errors that end the run are not written here: the command says them once, at the end.
+    """
 
     def __init__(
         self,

@@ -70,14 +70,18 @@ def hand_back(
     say: Callable[[str], None] = print,
     reverify: Callable[[PatchSet], Checked] | None = None,
 ) -> HandBackOutcome:
-    """Apply the patch as the user chose (see the module docstring); returns the command's exit
-    code and message (empty when there is nothing more to say) and what became of the patch.
-    ``confirm`` answers the question: whether to apply, or the paths of the files to apply (the
-    person chose file by file; the others are left out, said so). When only part of the patch is
-    to be applied (``--yes`` leaving out what needs a yes, or a choice file by file), that part is
-    verified again on its own with ``reverify`` (held out, in a fresh sandbox) and applied only if
-    that verdict is a fix; its verdict and exit code are then the run's (no verdict describes bytes
-    other than those written). Without ``reverify`` such a part is not applied."""
+    """Apply the patch as the user chose (see the module docstring); returns the command's exit code
+    and message (empty when there is nothing more to say) and what became of the patch.
+
+    - ``confirm``: answers the question: whether to apply, or the paths of the files to apply (the
+      person chose file by file; the others are left out, said so).
+    - ``reverify``: verifies a part of the patch again on its own (held out, in a fresh sandbox).
+
+    When only part of the patch is to be applied (``--yes`` leaving out what needs a yes, or a choice
+    file by file), that part is applied only if ``reverify``'s verdict on it is a fix, and that verdict
+    and its exit code are then the run's: no verdict describes bytes other than those written. Without
+    ``reverify`` such a part is not applied.
+    """
     verdict_code = report.exit_code
     review = report.verdict == Verdict.NEEDS_REVIEW
     if not (report.fixed or review) or report.patch_set is None:

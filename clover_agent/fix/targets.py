@@ -135,12 +135,15 @@ async def select_tests(
 ) -> TestSelection:
     """Resolve ``text`` (the user's TARGET) to tests and run them once.
 
-    ``suite`` is a run of the whole suite, needed only for free text; it is made when missing (with
-    ``workers`` processes where the project has pytest-xdist, within ``suite_timeout`` seconds) and
-    kept in the selection; ``test_timeout``: each test's own limit (None: a fifth of the run's). Free text
-    prefers the tests that fail now. A run that could not start at all (pytest refusing its
-    configuration, not installed) is returned as it is, for the caller to name the cause.
-    Raises :class:`UsageError` when nothing matches.
+    - ``suite``: a run of the whole suite, needed only for free text; made when missing, and kept in
+      the selection.
+    - ``workers``, ``suite_timeout``: that suite run's processes (where the project has pytest-xdist)
+      and its limit in seconds.
+    - ``test_timeout``: each test's own limit (None: a fifth of the run's).
+
+    Free text prefers the tests that fail now. A run that could not start at all (pytest refusing its
+    configuration, not installed) is returned as it is, for the caller to name the cause. Raises
+    :class:`UsageError` when nothing matches.
     """
     text = text.strip()
     if not text:

@@ -105,30 +105,34 @@ def _current_id(target: Path) -> tuple[str, int]:
 
 
 def apply_patch_set(repo: Path, patch: PatchSet, *, ours: frozenset[str] = frozenset()) -> list[str]:
-    """Apply ``patch`` to ``repo``; the files changed. ``ours``: paths an earlier apply of the same
-    session wrote (their uncommitted change is that apply's, not the user's; their bytes are still
-    checked to be what it left).
+    """Apply ``patch`` to ``repo`` all at once, never over the user's own work; returns the files changed.
 
-    Raises :class:`PatchNotApplied` when a check fails (nothing changed) and
-    :class:`ApplyInterrupted` when a signal stops it.
+    - ``ours``: paths an earlier apply of the same session wrote: their uncommitted change is that
+      apply's, not the user's (their bytes are still checked to be what it left).
+
+    Raises :class:`PatchNotApplied` when a check fails (nothing changed) and :class:`ApplyInterrupted`
+    when a signal stops it.
 
     The checks, for every path the patch touches:
 
-    - the user's tree holds exactly what the run started from (the blob id of its bytes, its
-      executable bit, or its absence), so the result is byte for byte the tree the tests verified;
-    - the user has no uncommitted change to it (``git status``, by a safe host git, file names as
-      bytes: ``café.py`` or a name with a tab is never missed) and it is not marked
-      ``--skip-worktree`` or ``--assume-unchanged`` (git hides its changes: it counts as their
-      work), so their own work is never mixed with the agent's;
+    - the user's tree holds exactly what the run started from (the blob id of its bytes, its executable
+      bit, or its absence), so the result is byte for byte the tree the tests verified;
+    - the user has no uncommitted change to it, so their own work is never mixed with the agent's (one
+      marked ``--skip-worktree`` or ``--assume-unchanged`` counts as their work: git hides its changes);
     - no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
 
-    Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``, on
-    the tree's file system); only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever
-    thread receives them), is each original moved aside and each new file renamed into place, all
-    at once; an error there moves everything back. A signal arriving before that leaves the tree
-    unchanged; one arriving during it takes effect once the tree is fully patched. Either way
-    :class:`ApplyInterrupted` says which (exit 130). Only SIGKILL (or a power cut) can land in the
-    middle; the staging folder then holds ``journal.json`` naming every move, and the originals.
+    Uncommitted changes are read by a safe host git (``git status``), file names as bytes: ``café.py``
+    or a name with a tab is never missed.
+
+    Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``, on the
+    tree's file system). Only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever thread
+    receives them), is each original moved aside and each new file renamed into place, all at once; an
+    error there moves everything back.
+
+    A signal arriving before that leaves the tree unchanged; one arriving during it takes effect once
+    the tree is fully patched. Either way :class:`ApplyInterrupted` says which (exit 130). Only SIGKILL
+    (or a power cut) can land in the middle; the staging folder then holds ``journal.json`` naming every
+    move, and the originals.
     """
     repo = repo.resolve()
     if not patch.changes:

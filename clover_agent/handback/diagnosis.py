@@ -68,10 +68,10 @@ def diagnose(
 ) -> EnvironmentProblem | None:
     """The environment problem that ``report`` (the target's run before any change) shows, or None.
 
-    ``workspace_names``: the module names the workspace has (``pkg`` for ``pkg/`` or ``pkg.py``, at
-    any depth), to tell the project's own modules from installed ones. ``environment``: whether a
-    project environment was set up (the remedy differs); ``recipe``: its recipe, whose extras not
-    installed are named when one of them provides a missing module.
+    - ``workspace_names``: the module names the workspace has (``pkg`` for ``pkg/`` or ``pkg.py``, at
+      any depth), to tell the project's own modules from installed ones.
+    - ``environment``: whether a project environment was set up (the remedy differs).
+    - ``recipe``: its recipe; its extras not installed are named when one of them provides a missing module.
 
     What counts as the environment's fault, and what stays the agent's:
 

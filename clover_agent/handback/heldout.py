@@ -216,13 +216,16 @@ def held_out(
     test_files: frozenset[str] = frozenset(),
     keep: frozenset[str] = frozenset(),
 ) -> HeldOut:
-    """The held-out tree for ``patch`` (see the module docstring). ``installed``: the module names
-    the sandbox's Python has outside the workspace, ``harness_modules`` those of them pytest
-    imports before any test (a new module shadowing one of those is left out of the held-out run;
-    one shadowing another installed module is only named: it is code under test, with no more power
-    than the rest); ``test_files``: the files that held a test before the change (held out whatever
-    their name); ``keep``: test files that stay as patched (a change made from a request is shown
-    by the tests it adds)."""
+    """The held-out tree for ``patch`` (see the module docstring).
+
+    - ``installed``: the module names the sandbox's Python has outside the workspace.
+    - ``harness_modules``: those of them pytest imports before any test.
+    - ``test_files``: the files that held a test before the change (held out whatever their name).
+    - ``keep``: test files that stay as patched (a change made from a request is shown by the tests it adds).
+
+    A new module shadowing a harness module is left out of the held-out run; one shadowing another
+    installed module is only named: it is code under test, with no more power than the rest.
+    """
     base_files = patch.shadow.files(patch.base)
     final = set(patch.shadow.files(patch.final))
     configuration = patch.shadow.blobs(

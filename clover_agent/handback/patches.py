@@ -62,11 +62,13 @@ def hidden_work(repo: Path) -> dict[str, str]:
 def local_changes(repo: Path, files: list[str]) -> list[str]:
     """Which of ``files`` (relative to ``repo``) are the user's own work in their tree: with
     uncommitted changes, untracked, or marked ``--skip-worktree`` / ``--assume-unchanged``
-    (:func:`hidden_work`: git hides their changes). By a safe host git
-    (:mod:`~clover_agent.handback.hostgit`: no fsmonitor, hooks or filters run), read as bytes
-    (``café.py``, a name with a tab or a quote is never missed); no path goes on the command line
-    (``git status`` of ``repo`` as a whole, so tens of thousands of files never hit the argument
-    limit)."""
+    (:func:`hidden_work`: git hides their changes).
+
+    Read by a safe host git (:mod:`~clover_agent.handback.hostgit`: no fsmonitor, hooks or filters run),
+    as bytes: ``café.py``, a name with a tab or a quote is never missed. No path goes on the command
+    line: ``git status`` of ``repo`` as a whole, so tens of thousands of files never hit the argument
+    limit.
+    """
     if not files:
         return []
     prefix = _prefix(repo)

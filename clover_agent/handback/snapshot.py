@@ -149,18 +149,22 @@ def _under(path: str, folders: set[str]) -> bool:
 
 
 async def take_snapshot(sandbox: Sandbox, *, excludes: bytes, keep: set[str], scratch: Path) -> Snapshot:
-    """The workspace's files as git would track them. ``excludes``: :func:`user_excludes`;
-    ``keep``: paths that count even if ignored; ``scratch``: an empty folder for the skeleton the
-    ignore rules are evaluated in.
+    """The workspace's files as git would track them.
 
-    The sandbox reports every entry (``.git`` left out, symlinks never followed); which count is
-    decided by the repository's ignore rules, evaluated by a clean host git over a skeleton of the
-    workspace's folders and ``.gitignore`` files, plus the user's own ``info/exclude`` and global
-    excludes and :data:`BUILTIN_EXCLUDES`. Paths in ``keep`` (tracked by the user, or in the
-    starting state) always count. Ignored folders are not even entered (a whole virtual
-    environment costs one line). FIFOs, sockets, devices, nested repositories, unreadable
-    entries and what test runs write (:func:`generated_reason`; a folder of it not entered) are
-    never read: they are :attr:`Snapshot.left_out`, with why."""
+    - ``excludes``: :func:`user_excludes`.
+    - ``keep``: paths that always count, even if ignored (tracked by the user, or in the starting state).
+    - ``scratch``: an empty folder for the skeleton the ignore rules are evaluated in.
+
+    The sandbox reports every entry (``.git`` left out, symlinks never followed). Which count is decided
+    by the repository's ignore rules, evaluated by a clean host git over a skeleton of the workspace's
+    folders and ``.gitignore`` files, plus the user's own ``info/exclude`` and global excludes and
+    :data:`BUILTIN_EXCLUDES`. Ignored folders are not even entered (a whole virtual environment costs
+    one line).
+
+    Never read, and listed with why in :attr:`Snapshot.left_out`: FIFOs, sockets, devices, nested
+    repositories, unreadable entries and what test runs write (:func:`generated_reason`; a folder of it
+    not entered).
+    """
     skeleton = scratch / "skeleton"
     skeleton.mkdir(parents=True)
     git(skeleton, "init", "-q", "--template=")

@@ -160,18 +160,23 @@ class Stock:
         self.base = writer.finish()
 
     async def record_end(self, sandbox: Sandbox, *, stop: bool = True) -> PatchSet:
-        """Stop every process, read what changed, and make the patch (``stop=False``: for a look
-        only, the processes go on, e.g. the TUI's ``/diff``; never for what is handed back).
+        """Stop every process, read what changed, and make the patch.
 
-        Every process in the sandbox is killed first (a daemon cannot change the workspace while or
-        after it is read), then the files that differ from the start are read and become the
-        ``final`` commit, and the :class:`PatchSet` holds the patch and its changes. What cannot be
-        handed back is left out of ``final`` (the start's version stays) and named: what is never
-        handed back (:func:`~clover_agent.handback.paths.never_handed_back`: ``.git``,
-        ``.clover``, what the host's git ignores, names with control characters), a symlink
-        pointing outside the repository, a file over :data:`MAX_FILE_BYTES`, changes past
-        :data:`MAX_PATCH_BYTES` in all, FIFOs, sockets, devices, nested repositories, unreadable
-        entries, and what lies in a folder left out so (never deleted for it)."""
+        - ``stop=False``: for a look only (e.g. the TUI's ``/diff``), the processes go on; never for what
+          is handed back.
+
+        Every process in the sandbox is killed first, so a daemon cannot change the workspace while or after
+        it is read. The files that differ from the start then become the ``final`` commit, and the
+        :class:`PatchSet` holds the patch and its changes.
+
+        What cannot be handed back is left out of ``final`` (the start's version stays) and named: what is
+        never handed back (:func:`~clover_agent.handback.paths.never_handed_back`: ``.git``, ``.clover``,
+        what the host's git ignores, names with control characters), a symlink pointing outside the
+        repository, a file over :data:`MAX_FILE_BYTES` and changes past :data:`MAX_PATCH_BYTES` in all.
+
+        Left out and named the same way: FIFOs, sockets, devices, nested repositories, unreadable entries,
+        and what lies in a folder left out so (never deleted for it).
+        """
         assert self.start is not None and self.base is not None, "record_start first"
         if stop:
             await sandbox.stop_processes()

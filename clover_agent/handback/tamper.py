@@ -1861,21 +1861,24 @@ def _new_findings(path: str, old: bytes | None, new: bytes) -> list[Finding]:
 
 
 def scan_changes(before: dict[str, bytes | None], after: dict[str, bytes | None]) -> list[Finding]:
-    """What the patch adds to the code under test that could fake a pass (the module's rules),
-    sorted by path and line. ``before`` / ``after``: the bytes of each changed ``.py`` file (None:
-    absent on that side). Test files and conftests are not scanned (the held-out run puts back
-    what judges the patch).
+    """What the patch adds to the code under test that could fake a pass (the module's rules), sorted
+    by path and line. A finding asks for review; it does not prove intent.
 
-    A finding counts only when the patch adds it: its rule and the text of its node (``ast``,
-    without line numbers) occur more often after the change than before; among like ones, those
-    on changed lines are named. Names are followed through imports, simple aliases (``e =
-    os.environ``, ``g = getattr``, ``self.env = os.environ``, one-line functions returning them)
-    and lookups by a constant name (``getattr``, ``sys.modules``, ``__import__``, ``vars``,
-    ``globals()``); strings are folded where no project code must run (concatenation, ``%``,
-    ``format``, f-strings, joins, slices and reversal, case changes, ``chr`` and ``bytes`` of
-    constants, hex, base64, rot13 and zlib decoding). A file that no longer parses gives one
-    ``unparsable`` finding, when it parsed before (or is new). A finding asks for review; it
-    does not prove intent."""
+    - ``before`` / ``after``: the bytes of each changed ``.py`` file (None: absent on that side).
+
+    Test files and conftests are not scanned: the held-out run puts back what judges the patch.
+
+    A finding counts only when the patch adds it: its rule and the text of its node (``ast``, without
+    line numbers) occur more often after the change than before; among like ones, those on changed
+    lines are named. A file that no longer parses gives one ``unparsable`` finding, when it parsed
+    before (or is new).
+
+    Names are followed through imports, simple aliases (``e = os.environ``, ``g = getattr``,
+    ``self.env = os.environ``, one-line functions returning them) and lookups by a constant name
+    (``getattr``, ``sys.modules``, ``__import__``, ``vars``, ``globals()``). Strings are folded where
+    no project code must run: concatenation, ``%``, ``format``, f-strings, joins, slices and reversal,
+    case changes, ``chr`` and ``bytes`` of constants, hex, base64, rot13 and zlib decoding.
+    """
     found: list[Finding] = []
     for path in sorted(after):
         data = after[path]

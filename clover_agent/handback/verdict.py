@@ -116,12 +116,14 @@ def uncollected(report: TestReport) -> set[str]:
 
 
 def target_problems(before: TestReport, after: TestReport) -> dict[str, str]:
-    """Each target test that is not a pass after the change, with what it is: "failed",
-    "error", "skipped" or "gone" (not run at all: deselected, renamed or deleted). A module that
-    could not be collected before either is not a target test (it holds none that ran): the suite's
-    verdict counts it (:func:`suite_gaps`); nor is a test skipped before and after
-    (:func:`skipped_throughout`: a parametrized case skipped where it runs), while one skipped only
-    after the change is a problem."""
+    """Each target test that is not a pass after the change, with what it is: "failed", "error",
+    "skipped" or "gone" (not run at all: deselected, renamed or deleted).
+
+    Not target tests: a module that could not be collected before either (it holds none that ran; the
+    suite's verdict counts it, :func:`suite_gaps`), and a test skipped before and after
+    (:func:`skipped_throughout`: a parametrized case skipped where it runs). A test skipped only after
+    the change is a problem.
+    """
     old = uncollected(before) | set(skipped_throughout(before, after))
     problems = {t: after.outcomes.get(t, "gone") for t in before.outcomes if t not in old}
     problems = {t: what for t, what in problems.items() if what != "passed"}

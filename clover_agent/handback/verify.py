@@ -151,17 +151,18 @@ async def verify_patch(
     keep_tests: frozenset[str] = frozenset(),
     test_timeout: float | None = None,
 ) -> Verification:
-    """Make a fresh sandbox the patched tree and judge it by two runs (the held-out suite through
-    ``run_suite``, only when the target passes both ways). ``keep_tests``: test files the held-out
-    run keeps as patched (a change made from a request). ``test_timeout``: each target test's own
-    limit (None: a fifth of the run's).
+    """Make a fresh sandbox the patched tree and judge it by two runs.
 
-    1. Held out (first, so nothing the patch's own tests run can linger into it): the starting
-       commit's test infrastructure put back over the patched source
-       (:mod:`clover_agent.handback.heldout`), pytest started guarded
-       (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite;
-    2. as handed back (every process stopped, the workspace made the patched tree again): the
-       target and the test files the patch adds."""
+    - ``run_suite``: runs the held-out suite, only when the target passes both ways.
+    - ``keep_tests``: test files the held-out run keeps as patched (a change made from a request).
+    - ``test_timeout``: each target test's own limit (None: a fifth of the run's).
+
+    1. Held out, first, so nothing the patch's own tests run can linger into it: the starting commit's
+       test infrastructure put back over the patched source (:mod:`clover_agent.handback.heldout`),
+       pytest started guarded (:mod:`clover_agent.tools.run_tests.guarded`): the target, then the suite.
+    2. As handed back (every process stopped, the workspace made the patched tree again): the target
+       and the test files the patch adds.
+    """
     bus.emit(PhaseStarted(phase="verification", detail="a fresh sandbox with the patched tree"))
     checks: dict[str, object] = {}
     independent: IndependentRun | None = None

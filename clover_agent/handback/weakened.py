@@ -75,12 +75,16 @@ def _swallows(handler: ast.ExceptHandler) -> bool:
 def count_checks(nodes: list[ast.stmt]) -> int:
     """The checks in ``nodes``, stopping at an unconditional return or skip among them.
 
-    A check is an ``assert`` whose condition is not a constant truth (``assert True``, ``assert x or
-    1`` count for nothing), a call of a method or function named ``assert*`` / ``fail*``
-    (``self.assertEqual``, ``np.testing.assert_allclose``, ``mock.assert_called_once``), or a
-    ``pytest.raises`` / ``pytest.warns`` / ``pytest.fail``; checks inside a ``try`` whose handler
-    swallows ``AssertionError`` (``except AssertionError``, ``Exception``, ``BaseException`` or
-    bare, without re-raising) do not count."""
+    A check is:
+
+    - an ``assert`` whose condition is not a constant truth (``assert True``, ``assert x or 1`` are not);
+    - a call of a method or function named ``assert*`` / ``fail*`` (``self.assertEqual``,
+      ``np.testing.assert_allclose``, ``mock.assert_called_once``);
+    - a ``pytest.raises`` / ``pytest.warns`` / ``pytest.fail``.
+
+    Checks inside a ``try`` whose handler swallows ``AssertionError`` (``except AssertionError``,
+    ``Exception``, ``BaseException`` or bare, without re-raising) do not count.
+    """
     total = 0
     for stmt in nodes:
         if isinstance(stmt, ast.Return) or (
@@ -216,14 +220,20 @@ def weakened_tests(
     target_ids: list[str], before: dict[str, bytes | None], after: dict[str, bytes | None]
 ) -> list[str]:
     """What the patch did to weaken the target tests, one line each (empty: nothing found).
-    ``before`` / ``after``: the bytes of every changed ``.py`` file (None: absent on that side).
+
+    - ``before`` / ``after``: the bytes of every changed ``.py`` file (None: absent on that side).
+
+    What it finds:
 
     - **fewer checks**: the test function does fewer checks (:func:`count_checks`) than before;
-    - **skipped**: a skip or expected-failure marker added to the test, its class or the module
-      (``pytest.mark.skip``/``skipif``/``xfail``, ``unittest.skip*``, ``expectedFailure``,
-      ``pytestmark``), or a skip call added to its body (``pytest.skip``, ``self.skipTest``);
-    - **outcome hooks**: a ``conftest.py`` or test file in the patch that now defines a pytest hook
-      able to change outcomes (``pytest_runtest_makereport``, ``pytest_collection_modifyitems``, ...)."""
+    - **skipped**: a skip or expected-failure marker added to the test, its class or the module, or a
+      skip call added to its body;
+    - **outcome hooks**: a ``conftest.py`` or test file in the patch that now defines a pytest hook able
+      to change outcomes (``pytest_runtest_makereport``, ``pytest_collection_modifyitems``, ...).
+
+    Skip markers: ``pytest.mark.skip``/``skipif``/``xfail``, ``unittest.skip*``, ``expectedFailure``,
+    ``pytestmark``; skip calls: ``pytest.skip``, ``self.skipTest``.
+    """
     found: list[str] = []
     for path in sorted(after):
         if posixpath.basename(path) == "conftest.py" or path in {t.split("::")[0] for t in target_ids}:

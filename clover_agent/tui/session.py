@@ -54,16 +54,22 @@ ERRORS_FILE = "errors.log"
 
 
 class TuiSession(SessionCommands):
-    """The session. ``deliver`` is called (in the agent thread) with every event.
+    """The TUI's session; ``deliver`` is called (in the agent thread) with every event.
 
-    Every event of the session — the agent's and the TUI's own (:mod:`clover_agent.session.events`) —
-    goes to the trajectory of the session folder first, then to ``deliver`` (the app posts it to
-    itself; Textual's ``post_message`` is thread-safe). A request starts ``run`` (the first) or
-    ``continue_with`` (the later ones, and all of a resumed session's, which ``Agent.resume`` took
-    up); a message typed while the agent works goes in with ``send`` and is read at its next step;
-    Esc is ``interrupt`` (the model call or tool call stops, the agent waits for the person's next
-    message); approvals are answered with ``answer_approval``. The sandbox starts as soon as the
-    session does, while the person types; a request sent before it is ready waits for it."""
+    Every event of the session, the agent's and the TUI's own (:mod:`clover_agent.session.events`), goes
+    to the trajectory of the session folder first, then to ``deliver`` (the app posts it to itself;
+    Textual's ``post_message`` is thread-safe).
+
+    A request starts the agent's ``run`` (the first) or ``continue_with`` (the later ones, and all of a
+    resumed session's, which ``Agent.resume`` took up). From the UI:
+
+    - ``send``: a request, or a message typed while the agent works, read at its next step.
+    - ``interrupt`` (Esc): the model call or tool call stops; the agent waits for the person's next message.
+    - ``answer``: answers an approval (the agent's ``answer_approval``).
+
+    The sandbox starts as soon as the session does, while the person types; a request sent before it is
+    ready waits for it.
+    """
 
     def __init__(self, options: SessionConfig, deliver: Callable[[Event], None]) -> None:
         self.options = options

@@ -49,12 +49,13 @@ class _Captured:
 class StepGraphs:
     """Captured steps of ``model`` on ``cache``, one per step shape, captured on first use.
 
-    The shapes: 1 token, a block's denoise, a block's commit without LM head, two blocks for a
-    commit fused with the next first pass or a verify. What varies between replays lives in device
-    memory: the token ids (a static input buffer) and the committed length (a 0-d tensor the model
-    reads with ``length=``: positions, K/V rows and the attention mask come from it). A graph
-    belongs to one cache's buffers; the Python bookkeeping a forward does after its kernels
-    (``cache.advance`` on a commit) is done here after each replay.
+    The shapes: 1 token, a block's denoise, a block's commit without LM head, two blocks for a commit
+    fused with the next first pass or a verify.
+
+    What varies between replays lives in device memory: the token ids (a static input buffer) and the
+    committed length (a 0-d tensor the model reads with ``length=``: positions, K/V rows and the
+    attention mask come from it). A graph belongs to one cache's buffers; the Python bookkeeping a
+    forward does after its kernels (``cache.advance`` on a commit) is done here after each replay.
 
     Besides the bare forward (``__call__``), a step can be a *program* (:meth:`run`): the forward
     and whatever follows it on the device, e.g. a denoising pass's token choice
@@ -121,13 +122,16 @@ class StepGraphs:
         prefix: Sequence[int] = (),
         state: Sequence[torch.Tensor] = (),
     ) -> Outputs | None:
-        """Replay ``key``'s graph of the step ``make()`` gives (captured now, from one call of
-        ``make``, when the key is new): its outputs (static buffers: read them before the next
-        replay), or None when it cannot be captured (run the step eager). Before the replay the
-        static ids take ``ids`` (all of them, on the device) or the host's ``prefix`` (the first
-        ones, uploaded into them; the step fills the rest itself). ``state``: tensors the step
-        updates in place (besides the cache), kept unchanged by the capture. Call :meth:`fits`
-        first."""
+        """Replay ``key``'s graph of the step ``make()`` gives, captured now (from one call of ``make``)
+        when the key is new. Call :meth:`fits` first.
+
+        - ``ids``: all the static ids, on the device, set before the replay.
+        - ``prefix``: or the first static ids, from the host (uploaded; the step fills the rest itself).
+        - ``state``: tensors the step updates in place (besides the cache), kept unchanged by the capture.
+
+        Returns the outputs (static buffers: read them before the next replay), or None when the step
+        cannot be captured (run it eager).
+        """
         captured = self.graphs.get(key) or self._try_capture(key, shape, make, state)
         if captured is None:
             return None

@@ -34,7 +34,8 @@ CONFIDENCE_ALIASES: dict[str, str] = {"drawn": "probability", "relative": "sglan
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Parameters of one ``Engine.generate`` / ``Engine.stream`` call.
+    """Parameters of one ``Engine.generate`` / ``Engine.stream`` call; ``docs/decoding.md`` describes
+    each field.
 
     ``block_size`` and ``threshold`` default to the contract's 32 and 0.95; :meth:`for_model` takes
     them from a checkpoint's config instead. ``block_size`` must equal the checkpoint's (blocks are
@@ -42,21 +43,25 @@ class SamplingParams:
     ValueError); it is a field so a caller states what it expects.
 
     Sampling: ``temperature=0`` is greedy (the commit confidence of a position is the top-1
-    probability of its controlled logits). With ``temperature>0`` each masked position draws a
-    token from its controlled, temperature-scaled, top-k / top-p filtered distribution, and the
-    confidence LowConfidence compares with the threshold is, by default
-    (``confidence="probability"``), the probability of the drawn token under that filtered,
-    renormalised distribution (``"sglang"``: SGLang's rule, see ``choice.py``; the earlier names
-    ``"drawn"`` and ``"relative"`` are accepted and stored as these). Draws come from a
-    ``torch.Generator`` seeded with ``seed`` (0 when None), so equal parameters give equal outputs
-    on the same device.
+    probability of its controlled logits). With ``temperature>0`` each masked position draws a token
+    from its controlled, temperature-scaled, top-k / top-p filtered distribution; draws come from a
+    ``torch.Generator`` seeded with ``seed`` (0 when None), so equal parameters give equal outputs on
+    the same device.
 
-    Controls (see ``controls.py``) act on the logits of every masked position before temperature
-    and confidence, each only in its phase: penalties over the generated tokens (committed plus
-    already decided in the current block; never the prompt), the thinking controls (when
-    ``thinking``) before ``</think>``, the end-of-response ramp (when ``end_bias_start`` is set)
-    after it, and loop handling (``loop_action``) after a repeated block. At their defaults every
-    control is off and decoding is the bare contract. ``docs/decoding.md`` describes each field.
+    ``confidence``: what LowConfidence compares with the threshold when sampling. ``"probability"``
+    (the default): the drawn token's probability under that filtered, renormalised distribution;
+    ``"sglang"``: SGLang's rule, see ``choice.py``. The earlier names ``"drawn"`` and ``"relative"``
+    are accepted and stored as these.
+
+    Controls (see ``controls.py``) act on the logits of every masked position before temperature and
+    confidence, each only in its phase; at their defaults every control is off and decoding is the bare
+    contract:
+
+    - penalties: over the generated tokens (committed plus already decided in the current block; never
+      the prompt);
+    - the thinking controls (when ``thinking``): before ``</think>``; the end-of-response ramp (when
+      ``end_bias_start`` is set): after it;
+    - loop handling (``loop_action``): after a repeated block.
     """
 
     max_new_tokens: int = 256
@@ -206,12 +211,11 @@ class SamplingParams:
 class GenerationResult:
     """Outcome of one call: the generated ids (stop token excluded) and how they were obtained.
 
-    ``forwards`` counts every model forward the call ran (prefill, denoise, draft, verify and
-    commit passes); ``steps_per_block`` the denoising passes of each diffusion block (draft+verify
-    rounds per block in ``self_speculative``; tokens per block in ``autoregressive``);
-    ``fallback_steps`` the passes in which no position cleared the threshold and the single most
-    confident one was filled; ``reused_tokens`` the prompt tokens whose state came from the prefix
-    cache instead of being recomputed.
+    - ``forwards``: every model forward the call ran (prefill, denoise, draft, verify and commit passes).
+    - ``steps_per_block``: the denoising passes of each diffusion block (draft+verify rounds per block
+      in ``self_speculative``; tokens per block in ``autoregressive``).
+    - ``fallback_steps``: passes where no position cleared the threshold, so the most confident was filled.
+    - ``reused_tokens``: prompt tokens whose state came from the prefix cache instead of being recomputed.
     """
 
     token_ids: list[int]

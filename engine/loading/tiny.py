@@ -188,28 +188,37 @@ def write_tiny_checkpoint(
 ) -> Path:
     """Write a random tiny checkpoint to ``out_dir`` (created if needed) and return its path.
 
-    ``overrides`` replaces entries of :data:`TINY_TEXT_CONFIG` (e.g. ``num_hidden_layers``,
-    ``layer_types``) or of the decoding contract (``block_size``, ``threshold``, ``mask_token_id``,
-    ``eos_token_id``, ``right_conv_kernel_size``). ``tokenizer=False`` leaves out the tokenizer
-    files and chat template (a checkpoint for id-level use only). ``vocab_cache``: where the real
-    vocabulary's conversion is kept between processes (see :func:`vocab.qwen_tokenizer`).
+    What it is:
 
-    Safetensors: one file, or ``shards`` files with ``model.safetensors.index.json``. Layouts:
-    ``fused`` experts (``mlp.experts.gate_up_proj`` [E, 2I, H] with gate rows first,
-    ``mlp.experts.down_proj`` [E, H, I]) or ``per-expert`` (``mlp.experts.{e}.gate_proj.weight``
-    ...). Prefixes: ``model.`` with a flat ``qwen3_5_moe_text`` config, or ``model.language_model.``
-    with a nested ``qwen3_5_moe`` config (``text_config``), as multimodal Qwen3.5 checkpoints are
-    laid out. ``bidirectional`` adds the extra GDN tensors of docs/bidirectional-gdn.md. Every
-    tensor is perturbed off its init value, zero-initialised norms included.
+    - ``overrides``: replaces entries of :data:`TINY_TEXT_CONFIG` (e.g. ``num_hidden_layers``,
+      ``layer_types``) or of the decoding contract (``block_size``, ``threshold``, ``mask_token_id``,
+      ``eos_token_id``, ``right_conv_kernel_size``).
+    - ``bidirectional``: adds the extra GDN tensors of docs/bidirectional-gdn.md.
+    - ``peaked``: scales ``lm_head`` so the logits' standard deviation is about :data:`PEAKED_LOGIT_STD`.
 
-    Vocabularies (:mod:`clover_agent.engine.text.vocab`): ``small`` (546 tokens; embedding rows
-    padded to 576) or ``real`` (Qwen3.6, 248,320 rows). The mask token ``<|mask|>`` is the first id
-    after the Qwen special tokens: 248077 (real) or 545 (small).
+    How it is laid out:
 
-    ``peaked`` scales ``lm_head`` so the logits have a standard deviation of about
-    :data:`PEAKED_LOGIT_STD`. Random models otherwise give near-uniform distributions; peaked ones
-    are confident at most positions (top-1 probability above 0.95 at most positions), which
-    decoding tests need to see LowConfidence fill several tokens in one step."""
+    - ``shards``: one safetensors file, or that many with ``model.safetensors.index.json``.
+    - ``layout``: ``fused`` experts (``mlp.experts.gate_up_proj`` [E, 2I, H] with gate rows first,
+      ``mlp.experts.down_proj`` [E, H, I]) or ``per-expert`` (``mlp.experts.{e}.gate_proj.weight`` ...).
+    - ``prefix``: ``model.`` with a flat ``qwen3_5_moe_text`` config, or ``model.language_model.`` with a
+      nested ``qwen3_5_moe`` config (``text_config``), as multimodal Qwen3.5 checkpoints are laid out.
+
+    Its vocabulary and tokenizer:
+
+    - ``vocab`` (:mod:`clover_agent.engine.text.vocab`): ``small`` (546 tokens; embedding rows padded to
+      576) or ``real`` (Qwen3.6, 248,320 rows).
+    - ``tokenizer=False``: no tokenizer files or chat template (a checkpoint for id-level use only).
+    - ``vocab_cache``: where the real vocabulary's conversion is kept between processes
+      (:func:`vocab.qwen_tokenizer`).
+
+    The mask token ``<|mask|>`` is the first id after the Qwen special tokens: 248077 (real) or 545
+    (small). Every tensor is perturbed off its init value, zero-initialised norms included.
+
+    Random models otherwise give near-uniform distributions; peaked ones are confident at most positions
+    (top-1 probability above 0.95), which decoding tests need to see LowConfidence fill several tokens
+    in one step.
+    """
     if shards < 1:
         raise ValueError("shards must be at least 1")
     if layout not in ("fused", "per-expert"):

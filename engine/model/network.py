@@ -121,18 +121,20 @@ class CloverModel(nn.Module):
         shifted. ``attention``:
 
         * ``"causal"``: plain causal attention; GDN layers causal only.
-        * ``"block"``: block-causal attention (full inside a block of ``config.block_size``
-          positions aligned to 0, causal across blocks); GDN layers causal across the sequence
-          plus, for checkpoints with bidirectional tensors, the in-block backward branch.
-          ``causal_prefix=n`` (whole blocks) encodes the first n rows causally instead: a
-          causal-context commit fused with the next block's first denoising pass.
+        * ``"block"``: full attention inside each block of ``config.block_size`` positions aligned to 0,
+          causal across blocks; GDN layers causal, plus the in-block backward branch for checkpoints with
+          bidirectional tensors. ``causal_prefix=n`` (whole blocks) encodes the first n rows causally
+          instead: a causal-context commit fused with the next block's first denoising pass.
 
         ``commit`` decides what enters the cache: nothing (``False``; the committed state stays
-        bit-identical), all T tokens (``True``) or the first n (``int``: under ``"causal"`` any n,
-        a verifier keeps only accepted tokens; under ``"block"`` whole blocks, a commit fused with
-        the next block's first pass). ``logit_rows=0`` runs no LM head, as in commit and prefill
-        passes, where it would read the whole [vocab, hidden] matrix for nothing. Everything the
-        forward branches on is a Python number or a shape."""
+        bit-identical), all T tokens (``True``) or the first n (``int``: under ``"causal"`` any n, as a
+        verifier keeps only accepted tokens; under ``"block"`` whole blocks, a commit fused with the next
+        block's first pass).
+
+        ``logit_rows=0`` runs no LM head, as in commit and prefill passes, where it would read the whole
+        [vocab, hidden] matrix for nothing. Everything the forward branches on is a Python number or a
+        shape.
+        """
         if not isinstance(input_ids, torch.Tensor):
             input_ids = upload(input_ids, self.device)
         input_ids = input_ids.to(self.device, torch.long)

@@ -28,12 +28,14 @@ def attention(
 ) -> torch.Tensor:
     """Gated softmax attention of T new queries over a K/V cache, grouped K/V heads, mask from positions.
 
-    q: [T, H, D] at positions past .. past+T-1; key_buffer, value_buffer: [capacity, Hkv, D] holding
-    the committed rows [0, past) and this forward's rows [past, past+T). Query row i attends key
-    position j when j <= past + i (causal), or, for rows i >= ``block_from``, when j is in the same
-    ``block_size`` block (full attention inside the block): ``block_from=0`` is the block-causal
-    rule, None the causal one. The result is multiplied by ``sigmoid(gate)`` ([T, H, D]) when given.
-    Returns [T, H, D].
+    - ``q``: [T, H, D] at positions past .. past+T-1.
+    - ``key_buffer``, ``value_buffer``: [capacity, Hkv, D] holding the committed rows [0, past) and
+      this forward's rows [past, past+T).
+    - ``block_from``: 0 is the block-causal rule, None the causal one (below).
+    - ``gate``: [T, H, D]; when given, the result is multiplied by ``sigmoid(gate)``.
+
+    Query row i attends key position j when j <= past + i (causal), or, for rows i >= ``block_from``,
+    when j is in the same ``block_size`` block (full attention inside the block). Returns [T, H, D].
 
     Each block of block rows is one unmasked call over the keys up to the end of its block (no
     mask: every block step); several causal rows (a speculative verify, a causal prefill) are one

@@ -335,13 +335,17 @@ def gated_delta_net(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Contract of :func:`reference.gated_delta_net` (the GDN layer's core after the short conv).
 
-    q, k [T, Hk, Dk]; v, z [T, Hv, Dv]; g, beta [T, Hv]; any strides with a unit last one (views of
-    the conv output are fine). ``state`` [Hv, Dk, Dv] float32 is only read. With ``commit`` > 0 the
-    state after ``commit`` tokens is written to ``state_out`` (a new tensor when None; it may be
-    ``state`` itself: every program reads its slice of the state before writing it) and returned.
-    ``mix_logits`` [Hv, 2] with ``block_size`` adds the in-block backward branch. Returns
-    ``(out [T, Hv, Dv] in z's dtype, the committed state or None)``. Two launches up to 64 tokens
-    (both scans in one, then the mix + norm epilogue); the chunked path adds one per kind of pass.
+    Shapes: q, k [T, Hk, Dk]; v, z [T, Hv, Dv]; g, beta [T, Hv]; any strides with a unit last one (views
+    of the conv output are fine). Returns ``(out [T, Hv, Dv] in z's dtype, the committed state or None)``.
+
+    - ``state`` [Hv, Dk, Dv] float32: only read.
+    - ``commit`` > 0: the state after ``commit`` tokens is written to ``state_out`` and returned.
+    - ``state_out``: a new tensor when None; it may be ``state`` itself (every program reads its slice
+      of the state before writing it).
+    - ``mix_logits`` [Hv, 2] with ``block_size``: adds the in-block backward branch.
+
+    Two launches up to 64 tokens (both scans in one, then the mix + norm epilogue); the chunked path
+    adds one per kind of pass.
     """
     if mix_logits is not None and block_size is None:
         raise ValueError("the bidirectional branch needs block_size")

@@ -141,12 +141,16 @@ def commit_confidence(logits: torch.Tensor, tokens: torch.Tensor, choice: TokenC
     """Commit confidence [T] of ``tokens`` [T] chosen from controlled float32 ``logits`` [T, V] (the
     mask token's logit already -inf); the engine's ``commit_confidence`` under the same names.
 
-    Greedy rows: the top-1 probability (both rules). Sampled rows by ``choice.confidence_rule``:
-    ``"probability"``, the token's probability under the temperature-scaled, top-k / top-p
-    filtered, renormalised distribution; ``"sglang"``, SGLang's dLLM rule
-    ``min(p_argmax, exp((z - z_max) / T))`` with p_argmax the top-1 probability of the logits at
-    temperature 1 and unfiltered (what SGLang's greedy path commits on), z the token's logit and
-    z_max the largest (docs/decoding.md cites SGLang's source)."""
+    Greedy rows: the top-1 probability (both rules). Sampled rows, by ``choice.confidence_rule``:
+
+    - ``"probability"``: the token's probability under the temperature-scaled, top-k / top-p
+      filtered, renormalised distribution;
+    - ``"sglang"``: SGLang's dLLM rule ``min(p_argmax, exp((z - z_max) / T))``, with p_argmax the top-1
+      probability of the logits at temperature 1 and unfiltered (what SGLang's greedy path commits on),
+      z the token's logit and z_max the largest.
+
+    docs/decoding.md cites SGLang's source.
+    """
     argmax_probability = torch.softmax(logits, dim=-1).max(dim=-1).values
     if choice.greedy:
         return argmax_probability

@@ -109,13 +109,17 @@ async def run_pytest(
     on_output: OutputSink | None = None,
     test_timeout: float | None = None,
 ) -> TestReport:
-    """Run pytest on ``target``; with ``workers`` > 1, in that many processes when the sandbox's
-    Python has pytest-xdist (serially when it has not, or when the project's configuration refuses
-    ``-n``). ``guarded``: started so that the workspace cannot shadow pytest or its plugins, and
-    cross-checked with a live result stream (:mod:`~clover_agent.tools.run_tests.guarded`).
-    ``on_output``: the run's output as it comes (not for a guarded run). ``test_timeout``: seconds
-    each test may take before it fails alone (:mod:`.per_test_timeout`; None: a fifth of
-    ``timeout``)."""
+    """Run pytest on ``target`` in ``sandbox``; the report of its outcomes.
+
+    - ``workers`` > 1: that many processes where the sandbox's Python has pytest-xdist (else serially).
+    - ``guarded``: started so that the workspace cannot shadow pytest or its plugins.
+    - ``on_output``: the run's output as it comes (not for a guarded run).
+    - ``test_timeout``: seconds each test may take before it fails alone (None: a fifth of ``timeout``).
+
+    A guarded run is also cross-checked with a live result stream
+    (:mod:`~clover_agent.tools.run_tests.guarded`). Workers fall back to one process also when the
+    project's configuration refuses ``-n``. Per-test limits: :mod:`.per_test_timeout`.
+    """
     limit = per_test_timeout.default_limit(timeout) if test_timeout is None else test_timeout
     if workers > 1:
         report = await _run_pytest(sandbox, target, shown_target, timeout, workers, guarded, on_output, limit)

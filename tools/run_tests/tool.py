@@ -37,15 +37,19 @@ async def run_tests_in(
     on_output: OutputSink | None = None,
     test_timeout: float | None = None,
 ) -> TestReport:
-    """Detect the framework (unless given) and run ``target`` (all tests when None); ``workers`` > 1
-    runs pytest in that many processes where the project has pytest-xdist; ``guarded`` starts pytest
-    so that the workspace cannot shadow it or its plugins (:mod:`.guarded`; other frameworks as usual);
-    ``on_output``: the run's output as it comes (:meth:`Sandbox.exec`); ``test_timeout``: seconds
-    each pytest test may take before it fails alone (None: a fifth of ``timeout``;
-    :mod:`.per_test_timeout`).
+    """Detect the framework (unless given) and run ``target`` (all tests when None); the entry point
+    other code uses to run tests.
 
-    Raises :class:`~clover_agent.tools.base.ToolError` for a target that could become an option
-    or leaves the workspace (see :mod:`~clover_agent.tools.run_tests.targets`), before anything runs.
+    - ``workers`` > 1: pytest in that many processes where the project has pytest-xdist.
+    - ``guarded``: pytest started so that the workspace cannot shadow it or its plugins (:mod:`.guarded`).
+    - ``on_output``: the run's output as it comes (:meth:`Sandbox.exec`).
+    - ``test_timeout``: seconds each pytest test may take (None: a fifth of ``timeout``).
+
+    A pytest test past ``test_timeout`` fails alone (:mod:`.per_test_timeout`). Other frameworks than
+    pytest run as usual, unguarded.
+
+    Raises :class:`~clover_agent.tools.base.ToolError` for a target that could become an option or
+    leaves the workspace (see :mod:`~clover_agent.tools.run_tests.targets`), before anything runs.
     """
     checked = parse_target(target)
     framework = framework or await detect_framework(sandbox)
