@@ -47,7 +47,12 @@ def test_init_writes_pinned_workflows_that_actionlint_and_zizmor_pass(tmp_path: 
 
 @pytest.mark.parametrize(
     "action",
-    ["my-org/clover-agent@v1", "my-org/clover-agent@main", "my-org/clover-agent@7c9f522", "clover-agent@" + SHA],
+    [
+        "my-org/clover-agent@v1",
+        "my-org/clover-agent@main",
+        "my-org/clover-agent@7c9f522",
+        "clover-agent@" + SHA,
+    ],
 )
 def test_an_action_not_pinned_to_a_full_sha_is_refused(tmp_path: Path, capsys, action: str) -> None:
     repo = _repo(tmp_path)
@@ -58,7 +63,9 @@ def test_an_action_not_pinned_to_a_full_sha_is_refused(tmp_path: Path, capsys, a
 
 def test_a_workflow_name_that_would_change_the_yaml_is_refused(tmp_path: Path, capsys) -> None:
     repo = _repo(tmp_path)
-    code = main(["ci", "init", "--repo", str(repo), "--action", ACTION, "--ci-workflow", "CI]\n    types: [x"])
+    code = main(
+        ["ci", "init", "--repo", str(repo), "--action", ACTION, "--ci-workflow", "CI]\n    types: [x"]
+    )
     assert code == ExitCode.USAGE and "--ci-workflow" in capsys.readouterr().err
     assert not (repo / ".github").exists()
 

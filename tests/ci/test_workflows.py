@@ -190,7 +190,9 @@ def test_each_job_has_a_time_limit_commented_permissions_and_a_concurrency_group
 
 
 def test_the_ci_failure_workflow_never_takes_a_forks_or_its_own_branch() -> None:
-    workflow = yaml.safe_load((ROOT / "clover_agent" / "ci" / "workflows" / "clover-ci-failure.yml").read_text())
+    workflow = yaml.safe_load(
+        (ROOT / "clover_agent" / "ci" / "workflows" / "clover-ci-failure.yml").read_text()
+    )
     condition = workflow["jobs"]["clover"]["if"]
     assert "github.event.workflow_run.head_repository.full_name == github.repository" in condition
     assert "!startsWith(github.event.workflow_run.head_branch, 'clover/')" in condition

@@ -61,7 +61,12 @@ def _events() -> list[Event]:
     }
     return [
         SessionStarted(
-            session_id="demo", repo="/r", backend="replay:demo.jsonl", sandbox="local", policy="workspace", **at(0)
+            session_id="demo",
+            repo="/r",
+            backend="replay:demo.jsonl",
+            sandbox="local",
+            policy="workspace",
+            **at(0),
         ),
         TurnStarted(turn=1, text="make test_add pass", first_step=1, **at(1)),
         RunStarted(
