@@ -40,7 +40,7 @@ from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
-from clover_agent.tui.screens.picker import session_picker, undo_picker
+from clover_agent.tui.screens.picker import PickerScreen, session_picker, undo_picker
 from clover_agent.tui.screens.quit import QuitScreen
 from clover_agent.tui.session import TuiSession
 from clover_agent.tui.text import printable_event
@@ -147,6 +147,7 @@ class CloverApp(App[int]):
         return self.query_one(StatusBar)
 
     async def on_mount(self) -> None:
+        self.screen_change_signal.subscribe(self, lambda screen: self._show_hints())  # dialogs' keys
         self.theme = self.initial_theme
         self.prompt.focus()
         self._load_files()
@@ -235,8 +236,17 @@ class CloverApp(App[int]):
 
     def _show_hints(self) -> None:
         """The key hints for now: an approval waits, the completion menu is open, the agent runs."""
+        top = self.screen_stack[-1] if self.screen_stack else None
         if any(isinstance(screen, ApprovalScreen) for screen in self.screen_stack):
             state = "approval"
+        elif isinstance(top, ApplyScreen):
+            state = "apply"
+        elif isinstance(top, HelpScreen | DiffScreen):
+            state = "view"
+        elif isinstance(top, PickerScreen):
+            state = "picker"
+        elif isinstance(top, QuitScreen):
+            state = "quit"
         elif self.menu.is_open:
             state = "menu"
         elif self.status_bar.busy and not self.status_bar.waiting:

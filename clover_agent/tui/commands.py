@@ -64,6 +64,7 @@ class SessionCommands:
     system: str
     turns: list[Turn]
     info: SessionInfo
+    applied: set[str]  # the files an /apply of this session wrote into the tree
 
     async def _wait_ready(self) -> Agent:
         raise NotImplementedError  # the session's: waits for the sandbox and the agent
@@ -119,6 +120,7 @@ class SessionCommands:
                 Notice(text=f"Not applied: {', '.join(offer.patch.files)}: {exc.message}", level="warning")
             )
             return outcome
+        self.applied.update(outcome.applied)
         self._emit(
             Notice(
                 text=f"Applied to {self.repo}: {', '.join(outcome.applied)} ({offer.verdict})",
@@ -165,6 +167,15 @@ class SessionCommands:
         for t in self.turns:
             t.undone |= t.turn >= turn
         self._emit(TurnsUndone(turn=turn, files=files))
+        kept = sorted(set(files) & self.applied)
+        if kept:  # the tree is the person's: an undo never writes to it
+            self._emit(
+                Notice(
+                    text=f"Your tree keeps what /apply wrote to {', '.join(kept)}: /undo changes the sandbox "
+                    "only. The next /apply offers to take it out of your tree (judged as any change).",
+                    level="warning",
+                )
+            )
         return files
 
     async def set_policy(self, name: str) -> Policy:

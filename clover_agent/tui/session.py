@@ -87,10 +87,13 @@ class TuiSession(SessionCommands):
             for e in (saved.events if saved else [])
             if isinstance(e, TurnStarted)
         ]
+        self.applied: set[str] = set()
         for event in saved.events if saved else []:
             if isinstance(event, TurnsUndone):
                 for turn in self.turns:
                     turn.undone |= turn.turn >= event.turn
+            elif isinstance(event, Notice) and isinstance(event.data.get("applied"), list):
+                self.applied.update(str(path) for path in event.data["applied"])
         self.policy, self._policy_note = _resumed_policy(options)
         self.info.policy = self.policy.name
         self.status = SessionStatus(policy=self.policy.name)

@@ -22,6 +22,7 @@ from clover_agent.events import (
 )
 from clover_agent.session.events import MessageQueued, TurnStarted
 from clover_agent.tui.app import CloverApp
+from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.user_message import UserMessage
 from tests.tui.helpers import (
@@ -135,6 +136,8 @@ async def test_interrupt_during_a_tool_call_then_a_correction(tmp_path: Path, sa
         assert card.was_interrupted and card.has_class("-error")  # drawn as interrupted
         assert not _done(app) and app.session.agent.steering.paused  # the session goes on
         await wait_for(pilot, lambda: "waiting for you" in app.status_bar.line().plain, "the status")
+        await pilot.pause(0.6)  # the interrupted call's end and its checkpoint came after the interrupt
+        assert not app.query_one(ActivityLine).has_class("-active")  # no spinner counting on
 
         await send(pilot, CORRECTION)
         await wait_for(pilot, lambda: _done(app), "the corrected request")

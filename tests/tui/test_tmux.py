@@ -278,3 +278,50 @@ def test_shell_output_streams_into_the_card(tmp_path: Path) -> None:
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()
+
+
+def test_what_the_screen_says_agrees_with_what_happens(tmp_path: Path) -> None:
+    """Esc during a shell call: the spinner stops with the status's "waiting for you"; a `finish`
+    whose summary the last test run contradicts is not drawn as done; the key hints follow the dialog
+    on top (help, then the quit question)."""
+    repo = calculator_repo(tmp_path)
+    sleep = f"sleep 617.{uuid.uuid4().int % 10**6:06d}"
+    replay = write_replay(
+        tmp_path / "agree.jsonl",
+        [
+            turn("This takes a while.", call("shell", command=sleep, timeout=900)),
+            turn("", call("editor", command="create", path="/workspace/NOTES.md", file_text="notes\n")),
+            turn("", call("run_tests", target="tests/test_calculator.py::test_add")),
+            turn("", call("finish", summary="All tests pass")),
+        ],
+    )
+    tmux = Tmux(100, 30, cwd=repo)
+    try:
+        tmux.start_tui(replay)
+        tmux.type("fix the calculator")
+        tmux.key("Enter")
+        tmux.wait(f"running `{sleep}")
+        tmux.key("Escape")
+        tmux.wait("interrupted: waiting for you")
+        time.sleep(1.5)  # the spinner would have counted on by now
+        shown = tmux.screen()
+        assert "waiting for you" in shown and not any(frame in shown for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), shown
+        assert "going on" not in shown and f"running `{sleep}" not in shown
+
+        tmux.type("go on")
+        tmux.key("Enter")
+        shown = tmux.wait("1 test(s) failed when last run")
+        assert "the agent's summary" in shown and "All tests pass" in shown
+        assert "✓ done · " not in shown.split("All tests pass")[-1]  # the finish card is not a success
+
+        tmux.key("?")
+        shown = tmux.wait("esc close")
+        assert "enter send" not in shown  # the idle hints are gone while help is open
+        tmux.key("Escape")
+        tmux.wait("enter send")
+        tmux.key("C-q")
+        tmux.wait("q quit anyway  a review and apply  esc stay")
+        tmux.key("q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

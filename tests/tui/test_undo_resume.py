@@ -12,6 +12,7 @@ from clover_agent.events import Done, WorkspaceUndone
 from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.store import list_sessions, load_session
 from clover_agent.tui.app import CloverApp
+from clover_agent.tui.screens.apply import ApplyScreen
 from clover_agent.tui.screens.picker import PickerScreen
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.tool_card import ToolCard
@@ -206,3 +207,24 @@ async def test_a_resumed_session_keeps_its_policy_or_says_what_changed_it(tmp_pa
         assert "Policy: ask, as --policy chose; this session had read-only." in _notices(chosen)
         await pilot.press("ctrl+q")
     assert list_sessions(repo, session_key(repo))[0].policy == "ask"
+
+
+@pytest.mark.slow
+async def test_undo_after_apply_says_the_tree_keeps_what_was_applied(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "a.jsonl", [turn("", FIX_ADD), turn("", call("finish", summary="fixed add"))]
+    )
+    app = make_app(repo, replay)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "fix add")
+        await wait_for(pilot, lambda: _done(app, 1), "the request")
+        await send(pilot, "/apply")
+        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen), "the apply dialog", deadline_s=240)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "return a + b" in (repo / "calculator.py").read_text(), "the apply")
+        await send(pilot, "/undo 1")
+        await wait_for(pilot, lambda: "Your tree keeps what /apply wrote" in _notices(app), "the undo's note")
+        assert "to calculator.py: /undo changes the sandbox only" in _notices(app)
+        assert "return a + b" in (repo / "calculator.py").read_text()  # the tree is the person's
+        await pilot.press("ctrl+q")

@@ -76,11 +76,20 @@ class ActivityLine(Static):
         self._since = 0.0  # when ``what`` began (monotonic)
         self._request_since = 0.0  # when the request began
         self._frame = 0
+        #: Interrupted: the agent waits for the person, whatever the interrupted call reports as it
+        #: ends, until the next model call.
+        self._paused = False
 
     def on_mount(self) -> None:
         self.set_interval(0.25, self._tick)
 
     def observe(self, event: Event) -> None:
+        if isinstance(event, CallInterrupted):
+            self._paused = True
+        elif isinstance(event, ModelCallStarted | TurnStarted | Done):
+            self._paused = False
+        elif self._paused:
+            return  # the interrupted call ending, the checkpoint after it: nothing is being done
         what = doing(event)
         if what is None or what == self.what:
             return

@@ -1,5 +1,6 @@
 """The bottom line: the keys that matter now — idle, while the agent runs, while an approval waits,
-while the completion menu is open. One line, redrawn only when the state changes."""
+while the completion menu is open, and those of the dialog on top. One line, redrawn only when the
+state changes."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("f", "deny, say why"),
     ),
     "menu": (("↑↓", "choose"), ("tab / enter", "complete"), ("esc", "close")),
+    # the dialogs: the line follows the screen on top
+    "apply": (("↑↓", "file"), ("space", "accept / reject"), ("enter", "apply accepted"), ("esc", "cancel")),
+    "view": (("pgup / pgdn", "scroll"), ("esc", "close")),
+    "picker": (("↑↓", "choose"), ("enter", "pick"), ("esc", "cancel")),
+    "quit": (("q", "quit anyway"), ("a", "review and apply"), ("esc", "stay")),
 }
 
 

@@ -122,9 +122,19 @@ class ToolCard(Vertical, can_focus=True):
     async def finish(self, result: ToolCallFinished, before_tests: dict[str, str] | None = None) -> None:
         self.result = result
         self.remove_class("-running", "-waiting")
-        self.add_class("-error" if result.is_error else "-ok")
         data = result.data or {}
+        failing = [t for t, o in (before_tests or {}).items() if o in ("failed", "error")]
+        if self.tool == "finish" and not result.is_error and failing:
+            # the agent's summary is a claim: the tests it last ran disagree, and the card says so
+            shown = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+            self.add_class("-error")
+            self._status.update(f"! the agent's summary; {len(failing)} test(s) failed when last run: {shown}")
+            await self._show_body()
+            return
+        self.add_class("-error" if result.is_error else "-ok")
         outcome = "✗ interrupted" if self.was_interrupted else "✗ failed" if result.is_error else "✓ done"
+        if self.tool == "finish" and not result.is_error:
+            outcome = "the agent's summary (/apply checks it)"
         parts = [outcome, f"{result.duration_s:.1f} s"]
         if self.decision:
             parts.insert(1, self.decision)

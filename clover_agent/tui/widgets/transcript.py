@@ -177,7 +177,8 @@ class Transcript(VerticalScroll):
             card = self._cards.get(event.call_id)
             if card is not None:
                 report = (event.data or {}).get("report")
-                await card.finish(event, dict(self._test_outcomes) if report else None)
+                known = report or event.name == "finish"  # finish: what the tests said when last run
+                await card.finish(event, dict(self._test_outcomes) if known else None)
                 if isinstance(report, dict):
                     self._test_outcomes.update(report.get("outcomes") or {})
         elif isinstance(event, TestsRun) and event.phase != "user":  # /apply's judging runs: one line
