@@ -12,12 +12,13 @@ resumed run makes the snapshots again from the diffs the trajectory recorded
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clover_agent.errors import CloverError
-from clover_agent.sandboxes.base import WORKSPACE, Sandbox
+from clover_agent.sandboxes.base import WORKSPACE, ExecResult, Sandbox
 from clover_agent.sandboxes.tempdir import private_temp_dir
 from clover_agent.sandboxes.workspace import DIFF_COMMAND, GIT_IDENTITY, add_all_command, copy_index_command
 
@@ -341,17 +342,52 @@ class Checkpoints:
 async def restore_workspace(sandbox: Sandbox, patch: str) -> None:
     """Re-apply a run's final diff to a fresh sandbox (resuming a run in a new sandbox).
 
-    The patch goes through a private temporary folder in the sandbox, removed afterwards.
+    A file whose change the workspace already holds (the user applied it to the tree the sandbox
+    copied) counts as restored; any other file the patch does not apply to is a
+    :class:`WorkspaceCheckpointError` naming it, and then nothing is applied. The patch goes through
+    a private temporary folder in the sandbox, removed afterwards.
     """
     if not patch.strip():
         return
     async with private_temp_dir(sandbox) as folder:
-        patch_path = f"{folder}/resume.patch"
-        await sandbox.write_file(patch_path, patch.encode("utf-8"))
-        result = await sandbox.exec(
-            f"git apply --whitespace=nowarn {shlex.quote(patch_path)}", cwd=WORKSPACE, timeout=120
-        )
+
+        async def apply(text: str, *flags: str) -> ExecResult:
+            path = f"{folder}/resume.patch"
+            await sandbox.write_file(path, text.encode("utf-8"))
+            command = shlex.join(["git", "apply", "--whitespace=nowarn", *flags, path])
+            return await sandbox.exec(command, cwd=WORKSPACE, timeout=120)
+
+        if (await apply(patch, "--check")).exit_code == 0:
+            result = await apply(patch)
+        else:
+            to_apply, refused = [], []
+            for section in _file_sections(patch):
+                if (await apply(section, "--check")).exit_code == 0:
+                    to_apply.append(section)
+                elif (await apply(section, "--check", "-R")).exit_code != 0:  # not already there
+                    refused.append(section)
+            if refused:
+                names = ", ".join(_section_path(s) for s in refused)
+                raise WorkspaceCheckpointError(
+                    f"could not restore the workspace of the resumed run: the working tree changed {names} "
+                    "since, differently"
+                )
+            if not to_apply:
+                return  # the tree holds every change already
+            result = await apply("".join(to_apply))
     if result.exit_code != 0:
         raise WorkspaceCheckpointError(
             f"could not restore the workspace of the resumed run: {result.output.strip()}"
         )
+
+
+def _file_sections(patch: str) -> list[str]:
+    """A git patch cut into one section per file (each from its ``diff --git`` line)."""
+    starts = [m.start() for m in re.finditer(r"^diff --git ", patch, re.MULTILINE)]
+    return [patch[a:b] for a, b in zip(starts, [*starts[1:], len(patch)], strict=True)] if starts else [patch]
+
+
+def _section_path(section: str) -> str:
+    header = section.split("\n", 1)[0]
+    match = re.match(r"diff --git a/(.*) b/", header)
+    return match.group(1) if match else header

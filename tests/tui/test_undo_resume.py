@@ -228,3 +228,66 @@ async def test_undo_after_apply_says_the_tree_keeps_what_was_applied(tmp_path: P
         assert "to calculator.py: /undo changes the sandbox only" in _notices(app)
         assert "return a + b" in (repo / "calculator.py").read_text()  # the tree is the person's
         await pilot.press("ctrl+q")
+
+
+@pytest.mark.slow
+async def test_a_session_resumed_after_an_apply_starts_from_the_tree_as_it_is(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    notes = call("editor", command="create", path="/workspace/NOTES.md", file_text="notes\n")
+    first = make_app(
+        repo,
+        write_replay(
+            tmp_path / "a.jsonl", [turn("", FIX_ADD, notes), turn("", call("finish", summary="done"))]
+        ),
+    )
+    async with first.run_test(size=(100, 30)) as pilot:
+        await send(pilot, "fix add and take notes")
+        await wait_for(pilot, lambda: _done(first, 1), "the request")
+        await send(pilot, "/apply")
+        await wait_for(
+            pilot, lambda: isinstance(first.screen, ApplyScreen), "the apply dialog", deadline_s=240
+        )
+        paths = [c.path for c in first.screen.changes]
+        assert sorted(paths) == ["NOTES.md", "calculator.py"]
+        for _ in range(paths.index("NOTES.md")):
+            await pilot.press("down")
+        await pilot.press("space")  # NOTES.md rejected: only calculator.py, judged again on its own
+        await pilot.press("enter")
+        await wait_for(
+            pilot,
+            lambda: (
+                isinstance(first.screen, ApplyScreen)
+                and [c.path for c in first.screen.changes] == ["calculator.py"]
+            ),
+            "calculator.py offered on its own",
+            deadline_s=240,
+        )
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "return a + b" in (repo / "calculator.py").read_text(), "the apply")
+        session_id = first.session.session_id
+        await pilot.press("ctrl+q")
+    assert not (repo / "NOTES.md").exists()
+
+    second = make_app(
+        repo,
+        write_replay(tmp_path / "b.jsonl", [turn("", call("finish", summary="nothing more"))]),
+        resume=load_session(repo, session_id, session_key(repo)),
+    )
+    async with second.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: second.session.agent is not None, "the resumed sandbox")
+        assert "could not be restored" not in _notices(second), _notices(second)
+        left = _diff(second)  # what was applied is in the tree; what was not is still the session's
+        assert "NOTES.md" in left and "calculator.py" not in left
+        await pilot.press("ctrl+q")
+
+    (repo / "calculator.py").write_text((repo / "calculator.py").read_text().replace("a + b", "b + a"))
+    (repo / "NOTES.md").write_text("my own notes\n")  # the tree now disagrees with the session's file
+    third = make_app(
+        repo,
+        write_replay(tmp_path / "c.jsonl", [turn("", call("finish", summary="nothing more"))]),
+        resume=load_session(repo, session_id, session_key(repo)),
+    )
+    async with third.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: "could not be restored" in _notices(third), "the refusal")
+        assert "the working tree changed NOTES.md, calculator.py since, differently" in _notices(third)
+        await pilot.press("ctrl+q")
