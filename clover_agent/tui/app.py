@@ -399,6 +399,10 @@ class CloverApp(App[int]):
         window = f", context window {status.context_window} tokens" if status.context_window else ""
         await self._note(f"Backend {status.backend or '(starting)'}{window}.")
 
+    async def _command_usage(self, argument: str) -> None:
+        for line in self.status_bar.usage.lines():
+            await self._note(line)
+
     async def _command_mcp(self, argument: str) -> None:
         session = self.session
         assert session is not None

@@ -73,6 +73,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
     Command("model", "/model", "show the backend and the model"),
     Command("mcp", "/mcp", "list the MCP servers: running or why not, and their tools"),
+    Command("usage", "/usage", "tokens in and out, model calls and time: per request and in all"),
     Command(
         "sandbox",
         "/sandbox WHAT",

@@ -325,3 +325,37 @@ def test_what_the_screen_says_agrees_with_what_happens(tmp_path: Path) -> None:
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()
+
+
+def test_what_a_session_costs_is_on_screen(tmp_path: Path) -> None:
+    """The status bar: the last request's tokens in and out and time, and the session's totals (no
+    rate for recorded turns); `/usage` lists each request and the totals."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "usage.jsonl",
+        [
+            turn("Reading it.", call("editor", command="view", path="/workspace/calculator.py")),
+            turn("add subtracts: that is the bug."),
+            turn("Nothing else looks wrong."),
+        ],
+    )
+    tmux = Tmux(120, 30, cwd=repo)
+    try:
+        tmux.start_tui(replay)
+        tmux.type("why does test_add fail?")
+        tmux.key("Enter")
+        shown = tmux.wait("that is the bug", "total ")
+        bar = next(line for line in shown.splitlines() if "total " in line)
+        assert "last " in bar and "↑" in bar and "↓" in bar, bar
+        assert "tok/s" not in shown  # a replay's rate would mean nothing
+        tmux.type("anything else?")
+        tmux.key("Enter")
+        tmux.wait("Nothing else looks wrong")
+        tmux.type("/usage")
+        tmux.key("Enter")
+        shown = tmux.wait("in all: 2 request(s), 3 model call(s)")
+        assert "request 1: 2 model call(s)" in shown and "request 2: 1 model call(s)" in shown
+        tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

@@ -1,4 +1,4 @@
-"""The status line: backend and model, speed, step, context, budget, sandbox, policy.
+"""The status line: backend, sandbox, step, context, budget left, policy, what was used, speed.
 
 Everything is derived from the session's events and their own timestamps (never from a clock
 read while drawing), so a redrawn or recorded session shows the same figures.
@@ -24,16 +24,11 @@ from clover_agent.events import (
     ToolCallFinished,
 )
 from clover_agent.session.events import SandboxState, SessionStarted, TurnStarted
+from clover_agent.tui.usage import Usage
+from clover_agent.tui.usage import short as _short
 
-
-def _short(count: float) -> str:
-    if count >= 1_000_000:
-        return f"{count / 1_000_000:.1f}M"
-    if count >= 100_000:
-        return f"{count / 1000:.0f}k"
-    if count >= 1000:
-        return f"{count / 1000:.1f}k"
-    return f"{int(count)}"
+#: A model call shorter than this gives no rate: its tokens per second would mean nothing.
+MIN_RATE_SECONDS = 0.5
 
 
 def _duration(seconds: float) -> str:
@@ -66,9 +61,11 @@ class StatusBar(Static):
         self._call_started: float | None = None  # first streamed event of the model call going on
         self._passes = 0  # denoising passes in that call
         self._last_time = 0.0
+        self.usage = Usage()
 
     def observe(self, event: Event) -> None:
         self._last_time = event.time
+        self.usage.observe(event)
         if isinstance(event, SessionStarted):
             self.backend, self.sandbox_kind, self.policy = event.backend, event.sandbox, event.policy
             self.context_window = event.context_window
@@ -87,8 +84,11 @@ class StatusBar(Static):
                 self._passes += 1
         elif isinstance(event, ModelResponded):
             self.step, self.prompt_tokens = event.step, event.prompt_tokens
-            if self._call_started is not None and event.time > self._call_started:
-                self.tokens_per_s = event.completion_tokens / (event.time - self._call_started)
+            took = event.time - self._call_started if self._call_started is not None else 0.0
+            if took >= MIN_RATE_SECONDS and not self.backend.startswith("replay"):
+                self.tokens_per_s = event.completion_tokens / took
+            else:  # a replay plays recorded turns, and a blink of a call has no meaningful rate
+                self.tokens_per_s = None
             self.tokens_per_forward = event.completion_tokens / self._passes if self._passes else None
             self._call_started, self._passes = None, 0
         elif isinstance(event, ToolCallFinished):
@@ -124,10 +124,6 @@ class StatusBar(Static):
             parts.append((f"{self.step} steps", ""))
         window = f"/{_short(self.context_window)}" if self.context_window else ""
         parts.append((f"ctx {_short(self.prompt_tokens)}{window}", ""))
-        speed = f"{self.tokens_per_s:.0f} tok/s" if self.tokens_per_s is not None else "— tok/s"
-        if self.tokens_per_forward is not None:
-            speed += f" {self.tokens_per_forward:.1f}/fwd"
-        parts.append((speed, ""))
         max_time = self.limits.get("max_time_s")
         if self.busy and self.turn_started is not None:
             left = [f"{max(0, max_steps - used)} steps"] if max_steps else []
@@ -135,8 +131,16 @@ class StatusBar(Static):
                 left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
             if left:
                 parts.append(("left " + " ".join(left), ""))
-        if self.policy:
+        if self.policy:  # what runs unasked: before the figures, which a narrow terminal cuts first
             parts.append((self.policy, ""))
+        spent = self.usage.status()
+        if spent:
+            parts.append((spent, ""))
+        if self.tokens_per_s is not None:
+            speed = f"{self.tokens_per_s:.0f} tok/s"
+            if self.tokens_per_forward is not None:
+                speed += f" {self.tokens_per_forward:.1f}/fwd"
+            parts.append((speed, ""))
         out = Text(no_wrap=True, overflow="ellipsis")
         for index, (text, style) in enumerate(parts):
             if index:

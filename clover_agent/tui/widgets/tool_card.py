@@ -128,7 +128,9 @@ class ToolCard(Vertical, can_focus=True):
             # the agent's summary is a claim: the tests it last ran disagree, and the card says so
             shown = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
             self.add_class("-error")
-            self._status.update(f"! the agent's summary; {len(failing)} test(s) failed when last run: {shown}")
+            self._status.update(
+                f"! the agent's summary; {len(failing)} test(s) failed when last run: {shown}"
+            )
             await self._show_body()
             return
         self.add_class("-error" if result.is_error else "-ok")
