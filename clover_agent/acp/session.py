@@ -357,14 +357,15 @@ class AcpSession:
             return
         write = self._write_text if self.client.can_write else None
         try:
-            written, how = await handback.apply(offer, write)
+            applied, how = await handback.apply(offer, write)
         except (*RUN_ERRORS, OSError) as exc:
             await self._send(
                 update_tool_call(call_id, status="failed", content=[*content, _text(message_of(exc))])
             )
             return
         where = "through the editor" if how == "editor" else "on disk"
-        note = f"Applied {where}: {', '.join(written)}." + (f"\nLeft out:{left_out}" if left_out else "")
+        note = f"Applied {where}: {', '.join(applied.files)}." + "".join(f"\n{n}" for n in applied.notes())
+        note += f"\nLeft out:{left_out}" if left_out else ""
         await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
 
     async def _write_text(self, path: str, text: str) -> None:

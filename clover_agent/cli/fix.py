@@ -63,8 +63,8 @@ EXIT_CODES = """\
 exit codes:
   0  fixed: the target passes and no test that passed before fails (patch kept, applied if accepted)
   1  not fixed: the agent finished but a target test fails, is skipped or is gone, other tests broke,
-     or the target's tests were weakened; or the patch could not be applied (uncommitted changes
-     of yours to its files, files changed since the run began)
+     or the target's tests were weakened; or nothing of the patch could be applied (each file
+     changed since the run began in a way that cannot be merged: removed, binary, ...)
   2  usage: bad arguments, or TARGET selects no tests
   3  model unavailable: no GPU / weights for the engine, server unreachable
   4  sandbox unavailable: Docker missing or not running, image missing (try --sandbox local)
@@ -98,7 +98,7 @@ also repeats --sandbox local, --trust-repo, --yes, --dry-run and --keep-stream w
 
 def _warn_about_local_changes(repo: Path, console: Console) -> None:
     """Before any work: say which files have uncommitted changes (the sandbox starts from them, and
-    a patch touching them will not be applied over them)."""
+    a patch touching them keeps them: edits made later are merged)."""
     # The host's safe git: a repository's hooks, fsmonitor or filters run nothing here.
     status = host_git(repo, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--", ".", check=False)
     entries = status.stdout.decode("utf-8", "surrogateescape").split("\0")
@@ -107,9 +107,9 @@ def _warn_about_local_changes(repo: Path, console: Console) -> None:
         shown = shown_names(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
         console.print(
             Text(
-                f"warning: uncommitted changes in {shown}. The agent starts from them (the sandbox copies "
-                "your tree as it is), but a patch that touches those files will not be applied over your "
-                "changes: commit or stash them first if you want it applied.",
+                f"note: uncommitted changes in {shown}. The agent starts from them (the sandbox copies your "
+                "tree as it is), so the patch keeps them; what you change in those files while it works is "
+                "merged with its change when the patch is applied.",
                 style="yellow",
             )
         )
@@ -248,6 +248,7 @@ def _unrecorded_flags(args: argparse.Namespace) -> list[str]:
     chosen = {
         "--yes": args.yes,
         "--dry-run": args.dry_run,
+        "--conflict-markers": args.conflict_markers,
         "--keep-stream": args.keep_stream,
         "--trust-repo": args.trust_repo,
     }
@@ -331,6 +332,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
+    p.add_argument(
+        "--conflict-markers",
+        action="store_true",
+        help="where the fix overlaps an edit you made since the run started, write both between conflict "
+        "markers (default: keep yours and name the overlap)",
+    )
     add_budget_arguments(p, recorded=True)  # None when not given: a resumed run's record fills in
     p.add_argument(
         "--policy",

@@ -199,6 +199,7 @@ def hand_back(
             confirm=confirm,
             say=lambda text: write_plain(console, text),
             reverify=reverify,
+            markers=bool(getattr(args, "conflict_markers", False)),
         )
     except KeyboardInterrupt:  # at the question: nothing was applied
         message = (

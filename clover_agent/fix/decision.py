@@ -69,6 +69,7 @@ def hand_back(
     confirm: Callable[[str], bool | list[str]] | None = None,
     say: Callable[[str], None] = print,
     reverify: Callable[[PatchSet], Checked] | None = None,
+    markers: bool = False,
 ) -> HandBackOutcome:
     """Apply the patch as the user chose (see the module docstring); returns the command's exit code
     and message (empty when there is nothing more to say) and what became of the patch.
@@ -76,6 +77,8 @@ def hand_back(
     - ``confirm``: answers the question: whether to apply, or the paths of the files to apply (the
       person chose file by file; the others are left out, said so).
     - ``reverify``: verifies a part of the patch again on its own (held out, in a fresh sandbox).
+    - ``markers``: where the agent's change overlaps an edit the user made since the run started,
+      write both between conflict markers (else the user's side is kept and the overlap named).
 
     When only part of the patch is to be applied (``--yes`` leaving out what needs a yes, or a choice
     file by file), that part is applied only if ``reverify``'s verdict on it is a fix, and that verdict
@@ -151,7 +154,7 @@ def hand_back(
             return HandBackOutcome(judged.exit_code, message, HandBack.REFUSED, why, subset, part)
         verdict_code = judged.exit_code
     try:
-        files = apply_patch_set(repo, patch_set)
+        applied = apply_patch_set(repo, patch_set, markers=markers)
     except PatchNotApplied as exc:
         return HandBackOutcome(
             ExitCode.FAILURE, f"{exc.message} To apply it yourself: {how}", HandBack.REFUSED, exc.message
@@ -159,15 +162,21 @@ def hand_back(
     except ApplyInterrupted as exc:
         done = "applied in full" if exc.applied else "not applied"
         return HandBackOutcome(ExitCode.INTERRUPTED, exc.message, HandBack.INTERRUPTED, done)
+    files = applied.files
     left = [path for path in report.patch_set.files if path not in patch_set.files]
     say(f"Applied to {repo}: {shown_names(files)}")
+    for note in applied.notes():  # merged with the user's edits, or left out of the tree
+        say(note)
     if held:
         say("Not applied, they need your yes at a terminal (--yes does not cover them): "
             + "; ".join(f"{shown_names([path])} ({terminal_safe(why, single_line=True)})" for path, why in held.items())
             + f". The whole patch: {how}")  # fmt: skip
     elif left:
         say(f"Not applied: {shown_names(left)}. The whole patch: {how}")
+    left += list(applied.left_out)
     detail = f"{', '.join(files)}; not applied: {', '.join(left)}" if left else ""
+    if applied.merged:
+        detail = (detail or ", ".join(files)) + f"; merged with your edits: {', '.join(applied.merged)}"
     if subset is not None:
         message = f"the files applied, verified on their own: {subset.judged.message}"
         return HandBackOutcome(verdict_code, message, HandBack.APPLIED, detail, subset, tuple(files))

@@ -89,7 +89,7 @@ async def run_steps(
             ErrorReported(
                 kind="your tree",
                 message=f"{shown}{more}: marked so git hides their changes; they count as your own work, "
-                "and a patch that changes them is not applied",
+                "and a patch that changes them is merged with it",
             )
         )
     docker = session.sandbox_kind == "docker"

@@ -1,10 +1,10 @@
-"""Applying a verified patch to the user's working tree: exactly the verified bytes, all or nothing.
+"""Applying a verified patch to the user's working tree: the verified bytes, all at once.
 
 :func:`apply_patch_set` writes the final bytes of every changed file from the shadow repository
-(not by re-running ``git apply``), only after checking that each path still holds what the run
-started from, carries no uncommitted work of the user's and leads nowhere outside the repository;
-every file is staged first and renamed into place with the termination signals held, so a signal
-leaves the tree either unchanged or fully patched (:class:`ApplyInterrupted`).
+(not by re-running ``git apply``). A file the user changed since the run started is merged with
+their edits (:mod:`.merge`), never written over them; every file is staged first and renamed into
+place with the termination signals held, so a signal leaves the tree either unchanged or fully
+patched (:class:`ApplyInterrupted`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from clover_agent.errors import CloverError, ExitCode
-from clover_agent.handback.patches import hidden_work, local_changes
-from clover_agent.handback.shadow import EXECUTABLE, SYMLINK
+from clover_agent.handback.merge import can_merge, merge
+from clover_agent.handback.shadow import EXECUTABLE, REGULAR, SYMLINK, Change
 from clover_agent.handback.stock import PatchSet
 from clover_agent.safe_text import shown_names
 
@@ -51,6 +51,35 @@ class ApplyInterrupted(CloverError):
 
 class _Stop(BaseException):
     """SIGTERM, SIGHUP or SIGQUIT while staging: unwind, cleaning up."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What an apply wrote.
+
+    - ``files``: the paths written (or removed).
+    - ``merged``: those the user had changed since the run started, merged with their edits; each
+      with the agent's hunks that overlapped an edit of theirs (left out, or between conflict
+      markers when ``markers``).
+    - ``left_out``: the agent's changes not written, and why (a file that cannot be merged).
+    """
+
+    files: list[str]
+    merged: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+    markers: bool = False
+
+    def notes(self) -> list[str]:
+        """What a person should know beyond the files written, one line each."""
+        lines = []
+        for path, overlaps in self.merged.items():
+            said = f"{shown_names([path])}: merged with your edits"
+            if overlaps:
+                what = "between conflict markers" if self.markers else "left out (yours kept)"
+                said += f"; the agent's change overlapping yours, {what}, at {', '.join(overlaps)}"
+            lines.append(said + " (the verdict is the agent's version's: the merged file was not run)")
+        lines += [f"{shown_names([path])}: not applied: {why}" for path, why in self.left_out.items()]
+        return lines
 
 
 def blob_id(data: bytes) -> str:
@@ -104,25 +133,19 @@ def _current_id(target: Path) -> tuple[str, int]:
     return "", -1  # a folder, FIFO, ...: never what a patch starts from
 
 
-def apply_patch_set(repo: Path, patch: PatchSet, *, ours: frozenset[str] = frozenset()) -> list[str]:
-    """Apply ``patch`` to ``repo`` all at once, never over the user's own work; returns the files changed.
+def apply_patch_set(repo: Path, patch: PatchSet, *, markers: bool = False) -> Applied:
+    """Apply ``patch`` to ``repo`` all at once, never over the user's own work (see :class:`Applied`).
 
-    - ``ours``: paths an earlier apply of the same session wrote: their uncommitted change is that
-      apply's, not the user's (their bytes are still checked to be what it left).
+    - A path whose bytes (and executable bit, or absence) are what the run started from gets the
+      agent's bytes: byte for byte the tree the tests verified.
+    - A path the user changed since (committed or not, whatever git hides): the agent's change is
+      merged into theirs (:mod:`.merge`); where they overlap the user's side is kept and the
+      agent's hunk named, or with ``markers`` both are written between conflict markers. One that
+      cannot be merged (binary, a symlink, removed or made on one side) is left out, named.
+    - No folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
 
-    Raises :class:`PatchNotApplied` when a check fails (nothing changed) and :class:`ApplyInterrupted`
-    when a signal stops it.
-
-    The checks, for every path the patch touches:
-
-    - the user's tree holds exactly what the run started from (the blob id of its bytes, its executable
-      bit, or its absence), so the result is byte for byte the tree the tests verified;
-    - the user has no uncommitted change to it, so their own work is never mixed with the agent's (one
-      marked ``--skip-worktree`` or ``--assume-unchanged`` counts as their work: git hides its changes);
-    - no folder on the way is a symlink and nothing leaves the repository (``..``, ``.git``).
-
-    Uncommitted changes are read by a safe host git (``git status``), file names as bytes: ``café.py``
-    or a name with a tab is never missed.
+    Raises :class:`PatchNotApplied` when a check fails or nothing is left to write (the tree is
+    unchanged) and :class:`ApplyInterrupted` when a signal stops it.
 
     Atomic: every new file is first written in full to a staging folder (``.clover/apply-<id>``, on the
     tree's file system). Only then, with SIGINT, SIGTERM, SIGHUP and SIGQUIT held (whichever thread
@@ -136,14 +159,14 @@ def apply_patch_set(repo: Path, patch: PatchSet, *, ours: frozenset[str] = froze
     """
     repo = repo.resolve()
     if not patch.changes:
-        return []
+        return Applied([])
     state = {"committed": False}
     try:
         with _unwinding_on_signals():  # a signal during the checks, too, says the tree is unchanged
-            staging = _checked_staging(repo, patch, ours)
+            staging, plan, applied = _checked_staging(repo, patch, markers)
             targets = {c.path: repo / c.path for c in patch.changes}
             try:
-                _commit(_stage(patch, targets, staging), staging, state)
+                _commit(_stage(patch, targets, staging, plan), staging, state)
             except BaseException:
                 if not state["committed"]:
                     with _held_signals():  # a second signal must not leave the staging folder behind
@@ -159,58 +182,98 @@ def apply_patch_set(repo: Path, patch: PatchSet, *, ours: frozenset[str] = froze
         raise ApplyInterrupted(
             "interrupted before the patch was applied: your tree is unchanged", applied=False
         ) from None
-    return [c.path for c in patch.changes]
+    return applied
 
 
-def _checked_staging(repo: Path, patch: PatchSet, ours: frozenset[str] = frozenset()) -> Path:
-    """Every check of :func:`apply_patch_set` (raising :class:`PatchNotApplied`); the staging folder
-    to use (not created yet)."""
+@dataclass(frozen=True)
+class _Write:
+    """What one path gets: the agent's bytes (``data`` None) or merged bytes, with a git mode."""
+
+    data: bytes | None = None
+    mode: int = 0
+
+
+def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, dict[str, _Write], Applied]:
+    """Every check of :func:`apply_patch_set` (raising :class:`PatchNotApplied`) and the plan: what
+    each path gets (merged where the user changed it), what is left out; the staging folder to use
+    (not created yet)."""
     targets = {c.path: _check_path(repo, c.path) for c in patch.changes}
-    dirty = local_changes(repo, list(targets))
-    hidden = hidden_work(repo) if dirty else {}
-    dirty = [p for p in dirty if p not in ours or p in hidden]
-    if dirty:
-        marked = [f"{p} (marked {hidden[p]})" for p in dirty if p in hidden]
-        raise PatchNotApplied(
-            f"the patch was not applied: you have uncommitted changes to {shown_names(dirty)}, which it also "
-            "changes. Commit or stash your changes, then apply it yourself."
-            + (
-                f" Files git hides the changes of count as your work too: {', '.join(marked)}."
-                if marked
-                else ""
-            )
-        )
-    moved = []
+    plan: dict[str, _Write] = {}
+    merged: dict[str, tuple[str, ...]] = {}
+    left_out: dict[str, str] = {}
+    changed = []
     for change in patch.changes:
         oid, mode = _current_id(targets[change.path])
-        if oid != change.old_oid or (change.old_mode and mode != change.old_mode):
-            moved.append(change.path)
-    if moved:
+        if oid == change.old_oid and (not change.old_mode or mode == change.old_mode):
+            plan[change.path] = _Write(mode=change.new_mode)
+            continue
+        why = _cannot_merge(change, oid, mode)
+        if why:
+            left_out[change.path] = why
+        else:
+            changed.append((change, mode))
+    if changed:
+        blobs = patch.shadow.blobs(
+            {f"{c.path}\0old": c.old_oid for c, _ in changed}
+            | {f"{c.path}\0new": c.new_oid for c, _ in changed}
+        )
+        for change, mode in changed:
+            base, theirs = blobs[f"{change.path}\0old"], blobs[f"{change.path}\0new"]
+            yours = targets[change.path].read_bytes()
+            if not can_merge(base, yours, theirs):
+                left_out[change.path] = "you changed it too, and it is binary: it cannot be merged"
+                continue
+            result = merge(base, yours, theirs, markers=markers)
+            # the agent's mode when it changed it, else the user's (a chmod of theirs stays)
+            kept = change.new_mode if change.new_mode != change.old_mode else mode
+            plan[change.path], merged[change.path] = _Write(result.data, kept), result.overlaps
+    if not plan:
         raise PatchNotApplied(
-            "the patch was not applied: these files are not what the run started from (changed in your "
-            f"tree since it began?): {shown_names(moved)}. Review the patch and apply it yourself."
+            "the patch was not applied: "
+            + "; ".join(f"{shown_names([path])}: {why}" for path, why in left_out.items())
         )
     root = repo / ".clover"
     if root.is_symlink():
         raise PatchNotApplied(
             f"the patch was not applied: {root} is a symlink (the staging folder goes there)"
         )
-    return root / f"apply-{secrets.token_hex(4)}"
+    written = [c.path for c in patch.changes if c.path in plan]
+    return root / f"apply-{secrets.token_hex(4)}", plan, Applied(written, merged, left_out, markers)
 
 
-def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path) -> list[_Step]:
-    """Write every new file and link in full under ``staging`` (interruptible: nothing is in
-    place yet)."""
+def _cannot_merge(change: Change, oid: str, mode: int) -> str:
+    """Why the user's change to ``change.path`` (now ``oid``, ``mode``) and the agent's cannot be
+    merged line by line ("": they can)."""
+    if oid == ZERO_OID:
+        return "you removed it since the run started" if change.old_mode else "you made a file there too"
+    if mode not in (REGULAR, EXECUTABLE):
+        return "it is no longer a plain file in your tree"
+    if change.status != "modified" or not change.new_mode:
+        return f"you changed it too, and the agent's change is not an edit ({change.status})"
+    if SYMLINK in (change.old_mode, change.new_mode):
+        return "you changed it too, and it is a symlink"
+    if change.binary:
+        return "you changed it too, and it is binary: it cannot be merged"
+    return ""
+
+
+def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path, plan: dict[str, _Write]) -> list[_Step]:
+    """Write every new file and link of ``plan`` in full under ``staging`` (interruptible: nothing
+    is in place yet)."""
     staging.mkdir(parents=True)
     files = patch.shadow.files(patch.final)
-    contents = patch.shadow.blobs({c.path: c.new_oid for c in patch.changes if c.new_mode})
+    changes = [c for c in patch.changes if c.path in plan]
+    contents = patch.shadow.blobs(
+        {c.path: c.new_oid for c in changes if c.new_mode and plan[c.path].data is None}
+    )
     steps = []
-    for i, change in enumerate(patch.changes):
+    for i, change in enumerate(changes):
+        write = plan[change.path]
         if not change.new_mode:
             steps.append(_Step(change.path, targets[change.path], None))
             continue
         new = staging / f"new-{i}"
-        data = contents[change.path]
+        data = contents[change.path] if write.data is None else write.data
         if files[change.path][0] == SYMLINK:
             os.symlink(os.fsdecode(data), new)
         else:
@@ -218,7 +281,7 @@ def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path) -> list[_St
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            new.chmod(0o777 & ~_umask() if change.new_mode == EXECUTABLE else 0o666 & ~_umask())
+            new.chmod(0o777 & ~_umask() if write.mode == EXECUTABLE else 0o666 & ~_umask())
         steps.append(_Step(change.path, targets[change.path], new))
     return steps
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from clover_agent.errors import ExitCode
 from clover_agent.events import EventBus
-from clover_agent.handback.apply import PatchNotApplied, apply_patch_set, blob_id
+from clover_agent.handback.apply import Applied, PatchNotApplied, apply_patch_set, blob_id
 from clover_agent.handback.judging import WORKERS, Checked, Judging, check_patch, target_for
-from clover_agent.handback.patches import changed_files, local_changes
+from clover_agent.handback.patches import changed_files
 from clover_agent.handback.shadow import REGULAR
 from clover_agent.handback.stock import PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict
@@ -248,38 +248,38 @@ class SessionHandBack:
         self._baselines[base] = found
         return found
 
-    def _check(self, offer: Offer) -> None:
-        """:class:`PatchNotApplied` unless the user's tree holds what the offer starts from."""
-        files = [c.path for c in offer.patch.changes]
-        dirty = [p for p in local_changes(self.repo, files) if p not in self.applied]
-        if dirty:
-            raise PatchNotApplied(
-                f"not applied: {', '.join(dirty)} changed in your working tree; commit or stash first"
-            )
+    def _unchanged(self, offer: Offer) -> bool:
+        """Whether the user's tree holds exactly what the offer starts from (then the editor may
+        write the agent's texts as they are; else the apply merges on disk). :class:`PatchNotApplied`
+        for a path that leads out of the repository."""
+        unchanged = True
         for change in offer.patch.changes:
             target = (self.repo / change.path).resolve()
             if not target.is_relative_to(self.repo.resolve()):
                 raise PatchNotApplied(f"not applied: {change.path} leads out of the repository")
             here = blob_id(target.read_bytes()) if target.is_file() else None
-            if here != (change.old_oid if change.old_mode else None):
-                raise PatchNotApplied(f"not applied: {change.path} is not what the session started from")
+            unchanged = unchanged and here == (change.old_oid if change.old_mode else None)
+        return unchanged
 
-    async def apply(self, offer: Offer, write_text: WriteText | None = None) -> tuple[list[str], str]:
-        """Write the offer into the user's tree: the files, and how (``editor``: through
-        ``write_text``, when given and every change is a text file added or edited; else ``disk``,
-        atomically). Raises :class:`PatchNotApplied` (nothing written) when the tree does not hold
-        what the offer starts from or carries the user's own uncommitted change to one of its files."""
-        if write_text is not None and offer.as_text:
-            await asyncio.to_thread(self._check, offer)
+    async def apply(
+        self, offer: Offer, write_text: WriteText | None = None, *, markers: bool = False
+    ) -> tuple[Applied, str]:
+        """Write the offer into the user's tree: what was written, and how (``editor``: through
+        ``write_text``, when given, every change is a text file added or edited and the tree holds
+        what the offer starts from; else ``disk``, atomically, merged with the user's edits made
+        since: :func:`~clover_agent.handback.apply.apply_patch_set`, ``markers`` as there). Raises
+        :class:`PatchNotApplied` (nothing written) when nothing can be."""
+        if write_text is not None and offer.as_text and await asyncio.to_thread(self._unchanged, offer):
             for change in offer.patch.changes:
                 new = offer.texts[change.path][1]
                 assert new is not None
                 await write_text(str(self.repo / change.path), new)
-            written, how = [c.path for c in offer.patch.changes], "editor"
+            applied, how = Applied([c.path for c in offer.patch.changes]), "editor"
         else:
-            ours = frozenset(self.applied)
-            written = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, ours=ours)
+            applied = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, markers=markers)
             how = "disk"
-        self.applied.update(written)
-        self.stock.advance(offer.patch)  # what was handed back is the start of the next offer
-        return written, how
+        self.applied.update(applied.files)
+        # what was handed back is the start of the next offer; what was left out is offered again
+        done = offer.patch if not applied.left_out else self.stock.subset(offer.patch, applied.files)
+        self.stock.advance(done)
+        return applied, how

@@ -332,9 +332,9 @@ class CloverApp(App[int]):
         if not found:
             await self._note("Nothing to apply: the workspace has no change that is not in your tree yet.")
             return
-        self._offer_apply(found[0])
+        self._offer_apply(found[0], markers=argument.strip() == "markers")
 
-    def _offer_apply(self, offer: Offer) -> None:
+    def _offer_apply(self, offer: Offer, *, markers: bool = False) -> None:
         """The apply dialog for ``offer``; a part of it chosen is judged on its own and offered again."""
         session = self.session
         assert session is not None
@@ -350,9 +350,9 @@ class CloverApp(App[int]):
                 )
                 part = await self._call(session.run(session.part(offer, paths)))
                 if part is not None:
-                    self._offer_apply(part)
+                    self._offer_apply(part, markers=markers)
                 return
-            await self._call(session.run(session.apply(offer)))
+            await self._call(session.run(session.apply(offer, markers=markers)))
 
         self.push_screen(ApplyScreen(offer.files, offer.verdict, offer.review), chosen)
 

@@ -107,13 +107,16 @@ class SessionCommands:
         assert self.handback is not None
         return await self.handback.part(offer, paths)
 
-    async def apply(self, offer: Offer) -> ApplyOutcome:
-        """Write ``offer`` (as judged) into the working tree, all or nothing."""
+    async def apply(self, offer: Offer, *, markers: bool = False) -> ApplyOutcome:
+        """Write ``offer`` (as judged) into the working tree, all at once, merged with your edits
+        made since (``markers``: where the agent's change overlaps yours, both between conflict
+        markers; else yours is kept and the overlap named)."""
         await self._wait_ready()
         assert self.handback is not None
         outcome = ApplyOutcome(verdict=offer.verdict)
         try:
-            outcome.applied, _ = await self.handback.apply(offer)
+            applied, _ = await self.handback.apply(offer, markers=markers)
+            outcome.applied = applied.files
         except PatchNotApplied as exc:
             outcome.refused = {path: exc.message for path in offer.patch.files}
             self._emit(
@@ -127,6 +130,8 @@ class SessionCommands:
                 data={"applied": outcome.applied, "verdict": str(offer.judged.verdict)},
             )
         )
+        for note in applied.notes():  # merged with your edits, or left out
+            self._emit(Notice(text=note, level="warning"))
         left_out = left_out_lines(offer.patch.left_out)
         if left_out:
             self._emit(

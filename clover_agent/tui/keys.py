@@ -68,7 +68,12 @@ COMMANDS: tuple[Command, ...] = (
         "undo", "/undo [N]", "put the workspace back as it was before request N (no N: pick from a list)"
     ),
     Command("diff", "/diff", "show the session's changes your tree does not hold yet"),
-    Command("apply", "/apply", "review the changes file by file and apply the accepted ones to your tree"),
+    Command(
+        "apply",
+        "/apply [markers]",
+        "review the changes file by file and apply the accepted ones to your tree, merged with your own "
+        "edits (markers: where they overlap, both between conflict markers)",
+    ),
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
     Command("model", "/model", "show the backend and the model"),

@@ -111,7 +111,7 @@ async def test_request_approvals_diff_and_apply(tmp_path: Path, sandbox: str) ->
 
 
 @pytest.mark.slow
-async def test_apply_never_overwrites_uncommitted_edits_and_brings_later_work(tmp_path: Path) -> None:
+async def test_apply_merges_with_uncommitted_edits_and_brings_later_work(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     subtract_doc = call(
         "editor",
@@ -134,25 +134,23 @@ async def test_apply_never_overwrites_uncommitted_edits_and_brings_later_work(tm
         await send(pilot, "fix add")
         await wait_for(pilot, lambda: _done(app), "the first request")
 
-        # the person edits the same file meanwhile: /apply refuses it and leaves their edit alone
+        # the person edits the same file meanwhile: /apply merges the change into theirs
         mine = (repo / "calculator.py").read_text() + "\n# my own note\n"
         (repo / "calculator.py").write_text(mine)
         await send(pilot, "/apply")
         await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen), "the apply dialog")
         await pilot.press("enter")
         await wait_for(
-            pilot, lambda: any("Not applied: calculator.py" in n.text for n in _notices(app)), "refusal"
-        )
-        assert (repo / "calculator.py").read_text() == mine
-
-        # once their edit is gone, the change applies; a later request's change applies on top
-        (repo / "calculator.py").write_text(mine.replace("\n# my own note\n", ""))
-        await send(pilot, "/apply")
-        await wait_for(pilot, lambda: isinstance(app.screen, ApplyScreen), "the apply dialog")
-        await pilot.press("enter")
-        await wait_for(
             pilot, lambda: "return a + b" in (repo / "calculator.py").read_text(), "the first apply"
         )
+        assert (repo / "calculator.py").read_text().endswith("# my own note\n")  # theirs stays
+        await wait_for(
+            pilot,
+            lambda: any("calculator.py: merged with your edits" in n.text for n in _notices(app)),
+            "note",
+        )
+
+        # a later request's change applies on top, merged again with the person's note
 
         await send(pilot, "document subtract")
         await wait_for(pilot, lambda: _done(app, 2), "the second request")
@@ -164,6 +162,7 @@ async def test_apply_never_overwrites_uncommitted_edits_and_brings_later_work(tm
         await wait_for(pilot, lambda: "(a - b)" in (repo / "calculator.py").read_text(), "the second apply")
         text = (repo / "calculator.py").read_text()
         assert "return a + b" in text and '"""Return a minus b (a - b)."""' in text
+        assert text.endswith("# my own note\n")
         await pilot.press("ctrl+q")
 
 

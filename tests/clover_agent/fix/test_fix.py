@@ -514,21 +514,38 @@ def test_a_fix_that_breaks_another_test_is_not_success(tmp_path: Path, capsys) -
     assert runs[-1].report["outcomes"] == {"tests/test_calculator.py::test_subtract": "failed"}
 
 
-def test_yes_never_applies_over_uncommitted_changes_to_the_same_file(tmp_path: Path, capsys) -> None:
+def _turns(replay: Path) -> list[str]:
+    return [json.loads(line)["content"] for line in replay.read_text().splitlines() if line.strip()]
+
+
+def test_yes_merges_the_fix_with_edits_made_to_the_same_file_meanwhile(tmp_path: Path, capsys) -> None:
+    """The person edits the file the agent fixes while the run works (here: the replay's shell turn,
+    run on this machine by the local sandbox, stands in for them): --yes merges the fix into their
+    file, their edit stays, and the summary says the merged file was not what the tests ran."""
     repo = calculator_repo(tmp_path)
-    mine = (repo / "calculator.py").read_text() + "\n# my own work\n"
-    (repo / "calculator.py").write_text(mine)
-    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(REPLAY),
+    meanwhile = call("shell", command=f"printf '\\n# my own work\\n' >> {repo}/calculator.py")
+    replay = write_replay(tmp_path / "meanwhile.jsonl", [meanwhile, *_turns(REPLAY)])
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
                  "--sandbox", "local", "--yes"])  # fmt: skip
     captured = capsys.readouterr()
-    assert code == ExitCode.FAILURE
+    assert code == ExitCode.OK, captured.out + captured.err
     assert "Traceback" not in captured.err
-    assert "uncommitted changes to calculator.py" in captured.err and "git -C" in captured.err
-    assert (repo / "calculator.py").read_text() == mine  # untouched
+    text = (repo / "calculator.py").read_text()
+    assert text.endswith("# my own work\n") and "return a + b" in text  # yours and the fix
+    assert "calculator.py: merged with your edits" in captured.out and "not run" in captured.out
     (run,) = run_dirs(repo)
-    assert "+    return a + b" in (run / PATCH_FILE).read_text()  # the patch is kept
     summary = json.loads((run / SUMMARY_FILE).read_text())
-    assert summary["fixed"] and summary["hand_back"].startswith("refused: the patch was not applied")
+    assert summary["fixed"] and "merged with your edits: calculator.py" in summary["hand_back"]
+
+
+def test_a_hand_back_that_fails_is_headed_not_applied(tmp_path: Path, capsys) -> None:
+    repo = calculator_repo(tmp_path)
+    gone = call("shell", command=f"rm {repo}/calculator.py")  # the person removes the file meanwhile
+    replay = write_replay(tmp_path / "gone.jsonl", [gone, *_turns(REPLAY)])
+    code = main(["fix", "test_add", "--repo", str(repo), "--backend", "replay", "--replay", str(replay),
+                 "--sandbox", "local", "--yes"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == ExitCode.FAILURE and "calculator.py: you removed it since" in captured.err
     out = captured.out
     assert "clover-agent fix: FIXED" in out and "clover-agent fix: FIXED, NOT APPLIED (exit 1)" in out
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from clover_agent.handback.apply import PatchNotApplied
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.handback.verdict import Verdict
 from clover_agent.launch import sandbox_spec
@@ -55,8 +54,8 @@ def test_a_part_is_judged_on_its_own_and_what_was_not_applied_comes_back(tmp_pat
 
             code = await handback.part(offer, ["calculator.py"])
             assert code.judged.verdict == Verdict.FIXED, code.verdict
-            written, how = await handback.apply(code)
-            assert (written, how) == (["calculator.py"], "disk")
+            applied, how = await handback.apply(code)
+            assert (applied.files, how) == (["calculator.py"], "disk") and not applied.merged
             assert FIXED in (repo / "calculator.py").read_text() and not (repo / "NOTES.md").exists()
 
             # the next offer: NOTES.md, never applied, and later work on the file applied before
@@ -77,10 +76,10 @@ def test_a_part_is_judged_on_its_own_and_what_was_not_applied_comes_back(tmp_pat
     asyncio.run(session())
 
 
-def test_the_baseline_is_the_sessions_start_and_a_moved_tree_is_not_written(tmp_path: Path) -> None:
+def test_the_baseline_is_the_sessions_start_and_a_moved_tree_is_merged(tmp_path: Path) -> None:
     """The user fixes add in their own tree while the session works: the judging still starts from
-    what the session started from (test_add failing there), and the apply refuses to write over
-    the user's change."""
+    what the session started from (test_add failing there), and the apply merges the agent's change
+    into the user's, which stays."""
     repo = calculator_repo(tmp_path)
     spec = sandbox_spec(Settings.load(), repo)
     source = (repo / "calculator.py").read_text()
@@ -96,12 +95,8 @@ def test_the_baseline_is_the_sessions_start_and_a_moved_tree_is_not_written(tmp_
             offer = await handback.offer()
             assert offer is not None
             assert offer.judged.verdict == Verdict.FIXED, offer.verdict  # test_add: failing at the start
-            try:
-                await handback.apply(offer)
-            except PatchNotApplied as exc:
-                assert "not what the run started from" in exc.message
-            else:
-                raise AssertionError("applied over the user's own change")
-            assert (repo / "calculator.py").read_text() == mine
+            applied, _ = await handback.apply(offer)
+            assert applied.merged == {"calculator.py": ()}  # the same fix on both sides: no overlap
+            assert (repo / "calculator.py").read_text() == mine  # yours, which already held the fix
 
     asyncio.run(session())

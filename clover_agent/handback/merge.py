@@ -1,0 +1,89 @@
+"""The agent's change to a file merged with the edits the user made to it since the run started.
+
+Three-way, by ``git merge-file`` on the host (its settings safe: :mod:`.hostgit`): the file as the
+run started (the base), the user's file now, and the agent's. Hunks that do not overlap are all
+kept; where the agent's change overlaps the user's edit, the user's side is kept and the agent's
+hunk is named as left out, or, when the user asks for it, both are written between conflict
+markers. Binary files are never merged.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from clover_agent.handback.hostgit import git
+
+YOURS, BASE, THEIRS = "yours", "the run's start", "clover-agent"
+_START = re.compile(rb"^<<<<<<< ")
+_MIDDLE = re.compile(rb"^=======\r?$")
+_END = re.compile(rb"^>>>>>>> ")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The bytes to write, and each hunk of the agent's that overlapped the user's edit: where it
+    is in the written file (``line N``), left out (or written between conflict markers)."""
+
+    data: bytes
+    overlaps: tuple[str, ...] = ()
+    markers: bool = False
+
+
+def can_merge(*versions: bytes) -> bool:
+    """Text on every side (no NUL byte): what ``git merge-file`` merges line by line."""
+    return not any(b"\0" in v for v in versions)
+
+
+def merge(base: bytes, yours: bytes, theirs: bytes, *, markers: bool = False) -> Merged:
+    """Merge the agent's change (``base`` -> ``theirs``) into ``yours``; see the module docstring."""
+    with tempfile.TemporaryDirectory(prefix="clover-merge-") as scratch:
+        folder = Path(scratch)
+        for name, data in (("yours", yours), ("base", base), ("theirs", theirs)):
+            (folder / name).write_bytes(data)
+        labels = ("-L", YOURS, "-L", BASE, "-L", THEIRS)
+        marked = git(folder, "merge-file", "-p", *labels, "yours", "base", "theirs", check=False)
+        if marked.returncode < 0 or marked.returncode > 127:
+            raise ValueError(f"git merge-file failed: {marked.stderr.decode(errors='replace').strip()}")
+        if marked.returncode == 0:
+            return Merged(marked.stdout)
+        overlaps = _overlaps(marked.stdout, keep_yours=not markers)
+        if markers:
+            return Merged(marked.stdout, overlaps, markers=True)
+        kept = git(folder, "merge-file", "-p", "--ours", *labels, "yours", "base", "theirs", check=False)
+        if kept.returncode != 0:
+            raise ValueError(f"git merge-file --ours failed: {kept.stderr.decode(errors='replace').strip()}")
+        return Merged(kept.stdout, overlaps)
+
+
+def _overlaps(marked: bytes, *, keep_yours: bool) -> tuple[str, ...]:
+    """Where each conflict lands in the written file: ``line N`` (N counted in that file: with the
+    user's side kept, or with the markers written), with the size of the agent's hunk."""
+    found, line, side, start, theirs = [], 1, "", 0, 0
+    for text in marked.splitlines(keepends=True):
+        if side == "" and _START.match(text):
+            side, start, theirs = "yours", line, 0
+            if not keep_yours:
+                line += 1
+            continue
+        if side == "yours" and _MIDDLE.match(text):
+            side = "theirs"
+            if not keep_yours:
+                line += 1
+            continue
+        if side == "theirs" and _END.match(text):
+            found.append(
+                f"line {start} ({theirs} line(s) of the agent's left out)" if keep_yours else f"line {start}"
+            )
+            side = ""
+            if not keep_yours:
+                line += 1
+            continue
+        if side == "theirs":
+            theirs += 1
+            if keep_yours:
+                continue
+        line += 1
+    return tuple(found)
