@@ -10,6 +10,7 @@ patched (:class:`ApplyInterrupted`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -95,6 +96,7 @@ class _Step:
     backup: Path | None = None  # where the original went (set once moved)
     removed_dir: bool = False  # an emptied folder was removed to make room
     made_dirs: tuple[Path, ...] = ()
+    found: tuple[str, int] | None = None  # what the path must still hold when it is replaced
 
 
 def _check_path(repo: Path, path: str) -> Path:
@@ -191,6 +193,7 @@ class _Write:
 
     data: bytes | None = None
     mode: int = 0
+    found: tuple[str, int] = ("", 0)  # what the path held when it was checked (blob id, git mode)
 
 
 def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, dict[str, _Write], Applied]:
@@ -205,7 +208,7 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
     for change in patch.changes:
         oid, mode = _current_id(targets[change.path])
         if oid == change.old_oid and (not change.old_mode or mode == change.old_mode):
-            plan[change.path] = _Write(mode=change.new_mode)
+            plan[change.path] = _Write(mode=change.new_mode, found=(oid, mode))
             continue
         why = _cannot_merge(change, oid, mode)
         if why:
@@ -226,7 +229,8 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
             result = merge(base, yours, theirs, markers=markers)
             # the agent's mode when it changed it, else the user's (a chmod of theirs stays)
             kept = change.new_mode if change.new_mode != change.old_mode else mode
-            plan[change.path], merged[change.path] = _Write(result.data, kept), result.overlaps
+            found = (blob_id(yours), mode)
+            plan[change.path], merged[change.path] = _Write(result.data, kept, found), result.overlaps
     if not plan:
         raise PatchNotApplied(
             "the patch was not applied: "
@@ -244,8 +248,10 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
 def _cannot_merge(change: Change, oid: str, mode: int) -> str:
     """Why the user's change to ``change.path`` (now ``oid``, ``mode``) and the agent's cannot be
     merged line by line ("": they can)."""
+    if not change.old_mode:
+        return "the agent made it, and you made a file there too"
     if oid == ZERO_OID:
-        return "you removed it since the run started" if change.old_mode else "you made a file there too"
+        return "you removed it since the run started"
     if mode not in (REGULAR, EXECUTABLE):
         return "it is no longer a plain file in your tree"
     if change.status != "modified" or not change.new_mode:
@@ -270,7 +276,7 @@ def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path, plan: dict[
     for i, change in enumerate(changes):
         write = plan[change.path]
         if not change.new_mode:
-            steps.append(_Step(change.path, targets[change.path], None))
+            steps.append(_Step(change.path, targets[change.path], None, found=write.found))
             continue
         new = staging / f"new-{i}"
         data = contents[change.path] if write.data is None else write.data
@@ -282,7 +288,7 @@ def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path, plan: dict[
                 f.flush()
                 os.fsync(f.fileno())
             new.chmod(0o777 & ~_umask() if write.mode == EXECUTABLE else 0o666 & ~_umask())
-        steps.append(_Step(change.path, targets[change.path], new))
+        steps.append(_Step(change.path, targets[change.path], new, found=write.found))
     return steps
 
 
@@ -320,6 +326,9 @@ def _commit(steps: list[_Step], staging: Path, state: dict[str, bool]) -> None:
 
 
 def _place(step: _Step, backup: Path) -> None:
+    if step.found is not None and _current_id(step.target) != step.found:
+        # saved again since the check (an editor's autosave): that version must not be moved aside
+        raise OSError(errno.EBUSY, "it changed while the patch was being applied")
     if os.path.lexists(step.target):
         if step.target.is_dir() and not step.target.is_symlink():
             os.rmdir(step.target)  # an emptied folder that becomes a file (ENOTEMPTY otherwise)

@@ -205,7 +205,7 @@ async def test_refusals_leave_the_tree_untouched(tmp_path: Path) -> None:
     # Untracked work at the only path the patch creates: nothing can be written, nothing is.
     report2 = await stocked_report(repo, tmp_path / "run2", "echo new > new.py")
     (repo / "new.py").write_text("mine\n")
-    with pytest.raises(PatchNotApplied, match=r"new\.py: you made a file there too"):
+    with pytest.raises(PatchNotApplied, match=r"new\.py: the agent made it, and you made a file there too"):
         apply_patch_set(repo, report2.patch_set)
     assert (repo / "new.py").read_text() == "mine\n"
 

@@ -169,3 +169,46 @@ def test_a_signal_during_a_merged_apply_leaves_your_edits_or_the_full_merge(tmp_
         for s, handler in previous.items():
             signal.signal(s, handler)
     assert "unchanged" in seen or "merged" in seen, seen  # a signal did land inside an apply
+
+
+def test_a_save_of_yours_during_the_apply_is_never_moved_aside(tmp_path: Path) -> None:
+    """An editor's autosave after the checks, while the files are being put in place: the apply
+    stops, puts everything back, and the saved file is as saved. (The save races the moves: tried
+    a few times, the race is met at least once, and every try leaves the saved file as saved.)"""
+    import asyncio
+
+    source = make_repo(tmp_path / "source", {f"m{i:04d}.py": LINES for i in range(1000)})
+    patch = asyncio.run(
+        stocked_report(source, tmp_path / "run", "sed -i 's/^line 18$/line 18 (agent)/' m*.py")
+    ).patch_set
+    saved = LINES.replace("line 1\n", "line 1 (saved meanwhile)\n")
+    stopped = 0
+    for attempt in range(5):
+        repo = tmp_path / f"user{attempt}"
+        git(tmp_path, "clone", "-q", str(source), str(repo))
+        last = repo / "m0999.py"
+        stop = threading.Event()
+
+        def autosave(repo: Path = repo, last: Path = last, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                if any((p / "journal.json").exists() for p in (repo / ".clover").glob("apply-*")):
+                    last.write_text(saved)  # the moves have begun; m0999.py comes last
+                    return
+                time.sleep(0.0001)
+
+        saver = threading.Thread(target=autosave)
+        saver.start()
+        try:
+            apply_patch_set(repo, patch)
+        except PatchNotApplied as exc:
+            assert "m0999.py: it changed while the patch was being applied" in exc.message
+            assert all((repo / f"m{i:04d}.py").read_text() == LINES for i in range(999))  # all put back
+            stopped += 1
+        finally:
+            stop.set()
+            saver.join()
+        assert last.read_text() == saved  # never moved aside, whoever came first
+        assert not list((repo / ".clover").glob("apply-*"))
+        if stopped:
+            break
+    assert stopped, "the save never landed during the moves"
