@@ -359,3 +359,48 @@ def test_what_a_session_costs_is_on_screen(tmp_path: Path) -> None:
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()
+
+
+def test_apply_merges_your_edit_and_the_session_resumes_after_it(tmp_path: Path) -> None:
+    """/apply with an edit of yours in the same file: merged, and said; then quit and `--resume`: the
+    session takes up the tree as it is now, what was applied counted as applied."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "merge.jsonl",
+        [turn("Fixing add.", FIX_ADD), turn("", call("finish", summary="add adds now"))],
+    )
+    tmux = Tmux(120, 32, cwd=repo)
+    try:
+        tmux.start_tui(replay)
+        tmux.type("fix add")
+        tmux.key("Enter")
+        tmux.wait("add adds now")
+        calculator = repo / "calculator.py"
+        calculator.write_text(calculator.read_text() + "\n# my own note\n")  # your edit, meanwhile
+        tmux.type("/apply")
+        tmux.key("Enter")
+        tmux.wait("Apply to your working tree", deadline_s=240)
+        tmux.key("Enter")
+        shown = tmux.wait("calculator.py: merged with your edits", deadline_s=120)
+        text = calculator.read_text()
+        assert "return a + b" in text and text.endswith("# my own note\n"), shown
+        tmux.key("C-q")
+        shown = tmux.wait("EXIT=0", deadline_s=60)
+        flat = "".join(shown.split())
+        session = flat.split("clover-agenttui--resume")[-1].split("EXIT=0")[0]
+        assert len(session) >= 15, shown
+
+        later = write_replay(tmp_path / "later.jsonl", [turn("Nothing more to do.")])
+        command = [str(CLI), "tui", "--resume", session, "--backend", "replay", "--replay", str(later),
+                   "--sandbox", "local"]  # fmt: skip
+        tmux.type("clear; " + shlex.join(command) + "; echo EXIT=$?")
+        tmux.key("Enter")
+        shown = tmux.wait(f"Resumed session {session}", "local ready")
+        assert "could not be restored" not in shown
+        tmux.type("/apply")  # what was applied is in the tree: nothing is left to hand back
+        tmux.key("Enter")
+        tmux.wait("Nothing to apply", deadline_s=120)
+        tmux.key("C-q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

@@ -212,3 +212,72 @@ def test_a_save_of_yours_during_the_apply_is_never_moved_aside(tmp_path: Path) -
         if stopped:
             break
     assert stopped, "the save never landed during the moves"
+
+
+def test_a_crash_in_the_middle_of_a_merged_apply_loses_none_of_your_edits(tmp_path: Path) -> None:
+    """SIGKILL (nothing can hold it) while the merged files are being put in place: every file in the
+    tree still holds your edit (moved in merged, or not moved yet), and the staging folder's journal
+    names every move, with the originals beside it."""
+    import asyncio
+    import json
+    import subprocess
+    import sys
+
+    source = make_repo(tmp_path / "source", {f"m{i:04d}.py": LINES for i in range(600)})
+    report = asyncio.run(
+        stocked_report(source, tmp_path / "run", "sed -i 's/^line 18$/line 18 (agent)/' m*.py")
+    )
+    mine = LINES.replace("line 3\n", "line 3 (mine)\n")
+    for attempt in range(3):  # the kill races the moves: a try whose apply finished first is done again
+        repo = tmp_path / f"user{attempt}"
+        git(tmp_path, "clone", "-q", str(source), str(repo))
+        for i in range(600):
+            (repo / f"m{i:04d}.py").write_text(mine)
+        # the child rebuilds the same PatchSet from the run's shadow repository
+        child = subprocess.Popen(
+            [sys.executable, "-c", _APPLY_FROM_SHADOW, str(repo), str(report.run_dir), report.patch_set.base,
+             report.patch_set.final],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and child.poll() is None:
+            journals = list((repo / ".clover").glob("apply-*/journal.json"))
+            if journals and (journals[0].parent / "old-10").exists():
+                os.kill(child.pid, signal.SIGKILL)  # mid-moves: ten files placed at least, some not
+                break
+            time.sleep(0.0002)
+        child.wait(timeout=60)
+        if child.returncode == -signal.SIGKILL:
+            break
+        assert child.returncode == 0, child.stderr.read() if child.stderr else ""
+        assert all("line 3 (mine)" in (repo / f"m{i:04d}.py").read_text() for i in range(600))
+    assert child.returncode == -signal.SIGKILL, "the kill never landed during the moves"
+    (journal,) = list((repo / ".clover").glob("apply-*/journal.json"))
+    moves = json.loads(journal.read_text())["moves"]
+    assert len(moves) == 600
+    merged = 0
+    for index, (path, _, _) in enumerate(moves):
+        target, original = repo / path, journal.parent / f"old-{index}"
+        if target.exists():
+            text = target.read_text()
+            assert "line 3 (mine)" in text, path  # yours, merged or not moved yet
+            merged += "line 18 (agent)" in text
+        else:  # the kill came between its two renames: the original waits in the staging folder
+            assert original.read_text() == mine, path
+    assert merged >= 10
+    for old in journal.parent.glob("old-*"):  # every original moved aside: yours, whole
+        assert old.read_text() == mine
+
+
+_APPLY_FROM_SHADOW = """
+import sys
+from pathlib import Path
+from clover_agent.handback.apply import apply_patch_set
+from clover_agent.handback.stock import SHADOW_DIR, PatchSet
+from clover_agent.handback.shadow import ShadowRepo
+
+repo, run, base, final = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+shadow = ShadowRepo(run / SHADOW_DIR)
+patch = PatchSet(shadow=shadow, base=base, final=final, changes=shadow.changes(base, final), patch=b"", left_out={})
+apply_patch_set(repo, patch)
+"""
