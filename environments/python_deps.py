@@ -28,6 +28,17 @@ from clover_agent.environments.recipe import SETUP_DIR, EnvironmentRecipe, Packa
 from clover_agent.sandboxes.errors import SandboxSetupError
 
 TEST_NAMES = ("test", "tests", "testing")
+#: After the install: the project's installed metadata says the version its build was told to
+#: pretend (a build tool that did not read it says 0.1.devN, and the mismatch is named).
+_VERSION_CHECK = """
+import importlib.metadata, sys
+name, wanted = sys.argv[1], sys.argv[2]
+found = importlib.metadata.version(name)
+if found != wanted:
+    sys.exit(f"the installed {name} says version {found}, not {wanted}: its build did not read the pretend "
+             "version; set SETUPTOOLS_SCM_PRETEND_VERSION in .clover/config.toml's setup commands, or tag the commit")
+print(f"{name} {found}")
+"""
 DEV_NAMES = ("dev", "develop", "development")
 _REQUIREMENTS = re.compile(
     r"^(?:(?:requirements|reqs)(?:[-_.](?:test|tests|testing|dev|develop|ci))?"
@@ -129,6 +140,7 @@ class _Findings:
         self.without_project: dict[str, str] = {}
         self.constraint_files: list[str] = []
         self.variables: dict[str, str] = {}
+        self.pretended: tuple[str, str] | None = None  # (distribution, version) the build is told
         self.pytest_ini: list[tuple[str, dict[str, str]]] = []  # (file, ini options)
         self.is_python = False
 
@@ -294,8 +306,15 @@ class _Findings:
             )
             return
         variable = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_" + _normalize(name).replace("-", "_").upper()
+        # Both: setuptools-scm before 6.1, and a setup.py's use_scm_version (no distribution name
+        # reaches it), read only the plain one; hatch-vcs and pyproject builds read either.
         self.variables[variable] = version
-        self.lines.append(f"its version {version}, from {source} ({variable})")
+        self.variables["SETUPTOOLS_SCM_PRETEND_VERSION"] = version
+        self.pretended = (name, version)
+        self.lines.append(
+            f"its version {version}, from {source} ({variable} and SETUPTOOLS_SCM_PRETEND_VERSION; "
+            "checked after the install)"
+        )
 
     def _tox_testenv(
         self, tox: configparser.ConfigParser, setup_cfg: configparser.ConfigParser, pyproject: dict
@@ -524,6 +543,14 @@ class _Findings:
                     f"extras=$(python -c {shlex.quote(_EXTRAS_PROBE)}) && "
                     f'if [ -n "$extras" ]; then echo "extras: $extras"; '
                     f'python -m pip install -e ".[$extras]"; fi',
+                )
+            )
+        if self.pretended is not None and self.installable:
+            name, version = self.pretended
+            steps.append(
+                SetupStep(
+                    f"check that the installed {name} says version {version}",
+                    f"python -c {shlex.quote(_VERSION_CHECK)} {shlex.quote(name)} {shlex.quote(version)}",
                 )
             )
         steps += [SetupStep(f"run {command}", command) for command in options.setup]

@@ -315,14 +315,20 @@ def test_a_setuptools_scm_version_from_the_last_tag_else_pkg_info_and_in_the_key
             "PKG-INFO": "Metadata-Version: 2.1\nName: Demo.Scm\nVersion: 2.0.1\n\nv9\n",
         },
     )
+    plain = "SETUPTOOLS_SCM_PRETEND_VERSION"  # what old setuptools-scm and setup.py's use_scm_version read
     from_pkg_info = discover(repo, EnvironmentOptions())
-    assert from_pkg_info.variables == ((variable, "2.0.1"),)
-    assert from_pkg_info.setup_env()[variable] == "2.0.1"
-    assert f"its version 2.0.1, from PKG-INFO ({variable})" in from_pkg_info.found
+    assert from_pkg_info.variables == ((plain, "2.0.1"), (variable, "2.0.1"))
+    assert from_pkg_info.setup_env()[variable] == from_pkg_info.setup_env()[plain] == "2.0.1"
+    assert f"its version 2.0.1, from PKG-INFO ({variable} and {plain}; checked after the install)" in (
+        from_pkg_info.found
+    )
+    check = from_pkg_info.steps[-1]  # after the install: the installed metadata must agree
+    assert check.title == "check that the installed Demo.Scm says version 2.0.1"
+    assert check.command.endswith(" Demo.Scm 2.0.1")
     git(repo, "tag", "v2.1.0")
     from_tag = discover(repo, EnvironmentOptions())
-    assert from_tag.variables == ((variable, "2.1.0"),)
-    assert f"its version 2.1.0, from the last tag, v2.1.0 ({variable})" in from_tag.found
+    assert from_tag.variables == ((plain, "2.1.0"), (variable, "2.1.0"))
+    assert any(line.startswith("its version 2.1.0, from the last tag, v2.1.0") for line in from_tag.found)
     assert from_tag.cache_key("sha256:a") != from_pkg_info.cache_key("sha256:a")
     # hatch-vcs, with neither: said, nothing pretended
     hatch = make_repo(
