@@ -14,6 +14,7 @@ remove) is one class whose steps share its state.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -29,8 +30,8 @@ from clover_agent.environments.recipe import SETUP_DIR, WORKSPACE_OVERLAY
 from clover_agent.sandboxes import cleanup, env_image
 from clover_agent.sandboxes.base import WORKSPACE, Attached, SandboxError, SandboxSpec, require_repo
 from clover_agent.sandboxes.docker_api import QUICK, SLOW, EngineCalls, slow_timeout
-from clover_agent.sandboxes.errors import SandboxConfigError, SandboxUnavailable
-from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE, compiler_image
+from clover_agent.sandboxes.errors import SandboxConfigError, SandboxSetupError, SandboxUnavailable
+from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE, compiler_image, compiler_tag
 from clover_agent.sandboxes.session import WRITE_CHUNK_BYTES, RunnerSession, SessionSandbox, runner_command
 from clover_agent.sandboxes.workspace import (
     LARGE_COPY_BYTES,
@@ -216,7 +217,7 @@ class DockerSandbox(SessionSandbox):
             if spec.compiler:
                 self.image = await self._compiler_image(spec)
             if spec.environment is not None:
-                self.image = await self._environment_image(spec, plan, self.image)
+                self.image = await self._environment(spec, plan, self.image)
             # Registered here, on the event loop's thread (normally the main thread, where signal
             # handlers can be installed), before the container exists.
             self._cleanup_token = cleanup.register(self._remove_with_fresh_client)
@@ -280,6 +281,60 @@ class DockerSandbox(SessionSandbox):
             await asyncio.to_thread(client.close)
         progress(f"compiler: {'built' if new else 'cached'} ({tag})")
         return tag
+
+    async def _environment(self, spec: SandboxSpec, plan: WorkspacePlan, image: str) -> str:
+        """The environment image to start from. Without ``spec.compiler``, a set-up that fails
+        building an extension for want of a compiler is made once more, by itself, in the image's
+        compiler variant (as ``--with-compiler`` does), and that environment is found in the cache
+        the next time; a set-up that fails there too says both were tried."""
+        if spec.compiler:
+            return await self._environment_image(spec, plan, image)
+        progress = spec.progress or _log_progress
+        cached = await self._in_compiler_variant(spec, image)
+        if cached is not None:
+            progress(
+                f"environment: cached, in the compiler variant (its set-up builds an extension: {cached})"
+            )
+            return cached
+        try:
+            return await self._environment_image(spec, plan, image)
+        except SandboxSetupError as exc:
+            if not exc.native_build:
+                raise
+        progress(
+            "environment: an extension could not be built without a compiler; setting up once more in the "
+            "image's compiler variant (as --with-compiler does; cached like any environment)"
+        )
+        compiled = dataclasses.replace(spec, compiler=True)
+        try:
+            return await self._environment_image(compiled, plan, await self._compiler_image(compiled))
+        except SandboxSetupError as exc:
+            raise SandboxSetupError(
+                f"{exc.message}\n(Tried without a compiler, then by itself in the image's compiler variant: "
+                "what `--with-compiler` or `compiler = true` in .clover/config.toml's [sandbox] table gives.)"
+            ) from None
+
+    async def _in_compiler_variant(self, spec: SandboxSpec, image: str) -> str | None:
+        """The environment image made earlier in ``image``'s compiler variant (a set-up that needed
+        a compiler), when both are on the engine; else None."""
+        assert self._client is not None and self._calls is not None and spec.environment is not None
+        client, calls = self._client, self._calls
+        inspected = await asyncio.to_thread(
+            calls, "inspecting the sandbox image", QUICK, client.api.inspect_image, image, retry=True
+        )
+        variant = compiler_tag(inspected["Id"])
+        if not await asyncio.to_thread(
+            calls, "looking up the compiler variant", QUICK, _image_present, client, variant, retry=True
+        ):
+            return None
+        variant_id = (
+            await asyncio.to_thread(calls, "inspecting it", QUICK, client.api.inspect_image, variant)
+        )["Id"]
+        tag = env_image.environment_tag(spec.environment, variant_id)
+        present = await asyncio.to_thread(
+            calls, "looking up the environment image", QUICK, _image_present, client, tag, retry=True
+        )
+        return tag if present else None
 
     async def _environment_image(self, spec: SandboxSpec, plan: WorkspacePlan, image: str) -> str:
         """The tag of the spec's environment image over ``image``, made first by a set-up

@@ -121,7 +121,8 @@ async def run_setup(
             raise SandboxSetupError(
                 f"the environment set-up failed at step {number} of {len(recipe.steps)}, "
                 f"{step.title} ({status}):\n$ {step.command}\n{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
-                f"{advice(recipe, result.output, compiler=compiler)}"
+                f"{advice(recipe, result.output, compiler=compiler)}",
+                native_build=not compiler and _needs_a_compiler(result.output.lower()),
             )
     overlay = await sandbox.exec(
         f"cd /workspace && find . -path ./.git -prune -o -newer {_STARTED} \\( -type f -o -type l \\) "

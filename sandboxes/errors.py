@@ -38,7 +38,12 @@ class SandboxArgumentError(ValueError):
 class SandboxSetupError(SandboxError):
     """The project's environment could not be set up (a dependency that cannot be installed, a
     set-up command that failed, dependency files that cannot be read): the message names the
-    cause, shows the failing command's output and says how to change the set-up."""
+    cause, shows the failing command's output and says how to change the set-up. ``native_build``:
+    it failed building an extension without a compiler (the compiler variant may help)."""
+
+    def __init__(self, message: str, *, native_build: bool = False) -> None:
+        super().__init__(message)
+        self.native_build = native_build
 
 
 class WorkspaceDiffError(SandboxError):

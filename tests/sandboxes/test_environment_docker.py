@@ -27,6 +27,7 @@ from clover_agent.sandboxes.env_image import (
     LABEL_ENV_BASE,
     LABEL_ENV_REPO,
     environment_images,
+    environment_tag,
     remove_images,
     superseded_environment_images,
 )
@@ -277,17 +278,71 @@ async def test_tox_deps_of_the_plain_environment_set_a_real_project_up(tmp_path:
     assert "dev.requirements.txt" not in found
 
 
-async def test_a_c_extension_that_cannot_be_compiled_is_said_in_words(tmp_path: Path) -> None:
-    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler; the message
-    names the option that gives it one."""
+def _variant_environment(spec: SandboxSpec, variant: str) -> str:
+    """The tag of ``spec``'s environment over the compiler ``variant``, removed when it is there
+    (an earlier run's): the test makes it."""
+    client = docker_client(Settings.load().docker_env)
+    try:
+        assert spec.environment is not None
+        tag = environment_tag(spec.environment, client.api.inspect_image(variant)["Id"])
+        remove_images(client, [i for i in environment_images(client) if tag in (i.get("RepoTags") or [])])
+    finally:
+        client.close()
+    return tag
+
+
+@pytest.mark.xdist_group("compiler-variant")  # one worker builds the variant, once
+async def test_a_required_c_extension_takes_the_compiler_variant_by_itself(
+    tmp_path: Path, compiler_variant: str
+) -> None:
+    """mmh3 4.1.0: its extension is required and the sandbox image has no compiler. With the
+    defaults the set-up fails building it, says so, and is made once more by itself in the image's
+    compiler variant, where it builds; the next start finds that environment in the cache, with no
+    failed set-up first."""
     repo = fetch_sdist("mmh3", "4.1.0", tmp_path / "src")
+    messages: list[str] = []
+    spec = spec_for(repo, messages)
+    assert not spec.compiler
+    tag = _variant_environment(spec, compiler_variant)
+    async with create_sandbox("docker", spec) as sb:
+        built = await sb.exec("python -c 'import mmh3; print(mmh3.hash(\"clover\"))'")
+        assert built.exit_code == 0, built.output
+        assert sb.image == tag
+    said = " | ".join(messages)
+    assert "an extension could not be built without a compiler; setting up once more in the image's " in said
+    assert "compiler: cached" in said
+    again: list[str] = []
+    async with create_sandbox("docker", spec_for(repo, again)) as sb:
+        assert sb.image == tag
+    said = " | ".join(again)
+    assert f"environment: cached, in the compiler variant (its set-up builds an extension: {tag})" in said
+    assert "setting the project up" not in said  # no failed set-up first
+    assert own_leftovers() == []
+
+
+@pytest.mark.xdist_group("compiler-variant")
+async def test_an_extension_the_compiler_variant_cannot_build_either_says_both_were_tried(
+    tmp_path: Path, compiler_variant: str
+) -> None:
+    """An extension that needs a library's headers the variant lacks: both set-ups fail, and the
+    message says what the variant had, what to do, and that both were tried."""
+    repo = make_repo(
+        tmp_path / "needs-headers",
+        {
+            "setup.py": "from setuptools import Extension, setup\n"
+            "setup(name='needs-headers', version='1.0', ext_modules=[Extension('fast', ['fast.c'])])\n",
+            "fast.c": f"#include <clover_missing_{uuid.uuid4().hex[:8]}.h>\n",
+            "tests/test_fast.py": "def test_it():\n    import fast\n",
+        },
+    )
+    messages: list[str] = []
+    spec = spec_for(repo, messages)
     with pytest.raises(SandboxSetupError) as caught:
-        await create_sandbox("docker", spec_for(repo)).start()
+        await create_sandbox("docker", spec).start()
     message = caught.value.message
-    assert "the environment set-up failed at step 1 of" in message
-    assert "A C extension had to be built from source and could not be" in message, message
-    assert "Run with `--with-compiler` (or set `compiler = true` in .clover/config.toml" in message
-    assert "clover-agent sandbox build --with-compiler" in message and "python3-dev" in message
+    assert "setting up once more in the image's compiler variant" in " | ".join(messages)
+    assert "although the sandbox had" in message and "(--with-compiler)" in message  # the variant's advice
+    assert "Tried without a compiler, then by itself in the image's compiler variant" in message
     assert "Fix the project's dependency files" not in message
     assert own_leftovers() == []
 
