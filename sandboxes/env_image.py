@@ -230,6 +230,8 @@ _NO_COMPILER = (
     "could not find a c compiler",
     "no cmake_c_compiler could be found",
     "error: linker `cc` not found",
+    # a build that catches the failure and falls back says it in these words (markupsafe, simplejson)
+    "the c extension could not be compiled",
 )
 
 

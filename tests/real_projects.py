@@ -62,14 +62,6 @@ PROJECTS = (
         "    if value % 100 in (11, 12):  # special case\n",
         "the ordinal of 13 is wrong", "-k ordinal",
     ),
-    Project(
-        "python-dateutil", "2.9.0.post0", "setuptools-scm<8 through setup.py's use_scm_version, which reads "
-        "only the plain pretend version, and freezegun in its dev requirements, which needs "
-        "python-dateutil>=2.7 (a wrong version walks pip back through every freezegun release)",
-        "src/dateutil/easter.py", "            e = 10\n", "            e = 11\n",
-        "tests/test_easter.py::test_easter_orthodox", "tests/test_easter.py",
-        says=("its version 2.9.0.post0, from PKG-INFO",),
-    ),
 )  # fmt: skip
 
 

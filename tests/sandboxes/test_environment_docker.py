@@ -38,7 +38,7 @@ from clover_agent.settings import DEFAULT_SANDBOX_IMAGE, Settings, host_package_
 from clover_agent.tools.run_tests import run_tests_in
 from tests.cli_process import run_cli
 from tests.git_repos import git, make_repo
-from tests.real_projects import fetch_sdist
+from tests.real_projects import drop_image, environment_image, fetch_sdist
 
 pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow]
 
@@ -276,6 +276,28 @@ async def test_tox_deps_of_the_plain_environment_set_a_real_project_up(tmp_path:
     found = " | ".join(messages)
     assert "tox.ini's [testenv] deps (the plain environment: lines for unidecode, anyascii left out)" in found
     assert "dev.requirements.txt" not in found
+
+
+async def test_an_old_setuptools_scm_gets_the_projects_own_version_and_its_requirements_resolve(
+    tmp_path: Path,
+) -> None:
+    """python-dateutil 2.9.0.post0: setuptools-scm<8 through setup.py's use_scm_version, which reads
+    only the plain pretend variable; freezegun, in its dev requirements, needs python-dateutil>=2.7.
+    With the version right the install resolves at once (a wrong one walked pip back through every
+    freezegun release), and the set-up's own check says the installed version."""
+    repo = fetch_sdist("python-dateutil", "2.9.0.post0", tmp_path / "src")
+    drop_image(environment_image(repo))  # an earlier run's: this one sets the project up
+    messages: list[str] = []
+    async with create_sandbox("docker", spec_for(repo, messages)) as sb:
+        versions = await sb.exec(
+            'python -c \'import importlib.metadata as m; print(m.version("python-dateutil"), m.version("freezegun"))\''
+        )
+    assert versions.exit_code == 0, versions.output
+    assert versions.output.split()[0] == "2.9.0.post0"
+    said = " | ".join(messages)
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION; checked after the install)" in said
+    assert "check that the installed python-dateutil says version 2.9.0.post0" in said
+    assert own_leftovers() == []
 
 
 def _variant_environment(spec: SandboxSpec, variant: str) -> str:
