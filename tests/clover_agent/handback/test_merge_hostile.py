@@ -1,0 +1,103 @@
+"""Hostile merges in the hand-back, in real git repositories: what the agent writes or the user's
+tree holds must never lose or mis-name the user's work (their edits, their file's permissions), nor
+get the agent's bytes in unnamed. Line endings, odd names, marker-like lines, permissions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_agent.handback.apply import apply_patch_set
+from clover_agent.handback.stock import PatchSet
+from tests.clover_agent.fix.stocked import stocked_report
+from tests.git_repos import make_repo
+
+LINES = "".join(f"line {i}\n" for i in range(1, 21))
+
+
+async def _agent_writes(repo: Path, tmp_path: Path, files: dict[str, bytes]) -> PatchSet:
+    """The patch of an agent that writes ``files`` (any names, any bytes)."""
+    script = tmp_path / "agent.py"
+    script.write_text(
+        f"import pathlib\nfor name, data in {files!r}.items():\n    pathlib.Path(name).write_bytes(data)\n"
+    )
+    return (await stocked_report(repo, tmp_path / "run", f"python3 {script}")).patch_set
+
+
+async def test_a_conflict_block_the_agent_writes_is_not_named_as_an_overlap(tmp_path: Path) -> None:
+    """Before: a block shaped like a conflict in the agent's own text (its "yours" side the agent's
+    code) merged cleanly, and was then named to the user as a conflict of theirs to resolve."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": LINES})
+    forged = "<<<<<<< yours\nline 15 (looks yours, is the agent's)\n=======\nline 15\n>>>>>>> clover-agent\n"
+    theirs = LINES.replace("line 5\n", "line 5 (agent)\n").replace("line 15\n", forged)
+    patch = await _agent_writes(repo, tmp_path, {"calc.py": theirs.encode()})
+    (repo / "calc.py").write_text(LINES.replace("line 5\n", "line 5 (mine)\n"))
+    applied = apply_patch_set(repo, patch, markers=True)
+    lines = (repo / "calc.py").read_text().splitlines()
+    at = lines.index("line 5 (mine)") - 1
+    assert lines[at].startswith("<<<<<<<< yours")  # the real markers: longer than the agent's
+    assert applied.merged == {"calc.py": (f"line {at + 1}",)}  # one overlap, the real one
+    assert forged in (repo / "calc.py").read_text()  # the agent's text, as it wrote it
+
+
+async def test_marker_lines_in_the_agents_hunk_do_not_shift_the_lines_named(tmp_path: Path) -> None:
+    """Before: a ``>>>>>>> `` line inside the agent's overlapping hunk ended the conflict early: its
+    size was miscounted and every later overlap named at the wrong line."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": LINES})
+    theirs = LINES.replace("line 5\n", "line 5 (agent)\n>>>>>>> clover-agent\nx\n").replace(
+        "line 15\n", "line 15 (agent)\n"
+    )
+    patch = await _agent_writes(repo, tmp_path, {"calc.py": theirs.encode()})
+    mine = LINES.replace("line 5\n", "line 5 (mine)\n").replace("line 15\n", "line 15 (mine)\n")
+    (repo / "calc.py").write_text(mine)
+    applied = apply_patch_set(repo, patch)
+    assert (repo / "calc.py").read_text() == mine  # both hunks overlap: yours kept
+    assert applied.merged == {
+        "calc.py": (
+            "line 5 (3 line(s) of the agent's left out)",
+            "line 15 (1 line(s) of the agent's left out)",
+        )
+    }
+
+
+async def test_crlf_files_merge_and_keep_their_line_endings(tmp_path: Path) -> None:
+    crlf = LINES.replace("\n", "\r\n")
+    repo = make_repo(tmp_path / "repo", {"calc.py": crlf.encode()})
+    patch = await _agent_writes(
+        repo, tmp_path, {"calc.py": crlf.replace("line 15\r\n", "line 15 (agent)\r\n").encode()}
+    )
+    mine = crlf.replace("line 2\r\n", "line 2 (mine)\r\n")
+    (repo / "calc.py").write_bytes(mine.encode())
+    applied = apply_patch_set(repo, patch)
+    assert (repo / "calc.py").read_bytes() == mine.replace("line 15\r\n", "line 15 (agent)\r\n").encode()
+    assert applied.merged == {"calc.py": ()}
+
+
+@pytest.mark.parametrize("name", ["-L", "--ours", "-p", "t\tab.py", "café.py", "theirs"])
+async def test_a_name_git_could_read_as_an_option_is_a_name(tmp_path: Path, name: str) -> None:
+    repo = make_repo(tmp_path / "repo", {name: LINES})
+    patch = await _agent_writes(
+        repo, tmp_path, {name: LINES.replace("line 15\n", "line 15 (agent)\n").encode()}
+    )
+    mine = LINES.replace("line 2\n", "line 2 (mine)\n")
+    (repo / name).write_text(mine)
+    applied = apply_patch_set(repo, patch)
+    assert (repo / name).read_text() == mine.replace("line 15\n", "line 15 (agent)\n")
+    assert applied.merged == {name: ()} and applied.files == [name]
+
+
+async def test_an_emptied_file_of_yours_stays_empty_and_the_agents_change_is_named(tmp_path: Path) -> None:
+    latin = "".join(f"ligne é {i}\n" for i in range(20)).encode("latin-1")
+    repo = make_repo(tmp_path / "repo", {"e.txt": LINES, "l.txt": latin})
+    patch = await _agent_writes(
+        repo,
+        tmp_path,
+        {"e.txt": LINES.replace("line 15\n", "line 15 (agent)\n").encode(), "l.txt": latin + b"x\n"},
+    )
+    (repo / "e.txt").write_text("")
+    mine = latin.replace(b"ligne \xe9 1\n", b"ligne \xe9 1 (mine)\n")
+    (repo / "l.txt").write_bytes(mine)
+    applied = apply_patch_set(repo, patch)
+    assert (repo / "e.txt").read_bytes() == b"" and (repo / "l.txt").read_bytes() == mine + b"x\n"
+    assert applied.merged == {"e.txt": ("line 1 (20 line(s) of the agent's left out)",), "l.txt": ()}
