@@ -4,6 +4,8 @@ get the agent's bytes in unnamed. Line endings, odd names, marker-like lines, pe
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,54 @@ async def _agent_writes(repo: Path, tmp_path: Path, files: dict[str, bytes]) -> 
         f"import pathlib\nfor name, data in {files!r}.items():\n    pathlib.Path(name).write_bytes(data)\n"
     )
     return (await stocked_report(repo, tmp_path / "run", f"python3 {script}")).patch_set
+
+
+def _perms(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_a_private_file_of_yours_stays_private(tmp_path: Path) -> None:
+    """Before: every file written got the umask's permissions: a ``0600`` file of the user's
+    (merged or not) became world-readable ``0644``, and one the agent made executable ``0755``."""
+    repo = make_repo(tmp_path / "repo", {"merged.py": LINES, "plain.py": LINES})
+    patch = await _agent_writes(
+        repo,
+        tmp_path,
+        {
+            "merged.py": LINES.replace("line 15\n", "line 15 (agent)\n").encode(),
+            "plain.py": LINES.replace("line 15\n", "line 15 (agent)\n").encode(),
+        },
+    )
+    (repo / "merged.py").write_text(LINES.replace("line 2\n", "line 2 (mine)\n"))
+    for name in ("merged.py", "plain.py"):
+        os.chmod(repo / name, 0o600)
+    applied = apply_patch_set(repo, patch)
+    assert applied.merged == {"merged.py": ()} and sorted(applied.files) == ["merged.py", "plain.py"]
+    assert "line 15 (agent)" in (repo / "plain.py").read_text()
+    assert _perms(repo / "merged.py") == 0o600 and _perms(repo / "plain.py") == 0o600
+
+
+async def test_the_agents_executable_bit_is_set_where_yours_can_read(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"tool.sh": LINES})
+    script = tmp_path / "agent.sh"
+    script.write_text("sed -i 's/^line 15$/line 15 (agent)/' tool.sh && chmod +x tool.sh\n")
+    patch = (await stocked_report(repo, tmp_path / "run", f"sh {script}")).patch_set
+    (repo / "tool.sh").write_text(LINES.replace("line 2\n", "line 2 (mine)\n"))
+    os.chmod(repo / "tool.sh", 0o640)
+    applied = apply_patch_set(repo, patch)
+    assert applied.merged == {"tool.sh": ()}
+    assert _perms(repo / "tool.sh") == 0o750  # executable for whoever could read it, no one else
+
+
+async def test_an_executable_bit_of_yours_stays(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": LINES})
+    patch = await _agent_writes(
+        repo, tmp_path, {"calc.py": LINES.replace("line 15\n", "line 15 (agent)\n").encode()}
+    )
+    os.chmod(repo / "calc.py", 0o700)
+    applied = apply_patch_set(repo, patch)
+    assert applied.merged == {"calc.py": ()} and _perms(repo / "calc.py") == 0o700
+    assert "line 15 (agent)" in (repo / "calc.py").read_text()
 
 
 async def test_a_conflict_block_the_agent_writes_is_not_named_as_an_overlap(tmp_path: Path) -> None:
