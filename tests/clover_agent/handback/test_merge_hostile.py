@@ -151,3 +151,56 @@ async def test_an_emptied_file_of_yours_stays_empty_and_the_agents_change_is_nam
     applied = apply_patch_set(repo, patch)
     assert (repo / "e.txt").read_bytes() == b"" and (repo / "l.txt").read_bytes() == mine + b"x\n"
     assert applied.merged == {"e.txt": ("line 1 (20 line(s) of the agent's left out)",), "l.txt": ()}
+
+
+def test_a_session_offers_what_was_left_out_again_and_only_that(tmp_path: Path) -> None:
+    """/apply merges one file and leaves out another (binary, changed by you too): the session's
+    start moves past the merged file only, so the next offer holds the file left out, whole."""
+    import asyncio
+
+    from clover_agent.handback.session import SessionHandBack
+    from clover_agent.launch import sandbox_spec
+    from clover_agent.sandboxes.base import Put
+    from clover_agent.sandboxes.factory import create_sandbox
+    from clover_agent.settings import Settings
+    from tests.git_repos import git
+    from tests.tui.helpers import calculator_repo
+
+    repo = calculator_repo(tmp_path)
+    (repo / "logo.bin").write_bytes(b"\x00start")
+    git(repo, "add", "logo.bin")
+    git(repo, "commit", "-qm", "logo")
+    spec = sandbox_spec(Settings.load(), repo)
+    source = (repo / "calculator.py").read_text()
+    fixed = source.replace("    return a - b", "    return a + b", 1)
+    assert fixed != source
+
+    async def session() -> None:
+        async with create_sandbox("local", spec) as sandbox:
+            handback = SessionHandBack(sandbox, "local", spec, repo, tmp_path / "handback")
+            await handback.start()
+            await sandbox.put(
+                [
+                    Put("calculator.py", "file", 0o644, fixed.encode()),
+                    Put("logo.bin", "file", 0o644, b"\x00agent"),
+                ]
+            )
+            mine = "# mine\n" + source
+            (repo / "calculator.py").write_text(mine)
+            (repo / "logo.bin").write_bytes(b"\x00mine")
+            offer = await handback.offer()
+            assert offer is not None
+            applied, how = await handback.apply(offer)
+            assert how == "disk" and applied.files == ["calculator.py"]
+            assert applied.merged == {"calculator.py": ()} and "binary" in applied.left_out["logo.bin"]
+            assert (repo / "calculator.py").read_text() == "# mine\n" + fixed
+            assert (repo / "logo.bin").read_bytes() == b"\x00mine"
+
+            again = await handback.offer()
+            assert again is not None and again.patch.files == ["logo.bin"]  # whole, from the start
+            (repo / "logo.bin").write_bytes(b"\x00start")  # you put it back: it applies as it is
+            applied, _ = await handback.apply(again)
+            assert applied.files == ["logo.bin"] and (repo / "logo.bin").read_bytes() == b"\x00agent"
+            assert await handback.offer() is None
+
+    asyncio.run(session())
