@@ -42,12 +42,14 @@ def can_merge(*versions: bytes) -> bool:
 def merge(base: bytes, yours: bytes, theirs: bytes, *, markers: bool = False) -> Merged:
     """Merge the agent's change (``base`` -> ``theirs``) into ``yours``; see the module docstring."""
     with tempfile.TemporaryDirectory(prefix="clover-merge-") as scratch:
-        folder = Path(scratch)
+        folder = Path(scratch).resolve()
+        # no repository around the scratch folder (a TMPDIR inside one) shapes the merge
+        alone = {"GIT_CEILING_DIRECTORIES": str(folder.parent)}
         for name, data in (("yours", yours), ("base", base), ("theirs", theirs)):
             (folder / name).write_bytes(data)
         size = marker_size(base, yours, theirs)
         labels = (f"--marker-size={size}", "-L", YOURS, "-L", BASE, "-L", THEIRS)
-        marked = git(folder, "merge-file", "-p", *labels, "yours", "base", "theirs", check=False)
+        marked = git(folder, "merge-file", "-p", *labels, "yours", "base", "theirs", check=False, env=alone)
         if marked.returncode < 0 or marked.returncode > 127:
             raise ValueError(f"git merge-file failed: {marked.stderr.decode(errors='replace').strip()}")
         if marked.returncode == 0:
@@ -55,7 +57,9 @@ def merge(base: bytes, yours: bytes, theirs: bytes, *, markers: bool = False) ->
         overlaps = _overlaps(marked.stdout, size, keep_yours=not markers)
         if markers:
             return Merged(marked.stdout, overlaps, markers=True)
-        kept = git(folder, "merge-file", "-p", "--ours", *labels, "yours", "base", "theirs", check=False)
+        kept = git(
+            folder, "merge-file", "-p", "--ours", *labels, "yours", "base", "theirs", check=False, env=alone
+        )
         if kept.returncode != 0:
             raise ValueError(f"git merge-file --ours failed: {kept.stderr.decode(errors='replace').strip()}")
         return Merged(kept.stdout, overlaps)

@@ -204,3 +204,34 @@ def test_a_session_offers_what_was_left_out_again_and_only_that(tmp_path: Path) 
             assert await handback.offer() is None
 
     asyncio.run(session())
+
+
+async def test_a_repository_around_the_temporary_folder_does_not_shape_the_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: with TMPDIR inside a git repository (``~/tmp`` under a home kept in git), ``git
+    merge-file`` found it and read its configuration: ``merge.conflictStyle=diff3`` wrote the run's
+    start between the markers too, and the lines named for the overlaps were wrong."""
+    import tempfile
+
+    from tests.git_repos import git
+
+    repo = make_repo(tmp_path / "repo", {"calc.py": LINES})
+    theirs = LINES.replace("line 5\n", "line 5 (agent)\n").replace("line 15\n", "line 15 (agent)\n")
+    patch = await _agent_writes(repo, tmp_path, {"calc.py": theirs.encode()})
+    home = make_repo(tmp_path / "home", {"notes.txt": "x\n"})
+    git(home, "config", "merge.conflictStyle", "diff3")
+    (home / "tmp").mkdir()
+    mine = LINES.replace("line 5\n", "line 5 (mine)\n").replace("line 15\n", "line 15 (mine)\n")
+    (repo / "calc.py").write_text(mine)
+    monkeypatch.setattr(tempfile, "tempdir", str(home / "tmp"))
+    applied = apply_patch_set(repo, patch)
+    assert (repo / "calc.py").read_text() == mine
+    named = ("line 5 (1 line(s) of the agent's left out)", "line 15 (1 line(s) of the agent's left out)")
+    assert applied.merged == {"calc.py": named}
+    (repo / "calc.py").write_text(mine)
+    applied = apply_patch_set(repo, patch, markers=True)
+    text = (repo / "calc.py").read_text()
+    assert "|||||||" not in text and "the run's start" not in text
+    lines = text.splitlines()
+    assert applied.merged == {"calc.py": ("line 5", f"line {lines.index('line 15 (mine)')}")}
