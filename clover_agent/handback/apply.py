@@ -194,6 +194,7 @@ class _Write:
     data: bytes | None = None
     mode: int = 0
     found: tuple[str, int] = ("", 0)  # what the path held when it was checked (blob id, git mode)
+    perms: int | None = None  # the user's file's permission bits (None: no file there)
 
 
 def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, dict[str, _Write], Applied]:
@@ -208,7 +209,9 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
     for change in patch.changes:
         oid, mode = _current_id(targets[change.path])
         if oid == change.old_oid and (not change.old_mode or mode == change.old_mode):
-            plan[change.path] = _Write(mode=change.new_mode, found=(oid, mode))
+            plan[change.path] = _Write(
+                mode=change.new_mode, found=(oid, mode), perms=_perms(targets[change.path])
+            )
             continue
         why = _cannot_merge(change, oid, mode)
         if why:
@@ -230,7 +233,8 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
             # the agent's mode when it changed it, else the user's (a chmod of theirs stays)
             kept = change.new_mode if change.new_mode != change.old_mode else mode
             found = (blob_id(yours), mode)
-            plan[change.path], merged[change.path] = _Write(result.data, kept, found), result.overlaps
+            write = _Write(result.data, kept, found, _perms(targets[change.path]))
+            plan[change.path], merged[change.path] = write, result.overlaps
     if not plan:
         raise PatchNotApplied(
             "the patch was not applied: "
@@ -287,9 +291,29 @@ def _stage(patch: PatchSet, targets: dict[str, Path], staging: Path, plan: dict[
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            new.chmod(0o777 & ~_umask() if write.mode == EXECUTABLE else 0o666 & ~_umask())
+            new.chmod(_new_perms(write.perms, write.mode))
         steps.append(_Step(change.path, targets[change.path], new, found=write.found))
     return steps
+
+
+def _perms(target: Path) -> int | None:
+    """The permission bits of the user's plain file at ``target`` (None: none there)."""
+    try:
+        st = target.lstat()
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
+
+
+def _new_perms(perms: int | None, mode: int) -> int:
+    """The permission bits of a file written with git ``mode``: a new one's from the umask; one
+    replacing the user's keeps theirs (a private ``0600`` file stays private), with the executable
+    bits set (where readable) or cleared as ``mode`` says. Never setuid, setgid or sticky."""
+    if perms is None:
+        return (0o777 if mode == EXECUTABLE else 0o666) & ~_umask()
+    if mode == EXECUTABLE:
+        return perms if perms & 0o100 else perms | (perms & 0o444) >> 2
+    return perms & ~0o111
 
 
 def _umask() -> int:
