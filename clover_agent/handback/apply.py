@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from clover_agent.errors import CloverError, ExitCode
+from clover_agent.handback.hostgit import HostGitError
 from clover_agent.handback.merge import can_merge, merge
 from clover_agent.handback.shadow import EXECUTABLE, REGULAR, SYMLINK, Change
 from clover_agent.handback.stock import PatchSet
@@ -229,7 +230,11 @@ def _checked_staging(repo: Path, patch: PatchSet, markers: bool) -> tuple[Path, 
             if not can_merge(base, yours, theirs):
                 left_out[change.path] = "you changed it too, and it is binary: it cannot be merged"
                 continue
-            result = merge(base, yours, theirs, markers=markers)
+            try:
+                result = merge(base, yours, theirs, markers=markers)
+            except (ValueError, HostGitError) as exc:  # git could not merge it: yours stays
+                left_out[change.path] = f"you changed it too, and the merge failed ({exc})"
+                continue
             # the agent's mode when it changed it, else the user's (a chmod of theirs stays)
             kept = change.new_mode if change.new_mode != change.old_mode else mode
             found = (blob_id(yours), mode)
