@@ -257,12 +257,18 @@ async def test_a_setuptools_scm_sdist_made_a_repository_installs_as_its_released
     repo = fetch_sdist("pluggy", "1.5.0", tmp_path / "src")
     spec = spec_for(repo)
     assert spec.environment is not None
-    assert spec.environment.variables == (("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.0"),)
+    assert spec.environment.variables == (
+        ("SETUPTOOLS_SCM_PRETEND_VERSION", "1.5.0"),
+        ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.0"),
+    )
     # a tag made since gives the version (and another environment)
     git(repo, "tag", "v1.5.1")
     tagged = spec_for(repo)
     assert tagged.environment is not None
-    assert tagged.environment.variables == (("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.1"),)
+    assert tagged.environment.variables == (
+        ("SETUPTOOLS_SCM_PRETEND_VERSION", "1.5.1"),
+        ("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_PLUGGY", "1.5.1"),
+    )
     assert tagged.environment.cache_key("base") != spec.environment.cache_key("base")
 
 

@@ -136,11 +136,11 @@ class StatusBar(Static):
         spent = self.usage.status()
         if spent:
             parts.append((spent, ""))
-        if self.tokens_per_s is not None:
-            speed = f"{self.tokens_per_s:.0f} tok/s"
-            if self.tokens_per_forward is not None:
-                speed += f" {self.tokens_per_forward:.1f}/fwd"
-            parts.append((speed, ""))
+        speed = [] if self.tokens_per_s is None else [f"{self.tokens_per_s:.0f} tok/s"]
+        if self.tokens_per_forward is not None:  # the denoising's yield: meaningful however short the call
+            speed.append(f"{self.tokens_per_forward:.1f}/fwd")
+        if speed:
+            parts.append((" ".join(speed), ""))
         out = Text(no_wrap=True, overflow="ellipsis")
         for index, (text, style) in enumerate(parts):
             if index:
