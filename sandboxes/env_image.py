@@ -118,10 +118,13 @@ async def run_setup(
         result = await _run_step(sandbox, step.command, recipe.timeout, env, progress)
         if result.exit_code != 0:
             status = result.killed_reason or f"exit code {result.exit_code}"
+            decisive = decisive_lines(result.output)
+            shown = f"what decided it:\n{decisive}\n" if decisive else ""
+            timed_out = (result.killed_reason or "").startswith("timeout")
             raise SandboxSetupError(
                 f"the environment set-up failed at step {number} of {len(recipe.steps)}, "
-                f"{step.title} ({status}):\n$ {step.command}\n{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
-                f"{advice(recipe, result.output, compiler=compiler)}",
+                f"{step.title} ({status}):\n$ {step.command}\n{shown}{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
+                f"{advice(recipe, result.output, compiler=compiler, timed_out=timed_out)}",
                 native_build=not compiler and _needs_a_compiler(result.output.lower()),
             )
     overlay = await sandbox.exec(
@@ -160,10 +163,60 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
-def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False) -> str:
+#: pip's resolver walking back through a package's releases.
+_BACKTRACK = re.compile(r"pip is looking at multiple versions of ([A-Za-z0-9._-]+)")
+
+
+def decisive_lines(output: str, limit: int = 14) -> str:
+    """The few lines of a failed step's output that say why (pip's ``ERROR:`` lines, the conflict
+    it names, the packages it walked back, a compiler's fatal error), in order, at most ``limit``;
+    "" when none stands out."""
+    lines = output.splitlines()
+    keep: list[str] = []
+    in_conflict = False
+    for line in lines:
+        text = line.strip()
+        if in_conflict:
+            if not text or text.lower().startswith(("to fix this", "error:")):
+                in_conflict = False
+            else:
+                keep.append(text)
+                continue
+        if text.startswith("The conflict is caused by"):
+            in_conflict = True
+            keep.append(text)
+        elif text.startswith("ERROR:") or text.startswith("error: ") or "fatal error:" in text:
+            keep.append(text)
+    walked = list(dict.fromkeys(_BACKTRACK.findall(output)))
+    if walked:
+        keep.insert(0, f"pip walked back through the releases of {', '.join(walked)}")
+    unique = list(dict.fromkeys(keep))
+    return "\n".join(unique[:limit])
+
+
+def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False, timed_out: bool = False) -> str:
     """How to get past a failed step, from what its output says (``compiler``: the set-up ran in
-    the compiler variant of the image)."""
+    the compiler variant of the image; ``timed_out``: the step ran past its limit)."""
     lowered = output.lower()
+    walked = list(dict.fromkeys(_BACKTRACK.findall(output)))
+    if timed_out:
+        why = (
+            f"pip was walking back through the releases of {', '.join(walked)} (its resolver backtracking)"
+            if walked
+            else "a download, a build or the resolver took too long"
+        )
+        return (
+            f"The step ran past the set-up's limit of {recipe.timeout:.0f} s: {why}. Pin the versions "
+            "it walks through (`requirements` or `packages` in .clover/config.toml's [sandbox] table), "
+            'or make the install faster with a wheel folder (`wheels = "DIR"`).'
+        )
+    if "resolutionimpossible" in lowered or "conflicting dependencies" in lowered:
+        back = f" pip walked back through the releases of {', '.join(walked)} first." if walked else ""
+        return (
+            "The requirements conflict: no set of versions satisfies them all (the conflict pip names "
+            f"is above).{back} Change the pins in the project's dependency files, or choose what to "
+            "install in .clover/config.toml's [sandbox] table (requirements, packages, extras)."
+        )
     if any(s in lowered for s in ("certificate verify failed", "ssl:", "sslerror")):
         return (
             "The package index's TLS certificate was not trusted: set pip's `cert` (pip config set "

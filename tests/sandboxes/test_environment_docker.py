@@ -187,6 +187,31 @@ async def test_changed_dependency_files_make_a_new_environment_and_prune_removes
     assert first not in left and second in left
 
 
+async def test_conflicting_requirements_are_said_as_a_conflict_with_the_lines_that_decide_it(
+    tmp_path: Path,
+) -> None:
+    """The project pins text-unidecode 1.3 and the repository's set-up asks for 1.2: pip's resolver
+    cannot satisfy both; the message says it is a conflict and shows pip's conflict lines first."""
+    repo = project(tmp_path / "demo")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo, packages=("text-unidecode==1.2",))).start()
+    message = caught.value.message
+    decided = message.split("what decided it:\n", 1)[1].split("\n\n", 1)[0]
+    assert "The conflict is caused by" in decided and "text-unidecode==1.2" in decided, message
+    assert "The requirements conflict: no set of versions satisfies them all" in message
+    assert "Fix the project's dependency files" not in message  # the general advice is not given
+    assert own_leftovers() == []
+
+
+async def test_a_set_up_past_its_limit_says_so_and_what_to_pin(tmp_path: Path) -> None:
+    repo = project(tmp_path / "demo")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo, setup=("sleep 300",), timeout=20.0)).start()
+    message = caught.value.message
+    assert "timeout" in message and "The step ran past the set-up's limit of 20 s" in message, message
+    assert own_leftovers() == []
+
+
 async def test_a_dependency_that_cannot_be_installed_is_named_with_pips_output(tmp_path: Path) -> None:
     repo = project(tmp_path / "demo", dependency="clover-agent-no-such-package-xyz==1.0")
     with pytest.raises(SandboxSetupError) as caught:
