@@ -23,16 +23,26 @@ from clover_agent.tools.run_tests import TestReport
 
 @dataclass(frozen=True)
 class Canaries:
-    """Two tests in one new file beside the target's: ``must_pass`` and ``must_fail`` (node ids)."""
+    """Two tests in one new file beside the target's, written twice: as a unittest case (pytest
+    collects it whatever the project's ``python_classes`` / ``python_functions`` say) and as plain
+    functions (which a conftest's autouse fixture with ``params`` can parametrize, as it cannot a
+    unittest case). ``must_pass`` and ``must_fail`` are the case's node ids, ``plain_pass`` and
+    ``plain_fail`` the functions'."""
 
     path: str
     must_pass: str
     must_fail: str
     source: bytes
+    plain_pass: str = ""
+    plain_fail: str = ""
 
     @property
-    def ids(self) -> tuple[str, str]:
-        return self.must_pass, self.must_fail
+    def ids(self) -> tuple[str, ...]:
+        return tuple(i for i in (self.must_pass, self.must_fail, self.plain_pass, self.plain_fail) if i)
+
+    def owns(self, test_id: str) -> bool:
+        """Whether ``test_id`` is one of the canaries (a parametrized variant, ``id[...]``, too)."""
+        return any(test_id == i or test_id.startswith(i + "[") for i in self.ids)
 
 
 def canary_stem(like: str | None) -> str:
@@ -49,8 +59,8 @@ def canary_stem(like: str | None) -> str:
 
 def make_canaries(folder: str = "", like: str | None = None) -> Canaries:
     """Fresh canaries in ``folder`` (workspace-relative; "" the top), their file named as ``like``
-    (:func:`canary_stem`): random file, class and test names, random numbers (a unittest case, which
-    pytest collects whatever the project's ``python_classes`` / ``python_functions`` say)."""
+    (:func:`canary_stem`): random file, class and test names, random numbers; the same pair as a
+    unittest case and as plain functions (see :class:`Canaries`)."""
     stem, klass = canary_stem(like), f"Test{secrets.token_hex(6)}"
     good, bad = f"test_{secrets.token_hex(6)}", f"test_{secrets.token_hex(6)}"
     a, b = secrets.randbelow(10**6) + 2, secrets.randbelow(10**6) + 2
@@ -60,10 +70,21 @@ def make_canaries(folder: str = "", like: str | None = None) -> Canaries:
         f"    def {good}(self):\n"
         f"        assert {a} + {b} == {a + b}\n\n"
         f"    def {bad}(self):\n"
-        f"        assert {a} * {b} == {a * b + 1}\n"
+        f"        assert {a} * {b} == {a * b + 1}\n\n\n"
+        f"def {good}():\n"
+        f"    assert {a} + {b} == {a + b}\n\n\n"
+        f"def {bad}():\n"
+        f"    assert {a} * {b} == {a * b + 1}\n"
     )
     path = posixpath.join(folder, f"{stem}.py")
-    return Canaries(path, f"{path}::{klass}::{good}", f"{path}::{klass}::{bad}", source.encode())
+    return Canaries(
+        path,
+        f"{path}::{klass}::{good}",
+        f"{path}::{klass}::{bad}",
+        source.encode(),
+        plain_pass=f"{path}::{good}",
+        plain_fail=f"{path}::{bad}",
+    )
 
 
 def canary_folder(target_tests: str, test_ids: list[str]) -> str | None:
@@ -82,26 +103,52 @@ def with_canaries(target_tests: str, canaries: Canaries) -> str:
     more alternative of a ``-k`` expression (their file lies where the target's tests are collected)."""
     text = target_tests.strip()
     if text.startswith("-k"):
-        klass = canaries.must_pass.split("::")[1]
-        return f"-k ({text[2:].strip()}) or {klass}"
+        klass, good = canaries.must_pass.split("::")[1:3]
+        bad = canaries.must_fail.split("::")[2]
+        return f"-k ({text[2:].strip()}) or {klass} or {good} or {bad}"
     return f"{text} {canaries.path}"
 
 
 def take_canaries(run: TestReport, canaries: Canaries) -> tuple[TestReport, list[str]]:
-    """``run`` without the canaries' results, and what is wrong with them (empty: both right)."""
-    seen = {t: run.outcomes.get(t) for t in canaries.ids}
+    """``run`` without the canaries' results, and what is wrong with them (empty: right).
+
+    Right: in one form at least (the unittest case, or the plain functions with every variant a
+    parametrizing fixture made), the must-pass test passed and the must-fail one failed. Wrong,
+    whatever the other form did: a must-fail canary that passed, or a must-pass one that failed."""
+
+    def seen(test_id: str) -> list[str]:
+        return [
+            o for t, o in run.outcomes.items() if test_id and (t == test_id or t.startswith(test_id + "["))
+        ]
+
+    forms = [(seen(canaries.must_pass), seen(canaries.must_fail))]
+    if canaries.plain_pass:
+        forms.append((seen(canaries.plain_pass), seen(canaries.plain_fail)))
     problems = []
     if run.timed_out:
         pass  # a run cut short says nothing of the canaries (and the verdict is no pass anyway)
-    elif seen[canaries.must_pass] is None and seen[canaries.must_fail] is None:
+    elif not any(p or f for p, f in forms):
         problems.append("the canary tests added to the held-out run did not run (collected away or hidden)")
     else:
-        if seen[canaries.must_pass] != "passed":
-            problems.append(f"a canary test that must pass was {seen[canaries.must_pass] or 'not run'}")
-        if seen[canaries.must_fail] != "failed":
-            problems.append(f"a canary test that must fail was {seen[canaries.must_fail] or 'not run'}")
-    outcomes = {t: o for t, o in run.outcomes.items() if t not in canaries.ids}
-    failures = [f for f in run.failures if f.test_id not in canaries.ids]
+        right = any(
+            "passed" in p
+            and set(p) <= {"passed", "skipped"}
+            and "failed" in f
+            and set(f) <= {"failed", "skipped"}
+            for p, f in forms
+        )
+        if any("failed" in p for p, _ in forms):
+            problems.append("a canary test that must pass was failed")
+        if any("passed" in f for _, f in forms):
+            problems.append("a canary test that must fail was passed")
+        if not right and not problems:  # errors, or not run: said as the unittest case got it
+            p, f = forms[0] if forms[0][0] or forms[0][1] else forms[-1]
+            if p != ["passed"]:
+                problems.append(f"a canary test that must pass was {p[0] if p else 'not run'}")
+            if f != ["failed"]:
+                problems.append(f"a canary test that must fail was {f[0] if f else 'not run'}")
+    outcomes = {t: o for t, o in run.outcomes.items() if not canaries.owns(t)}
+    failures = [f for f in run.failures if not canaries.owns(f.test_id)]
     counted = list(outcomes.values())
     cleaned = dataclasses.replace(
         run,

@@ -13,7 +13,7 @@ import pytest
 from clover_agent.handback.checks import make_canaries, take_canaries, with_canaries
 from clover_agent.sandboxes.base import Put
 from clover_agent.sandboxes.factory import create_sandbox
-from clover_agent.tools.run_tests import run_tests_in
+from clover_agent.tools.run_tests import TestReport, run_tests_in
 from clover_agent.tools.run_tests.independent import IndependentRun, run_independently, runnable
 from tests.git_repos import make_repo
 from tests.sandbox_specs import sandbox_spec
@@ -298,3 +298,56 @@ async def test_canaries_join_a_k_expression_run_whatever_files_the_project_colle
     cleaned, problems = take_canaries(report, canaries)
     assert problems == [], report.output[-2000:]
     assert cleaned.outcomes == {f"{test_file}::test_add": "passed"}
+
+
+#: An autouse fixture with ``params`` (markupsafe 3's conftest runs every test on each of its
+#: implementations): pytest cannot parametrize a unittest case with it, so that form errors.
+PARAMETRIZED_CONFTEST = (
+    "import pytest\n\n\n"
+    "@pytest.fixture(scope='session', autouse=True, params=('native', pytest.param('fast', marks=pytest.mark.skipif(True, reason='no speedups'))))\n"
+    "def _impl(request):\n    return request.param\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("files", "formed"),
+    [
+        ({"tests/conftest.py": PARAMETRIZED_CONFTEST}, "the plain functions, each variant"),
+        ({"pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["."]\npython_functions = ["check_*"]\n'},
+         "the unittest case"),
+    ],
+)  # fmt: skip
+async def test_canaries_are_right_in_one_form_whatever_the_project_does_to_the_other(
+    tmp_path: Path, files: dict[str, str], formed: str
+) -> None:
+    """Before: under an autouse fixture with ``params`` both canaries "errored" (a unittest case
+    cannot be parametrized) and an honest fix got ``needs review``. Now the plain functions run
+    there; and where the project's ``python_functions`` does not collect them, the case does."""
+    tests = TESTS.replace("def test_add", "def check_add") if "python_functions" in str(files) else TESTS
+    repo = make_repo(
+        tmp_path / "repo", {"calc.py": HONEST, "tests/test_calc.py": tests, "pyproject.toml": CONFIG, **files}
+    )
+    canaries = make_canaries("tests", "tests/test_calc.py")
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        await sandbox.put([Put(canaries.path, "file", 0o644, canaries.source)])
+        report = await run_tests_in(sandbox, f"tests/test_calc.py {canaries.path}", guarded=True)
+    cleaned, problems = take_canaries(report, canaries)
+    assert problems == [], (formed, report.outcomes)
+    assert not any(canaries.owns(t) for t in cleaned.outcomes) and cleaned.outcomes, report.outcomes
+    assert all(o in ("passed", "skipped") for o in cleaned.outcomes.values())
+
+
+def test_a_wrong_canary_in_either_form_is_wrong() -> None:
+    """One form right does not excuse the other's must-fail passing."""
+    canaries = make_canaries("tests", "tests/test_calc.py")
+    outcomes = {
+        canaries.must_pass: "passed",
+        canaries.must_fail: "passed",  # flipped
+        f"{canaries.plain_pass}[native]": "passed",
+        f"{canaries.plain_fail}[native]": "failed",
+        "tests/test_calc.py::test_add": "passed",
+    }
+    report = TestReport("pytest", "pytest", None, 1, passed=4, failed=1, outcomes=outcomes)
+    cleaned, problems = take_canaries(report, canaries)
+    assert problems == ["a canary test that must fail was passed"]
+    assert cleaned.outcomes == {"tests/test_calc.py::test_add": "passed"}

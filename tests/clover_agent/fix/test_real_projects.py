@@ -308,6 +308,52 @@ def test_a_c_extension_with_a_fallback_its_skipped_cases_a_hanging_test_then_the
             drop_image(tag)
 
 
+MARKUPSAFE_3 = Project(
+    "MarkupSafe", "3.0.2", "a C extension whose build fails without a compiler, after which its own "
+    "fallback breaks the editable install: the compiler variant, taken by itself",
+    "src/markupsafe/_native.py", '        .replace(">", "&gt;")\n', '        .replace(">", ">")\n',
+    "tests/test_escape.py", "tests/test_escape.py",
+)  # fmt: skip
+#: What a set-up that needed a compiler says, then the next start (the tag in the brackets).
+IN_THE_VARIANT = (
+    "sandbox: environment: an extension could not be built without a compiler; setting up once more"
+)
+CACHED_IN_THE_VARIANT = re.compile(
+    r"environment: cached, in the compiler variant \(its set-up builds an extension: (\S+)\)"
+)
+
+
+@pytest.mark.xdist_group("compiler-variant")  # the variant is built once, on one worker
+def test_a_native_build_that_fails_takes_the_compiler_variant_by_itself(tmp_path: Path) -> None:
+    """markupsafe 3.0.2 with the defaults (no `--with-compiler`): the plain set-up fails building its
+    speedups and its fallback then breaks the editable install; the set-up is made once more in the
+    compiler variant by itself, the bug is fixed with no new failure (its conftest's autouse
+    fixture with ``params`` runs the canaries as plain functions), and the next run starts from that
+    environment, cached."""
+    project = MARKUPSAFE_3
+    repo = fetch_sdist(project.name, project.version, tmp_path / "src")
+    made: list[str] = []
+    try:
+        for attempt in ("cold", "warm"):
+            inject(repo, project)
+            proc = fix(repo, project.target, replay_file(tmp_path / f"{attempt}.jsonl", project))
+            out = proc.stdout + proc.stderr
+            made += ENVIRONMENT.findall(out) + CACHED_IN_THE_VARIANT.findall(out)
+            assert proc.returncode == 0, out[-6000:]
+            assert "FIXED" in proc.stdout
+            if attempt == "cold":
+                assert IN_THE_VARIANT in out, out[-4000:]
+            else:
+                assert CACHED_IN_THE_VARIANT.search(out) and "setting the project up" not in out, out[-4000:]
+            summary = last_summary(repo)
+            assert summary["verdict"] == "fixed" and summary["regressions"] == [] and summary["review"] == []
+            assert summary["target_skipped"] == []  # the speedups' cases ran: the extension was built
+            assert git(repo, "status", "--porcelain") == f" M {project.path}\n"
+    finally:
+        for tag in made:
+            drop_image(tag)
+
+
 #: pydantic-extra-types 2.9.0: its tests import pycountry, pendulum, phonenumbers, semver and ulid,
 #: directly or through its own modules, each the package of one of its extras, and its test
 #: requirements (requirements/testing.txt) list none of them.
