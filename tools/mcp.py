@@ -44,7 +44,8 @@ class _SdkLog(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # the last 20
+        self.count = 0  # every line ever kept: where a server's start began reading
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
@@ -55,6 +56,11 @@ class _SdkLog(logging.Handler):
         elif error is not None:
             text += f" ({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''})"
         self.lines = [*self.lines[-19:], text]
+        self.count += 1
+
+    def since(self, count: int) -> list[str]:
+        """The lines kept after the ``count``-th (those still held)."""
+        return self.lines[len(self.lines) - min(self.count - count, len(self.lines)) :]
 
 
 def _bad_input(error: BaseException) -> str | None:
@@ -245,12 +251,12 @@ class McpServers:
     async def __aenter__(self) -> McpServers:
         for config in self.configs:
             state = self.states[config.name]
-            seen = len(_SDK_LOG.lines)
+            seen = _SDK_LOG.count
             try:
                 async with asyncio.timeout(START_TIMEOUT_S):  # in this task: the client's scopes are
                     connection = await self._start(config)
             except Exception as exc:  # a server of the user's: any way it fails is named, once
-                said = _SDK_LOG.lines[seen:] if len(_SDK_LOG.lines) >= seen else []
+                said = _SDK_LOG.since(seen)
                 state.state, state.error = "failed", self._why_not(config, exc, said)
                 self.report(f"MCP server `{config.name}` ({config.describe()}) did not start: {state.error}")
             else:
