@@ -100,6 +100,11 @@ def write(
     folder = repo / ".github" / "workflows"
     texts = workflows(action, ci_workflow=ci_workflow)
     files = {folder / name: text for name, text in texts.items()}
+    for path in (repo / ".github", folder, *files):
+        if path.is_symlink():  # writing through it could land anywhere on this machine
+            raise UsageError(
+                f"{path.relative_to(repo)} is a symlink; ci init writes only real files and folders"
+            )
     existing = [p for p, text in files.items() if p.exists() and p.read_text(errors="replace") != text]
     if existing and not force and not dry_run:
         names = ", ".join(str(p.relative_to(repo)) for p in existing)

@@ -92,3 +92,28 @@ def test_the_pin_check_can_fail() -> None:
     check_pins(text)
     with pytest.raises(CloverError, match="not pinned"):
         check_pins(text.replace(f"uses: {ACTION}", "uses: my-org/clover-agent@v1"))
+
+
+@pytest.mark.parametrize("link", [".github", ".github/workflows", ".github/workflows/clover.yml"])
+def test_a_symlink_on_the_way_is_refused_and_nothing_outside_is_written(
+    tmp_path: Path, capsys, link: str
+) -> None:
+    """A repository may bring a symlink where the workflows go (to a file of the user's, say):
+    even with --force nothing is written through it."""
+    repo = _repo(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "clover.yml").write_text("mine\n")
+    (outside / "workflows").mkdir()
+    target = {
+        ".github": outside,
+        ".github/workflows": outside,
+        ".github/workflows/clover.yml": outside / "clover.yml",
+    }
+    (repo / link).parent.mkdir(parents=True, exist_ok=True)
+    (repo / link).symlink_to(target[link])
+    code = main(["ci", "init", "--repo", str(repo), "--action", ACTION, "--force"])
+    assert code == ExitCode.USAGE and "is a symlink" in capsys.readouterr().err
+    assert (outside / "clover.yml").read_text() == "mine\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["clover.yml", "workflows"]
+    assert list((outside / "workflows").iterdir()) == []
