@@ -51,6 +51,9 @@ class Usage:
 
     def __init__(self) -> None:
         self.requests: list[RequestUsage] = []
+        # running totals: the status bar reads them on every event, streamed tokens included
+        self.tokens_in = 0
+        self.tokens_out = 0
 
     def observe(self, event: Event) -> None:
         if isinstance(event, TurnStarted):
@@ -61,26 +64,21 @@ class Usage:
             last.tokens_in += event.prompt_tokens
             last.tokens_out += event.completion_tokens
             last.model_s += event.seconds
+            self.tokens_in += event.prompt_tokens
+            self.tokens_out += event.completion_tokens
         elif isinstance(event, Done) and self.requests and self.requests[-1].ended is None:
             self.requests[-1].ended = event.time
-
-    @property
-    def tokens_in(self) -> int:
-        return sum(r.tokens_in for r in self.requests)
-
-    @property
-    def tokens_out(self) -> int:
-        return sum(r.tokens_out for r in self.requests)
 
     def status(self) -> str:
         """For the status bar: the last finished request's tokens and time, then the session's."""
         if not self.requests:
             return ""
-        done = [r for r in self.requests if r.elapsed_s is not None]
+        done = next((r for r in reversed(self.requests) if r.elapsed_s is not None), None)
         last = ""
-        if done:
-            r = done[-1]
-            last = f"last {short(r.tokens_in)}↑ {short(r.tokens_out)}↓ {seconds(r.elapsed_s or 0.0)} · "
+        if done is not None:
+            last = (
+                f"last {short(done.tokens_in)}↑ {short(done.tokens_out)}↓ {seconds(done.elapsed_s or 0.0)} · "
+            )
         return f"{last}total {short(self.tokens_in)}↑ {short(self.tokens_out)}↓"
 
     def lines(self) -> list[str]:
