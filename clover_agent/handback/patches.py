@@ -59,33 +59,6 @@ def hidden_work(repo: Path) -> dict[str, str]:
     return found
 
 
-def local_changes(repo: Path, files: list[str]) -> list[str]:
-    """Which of ``files`` (relative to ``repo``) are the user's own work in their tree: with
-    uncommitted changes, untracked, or marked ``--skip-worktree`` / ``--assume-unchanged``
-    (:func:`hidden_work`: git hides their changes).
-
-    Read by a safe host git (:mod:`~clover_agent.handback.hostgit`: no fsmonitor, hooks or filters run),
-    as bytes: ``café.py``, a name with a tab or a quote is never missed. No path goes on the command
-    line: ``git status`` of ``repo`` as a whole, so tens of thousands of files never hit the argument
-    limit.
-    """
-    if not files:
-        return []
-    prefix = _prefix(repo)
-    result = git(
-        repo,
-        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no", "--no-renames", "--", ".",
-        check=False,
-    )  # fmt: skip
-    wanted = set(files)
-    dirty = {p for p in hidden_work(repo) if p in wanted}
-    for entry in result.stdout.decode("utf-8", "surrogateescape").split("\0"):
-        if len(entry) > 3:
-            path = entry[3:]
-            dirty.add(path[len(prefix) :] if prefix and path.startswith(prefix) else path)
-    return sorted(d for d in dirty if d in wanted)
-
-
 def apply_command(repo: Path, patch_file: Path) -> list[str]:
     """The ``git apply`` command for a patch made in a copy of ``repo``.
 
