@@ -30,9 +30,10 @@ DEADLINE_S = 120.0
 
 
 def calculator_repo(root: Path) -> Path:
-    """A git repository holding a copy of examples/calculator (its ``add`` subtracts)."""
+    """A git repository holding a copy of examples/calculator (its ``add`` subtracts), without the
+    run records, caches and the like that running the README's demo leaves there."""
     repo = root / "calculator"
-    shutil.copytree(EXAMPLE, repo)
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns(".clover", "__pycache__", ".pytest_cache"))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "initial")
