@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from textual.command import CommandList, CommandPalette
+from textual.widgets import TextArea
 
 from clover_agent.events import CallInterrupted, Done, ModelDelta
 from clover_agent.tui.app import CloverApp
@@ -161,3 +162,24 @@ async def test_the_hints_follow_the_run_an_interrupt_and_an_approval(tmp_path: P
             await pilot.press("ctrl+q")
     finally:
         slow.close()
+
+
+async def test_a_command_typed_out_runs_as_typed_whatever_the_menu_highlights(tmp_path: Path) -> None:
+    """Before: typing `/apply` fast and Enter ran the command the menu still highlighted from the
+    `/` (its filter had not caught up): in a real terminal under load, `/undo`."""
+    from tests.tui.helpers import calculator_repo, make_app, write_replay
+
+    app = make_app(calculator_repo(tmp_path), write_replay(tmp_path / "r.jsonl", []))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("/")
+        await pilot.pause()
+        assert app.menu.is_open and app.menu.chosen != "usage"  # the menu highlights another one
+        with app.prompt.prevent(TextArea.Changed):  # typed on, before the menu's filter has followed
+            app.prompt.load_text("/usage")
+        assert app.menu.is_open and app.menu.chosen != "usage"
+        await pilot.press("enter")
+        await pilot.pause()
+        shown = " ".join(str(n.text) for n in app.query("NoticeLine"))
+        assert "No request yet: nothing used." in shown
+        assert app.prompt.text == ""
+        await pilot.press("ctrl+q")

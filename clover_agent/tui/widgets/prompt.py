@@ -17,8 +17,11 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from clover_agent.tui.keys import COMMANDS
 from clover_agent.tui.widgets.path_menu import PathMenu, commands_matching, matching
 
+#: The slash commands' names: one typed out is run as typed.
+COMMAND_NAMES = frozenset(c.name for c in COMMANDS)
 NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 _MENTION_AT_END = re.compile(r"(?:^|\s)@([\w./-]*)$")
 _COMMAND_TYPED = re.compile(r"^/(\w*)$")
@@ -61,8 +64,11 @@ class PromptBox(TextArea):
         if self.menu.is_open and event.key in ("enter", "tab"):
             event.stop()
             event.prevent_default()
-            if event.key == "enter" and self._completing == "command" and self.text == f"/{self.menu.chosen}":
-                self.submit()  # the command is typed out already: Enter runs it
+            typed = self.text.strip().split(maxsplit=1)[0][1:] if self.text.strip().startswith("/") else ""
+            if event.key == "enter" and self._completing == "command" and typed in COMMAND_NAMES:
+                # the command is typed out already: Enter runs it, whatever the menu (whose filter may
+                # not have caught up with fast typing) highlights
+                self.submit()
             else:
                 self._complete()
             return
