@@ -175,7 +175,10 @@ class SessionHandBack:
         return patch.patch.decode("utf-8", "replace")
 
     async def pending(self) -> list[str]:
-        """The files an offer would hold now (a look, as :meth:`diff`): what quitting leaves behind."""
+        """The files an offer would hold now (a look, as :meth:`diff`): what quitting leaves behind.
+        None of them before :meth:`start` has recorded the start (quitting that early: nothing to name)."""
+        if self.stock.base is None:
+            return []
         return (await self.stock.record_end(self.sandbox, stop=False)).files
 
     async def part(self, offer: Offer, paths: list[str]) -> Offer:

@@ -100,3 +100,22 @@ def test_the_baseline_is_the_sessions_start_and_a_moved_tree_is_merged(tmp_path:
             assert (repo / "calculator.py").read_text() == mine  # yours, which already held the fix
 
     asyncio.run(session())
+
+
+def test_what_is_pending_before_the_start_is_recorded_is_nothing(tmp_path: Path) -> None:
+    """Before: quitting the TUI while the hand-back was still taking stock of the start raised
+    "record_start first" out of the quit (seen under load); now nothing is pending then, and the
+    change made afterwards is."""
+    repo = calculator_repo(tmp_path)
+    spec = sandbox_spec(Settings.load(), repo)
+
+    async def session() -> tuple[list[str], list[str]]:
+        async with create_sandbox("local", spec) as sandbox:
+            handback = SessionHandBack(sandbox, "local", spec, repo, tmp_path / "handback")
+            early = await handback.pending()
+            await handback.start()
+            await sandbox.put([Put("NOTES.md", "file", 0o644, b"notes\n")])
+            return early, await handback.pending()
+
+    early, later = asyncio.run(session())
+    assert early == [] and later == ["NOTES.md"]
