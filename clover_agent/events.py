@@ -314,6 +314,18 @@ class WorkspaceUndone(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanUpdated(Event):
+    """The agent's plan (``Plan.to_dict`` form): ``proposed`` in plan mode, ``approved`` (perhaps
+    edited) by the person, ``progress`` from an ``update_plan`` call, ``dropped`` when plan mode
+    was left without one."""
+
+    type: ClassVar[str] = "plan_updated"
+    stage: str
+    plan: dict[str, Any]
+    step: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckpointTaken(Event):
     """The workspace was snapshotted before a mutating call in ``turn`` (a model step)."""
 
@@ -368,6 +380,7 @@ class Done(Event):
     summary: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
     patch: str = ""
+    plan: dict[str, Any] | None = None  # a run that ended ``planned``: its plan
 
 
 Subscriber = Callable[[Event], Awaitable[None] | None]

@@ -21,6 +21,7 @@ from clover_agent.sandboxes.base import Sandbox, SandboxArgumentError, SandboxEr
 from clover_agent.tools.base import Tool, ToolContext, ToolError, ToolResult, valid_unicode
 from clover_agent.tools.editor import EditorTool
 from clover_agent.tools.finish import FinishTool
+from clover_agent.tools.plan import ProposePlanTool, UpdatePlanTool
 from clover_agent.tools.run_tests import RunTestsTool
 from clover_agent.tools.search import SearchTool
 from clover_agent.tools.shell import ShellTool
@@ -40,6 +41,12 @@ TOOL_NAMES: tuple[str, ...] = ("editor", "shell", "run_tests", "search", "finish
 def default_tools() -> list[Tool]:
     """New instances of the standard tools (editor, shell, run_tests, search, finish)."""
     return [EditorTool(), ShellTool(), RunTestsTool(), SearchTool(), FinishTool()]
+
+
+def plan_tools() -> list[Tool]:
+    """New instances of the plan tools (``propose_plan``, ``update_plan``): given to agents that can
+    plan (the TUI's, the editor's, ``fix --plan``'s)."""
+    return [ProposePlanTool(), UpdatePlanTool()]
 
 
 def tool_specs(tools: Sequence[Tool] | None = None) -> list[dict[str, Any]]:

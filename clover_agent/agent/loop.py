@@ -25,6 +25,7 @@ from clover_agent.agent.checkpoints import Checkpoint, Checkpoints, restore_work
 from clover_agent.agent.condenser import Condenser
 from clover_agent.agent.model_call import ModelCaller
 from clover_agent.agent.notes import CUT_OFF, INTERRUPTED_CALL, INTERRUPTED_REPLY, NO_TOOL_CALL, NOT_RUN
+from clover_agent.agent.plan import PLAN_NOTE, PLAN_POLICY, Plan, approved_message
 from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset
 from clover_agent.agent.steering import Interrupted, Steering
 from clover_agent.agent.stuck import AgentStuck, StuckDetector
@@ -40,6 +41,7 @@ from clover_agent.events import (
     MessageAdded,
     ModelCallStarted,
     ModelResponded,
+    PlanUpdated,
     RunStarted,
     WorkspaceChanged,
     WorkspaceUndone,
@@ -48,6 +50,7 @@ from clover_agent.protocol import ToolCall
 from clover_agent.sandboxes.base import Sandbox, SandboxError
 from clover_agent.sandboxes.errors import WorkspaceDiffError
 from clover_agent.tools.base import Tool, ToolContext
+from clover_agent.tools.plan import PLAN_DATA
 from clover_agent.tools.registry import SANDBOX_LOST, default_tools
 
 
@@ -63,14 +66,23 @@ class Answered(Exception):
     """In a conversation, the model replied in prose with no tool call: that is its answer."""
 
 
+class Planned(Exception):
+    """In plan mode, the agent proposed its plan (``propose_plan``): the turn ends with it."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan.summary)
+        self.plan = plan
+
+
 @dataclass
 class RunResult:
-    outcome: str  # submitted | answered | budget_exhausted | stuck | error | interrupted
+    outcome: str  # submitted | answered | planned | budget_exhausted | stuck | error | interrupted
     exit_code: ExitCode
     message: str
     summary: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
     patch: str = ""
+    plan: Plan | None = None  # ``planned``: the plan proposed
 
     @property
     def submitted(self) -> bool:
@@ -78,8 +90,9 @@ class RunResult:
 
     @property
     def ended_well(self) -> bool:
-        """The turn ended as the agent meant: ``finish`` called, or (in a conversation) answered."""
-        return self.outcome in ("submitted", "answered")
+        """The turn ended as the agent meant: ``finish`` called, a plan proposed, or (in a
+        conversation) answered."""
+        return self.outcome in ("submitted", "answered", "planned")
 
 
 class Agent:
@@ -143,6 +156,9 @@ class Agent:
         self._workspace_known = True  # False while a resumed run's patch is not yet restored
         self._spent_before = ResumeState(run_id, "")  # steps/tokens/time of earlier segments, when
         # they are not counted in the budget (a resumption with a fresh budget)
+        #: The approved plan whose steps ``update_plan`` tracks (None: none approved).
+        self.plan: Plan | None = None
+        self._policy_before_plan: Policy | None = None  # while planning: the policy to go back to
 
     # The budget, policy and approvals live where they are used; a front end may replace them
     # between requests (a fresh budget per request, a policy switched by the person).
@@ -180,6 +196,37 @@ class Agent:
     def approvals(self, approvals: Approvals | None) -> None:
         self.caller.approvals = approvals
 
+    # -- plan mode -----------------------------------------------------------------------------------
+
+    @property
+    def planning(self) -> bool:
+        """Whether the agent is in plan mode (read-only until a plan is approved)."""
+        return self._policy_before_plan is not None
+
+    def start_planning(self) -> None:
+        """Enter plan mode: from the next call, only what :data:`PLAN_POLICY` allows runs, and each
+        request carries :data:`PLAN_NOTE` until a plan is approved or plan mode is left."""
+        if not self.planning:
+            self._policy_before_plan = self.policy
+            self.policy = PLAN_POLICY
+
+    def leave_planning(self, policy: Policy | None = None) -> None:
+        """Leave plan mode without a plan: back to ``policy`` (default: the one before planning)."""
+        if self.planning:
+            before, self._policy_before_plan = self._policy_before_plan, None
+            self.policy = policy or before or preset(DEFAULT_PRESET)
+
+    def approve_plan(self, plan: Plan, policy: Policy | None = None, note: str = "") -> str:
+        """The person approved ``plan`` (perhaps edited): plan mode ends, ``policy`` (default: the one
+        before planning) applies, the steps are tracked. Returns the message to go on with
+        (:meth:`continue_with`), which carries the plan into the conversation."""
+        self.leave_planning(policy)
+        self.plan = Plan(
+            plan.summary, [type(s)(s.step, "pending") for s in plan.steps], plan.files, plan.checks
+        )
+        self.bus.emit(PlanUpdated(stage="approved", plan=self.plan.to_dict(), step=self.next_step - 1))
+        return approved_message(self.plan, note)
+
     # -- what front ends call ------------------------------------------------------------------------
 
     async def run(
@@ -195,7 +242,7 @@ class Agent:
                 await self.resume(resume, fresh_budget=fresh_budget)
             else:
                 self._add({"role": "system", "content": system})
-                self._add({"role": "user", "content": task})
+                self._add({"role": "user", "content": self._request(task)})
 
         return await self._run(task, resumed=resume is not None, begin=begin)
 
@@ -227,9 +274,13 @@ class Agent:
         ``finish``): ``text`` is the user's message; runs until it ends like :meth:`run`."""
 
         async def begin() -> None:
-            self._add({"role": "user", "content": text})
+            self._add({"role": "user", "content": self._request(text)})
 
         return await self._run(text, resumed=True, begin=begin)
+
+    def _request(self, text: str) -> str:
+        """A person's request as the model reads it (in plan mode, with :data:`PLAN_NOTE`)."""
+        return PLAN_NOTE + text if self.planning else text
 
     def send(self, text: str) -> None:
         """Add a user message to the running conversation; the model reads it at the next step
@@ -300,6 +351,14 @@ class Agent:
             result = RunResult("submitted", ExitCode.OK, "the agent finished the task", summary=done.summary)
         except Answered:
             result = RunResult("answered", ExitCode.OK, "the agent answered")
+        except Planned as planned:
+            result = RunResult(
+                "planned",
+                ExitCode.OK,
+                "the agent proposed a plan",
+                summary=planned.plan.summary,
+                plan=planned.plan,
+            )
         except LimitsExceeded as exc:
             result = RunResult("budget_exhausted", exc.exit_code, exc.message)
         except AgentStuck as exc:
@@ -356,6 +415,7 @@ class Agent:
                 summary=result.summary,
                 stats=result.stats,
                 patch=result.patch,
+                plan=result.plan.to_dict() if result.plan is not None else None,
             )
         )
         await self.bus.drain()
@@ -474,8 +534,23 @@ class Agent:
             raise LimitsExceeded(self.budget.time_message(f"the {call.name} call"))
         if result.ends_task:
             raise Submitted(str(result.data.get("summary", "")))
+        plan = result.data.get(PLAN_DATA)
+        if result.ok and isinstance(plan, dict):
+            self._planned(step, call, plan)
         if not outcome.interrupted:
             self._nudge(self.stuck.observe((call.name, call.arguments), None if result.ok else result.output))
+
+    def _planned(self, step: int, call: ToolCall, data: dict[str, Any]) -> None:
+        """A plan tool's result: in plan mode a proposal ends the turn; otherwise the steps it gives
+        are the plan's progress (a proposal outside plan mode is taken as the plan to track)."""
+        if call.name == "propose_plan" and self.planning:
+            plan = Plan.from_dict(data)
+            self.bus.emit(PlanUpdated(stage="proposed", plan=plan.to_dict(), step=step))
+            raise Planned(plan)
+        self.plan = (
+            self.plan.with_statuses(data["steps"]) if self.plan else Plan.from_dict({"summary": "", **data})
+        )
+        self.bus.emit(PlanUpdated(stage="progress", plan=self.plan.to_dict(), step=step))
 
     async def _record_workspace(self, step: int, call_id: str) -> None:
         """Record the workspace diff when a call changed it: the trajectory then always holds the

@@ -148,6 +148,8 @@ DEFAULTS = {**BUDGET_DEFAULTS, "policy": DEFAULT_PRESET}
 def _fix(args: argparse.Namespace) -> int:
     if args.target is None and args.resume is None:
         raise UsageError("fix needs a TARGET (a test, test file, keyword or description), or --resume RUN_ID")
+    if args.plan and args.resume is not None:
+        raise UsageError("--plan starts a new run with a plan; a resumed run goes on with what it was doing")
     settings = Settings.load()  # once per command; everything below gets its values passed in
     console = make_console(environ=settings.environment)
     errors = make_console(sys.stderr, environ=settings.environment)
@@ -209,6 +211,7 @@ def _fix(args: argparse.Namespace) -> int:
         test_timeout_s=args.test_timeout,
         launch=launch_record(args, options),
         keep_stream=args.keep_stream,
+        plan=("go" if args.yes else "show") if args.plan and stopped is None else "",
     )
     if stopped is not None:
         figures.steps_before = stopped.state.steps
@@ -228,6 +231,17 @@ def _fix(args: argparse.Namespace) -> int:
         ) from None
     finally:
         renderer.close()
+    if report.agent is not None and report.agent.outcome == "planned":  # --plan without --yes
+        if report.stock is not None:
+            report.stock.discard()
+        console.print(
+            Text(
+                "The plan is above; nothing was changed. To have a plan carried out, run the command "
+                "again with --plan --yes: the agent plans again, then goes on with its plan.",
+                style="bold",
+            )
+        )
+        return int(ExitCode.OK)
     print_summary(report, figures, console)
     if not (report.fixed or report.verdict == Verdict.NEEDS_REVIEW):  # needs review: a person may apply it
         hint = progress.resume_hint(repo)
@@ -332,6 +346,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="apply the patch without asking")
     mode.add_argument("--dry-run", action="store_true", help="only write the patch; never apply it")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="look first: the agent only reads, searches and runs tests, then proposes a plan (its steps, "
+        "the files it will change, how it will be checked), which is printed; the run stops there with "
+        "nothing changed, unless --yes: then the plan is approved and carried out, and the patch applied",
+    )
     p.add_argument(
         "--conflict-markers",
         action="store_true",

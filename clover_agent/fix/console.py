@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from clover_agent.agent.approvals import Answer, Approvals, Reply
+from clover_agent.agent.plan import Plan
 from clover_agent.backends.threads import run_in_daemon_thread
 from clover_agent.events import (
     ApprovalDecided,
@@ -34,6 +35,7 @@ from clover_agent.events import (
     ModelDelta,
     ModelResponded,
     PhaseStarted,
+    PlanUpdated,
     SandboxProgress,
     TaskFinished,
     TaskResumed,
@@ -213,6 +215,9 @@ class ConsoleRenderer:
                 f"failed, {r.get('errors', 0)} errors{skipped}",
                 "tests",
             )
+        elif isinstance(event, PlanUpdated):
+            self._flush_stream()
+            self._plan(event)
         elif isinstance(event, Done):
             self._flush_stream()
             if event.outcome == "submitted":  # other endings are said once, by the command, at the end
@@ -345,6 +350,21 @@ class ConsoleRenderer:
             )
 
     # -- output --------------------------------------------------------------------------------------
+
+    def _plan(self, event: PlanUpdated) -> None:
+        """A proposed plan in full; an approved one in a line; progress as the step now under way."""
+        plan = Plan.from_dict(event.plan)
+        if event.stage == "proposed":
+            self._line("plan proposed:", "task")
+            for line in plan.markdown().splitlines():
+                self._line(f"  {line}")
+        elif event.stage == "approved":
+            self._line(f"plan approved: {len(plan.steps)} steps; carrying it out", "ok")
+        elif event.stage == "progress":
+            now = next((s.step for s in plan.steps if s.status == "in_progress"), "")
+            self._line(
+                f"plan: {plan.done}/{len(plan.steps)} done" + (f"; now: {now}" if now else ""), "status"
+            )
 
     def _line(self, text: str, style: str = "") -> None:
         self._print(Text(terminal_safe(text), style=STYLES.get(style, "")))

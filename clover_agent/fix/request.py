@@ -45,6 +45,9 @@ class FixRequest:
     request: str = ""
     launch: dict[str, Any] = field(default_factory=dict)  # how the front end was started (recorded)
     keep_stream: bool = False  # also keep the streamed text and provisional blocks in the trajectory
+    #: Plan first (``fix --plan``): "show" stops at the plan, "go" approves it and carries it out;
+    #: "": no plan mode.
+    plan: str = ""
 
     @property
     def per_test(self) -> float:

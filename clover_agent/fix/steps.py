@@ -134,11 +134,15 @@ async def run_steps(
             budget = Budget(
                 session.max_steps, session.max_time_s, session.max_tokens, deadline=found.deadline
             )
-            agent = await parts.open_agent(backend, budget, request.approvals)
+            agent = await parts.open_agent(backend, budget, request.approvals, planning=bool(request.plan))
             try:
                 if resume is None:
                     task = f"{request.request}\n\n{before.task}" if request.request else before.task
+                    if request.plan:
+                        agent.start_planning()
                     found.agent = result = await agent.run(task, await parts.system_prompt())
+                    if result.plan is not None and request.plan == "go":
+                        found.agent = result = await agent.continue_with(agent.approve_plan(result.plan))
                 else:  # the system prompt and the task are in the recorded conversation
                     found.agent = result = await agent.run(
                         resume.state.task, "", resume=resume.state, fresh_budget=True

@@ -28,7 +28,7 @@ from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.session.store import SavedSession
 from clover_agent.tools.mcp import McpServerConfig, McpServers
-from clover_agent.tools.registry import default_tools
+from clover_agent.tools.registry import default_tools, plan_tools
 
 
 @dataclass
@@ -95,9 +95,11 @@ class AgentSession:
         approvals: Approvals | None,
         *,
         conversation: bool = False,
+        planning: bool = False,
     ) -> Agent:
         """Start the MCP servers in the sandbox and build the agent with the policy, the default
-        tools and the servers'. ``conversation``: a person reads the replies (see :class:`Agent`)."""
+        tools and the servers'. ``conversation``: a person reads the replies (see :class:`Agent`);
+        ``planning``: it can plan (the plan tools are added)."""
         assert self.sandbox is not None, "open_sandbox first"
         servers = self.config.mcp_servers
         self.mcp = McpServers(servers, self.sandbox, report=self.report, log_dir=self.folder)
@@ -110,7 +112,7 @@ class AgentSession:
             policy=with_mcp(self.config.policy, servers),
             approvals=approvals,
             budget=budget,
-            tools=[*default_tools(), *self.mcp.tools],
+            tools=[*default_tools(), *(plan_tools() if planning else ()), *self.mcp.tools],
             conversation=conversation,
         )
         return self.agent

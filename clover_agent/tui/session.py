@@ -228,7 +228,9 @@ class TuiSession(SessionCommands):
                 bus=self.bus,
             )
             await self.handback.start()
-            agent = await self.parts.open_agent(self.backend, self._budget(), Approvals(), conversation=True)
+            agent = await self.parts.open_agent(
+                self.backend, self._budget(), Approvals(), conversation=True, planning=True
+            )
             self.mcp = self.parts.mcp
             if saved is not None and saved.state is not None:
                 await self._take_up(agent, saved)
