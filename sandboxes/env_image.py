@@ -126,6 +126,7 @@ async def run_setup(
                 f"{step.title} ({status}):\n$ {step.command}\n{shown}{_tail(result.output, FAILURE_OUTPUT_CHARS)}\n"
                 f"{advice(recipe, result.output, compiler=compiler, timed_out=timed_out)}",
                 native_build=not compiler and _needs_a_compiler(result.output.lower()),
+                log=f"$ {step.command}\n{result.output}",
             )
     overlay = await sandbox.exec(
         f"cd /workspace && find . -path ./.git -prune -o -newer {_STARTED} \\( -type f -o -type l \\) "

@@ -39,11 +39,14 @@ class SandboxSetupError(SandboxError):
     """The project's environment could not be set up (a dependency that cannot be installed, a
     set-up command that failed, dependency files that cannot be read): the message names the
     cause, shows the failing command's output and says how to change the set-up. ``native_build``:
-    it failed building an extension without a compiler (the compiler variant may help)."""
+    it failed building an extension without a compiler (the compiler variant may help); ``log``:
+    the failing step's whole output (the message holds its decisive lines and tail), which ``fix``
+    keeps in the run folder."""
 
-    def __init__(self, message: str, *, native_build: bool = False) -> None:
+    def __init__(self, message: str, *, native_build: bool = False, log: str = "") -> None:
         super().__init__(message)
         self.native_build = native_build
+        self.log = log
 
 
 class WorkspaceDiffError(SandboxError):

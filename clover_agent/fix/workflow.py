@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from pathlib import Path
 
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.errors import RUN_ERRORS, ExitCode, exit_code_for, message_of
@@ -32,6 +33,7 @@ from clover_agent.fix.runs import new_run_id, runs_dir
 from clover_agent.fix.steps import Found, run_steps
 from clover_agent.handback.judging import Checked, check_patch
 from clover_agent.handback.stock import SHADOW_DIR, PatchSet
+from clover_agent.sandboxes.errors import SandboxSetupError
 
 __all__ = ["EnvironmentNotReady", "FixRequest", "NothingToFix", "run_fix", "verify_part"]
 
@@ -89,6 +91,8 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         exit_code, message = await run_steps(request, bus, run_id, run_dir, found, resume)
     except RUN_ERRORS as exc:
         exit_code, message = exit_code_for(exc), message_of(exc)
+        if isinstance(exc, SandboxSetupError) and exc.log:
+            message += f"\n(the set-up's whole output: {keep_setup_log(run_dir, exc.log)})"
         outcome = "nothing_to_fix" if isinstance(exc, NothingToFix) else "error"
         bus.emit(ErrorReported(kind=outcome, message=message, fatal=True, exit_code=int(exit_code)))
         if found.agent is None:  # the loop emits its own Done
@@ -141,3 +145,15 @@ async def verify_part(report: FixReport, part: PatchSet, bus: EventBus) -> Check
         )
     )
     return await check_patch(report.judging, part, bus)
+
+
+#: The file in a run's folder holding a failed environment set-up's whole output.
+SETUP_LOG = "environment-setup.log"
+
+
+def keep_setup_log(run_dir: Path, log: str) -> Path:
+    """Write a failed set-up's whole output (pip's, a build's) into the run folder; its path."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / SETUP_LOG
+    path.write_text(log, encoding="utf-8", errors="replace")
+    return path

@@ -181,12 +181,20 @@ def test_a_dependency_that_cannot_be_installed(tmp_path: Path) -> None:
 
 
 def test_a_setup_command_that_fails(tmp_path: Path) -> None:
-    repo = demo(tmp_path / "badsetup", config='[sandbox]\nsetup = ["echo generating the parser; exit 3"]\n')
+    command = "echo FIRST-$((6 * 7)); seq 1 40000; echo generating the parser; exit 3"
+    repo = demo(tmp_path / "badsetup", config=f'[sandbox]\nsetup = ["{command}"]\n')
     before = tree(repo)
     err = assert_stopped_before_the_agent(
         repo, fix(repo, "tests/test_demo.py::test_add", unused_replay(tmp_path / "unused.jsonl")), before
     )
-    assert "run echo generating the parser; exit 3 (exit code 3)" in err and "generating the parser" in err
+    assert f"run {command} (exit code 3)" in err and "generating the parser" in err
+    # The message shows the tail; the whole output is kept in the run folder, and the message says where.
+    (run,) = (p for p in (repo / ".clover" / "runs").iterdir() if p.is_dir())
+    log = run / "environment-setup.log"
+    assert f"the set-up's whole output: {log}" in err
+    assert "FIRST-42" not in err
+    kept = log.read_text()
+    assert kept.startswith("$ ") and "FIRST-42\n1\n2\n" in kept and "\n40000\n" in kept
 
 
 def test_a_collection_error_before_any_change(tmp_path: Path) -> None:
