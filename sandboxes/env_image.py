@@ -166,29 +166,96 @@ def _tail(text: str, limit: int) -> str:
 
 #: pip's resolver walking back through a package's releases.
 _BACKTRACK = re.compile(r"pip is looking at multiple versions of ([A-Za-z0-9._-]+)")
+#: A line of pip's conflict report: one release of a package and what it needs.
+_DEPENDS = re.compile(r"^([A-Za-z0-9._-]+) (\S+) depends on (.+)$")
+#: ``name==version`` in pip's "Cannot install ..." line.
+_PINNED = re.compile(r"([A-Za-z0-9._-]+)==([^\s,]+)")
+#: A package with this many releases in a conflict report was walked back through.
+_WALKED_RELEASES = 3
+
+
+def _walked_back(output: str) -> list[str]:
+    """The packages pip's resolver walked back through: those whose releases fill its conflict
+    report (the one it tried most first), then those its "looking at multiple versions" names."""
+    releases: dict[str, set[str]] = {}
+    for line in output.splitlines():
+        found = _DEPENDS.match(line.strip())
+        if found:
+            releases.setdefault(found.group(1), set()).add(found.group(2))
+    many = sorted(
+        (n for n, v in releases.items() if len(v) >= _WALKED_RELEASES), key=lambda n: -len(releases[n])
+    )
+    return list(dict.fromkeys([*many, *_BACKTRACK.findall(output)]))
+
+
+def _conflict_lines(block: list[str]) -> list[str]:
+    """pip's conflict report with each package's many releases said once: how many were tried,
+    from which to which, and what they need."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for line in block:
+        found = _DEPENDS.match(line)
+        if found:
+            by_name.setdefault(found.group(1), []).append((found.group(2), found.group(3)))
+    out: list[str] = []
+    said: set[str] = set()
+    for line in block:
+        found = _DEPENDS.match(line)
+        name = found.group(1) if found else ""
+        if not found or len(by_name[name]) < _WALKED_RELEASES:
+            out.append(line)
+        elif name not in said:
+            said.add(name)
+            versions = [v for v, _ in by_name[name]]
+            needs = "; ".join(dict.fromkeys(need for _, need in by_name[name]))
+            out.append(
+                f"{len(versions)} releases of {name} ({versions[-1]} … {versions[0]}) depend on {needs}"
+            )
+    return out
+
+
+def _cannot_install(line: str) -> str:
+    """pip's "Cannot install a==1, b==2, b==3, ..." with each package's many pins counted."""
+    pins = _PINNED.findall(line)
+    counts: dict[str, list[str]] = {}
+    for name, version in pins:
+        counts.setdefault(name, []).append(version)
+    if not any(len(v) >= _WALKED_RELEASES for v in counts.values()):
+        return line
+    parts = [
+        f"{len(v)} releases of {n} ({v[0]} … {v[-1]})"
+        if len(v) >= _WALKED_RELEASES
+        else ", ".join(f"{n}=={x}" for x in v)
+        for n, v in counts.items()
+    ]
+    rest = line.split(" because ", 1)[1] if " because " in line else ""
+    return f"ERROR: Cannot install {', '.join(parts)}" + (f" because {rest}" if rest else "")
 
 
 def decisive_lines(output: str, limit: int = 14) -> str:
     """The few lines of a failed step's output that say why (pip's ``ERROR:`` lines, the conflict
     it names, the packages it walked back, a compiler's fatal error), in order, at most ``limit``;
     "" when none stands out."""
-    lines = output.splitlines()
     keep: list[str] = []
-    in_conflict = False
-    for line in lines:
+    block: list[str] | None = None  # the conflict report being read
+    for line in output.splitlines():
         text = line.strip()
-        if in_conflict:
+        if block is not None:
             if not text or text.lower().startswith(("to fix this", "error:")):
-                in_conflict = False
+                keep += _conflict_lines(block)
+                block = None
             else:
-                keep.append(text)
+                block.append(text)
                 continue
         if text.startswith("The conflict is caused by"):
-            in_conflict = True
+            block = []
             keep.append(text)
+        elif text.startswith("ERROR: Cannot install"):
+            keep.append(_cannot_install(text))
         elif text.startswith("ERROR:") or text.startswith("error: ") or "fatal error:" in text:
             keep.append(text)
-    walked = list(dict.fromkeys(_BACKTRACK.findall(output)))
+    if block is not None:
+        keep += _conflict_lines(block)
+    walked = _walked_back(output)
     if walked:
         keep.insert(0, f"pip walked back through the releases of {', '.join(walked)}")
     unique = list(dict.fromkeys(keep))
@@ -199,7 +266,7 @@ def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False, ti
     """How to get past a failed step, from what its output says (``compiler``: the set-up ran in
     the compiler variant of the image; ``timed_out``: the step ran past its limit)."""
     lowered = output.lower()
-    walked = list(dict.fromkeys(_BACKTRACK.findall(output)))
+    walked = _walked_back(output)
     if timed_out:
         why = (
             f"pip was walking back through the releases of {', '.join(walked)} (its resolver backtracking)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -200,6 +201,25 @@ async def test_conflicting_requirements_are_said_as_a_conflict_with_the_lines_th
     assert "The conflict is caused by" in decided and "text-unidecode==1.2" in decided, message
     assert "The requirements conflict: no set of versions satisfies them all" in message
     assert "Fix the project's dependency files" not in message  # the general advice is not given
+    assert own_leftovers() == []
+
+
+async def test_a_resolver_that_backtracked_names_what_it_walked_back_and_the_conflict(tmp_path: Path) -> None:
+    """pytest>=8 with pluggy 0.12: pip walks back through pytest's 8.x releases (each needs a newer
+    pluggy) before it gives up; the message names the package walked back and the pin in conflict."""
+    repo = project(tmp_path / "demo")
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec_for(repo, packages=("pluggy==0.12.0", "pytest>=8"))).start()
+    message = caught.value.message
+    decided = message.split("what decided it:\n", 1)[1].split("\n[...]\n", 1)[0]  # before the tail
+    assert decided.startswith("pip walked back through the releases of pytest"), message
+    assert "pluggy==0.12.0" in decided and "The conflict is caused by" in decided, message
+    # pip's report lists every release it tried; the message says how many, from which to which
+    assert re.search(r"\d+ releases of pytest \(8\.0\.0 … [\d.]+\) depend on pluggy", decided), decided
+    assert "pytest==8.0.1" not in decided and len(decided.splitlines()) <= 8, decided
+    advice = message.split("The requirements conflict", 1)[1]
+    assert "walked back through the releases of pytest" in advice, message
+    assert "pip is looking at multiple versions of" in caught.value.log  # pip's own words, kept
     assert own_leftovers() == []
 
 
