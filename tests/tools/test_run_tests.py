@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -439,3 +440,43 @@ async def test_a_test_that_changes_folder_still_imports_from_the_workspace(tmp_p
         assert report.outcomes == {"tests/test_chdir.py::test_imports_after_chdir": "passed"}, report.output
     finally:
         await sb.close()
+
+
+STRICT_WARNINGS = {
+    "pytest.ini": "[pytest]\nfilterwarnings =\n    error\n",
+    "test_strict.py": (
+        "import warnings\n\nimport pytest\n\n"
+        "# what a newer pytest says while collecting an older project (here said by the module itself)\n"
+        "warnings.warn(pytest.PytestDeprecationWarning('this will be removed in a later pytest'))\n\n\n"
+        "@pytest.mark.parametrize('n', (n for n in range(3)))  # a generator: pytest 9 deprecates it\n"
+        "def test_param(n):\n    assert n < 3\n\n\n"
+        "def test_own_deprecation_still_errors():\n"
+        "    warnings.warn('the project deprecates this', DeprecationWarning)\n"
+    ),
+}
+
+
+async def test_pytests_notices_about_its_own_future_do_not_break_a_strict_projects_collection(
+    tmp_path: Path,
+) -> None:
+    """A project that turns warnings into errors, written for an older pytest: pytest's deprecation
+    of its generator parametrize would fail the module's collection; the runs ignore pytest's own
+    notices only, so the project's own warnings still fail its tests."""
+    sb = await start(make_repo(tmp_path / "strict", STRICT_WARNINGS))
+    try:
+        report = await run_tests_in(sb)
+        assert report.structured and report.errors == 0, report.summary()
+        assert report.passed == 3 and report.failed == 1, report.summary()
+        assert report.outcomes["test_strict.py::test_own_deprecation_still_errors"] == "failed"
+    finally:
+        await sb.close()
+    # Without the filter the module does not even collect.
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_strict.py"],
+        cwd=tmp_path / "strict",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode != 0 and "PytestDeprecationWarning" in plain.stdout, plain.stdout[-2000:]
+    assert "error" in plain.stdout.splitlines()[-1], plain.stdout[-2000:]
