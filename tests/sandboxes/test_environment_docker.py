@@ -223,6 +223,24 @@ async def test_a_resolver_that_backtracked_names_what_it_walked_back_and_the_con
     assert own_leftovers() == []
 
 
+async def test_an_index_that_cannot_be_reached_is_said_as_a_network_problem(tmp_path: Path) -> None:
+    """This machine's pip configuration names an index nothing answers at: pip fails to find the
+    project's build requirements, and the message says the index could not be reached (not that
+    the requirement does not exist), with the settings to check and the offline way."""
+    repo = project(tmp_path / "demo")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    environ["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple/"  # in the container: nothing listens there
+    recipe = discover(repo, EnvironmentOptions(index=host_package_index(environ)))
+    spec = SandboxSpec(repo=str(repo), image=IMAGE, environment=recipe)
+    with pytest.raises(SandboxSetupError) as caught:
+        await create_sandbox("docker", spec).start()
+    message = caught.value.message
+    assert "127.0.0.1" in message and "connection refused" in message.lower(), message
+    assert "The package index could not be reached from the sandbox" in message, message
+    assert "A requirement is not available" not in message
+    assert own_leftovers() == []
+
+
 async def test_a_set_up_past_its_limit_says_so_and_what_to_pin(tmp_path: Path) -> None:
     repo = project(tmp_path / "demo")
     with pytest.raises(SandboxSetupError) as caught:
