@@ -37,6 +37,7 @@ from clover_agent.events import (
 )
 from clover_agent.protocol.messages import TOOL_CALL_OPEN
 from clover_agent.sandboxes.base import WORKSPACE
+from clover_agent.session.events import TurnStarted
 
 Update = Any  # one of the SDK's session update models
 #: A tool's output shown in the editor at most (the trajectory keeps all of it).
@@ -83,6 +84,7 @@ class UpdateMaker:
         self._streamed: set[int] = set()  # steps that streamed anything
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (name, arguments)
         self._live: dict[str, str] = {}  # call id -> the tail of what it printed so far
+        self._said: object = None  # what the last message text of this request came from (a step)
 
     def host_path(self, path: str) -> str:
         """A sandbox path as the user's path (a path outside the workspace stays as it is)."""
@@ -114,7 +116,18 @@ class UpdateMaker:
             return "Finish"
         return name
 
+    def _say(self, source: object, text: str) -> Update:
+        """A message chunk of ``text``; the first of a new step starts a paragraph of its own, so
+        the texts of separate steps never run together."""
+        if self._said is not None and self._said != source and not text.startswith("\n"):
+            text = "\n\n" + text
+        self._said = source
+        return update_agent_message_text(text)
+
     def updates(self, event: Event) -> list[Update]:
+        if isinstance(event, TurnStarted):
+            self._said = None  # a new request: its answer is a message of its own
+            return []
         if isinstance(event, ModelDelta):
             return self._delta(event)
         if isinstance(event, ModelResponded):
@@ -150,7 +163,7 @@ class UpdateMaker:
                 0,
             )  # fmt: skip
             send, self._pending[event.step] = pending[: len(pending) - keep], pending[len(pending) - keep :]
-        return [update_agent_message_text(self.shown(send))] if send else []
+        return [self._say(event.step, self.shown(send))] if send else []
 
     def _responded(self, event: ModelResponded) -> list[Update]:
         out: list[Update] = []
@@ -159,9 +172,9 @@ class UpdateMaker:
             if event.reasoning:
                 out.append(update_agent_thought_text(event.reasoning))
             if event.content.strip():
-                out.append(update_agent_message_text(self.shown(event.content)))
+                out.append(self._say(event.step, self.shown(event.content)))
         elif event.step not in self._cut and rest.strip():
-            out.append(update_agent_message_text(self.shown(rest)))
+            out.append(self._say(event.step, self.shown(rest)))
         if self.context_window:
             used = min(event.prompt_tokens + event.completion_tokens, self.context_window)
             out.append(schema.UsageUpdate(session_update="usage_update", used=used, size=self.context_window))
@@ -190,7 +203,7 @@ class UpdateMaker:
             )
         ]
         if event.name == "finish" and str(event.arguments.get("summary", "")).strip():
-            out.append(update_agent_message_text("\n\n" + self.shown(str(event.arguments["summary"]))))
+            out.append(self._say(("finish", event.step), self.shown(str(event.arguments["summary"]))))
         return out
 
     def _output(self, event: ToolOutput) -> list[Update]:

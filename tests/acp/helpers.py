@@ -132,6 +132,8 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/new": (schema.NewSessionRequest, schema.NewSessionResponse),
     "session/load": (schema.LoadSessionRequest, schema.LoadSessionResponse),
     "session/prompt": (schema.PromptRequest, schema.PromptResponse),
+    "session/set_mode": (schema.SetSessionModeRequest, schema.SetSessionModeResponse),
+    "session/list": (schema.ListSessionsRequest, schema.ListSessionsResponse),
     "session/cancel": (schema.CancelNotification, None),
     "session/update": (schema.SessionNotification, None),
     "session/request_permission": (schema.RequestPermissionRequest, schema.RequestPermissionResponse),
