@@ -64,6 +64,7 @@ class CloverAcpAgent:
         self.configure = configure
         self.conn: Any = None
         self.can_write = False
+        self.can_terminal = False
         self.sessions: dict[str, AcpSession] = {}
 
     def on_connect(self, conn: Any) -> None:
@@ -74,6 +75,7 @@ class CloverAcpAgent:
     ) -> schema.InitializeResponse:
         fs = client_capabilities.fs if client_capabilities else None
         self.can_write = bool(fs and fs.write_text_file)
+        self.can_terminal = bool(client_capabilities and client_capabilities.terminal)
         return schema.InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
@@ -95,7 +97,7 @@ class CloverAcpAgent:
         try:
             config = self.configure(Path(cwd), session_id)
             config.mcp_servers = (*config.mcp_servers, *client_servers(mcp_servers or [], config.mcp_servers))
-            session = AcpSession(config, Client(self.conn, self.can_write))
+            session = AcpSession(config, Client(self.conn, self.can_write, self.can_terminal))
         except RUN_ERRORS as exc:
             raise RequestError(SESSION_UNAVAILABLE, message_of(exc), {"cwd": cwd}) from None
         try:

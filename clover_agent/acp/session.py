@@ -21,6 +21,7 @@ from acp import (
     schema,
     start_tool_call,
     tool_diff_content,
+    tool_terminal_ref,
     update_agent_message_text,
     update_tool_call,
     update_user_message_text,
@@ -30,6 +31,7 @@ from acp.helpers import update_available_commands, update_current_mode
 from clover_agent.acp import commands
 from clover_agent.acp.modes import Mode, modes_for
 from clover_agent.acp.preview import preview_edit
+from clover_agent.acp.terminals import Terminals
 from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
@@ -41,12 +43,14 @@ from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import (
     ApprovalDecided,
     ApprovalRequested,
+    CallInterrupted,
     ErrorReported,
     Event,
     EventBus,
     ModelResponded,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
@@ -84,9 +88,10 @@ STOP_REASONS: dict[str, schema.StopReason] = {
 class Client:
     """What a session needs of the ACP client connection (the SDK's ``AgentSideConnection``)."""
 
-    def __init__(self, conn: Any, can_write: bool) -> None:
+    def __init__(self, conn: Any, can_write: bool, can_terminal: bool = False) -> None:
         self.conn = conn
         self.can_write = can_write
+        self.can_terminal = can_terminal  # shell calls' output shown in its terminals
 
 
 class AcpSession:
@@ -122,6 +127,7 @@ class AcpSession:
         self.bus.subscribe(self._writer)
         self.bus.subscribe(self._forward)
         self.updates = UpdateMaker(self.repo)
+        self.terminals = Terminals(client.conn, self.session_id, self.repo)
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
         self.mcp: McpServers | None = None
@@ -155,8 +161,18 @@ class AcpSession:
 
     async def _forward(self, event: Event) -> None:
         self._follow(event)
+        if isinstance(event, ToolOutput) and event.name == "shell" and self.client.can_terminal:
+            terminal = await self.terminals.output(event.call_id, event.text)
+            if terminal is not None and event.call_id not in self.updates.terminals:
+                self.updates.terminals[event.call_id] = terminal  # shown there from now on
+                await self._send(update_tool_call(event.call_id, content=[tool_terminal_ref(terminal)]))
         for update in self.updates.updates(event):
             await self._send(update)
+        if isinstance(event, CallInterrupted) and event.call_id:
+            await self.terminals.end(event.call_id, None, killed=True)
+        elif isinstance(event, ToolCallFinished):
+            code = (event.data or {}).get("exit_code")
+            await self.terminals.end(event.call_id, code if isinstance(code, int) else None)
         if isinstance(event, ApprovalRequested):
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
@@ -515,6 +531,7 @@ class AcpSession:
         finally:
             with contextlib.suppress(Exception):
                 await self.bus.drain()
+            await self.terminals.close()
             self._writer.close()
 
 

@@ -6,7 +6,8 @@ send: the model's reasoning as thought chunks and its text as message chunks whi
 (``read``, ``edit``, ``execute``, ``search``, ``think``), its status as it runs, a running
 command's latest output as its content (``ToolOutput``, the tail), and its content when it ends (an edit's diff as ACP diff content, a command's output and a test table as text),
 and the tokens used after each model call. Paths are shown as the user's (the repository's), not
-the sandbox's.
+the sandbox's. A command whose output goes to a client terminal (``terminals``) has that terminal
+as its content instead of text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from acp import (
     text_block,
     tool_content,
     tool_diff_content,
+    tool_terminal_ref,
     update_agent_message_text,
     update_agent_thought_text,
     update_tool_call,
@@ -85,6 +87,8 @@ class UpdateMaker:
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (name, arguments)
         self._live: dict[str, str] = {}  # call id -> the tail of what it printed so far
         self._said: object = None  # what the last message text of this request came from (a step)
+        #: Call id -> the client terminal its output is shown in (``terminals``): no text for it.
+        self.terminals: dict[str, str] = {}
 
     def host_path(self, path: str) -> str:
         """A sandbox path as the user's path (a path outside the workspace stays as it is)."""
@@ -207,7 +211,7 @@ class UpdateMaker:
         return out
 
     def _output(self, event: ToolOutput) -> list[Update]:
-        if event.call_id not in self._calls or not event.text:
+        if event.call_id not in self._calls or not event.text or event.call_id in self.terminals:
             return []
         tail = (self._live.get(event.call_id, "") + event.text)[-LIVE_SHOWN_CHARS:]
         self._live[event.call_id] = tail
@@ -218,11 +222,12 @@ class UpdateMaker:
         if event.call_id not in self._calls:
             return []
         name, arguments = self._calls.pop(event.call_id)
+        terminal = self.terminals.pop(event.call_id, None)
         return [
             update_tool_call(
                 event.call_id,
                 status="failed" if event.is_error else "completed",
-                content=self.content(name, arguments, event),
+                content=[tool_terminal_ref(terminal)] if terminal else self.content(name, arguments, event),
                 raw_output={"output": event.output[:MAX_SHOWN_CHARS], "is_error": event.is_error},
             )
         ]

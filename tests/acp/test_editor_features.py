@@ -147,13 +147,14 @@ async def test_slash_commands_are_listed_and_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_a_session_whose_changes_were_applied_loads_and_is_listed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_a_session_whose_changes_were_applied_loads_and_is_listed(tmp_path: Path, sandbox: str) -> None:
     repo = calculator_repo(tmp_path)
     first = write_replay(
         tmp_path / "first.jsonl", [turn("", FIX_ADD), turn("", call("finish", summary="Fixed."))]
     )
     async with running_agent(
-        agent_args(first), tmp_path / "agent.log", RecordingClient(answers=["apply"])
+        agent_args(first, sandbox), tmp_path / "agent.log", RecordingClient(answers=["apply"])
     ) as agent:
         session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
         await prompt(agent, session.session_id, "fix add please")
@@ -175,7 +176,7 @@ async def test_a_session_whose_changes_were_applied_loads_and_is_listed(tmp_path
         ],
     )
     client = RecordingClient()
-    async with running_agent(agent_args(later), tmp_path / "agent.log", client) as agent:
+    async with running_agent(agent_args(later, sandbox), tmp_path / "agent.log", client) as agent:
         loaded = await agent.conn.load_session(cwd=str(repo), session_id=session.session_id, mcp_servers=[])
         assert loaded is not None and loaded.modes is not None and loaded.modes.current_mode_id == "auto"
         assert (await prompt(agent, session.session_id, "still fixed?")).stop_reason == "end_turn"
