@@ -10,20 +10,37 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from acp import schema
 
 from clover_agent.acp.updates import tests_table
+from clover_agent.agent.loop import Agent
 from clover_agent.errors import CloverError
-from clover_agent.events import TestsRun
-from clover_agent.handback.session import sections
+from clover_agent.events import EventBus, TestsRun
+from clover_agent.handback.session import SessionHandBack, sections
 from clover_agent.safe_text import terminal_safe
+from clover_agent.sandboxes.base import Sandbox
+from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.events import TurnsUndone
+from clover_agent.tools.mcp import McpServers
 from clover_agent.tools.run_tests import run_tests_in
 
-if TYPE_CHECKING:
-    from clover_agent.acp.session import AcpSession
+
+class CommandSession(Protocol):
+    """What the commands use of a session (:class:`~clover_agent.acp.session.AcpSession`)."""
+
+    config: SessionConfig
+    bus: EventBus
+    sandbox: Sandbox | None
+    mcp: McpServers | None
+    requests: list[tuple[int, int]]  # (turn, first step) of the requests not undone
+    usage_last: tuple[int, int, int]  # model calls, tokens in, tokens out
+    usage_total: tuple[int, int, int]
+
+    def ready(self) -> tuple[Agent, SessionHandBack]: ...
+
+    async def offer_handback(self, *, always_ask: bool = False) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +48,7 @@ class Command:
     name: str
     description: str
     hint: str | None  # what its argument is, when it takes one
-    run: Callable[[AcpSession, str], Awaitable[str]]
+    run: Callable[[CommandSession, str], Awaitable[str]]
 
     def schema(self) -> schema.AvailableCommand:
         given = None if self.hint is None else schema.UnstructuredCommandInput(hint=self.hint)
@@ -58,7 +75,7 @@ def fenced(text: str, language: str = "") -> str:
     return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
-async def undo(session: AcpSession, argument: str) -> str:
+async def undo(session: CommandSession, argument: str) -> str:
     """Put the sandbox's workspace back as it was before the last request that changed it."""
     agent, handback = session.ready()
     if agent.steering.busy:
@@ -80,7 +97,7 @@ async def undo(session: AcpSession, argument: str) -> str:
     return f"Undid request {turn} in the sandbox: {listed}. Your files were not touched."
 
 
-async def tests(session: AcpSession, argument: str) -> str:
+async def tests(session: CommandSession, argument: str) -> str:
     """Run the tests (or ``argument``'s target) in the sandbox now."""
     session.ready()
     assert session.sandbox is not None
@@ -89,7 +106,7 @@ async def tests(session: AcpSession, argument: str) -> str:
     return tests_table(report.to_dict())
 
 
-async def diff(session: AcpSession, argument: str) -> str:
+async def diff(session: CommandSession, argument: str) -> str:
     """The session's changes your tree does not hold yet."""
     _, handback = session.ready()
     patch = await handback.diff()
@@ -98,7 +115,7 @@ async def diff(session: AcpSession, argument: str) -> str:
     )
 
 
-async def apply(session: AcpSession, argument: str) -> str:
+async def apply(session: CommandSession, argument: str) -> str:
     """Offer the session's changes now (the hand-back's permission request)."""
     agent, _ = session.ready()
     if agent.steering.busy:
@@ -107,7 +124,7 @@ async def apply(session: AcpSession, argument: str) -> str:
     return "" if offered else "Nothing to apply: your tree holds all of the session's work."
 
 
-async def usage(session: AcpSession, argument: str) -> str:
+async def usage(session: CommandSession, argument: str) -> str:
     """Tokens in and out and model calls: of the last request and of the session."""
     last, total = session.usage_last, session.usage_total
     return "\n".join(
@@ -120,7 +137,7 @@ async def usage(session: AcpSession, argument: str) -> str:
     )
 
 
-async def mcp(session: AcpSession, argument: str) -> str:
+async def mcp(session: CommandSession, argument: str) -> str:
     """The MCP servers: running or why not, and their tools."""
     if not session.config.mcp_servers or session.mcp is None:
         return "No MCP servers: add [mcp_servers.NAME] to your settings (docs/mcp.md), or pass them from the editor."
