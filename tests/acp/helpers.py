@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ class RecordingClient:
     written: dict[str, str] = field(default_factory=dict)
     hold_permissions: bool = False  # leave permission requests unanswered (until cancelled)
     terminals: dict[str, ClientTerminal] = field(default_factory=dict)  # by terminal id
+    before_answer: Callable[[], Awaitable[object]] | None = None  # run before each answer
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -45,6 +46,8 @@ class RecordingClient:
         self.permissions.append(
             schema.RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=options)
         )
+        if self.before_answer is not None:
+            await self.before_answer()
         if self.hold_permissions or not self.answers:
             if self.hold_permissions:
                 await asyncio.Event().wait()

@@ -81,6 +81,35 @@ async def test_modes_are_listed_and_switching_changes_what_is_asked(tmp_path: Pa
 
 
 @pytest.mark.slow
+async def test_a_mode_set_while_a_prompt_runs_holds_from_the_next_call(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "switch.jsonl",
+        [
+            turn("", call("shell", command="echo first-call")),
+            turn("", call("shell", command="echo second-call")),
+            turn("", call("finish", summary="Both ran.")),
+        ],
+    )
+    client = RecordingClient(answers=["allow_once"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+
+        async def switch() -> None:  # the person picks auto while the first call waits for them
+            await agent.conn.set_session_mode(session_id=session.session_id, mode_id="auto")
+
+        client.before_answer = switch
+        assert (await prompt(agent, session.session_id, "run both")).stop_reason == "end_turn"
+    (asked,) = client.permissions
+    assert asked.tool_call.raw_input == {"command": "echo first-call"}
+    runs = [u for u in client.of(schema.ToolCallStart) if u.kind == "execute"]
+    assert [_last_of(client, u.tool_call_id).status for u in runs] == ["completed", "completed"]
+    assert [u.current_mode_id for u in client.of(schema.CurrentModeUpdate)] == ["ask", "auto"]
+
+
+@pytest.mark.slow
 async def test_an_edit_answered_always_still_gets_its_hand_back_asked(tmp_path: Path) -> None:
     """Only what the person saw and allowed one by one skips the hand-back's question: an edit
     allowed by an earlier "always", or a file a command changed, is asked about at the end."""
