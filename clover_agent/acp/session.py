@@ -55,7 +55,7 @@ from clover_agent.events import (
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
-from clover_agent.session.events import SessionStarted, TurnStarted
+from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
 from clover_agent.session.store import SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tools.mcp import McpServers
 
@@ -111,9 +111,7 @@ class AcpSession:
         )
         self.turns = sum(isinstance(e, TurnStarted) for e in saved.events) if saved else 0
         #: The requests as (turn, first step), for ``/undo`` (undone ones left out).
-        self.requests: list[tuple[int, int]] = [
-            (e.turn, e.first_step) for e in (saved.events if saved else []) if isinstance(e, TurnStarted)
-        ]
+        self.requests = _requests(saved.events) if saved else []
         self.modes, self.mode = modes_for(config.policy)
         #: Model calls, tokens in, tokens out: of the last request, and of the session (``/usage``).
         self.usage_last, self.usage_total = (0, 0, 0), (0, 0, 0)
@@ -182,17 +180,10 @@ class AcpSession:
         """Keep what the commands and the hand-back need of the events: the tokens used, and the
         files as the edits the person approved left them."""
         if isinstance(event, ModelResponded):
-            add = (1, event.prompt_tokens, event.completion_tokens)
-            self.usage_last = (
-                self.usage_last[0] + 1,
-                self.usage_last[1] + add[1],
-                self.usage_last[2] + add[2],
-            )
-            self.usage_total = (
-                self.usage_total[0] + 1,
-                self.usage_total[1] + add[1],
-                self.usage_total[2] + add[2],
-            )
+            calls, read, written = self.usage_last
+            self.usage_last = (calls + 1, read + event.prompt_tokens, written + event.completion_tokens)
+            calls, read, written = self.usage_total
+            self.usage_total = (calls + 1, read + event.prompt_tokens, written + event.completion_tokens)
         elif isinstance(event, ToolCallStarted):
             self._calls[event.call_id] = (event.name, event.arguments)
         elif isinstance(event, ApprovalDecided) and event.approved and event.decided_by == "user":
@@ -396,7 +387,7 @@ class AcpSession:
         agent = self.agent
         if agent is None:
             return
-        key = (action_of(event.name, event.arguments), str(event.arguments.get("command", "")))
+        key = (action_of(event.name, event.arguments), _command_line(event))
         if key in self._rejected:
             agent.answer_approval(event.call_id, Answer.DENY)
             return
@@ -535,6 +526,23 @@ class AcpSession:
             self._writer.close()
 
 
+def _requests(events: list[Event]) -> list[tuple[int, int]]:
+    """The requests of a saved session not undone since, as (turn, first step)."""
+    found: list[tuple[int, int]] = []
+    for event in events:
+        if isinstance(event, TurnStarted):
+            found.append((event.turn, event.first_step))
+        elif isinstance(event, TurnsUndone):
+            found = [r for r in found if r[0] < event.turn]
+    return found
+
+
+def _command_line(event: ApprovalRequested) -> str:
+    """The command line a call runs ("" for a call that runs none: an editor's ``command`` is
+    its action, not a command line)."""
+    return str(event.arguments.get("command", "")) if event.name == "shell" else ""
+
+
 def _repo_path(path: str) -> str | None:
     """A sandbox path as a path in the repository (None: outside the workspace)."""
     clean = posixpath.normpath(path)
@@ -553,7 +561,7 @@ def _permission_texts(event: ApprovalRequested) -> list[str]:
     texts = [event.reason]
     if event.always:
         texts.append(f"Allow always: allows {event.always}.")
-    command = str(event.arguments.get("command", ""))
+    command = _command_line(event)
     refused = f"`{command}`" if command else f"every `{action_of(event.name, event.arguments)}` call"
     texts.append(
         f"Reject always: refuses {refused} without asking, for the rest of the session. "

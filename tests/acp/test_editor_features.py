@@ -58,6 +58,8 @@ async def test_modes_are_listed_and_switching_changes_what_is_asked(tmp_path: Pa
         (diff,) = [c for c in edit.tool_call.content or [] if c.type == "diff"]
         assert diff.path == str(repo / "calculator.py") and "return a - b" in (diff.old_text or "")
         assert FIXED in diff.new_text
+        said = [c.content.text for c in edit.tool_call.content or [] if c.type == "content"]
+        assert said[-1].startswith("Reject always: refuses every `editor:str_replace` call without asking")
         # ... and the hand-back of exactly that change is applied without a second question
         (offer,) = [u for u in client.of(schema.ToolCallStart) if u.tool_call_id.startswith("handback")]
         applied = _last_of(client, offer.tool_call_id)
