@@ -125,6 +125,28 @@ async def test_cancel_stops_the_command_in_the_sandbox_and_releases_its_terminal
 
 
 @pytest.mark.slow
+async def test_a_huge_output_stays_bounded_in_the_terminal_and_the_model_reads_its_end(
+    tmp_path: Path,
+) -> None:
+    repo = calculator_repo(tmp_path)
+    command = "head -c 6000000 /dev/zero | tr '\\0' a; echo; echo the-end-marker"
+    replay = write_replay(
+        tmp_path / "huge.jsonl",
+        [turn("", call("shell", command=command)), turn("", call("finish", summary="Ran."))],
+    )
+    client = RecordingClient()
+    async with running_agent(agent_args(replay), tmp_path / "agent.log", client, terminal=True) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "print a lot")).stop_reason == "end_turn"
+    (terminal,) = client.terminals.values()
+    assert terminal.released and terminal.process.returncode == 0
+    assert terminal.output.count(b"a") <= 4 * 1024 * 1024 + 10
+    assert terminal.output.rstrip().endswith(b"the-end-marker")
+    result = (_progress(client, _shell(client).tool_call_id)[-1].raw_output or {})["output"]
+    assert "the-end-marker" in result and len(result) < 100_000  # the shell tool's own head and tail
+
+
+@pytest.mark.slow
 async def test_without_the_terminal_capability_the_output_is_text(tmp_path: Path) -> None:
     repo = calculator_repo(tmp_path)
     replay = write_replay(
