@@ -72,6 +72,7 @@ class Terminals:
         self.folder: Path | None = None
         self.open: dict[str, Mirror] = {}
         self._made = 0
+        self._ended: set[str] = set()  # calls whose terminal was released: never opened again
 
     def terminal_of(self, call_id: str) -> str | None:
         mirror = self.open.get(call_id)
@@ -80,6 +81,8 @@ class Terminals:
     async def output(self, call_id: str, text: str) -> str | None:
         """Show ``text`` in the call's terminal (opened on its first output); its terminal id, or
         None where none could be opened (the output is then shown as text)."""
+        if call_id in self._ended:
+            return None
         mirror = self.open.get(call_id) or await self._open(call_id)
         if mirror is None:
             return None
@@ -110,6 +113,7 @@ class Terminals:
             )
         except Exception as exc:  # the client could not: the output is shown as text
             log.warning("terminal/create failed: %s", exc)
+            self._ended.add(call_id)  # not asked again for this call
             return None
         mirror = self.open[call_id] = Mirror(created.terminal_id, out, done)
         return mirror
@@ -120,6 +124,7 @@ class Terminals:
         mirror = self.open.pop(call_id, None)
         if mirror is None:
             return
+        self._ended.add(call_id)
         mirror.done.write_text(str(exit_code if exit_code is not None else 1), encoding="utf-8")
         ids = {"session_id": self.session_id, "terminal_id": mirror.terminal_id}
         try:
