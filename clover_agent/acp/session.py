@@ -78,6 +78,8 @@ your tools. When you changed files and the work is done, call `finish` with a su
 answer a question, or when you need their answer to go on, reply in plain text with no tool call
 (that ends your turn). Your changes reach their files only when they accept them at the end. They
 may cancel you and correct course: follow their latest message."""
+#: What the model reads when the person stopped a command's terminal in their editor.
+STOPPED_IN_TERMINAL = "[I stopped that command in my editor's terminal. Do not run it again as it was.]"
 #: What a run's outcome is as an ACP stop reason (an error is told as text and ends the turn).
 STOP_REASONS: dict[str, schema.StopReason] = {
     "budget_exhausted": "max_turn_requests",
@@ -125,7 +127,7 @@ class AcpSession:
         self.bus.subscribe(self._writer)
         self.bus.subscribe(self._forward)
         self.updates = UpdateMaker(self.repo)
-        self.terminals = Terminals(client.conn, self.session_id, self.repo)
+        self.terminals = Terminals(client.conn, self.session_id, self.repo, self._terminal_stopped)
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
         self.mcp: McpServers | None = None
@@ -175,6 +177,12 @@ class AcpSession:
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
             task.add_done_callback(self._asking.discard)
+
+    def _terminal_stopped(self, call_id: str) -> None:
+        """The person stopped a command's terminal in the editor: the command is stopped in the
+        sandbox (the agent's interrupt, with everything it started) and the agent goes on, told."""
+        if self.agent is not None and call_id in self._calls:
+            self.agent.interrupt(STOPPED_IN_TERMINAL)
 
     def _follow(self, event: Event) -> None:
         """Keep what the commands and the hand-back need of the events: the tokens used, and the

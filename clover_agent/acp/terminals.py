@@ -7,6 +7,7 @@ the editor's terminal runs is a fixed follower (this Python, :data:`FOLLOWER`) t
 private file of the session to its output as the command prints, and exits with the command's exit
 code when it ends; so nothing the model writes ever runs on this machine. The output is made
 inert first (escape sequences shown, not obeyed: :func:`~clover_agent.safe_text.terminal_safe`).
+A terminal the person stops in the editor stops the command in the sandbox (``on_stopped``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,15 @@ class Mirror:
 class Terminals:
     """The client terminals of one session's shell calls, by call id."""
 
-    def __init__(self, conn: Any, session_id: str, cwd: Path) -> None:
+    def __init__(
+        self, conn: Any, session_id: str, cwd: Path, on_stopped: Callable[[str], None] | None = None
+    ) -> None:
         self.conn = conn
         self.session_id = session_id
         self.cwd = cwd
+        #: Told the call id when its terminal ended before the call did (the person stopped it).
+        self.on_stopped = on_stopped
+        self._watching: set[asyncio.Task[None]] = set()
         self.folder: Path | None = None
         self.open: dict[str, Mirror] = {}
         self._made = 0
@@ -116,7 +123,20 @@ class Terminals:
             self._ended.add(call_id)  # not asked again for this call
             return None
         mirror = self.open[call_id] = Mirror(created.terminal_id, out, done)
+        task = asyncio.get_running_loop().create_task(self._watch(call_id, mirror))
+        self._watching.add(task)
+        task.add_done_callback(self._watching.discard)
         return mirror
+
+    async def _watch(self, call_id: str, mirror: Mirror) -> None:
+        """Tell ``on_stopped`` when the terminal ends while its call still runs: the person stopped
+        it in the editor, and the command in the sandbox is to stop too."""
+        try:
+            await self.conn.wait_for_terminal_exit(session_id=self.session_id, terminal_id=mirror.terminal_id)
+        except Exception:  # released meanwhile, or the client went away
+            return
+        if self.open.get(call_id) is mirror and self.on_stopped is not None:
+            self.on_stopped(call_id)
 
     async def end(self, call_id: str, exit_code: int | None, *, killed: bool = False) -> None:
         """The call ended: the follower shows the rest and exits with ``exit_code`` (killed: it is
@@ -141,6 +161,8 @@ class Terminals:
     async def close(self) -> None:
         for call_id in list(self.open):
             await self.end(call_id, None, killed=True)
+        for task in list(self._watching):
+            task.cancel()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None

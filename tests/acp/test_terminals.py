@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from acp import schema
 
+from clover_agent.events import MessageAdded
+from clover_agent.session.store import load_session
 from tests.acp.helpers import (
     RecordingClient,
     agent_args,
@@ -22,7 +24,7 @@ from tests.acp.helpers import (
     running_agent,
     wait_until,
 )
-from tests.tui.helpers import calculator_repo, call, turn, write_replay
+from tests.tui.helpers import calculator_repo, call, session_key, turn, write_replay
 
 SANDBOXES = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
@@ -122,6 +124,45 @@ async def test_cancel_stops_the_command_in_the_sandbox_and_releases_its_terminal
         count = next(u for u in client.of(schema.ToolCallStart) if u.title and "grep -c" in u.title)
         assert "0" in (_progress(client, count.tool_call_id)[-1].raw_output or {}).get("output", "").split()
     check_conformance(agent.messages)
+
+
+@pytest.mark.slow
+async def test_a_terminal_stopped_in_the_editor_stops_the_command_and_the_agent_goes_on(
+    tmp_path: Path,
+) -> None:
+    repo = calculator_repo(tmp_path)
+    marker = "523.5"
+    replay = write_replay(
+        tmp_path / "stop.jsonl",
+        [
+            turn("", call("shell", command=f"echo waiting; sleep {marker}")),
+            turn("", call("shell", command=f"ps -eo args | grep -v grep | grep -c 'sleep {marker}' || true")),
+            turn("", call("finish", summary="It was stopped.")),
+        ],
+    )
+    client = RecordingClient()
+    async with running_agent(agent_args(replay), tmp_path / "agent.log", client, terminal=True) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        answer = asyncio.ensure_future(prompt(agent, session.session_id, "wait"))
+        await wait_until(
+            lambda: any(b"waiting" in t.output for t in client.terminals.values()), "the terminal"
+        )
+        await wait_until(lambda: _sleepers(f"sleep {marker}"), "the sleep process")
+        (terminal,) = client.terminals.values()
+        terminal.process.kill()  # the person's stop button on the editor's terminal
+        assert (await asyncio.wait_for(answer, 60)).stop_reason == "end_turn"  # the agent went on
+        assert not _sleepers(f"sleep {marker}")
+    sleep, count = [u for u in client.of(schema.ToolCallStart) if u.kind == "execute"]
+    assert _progress(client, sleep.tool_call_id)[-1].status == "failed"
+    assert "0" in (_progress(client, count.tool_call_id)[-1].raw_output or {}).get("output", "").split()
+    assert "It was stopped." in client.text()
+    saved = load_session(repo, session.session_id, session_key(repo))
+    told = [
+        e.message["content"]
+        for e in saved.events
+        if isinstance(e, MessageAdded) and e.message["role"] == "user"
+    ]
+    assert any("stopped that command in my editor's terminal" in str(m) for m in told)
 
 
 @pytest.mark.slow
