@@ -93,7 +93,7 @@ async def undo(session: CommandSession, argument: str) -> str:
     files = sorted(path for path in old.keys() | after.keys() if old.get(path) != after.get(path))
     session.requests = [t for t in session.requests if t[0] < turn]
     session.bus.emit(TurnsUndone(turn=turn, files=files))
-    listed = ", ".join(f"`{f}`" for f in files) or "no file your tree would get"
+    listed = ", ".join(f"`{_inert(f)}`" for f in files) or "no file your tree would get"
     return f"Undid request {turn} in the sandbox: {listed}. Your files were not touched."
 
 

@@ -75,15 +75,11 @@ class Terminals:
         self.cwd = cwd
         #: Told the call id when its terminal ended before the call did (the person stopped it).
         self.on_stopped = on_stopped
-        self._watching: set[asyncio.Task[None]] = set()
-        self.folder: Path | None = None
+        self.folder: Path | None = None  # private (0700), made at the first terminal
         self.open: dict[str, Mirror] = {}
         self._made = 0
         self._ended: set[str] = set()  # calls whose terminal was released: never opened again
-
-    def terminal_of(self, call_id: str) -> str | None:
-        mirror = self.open.get(call_id)
-        return None if mirror is None else mirror.terminal_id
+        self._watching: set[asyncio.Task[None]] = set()
 
     async def output(self, call_id: str, text: str) -> str | None:
         """Show ``text`` in the call's terminal (opened on its first output); its terminal id, or
