@@ -78,6 +78,25 @@ def find_matches(text: str, old_str: str, *, overlapping: bool) -> tuple[str, li
     return "", []
 
 
+def replace_matches(text: str, matches: list[Match], replacement: str) -> str:
+    """``text`` with each of ``matches`` replaced by ``replacement``."""
+    pieces, pos = [], 0
+    for m in matches:
+        pieces += [text[pos : m.start], replacement]
+        pos = m.end
+    return "".join([*pieces, text[pos:]])
+
+
+def insert_at(text: str, lines: list[str], line: int, inserted: str, newline: str) -> str:
+    """``text`` (split into ``lines`` with their ends) with ``inserted`` after line ``line``."""
+    offset = sum(len(item) for item in lines[:line])
+    if line == len(lines) and lines and not lines[-1].endswith("\n"):
+        inserted = newline + inserted  # the last line had no line break of its own
+    elif not inserted.endswith("\n"):
+        inserted += newline
+    return text[:offset] + inserted + text[offset:]
+
+
 def line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
@@ -247,11 +266,7 @@ class EditorTool(Tool):
                 "Please ensure it is unique."
             )
         replacement = tf.with_file_newlines(new_str)
-        pieces, pos = [], 0
-        for m in matches:
-            pieces += [text[pos : m.start], replacement]
-            pos = m.end
-        new_text = "".join([*pieces, text[pos:]])
+        new_text = replace_matches(text, matches, replacement)
         if new_text == text:  # e.g. a whitespace-insensitive match replaced by what was there
             raise ToolError(
                 f"No replacement was performed: replacing the match of old_str in {path} by new_str "
@@ -288,13 +303,7 @@ class EditorTool(Tool):
                 f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of "
                 f"the file: {[0, len(lines)]}"
             )
-        inserted = tf.with_file_newlines(new_str)
-        offset = sum(len(line) for line in lines[:insert_line])
-        if insert_line == len(lines) and lines and not lines[-1].endswith("\n"):
-            inserted = tf.newline + inserted  # the last line had no line break of its own
-        elif not inserted.endswith("\n"):
-            inserted += tf.newline
-        new_text = text[:offset] + inserted + text[offset:]
+        new_text = insert_at(text, lines, insert_line, tf.with_file_newlines(new_str), tf.newline)
         await self._write(ctx, path, real, before, tf.encode(new_text, path))
 
         added = max(1, len(new_str.splitlines()))

@@ -1,10 +1,11 @@
 """The ACP agent: the protocol's methods answered over stdio with the ``acp`` SDK's connection.
 
-``initialize`` says what it offers (text and embedded-context prompts, ``session/load``, the
-version); ``session/new`` builds a session for the repository at ``cwd`` from the command's
-options (what cannot start — no Docker, no model — is a JSON-RPC error naming it);
-``session/load`` takes up one of the repository's saved sessions; ``session/prompt`` and
-``session/cancel`` go to the :class:`~clover_agent.acp.session.AcpSession`. Logging goes to stderr.
+``initialize`` says what it offers (text and embedded-context prompts, ``session/load``,
+``session/list``, the version); ``session/new`` builds a session for the repository at ``cwd``
+from the command's options (what cannot start — no Docker, no model — is a JSON-RPC error naming
+it); ``session/load`` takes up one of the repository's saved sessions, ``session/list`` lists them;
+``session/prompt``, ``session/set_mode`` and ``session/cancel`` go to the
+:class:`~clover_agent.acp.session.AcpSession`. Logging goes to stderr.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +27,7 @@ from clover_agent import __version__
 from clover_agent.acp.session import AcpSession, Client, SessionConfig
 from clover_agent.acp.transport import LineTransport, protocol_streams
 from clover_agent.errors import RUN_ERRORS, ExitCode, message_of
+from clover_agent.session.store import list_sessions
 from clover_agent.tools.mcp import McpServerConfig, parse_servers
 
 log = logging.getLogger("clover_agent.acp")
@@ -61,6 +64,7 @@ class CloverAcpAgent:
         self.configure = configure
         self.conn: Any = None
         self.can_write = False
+        self.can_terminal = False
         self.sessions: dict[str, AcpSession] = {}
 
     def on_connect(self, conn: Any) -> None:
@@ -71,6 +75,7 @@ class CloverAcpAgent:
     ) -> schema.InitializeResponse:
         fs = client_capabilities.fs if client_capabilities else None
         self.can_write = bool(fs and fs.write_text_file)
+        self.can_terminal = bool(client_capabilities and client_capabilities.terminal)
         return schema.InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
@@ -79,6 +84,7 @@ class CloverAcpAgent:
                     image=False, audio=False, embedded_context=True
                 ),
                 mcp_capabilities=schema.McpCapabilities(http=True, sse=False),
+                session_capabilities=schema.SessionCapabilities(list=schema.SessionListCapabilities()),
             ),
             agent_info=schema.Implementation(name="clover-agent", title="clover-agent", version=__version__),
             auth_methods=[],
@@ -91,7 +97,7 @@ class CloverAcpAgent:
         try:
             config = self.configure(Path(cwd), session_id)
             config.mcp_servers = (*config.mcp_servers, *client_servers(mcp_servers or [], config.mcp_servers))
-            session = AcpSession(config, Client(self.conn, self.can_write))
+            session = AcpSession(config, Client(self.conn, self.can_write, self.can_terminal))
         except RUN_ERRORS as exc:
             raise RequestError(SESSION_UNAVAILABLE, message_of(exc), {"cwd": cwd}) from None
         try:
@@ -108,7 +114,8 @@ class CloverAcpAgent:
         self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> schema.NewSessionResponse:
         session = await self._open(cwd, None, mcp_servers)
-        return schema.NewSessionResponse(session_id=session.session_id)
+        _announce_after_answer(session)
+        return schema.NewSessionResponse(session_id=session.session_id, modes=session.mode_state())
 
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
@@ -118,7 +125,45 @@ class CloverAcpAgent:
             await old.close()
         session = await self._open(cwd, session_id, mcp_servers)
         await session.replay_history()
-        return schema.LoadSessionResponse()
+        _announce_after_answer(session)
+        return schema.LoadSessionResponse(modes=session.mode_state())
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+    ) -> schema.ListSessionsResponse:
+        """The saved sessions of the repository at ``cwd`` (without one: of the open sessions'
+        repositories), newest first; all in one page."""
+        places = [Path(cwd)] if cwd else sorted({s.repo for s in self.sessions.values()})
+        found: list[schema.SessionInfo] = []
+        for place in places:
+            try:
+                config = self.configure(place, None)
+                saved = list_sessions(config.repo, config.record_key) if config.record_key else []
+            except RUN_ERRORS as exc:
+                raise RequestError(SESSION_UNAVAILABLE, message_of(exc), {"cwd": str(place)}) from None
+            found += [
+                schema.SessionInfo(
+                    session_id=info.session_id,
+                    cwd=str(config.repo),
+                    title=info.title or None,
+                    updated_at=datetime.fromtimestamp(info.updated, UTC).isoformat(),
+                )
+                for info in saved
+            ]
+        return schema.ListSessionsResponse(sessions=found)
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **_: Any
+    ) -> schema.SetSessionModeResponse:
+        session = self._session(session_id)
+        try:
+            await session.set_mode(mode_id)
+        except KeyError:
+            modes = ", ".join(m.id for m in session.modes)
+            raise RequestError.invalid_params(
+                {"details": f"no mode {mode_id!r}; the modes are {modes}"}
+            ) from None
+        return schema.SetSessionModeResponse()
 
     def _session(self, session_id: str) -> AcpSession:
         session = self.sessions.get(session_id)
@@ -150,6 +195,18 @@ class CloverAcpAgent:
             except (*RUN_ERRORS, OSError) as exc:
                 log.warning("closing session %s: %s", session.session_id, exc)
         self.sessions.clear()
+
+
+def _announce_after_answer(session: AcpSession) -> None:
+    """Send the session's commands and mode once the answer naming the session is out: the task runs
+    when the handler's task next waits, and the answer is written before that (``LineTransport``
+    writes without waiting when its lock is free)."""
+    task = asyncio.get_running_loop().create_task(session.announce())
+    _ANNOUNCING.add(task)
+    task.add_done_callback(_ANNOUNCING.discard)
+
+
+_ANNOUNCING: set[asyncio.Task[None]] = set()
 
 
 def client_servers(given: list[Any], configured: tuple[McpServerConfig, ...]) -> list[McpServerConfig]:
@@ -191,8 +248,8 @@ async def serve(configure: Configure) -> bool:
     stops it (False); every session's sandbox is removed either way."""
     reader, writer = await protocol_streams()
     agent = CloverAcpAgent(configure)
-    # The SDK's Agent protocol lists every method; those this agent leaves out (forking, listing or
-    # closing sessions, config options, extensions) the SDK's router answers "method not found".
+    # The SDK's Agent protocol lists every method; those this agent leaves out (forking or closing
+    # sessions, config options, extensions) the SDK's router answers "method not found".
     conn = AgentSideConnection(cast(Agent, agent), LineTransport(reader, writer), listening=False)
     loop, me = asyncio.get_running_loop(), asyncio.current_task()
     assert me is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import posixpath
 import time
 from typing import Any
 
@@ -20,31 +21,41 @@ from acp import (
     schema,
     start_tool_call,
     tool_diff_content,
+    tool_terminal_ref,
     update_agent_message_text,
     update_tool_call,
     update_user_message_text,
 )
+from acp.helpers import update_available_commands, update_current_mode
 
+from clover_agent.acp import commands
+from clover_agent.acp.modes import Mode, modes_for
+from clover_agent.acp.preview import preview_edit
+from clover_agent.acp.terminals import Terminals
 from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.policy import with_mcp
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import (
+    ApprovalDecided,
     ApprovalRequested,
+    CallInterrupted,
     ErrorReported,
     Event,
     EventBus,
     ModelResponded,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutput,
 )
-from clover_agent.handback.session import SessionHandBack
+from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
-from clover_agent.session.events import SessionStarted, TurnStarted
+from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
 from clover_agent.session.store import SessionInfo, new_session_id, session_dir, write_info
 from clover_agent.tools.mcp import McpServers
 
@@ -67,6 +78,8 @@ your tools. When you changed files and the work is done, call `finish` with a su
 answer a question, or when you need their answer to go on, reply in plain text with no tool call
 (that ends your turn). Your changes reach their files only when they accept them at the end. They
 may cancel you and correct course: follow their latest message."""
+#: What the model reads when the person stopped a command's terminal in their editor.
+STOPPED_IN_TERMINAL = "[I stopped that command in my editor's terminal. Do not run it again as it was.]"
 #: What a run's outcome is as an ACP stop reason (an error is told as text and ends the turn).
 STOP_REASONS: dict[str, schema.StopReason] = {
     "budget_exhausted": "max_turn_requests",
@@ -77,9 +90,10 @@ STOP_REASONS: dict[str, schema.StopReason] = {
 class Client:
     """What a session needs of the ACP client connection (the SDK's ``AgentSideConnection``)."""
 
-    def __init__(self, conn: Any, can_write: bool) -> None:
+    def __init__(self, conn: Any, can_write: bool, can_terminal: bool = False) -> None:
         self.conn = conn
         self.can_write = can_write
+        self.can_terminal = can_terminal  # shell calls' output shown in its terminals
 
 
 class AcpSession:
@@ -98,11 +112,22 @@ class AcpSession:
             saved.info if saved else SessionInfo(self.session_id, str(self.repo), created=now, updated=now)
         )
         self.turns = sum(isinstance(e, TurnStarted) for e in saved.events) if saved else 0
+        #: The requests as (turn, first step), for ``/undo`` (undone ones left out).
+        self.requests = _requests(saved.events) if saved else []
+        self.modes, self.mode = modes_for(config.policy)
+        #: Model calls, tokens in, tokens out: of the last request, and of the session (``/usage``).
+        self.usage_last, self.usage_total = (0, 0, 0), (0, 0, 0)
+        #: Files (repository paths) as an edit the person approved left them, since the last
+        #: hand-back: the hand-back of exactly these is not asked about again (one question per edit).
+        self._approved: dict[str, str] = {}
+        self._asked: set[str] = set()  # call ids the person allowed
+        self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (tool, arguments), running
         self.bus = EventBus()
         self._writer = TrajectoryWriter(self.folder / TRAJECTORY_FILE, key=config.record_key)
         self.bus.subscribe(self._writer)
         self.bus.subscribe(self._forward)
         self.updates = UpdateMaker(self.repo)
+        self.terminals = Terminals(client.conn, self.session_id, self.repo, self._terminal_stopped)
         self.backend: ModelBackend | None = None
         self.sandbox: Sandbox | None = None
         self.mcp: McpServers | None = None
@@ -115,11 +140,18 @@ class AcpSession:
         self._cancelled: asyncio.Event | None = None  # set by cancel() while a prompt is answered
         self._rejected: set[tuple[str, str]] = set()  # (action, command) answered "reject always"
         self._asking: set[asyncio.Task[None]] = set()
+        self._commanding = False  # a slash command is being answered
 
     @property
     def answering(self) -> bool:
         """Whether a prompt of this session is being answered now."""
-        return self._cancelled is not None
+        return self._cancelled is not None or self._commanding
+
+    def ready(self) -> tuple[Agent, SessionHandBack]:
+        """The agent and the hand-back of a started session."""
+        if self.agent is None or self.handback is None:
+            raise CloverError("the session has not started")
+        return self.agent, self.handback
 
     async def _send(self, update: Any) -> None:
         try:
@@ -128,12 +160,78 @@ class AcpSession:
             log.warning("session/update not sent: %s", exc)
 
     async def _forward(self, event: Event) -> None:
+        self._follow(event)
+        if isinstance(event, ToolOutput) and event.name == "shell" and self.client.can_terminal:
+            terminal = await self.terminals.output(event.call_id, event.text)
+            if terminal is not None and event.call_id not in self.updates.terminals:
+                self.updates.terminals[event.call_id] = terminal  # shown there from now on
+                await self._send(update_tool_call(event.call_id, content=[tool_terminal_ref(terminal)]))
         for update in self.updates.updates(event):
             await self._send(update)
+        if isinstance(event, CallInterrupted) and event.call_id:
+            await self.terminals.end(event.call_id, None, killed=True)
+        elif isinstance(event, ToolCallFinished):
+            code = (event.data or {}).get("exit_code")
+            await self.terminals.end(event.call_id, code if isinstance(code, int) else None)
         if isinstance(event, ApprovalRequested):
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
             task.add_done_callback(self._asking.discard)
+
+    def _terminal_stopped(self, call_id: str) -> None:
+        """The person stopped a command's terminal in the editor: the command is stopped in the
+        sandbox (the agent's interrupt, with everything it started) and the agent goes on, told."""
+        if self.agent is not None and call_id in self._calls:
+            self.agent.interrupt(STOPPED_IN_TERMINAL)
+
+    def _follow(self, event: Event) -> None:
+        """Keep what the commands and the hand-back need of the events: the tokens used, and the
+        files as the edits the person approved left them."""
+        if isinstance(event, ModelResponded):
+            calls, read, written = self.usage_last
+            self.usage_last = (calls + 1, read + event.prompt_tokens, written + event.completion_tokens)
+            calls, read, written = self.usage_total
+            self.usage_total = (calls + 1, read + event.prompt_tokens, written + event.completion_tokens)
+        elif isinstance(event, ToolCallStarted):
+            self._calls[event.call_id] = (event.name, event.arguments)
+        elif isinstance(event, ApprovalDecided) and event.approved and event.decided_by == "user":
+            self._asked.add(event.call_id)
+        elif isinstance(event, ToolCallFinished):
+            name, _ = self._calls.pop(event.call_id, ("", {}))
+            data = event.data or {}
+            path, new = data.get("path"), data.get("new_content")
+            if event.call_id in self._asked and name == "editor" and not event.is_error:
+                where = _repo_path(path) if isinstance(path, str) else None
+                if where is not None and isinstance(new, str):
+                    self._approved[where] = new
+            self._asked.discard(event.call_id)
+
+    # -- modes ---------------------------------------------------------------------------------------
+
+    def mode_state(self) -> schema.SessionModeState:
+        return schema.SessionModeState(
+            current_mode_id=self.mode.id, available_modes=[mode.schema() for mode in self.modes]
+        )
+
+    async def set_mode(self, mode_id: str) -> Mode:
+        """Switch to the mode ``mode_id`` (KeyError: no such mode): the agent's next call is checked
+        against its policy, a call under way finishes under the old one."""
+        mode = next((m for m in self.modes if m.id == mode_id), None)
+        if mode is None:
+            raise KeyError(mode_id)
+        self.mode = mode
+        if self.agent is not None:
+            self.agent.policy = with_mcp(mode.policy, self.config.mcp_servers)
+        self.info.policy = mode.policy.name
+        self._save_info()
+        await self._send(update_current_mode(mode.id))
+        return mode
+
+    async def announce(self) -> None:
+        """What the editor shows beside the session: its slash commands and its mode (sent after
+        ``session/new`` or ``session/load`` answered, when the editor knows the session)."""
+        await self._send(update_available_commands([c.schema() for c in commands.COMMANDS]))
+        await self._send(update_current_mode(self.mode.id))
 
     # -- start and load ------------------------------------------------------------------------------
 
@@ -178,6 +276,7 @@ class AcpSession:
         if saved is not None and saved.state is not None:
             await agent.resume(saved.state, fresh_budget=True)
         self.system = await self.parts.system_prompt(EDITOR_NOTE)
+        agent.policy = with_mcp(self.mode.policy, self.config.mcp_servers)
         self.agent = agent
         await self.bus.drain()
         self._save_info()
@@ -190,6 +289,7 @@ class AcpSession:
         history = UpdateMaker(self.repo)
         for event in saved.events:
             if isinstance(event, TurnStarted):
+                history.updates(event)
                 await self._send(update_user_message_text(event.text))
             elif isinstance(event, ModelResponded | ToolCallStarted | ToolCallFinished):
                 for update in history.updates(event):
@@ -214,7 +314,12 @@ class AcpSession:
         """Answer one prompt (``title``: what the session list shows of it; default ``text``)."""
         agent = self.agent
         assert agent is not None, "start() first"
+        found = commands.parse(text)
+        if found is not None:
+            return await self._command(*found)
         self.turns += 1
+        self.requests.append((self.turns, agent.next_step))
+        self.usage_last = (0, 0, 0)
         self.bus.emit(TurnStarted(turn=self.turns, text=text, first_step=agent.next_step))
         self.info.title = self.info.title or " ".join((title or text).split())[:80]
         self.info.requests = self.turns
@@ -250,9 +355,24 @@ class AcpSession:
         if not result.ended_well and result.outcome != "interrupted":
             await self._send(update_agent_message_text(f"\n\nThe agent stopped: {result.message}"))
         if result.ended_well and not cancelled.is_set():
-            await self._offer_handback()
+            await self.offer_handback()
         self._save_info()
         return "cancelled" if cancelled.is_set() else STOP_REASONS.get(result.outcome, "end_turn")
+
+    async def _command(self, command: commands.Command, argument: str) -> schema.StopReason:
+        """Run a slash command; its answer is a message (a failure too: it says why)."""
+        self._commanding = True
+        try:
+            said = await command.run(self, argument)
+        except RUN_ERRORS as exc:
+            said = f"/{command.name}: {message_of(exc)}"
+        finally:
+            self._commanding = False
+        await self.bus.drain()
+        if said:
+            await self._send(update_agent_message_text(said))
+        self._save_info()
+        return "end_turn"
 
     async def _stopped(self, agent: Agent, run: asyncio.Future[RunResult]) -> None:
         """Until the run has stopped after a cancel: waiting for a message, or ended. A call that
@@ -275,22 +395,27 @@ class AcpSession:
         agent = self.agent
         if agent is None:
             return
-        key = (action_of(event.name, event.arguments), str(event.arguments.get("command", "")))
+        key = (action_of(event.name, event.arguments), _command_line(event))
         if key in self._rejected:
             agent.answer_approval(event.call_id, Answer.DENY)
             return
+        content: list[
+            schema.ContentToolCallContent | schema.FileEditToolCallContent | schema.TerminalToolCallContent
+        ] = [_text(text) for text in _permission_texts(event)]
+        change = (
+            await preview_edit(self.sandbox, event.arguments)
+            if event.name == "editor" and self.sandbox
+            else None
+        )
+        if change is not None:  # the change it would make, before the person answers
+            content.insert(0, tool_diff_content(self.updates.host_path(change.path), change.new, change.old))
         call = schema.ToolCallUpdate(
             tool_call_id=event.call_id,
             title=self.updates.title(event.name, event.arguments),
             kind=kind_of(event.name, event.arguments),
             status="pending",
             raw_input=event.arguments,
-            content=[
-                schema.ContentToolCallContent(
-                    type="content", content=schema.TextContentBlock(type="text", text=text)
-                )
-                for text in _permission_texts(event)
-            ],
+            content=content,
         )
         options = [
             schema.PermissionOption(option_id=kind, name=name, kind=kind)
@@ -312,19 +437,24 @@ class AcpSession:
 
     # -- the hand-back -------------------------------------------------------------------------------
 
-    async def _offer_handback(self) -> None:
+    async def offer_handback(self, *, always_ask: bool = False) -> bool:
+        """Offer the session's changes for the user's tree (False: nothing to offer). Changes that
+        are exactly what edits the person approved one by one, with nothing for them to review,
+        are applied without a second question (unless ``always_ask``: ``/apply``)."""
         handback = self.handback
         if handback is None:
-            return
+            return False
         try:
             offer = await handback.offer()
         except RUN_ERRORS as exc:
             await self._send(
                 update_agent_message_text(f"\n\nThe changes could not be checked: {message_of(exc)}")
             )
-            return
+            return True
         if offer is None:
-            return
+            return False
+        approved = not always_ask and not offer.review and self._all_approved(offer)
+        self._approved.clear()  # asked (or applied) once: a later hand-back of them is asked again
         call_id = f"handback-{self.turns}"
         files = len(offer.patch.changes)
         title = f"Hand back {files} file{'s' if files != 1 else ''} ({offer.judged.verdict})"
@@ -338,6 +468,33 @@ class AcpSession:
         ]
         left_out = "".join(f"\n- {path}: {why}" for path, why in offer.patch.left_out.items())
         await self._send(start_tool_call(call_id, title, kind="edit", status="pending", content=content))
+        chosen = APPLY if approved else await self._ask_handback(call_id, title)
+        if chosen != APPLY:
+            note = "Kept in the sandbox: not applied." + (f"\nLeft out:{left_out}" if left_out else "")
+            await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
+            return True
+        write = self._write_text if self.client.can_write else None
+        try:
+            applied, how = await handback.apply(offer, write)
+        except (*RUN_ERRORS, OSError) as exc:
+            await self._send(
+                update_tool_call(call_id, status="failed", content=[*content, _text(message_of(exc))])
+            )
+            return True
+        where = "through the editor" if how == "editor" else "on disk"
+        note = f"Applied {where}: {', '.join(applied.files)}." + "".join(f"\n{n}" for n in applied.notes())
+        note += " (You approved each change as it was made.)" if approved else ""
+        note += f"\nLeft out:{left_out}" if left_out else ""
+        await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
+        return True
+
+    def _all_approved(self, offer: Offer) -> bool:
+        """Whether every file of ``offer`` is as an edit the person approved left it."""
+        changes = offer.patch.changes
+        return bool(changes) and all(self._approved.get(c.path) == offer.texts[c.path][1] for c in changes)
+
+    async def _ask_handback(self, call_id: str, title: str) -> str | None:
+        """The person's answer to the hand-back: APPLY, KEEP, or None (no answer)."""
         call = schema.ToolCallUpdate(tool_call_id=call_id, title=title, kind="edit", status="pending")
         options = [
             schema.PermissionOption(option_id=APPLY, name="Apply to my files", kind="allow_once"),
@@ -347,26 +504,11 @@ class AcpSession:
             response = await self.client.conn.request_permission(
                 session_id=self.session_id, tool_call=call, options=options
             )
-            chosen = getattr(response.outcome, "option_id", None)
         except Exception as exc:
             log.warning("session/request_permission failed: %s", exc)
-            chosen = None
-        if chosen != APPLY:
-            note = "Kept in the sandbox: not applied." + (f"\nLeft out:{left_out}" if left_out else "")
-            await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
-            return
-        write = self._write_text if self.client.can_write else None
-        try:
-            applied, how = await handback.apply(offer, write)
-        except (*RUN_ERRORS, OSError) as exc:
-            await self._send(
-                update_tool_call(call_id, status="failed", content=[*content, _text(message_of(exc))])
-            )
-            return
-        where = "through the editor" if how == "editor" else "on disk"
-        note = f"Applied {where}: {', '.join(applied.files)}." + "".join(f"\n{n}" for n in applied.notes())
-        note += f"\nLeft out:{left_out}" if left_out else ""
-        await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
+            return None
+        chosen = getattr(response.outcome, "option_id", None)
+        return chosen if isinstance(chosen, str) else None
 
     async def _write_text(self, path: str, text: str) -> None:
         await self.client.conn.write_text_file(session_id=self.session_id, path=path, content=text)
@@ -388,7 +530,31 @@ class AcpSession:
         finally:
             with contextlib.suppress(Exception):
                 await self.bus.drain()
+            await self.terminals.close()
             self._writer.close()
+
+
+def _requests(events: list[Event]) -> list[tuple[int, int]]:
+    """The requests of a saved session not undone since, as (turn, first step)."""
+    found: list[tuple[int, int]] = []
+    for event in events:
+        if isinstance(event, TurnStarted):
+            found.append((event.turn, event.first_step))
+        elif isinstance(event, TurnsUndone):
+            found = [r for r in found if r[0] < event.turn]
+    return found
+
+
+def _command_line(event: ApprovalRequested) -> str:
+    """The command line a call runs ("" for a call that runs none: an editor's ``command`` is
+    its action, not a command line)."""
+    return str(event.arguments.get("command", "")) if event.name == "shell" else ""
+
+
+def _repo_path(path: str) -> str | None:
+    """A sandbox path as a path in the repository (None: outside the workspace)."""
+    clean = posixpath.normpath(path)
+    return clean[len(WORKSPACE) + 1 :] if clean.startswith(WORKSPACE + "/") else None
 
 
 def _text(text: str) -> schema.ContentToolCallContent:
@@ -403,7 +569,7 @@ def _permission_texts(event: ApprovalRequested) -> list[str]:
     texts = [event.reason]
     if event.always:
         texts.append(f"Allow always: allows {event.always}.")
-    command = str(event.arguments.get("command", ""))
+    command = _command_line(event)
     refused = f"`{command}`" if command else f"every `{action_of(event.name, event.arguments)}` call"
     texts.append(
         f"Reject always: refuses {refused} without asking, for the rest of the session. "

@@ -6,7 +6,8 @@ send: the model's reasoning as thought chunks and its text as message chunks whi
 (``read``, ``edit``, ``execute``, ``search``, ``think``), its status as it runs, a running
 command's latest output as its content (``ToolOutput``, the tail), and its content when it ends (an edit's diff as ACP diff content, a command's output and a test table as text),
 and the tokens used after each model call. Paths are shown as the user's (the repository's), not
-the sandbox's.
+the sandbox's. A command whose output goes to a client terminal (``terminals``) has that terminal
+as its content instead of text.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from acp import (
     text_block,
     tool_content,
     tool_diff_content,
+    tool_terminal_ref,
     update_agent_message_text,
     update_agent_thought_text,
     update_tool_call,
@@ -37,6 +39,7 @@ from clover_agent.events import (
 )
 from clover_agent.protocol.messages import TOOL_CALL_OPEN
 from clover_agent.sandboxes.base import WORKSPACE
+from clover_agent.session.events import TurnStarted
 
 Update = Any  # one of the SDK's session update models
 #: A tool's output shown in the editor at most (the trajectory keeps all of it).
@@ -83,6 +86,9 @@ class UpdateMaker:
         self._streamed: set[int] = set()  # steps that streamed anything
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (name, arguments)
         self._live: dict[str, str] = {}  # call id -> the tail of what it printed so far
+        self._said: object = None  # what the last message text of this request came from (a step)
+        #: Call id -> the client terminal its output is shown in (``terminals``): no text for it.
+        self.terminals: dict[str, str] = {}
 
     def host_path(self, path: str) -> str:
         """A sandbox path as the user's path (a path outside the workspace stays as it is)."""
@@ -114,7 +120,18 @@ class UpdateMaker:
             return "Finish"
         return name
 
+    def _say(self, source: object, text: str) -> Update:
+        """A message chunk of ``text``; the first of a new step starts a paragraph of its own, so
+        the texts of separate steps never run together."""
+        if self._said is not None and self._said != source and not text.startswith("\n"):
+            text = "\n\n" + text
+        self._said = source
+        return update_agent_message_text(text)
+
     def updates(self, event: Event) -> list[Update]:
+        if isinstance(event, TurnStarted):
+            self._said = None  # a new request: its answer is a message of its own
+            return []
         if isinstance(event, ModelDelta):
             return self._delta(event)
         if isinstance(event, ModelResponded):
@@ -150,7 +167,7 @@ class UpdateMaker:
                 0,
             )  # fmt: skip
             send, self._pending[event.step] = pending[: len(pending) - keep], pending[len(pending) - keep :]
-        return [update_agent_message_text(self.shown(send))] if send else []
+        return [self._say(event.step, self.shown(send))] if send else []
 
     def _responded(self, event: ModelResponded) -> list[Update]:
         out: list[Update] = []
@@ -159,9 +176,9 @@ class UpdateMaker:
             if event.reasoning:
                 out.append(update_agent_thought_text(event.reasoning))
             if event.content.strip():
-                out.append(update_agent_message_text(self.shown(event.content)))
+                out.append(self._say(event.step, self.shown(event.content)))
         elif event.step not in self._cut and rest.strip():
-            out.append(update_agent_message_text(self.shown(rest)))
+            out.append(self._say(event.step, self.shown(rest)))
         if self.context_window:
             used = min(event.prompt_tokens + event.completion_tokens, self.context_window)
             out.append(schema.UsageUpdate(session_update="usage_update", used=used, size=self.context_window))
@@ -190,11 +207,11 @@ class UpdateMaker:
             )
         ]
         if event.name == "finish" and str(event.arguments.get("summary", "")).strip():
-            out.append(update_agent_message_text("\n\n" + self.shown(str(event.arguments["summary"]))))
+            out.append(self._say(("finish", event.step), self.shown(str(event.arguments["summary"]))))
         return out
 
     def _output(self, event: ToolOutput) -> list[Update]:
-        if event.call_id not in self._calls or not event.text:
+        if event.call_id not in self._calls or not event.text or event.call_id in self.terminals:
             return []
         tail = (self._live.get(event.call_id, "") + event.text)[-LIVE_SHOWN_CHARS:]
         self._live[event.call_id] = tail
@@ -205,11 +222,12 @@ class UpdateMaker:
         if event.call_id not in self._calls:
             return []
         name, arguments = self._calls.pop(event.call_id)
+        terminal = self.terminals.pop(event.call_id, None)
         return [
             update_tool_call(
                 event.call_id,
                 status="failed" if event.is_error else "completed",
-                content=self.content(name, arguments, event),
+                content=[tool_terminal_ref(terminal)] if terminal else self.content(name, arguments, event),
                 raw_output={"output": event.output[:MAX_SHOWN_CHARS], "is_error": event.is_error},
             )
         ]

@@ -165,6 +165,18 @@ PRESETS: dict[str, Policy] = {
 }
 DEFAULT_PRESET = "workspace"
 
+#: The interactive front ends' preset beside the core's (the TUI's and ACP's ``ask``): ask before
+#: every call that may change the workspace. Not a preset of ``fix`` or the CI bot.
+ASK_POLICY = Policy(
+    "ask",
+    (
+        *_DENY_OUTSIDE,
+        *(Rule(Decision.ASK, tool=f"editor:{c}") for c in ("create", "str_replace", "insert", "undo_edit")),
+        Rule(Decision.ASK, tool="shell"),
+    ),
+    default=Decision.ALLOW,
+)
+
 
 def preset(name: str) -> Policy:
     try:

@@ -1,9 +1,9 @@
-"""The policies the TUI offers: the core's presets and its own ``ask`` (ask before every call that
-may change the workspace), and what every TUI session tells the model about working with a person."""
+"""The policies the TUI offers: the core's presets and ``ask`` (ask before every call that may change
+the workspace), and what every TUI session tells the model about working with a person."""
 
 from __future__ import annotations
 
-from clover_agent.agent.policy import PRESETS, Decision, Policy, Rule
+from clover_agent.agent.policy import ASK_POLICY, PRESETS, Policy
 from clover_agent.errors import UsageError
 
 #: Said to the model in every TUI session, after the repository's system prompt.
@@ -16,22 +16,6 @@ them; to answer a question, or when you need their answer to go on, reply in pla
 tool call (that ends your turn). They may interrupt you and correct course: follow their latest
 message."""
 
-
-def _mutating_editor_rules(decision: Decision) -> tuple[Rule, ...]:
-    commands = ("create", "str_replace", "insert", "undo_edit")
-    return tuple(Rule(decision, tool=f"editor:{c}") for c in commands)
-
-
-#: The TUI's own preset beside the core's: ask before every call that may change the workspace.
-ASK_POLICY = Policy(
-    "ask",
-    (
-        Rule(Decision.DENY, tool="*", path="!/workspace/*"),
-        *_mutating_editor_rules(Decision.ASK),
-        Rule(Decision.ASK, tool="shell"),
-    ),
-    default=Decision.ALLOW,
-)
 
 #: Policies the TUI offers: the core's presets and its own ``ask``.
 POLICIES: dict[str, Policy] = {**PRESETS, ASK_POLICY.name: ASK_POLICY}

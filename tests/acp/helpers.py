@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ class RecordingClient:
     permissions: list[schema.RequestPermissionRequest] = field(default_factory=list)
     written: dict[str, str] = field(default_factory=dict)
     hold_permissions: bool = False  # leave permission requests unanswered (until cancelled)
+    terminals: dict[str, ClientTerminal] = field(default_factory=dict)  # by terminal id
+    before_answer: Callable[[], Awaitable[object]] | None = None  # run before each answer
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -44,6 +46,8 @@ class RecordingClient:
         self.permissions.append(
             schema.RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=options)
         )
+        if self.before_answer is not None:
+            await self.before_answer()
         if self.hold_permissions or not self.answers:
             if self.hold_permissions:
                 await asyncio.Event().wait()
@@ -60,11 +64,72 @@ class RecordingClient:
     async def read_text_file(self, session_id: str, path: str, **_: Any) -> schema.ReadTextFileResponse:
         return schema.ReadTextFileResponse(content=Path(path).read_text(encoding="utf-8"))
 
+    async def create_terminal(
+        self, session_id: str, command: str, args: list[str] | None = None, cwd: str | None = None, **_: Any
+    ) -> schema.CreateTerminalResponse:
+        """Run the command as an editor runs a terminal's: a process of its own, output collected."""
+        process = await asyncio.create_subprocess_exec(
+            command, *(args or []), cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        terminal = ClientTerminal(f"term-{len(self.terminals) + 1}", [command, *(args or [])], process)
+        terminal.reading = asyncio.ensure_future(terminal.read())
+        self.terminals[terminal.terminal_id] = terminal
+        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> schema.TerminalOutputResponse:
+        terminal = self.terminals[terminal_id]
+        return schema.TerminalOutputResponse(output=terminal.output.decode(), truncated=False)
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> schema.WaitForTerminalExitResponse:
+        terminal = self.terminals[terminal_id]
+        code = await terminal.process.wait()
+        await terminal.reading
+        return schema.WaitForTerminalExitResponse(exit_code=code if code >= 0 else None)
+
+    async def kill_terminal(self, session_id: str, terminal_id: str, **_: Any) -> schema.KillTerminalResponse:
+        terminal = self.terminals[terminal_id]
+        if terminal.process.returncode is None:
+            terminal.process.kill()
+        terminal.killed = True
+        return schema.KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> schema.ReleaseTerminalResponse:
+        terminal = self.terminals[terminal_id]
+        if terminal.process.returncode is None:
+            terminal.process.kill()
+        await terminal.process.wait()
+        terminal.released = True
+        return schema.ReleaseTerminalResponse()
+
     def of(self, kind: type) -> list[Any]:
         return [u for u in self.updates if isinstance(u, kind)]
 
     def text(self, kind: type = schema.AgentMessageChunk) -> str:
         return "".join(u.content.text for u in self.of(kind))
+
+
+@dataclass
+class ClientTerminal:
+    """A terminal the agent asked the client for: its command line and process, what it printed."""
+
+    terminal_id: str
+    argv: list[str]
+    process: asyncio.subprocess.Process
+    output: bytes = b""
+    reading: asyncio.Future[None] | None = None
+    killed: bool = False
+    released: bool = False
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        while piece := await self.process.stdout.read(4096):
+            self.output += piece
 
 
 @dataclass
@@ -82,10 +147,16 @@ def agent_args(replay: Path, sandbox: str = "local", *extra: str) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def running_agent(
-    args: list[str], log: Path, client: RecordingClient | None = None, *, fs_write: bool = True
+    args: list[str],
+    log: Path,
+    client: RecordingClient | None = None,
+    *,
+    fs_write: bool = True,
+    terminal: bool = False,
 ) -> AsyncIterator[Agent]:
     """The agent started as a subprocess (its stderr to ``log``), initialized (the client advertising
-    ``fs/write_text_file`` when ``fs_write``); every message both ways is in ``messages``."""
+    ``fs/write_text_file`` when ``fs_write``, ``terminal/*`` when ``terminal``); every message both
+    ways is in ``messages``."""
     client = client or RecordingClient()
     messages: list[StreamEvent] = []
     env = dict(os.environ)
@@ -99,14 +170,15 @@ async def running_agent(
             observers=[messages.append],
             transport_kwargs={"stderr": stderr.fileno(), "shutdown_timeout": 60.0},
         ) as (conn, process):
-            yield await _initialized(Agent(conn, process, client, messages), fs_write)
+            yield await _initialized(Agent(conn, process, client, messages), fs_write, terminal)
 
 
-async def _initialized(agent: Agent, fs_write: bool) -> Agent:
+async def _initialized(agent: Agent, fs_write: bool, terminal: bool) -> Agent:
     agent.init = await agent.conn.initialize(
         protocol_version=1,
         client_capabilities=schema.ClientCapabilities(
-            fs=schema.FileSystemCapabilities(read_text_file=fs_write, write_text_file=fs_write)
+            fs=schema.FileSystemCapabilities(read_text_file=fs_write, write_text_file=fs_write),
+            terminal=terminal,
         ),
         client_info=schema.Implementation(name="clover-tests", version="0"),
     )
@@ -132,11 +204,18 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/new": (schema.NewSessionRequest, schema.NewSessionResponse),
     "session/load": (schema.LoadSessionRequest, schema.LoadSessionResponse),
     "session/prompt": (schema.PromptRequest, schema.PromptResponse),
+    "session/set_mode": (schema.SetSessionModeRequest, schema.SetSessionModeResponse),
+    "session/list": (schema.ListSessionsRequest, schema.ListSessionsResponse),
     "session/cancel": (schema.CancelNotification, None),
     "session/update": (schema.SessionNotification, None),
     "session/request_permission": (schema.RequestPermissionRequest, schema.RequestPermissionResponse),
     "fs/write_text_file": (schema.WriteTextFileRequest, schema.WriteTextFileResponse),
     "fs/read_text_file": (schema.ReadTextFileRequest, schema.ReadTextFileResponse),
+    "terminal/create": (schema.CreateTerminalRequest, schema.CreateTerminalResponse),
+    "terminal/output": (schema.TerminalOutputRequest, schema.TerminalOutputResponse),
+    "terminal/wait_for_exit": (schema.WaitForTerminalExitRequest, schema.WaitForTerminalExitResponse),
+    "terminal/kill": (schema.KillTerminalRequest, schema.KillTerminalResponse),
+    "terminal/release": (schema.ReleaseTerminalRequest, schema.ReleaseTerminalResponse),
 }
 
 

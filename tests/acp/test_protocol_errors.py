@@ -111,6 +111,9 @@ async def test_what_the_agent_says_besides_the_protocol_goes_to_stderr(tmp_path:
     await agent.request(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     opened = await agent.request(2, "session/new", {"cwd": str(repo), "mcpServers": []})
     assert "sessionId" in opened["result"]
+    # after the answer (the client knows the session by then): its commands and its mode
+    updates = [(await agent.read())["params"]["update"]["sessionUpdate"] for _ in range(2)]
+    assert updates == ["available_commands_update", "current_mode_update"]
     assert await agent.close() == b""
     assert all(json.loads(line)["jsonrpc"] == "2.0" for line in agent.lines)
     said = log.read_text(encoding="utf-8")
