@@ -1,7 +1,8 @@
 """The session modes an editor offers (``session/set_mode``): one entry per mode, each a policy.
 
 A mode is what the agent may do without asking: ``ask`` asks before every edit and command,
-``auto`` edits and runs commands in the sandbox unasked (the ``workspace`` policy). To add one,
+``auto`` edits and runs commands in the sandbox unasked (the ``workspace`` policy), ``plan`` only
+looks until the person approves a plan (:mod:`clover_agent.agent.plan`). To add one,
 add an entry to :data:`MODES`. The starting mode follows ``--policy``; a policy no mode names
 (``read-only``, ``ci``) is offered as a mode of its own, so the editor shows what is in force.
 """
@@ -12,7 +13,11 @@ from dataclasses import dataclass
 
 from acp import schema
 
+from clover_agent.agent.plan import PLAN_POLICY
 from clover_agent.agent.policy import ASK_POLICY, PRESETS, Policy
+
+#: The mode that plans: read-only until the person approves a plan.
+PLAN = "plan"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,13 @@ MODES: tuple[Mode, ...] = (
         "Auto",
         "Edit and run commands in the sandbox without asking (commands that reach outside are asked).",
         PRESETS["workspace"],
+    ),
+    Mode(
+        PLAN,
+        "Plan",
+        "Look first: read, search and run tests, change nothing, and propose a plan; once you approve "
+        "it, the agent carries it out in the mode you choose.",
+        PLAN_POLICY,
     ),
 )
 

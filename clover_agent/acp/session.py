@@ -29,13 +29,14 @@ from acp import (
 from acp.helpers import update_available_commands, update_current_mode
 
 from clover_agent.acp import commands
-from clover_agent.acp.modes import Mode, modes_for
+from clover_agent.acp.modes import PLAN, Mode, modes_for
 from clover_agent.acp.preview import preview_edit
 from clover_agent.acp.terminals import Terminals
 from clover_agent.acp.updates import UpdateMaker, action_of, kind_of
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.plan import Plan
 from clover_agent.agent.policy import with_mcp
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
@@ -48,6 +49,7 @@ from clover_agent.events import (
     Event,
     EventBus,
     ModelResponded,
+    PlanUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolOutput,
@@ -69,6 +71,12 @@ APPROVAL_OPTIONS: tuple[tuple[schema.PermissionOptionKind, str, Answer], ...] = 
     ("reject_always", "Reject always", Answer.DENY),
 )
 APPLY, KEEP = "apply", "keep"
+#: The answers to a proposed plan: the mode the plan is carried out in (another option: keep planning).
+PLAN_OPTIONS: tuple[tuple[str, str, schema.PermissionOptionKind], ...] = (
+    ("auto", "Approve: carry it out, editing without asking", "allow_always"),
+    ("ask", "Approve: carry it out, asking before each edit", "allow_once"),
+    ("keep", "Keep planning", "reject_once"),
+)
 #: Said to the model in every ACP session, after the repository's system prompt.
 EDITOR_NOTE = """
 
@@ -221,11 +229,20 @@ class AcpSession:
             raise KeyError(mode_id)
         self.mode = mode
         if self.agent is not None:
-            self.agent.policy = with_mcp(mode.policy, self.config.mcp_servers)
+            self._apply_mode(self.agent, mode)
         self.info.policy = mode.policy.name
         self._save_info()
         await self._send(update_current_mode(mode.id))
         return mode
+
+    def _apply_mode(self, agent: Agent, mode: Mode) -> None:
+        """Put ``agent`` under ``mode``: planning for ``plan`` (read-only until a plan is approved),
+        else its policy (leaving plan mode without a plan)."""
+        if mode.id == PLAN:
+            agent.start_planning()
+        else:
+            agent.leave_planning()
+            agent.policy = with_mcp(mode.policy, self.config.mcp_servers)
 
     async def announce(self) -> None:
         """What the editor shows beside the session: its slash commands and its mode (sent after
@@ -260,7 +277,9 @@ class AcpSession:
             report=self._note,
         )
         self.sandbox = await self.parts.open_sandbox()
-        agent = await self.parts.open_agent(self.backend, self._budget(), Approvals(), conversation=True)
+        agent = await self.parts.open_agent(
+            self.backend, self._budget(), Approvals(), conversation=True, planning=True
+        )
         self.mcp = self.parts.mcp
         # stock is taken of the user's tree as it is (before a saved session's changes come back):
         # what the session offers is everything it changed that the tree does not hold yet
@@ -276,7 +295,7 @@ class AcpSession:
         if saved is not None and saved.state is not None:
             await agent.resume(saved.state, fresh_budget=True)
         self.system = await self.parts.system_prompt(EDITOR_NOTE)
-        agent.policy = with_mcp(self.mode.policy, self.config.mcp_servers)
+        self._apply_mode(agent, self.mode)
         self.agent = agent
         await self.bus.drain()
         self._save_info()
@@ -291,7 +310,7 @@ class AcpSession:
             if isinstance(event, TurnStarted):
                 history.updates(event)
                 await self._send(update_user_message_text(event.text))
-            elif isinstance(event, ModelResponded | ToolCallStarted | ToolCallFinished):
+            elif isinstance(event, ModelResponded | ToolCallStarted | ToolCallFinished | PlanUpdated):
                 for update in history.updates(event):
                     await self._send(update)
 
@@ -335,7 +354,34 @@ class AcpSession:
             agent.budget = self._budget()  # budgets count per request
             work = agent.continue_with(message) if agent.messages else agent.run(message, self.system)
             self._run = asyncio.ensure_future(work)
-        run = self._run
+        try:
+            while True:
+                result = await self._until_done(agent, self._run, cancelled)
+                if result is None or result.plan is None or cancelled.is_set():
+                    break
+                go_on = await self._ask_plan(agent, result.plan)
+                if go_on is None:  # kept planning: the next prompt says what to change
+                    break
+                self._run = asyncio.ensure_future(agent.continue_with(go_on))
+        finally:
+            self._cancelled = None
+        if result is None:  # cancelled: the agent waits for the next prompt, which goes on with it
+            await self.bus.drain()
+            self._save_info()
+            return "cancelled"
+        self._run = None
+        await self.bus.drain()
+        if not result.ended_well and result.outcome != "interrupted":
+            await self._send(update_agent_message_text(f"\n\nThe agent stopped: {result.message}"))
+        if result.ended_well and not cancelled.is_set():
+            await self.offer_handback()
+        self._save_info()
+        return "cancelled" if cancelled.is_set() else STOP_REASONS.get(result.outcome, "end_turn")
+
+    async def _until_done(
+        self, agent: Agent, run: asyncio.Future[RunResult], cancelled: asyncio.Event
+    ) -> RunResult | None:
+        """The run's result once it ends; None when a cancel left it paused, waiting for a message."""
         waiting = asyncio.ensure_future(cancelled.wait())
         try:
             either: set[asyncio.Future[Any]] = {run, waiting}
@@ -344,20 +390,43 @@ class AcpSession:
                 await self._stopped(agent, run)
         finally:
             waiting.cancel()
-            self._cancelled = None
-        if not run.done():  # cancelled: the agent waits for the next prompt, which goes on with it
-            await self.bus.drain()
-            self._save_info()
-            return "cancelled"
-        self._run = None
-        result = run.result()
-        await self.bus.drain()
-        if not result.ended_well and result.outcome != "interrupted":
-            await self._send(update_agent_message_text(f"\n\nThe agent stopped: {result.message}"))
-        if result.ended_well and not cancelled.is_set():
-            await self.offer_handback()
-        self._save_info()
-        return "cancelled" if cancelled.is_set() else STOP_REASONS.get(result.outcome, "end_turn")
+        return run.result() if run.done() else None
+
+    async def _ask_plan(self, agent: Agent, plan: Plan) -> str | None:
+        """The plan proposed in plan mode, put to the person as a permission request: approved, the
+        session switches to the mode they chose and the message to go on with is returned (the plan
+        carried into the conversation); otherwise None (still planning)."""
+        call_id = f"plan-{self.turns}-{agent.next_step}"
+        title = f"Approve the plan ({len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''})"
+        content = [_text(plan.markdown())]
+        await self._send(start_tool_call(call_id, title, kind="think", status="pending", content=content))
+        call = schema.ToolCallUpdate(tool_call_id=call_id, title=title, kind="think", status="pending")
+        options = [
+            schema.PermissionOption(option_id=f"{PLAN}:{mode}", name=name, kind=kind)
+            for mode, name, kind in PLAN_OPTIONS
+        ]
+        try:
+            response = await self.client.conn.request_permission(
+                session_id=self.session_id, tool_call=call, options=options
+            )
+            chosen = str(getattr(response.outcome, "option_id", "") or "")
+        except Exception as exc:  # no answer: keep planning, as with a rejection
+            log.warning("session/request_permission failed: %s", exc)
+            chosen = ""
+        mode = next((m for m in self.modes if f"{PLAN}:{m.id}" == chosen and m.id != PLAN), None)
+        if mode is None:
+            note = "Still planning: say what to change in the plan, or switch mode to leave plan mode."
+            await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
+            return None
+        await self._send(
+            update_tool_call(
+                call_id, status="completed", content=[*content, _text(f"Approved: {mode.name}.")]
+            )
+        )
+        policy = with_mcp(mode.policy, self.config.mcp_servers)
+        go_on = agent.approve_plan(plan, policy)
+        await self.set_mode(mode.id)
+        return go_on
 
     async def _command(self, command: commands.Command, argument: str) -> schema.StopReason:
         """Run a slash command; its answer is a message (a failure too: it says why)."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from acp import (
+    plan_entry,
     schema,
     start_tool_call,
     text_block,
@@ -25,14 +26,17 @@ from acp import (
     tool_terminal_ref,
     update_agent_message_text,
     update_agent_thought_text,
+    update_plan,
     update_tool_call,
 )
 
+from clover_agent.agent.plan import Plan
 from clover_agent.events import (
     CallInterrupted,
     Event,
     ModelDelta,
     ModelResponded,
+    PlanUpdated,
     ToolCallFinished,
     ToolCallStarted,
     ToolOutput,
@@ -58,6 +62,8 @@ KINDS: dict[str, schema.ToolKind] = {
     "shell": "execute",
     "run_tests": "execute",
     "finish": "think",
+    "propose_plan": "think",
+    "update_plan": "think",
 }
 
 
@@ -118,6 +124,10 @@ class UpdateMaker:
             return f"Run tests {arguments.get('target') or ''}".strip()
         if name == "finish":
             return "Finish"
+        if name == "propose_plan":
+            return "Propose a plan"
+        if name == "update_plan":
+            return "Update the plan"
         return name
 
     def _say(self, source: object, text: str) -> Update:
@@ -142,6 +152,8 @@ class UpdateMaker:
             return self._output(event)
         if isinstance(event, ToolCallFinished):
             return self._finished(event)
+        if isinstance(event, PlanUpdated):
+            return [plan_update(Plan.from_dict(event.plan))]
         if isinstance(event, CallInterrupted) and event.call_id in self._calls:
             return [update_tool_call(event.call_id, status="failed", content=[_text("Interrupted.")])]
         return []
@@ -249,6 +261,11 @@ class UpdateMaker:
             output = output[:MAX_SHOWN_CHARS] + f"\n… ({len(output) - MAX_SHOWN_CHARS} more characters)"
         text = self.shown(output)
         return [_text(f"```\n{text}\n```" if name in ("shell", "search") and text.strip() else text)]
+
+
+def plan_update(plan: Plan) -> schema.AgentPlanUpdate:
+    """A plan as the editor shows it: its steps, each with its status (ACP's are the plan's)."""
+    return update_plan(plan_entry(s.step, status=cast(Any, s.status)) for s in plan.steps)
 
 
 def _text(text: str) -> schema.ContentToolCallContent:

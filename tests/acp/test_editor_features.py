@@ -49,7 +49,7 @@ async def test_modes_are_listed_and_switching_changes_what_is_asked(tmp_path: Pa
     async with running_agent(args, tmp_path / "agent.log", client) as agent:
         session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
         assert session.modes is not None and session.modes.current_mode_id == "ask"
-        assert [m.id for m in session.modes.available_modes] == ["ask", "auto"]
+        assert [m.id for m in session.modes.available_modes] == ["ask", "auto", "plan"]
 
         # under ask: the edit is asked about once, its request carrying the diff it would make ...
         assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "end_turn"
@@ -78,7 +78,7 @@ async def test_modes_are_listed_and_switching_changes_what_is_asked(tmp_path: Pa
 
         with pytest.raises(RequestError) as unknown:
             await agent.conn.set_session_mode(session_id=session.session_id, mode_id="yolo")
-        assert "the modes are ask, auto" in str(unknown.value.data)
+        assert "the modes are ask, auto, plan" in str(unknown.value.data)
     check_conformance(agent.messages)
 
 
