@@ -37,11 +37,13 @@ from clover_agent.events import (
     ErrorReported,
     Event,
     EventBus,
+    HookRan,
     ModelResponded,
     ToolCallFinished,
     ToolCallStarted,
 )
 from clover_agent.handback.session import SessionHandBack
+from clover_agent.hooks import hook_line
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import SessionStarted, TurnStarted
@@ -130,6 +132,12 @@ class AcpSession:
     async def _forward(self, event: Event) -> None:
         for update in self.updates.updates(event):
             await self._send(update)
+        line = hook_line(event) if isinstance(event, HookRan) else None
+        if line is not None:  # said at once during a prompt; before one, with the next prompt's answer
+            if self.answering:
+                await self._send(update_agent_message_text(f"\n[hook: {line}]\n"))
+            else:
+                self._notes.append(f"hook: {line}")
         if isinstance(event, ApprovalRequested):
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
@@ -173,6 +181,7 @@ class AcpSession:
             self.repo,
             self.folder / "handback",
             bus=self.bus,
+            hooks=self.parts.hooks,
         )
         await self.handback.start()
         if saved is not None and saved.state is not None:

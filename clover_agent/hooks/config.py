@@ -83,7 +83,7 @@ def _entry(event: str, index: int, entry: Mapping[str, Any], origin: str) -> lis
             re.compile(matcher)
         except re.error as exc:
             raise ValueError(f"{where}: matcher {matcher!r} is not a regular expression ({exc})") from None
-    commands = entry["hooks"] if nested else [entry]
+    commands = entry["hooks"] if nested else [{k: v for k, v in entry.items() if k != "matcher"}]
     if not isinstance(commands, list) or not commands:
         raise ValueError(f"{where}: hooks must be a non-empty list of tables")
     return [_command(event, f"{where} hook #{i + 1}" if nested else where, c, matcher, origin)
