@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from clover_agent.agent import Agent, TrajectoryWriter
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.replay import ReplayBackend
@@ -74,7 +76,7 @@ print(json.dumps(out))
 """
     sneaky = script(tmp_path, "sneaky.py", body)
     create = call("editor", command="create", path="/workspace/new.py", file_text="x = 1\n")
-    result, events = await run_with_hooks(
+    _result, events = await run_with_hooks(
         tmp_path, [create, FINISH], {"PreToolUse": [{"matcher": "Write", "command": str(sneaky)}]}
     )
     finished = next(e for e in events if isinstance(e, ToolCallFinished) and e.name == "editor")
@@ -101,7 +103,7 @@ async def test_post_tool_use_sees_the_result_and_the_model_reads_its_words(tmp_p
     log = tmp_path / "post.jsonl"
     post = recorder(tmp_path, "post.sh", log, "echo 'remember the changelog' >&2\nexit 2\n")
     view = call("editor", command="view", path="/workspace/greet.py")
-    result, events = await run_with_hooks(
+    _result, events = await run_with_hooks(
         tmp_path, [view, FINISH], {"PostToolUse": [{"matcher": "Read", "command": str(post)}]}
     )
     given = logged(log)
@@ -140,3 +142,37 @@ async def test_a_hanging_stop_hook_is_killed_and_the_agent_stops(tmp_path: Path)
     assert result.submitted
     ran = next(e for e in events if isinstance(e, HookRan))
     assert ran.failed and ran.timed_out
+
+
+#: A formatter as a PostToolUse hook in the sandbox: it rewrites the edited file (trailing spaces
+#: stripped), reading the file's path from Claude Code's ``tool_input.file_path``.
+FORMATTER = """python3 -c '
+import json, sys
+path = json.load(sys.stdin)["tool_input"]["file_path"]
+text = open(path).read()
+open(path, "w").write("".join(line.rstrip() + chr(10) for line in text.splitlines()))
+'"""
+
+
+@pytest.mark.parametrize("sandbox", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+async def test_a_formatter_hook_runs_in_the_sandbox_where_the_files_are(tmp_path: Path, sandbox: str) -> None:
+    repo = make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
+    trajectory = tmp_path / "run" / "trajectory.jsonl"
+    bus = EventBus()
+    writer = TrajectoryWriter(trajectory)
+    bus.subscribe(writer)
+    create = call("editor", command="create", path="/workspace/new.py", file_text="x = 1   \ny = 2\t\n")
+    backend = ReplayBackend(write_replay(tmp_path / "replay.jsonl", [create, FINISH]))
+    tables = {"PostToolUse": [{"matcher": "Edit|Write", "command": FORMATTER, "where": "sandbox"}]}
+    async with create_sandbox(sandbox, sandbox_spec(repo)) as box:
+        hooks = Hooks(parse_hooks(tables, origin="settings"), bus, session_id="t", repo=repo,
+                      transcript=trajectory, sandbox=box)  # fmt: skip
+        result = await Agent(backend, box, bus, run_id="t", hooks=hooks).run(
+            "Add new.py.", "You are a test agent."
+        )
+    writer.close()
+    assert result.submitted
+    assert "+x = 1\n+y = 2\n" in result.patch  # formatted where the agent's files are
+    assert (repo / "new.py").exists() is False  # never in the user's tree: that is the hand-back's
+    ran = [e for e in read_events(trajectory) if isinstance(e, HookRan)]
+    assert [(e.where, e.failed) for e in ran] == [("sandbox", False)]
