@@ -8,9 +8,8 @@ check of how tests pass, against a baseline made in a fresh sandbox exactly the 
 the tests failing there are the target; when none fails, the request alone said what to do and a
 test the patch adds or changes must fail without it. A part of the offer chosen file by file is
 judged again on its own (:meth:`SessionHandBack.part`) before it can be applied, so the verdict
-shown always describes the bytes written. The user's PreHandBack hooks may veto an apply
-(docs/hooks.md). Applied (the verified bytes, all or nothing), the offer's tree is the start of
-the next one: what was not applied is offered again with later work.
+shown always describes the bytes written. Applied (the verified bytes, all or nothing), the offer's
+tree is the start of the next one: what was not applied is offered again with later work.
 """
 
 from __future__ import annotations
