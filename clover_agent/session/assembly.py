@@ -153,7 +153,7 @@ class AgentSession:
         try:
             hooks, self.hooks = self.hooks, None
             if hooks is not None and self.agent is not None:
-                await hooks.session_end("exit")
+                await hooks.session_end("other")
             await self.close_agent()
             if backend is not None:
                 await backend.close()

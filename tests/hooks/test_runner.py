@@ -224,8 +224,8 @@ async def test_session_start_context_and_session_end(tmp_path: Path) -> None:
     end = recorder(tmp_path, "end.sh", log)
     hooks, _ = hooks_of(tmp_path, {**one("SessionStart", start), **one("SessionEnd", end)})
     assert await hooks.session_start("startup") == "The team uses tabs."
-    await hooks.session_end("exit")
-    assert logged(log)[0]["reason"] == "exit"
+    await hooks.session_end("other")
+    assert logged(log)[0]["reason"] == "other"
 
 
 async def test_hooks_get_a_small_clean_environment(tmp_path: Path) -> None:
@@ -237,7 +237,7 @@ async def test_hooks_get_a_small_clean_environment(tmp_path: Path) -> None:
     )
     hooks, _ = hooks_of(tmp_path, one("SessionEnd", dump))
     hooks.environ = {**hooks.environ, "OPENAI_API_KEY": "secret"}
-    await hooks.session_end("exit")
+    await hooks.session_end("other")
     env = json.loads(out.read_text())
     assert "OPENAI_API_KEY" not in env
     assert env["CLOVER_PROJECT_DIR"] == env["CLAUDE_PROJECT_DIR"] == str(tmp_path / "repo")
