@@ -17,6 +17,9 @@ from typing import Any
 EVENTS = ("PreToolUse", "PostToolUse", "Stop", "SessionStart", "SessionEnd", "PreHandBack")
 #: Events whose hooks choose calls by their tool's name (``matcher``).
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
+#: Events whose ``matcher`` is tried on a word, as Claude Code's: SessionStart's source (startup,
+#: resume), SessionEnd's reason.
+WORD_EVENTS = ("SessionStart", "SessionEnd")
 #: Seconds a hook may run unless its table says otherwise.
 DEFAULT_TIMEOUT_S = 60.0
 WHERE = ("host", "sandbox")
@@ -28,7 +31,8 @@ _COMMAND_KEYS = {"type", "command", "timeout", "where"}
 @dataclass(frozen=True)
 class HookConfig:
     """One hook: the shell ``command`` run on ``event`` for the tools ``matcher`` matches (a
-    regular expression matched whole against the tool's names; None: every tool), at most
+    regular expression matched whole against the tool's names, or SessionStart's source and
+    SessionEnd's reason; None: every one), at most
     ``timeout_s`` seconds, on the host or in the sandbox (``where``). ``origin`` says whose file
     named it (settings or repository), for the messages."""
 
@@ -77,8 +81,8 @@ def _entry(event: str, index: int, entry: Mapping[str, Any], origin: str) -> lis
     if matcher is not None:
         if not isinstance(matcher, str):
             raise ValueError(f"{where}: matcher must be a string (a regular expression on tool names)")
-        if event not in TOOL_EVENTS and matcher not in ("", "*"):
-            raise ValueError(f"{where}: matcher applies only to {' and '.join(TOOL_EVENTS)}")
+        if event not in TOOL_EVENTS + WORD_EVENTS and matcher not in ("", "*"):
+            raise ValueError(f"{where}: matcher applies only to {', '.join(TOOL_EVENTS + WORD_EVENTS)}")
         try:
             re.compile(matcher)
         except re.error as exc:

@@ -134,7 +134,8 @@ class Hooks:
             if isinstance(updated, dict):
                 current = from_hook(name, current or arguments, updated, self._roots())
                 decided = "modify" if decided == "ok" else decided
-                said = said or "changed the call's arguments"
+                shown = json.dumps(current, ensure_ascii=False, default=str)
+                said = said or f"changed the arguments to {shown[:REASON_CHARS]}"
             if context:
                 contexts.append(context)
                 decided = "context" if decided == "ok" else decided
@@ -223,7 +224,7 @@ class Hooks:
         """Run the SessionStart hooks (``source``: startup or resume); returns the context they
         add for the model (``additionalContext``, or plain stdout)."""
         found = []
-        for hook in self._hooks("SessionStart"):
+        for hook in self._matching_word("SessionStart", source):
             run = await self._run(hook, self._payload(hook, "SessionStart") | {"source": source})
             text = ""
             if not run.failure and run.finished.exit_code == 0:
@@ -236,7 +237,7 @@ class Hooks:
 
     async def session_end(self, reason: str) -> None:
         """Run the SessionEnd hooks (nothing they say changes anything)."""
-        for hook in self._hooks("SessionEnd"):
+        for hook in self._matching_word("SessionEnd", reason):
             self._report(await self._run(hook, self._payload(hook, "SessionEnd") | {"reason": reason}))
 
     # -- running one -----------------------------------------------------------------------------
@@ -244,14 +245,20 @@ class Hooks:
     def _hooks(self, event: str) -> list[HookConfig]:
         return [h for h in self.configs if h.event == event]
 
+    def _matching_word(self, event: str, word: str) -> list[HookConfig]:
+        """The hooks of ``event`` whose matcher takes ``word`` (SessionStart's source, SessionEnd's reason)."""
+        return [h for h in self._hooks(event) if h.matches((word,))]
+
     def _matching(self, event: str, name: str, arguments: Mapping[str, Any]) -> list[HookConfig]:
         names = aliases(name, arguments)
         return [h for h in self._hooks(event) if h.matches(names)]
 
     def _root(self, hook: HookConfig) -> str:
         """Where the workspace's files are for ``hook``."""
-        if hook.where == "host":
-            return str(self.repo)
+        return str(self.repo) if hook.where == "host" else self._sandbox_root()
+
+    def _sandbox_root(self) -> str:
+        """The workspace as a sandbox hook sees it (the local sandbox's copy is a host folder)."""
         if self.sandbox is not None:
             try:
                 return self.sandbox.attached(["true"]).cwd or WORKSPACE
@@ -260,7 +267,7 @@ class Hooks:
         return WORKSPACE
 
     def _roots(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((str(self.repo), self._root(HookConfig("", "", where="sandbox")))))
+        return tuple(dict.fromkeys((str(self.repo), self._sandbox_root())))
 
     def _payload(self, hook: HookConfig, event: str) -> dict[str, Any]:
         return {

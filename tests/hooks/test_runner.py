@@ -254,3 +254,17 @@ def test_bad_tables_are_refused_with_what_is_wrong() -> None:
         parse_hooks({"PreHandBack": [{"command": "x", "where": "sandbox"}]}, origin="settings")
     with pytest.raises(ValueError, match="unknown key"):
         parse_hooks({"Stop": [{"command": "x", "shell": True}]}, origin="settings")
+
+
+async def test_session_start_matcher_is_tried_on_the_source_as_in_claude_code(tmp_path: Path) -> None:
+    fresh = script(tmp_path, "fresh.sh", "cat >/dev/null\necho 'a new session'\n")
+    again = script(tmp_path, "again.sh", "cat >/dev/null\necho 'taken up again'\n")
+    tables = {
+        "SessionStart": [
+            {"matcher": "startup", "command": str(fresh)},
+            {"matcher": "resume", "command": str(again)},
+        ]
+    }
+    hooks, _ = hooks_of(tmp_path, tables)
+    assert await hooks.session_start("startup") == "a new session"
+    assert await hooks.session_start("resume") == "taken up again"
