@@ -228,9 +228,7 @@ class ToolCaller:
             context = "\n".join(text for text in (context, said) if text)
         if not context:
             return result
-        full = result.data.get("output")
-        data = result.data if not isinstance(full, str) else {**result.data, "output": full}
-        return ToolResult(result.ok, f"{result.output}\n[The user's hooks say:]\n{context}", data)
+        return ToolResult(result.ok, f"{result.output}\n[The user's hooks say:]\n{context}", result.data)
 
     def _finished(self, step: int, call: ToolCall, outcome: CallOutcome, started: float) -> CallOutcome:
         """Emit the call's ``ToolCallFinished`` (its full output kept once); returns ``outcome``."""

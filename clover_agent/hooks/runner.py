@@ -115,7 +115,9 @@ class Hooks:
         it left them."""
         current: dict[str, Any] | None = None
         ask, contexts = None, []
-        for hook in self._matching("PreToolUse", name, current or arguments):
+        for hook in self._hooks("PreToolUse"):
+            if not hook.matches(aliases(name, current or arguments)):  # as the hooks before left it
+                continue
             run = await self._run(hook, self._tool_payload(hook, call_id, name, current or arguments))
             spec = run.specific
             decision = spec.get("permissionDecision") or _legacy(run.output.get("decision"))
