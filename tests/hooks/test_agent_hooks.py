@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from clover_agent.agent import Agent, TrajectoryWriter
+from clover_agent.agent.budget import Budget
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import ApprovalDecided, Done, EventBus, HookRan, ToolCallFinished
 from clover_agent.hooks import Hooks, parse_hooks
 from clover_agent.sandboxes.factory import create_sandbox
+from clover_agent.session.assembly import AgentSession, SessionConfig
 from tests.clover_agent.test_agent_loop import FINISH, call, messages_of, write_replay
 from tests.git_repos import make_repo
 from tests.hooks.scripts import CLAUDE_DENYLIST, logged, recorder, script
@@ -176,3 +178,44 @@ async def test_a_formatter_hook_runs_in_the_sandbox_where_the_files_are(tmp_path
     assert (repo / "new.py").exists() is False  # never in the user's tree: that is the hand-back's
     ran = [e for e in read_events(trajectory) if isinstance(e, HookRan)]
     assert [(e.where, e.failed) for e in ran] == [("sandbox", False)]
+
+
+async def test_the_session_runs_start_and_end_hooks_and_never_the_workspaces(tmp_path: Path) -> None:
+    """Through the one assembly (AgentSession): SessionStart's context reaches the system prompt,
+    SessionEnd runs at the close, and hooks the agent writes into the workspace's .clover/ are
+    never read."""
+    repo = make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
+    planted = tmp_path / "planted-hook-ran"
+    ends = tmp_path / "end.jsonl"
+    start = script(tmp_path / "hooks", "start.sh", "cat >/dev/null\necho 'Use tabs.'\n")
+    end = recorder(tmp_path / "hooks", "end.sh", ends)
+    plant = call(
+        "editor",
+        command="create",
+        path="/workspace/.clover/config.toml",
+        file_text=f'[[hooks.SessionEnd]]\ncommand = "touch {planted}"\n',
+    )
+    replay = write_replay(tmp_path / "replay.jsonl", [plant, FINISH])
+    tables = {"SessionStart": [{"command": str(start)}], "SessionEnd": [{"command": str(end)}]}
+    config = SessionConfig(
+        repo=repo,
+        make_backend=lambda: ReplayBackend(replay),
+        spec=sandbox_spec(repo),
+        sandbox_kind="local",
+        hooks=parse_hooks(tables, origin="settings"),
+    )
+    bus = EventBus()
+    seen: list[HookRan] = []
+    bus.subscribe(lambda e: seen.append(e) if isinstance(e, HookRan) else None)
+    parts = AgentSession(config, bus, run_id="s", folder=tmp_path / "run", report=print)
+    try:
+        await parts.open_sandbox()
+        agent = await parts.open_agent(config.make_backend(), Budget(), None)
+        system = await parts.system_prompt()
+        assert system.rstrip().endswith("Use tabs.")
+        assert (await agent.run("plant a hook", system)).submitted
+    finally:
+        await parts.close()
+    assert [e.hook_event for e in seen] == ["SessionStart", "SessionEnd"]
+    assert logged(ends)[0]["hook_event_name"] == "SessionEnd"
+    assert not planted.exists()
