@@ -12,19 +12,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clover_agent.events import EventBus, HookRan
 from clover_agent.hooks.config import HookConfig
+from clover_agent.hooks.outcome import REASON_CHARS, HookRun, judge, legacy, reason_of
 from clover_agent.hooks.process import Finished, run_command
 from clover_agent.hooks.tool_input import aliases, from_hook, hook_view
 from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox, SandboxError
 
-#: Characters of a hook's reason the model (or a person) reads.
-REASON_CHARS = 4000
 #: Characters of a hook's output kept in its event.
 TAIL_CHARS = 2000
 #: Times in a row a Stop hook may send the agent back to work before its block is ignored.
@@ -53,26 +52,6 @@ class StopVerdict:
     """What the Stop hooks said: ``send_back`` is the message the agent goes on with (None: stop)."""
 
     send_back: str | None = None
-
-
-@dataclass(frozen=True)
-class _Run:
-    hook: HookConfig
-    finished: Finished
-    output: dict[str, Any] = field(default_factory=dict)  # stdout as JSON (exit 0), else {}
-    failure: str = ""  # why it is a non-blocking failure ("": none)
-
-    @property
-    def blocked(self) -> str | None:
-        """The reason of an exit 2 (stderr), else None."""
-        if self.failure or self.finished.exit_code != 2:
-            return None
-        return _reason(self.finished.stderr) or f"blocked by {self.hook.describe()} (exit 2)"
-
-    @property
-    def specific(self) -> dict[str, Any]:
-        found = self.output.get("hookSpecificOutput")
-        return found if isinstance(found, dict) else {}
 
 
 class Hooks:
@@ -120,13 +99,13 @@ class Hooks:
                 continue
             run = await self._run(hook, self._tool_payload(hook, call_id, name, current or arguments))
             spec = run.specific
-            decision = spec.get("permissionDecision") or _legacy(run.output.get("decision"))
-            why = _reason(str(spec.get("permissionDecisionReason") or run.output.get("reason") or ""))
+            decision = spec.get("permissionDecision") or legacy(run.output.get("decision"))
+            why = reason_of(str(spec.get("permissionDecisionReason") or run.output.get("reason") or ""))
             deny = run.blocked or (
                 (why or f"denied by {hook.describe()}") if not run.failure and decision == "deny" else None
             )
             updated = spec.get("updatedInput") if not run.failure else None
-            context = _reason(str(spec.get("additionalContext") or "")) if not run.failure else ""
+            context = reason_of(str(spec.get("additionalContext") or "")) if not run.failure else ""
             if deny is not None:
                 self._report(run, call_id, name, "deny", deny)
                 return ToolVerdict(deny=deny)
@@ -156,10 +135,10 @@ class Hooks:
             run = await self._run(hook, payload)
             text = run.blocked
             if text is None and not run.failure:
-                block = _legacy(run.output.get("decision")) == "deny"
-                text = _reason(str(run.output.get("reason") or "")) if block else None
+                block = legacy(run.output.get("decision")) == "deny"
+                text = reason_of(str(run.output.get("reason") or "")) if block else None
                 text = "\n".join(
-                    t for t in (text, _reason(str(run.specific.get("additionalContext") or ""))) if t
+                    t for t in (text, reason_of(str(run.specific.get("additionalContext") or ""))) if t
                 )
             self._report(run, call_id, name, "context" if text else "ok", text or "")
             if text:
@@ -181,9 +160,9 @@ class Hooks:
                 reason is None
                 and not run.failure
                 and run.output.get("continue") is not False
-                and _legacy(run.output.get("decision")) == "deny"
+                and legacy(run.output.get("decision")) == "deny"
             ):
-                reason = _reason(str(run.output.get("reason") or "")) or f"sent back by {hook.describe()}"
+                reason = reason_of(str(run.output.get("reason") or "")) or f"sent back by {hook.describe()}"
             if reason is not None and self.sends_back >= MAX_SENDS_BACK:
                 self._report(run, decided="ok", reason=f"ignored: it sent the agent back {MAX_SENDS_BACK} "
                              f"times in a row already ({reason})")  # fmt: skip
@@ -211,9 +190,9 @@ class Hooks:
             run = await self._run(hook, payload)
             veto = run.blocked
             if veto is None and not run.failure:
-                decision = run.specific.get("permissionDecision") or _legacy(run.output.get("decision"))
+                decision = run.specific.get("permissionDecision") or legacy(run.output.get("decision"))
                 if decision == "deny":
-                    veto = _reason(
+                    veto = reason_of(
                         str(run.specific.get("permissionDecisionReason") or run.output.get("reason") or "")
                     )
                     veto = veto or f"vetoed by {hook.describe()}"
@@ -231,7 +210,7 @@ class Hooks:
             text = ""
             if not run.failure and run.finished.exit_code == 0:
                 plain = run.finished.stdout if not run.output else ""
-                text = _reason(str(run.specific.get("additionalContext") or plain))
+                text = reason_of(str(run.specific.get("additionalContext") or plain))
             self._report(run, decided="context" if text else "ok", reason=text[:200])
             if text:
                 found.append(text)
@@ -290,15 +269,15 @@ class Hooks:
             "tool_input": hook_view(name, arguments, self._root(hook)),
         }
 
-    async def _run(self, hook: HookConfig, payload: dict[str, Any]) -> _Run:
+    async def _run(self, hook: HookConfig, payload: dict[str, Any]) -> HookRun:
         data = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
         try:
             argv, cwd, env = self._command(hook)
         except SandboxError as exc:
-            return _Run(hook, Finished(None, "", "", 0.0, error=f"the sandbox cannot run it: {exc}"),
+            return HookRun(hook, Finished(None, "", "", 0.0, error=f"the sandbox cannot run it: {exc}"),
                         failure=f"the sandbox cannot run it: {exc}")  # fmt: skip
         finished = await run_command(argv, data, cwd=cwd, env=env, timeout_s=hook.timeout_s)
-        return _judge(hook, finished)
+        return judge(hook, finished)
 
     def _command(self, hook: HookConfig) -> tuple[list[str], str | None, dict[str, str]]:
         if hook.where == "sandbox":
@@ -314,7 +293,7 @@ class Hooks:
         return ["/bin/sh", "-c", hook.command], str(self.repo), env
 
     def _report(
-        self, run: _Run, call_id: str = "", tool: str = "", decided: str = "ok", reason: str = ""
+        self, run: HookRun, call_id: str = "", tool: str = "", decided: str = "ok", reason: str = ""
     ) -> None:
         finished = run.finished
         tail = finished.stderr + ("\n" if finished.stderr and finished.stdout else "") + finished.stdout
@@ -338,52 +317,3 @@ class Hooks:
                 tool=tool,
             )
         )
-
-
-def _judge(hook: HookConfig, finished: Finished) -> _Run:
-    """How a run counts: blocking (exit 2), a success with its JSON, or a named failure."""
-    if finished.error:
-        return _Run(hook, finished, failure=finished.error)
-    if finished.timed_out:
-        return _Run(
-            hook, finished, failure=f"timed out after {hook.timeout_s:g} s: killed, outcome unchanged"
-        )
-    if finished.exit_code == 2:
-        return _Run(hook, finished)
-    if finished.exit_code != 0:
-        why = _reason(finished.stderr)[:300]
-        return _Run(hook, finished, failure=f"exit {finished.exit_code}" + (f": {why}" if why else ""))
-    text = finished.stdout.strip()
-    if not text.startswith("{"):
-        return _Run(hook, finished)  # plain text: no decision
-    try:
-        output = json.loads(text)
-    except ValueError as exc:
-        return _Run(hook, finished, failure=f"its output is not valid JSON ({exc}): ignored")
-    if not isinstance(output, dict):
-        return _Run(hook, finished, failure="its JSON output is not an object: ignored")
-    return _Run(hook, finished, output)
-
-
-def _legacy(decision: Any) -> str | None:
-    """Claude Code's older top-level ``decision`` (approve/block) in today's words."""
-    return {"block": "deny", "deny": "deny", "approve": "allow", "allow": "allow"}.get(str(decision))
-
-
-def _reason(text: str) -> str:
-    """A hook's words as the model or a person reads them: trimmed, control characters shown."""
-    text = text.strip()
-    cut = f"\n[... {len(text) - REASON_CHARS} more characters]" if len(text) > REASON_CHARS else ""
-    return terminal_safe(text[:REASON_CHARS], workflow_commands=False) + cut
-
-
-def hook_line(event: HookRan) -> str | None:
-    """What a front end shows of a hook's run, on one line made inert for a terminal: a failure
-    (always: it is named), or a decision that changed something; None for a quiet success."""
-    if not event.failed and event.decided == "ok":
-        return None
-    tool = f" on {event.tool}" if event.tool else ""
-    what = "failed (it changed nothing)" if event.failed else event.decided
-    reason = event.reason.splitlines()[0][:300] if event.reason else ""
-    text = f"{event.hook_event} hook `{event.command}`{tool}: {what}" + (f": {reason}" if reason else "")
-    return terminal_safe(text, single_line=True)

@@ -15,8 +15,9 @@ import pytest
 
 from clover_agent.events import EventBus, HookRan
 from clover_agent.hooks import Hooks, hook_line, parse_hooks
+from clover_agent.hooks.outcome import REASON_CHARS
 from clover_agent.hooks.process import READ_LIMIT
-from clover_agent.hooks.runner import MAX_SENDS_BACK, REASON_CHARS
+from clover_agent.hooks.runner import MAX_SENDS_BACK
 from tests.hooks.scripts import CLAUDE_DENYLIST, logged, recorder, script
 
 
