@@ -1,5 +1,6 @@
 """Hooks in the TUI (Textual's pilot, a replayed session in the local sandbox): a hook that fails
-is named in the transcript and changes nothing; a hook's deny shows on the call's card."""
+is named in the transcript and changes nothing; a hook's deny shows on the call's card; the
+SessionEnd hooks run as the TUI quits."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from clover_agent.session.assembly import SessionConfig
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.policies import policy_named
 from clover_agent.tui.widgets.notice import NoticeLine
-from tests.hooks.scripts import CLAUDE_DENYLIST, script
+from tests.hooks.scripts import CLAUDE_DENYLIST, logged, recorder, script
 from tests.sandbox_specs import sandbox_spec
 from tests.tui.helpers import calculator_repo, call, send, session_key, turn, wait_for, write_replay
 
@@ -25,6 +26,8 @@ async def test_a_failing_hook_is_named_in_the_transcript_and_a_deny_on_the_card(
     repo = calculator_repo(tmp_path)
     broken = script(tmp_path / "hooks", "broken.sh", "echo 'formatter crashed' >&2\nexit 1\n")
     denylist = script(tmp_path / "hooks", "deny-rm.sh", CLAUDE_DENYLIST)
+    ends = tmp_path / "end.jsonl"
+    end = recorder(tmp_path / "hooks", "end.sh", ends)
     replay = write_replay(
         tmp_path / "r.jsonl",
         [
@@ -36,6 +39,7 @@ async def test_a_failing_hook_is_named_in_the_transcript_and_a_deny_on_the_card(
     tables = {
         "PreToolUse": [{"matcher": "Bash", "command": str(denylist)}],
         "PostToolUse": [{"matcher": "run_tests", "command": str(broken)}],
+        "SessionEnd": [{"command": str(end)}],
     }
     options = SessionConfig(
         repo=repo,
@@ -60,3 +64,4 @@ async def test_a_failing_hook_is_named_in_the_transcript_and_a_deny_on_the_card(
         assert "formatter crashed" not in tests.output  # a failure changes nothing the model reads
         assert [e.failed for e in app.events if isinstance(e, HookRan)] == [False, True]
         await pilot.press("ctrl+q")
+    assert [entry["hook_event_name"] for entry in logged(ends)] == ["SessionEnd"]  # run as the TUI quit
