@@ -369,6 +369,29 @@ class ErrorReported(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HookRan(Event):
+    """One of the user's hooks ran (docs/hooks.md): on which ``hook_event`` (and tool call), what
+    it ``decided`` (ok, deny, ask, modify, context, block, veto) or ``failed`` (a non-blocking
+    failure: an exit code other than 0 and 2, a timeout, output that is not valid JSON; it changed
+    nothing), why, and the tail of what it printed (made inert for a terminal)."""
+
+    type: ClassVar[str] = "hook_ran"
+    hook_event: str
+    command: str
+    origin: str  # settings | repository
+    where: str  # host | sandbox
+    exit_code: int | None  # None: killed at its timeout, or it could not start
+    duration_s: float
+    decided: str = "ok"
+    failed: bool = False
+    timed_out: bool = False
+    reason: str = ""
+    output_tail: str = ""
+    call_id: str = ""
+    tool: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Done(Event):
     """The run ended. ``patch`` is the workspace diff at the end (resuming re-applies it); when the
     diff could not be read (an interrupt closes the sandbox) it is the last one recorded."""

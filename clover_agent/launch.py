@@ -18,6 +18,7 @@ from clover_agent.backends.base import ModelBackend
 from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from clover_agent.errors import UsageError
+from clover_agent.hooks import HookConfig, parse_hooks
 from clover_agent.sandboxes.base import SandboxLimits, SandboxSpec
 from clover_agent.settings import REPO_CONFIG, RepoSettings, Settings, host_package_index, repo_settings
 from clover_agent.tools.mcp import McpServerConfig, parse_servers
@@ -198,3 +199,19 @@ def mcp_servers(settings: Settings, repo: Path, configured: RepoSettings) -> tup
         for server in servers:
             found.setdefault(server.name, server)
     return tuple(found.values())
+
+
+def hooks_of(settings: Settings, repo: Path, configured: RepoSettings) -> tuple[HookConfig, ...]:
+    """The hooks of the user's config file, then those of the repository's file (only as far as
+    the front end trusted it: an untrusted file's hooks are never read). A bad table is a
+    :class:`UsageError` naming the file."""
+    found: list[HookConfig] = []
+    for tables, origin, path in (
+        (settings.hooks, "settings", settings.config_path),
+        (configured.hooks, "repository", repo / REPO_CONFIG),
+    ):
+        try:
+            found += parse_hooks(tables, origin=origin)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+    return tuple(found)

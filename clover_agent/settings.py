@@ -106,6 +106,8 @@ class Settings:
     #: The config file's ``[mcp_servers.NAME]`` tables as written (``clover_agent.tools.mcp`` reads
     #: them: command, args, env or url, where, approve).
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
+    #: The config file's ``[[hooks.EVENT]]`` tables as written (``clover_agent.hooks`` reads them).
+    hooks: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def vocab_cache(self) -> Path:
@@ -162,6 +164,7 @@ class Settings:
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
             mcp_servers=_tables(values, "mcp_servers", path),
+            hooks=_hook_tables(values, path),
         )
 
 
@@ -218,6 +221,8 @@ class RepoSettings:
     test_timeout: float | None = None
     #: ``[mcp_servers.NAME]`` tables as written: only from a trusted file (they run programs).
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
+    #: ``[[hooks.EVENT]]`` tables as written: only from a trusted file (they run commands on the host).
+    hooks: Mapping[str, Any] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()  # TRUSTED_ONLY keys the file sets, left out: it is not trusted
 
 
@@ -281,21 +286,27 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
         test_timeout=None if test_timeout is None else float(test_timeout),
         mcp_servers=_tables(values, "mcp_servers", path),
+        hooks=_hook_tables(values, path),
     )
     if trusted:
         return settings
     ignored = tuple(key for key in TRUSTED_ONLY if key in table)
     ignored += ("mcp_servers",) if settings.mcp_servers else ()
+    ignored += ("hooks",) if settings.hooks else ()
     empty = RepoSettings()
     return replace(
-        settings, **{key: getattr(empty, key) for key in TRUSTED_ONLY}, mcp_servers={}, ignored=ignored
+        settings,
+        **{key: getattr(empty, key) for key in TRUSTED_ONLY},
+        mcp_servers={},
+        hooks={},
+        ignored=ignored,
     )
 
 
 def trusted_only_values(repo: str | Path) -> dict[str, Any]:
     """What the repository's file sets that needs trust, with the values as written: the
-    :data:`TRUSTED_ONLY` keys of ``[sandbox]`` by name, and each ``[mcp_servers.NAME]`` table as
-    ``mcp_servers.NAME``."""
+    :data:`TRUSTED_ONLY` keys of ``[sandbox]`` by name, each ``[mcp_servers.NAME]`` table as
+    ``mcp_servers.NAME``, and each event's hooks as ``hooks.EVENT``."""
     path = Path(repo) / REPO_CONFIG
     values = _repo_values(path) if path.is_file() else {}
     table = values.get("sandbox", {})
@@ -303,6 +314,9 @@ def trusted_only_values(repo: str | Path) -> dict[str, Any]:
     servers = values.get("mcp_servers", {})
     if isinstance(servers, dict):
         found |= {f"mcp_servers.{name}": server for name, server in servers.items()}
+    hooks = values.get("hooks", {})
+    if isinstance(hooks, dict):
+        found |= {f"hooks.{event}": entries for event, entries in hooks.items()}
     return found
 
 
@@ -392,6 +406,14 @@ def _tables(values: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     found = values.get(key, {})
     if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
         raise UsageError(f"{path}: {key} must hold tables, one per name ([{key}.NAME])")
+    return found
+
+
+def _hook_tables(values: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The ``[hooks]`` table: event names to lists of tables (``clover_agent.hooks`` checks them)."""
+    found = values.get("hooks", {})
+    if not isinstance(found, dict) or not all(isinstance(v, list) for v in found.values()):
+        raise UsageError(f"{path}: hooks must hold a list of tables per event ([[hooks.EVENT]])")
     return found
 
 

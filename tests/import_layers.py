@@ -54,6 +54,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.events": "events",
     "clover_agent.errors": "errors",
     "clover_agent.safe_text": "safe_text",
+    "clover_agent.hooks": "hooks",
 }
 
 _SHARED = {"package", "errors", "events", "protocol", "safe_text"}
@@ -66,6 +67,7 @@ _BELOW_FRONT_ENDS = {
     "handback",
     "session",
     "agent",
+    "hooks",
     "backends",
     "tools",
     "sandboxes",
@@ -80,7 +82,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     # One agent session's assembly (sandbox, MCP servers, agent, facts), the sessions' store and
     # events: nothing of a front end.
-    "session": {"agent", "backends", "tools", "sandboxes", "environments", *_SHARED},
+    "session": {"agent", "hooks", "backends", "tools", "sandboxes", "environments", *_SHARED},
     "tui": set(_BELOW_FRONT_ENDS),
     "ci": set(_BELOW_FRONT_ENDS),
     "eval": set(_BELOW_FRONT_ENDS),
@@ -96,13 +98,27 @@ ALLOWED: dict[str, set[str]] = {
         "environments",
         "settings",
         "tools",
+        "hooks",
         *_SHARED,
     },
-    "fix": {"handback", "session", "agent", "backends", "tools", "sandboxes", "environments", *_SHARED},
+    "fix": {
+        "handback",
+        "session",
+        "agent",
+        "hooks",
+        "backends",
+        "tools",
+        "sandboxes",
+        "environments",
+        *_SHARED,
+    },
     # The hand-back every front end shares (snapshots, patch, held-out runs, checks, verdict, a
     # session's offers, apply) knows none of them: not the fix workflow, its console or its reports.
-    "handback": {"tools", "sandboxes", "environments", *_SHARED},
-    "agent": {"backends", "tools", "sandboxes", "environments", *_SHARED},
+    "handback": {"hooks", "tools", "sandboxes", "environments", *_SHARED},
+    "agent": {"hooks", "backends", "tools", "sandboxes", "environments", *_SHARED},
+    # The user's hooks: run on the host or in a sandbox, reported as events; below the agent and
+    # the hand-back, which both run them.
+    "hooks": {"sandboxes", *_SHARED},
     "backends": {"backends.engine", *_SHARED},
     "backends.engine": {"backends", *_ENGINE, *_SHARED},
     "tools": {"sandboxes", "environments", "package"},

@@ -48,6 +48,7 @@ from clover_agent.events import (
     ErrorReported,
     Event,
     EventBus,
+    HookRan,
     ModelResponded,
     PlanUpdated,
     ToolCallFinished,
@@ -55,6 +56,7 @@ from clover_agent.events import (
     ToolOutput,
 )
 from clover_agent.handback.session import Offer, SessionHandBack
+from clover_agent.hooks import hook_line
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
@@ -181,6 +183,12 @@ class AcpSession:
         elif isinstance(event, ToolCallFinished):
             code = (event.data or {}).get("exit_code")
             await self.terminals.end(event.call_id, code if isinstance(code, int) else None)
+        line = hook_line(event) if isinstance(event, HookRan) else None
+        if line is not None:  # said at once during a prompt; before one, with the next prompt's answer
+            if self.answering:
+                await self._send(update_agent_message_text(f"\n[hook: {line}]\n"))
+            else:
+                self._notes.append(f"hook: {line}")
         if isinstance(event, ApprovalRequested):
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
@@ -290,6 +298,7 @@ class AcpSession:
             self.repo,
             self.folder / "handback",
             bus=self.bus,
+            hooks=self.parts.hooks,
         )
         await self.handback.start()
         if saved is not None and saved.state is not None:

@@ -18,7 +18,7 @@ from typing import Any
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.checkpoints import Checkpoints
 from clover_agent.agent.notes import INTERRUPTED_TOOL
-from clover_agent.agent.policy import CallView, Decision, Policy, always_scope
+from clover_agent.agent.policy import CallView, Decision, Policy, Verdict, always_scope
 from clover_agent.agent.steering import Interrupted, Steering
 from clover_agent.events import (
     ApprovalDecided,
@@ -30,6 +30,7 @@ from clover_agent.events import (
     ToolCallStarted,
     ToolOutput,
 )
+from clover_agent.hooks import Hooks, ToolVerdict
 from clover_agent.protocol import ToolCall
 from clover_agent.tools.base import Tool, ToolContext, ToolResult, head_tail, valid_unicode
 from clover_agent.tools.registry import TOOLS_GONE, run_call
@@ -49,6 +50,11 @@ class Approval:
         """What the model reads about a refused call (with the person's words, when they gave some)."""
         target = view.arguments.get("path") or view.command or ""
         head = f"This call ({view.action} {target}".rstrip()
+        if self.decided_by == "hook":
+            return (
+                f"{head}) was denied by the user's hook:\n{self.reason}\nDo not retry the call as it was; "
+                "take what the hook said into account."
+            )
         if self.feedback:
             return (
                 f"{head}) was denied by the user, who said instead:\n{self.feedback}\n"
@@ -136,8 +142,10 @@ class ToolCaller:
         checkpoints: Checkpoints | None,
         specs: list[dict[str, Any]] | None = None,
         time_left: Callable[[], float | None] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.tools = tools
+        self.hooks = hooks  # the user's PreToolUse / PostToolUse hooks (docs/hooks.md)
         self.specs = specs  # what the model is offered: a withdrawn tool leaves it too
         #: Seconds a call may still run (the time budget's rest; None: no limit), read as it starts.
         self.time_left = time_left
@@ -160,8 +168,18 @@ class ToolCaller:
         ran = False
         streamed = StreamedOutput(self.bus, step, call)
         context = dataclasses.replace(self.context, on_output=streamed)
+        arguments, checked = call.arguments, True
         try:
-            approval = await self.steering.interruptible(lambda: self._approve(step, call, view))
+            hooked = await self.steering.interruptible(lambda: self._pre_hooks(call))
+            if hooked.arguments is not None:  # checked again: the schema, the policy, a person
+                arguments, checked = _known(tool, hooked.arguments), False
+                view = CallView.of(tool, arguments)
+            if hooked.deny is not None:
+                approval = self._decided(step, call, Approval(False, "hook", hooked.deny))
+            else:
+                approval = await self.steering.interruptible(
+                    lambda: self._approve(step, call, view, hooked.ask)
+                )
             if approval.approved:
                 if self.checkpoints is not None and view.mutates:
                     checkpoint = await self.checkpoints.before_call(step, view.action)
@@ -176,9 +194,10 @@ class ToolCaller:
                 try:
                     async with timer:
                         result = await self.steering.interruptible(
-                            lambda: run_call(tool, call.arguments, context, schema_checked=True)
+                            lambda: run_call(tool, arguments, context, schema_checked=checked)
                         )
                     streamed.closed = True
+                    result = await self._post_hooks(call, arguments, result, hooked.context)
                 except TimeoutError:
                     if not timer.expired():
                         raise  # the tool's own, not the budget's
@@ -193,6 +212,23 @@ class ToolCaller:
             self.bus.emit(CallInterrupted(step=step, during="tool", call_id=call.id, name=call.name))
             outcome = CallOutcome(streamed.cut(INTERRUPTED_TOOL), True, ran and view.mutates)
         return self._finished(step, call, outcome, started)
+
+    async def _pre_hooks(self, call: ToolCall) -> ToolVerdict:
+        if self.hooks is None:
+            return ToolVerdict()
+        return await self.hooks.pre_tool_use(call.id, call.name, call.arguments)
+
+    async def _post_hooks(
+        self, call: ToolCall, arguments: dict[str, Any], result: ToolResult, context: str
+    ) -> ToolResult:
+        """The result with what the hooks give the model to read: the PreToolUse hooks'
+        ``additionalContext`` and what the PostToolUse hooks said of the result."""
+        if self.hooks is not None:
+            said = await self.hooks.post_tool_use(call.id, call.name, arguments, result.output, result.ok)
+            context = "\n".join(text for text in (context, said) if text)
+        if not context:
+            return result
+        return ToolResult(result.ok, f"{result.output}\n[The user's hooks say:]\n{context}", result.data)
 
     def _finished(self, step: int, call: ToolCall, outcome: CallOutcome, started: float) -> CallOutcome:
         """Emit the call's ``ToolCallFinished`` (its full output kept once); returns ``outcome``."""
@@ -226,10 +262,15 @@ class ToolCaller:
         if self.specs is not None:
             self.specs[:] = [s for s in self.specs if s.get("function", {}).get("name") not in names]
 
-    async def _approve(self, step: int, call: ToolCall, view: CallView) -> Approval:
-        """The policy's verdict, and a person's answer where it says ask: ``ApprovalRequested`` is
-        emitted before the answer is awaited, so a front end can answer it by call id."""
+    async def _approve(
+        self, step: int, call: ToolCall, view: CallView, hook_asks: str | None = None
+    ) -> Approval:
+        """The policy's verdict, and a person's answer where it says ask (or where a hook asks for
+        one, ``hook_asks``: it never loosens a denial): ``ApprovalRequested`` is emitted before the
+        answer is awaited, so a front end can answer it by call id."""
         verdict = self.policy.check(view)
+        if hook_asks is not None and verdict.decision is Decision.ALLOW:
+            verdict = Verdict(Decision.ASK, f"hook: {hook_asks}", ("hook", view.action, view.command))
         if verdict.decision is Decision.ALLOW:
             return Approval(True)
         if verdict.decision is Decision.DENY:
@@ -260,6 +301,10 @@ class ToolCaller:
                     reply.answer.value,
                     reply.feedback,
                 )
+        return self._decided(step, call, approval)
+
+    def _decided(self, step: int, call: ToolCall, approval: Approval) -> Approval:
+        """Emit the ``ApprovalDecided`` of a call that was not simply allowed; returns ``approval``."""
         self.bus.emit(
             ApprovalDecided(
                 step=step,
@@ -273,3 +318,10 @@ class ToolCaller:
             )
         )
         return approval
+
+
+def _known(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A hook's arguments less those the tool does not take (the Claude Code names it was shown
+    beside ours): what is left is checked against the tool's schema."""
+    known = tool.parameters.get("properties")
+    return {k: v for k, v in arguments.items() if not isinstance(known, dict) or k in known}

@@ -46,6 +46,7 @@ from clover_agent.events import (
     WorkspaceChanged,
     WorkspaceUndone,
 )
+from clover_agent.hooks import Hooks
 from clover_agent.protocol import ToolCall
 from clover_agent.sandboxes.base import Sandbox, SandboxError
 from clover_agent.sandboxes.errors import WorkspaceDiffError
@@ -122,8 +123,10 @@ class Agent:
         tools: Sequence[Tool] | None = None,
         condenser: Condenser | None = None,
         conversation: bool = False,
+        hooks: Hooks | None = None,
     ) -> None:
         self.backend = backend
+        self.hooks = hooks
         self.conversation = conversation
         self.result: RunResult | None = None  # the last run's, once it ended
         self.sandbox = sandbox
@@ -147,6 +150,7 @@ class Agent:
             self.checkpoints,
             self.tool_specs,
             time_left=lambda: self.budget.remaining_time_s(),
+            hooks=hooks,
         )
         self.messages: list[dict[str, Any]] = []
         self.running = False
@@ -346,7 +350,11 @@ class Agent:
         try:
             await begin()
             while True:
-                await self._step()
+                try:
+                    await self._step()
+                except (Submitted, Answered) as ending:
+                    if not await self._sent_back(ending):
+                        raise
         except Submitted as done:
             result = RunResult("submitted", ExitCode.OK, "the agent finished the task", summary=done.summary)
         except Answered:
@@ -379,6 +387,25 @@ class Agent:
                 self.running = False
             raise
         return await self._finish(result)
+
+    async def _sent_back(self, ending: Submitted | Answered) -> bool:
+        """Run the Stop hooks as the agent would stop; True when one sent it back to work (its
+        words are then the user's next message)."""
+        if self.hooks is None:
+            return False
+        outcome = "submitted" if isinstance(ending, Submitted) else "answered"
+        summary = (
+            ending.summary if isinstance(ending, Submitted) else str(self.messages[-1].get("content", ""))
+        )
+        hooks = self.hooks
+        try:
+            verdict = await self.steering.interruptible(lambda: hooks.stop(outcome, summary))
+        except Interrupted:  # the person stopped the hooks: the agent stops as it meant to
+            return False
+        if verdict.send_back is None:
+            return False
+        self._add({"role": "user", "content": f"[A stop hook sent you back to work:]\n{verdict.send_back}"})
+        return True
 
     async def _finish(self, result: RunResult) -> RunResult:
         self.result = result  # also when the run is interrupted, whose caller gets an exception

@@ -50,6 +50,7 @@ from clover_agent.launch import (
     BackendOptions,
     backend_factory,
     check_backend_options,
+    hooks_of,
     mcp_servers,
     probe_backend,
     sandbox_spec,
@@ -310,6 +311,7 @@ def _run(
         max_time_s=request.max_time_s,
         max_tokens=request.max_tokens,
         mcp_servers=mcp_servers(settings, repo, configured),
+        hooks=hooks_of(settings, repo, configured),
     )
     fix_request = FixRequest(
         target=request.target or "",

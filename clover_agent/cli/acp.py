@@ -22,7 +22,7 @@ from clover_agent.cli.options import (
     sandbox_kind,
     sandbox_spec_of,
 )
-from clover_agent.launch import backend_factory, check_backend_options, mcp_servers
+from clover_agent.launch import backend_factory, check_backend_options, hooks_of, mcp_servers
 from clover_agent.settings import Settings
 
 
@@ -56,6 +56,7 @@ def _acp(args: argparse.Namespace) -> int:
             record_key=key,
             resume=None if session_id is None else load_session(repo, session_id, key),
             mcp_servers=mcp_servers(settings, repo, configured),
+            hooks=hooks_of(settings, repo, configured),
         )
 
     return run(configure)

@@ -42,6 +42,7 @@ from clover_agent.events import (
     TaskResumed,
     TaskStarted,
 )
+from clover_agent.fix import decision
 from clover_agent.fix.console import ConsoleRenderer, ProgressText, TerminalApprover, make_console
 from clover_agent.fix.progress import RunFigures
 from clover_agent.fix.regression import DEFAULT_SCOPE, REGRESSION_SCOPES
@@ -53,7 +54,7 @@ from clover_agent.handback.hostgit import git as host_git
 from clover_agent.handback.judging import Checked
 from clover_agent.handback.stock import PatchSet
 from clover_agent.handback.verdict import Verdict
-from clover_agent.launch import backend_factory, check_backend_options, mcp_servers, probe_backend
+from clover_agent.launch import backend_factory, check_backend_options, hooks_of, mcp_servers, probe_backend
 from clover_agent.safe_text import shown_names, terminal_safe
 from clover_agent.session.assembly import SessionConfig
 from clover_agent.settings import Settings
@@ -201,6 +202,7 @@ def _fix(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         record_key=record_key(settings, repo),
         mcp_servers=mcp_servers(settings, repo, configured),
+        hooks=hooks_of(settings, repo, configured),
     )
     request = FixRequest(
         target=stopped.target if stopped else args.target,
@@ -252,7 +254,14 @@ def _fix(args: argparse.Namespace) -> int:
     def reverify(part: PatchSet) -> Checked:  # the run's renderer is closed: this says its own lines
         return asyncio.run(verify_part(report, part, EventBus()))
 
-    return hand_back(report, repo, args, console, environ=settings.environment, reverify=reverify)
+    veto = decision.hook_veto(
+        session.hooks,
+        report,
+        repo,
+        environ=settings.environment,
+        say=lambda text: console.print(Text(text, style="yellow")),
+    )
+    return hand_back(report, repo, args, console, environ=settings.environment, reverify=reverify, veto=veto)
 
 
 def _unrecorded_flags(args: argparse.Namespace) -> list[str]:

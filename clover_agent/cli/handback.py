@@ -182,6 +182,7 @@ def hand_back(
     environ: Mapping[str, str] | None = None,
     ask: Callable[[str], str] = input,
     reverify: Callable[[PatchSet], Checked] | None = None,
+    veto: Callable[[PatchSet], str | None] | None = None,
 ) -> int:
     """Hand the patch back as ``args`` say (``--yes``, ``--dry-run``, else ask at a terminal; see
     the module docstring), record the command's exit code and message in the run's summary.json
@@ -200,6 +201,7 @@ def hand_back(
             say=lambda text: write_plain(console, text),
             reverify=reverify,
             markers=bool(getattr(args, "conflict_markers", False)),
+            veto=veto,
         )
     except KeyboardInterrupt:  # at the question: nothing was applied
         message = (

@@ -137,7 +137,7 @@ def trust_request(repo: Path) -> list[str]:
     """What the repository's file sets that needs trust, one ``key = value`` line each."""
     return [
         f"[{key}]: {shown_value(value)}"
-        if key.startswith("mcp_servers.")
+        if key.startswith(("mcp_servers.", "hooks."))
         else f"[sandbox] {key} = {shown_value(value)}"
         for key, value in trusted_only_values(repo).items()
     ]
@@ -167,7 +167,7 @@ def repo_config_of(
             print(f"  {line}", file=sys.stderr)
         print(
             "Set-up commands run in the sandbox with the network; wheels are copied into it; MCP servers "
-            "run as programs.",
+            "run as programs; hooks run as commands on this machine, as you.",
             file=sys.stderr,
         )
         try:

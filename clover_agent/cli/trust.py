@@ -1,5 +1,6 @@
 """``clover-agent trust``: trust a repository's ``.clover/config.toml`` (as it is now) for that
-repository, so ``fix``, the TUI and the CI bot use its set-up commands, image, packages and wheels.
+repository, so ``fix``, the TUI and the CI bot use its set-up commands, image, packages and wheels,
+start its MCP servers and run its hooks (docs/hooks.md).
 
 The trust is kept in the user's own folder (``CLOVER_STATE``), keyed by the repository's path and
 the file's SHA-256: a changed file (a new commit, a branch, an agent's edit) is not trusted until
@@ -41,6 +42,8 @@ def _trust(args: argparse.Namespace) -> int:
     print(f"{repo / REPO_CONFIG} (sha256 {digest[:16]}…) asks for:")
     for line in asks or ["nothing that needs trust"]:
         print(f"  {line}")
+    if any(line.startswith("[hooks.") for line in asks):
+        print("Its hooks will run as commands on this machine, as you, on the agent's events.")
     set_trust(settings, repo, digest)
     print(
         f"trusted for {shown_value(str(repo))[1:-1]} until the file changes (`clover-agent trust --revoke`)"
@@ -52,11 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trust",
         help="trust a repository's .clover/config.toml (its set-up commands, image, packages, wheels, "
-        "MCP servers)",
+        "MCP servers, hooks)",
         description="Show what the repository's .clover/config.toml asks for and trust it, as it is now,\n"
         "for that repository: fix, tui and ci then run its set-up commands (with the network), use its\n"
         "image and packages, copy its wheels folder (inside the repository) into the environment and\n"
-        "start its MCP servers.\n"
+        "start its MCP servers and run its hooks (commands on this machine, as you: docs/hooks.md).\n"
         "A changed file needs trusting again.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

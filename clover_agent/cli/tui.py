@@ -24,6 +24,7 @@ from clover_agent.launch import (
     BackendOptions,
     backend_factory,
     check_backend_options,
+    hooks_of,
     mcp_servers,
     probe_backend,
 )
@@ -67,6 +68,7 @@ def _tui(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         record_key=key,
         mcp_servers=mcp_servers(settings, repo, configured),
+        hooks=hooks_of(settings, repo, configured),
     )
     pick_from = None
     if args.resume == PICK:

@@ -32,6 +32,7 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     Event,
+    HookRan,
     ModelDelta,
     ModelResponded,
     PhaseStarted,
@@ -45,6 +46,7 @@ from clover_agent.events import (
     ToolCallStarted,
 )
 from clover_agent.fix.progress import MIN_RATE_SECONDS, RunFigures
+from clover_agent.hooks import hook_line
 from clover_agent.safe_text import terminal_safe
 
 TOOL_CALL_TAG = "<tool_call>"
@@ -181,6 +183,10 @@ class ConsoleRenderer:
             )
         elif isinstance(event, BudgetWarning):
             self._line(f"  budget: {event.resource} at {event.used:g} of {event.limit:g}", "note")
+        elif isinstance(event, HookRan):
+            line = hook_line(event)
+            if line is not None:
+                self._line(f"  hook: {line}", "note")
         elif isinstance(event, ErrorReported) and not event.fatal:
             self._line(f"  ! {event.kind}: {_trim(terminal_safe(event.message), lines=2)}", "note")
         elif isinstance(event, TaskStarted):
@@ -421,6 +427,7 @@ DECIDED_BY = {
     "remembered": 'by your "always" earlier in this run',
     "policy": "by the policy",
     "no-terminal": "(no terminal to ask at)",
+    "hook": "by your hook",
 }
 
 

@@ -11,21 +11,24 @@ trajectory's last line, so both say what the process did.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from clover_agent.agent.trajectory import TrajectoryWriter
 from clover_agent.errors import ExitCode
-from clover_agent.events import TaskFinished
+from clover_agent.events import EventBus, HookRan, TaskFinished
 from clover_agent.fix.report import FixReport, HandBack, HandBackOutcome, write_summary
 from clover_agent.handback.apply import ApplyInterrupted, PatchNotApplied, apply_patch_set
 from clover_agent.handback.judging import Checked
 from clover_agent.handback.patches import apply_command
+from clover_agent.handback.session import veto_check
 from clover_agent.handback.snapshot import left_out_lines
 from clover_agent.handback.stock import PatchSet
 from clover_agent.handback.verdict import Verdict
+from clover_agent.hooks import HookConfig, Hooks, hook_line
 from clover_agent.safe_text import shown_names, terminal_safe
 
 #: How the user chose: apply without asking, never apply, or ask (``confirm``).
@@ -70,6 +73,7 @@ def hand_back(
     say: Callable[[str], None] = print,
     reverify: Callable[[PatchSet], Checked] | None = None,
     markers: bool = False,
+    veto: Callable[[PatchSet], str | None] | None = None,
 ) -> HandBackOutcome:
     """Apply the patch as the user chose (see the module docstring); returns the command's exit code
     and message (empty when there is nothing more to say) and what became of the patch.
@@ -79,6 +83,8 @@ def hand_back(
     - ``reverify``: verifies a part of the patch again on its own (held out, in a fresh sandbox).
     - ``markers``: where the agent's change overlaps an edit the user made since the run started,
       write both between conflict markers (else the user's side is kept and the overlap named).
+    - ``veto``: the user's PreHandBack hooks, run on what is about to be applied: a reason when
+      one vetoes it (then nothing is written).
 
     When only part of the patch is to be applied (``--yes`` leaving out what needs a yes, or a choice
     file by file), that part is applied only if ``reverify``'s verdict on it is a fix, and that verdict
@@ -153,6 +159,10 @@ def hand_back(
             why = f"the part to apply is {judged.verdict} on its own"
             return HandBackOutcome(judged.exit_code, message, HandBack.REFUSED, why, subset, part)
         verdict_code = judged.exit_code
+    vetoed = veto(patch_set) if veto is not None else None
+    if vetoed is not None:
+        message = f"{vetoed}. To apply it yourself: {how}"
+        return HandBackOutcome(ExitCode.FAILURE, message, HandBack.REFUSED, vetoed)
     try:
         applied = apply_patch_set(repo, patch_set, markers=markers)
     except PatchNotApplied as exc:
@@ -181,6 +191,49 @@ def hand_back(
         message = f"the files applied, verified on their own: {subset.judged.message}"
         return HandBackOutcome(verdict_code, message, HandBack.APPLIED, detail, subset, tuple(files))
     return HandBackOutcome(verdict_code, kind=HandBack.APPLIED, detail=detail)
+
+
+def hook_veto(
+    hooks: Sequence[HookConfig],
+    report: FixReport,
+    repo: Path,
+    *,
+    environ: Mapping[str, str],
+    say: Callable[[str], None] = print,
+) -> Callable[[PatchSet], str | None] | None:
+    """``hand_back``'s ``veto``: the run's PreHandBack hooks, each run recorded in its trajectory
+    and a failure or a veto said (None: there are none)."""
+    if not any(hook.event == "PreHandBack" for hook in hooks):
+        return None
+
+    async def check(patch_set: PatchSet) -> str | None:
+        bus = EventBus()
+        writer = TrajectoryWriter(report.trajectory_path, key=report.key)
+        bus.subscribe(writer)
+
+        def show(event: object) -> None:
+            line = hook_line(event) if isinstance(event, HookRan) else None
+            if line is not None:
+                say(f"hook: {line}")
+
+        bus.subscribe(show)
+        runner = Hooks(
+            hooks,
+            bus,
+            session_id=report.run_id,
+            repo=repo,
+            transcript=report.trajectory_path,
+            environ=environ,
+        )
+        try:
+            await veto_check(runner, patch_set, str(report.verdict))
+        except PatchNotApplied as exc:
+            return exc.message
+        finally:
+            writer.close()
+        return None
+
+    return lambda patch_set: asyncio.run(check(patch_set))
 
 
 def record_outcome(report: FixReport, outcome: HandBackOutcome, *, command: str = "fix") -> FixReport:

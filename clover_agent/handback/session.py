@@ -29,6 +29,7 @@ from clover_agent.handback.patches import changed_files
 from clover_agent.handback.shadow import REGULAR
 from clover_agent.handback.stock import PatchSet, Stock
 from clover_agent.handback.verdict import Judgement, Verdict
+from clover_agent.hooks import Hooks
 from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.tools.run_tests import DEFAULT_TIMEOUT_S, TestReport, default_test_timeout, run_tests_in
@@ -137,6 +138,7 @@ class SessionHandBack:
     - ``sandbox``: the session's sandbox (the agent works there); ``kind``, ``spec``: how fresh
       ones are made for the judging runs.
     - ``repo``: the user's tree; ``bus``: where the judging runs are reported (``TestsRun``).
+    - ``hooks``: the session's hooks, whose PreHandBack hooks may veto an apply.
     """
 
     sandbox: Sandbox
@@ -146,6 +148,7 @@ class SessionHandBack:
     folder: Path
     bus: EventBus = field(default_factory=EventBus)
     suite_timeout_s: float = DEFAULT_TIMEOUT_S
+    hooks: Hooks | None = None
     stock: Stock = field(init=False)
     #: Paths an apply of this session wrote (their uncommitted change in the tree is ours).
     applied: set[str] = field(default_factory=set)
@@ -271,7 +274,9 @@ class SessionHandBack:
         ``write_text``, when given, every change is a text file added or edited and the tree holds
         what the offer starts from; else ``disk``, atomically, merged with the user's edits made
         since: :func:`~clover_agent.handback.apply.apply_patch_set`, ``markers`` as there). Raises
-        :class:`PatchNotApplied` (nothing written) when nothing can be."""
+        :class:`PatchNotApplied` (nothing written) when nothing can be, or a PreHandBack hook
+        vetoed it."""
+        await veto_check(self.hooks, offer.patch, offer.verdict)
         if write_text is not None and offer.as_text and await asyncio.to_thread(self._unchanged, offer):
             for change in offer.patch.changes:
                 new = offer.texts[change.path][1]
@@ -286,3 +291,14 @@ class SessionHandBack:
         done = offer.patch if not applied.left_out else self.stock.subset(offer.patch, applied.files)
         self.stock.advance(done)
         return applied, how
+
+
+async def veto_check(hooks: Hooks | None, patch: PatchSet, verdict: str) -> None:
+    """Run the PreHandBack hooks on ``patch`` before it is written into the user's tree (every
+    front end's apply goes through here); :class:`PatchNotApplied` with the hook's reason when one
+    vetoes it."""
+    if hooks is None or not hooks.any("PreHandBack"):
+        return
+    veto = await hooks.pre_hand_back(patch.files, patch.patch, verdict)
+    if veto is not None:
+        raise PatchNotApplied(f"not applied: {veto}")

@@ -1,9 +1,11 @@
 """One agent session, opened and closed the same way by every front end.
 
 :class:`AgentSession` is the only place an agent is assembled: the sandbox (started, closed again
-if its start fails), then the MCP servers in it, the policy with their tools, the
-:class:`~clover_agent.agent.loop.Agent` with the default tools and theirs, and the system prompt
-from the sandbox's facts; :meth:`AgentSession.close` takes them down in reverse. ``fix`` (and so
+if its start fails) and the user's hooks (:class:`~clover_agent.hooks.Hooks`, run by the agent and
+the hand-back), then the MCP servers in it, the policy with their tools, the
+:class:`~clover_agent.agent.loop.Agent` with the default tools and theirs (the SessionStart hooks
+run), and the system prompt from the sandbox's facts; :meth:`AgentSession.close` takes them down in
+reverse (the SessionEnd hooks first). ``fix`` (and so
 the CI bot and ``eval``), the TUI and ACP all open their sessions here
 (tests/test_architecture.py checks that no other module builds an agent or starts MCP servers).
 """
@@ -21,9 +23,11 @@ from clover_agent.agent.loop import Agent
 from clover_agent.agent.policy import DEFAULT_PRESET, Policy, preset, with_mcp
 from clover_agent.agent.records import RecordKey
 from clover_agent.agent.system_prompt import gather_facts, system_prompt
+from clover_agent.agent.trajectory import TRAJECTORY_FILE
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS
 from clover_agent.events import EventBus
+from clover_agent.hooks import HookConfig, Hooks
 from clover_agent.sandboxes.base import Sandbox, SandboxSpec
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.session.store import SavedSession
@@ -45,6 +49,7 @@ class SessionConfig:
     - ``record_key``: signs the session's records (None: unsigned, never resumed).
     - ``mcp_servers``: servers whose tools the agent gets (started in the sandbox unless "host").
     - ``resume``: a saved interactive session to take up (the TUI, ACP).
+    - ``hooks``: the user's hooks (and a trusted repository's): docs/hooks.md.
     """
 
     repo: Path
@@ -59,6 +64,7 @@ class SessionConfig:
     record_key: RecordKey | None = None
     mcp_servers: tuple[McpServerConfig, ...] = ()
     resume: SavedSession | None = None
+    hooks: tuple[HookConfig, ...] = ()
 
 
 @dataclass
@@ -75,6 +81,8 @@ class AgentSession:
     sandbox: Sandbox | None = None
     mcp: McpServers | None = None
     agent: Agent | None = None
+    hooks: Hooks | None = None  # made with the sandbox; the hand-back runs its PreHandBack hooks
+    context: str = ""  # what the SessionStart hooks added for the model (in the system prompt)
 
     async def open_sandbox(self) -> Sandbox:
         """Make and start the sandbox; one that fails to start is closed again, and the error raised."""
@@ -86,6 +94,15 @@ class AgentSession:
                 await sandbox.close()
             raise
         self.sandbox = sandbox
+        self.hooks = Hooks(
+            self.config.hooks,
+            self.bus,
+            session_id=self.run_id,
+            repo=self.config.repo,
+            transcript=self.folder / TRAJECTORY_FILE,
+            environ=self.config.spec.host_env or None,
+            sandbox=sandbox,
+        )
         return sandbox
 
     async def open_agent(
@@ -114,13 +131,17 @@ class AgentSession:
             budget=budget,
             tools=[*default_tools(), *(plan_tools() if planning else ()), *self.mcp.tools],
             conversation=conversation,
+            hooks=self.hooks,
         )
+        if self.hooks is not None:
+            self.context = await self.hooks.session_start("resume" if self.config.resume else "startup")
         return self.agent
 
     async def system_prompt(self, note: str = "") -> str:
         """The system prompt of a new conversation: the sandbox's facts, then the front end's ``note``."""
         assert self.sandbox is not None, "open_sandbox first"
-        return system_prompt(await gather_facts(self.sandbox)) + note
+        context = f"\n\n# Context from the user's hooks\n{self.context}" if self.context else ""
+        return system_prompt(await gather_facts(self.sandbox)) + note + context
 
     async def close_agent(self) -> None:
         """Stop the MCP servers (the agent's run is over; the sandbox stays)."""
@@ -132,6 +153,9 @@ class AgentSession:
         """Take everything down: the MCP servers, the model ``backend`` when given, then the sandbox
         (closed whatever the others raised)."""
         try:
+            hooks, self.hooks = self.hooks, None
+            if hooks is not None and self.agent is not None:
+                await hooks.session_end("other")
             await self.close_agent()
             if backend is not None:
                 await backend.close()

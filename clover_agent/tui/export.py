@@ -13,11 +13,13 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     Event,
+    HookRan,
     ModelResponded,
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
 )
+from clover_agent.hooks import hook_line
 from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
 
 
@@ -75,6 +77,8 @@ def transcript_markdown(events: list[Event]) -> str:
             out.append(f"*Undone: request {event.turn} and later ({files} put back)*")
         elif isinstance(event, ErrorReported) and not event.fatal:
             out.append(f"> {event.kind}: {event.message}")
+        elif isinstance(event, HookRan) and (line := hook_line(event)) is not None:
+            out.append(f"> hook: {line}")
         elif isinstance(event, Done) and event.outcome != "answered":  # the answer is the text above
             text = event.summary or event.message
             out.append(f"*{event.outcome.replace('_', ' ')}:* {text}")

@@ -226,6 +226,7 @@ class TuiSession(SessionCommands):
                 self.repo,
                 self.folder / "handback",
                 bus=self.bus,
+                hooks=self.parts.hooks,
             )
             await self.handback.start()
             agent = await self.parts.open_agent(

@@ -20,6 +20,7 @@ from clover_agent.events import (
     Done,
     ErrorReported,
     Event,
+    HookRan,
     MessageAdded,
     ModelDelta,
     ModelResponded,
@@ -30,6 +31,7 @@ from clover_agent.events import (
     ToolOutput,
     WorkspaceUndone,
 )
+from clover_agent.hooks import hook_line
 from clover_agent.session.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diffusion_view import DiffusionView
@@ -195,6 +197,8 @@ class Transcript(VerticalScroll):
             await self.mount(NoticeLine(event.text, event.level))
         elif isinstance(event, ErrorReported) and not event.fatal:
             await self.mount(NoticeLine(f"{event.kind}: {event.message}", "warning"))
+        elif isinstance(event, HookRan) and (line := hook_line(event)) is not None:
+            await self.mount(NoticeLine(f"hook: {line}", "warning" if event.failed else "info"))
         elif isinstance(event, ContextCondensed):
             await self.mount(NoticeLine(f"context: {event.note}"))
         elif isinstance(event, SandboxState) and event.state == "failed":
