@@ -14,6 +14,7 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("@", "files"),
         ("?", "keys"),
         ("ctrl+p", "palette"),
+        ("shift+tab", "plan"),
         ("ctrl+c", "clear/quit"),
     ),
     "running": (
@@ -34,6 +35,7 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "view": (("pgup / pgdn", "scroll"), ("esc", "close")),
     "picker": (("↑↓", "choose"), ("enter", "pick"), ("esc", "cancel")),
     "quit": (("q", "quit anyway"), ("a", "review and apply"), ("esc", "stay")),
+    "plan": (("a", "approve"), ("e", "edit"), ("r", "reject"), ("l", "leave plan mode"), ("esc", "later")),
 }
 
 
