@@ -20,6 +20,7 @@ from clover_agent.session.events import TurnStarted
 from clover_agent.session.store import load_session
 from clover_agent.tui.app import CloverApp
 from clover_agent.tui.screens.plan import PlanEditor, PlanScreen
+from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.plan_view import PlanNote
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, make_app, send, session_key, turn, wait_for
 from tests.tui.helpers import write_replay as _write
@@ -85,6 +86,10 @@ async def _plan_dialog(pilot, app: CloverApp, count: int = 1) -> PlanScreen:
     return app.screen
 
 
+def _said(app: CloverApp, text: str) -> bool:
+    return any(text in notice.text for notice in app.transcript.query(NoticeLine))
+
+
 def _users(app: CloverApp) -> list[str]:
     assert app.session is not None and app.session.agent is not None
     return [m["content"] for m in app.session.agent.messages if m["role"] == "user"]
@@ -124,6 +129,12 @@ async def test_plan_then_approve_carries_the_plan_out_with_its_steps_tracked(tmp
         assert app.plan_view.text.splitlines()[1:] == ["✓ Make add return a + b", "✓ Run the tests"]
         stages = [e.stage for e in app.events if isinstance(e, PlanUpdated)]
         assert stages == ["proposed", "approved", "progress", "progress", "progress"]
+
+        await send(pilot, f"/export {tmp_path / 'session.md'}")
+        await wait_for(pilot, lambda: _said(app, "Transcript written"), "the export")
+        exported = (tmp_path / "session.md").read_text()
+        assert "**Plan proposed**" in exported and "**Plan approved**" in exported
+        assert "1. [ ] Make add return a + b" in exported and "*Plan: 2/2 steps done*" in exported
         await pilot.press("ctrl+q")
 
 
