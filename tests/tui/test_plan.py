@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Select, Static
 
 from clover_agent.agent.plan import PLAN_NOTE
 from clover_agent.events import Done, PlanUpdated, ToolCallFinished
 from clover_agent.session.events import TurnStarted
 from clover_agent.session.store import load_session
 from clover_agent.tui.app import CloverApp
+from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.plan import PlanEditor, PlanScreen
 from clover_agent.tui.widgets.notice import NoticeLine
 from clover_agent.tui.widgets.plan_view import PlanNote
@@ -170,7 +171,13 @@ async def test_the_key_plans_and_an_edited_plan_is_what_is_approved(tmp_path: Pa
         assert not editor.display and "2. [ ] Run test_add" in str(
             dialog.query_one("#plan-text", Static).render()
         )
+        dialog.query_one(Select).value = "ask"  # go on under another policy than before planning
         await pilot.press("a")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, ApprovalScreen), "the edit asked about under ask"
+        )
+        assert app.session.agent.policy.name == "ask" and "│ ask" in app.status_bar.line().plain
+        await pilot.press("y")
 
         await wait_for(pilot, lambda: _ends(app) == ["planned", "submitted"], "the edited plan carried out")
         approved = next(e for e in app.events if isinstance(e, PlanUpdated) and e.stage == "approved")

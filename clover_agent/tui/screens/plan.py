@@ -74,6 +74,7 @@ class PlanScreen(ModalScreen[PlanChoice | None]):
         Binding("l", "leave", "Leave plan mode"),
         Binding("escape", "dismiss(None)", "Decide later"),
     ]
+    AUTO_FOCUS = "#approve"  # Enter approves; the policy is one shift+tab away
     DEFAULT_CSS = """
     PlanScreen { align: center middle; }
     PlanScreen > Vertical {
