@@ -14,8 +14,8 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("@", "files"),
         ("?", "keys"),
         ("ctrl+p", "palette"),
-        ("shift+tab", "plan"),
         ("ctrl+c", "clear/quit"),
+        ("shift+tab", "plan"),
     ),
     "running": (
         ("esc", "interrupt"),
