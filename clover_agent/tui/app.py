@@ -262,11 +262,17 @@ class CloverApp(App[int]):
             state = "quit"
         elif self.menu.is_open:
             state = "menu"
-        elif self.status_bar.busy and not self.status_bar.waiting:
+        elif self._agent_working():
             state = "running"
         else:
             state = "idle"
         self.hints.show_state(state)
+
+    def _agent_working(self) -> bool:
+        """A request runs and the agent is not waiting (False once the app's screen is torn down:
+        a dialog's dismissal may come after the main screen's widgets are gone)."""
+        bars = self.query(StatusBar)
+        return bool(bars) and bars.first().busy and not bars.first().waiting
 
     def on_path_menu_toggled(self, message: PathMenu.Toggled) -> None:
         self._show_hints()

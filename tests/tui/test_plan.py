@@ -136,7 +136,6 @@ async def test_plan_then_approve_carries_the_plan_out_with_its_steps_tracked(tmp
         exported = (tmp_path / "session.md").read_text()
         assert "**Plan proposed**" in exported and "**Plan approved**" in exported
         assert "1. [ ] Make add return a + b" in exported and "*Plan: 2/2 steps done*" in exported
-        await pilot.press("ctrl+q")
 
 
 async def test_the_key_plans_and_an_edited_plan_is_what_is_approved(tmp_path: Path) -> None:
@@ -184,7 +183,6 @@ async def test_the_key_plans_and_an_edited_plan_is_what_is_approved(tmp_path: Pa
         assert [s["step"] for s in approved.plan["steps"]] == edited
         assert "Run test_add" in _users(app)[-1] and "Run the tests" not in _users(app)[-1]
         assert app.plan_view.text.splitlines()[1:] == ["✓ Fix add in calculator.py", "✓ Run test_add"]
-        await pilot.press("ctrl+q")
 
 
 async def test_reject_with_a_message_plans_again_and_leaving_ends_plan_mode(tmp_path: Path) -> None:
@@ -198,6 +196,10 @@ async def test_reject_with_a_message_plans_again_and_leaving_ends_plan_mode(tmp_
         await send(pilot, "/plan on")
         await wait_for(pilot, lambda: app.status_bar.planning, "plan mode")
         assert "plan → ask" in app.status_bar.line().plain
+        await wait_for(pilot, lambda: app.session.agent is not None, "the sandbox")
+        await send(pilot, "/policy workspace")  # the policy plan mode goes back to
+        await wait_for(pilot, lambda: _said(app, "After plan mode, the policy is workspace"), "the policy")
+        assert app.session.agent.policy.name == "plan" and "plan → workspace" in app.status_bar.line().plain
         await send(pilot, "fix add")
         await _plan_dialog(pilot, app)
         await pilot.press("r")
@@ -210,9 +212,8 @@ async def test_reject_with_a_message_plans_again_and_leaving_ends_plan_mode(tmp_
         assert "3. [ ] Test subtract" in str(dialog.query_one("#plan-text", Static).render())
         await pilot.press("l")
         await wait_for(pilot, lambda: not app.session.planning, "plan mode left")
-        assert app.session.agent.policy.name == "ask" and not app.status_bar.planning
+        assert app.session.agent.policy.name == "workspace" and not app.status_bar.planning
         assert not any(e.stage == "approved" for e in app.events if isinstance(e, PlanUpdated))
-        await pilot.press("ctrl+q")
 
 
 async def test_a_hostile_plan_is_shown_as_text(tmp_path: Path) -> None:
@@ -230,6 +231,7 @@ async def test_a_hostile_plan_is_shown_as_text(tmp_path: Path) -> None:
         await pilot.press("e")
         assert "\x1b" not in dialog.query_one(PlanEditor).text  # what is edited is what was seen
         await pilot.press("escape")  # the edit dropped
+        assert app.screen is dialog and not dialog.query_one(PlanEditor).display
         await pilot.press("escape")  # the plan waits
         await wait_for(pilot, lambda: not isinstance(app.screen, PlanScreen), "the dialog closed")
         note = str(app.transcript.query(PlanNote).first().render())
@@ -237,7 +239,6 @@ async def test_a_hostile_plan_is_shown_as_text(tmp_path: Path) -> None:
         await send(pilot, "/plan show")  # the proposal comes back to be judged
         await _plan_dialog(pilot, app)
         await pilot.press("escape")
-        await pilot.press("ctrl+q")
 
 
 async def test_a_resumed_session_shows_its_plan_and_stays_in_plan_mode(tmp_path: Path) -> None:
@@ -251,9 +252,7 @@ async def test_a_resumed_session_shows_its_plan_and_stays_in_plan_mode(tmp_path:
         await wait_for(pilot, lambda: _ends(first) == ["planned", "submitted"], "the plan carried out")
         await send(pilot, "/plan")  # planning again when saved
         await wait_for(pilot, lambda: first.session.planning, "plan mode")
-        session_id = first.session.session_id
-        await pilot.press("ctrl+q")
-        await pilot.press("q")
+        session_id = first.session.session_id  # leaving the app closes the session, saved
 
     replay = _write(tmp_path / "b.jsonl", [turn("", FIX_ADD), turn("Nothing more to plan.")])
     second = make_app(repo, replay, resume=load_session(repo, session_id, session_key(repo)))
@@ -271,5 +270,3 @@ async def test_a_resumed_session_shows_its_plan_and_stays_in_plan_mode(tmp_path:
         await wait_for(pilot, lambda: isinstance(second.screen, PlanScreen), "the plan, to read")
         assert not second.screen.choices and second.hints.state == "view"
         await pilot.press("escape")
-        await pilot.press("ctrl+q")
-        await pilot.press("q")

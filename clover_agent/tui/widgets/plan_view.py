@@ -39,7 +39,7 @@ def plan_lines(plan: dict[str, Any]) -> Text:
 
 
 class PlanNote(Static):
-    """In the transcript: a plan proposed (its steps) or approved (how many steps)."""
+    """In the transcript: a plan proposed, with its steps."""
 
     DEFAULT_CSS = """
     PlanNote { padding: 0 1; margin: 0 0 1 0; border-left: thick $accent; }
@@ -47,16 +47,10 @@ class PlanNote(Static):
 
     def __init__(self, event: PlanUpdated) -> None:
         steps = [s for s in event.plan.get("steps") or [] if isinstance(s, dict)]
-        summary = " ".join(str(event.plan.get("summary", "")).split())
-        text = Text()
-        if event.stage == "proposed":
-            text.append("Plan proposed", style="bold")
-            text.append(f": {summary}")
-            for n, step in enumerate(steps, 1):
-                text.append(f"\n{n}. {' '.join(str(step.get('step', '')).split())}")
-        else:
-            text.append(f"Plan {event.stage}", style="bold")
-            text.append(f" ({len(steps)} step{'' if len(steps) == 1 else 's'}): {summary}")
+        text = Text("Plan proposed", style="bold")
+        text.append(f": {' '.join(str(event.plan.get('summary', '')).split())}", style="not bold")
+        for n, step in enumerate(steps, 1):
+            text.append(f"\n{n}. {' '.join(str(step.get('step', '')).split())}", style="not bold")
         super().__init__(text, markup=False)
 
 

@@ -195,7 +195,7 @@ class Transcript(VerticalScroll):
             self._test_outcomes.update(event.report.get("outcomes") or {})
         elif isinstance(event, Notice):
             await self.mount(NoticeLine(event.text, event.level))
-        elif isinstance(event, PlanUpdated) and event.stage != "progress":  # progress: the plan view
+        elif isinstance(event, PlanUpdated) and event.stage == "proposed":  # then: the plan view
             await self.mount(PlanNote(event))
         elif isinstance(event, ErrorReported) and not event.fatal:
             await self.mount(NoticeLine(f"{event.kind}: {event.message}", "warning"))
