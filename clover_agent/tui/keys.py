@@ -89,7 +89,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
     Command(
         "plan",
-        "/plan [on|off|show]",
+        "/plan [on/off/show]",
         "plan mode (no argument: on / off): the agent looks, read-only, and proposes a plan you approve, "
         "edit or reject before anything changes; show: the plan proposed or being carried out",
     ),
