@@ -25,9 +25,10 @@ from textual.message import Message
 from textual.widgets import Static, TextArea
 
 from clover_agent.agent.approvals import Answer, Reply
+from clover_agent.agent.plan import Plan
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, read_events
 from clover_agent.errors import RUN_ERRORS, CloverError, message_of
-from clover_agent.events import CallInterrupted, Event, ProvisionalBlock, ToolOutput
+from clover_agent.events import CallInterrupted, Done, Event, ProvisionalBlock, ToolOutput
 from clover_agent.handback.session import Offer
 from clover_agent.session.assembly import SessionConfig
 from clover_agent.session.events import ApprovalNeeded, Notice, SessionStarted
@@ -41,12 +42,14 @@ from clover_agent.tui.screens.approval import ApprovalScreen
 from clover_agent.tui.screens.diff import DiffScreen
 from clover_agent.tui.screens.help import HelpScreen
 from clover_agent.tui.screens.picker import PickerScreen, session_picker, undo_picker
+from clover_agent.tui.screens.plan import PlanChoice, PlanScreen
 from clover_agent.tui.screens.quit import QuitScreen
 from clover_agent.tui.session import TuiSession
 from clover_agent.tui.text import printable_event
 from clover_agent.tui.widgets.activity import ActivityLine
 from clover_agent.tui.widgets.key_hints import KeyHints
 from clover_agent.tui.widgets.path_menu import PathMenu
+from clover_agent.tui.widgets.plan_view import PlanView
 from clover_agent.tui.widgets.prompt import PromptBox
 from clover_agent.tui.widgets.status_bar import StatusBar
 from clover_agent.tui.widgets.transcript import Transcript
@@ -128,6 +131,7 @@ class CloverApp(App[int]):
         menu = self.menu
         yield Transcript(id="transcript")
         yield Static("↓ new output below · PageDown to follow it", id="new-below")
+        yield PlanView(id="plan-view")
         yield ActivityLine(id="activity")
         yield menu
         yield PromptBox(menu, placeholder=PLACEHOLDER, id="prompt")
@@ -145,6 +149,10 @@ class CloverApp(App[int]):
     @property
     def status_bar(self) -> StatusBar:
         return self.query_one(StatusBar)
+
+    @property
+    def plan_view(self) -> PlanView:
+        return self.query_one(PlanView)
 
     async def on_mount(self) -> None:
         self.screen_change_signal.subscribe(self, lambda screen: self._show_hints())  # dialogs' keys
@@ -195,6 +203,7 @@ class CloverApp(App[int]):
         shown = printable_event(event)  # no control character from the model or a tool reaches the terminal
         await self.transcript.show(shown)
         self.status_bar.observe(shown)
+        self.plan_view.observe(shown)
 
     def on_transcript_below(self, message: Transcript.Below) -> None:
         self.query_one("#new-below").set_class(message.waiting, "-shown")
@@ -219,6 +228,8 @@ class CloverApp(App[int]):
             and screen.request.call_id == event.call_id  # the approval it waited for
         ):
             screen.dismiss(None)
+        if isinstance(event, Done) and event.outcome == "planned" and event.plan is not None:
+            self._offer_plan(Plan.from_dict(event.plan))
         if isinstance(event, ApprovalNeeded):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
             if card is not None:
@@ -241,7 +252,9 @@ class CloverApp(App[int]):
             state = "approval"
         elif isinstance(top, ApplyScreen):
             state = "apply"
-        elif isinstance(top, HelpScreen | DiffScreen):
+        elif isinstance(top, PlanScreen) and top.choices:
+            state = "plan"
+        elif isinstance(top, HelpScreen | DiffScreen | PlanScreen):
             state = "view"
         elif isinstance(top, PickerScreen):
             state = "picker"
@@ -249,11 +262,17 @@ class CloverApp(App[int]):
             state = "quit"
         elif self.menu.is_open:
             state = "menu"
-        elif self.status_bar.busy and not self.status_bar.waiting:
+        elif self._agent_working():
             state = "running"
         else:
             state = "idle"
         self.hints.show_state(state)
+
+    def _agent_working(self) -> bool:
+        """A request runs and the agent is not waiting (False once the app's screen is torn down:
+        a dialog's dismissal may come after the main screen's widgets are gone)."""
+        bars = self.query(StatusBar)
+        return bool(bars) and bars.first().busy and not bars.first().waiting
 
     def on_path_menu_toggled(self, message: PathMenu.Toggled) -> None:
         self._show_hints()
@@ -382,6 +401,47 @@ class CloverApp(App[int]):
         await self._note(f"Running {argument or 'all tests'} in the sandbox…")
         self._watch(session.run(session.run_tests(argument or None)))
 
+    async def _command_plan(self, argument: str) -> None:
+        session = self.session
+        assert session is not None
+        choice = argument.lower()
+        if choice == "show":
+            plan, stage = self.plan_view.plan, self.plan_view.stage
+            if plan is None:
+                await self._note("No plan yet: /plan (or shift+tab) turns plan mode on.")
+            elif stage == "proposed" and session.planning:  # still to be judged
+                self._offer_plan(Plan.from_dict(plan))
+            else:
+                self.push_screen(PlanScreen(Plan.from_dict(plan), session.policy.name, choices=False))
+            return
+        if choice not in ("", "on", "off"):
+            await self._note("/plan takes on, off or show, e.g. /plan show", "error")
+            return
+        on = not session.planning if not choice else choice == "on"
+        await self._call(session.run(session.set_planning(on)))
+
+    def _offer_plan(self, plan: Plan) -> None:
+        """The plan dialog for a proposed ``plan``: approved, edited, rejected or plan mode left."""
+        session = self.session
+        assert session is not None
+
+        async def chosen(choice: PlanChoice | None) -> None:
+            if choice is None:
+                await self._note("The plan waits: /plan show brings it back; a message asks for another.")
+            elif choice.action == "approve":
+                self.status_bar.set_policy(choice.policy)
+                self._watch(session.approve(choice.plan, choice.policy))
+            elif choice.action == "leave":
+                await self._call(session.run(session.set_planning(False)))
+            elif choice.note:  # rejected, saying what to change: the agent plans again
+                self._watch(session.send(choice.note))
+            else:
+                await self._note("Plan rejected; still in plan mode: say what to change.")
+            self.call_after_refresh(self._show_hints)
+
+        self.push_screen(PlanScreen(plan, session.policy.name), chosen)
+        self._show_hints()
+
     async def _command_policy(self, argument: str) -> None:
         session = self.session
         assert session is not None
@@ -504,6 +564,15 @@ class CloverApp(App[int]):
         prompts = self.query(PromptBox)
         if prompts and self.focused is not prompts.first():
             self.screen.set_focus(prompts.first())  # at once: this key goes to the prompt
+
+    async def action_toggle_plan(self) -> None:
+        if self.session is not None:
+            await self._command_plan("")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_plan":  # a dialog's own shift+tab moves its focus
+            return len(self.screen_stack) == 1
+        return True
 
     def action_toggle_thinking(self) -> None:
         self.transcript.set_show_thinking(not self.transcript.show_thinking)

@@ -65,6 +65,7 @@ class SessionCommands:
     turns: list[Turn]
     info: SessionInfo
     applied: set[str]  # the files an /apply of this session wrote into the tree
+    planning: bool  # plan mode: requests go to the agent read-only until a plan is approved
 
     async def _wait_ready(self) -> Agent:
         raise NotImplementedError  # the session's: waits for the sandbox and the agent
@@ -184,15 +185,36 @@ class SessionCommands:
         return files
 
     async def set_policy(self, name: str) -> Policy:
+        """The session's policy; while planning, the one plan mode goes back to (the agent keeps the
+        plan policy until then)."""
         policy = policy_named(name)
         self.policy = policy
         self.status.policy = policy.name
-        if self.agent is not None:
+        if self.agent is not None and not self.planning:
             self.agent.policy = policy
         self.info.policy = policy.name
         self._save_info()
-        self._emit(Notice(text=f"Policy is now {policy.name}."))
+        said = f"After plan mode, the policy is {policy.name}." if self.planning else ""
+        self._emit(Notice(text=said or f"Policy is now {policy.name}."))
         return policy
+
+    async def set_planning(self, on: bool) -> bool:
+        """Plan mode on or off (``/plan``, shift+tab). The agent's policy changes at once, so a request
+        under way goes on under the new one from its next call; the plan-mode note goes with each
+        request sent while planning. Off: back to the session's policy. Recorded (the notice's
+        ``planning``), so the status bar and a resumed session know."""
+        if on != self.planning:
+            self.planning = on
+            if self.agent is not None:
+                self.agent.start_planning() if on else self.agent.leave_planning(self.policy)
+            text = (
+                "Plan mode: the agent reads, searches and runs the tests, then proposes a plan for you to "
+                "approve; edits and shell commands are refused until then (shift+tab or /plan leaves it)."
+                if on
+                else f"Plan mode off: the policy is {self.policy.name}."
+            )
+            self._emit(Notice(text=text, data={"planning": on}))
+        return on
 
     async def clear(self) -> bool:
         """Start a new conversation (``/clear``); the workspace keeps its changes. Recorded as a

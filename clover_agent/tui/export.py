@@ -1,13 +1,15 @@
 """``/export``: a session's transcript as Markdown, written from its events (the trajectory).
 
 Requests, the agent's replies, its reasoning (in a ``<details>`` block), each tool call with its
-arguments and full output, test runs, undos and the end of each request, in order.
+arguments and full output, test runs, undos, plans (proposed, approved, steps done) and the end of
+each request, in order.
 """
 
 from __future__ import annotations
 
 import json
 
+from clover_agent.agent.plan import Plan
 from clover_agent.events import (
     ApprovalDecided,
     Done,
@@ -15,6 +17,7 @@ from clover_agent.events import (
     Event,
     HookRan,
     ModelResponded,
+    PlanUpdated,
     TestsRun,
     ToolCallFinished,
     ToolCallStarted,
@@ -72,6 +75,12 @@ def transcript_markdown(events: list[Event]) -> str:
                 f"{report.get('failed', 0)} failed, {report.get('errors', 0)} errors, "
                 f"{report.get('skipped', 0)} skipped"
             )
+        elif isinstance(event, PlanUpdated):
+            plan = Plan.from_dict(event.plan)
+            if event.stage == "progress":
+                out.append(f"*Plan: {plan.done}/{len(plan.steps)} steps done*")
+            else:
+                out.append(f"**Plan {event.stage}**\n\n{_fence(plan.markdown(), 'markdown')}")
         elif isinstance(event, TurnsUndone):
             files = ", ".join(event.files) or "no file"
             out.append(f"*Undone: request {event.turn} and later ({files} put back)*")

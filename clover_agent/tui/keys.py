@@ -34,6 +34,11 @@ KEYS: tuple[Key, ...] = (
         "quit (the session stays saved, and the command that resumes it is printed); with changes not in "
         "your tree yet, it first names them: `q` quits anyway, `a` reviews them (/apply), `esc` stays",
     ),
+    Key(
+        "shift+tab",
+        "toggle_plan",
+        "plan mode on / off (/plan): the agent proposes a plan, read-only, for you to approve first",
+    ),
     Key("ctrl+t", "toggle_thinking", "show / fold the model's thinking"),
     Key("ctrl+o", "expand", "expand / fold the focused or newest long output"),
     Key("ctrl+d", "diff", "show the session's changes (/diff)"),
@@ -48,6 +53,13 @@ KEYS: tuple[Key, ...] = (
         "approval",
     ),
     Key("space / enter", "", "accept or reject the file / apply the accepted files", "/apply"),
+    Key(
+        "a / e / r / l",
+        "",
+        "approve (under the policy chosen there) / edit (ctrl+s keeps the edit) / reject, saying what to "
+        "change / leave plan mode",
+        "plan",
+    ),
 )
 
 
@@ -75,6 +87,12 @@ COMMANDS: tuple[Command, ...] = (
         "edits (markers: where they overlap, both between conflict markers)",
     ),
     Command("tests", "/tests [TARGET]", "run the tests (or TARGET) in the sandbox now"),
+    Command(
+        "plan",
+        "/plan [on/off/show]",
+        "plan mode (no argument: on / off): the agent looks, read-only, and proposes a plan you approve, "
+        "edit or reject before anything changes; show: the plan proposed or being carried out",
+    ),
     Command("policy", "/policy [NAME]", "show or set which calls run, ask or are refused"),
     Command("model", "/model", "show the backend and the model"),
     Command("mcp", "/mcp", "list the MCP servers: running or why not, and their tools"),

@@ -23,11 +23,12 @@ from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
 from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.plan import Plan
 from clover_agent.agent.policy import Policy
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
 from clover_agent.backends.base import ModelBackend
 from clover_agent.errors import RUN_ERRORS, CloverError, UsageError, message_of
-from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded
+from clover_agent.events import ApprovalRequested, Done, Event, EventBus, MessageAdded, PlanUpdated
 from clover_agent.handback.session import SessionHandBack
 from clover_agent.sandboxes.base import Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
@@ -95,6 +96,7 @@ class TuiSession(SessionCommands):
             elif isinstance(event, Notice) and isinstance(event.data.get("applied"), list):
                 self.applied.update(str(path) for path in event.data["applied"])
         self.policy, self._policy_note = _resumed_policy(options)
+        self.planning = _resumed_planning(saved.events if saved else [])
         self.info.policy = self.policy.name
         self.status = SessionStatus(policy=self.policy.name)
         self.bus = EventBus()
@@ -129,6 +131,11 @@ class TuiSession(SessionCommands):
     def send(self, text: str) -> concurrent.futures.Future[None]:
         """A message from the person: a new request, or, while the agent works, one it reads next."""
         return self.run(self._send(text))
+
+    def approve(self, plan: Plan, policy: str) -> concurrent.futures.Future[None]:
+        """The person approved ``plan`` (perhaps edited) to be carried out under ``policy``: plan mode
+        ends and the agent goes on with the plan in the conversation, as a request of its own."""
+        return self.run(self._approve(plan, policy_named(policy)))
 
     def interrupt(self) -> None:
         self.thread.call(self._interrupt)
@@ -235,6 +242,8 @@ class TuiSession(SessionCommands):
             self.mcp = self.parts.mcp
             if saved is not None and saved.state is not None:
                 await self._take_up(agent, saved)
+            if self.planning:
+                agent.start_planning()
             self.system = await self.parts.system_prompt(INTERACTIVE_NOTE)
         except RUN_ERRORS as exc:
             other = "local" if self.options.sandbox_kind != "local" else "docker"
@@ -260,6 +269,9 @@ class TuiSession(SessionCommands):
     async def _take_up(self, agent: Agent, saved: SavedSession) -> None:
         """A resumed session: the agent takes up its conversation, its snapshots and its workspace."""
         assert saved.state is not None
+        tracked = next((e for e in reversed(saved.events) if isinstance(e, PlanUpdated)), None)
+        if tracked is not None and tracked.stage != "proposed":  # update_plan goes on tracking it
+            agent.plan = Plan.from_dict(tracked.plan)
         try:
             lost = await agent.resume(saved.state, fresh_budget=True)
         except WorkspaceCheckpointError as exc:
@@ -291,7 +303,19 @@ class TuiSession(SessionCommands):
             raise CloverError("the session cannot work: the sandbox or the model backend did not start")
         return self.agent
 
-    async def _send(self, text: str) -> None:
+    async def _approve(self, plan: Plan, policy: Policy) -> None:
+        agent = await self._wait_ready()
+        while self._working:  # the run that proposed the plan is still ending
+            await asyncio.sleep(0.05)
+        message = agent.approve_plan(plan, policy)
+        self.planning, self.policy = False, policy
+        self.status.policy = self.info.policy = policy.name
+        said = f"Plan approved; the agent carries it out under the {policy.name} policy."
+        self._emit(Notice(text=said, data={"planning": False}))
+        await self._send(f"Approved the plan: {' '.join(plan.summary.split())}", message)
+
+    async def _send(self, text: str, message: str | None = None) -> None:
+        """``message``: what the model reads, when it is not ``text`` (an approved plan)."""
         if self._working:
             self._steer(text)
             return
@@ -300,7 +324,8 @@ class TuiSession(SessionCommands):
             pending: str | None = text
             while pending is not None:
                 try:
-                    await self._turn(pending)
+                    await self._turn(pending, message)
+                    message = None
                     pending = await self._left_unread()
                 except Exception as exc:  # not one the agent expects: this request ends, the session goes on
                     self._unexpected(exc)
@@ -379,8 +404,8 @@ class TuiSession(SessionCommands):
             self._asking.add(task)
             task.add_done_callback(self._asking.discard)
 
-    async def _turn(self, text: str) -> None:
-        """One request: shown, recorded, and run by the agent to its end."""
+    async def _turn(self, text: str, message: str | None = None) -> None:
+        """One request: shown, recorded, and run by the agent to its end (``message``: see ``_send``)."""
         agent = self.agent
         saved = self.options.resume.state if self.options.resume else None
         first_step = agent.next_step if agent else (saved.steps if saved else 0) + 1
@@ -398,7 +423,7 @@ class TuiSession(SessionCommands):
             self._emit(Notice(text=exc.message, level="error"))
             return
         agent.budget = self._budget()  # budgets count per request
-        message = sandbox_paths(self.repo, text)
+        message = message or sandbox_paths(self.repo, text)
         work = agent.continue_with(message) if agent.messages else agent.run(message, self.system)
         self._request = asyncio.ensure_future(work)
         try:
@@ -472,6 +497,13 @@ class TuiSession(SessionCommands):
                 self._sandbox_state("closed")
             await self.bus.drain()
             self._writer.close()
+
+
+def _resumed_planning(events: list[Event]) -> bool:
+    """A session saved in plan mode resumes in plan mode (its policy, ``SessionInfo.policy``, is the
+    one plan mode goes back to)."""
+    said = [e.data["planning"] for e in events if isinstance(e, Notice) and "planning" in e.data]
+    return bool(said and said[-1])
 
 
 def _resumed_policy(options: SessionConfig) -> tuple[Policy, str]:

@@ -404,3 +404,57 @@ def test_apply_merges_your_edit_and_the_session_resumes_after_it(tmp_path: Path)
         tmux.wait("EXIT=0", deadline_s=60)
     finally:
         tmux.close()
+
+
+def test_plan_mode_refuses_edits_until_the_plan_is_approved_then_carries_it(tmp_path: Path) -> None:
+    """``/plan``: the request is planned read-only (the edit it tries is refused, the tree and the
+    sandbox untouched), the plan's dialog approves it, and the plan is carried out: the fix made,
+    its steps ticked off above the prompt."""
+    repo = calculator_repo(tmp_path)
+    steps = ["Make add return a + b", "Run the tests"]
+
+    def progress(*statuses: str) -> str:
+        marked = [{"step": s, "status": st} for s, st in zip(steps, statuses, strict=True)]
+        return call("update_plan", steps=json.dumps(marked))
+
+    replay = write_replay(
+        tmp_path / "plan.jsonl",
+        [
+            turn("Trying the fix at once.", FIX_ADD),
+            turn("", call("propose_plan", summary="Fix add: it subtracts.", steps=json.dumps(steps))),
+            turn("", progress("in_progress", "pending")),
+            turn("Fixing add.", FIX_ADD),
+            turn("", progress("completed", "in_progress")),
+            turn("", call("run_tests", target="tests/test_calculator.py")),
+            turn("", progress("completed", "completed")),
+            turn("", call("finish", summary="add returns a + b now")),
+        ],
+    )
+    tmux = Tmux(100, 32, cwd=repo)
+    try:
+        tmux.start_tui(replay)
+        tmux.type("/plan")
+        tmux.key("Enter")
+        tmux.wait("Plan mode:", "plan → workspace")
+        tmux.type("fix the add function")
+        tmux.key("Enter")
+        shown = tmux.wait("The agent proposes this plan", "1. [ ] Make add return a + b", "Approve (a)")
+        tmux.key("Escape")  # the plan waits: the refused edit is in the transcript behind it
+        tmux.wait("was not allowed", "Plan proposed: Fix add")
+        tmux.type("/plan show")
+        tmux.key("Enter")
+        tmux.wait("The agent proposes this plan")
+        tmux.key("a")
+        shown = tmux.wait("add returns a + b now", "Plan 2/2", "✓ Run the tests")
+        assert "✓ Make add return a + b" in shown and "plan →" not in shown
+        tmux.type("/diff")
+        tmux.key("Enter")
+        tmux.wait("return a + b")  # the change, in the sandbox
+        tmux.key("Escape")
+        assert "return a - b" in (repo / "calculator.py").read_text()  # the tree waits for /apply
+        tmux.key("C-q")
+        tmux.wait("q quit anyway", deadline_s=60)
+        tmux.key("q")
+        tmux.wait("EXIT=0", deadline_s=60)
+    finally:
+        tmux.close()

@@ -1,5 +1,5 @@
 """The TUI's pure helpers: what streamed text is shown, control characters, completion order,
-Markdown fences, the edit preview's fallbacks, and command parsing."""
+Markdown fences, the edit preview's fallbacks, command parsing, and the plan view's lines."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from clover_agent.tui.keys import parse_command
 from clover_agent.tui.text import printable, printable_event
 from clover_agent.tui.widgets.agent_text import visible_prefix
 from clover_agent.tui.widgets.path_menu import matching
+from clover_agent.tui.widgets.plan_view import MAX_STEPS_SHOWN, plan_lines
 
 
 def test_streamed_text_stops_at_a_tool_call_and_holds_back_a_partial_tag() -> None:
@@ -105,3 +106,14 @@ async def test_the_edit_preview_in_a_real_sandbox(tmp_path) -> None:
         assert await edit_preview(sandbox, "shell", {"command": "ls"}) == ""
         assert (repo / "calculator.py").read_text().count("return a * b") == 1  # nothing was written
         assert not (await sandbox.diff())
+
+
+def test_the_plan_view_keeps_the_step_in_progress_in_sight() -> None:
+    steps = [{"step": f"step {n} [b]x[/b]", "status": "completed"} for n in range(1, 11)]
+    steps += [{"step": "step 11", "status": "in_progress"}, {"step": "step 12", "status": "pending"}]
+    lines = plan_lines({"summary": "Twelve\nsteps", "steps": steps}).plain.splitlines()
+    assert lines[0] == "Plan 10/12  Twelve steps"
+    assert lines[1 : MAX_STEPS_SHOWN + 1][-3:] == ["✓ step 10 [b]x[/b]", "▸ step 11", "· step 12"]
+    assert lines[-1] == "  (4 more steps: /plan show lists them all)"
+    few = plan_lines({"summary": "s", "steps": steps[:2]}).plain.splitlines()
+    assert few == ["Plan 2/2  s", "✓ step 1 [b]x[/b]", "✓ step 2 [b]x[/b]"]

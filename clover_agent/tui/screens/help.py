@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -20,7 +21,7 @@ def help_table() -> Table:
     table.add_column()
     table.add_row("[u]Commands[/u]", "")
     for command in COMMANDS:
-        table.add_row(command.usage, command.description)
+        table.add_row(Text(command.usage, style="bold"), command.description)  # "[markers]": not markup
     table.add_row("", "")
     table.add_row("[u]Keys[/u]", "")
     for key in KEYS:

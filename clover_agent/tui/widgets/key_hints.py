@@ -15,6 +15,7 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("?", "keys"),
         ("ctrl+p", "palette"),
         ("ctrl+c", "clear/quit"),
+        ("shift+tab", "plan"),
     ),
     "running": (
         ("esc", "interrupt"),
@@ -34,6 +35,7 @@ HINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "view": (("pgup / pgdn", "scroll"), ("esc", "close")),
     "picker": (("↑↓", "choose"), ("enter", "pick"), ("esc", "cancel")),
     "quit": (("q", "quit anyway"), ("a", "review and apply"), ("esc", "stay")),
+    "plan": (("a", "approve"), ("e", "edit"), ("r", "reject"), ("l", "leave plan mode"), ("esc", "later")),
 }
 
 

@@ -23,7 +23,7 @@ from clover_agent.events import (
     RunStarted,
     ToolCallFinished,
 )
-from clover_agent.session.events import SandboxState, SessionStarted, TurnStarted
+from clover_agent.session.events import Notice, SandboxState, SessionStarted, TurnStarted
 from clover_agent.tui.usage import Usage
 from clover_agent.tui.usage import short as _short
 
@@ -50,6 +50,7 @@ class StatusBar(Static):
         self.sandbox = "starting"
         self.sandbox_kind = ""
         self.policy = ""
+        self.planning = False  # plan mode (its notices say when it starts and ends)
         self.step = 0
         self.turn_first_step = 1
         self.turn_started: float | None = None
@@ -69,6 +70,8 @@ class StatusBar(Static):
         if isinstance(event, SessionStarted):
             self.backend, self.sandbox_kind, self.policy = event.backend, event.sandbox, event.policy
             self.context_window = event.context_window
+        elif isinstance(event, Notice) and "planning" in event.data:
+            self.planning = bool(event.data["planning"])
         elif isinstance(event, SandboxState):
             self.sandbox, self.sandbox_kind = event.state, event.kind
         elif isinstance(event, RunStarted):
@@ -131,7 +134,9 @@ class StatusBar(Static):
                 left.append(_duration(max(0.0, max_time - (self._last_time - self.turn_started))))
             if left:
                 parts.append(("left " + " ".join(left), ""))
-        if self.policy:  # what runs unasked: before the figures, which a narrow terminal cuts first
+        if self.planning:  # read-only until a plan is approved; then the policy named
+            parts.append((f"plan → {self.policy}", "bold magenta"))
+        elif self.policy:  # what runs unasked: before the figures, which a narrow terminal cuts first
             parts.append((self.policy, ""))
         spent = self.usage.status()
         if spent:

@@ -24,6 +24,7 @@ from clover_agent.events import (
     MessageAdded,
     ModelDelta,
     ModelResponded,
+    PlanUpdated,
     ProvisionalBlock,
     TestsRun,
     ToolCallFinished,
@@ -36,6 +37,7 @@ from clover_agent.session.events import MessageQueued, Notice, SandboxState, Tur
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diffusion_view import DiffusionView
 from clover_agent.tui.widgets.notice import NoticeLine
+from clover_agent.tui.widgets.plan_view import PlanNote
 from clover_agent.tui.widgets.results_table import TestTable
 from clover_agent.tui.widgets.thinking import Thinking
 from clover_agent.tui.widgets.tool_card import ToolCard
@@ -195,6 +197,8 @@ class Transcript(VerticalScroll):
             self._test_outcomes.update(event.report.get("outcomes") or {})
         elif isinstance(event, Notice):
             await self.mount(NoticeLine(event.text, event.level))
+        elif isinstance(event, PlanUpdated) and event.stage == "proposed":  # then: the plan view
+            await self.mount(PlanNote(event))
         elif isinstance(event, ErrorReported) and not event.fatal:
             await self.mount(NoticeLine(f"{event.kind}: {event.message}", "warning"))
         elif isinstance(event, HookRan) and (line := hook_line(event)) is not None:
@@ -216,7 +220,7 @@ class Transcript(VerticalScroll):
             for card in self._cards.values():
                 if card.result is None:
                     card.note("interrupted", "-error")
-            if event.outcome == "answered":  # the reply itself, streamed above, is the turn's end
+            if event.outcome in ("answered", "planned"):  # the reply, or the plan (above), is the end
                 return
             text = event.summary or event.message
             level = (
