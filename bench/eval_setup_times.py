@@ -9,7 +9,7 @@ Usage: .venv/bin/python bench/eval_setup_times.py [TASKS] [--only ID...] [--inst
 Each task's repository is made as ``clover-agent eval`` makes it (the release, the test patch
 committed) and its sandbox spec is the harness's (the task's ``environment`` and ``setup``).
 Each cold start's set-up lines must name the installer asked for (``environment: installer ...``);
-one that fell back to pip is marked. Prints progress, then a Markdown table with each installer's
+one that fell back to pip is marked "pip fallback". Prints progress, then a Markdown table with each installer's
 median and total; ``--out`` writes the figures as JSON. The load average is read before and after.
 Exits 1 naming the tasks whose start failed (the others are still measured). The environment
 images are left cached, as an eval run leaves them. Needs a Docker engine and the sandbox image.
@@ -160,7 +160,7 @@ def installer_ran(lines: list[str], asked: str) -> str:
     if not said:
         raise BenchError("the set-up lines name no installer")
     if asked == "uv" and (not said[0].startswith(f"{INSTALLER}uv ") or any(FALLBACK in x for x in lines)):
-        return "pip (fallback)"
+        return "pip fallback"
     return asked
 
 
