@@ -50,6 +50,15 @@ PROGRESS_EVERY_S = 3.0
 #: The running step's output, and the time the steps started (the volume at SETUP_DIR is root's).
 _LOG = "/tmp/clover-setup-step.log"
 _STARTED = "/tmp/clover-setup-started"
+#: With uv, the virtual environment is made by uv (``python3 -m venv`` spends seconds running pip
+#: to install pip) and seeded, offline, with the wheels Debian's ensurepip installs from
+#: (``/usr/share/python-wheels``: the same pip and setuptools); without them ensurepip seeds it.
+_UV_VENV = (
+    f'UV_PYTHON_DOWNLOADS=never uv venv --quiet --python "$(command -v python3)" {VENV} && {{ '
+    "seed=$(ls /usr/share/python-wheels/pip-*.whl /usr/share/python-wheels/setuptools-*.whl 2>/dev/null); "
+    f'if [ -n "$seed" ]; then uv pip install --quiet --python {VENV}/bin/python --no-index $seed; '
+    f"else {VENV}/bin/python -m ensurepip --default-pip; fi; }}"
+)
 #: The output a failure message shows of the failing step (its tail: pip says why at the end).
 FAILURE_OUTPUT_CHARS = 3000
 
@@ -98,24 +107,24 @@ async def run_setup(
         progress(f"environment: {line}")
     for note in recipe.index.notes if recipe.network else ():
         progress(f"environment: {note}")
+    recipe = await _installer(sandbox, recipe, recipe.setup_env(), progress)
     env = recipe.setup_env()
     home = VENV.rsplit("/", 1)[0]
+    make = _UV_VENV if recipe.installer == "uv" else f"python3 -m venv {VENV}"
     check = await sandbox.exec(
         f"touch {_STARTED} && if [ ! -w {home} ]; then echo '{home} is missing or not writable'; exit 3; fi; "
-        f"python3 -m venv {VENV}",
+        f"{make}",
         timeout=300,
         env=env,
     )
     if check.exit_code != 0:
         raise SandboxSetupError(
-            "the sandbox image cannot hold a project environment (`python3 -m venv` in "
+            f"the sandbox image cannot hold a project environment (`{make}` in "
             f"{home} failed: {_tail(check.output, 600)}): it was built by an older clover-agent. "
             "Rebuild it with `clover-agent sandbox build` (the base needs python3-venv and the image "
             f'a {home} owned by uid 1000), or turn the environment off with `environment = "none"` '
             "in .clover/config.toml's [sandbox] table"
         )
-    recipe = await _installer(sandbox, recipe, env, progress)
-    env = recipe.setup_env()
     for number, step in enumerate(recipe.steps, 1):
         progress(f"environment: {step.title} ({number}/{len(recipe.steps)})")
         result = await _run_step(sandbox, step.command, recipe.timeout, env, progress)

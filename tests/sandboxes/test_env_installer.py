@@ -28,7 +28,7 @@ from clover_agent.sandboxes.images import (
 )
 from clover_agent.settings import Settings, host_package_index
 from tests.git_repos import make_repo
-from tests.real_projects import fetch_sdist
+from tests.real_projects import drop_image, environment_image, fetch_sdist
 from tests.sandboxes.test_environment_docker import (
     IMAGE,
     own_leftovers,
@@ -39,6 +39,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow]
 
 #: What a distribution's INSTALLER file says, in the sandbox's environment.
 INSTALLER_OF = "python -c \"import importlib.metadata as m, sys; print(m.distribution(sys.argv[1]).read_text('INSTALLER'))\""
+
+
+#: The environment's pip and setuptools versions.
+SEEDED = "python -m pip --version | cut -d' ' -f1-2 && python -c 'import setuptools; print(setuptools.__version__)'"
 
 
 def small_project(root: Path, *, dependency: str = "text-unidecode==1.3") -> Path:
@@ -59,7 +63,8 @@ def small_project(root: Path, *, dependency: str = "text-unidecode==1.3") -> Pat
 
 
 def spec_for(repo: Path, messages: list[str], image: str = IMAGE, **options: object) -> SandboxSpec:
-    recipe = discover(repo, EnvironmentOptions(index=host_package_index(os.environ), **options))  # type: ignore[arg-type]
+    options.setdefault("index", host_package_index(os.environ))
+    recipe = discover(repo, EnvironmentOptions(**options))  # type: ignore[arg-type]
     return SandboxSpec(repo=str(repo), image=image, environment=recipe, progress=messages.append)
 
 
@@ -70,6 +75,11 @@ async def test_uv_sets_the_project_up_and_pip_does_when_chosen_each_line_naming_
         assert tests.exit_code == 0 and "1 passed" in tests.output, tests.output
         assert (await sb.exec(f"{INSTALLER_OF} six")).output.strip() == "uv"
         assert (await sb.exec(f"{INSTALLER_OF} demo-uv")).output.strip() == "uv"
+        # the environment made by uv, seeded with the pip and setuptools python3 -m venv would give
+        made = await sb.exec(f"grep -c '^uv = {UV_VERSION}$' /opt/clover/venv/pyvenv.cfg")
+        assert made.output.strip() == "1", made.output
+        seeded = await sb.exec(SEEDED)
+        assert seeded.exit_code == 0, seeded.output
     named = [m for m in said if m.startswith("environment: installer ")]
     assert named and named[0].startswith(f"environment: installer uv {UV_VERSION} ("), said
     assert named[0].endswith("(pip is the fallback)"), said
@@ -84,6 +94,8 @@ async def test_uv_sets_the_project_up_and_pip_does_when_chosen_each_line_naming_
         tests = await sb.exec("python -m pytest -q -p no:cacheprovider")
         assert tests.exit_code == 0 and "1 passed" in tests.output, tests.output
         assert (await sb.exec(f"{INSTALLER_OF} six")).output.strip() == "pip"
+        assert (await sb.exec(SEEDED)).output == seeded.output  # the same pip and setuptools
+        assert (await sb.exec("grep -c '^uv = ' /opt/clover/venv/pyvenv.cfg")).output.strip() == "0"
     assert "environment: installer pip (chosen in .clover/config.toml's [sandbox] installer)" in chose, chose
     assert any(m.startswith("environment: pip install the project (editable, extras test)") for m in chose)
     assert own_leftovers() == []
@@ -122,10 +134,11 @@ async def test_uv_failing_where_pip_does_not_falls_back_to_pip_and_says_so(tmp_p
     compiler variant."""
     said: list[str] = []
     repo = fetch_sdist("MarkupSafe", "2.1.4", tmp_path / "src")
+    drop_image(environment_image(repo))  # made by an earlier run (or bench/eval_setup_times.py)
     async with create_sandbox("docker", spec_for(repo, said)) as sb:
         escaped = await sb.exec("python -c 'import markupsafe; print(markupsafe.escape(\"<a>\"))'")
         assert escaped.output.strip() == "&lt;a&gt;", escaped.output
-        assert (await sb.exec(f"{INSTALLER_OF} markupsafe")).output.strip() == "pip"
+        assert (await sb.exec(f"{INSTALLER_OF} pytest")).output.strip() == "pip"  # the same step's
         assert "clover-agent-compiler" not in sb.image
     fell_back = [m for m in said if m.startswith("environment: uv failed at this step (")]
     assert fell_back and fell_back[0].endswith("pip, the fallback, tries it"), said
