@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clover_agent.cli.doctor import check_docker
 from clover_agent.environments.python_deps import EnvironmentOptions, discover
 from clover_agent.environments.recipe import CA_PATH
 from clover_agent.sandboxes.base import SandboxSpec
@@ -161,6 +162,9 @@ async def test_an_image_without_uv_sets_up_with_pip_and_says_why(tmp_path: Path)
             )
         build_sandbox_image(client, base=DEFAULT_BASE_IMAGE, tag=tag, progress=lambda _line: None, uv=None)
         assert client.api.inspect_image(tag)["Config"]["Labels"][LABEL_UV] == "none"
+        # doctor says it of the image
+        image_check = check_docker(tag, Settings.load().docker_env)[-1]
+        assert image_check.ok and "no uv: environments are set up with pip" in image_check.detail
         said: list[str] = []
         async with create_sandbox(
             "docker", spec_for(small_project(tmp_path / "demo"), said, image=tag)
