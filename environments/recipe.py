@@ -222,8 +222,8 @@ class EnvironmentRecipe:
         """Variables of every set-up command: the environment first on ``PATH``, pip configured
         by the generated ``pip.conf`` (:meth:`PackageIndex.pip_conf`), the CA bundle for whatever
         else fetches over TLS, and the host's proxy variables; with uv, uv configured alike
-        (:meth:`PackageIndex.uv_env`), without a cache (as pip's) and without reading
-        configuration files or ``[tool.uv]`` sources, which pip would not."""
+        (:meth:`PackageIndex.uv_env`), compiling bytecode and keeping no cache (as pip does), and
+        without reading configuration files or ``[tool.uv]`` sources, which pip would not."""
         env = {
             **dict(self.variables),
             **SANDBOX_ENVIRONMENT,
@@ -235,7 +235,10 @@ class EnvironmentRecipe:
             if self.index.ca_bundle:
                 env |= {"SSL_CERT_FILE": CA_PATH, "REQUESTS_CA_BUNDLE": CA_PATH, "PIP_CERT": CA_PATH}
         if self.installer == "uv":
-            env |= {"UV_NO_CACHE": "1", "UV_NO_CONFIG": "1", "UV_NO_SOURCES": "1", "UV_NO_PROGRESS": "1"}
+            # compiled at install, as pip does: the sandbox's root is read-only and Python writes no
+            # bytecode there, so without it every command would compile what it imports again
+            env |= {"UV_COMPILE_BYTECODE": "1", "UV_NO_CACHE": "1", "UV_NO_CONFIG": "1"}
+            env |= {"UV_NO_SOURCES": "1", "UV_NO_PROGRESS": "1"}
             env |= self.index.uv_env(
                 ca_path=CA_PATH if self.network and self.index.ca_bundle else None,
                 find_links=(WHEELS_PATH,) if self.wheels else (),

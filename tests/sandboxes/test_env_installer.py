@@ -81,6 +81,12 @@ async def test_uv_sets_the_project_up_and_pip_does_when_chosen_each_line_naming_
         assert made.output.strip() == "1", made.output
         seeded = await sb.exec(SEEDED)
         assert seeded.exit_code == 0, seeded.output
+        # compiled at install as pip does (Python writes no bytecode in the read-only sandbox)
+        compiled = await sb.exec(
+            "ls /opt/clover/venv/lib/python3*/site-packages/six*.pyc "
+            "/opt/clover/venv/lib/python3*/site-packages/__pycache__/six*.pyc 2>/dev/null"
+        )
+        assert compiled.output.strip(), "six was installed without its bytecode"
     named = [m for m in said if m.startswith("environment: installer ")]
     assert named and named[0].startswith(f"environment: installer uv {UV_VERSION} ("), said
     assert named[0].endswith("(pip is the fallback)"), said
