@@ -138,11 +138,14 @@ def uv_binary(cache: Path, architecture: str, *, python: str = sys.executable) -
                 data = wheel.read(member)
         except (zipfile.BadZipFile, KeyError, OSError) as exc:
             return None, f"the uv wheel {wheels[0].name} has no {member} ({exc})"
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    partial = binary.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.chmod(0o755)
-    partial.replace(binary)
+    try:
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        partial.write_bytes(data)
+        partial.chmod(0o755)
+        partial.replace(binary)
+    except OSError as exc:
+        return None, f"uv's binary could not be kept in {binary.parent} ({exc.strerror or exc})"
     return binary, ""
 
 

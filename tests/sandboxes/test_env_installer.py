@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from clover_agent.sandboxes.images import (
     UV_VERSION,
     build_sandbox_image,
     image_exists,
+    uv_binary,
 )
 from clover_agent.settings import Settings, host_package_index
 from tests.git_repos import make_repo
@@ -218,3 +222,22 @@ async def test_the_hosts_extra_index_and_trusted_host_reach_uv_in_the_set_up(tmp
     if host.index_url:
         assert f"UV_DEFAULT_INDEX={host.index_url}" in seen, seen
     assert any(m.startswith(f"environment: installer uv {UV_VERSION}") for m in said), said
+
+
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or sys.platform != "linux", reason="runs the x86_64 binary here"
+)
+def test_sandbox_builds_uv_is_the_pinned_wheels_binary_fetched_once(tmp_path: Path) -> None:
+    """What `sandbox build` puts in the image: uv's binary from its pinned manylinux wheel on the
+    package index (this machine's pip and its configuration fetch it), kept for the next build."""
+    binary, why = uv_binary(tmp_path / "cache", "x86_64")
+    assert binary is not None, why
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.startswith(f"uv {UV_VERSION} "), version.stdout + version.stderr
+    kept = binary.stat().st_mtime_ns
+    again, _ = uv_binary(tmp_path / "cache", "x86_64", python="/nonexistent/python")  # no download now
+    assert again == binary and binary.stat().st_mtime_ns == kept
+    none, why = uv_binary(tmp_path / "other", "s390x")
+    assert none is None and "no uv wheel is known for the architecture s390x" in why
+    failed, why = uv_binary(tmp_path / "other", "x86_64", python="/nonexistent/python")
+    assert failed is None and f"`pip download uv=={UV_VERSION}` did not run" in why
