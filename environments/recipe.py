@@ -238,7 +238,8 @@ class EnvironmentRecipe:
             # compiled at install, as pip does: the sandbox's root is read-only and Python writes no
             # bytecode there, so without it every command would compile what it imports again
             env |= {"UV_COMPILE_BYTECODE": "1", "UV_NO_CACHE": "1", "UV_NO_CONFIG": "1"}
-            env |= {"UV_NO_SOURCES": "1", "UV_NO_PROGRESS": "1"}
+            # copied from its temporary cache (on another file system: a hard link fails, with a warning)
+            env |= {"UV_NO_SOURCES": "1", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy"}
             env |= self.index.uv_env(
                 ca_path=CA_PATH if self.network and self.index.ca_bundle else None,
                 find_links=(WHEELS_PATH,) if self.wheels else (),

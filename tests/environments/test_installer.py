@@ -108,6 +108,7 @@ def test_the_hosts_index_settings_are_carried_to_uv_as_they_are_to_pip(tmp_path:
     assert env["UV_HTTP_TIMEOUT"] == "42" and env["UV_HTTP_RETRIES"] == "7"
     assert env["SSL_CERT_FILE"] == CA_PATH and recipe.index.ca_bundle == ca.read_bytes()
     assert env["UV_NO_CACHE"] == env["UV_NO_CONFIG"] == env["UV_NO_SOURCES"] == "1"
+    assert env["UV_LINK_MODE"] == "copy"  # its temporary cache is on another file system
     assert env["UV_COMPILE_BYTECODE"] == "1"  # as pip compiles; the sandbox cannot write bytecode
     # pip gets the same from its pip.conf
     conf_text = recipe.pip_conf()
