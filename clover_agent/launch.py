@@ -166,6 +166,7 @@ def sandbox_spec(
             wheels=str(Path(wheels).resolve()) if wheels else repo_config.wheels,
             network=repo_config.setup_network is not False,
             index=host_package_index(host),
+            installer=repo_config.installer,
         )
         recipe = discover(repo, options)
     return SandboxSpec(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from clover_agent.environments.recipe import PackageIndex, without_credentials
+from clover_agent.environments.recipe import DEFAULT_INSTALLER, INSTALLERS, PackageIndex, without_credentials
 from clover_agent.errors import UsageError
 from clover_agent.sandboxes.images import DEFAULT_SANDBOX_IMAGE
 
@@ -192,6 +192,7 @@ class RepoSettings:
     setup_network = true                  # false: no network for the set-up (needs wheels)
     wheels = "wheelhouse"                 # a folder of wheels/sdists (pip download -d), offered to pip
     compiler = true                       # start from the image's compiler variant (gcc, python3-dev)
+    installer = "uv"                      # default; "pip": set the environment up with pip
 
     [fix]
     regression = "suite"                  # or "related" / "none": what the regression runs cover
@@ -201,7 +202,8 @@ class RepoSettings:
 
     The keys of :data:`TRUSTED_ONLY` are used only when the file is trusted; ``ignored`` names
     those the file sets and that were left out because it is not. ``compiler`` is not one of them:
-    it chooses between two images clover-agent builds from its own recipes.
+    it chooses between two images clover-agent builds from its own recipes; nor is ``installer``:
+    it chooses which of the image's two installers installs what the other keys name.
     """
 
     image: str | None = None
@@ -216,6 +218,7 @@ class RepoSettings:
     install_project: bool | None = None
     wheels: str | None = None  # resolved, inside the repository
     compiler: bool = False
+    installer: str = DEFAULT_INSTALLER  # "uv" (pip the fallback) or "pip"
     regression: str | None = None
     suite_timeout: float | None = None
     test_timeout: float | None = None
@@ -257,6 +260,10 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
     environment = check("environment", str, '"auto" or "none"', "auto")
     if environment not in ("auto", "none"):
         raise UsageError(f'{path}: [sandbox] environment must be "auto" or "none" (got {environment!r})')
+    choices = " or ".join(f'"{name}"' for name in INSTALLERS)
+    installer = check("installer", str, choices, DEFAULT_INSTALLER)
+    if installer not in INSTALLERS:
+        raise UsageError(f"{path}: [sandbox] installer must be {choices} (got {installer!r})")
     regression = check("regression", str, '"suite", "related" or "none"', where="fix")
     if regression is not None and regression not in ("suite", "related", "none"):
         raise UsageError(
@@ -282,6 +289,7 @@ def repo_settings(repo: str | Path, *, trusted: bool = False) -> RepoSettings:
         install_project=check("install_project", bool, "true or false"),
         wheels=None if wheels is None or not trusted else _folder_inside(Path(repo), wheels, path),
         compiler=check("compiler", bool, "true or false", False),
+        installer=installer,
         regression=regression,
         suite_timeout=None if suite_timeout is None else float(suite_timeout),
         test_timeout=None if test_timeout is None else float(test_timeout),

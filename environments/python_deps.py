@@ -24,7 +24,14 @@ from pathlib import Path
 
 from clover_agent.environments import extras as extras_module
 from clover_agent.environments.files import listed_files
-from clover_agent.environments.recipe import SETUP_DIR, EnvironmentRecipe, PackageIndex, SetupStep
+from clover_agent.environments.recipe import (
+    DEFAULT_INSTALLER,
+    SETUP_DIR,
+    VENV,
+    EnvironmentRecipe,
+    PackageIndex,
+    SetupStep,
+)
 from clover_agent.sandboxes.errors import SandboxSetupError
 
 TEST_NAMES = ("test", "tests", "testing")
@@ -103,6 +110,7 @@ class EnvironmentOptions:
     network: bool = True  # false: install from ``wheels`` alone, no network at all
     index: PackageIndex = field(default_factory=PackageIndex)
     timeout: float = 1800.0
+    installer: str = DEFAULT_INSTALLER  # "uv" (pip the fallback) or "pip"
 
 
 def discover(repo: str | os.PathLike[str], options: EnvironmentOptions) -> EnvironmentRecipe | None:
@@ -533,16 +541,16 @@ class _Findings:
         args += extra
         what += extra  # every package, as pip is given it
         self.lines.append("pytest: the version its dependencies ask for, else the current release")
-        steps = [
-            SetupStep("pip install " + ", ".join(what), shlex.join(["python", "-m", "pip", "install", *args]))
-        ]
+        install = _Installer(options.installer, offline=not options.network)
+        steps = [install.step(", ".join(what), shlex.join(args))]
         if self.dynamic_extras:
             steps.append(
-                SetupStep(
-                    "pip install the project's test extras (read from its built metadata)",
-                    f"extras=$(python -c {shlex.quote(_EXTRAS_PROBE)}) && "
-                    f'if [ -n "$extras" ]; then echo "extras: $extras"; '
-                    f'python -m pip install -e ".[$extras]"; fi',
+                install.step(
+                    "the project's test extras (read from its built metadata)",
+                    '-e ".[$extras]"',
+                    before=f"extras=$(python -c {shlex.quote(_EXTRAS_PROBE)}) && "
+                    f'if [ -n "$extras" ]; then echo "extras: $extras"; ',
+                    after="; fi",
                 )
             )
         if self.pretended is not None and self.installable:
@@ -574,7 +582,25 @@ class _Findings:
             other_extras=tuple((e, tuple(d)) for e, d in self.other_extras.items())
             if self.installable
             else (),
+            installer=options.installer,
         )
+
+
+@dataclass(frozen=True)
+class _Installer:
+    """The install steps' commands: ``python -m pip install ...``, or uv's pip interface into the
+    environment (``uv pip install --python VENV/bin/python ...``, ``--no-index`` offline) with the
+    pip form kept beside it (:attr:`SetupStep.with_pip`)."""
+
+    name: str
+    offline: bool
+
+    def step(self, what: str, args: str, *, before: str = "", after: str = "") -> SetupStep:
+        pip = SetupStep(f"pip install {what}", f"{before}python -m pip install {args}{after}")
+        if self.name == "pip":
+            return pip
+        uv = f"uv pip install --python {VENV}/bin/python" + (" --no-index" if self.offline else "")
+        return SetupStep(f"uv pip install {what}", f"{before}{uv} {args}{after}", with_pip=pip)
 
 
 def _workspace_files(root: Path) -> set[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 
 #: The environment's folder in the sandbox (``/opt/clover`` belongs to uid 1000 in the image).
@@ -29,6 +29,10 @@ CA_PATH = f"{SETUP_DIR}/ca.pem"
 WHEELS_PATH = f"{SETUP_DIR}/wheels"
 #: Bumped when the way an environment is made changes, so older environment images are rebuilt.
 RECIPE_VERSION = "1"
+#: The installers a set-up can use (``[sandbox] installer`` in ``.clover/config.toml``): uv's pip
+#: interface (the sandbox image's ``/usr/local/bin/uv``), else pip, the fallback.
+INSTALLERS = ("uv", "pip")
+DEFAULT_INSTALLER = "uv"
 
 #: Variables every sandbox started from an environment image has (set in the image).
 SANDBOX_ENVIRONMENT = {
@@ -88,6 +92,39 @@ class PackageIndex:
         values["progress-bar"] = "off"
         return "[global]\n" + "".join(f"{key} = {value}\n" for key, value in values.items())
 
+    def uv_env(
+        self, *, ca_path: str | None, find_links: tuple[str, ...] = (), offline: bool
+    ) -> dict[str, str]:
+        """The same configuration for uv's pip interface, as its variables: ``index-url`` →
+        ``UV_DEFAULT_INDEX``, ``extra-index-url`` → ``UV_EXTRA_INDEX_URL`` (with pip's choice among
+        indexes, the best version of any: ``UV_INDEX_STRATEGY=unsafe-best-match``), ``find-links``
+        → ``UV_FIND_LINKS``, ``trusted-host`` → ``UV_INSECURE_HOST``, ``proxy`` → ``HTTP_PROXY`` and
+        ``HTTPS_PROXY`` where the host sets neither, ``timeout`` → ``UV_HTTP_TIMEOUT``, ``retries``
+        → ``UV_HTTP_RETRIES``, ``cert`` → ``SSL_CERT_FILE`` (set by
+        :meth:`EnvironmentRecipe.setup_env`). ``offline``: the step itself says ``--no-index``."""
+        env: dict[str, str] = {}
+        if not offline:
+            if self.index_url:
+                env["UV_DEFAULT_INDEX"] = self.index_url
+            if self.extra_index_urls:
+                env["UV_EXTRA_INDEX_URL"] = " ".join(self.extra_index_urls)
+                env["UV_INDEX_STRATEGY"] = "unsafe-best-match"
+            if self.trusted_hosts:
+                env["UV_INSECURE_HOST"] = " ".join(self.trusted_hosts)
+            proxies = {name.lower() for name, _ in self.proxy_env}
+            if self.proxy and not proxies & {"http_proxy", "https_proxy"}:
+                env["HTTP_PROXY"] = env["HTTPS_PROXY"] = self.proxy
+        links = find_links + (() if offline else self.find_links)
+        if links:
+            env["UV_FIND_LINKS"] = ",".join(links)
+        if ca_path:
+            env["SSL_CERT_FILE"] = ca_path
+        if self.timeout:
+            env["UV_HTTP_TIMEOUT"] = self.timeout
+        if self.retries:
+            env["UV_HTTP_RETRIES"] = self.retries
+        return env
+
     def key_material(self) -> dict[str, object]:
         """What of this configuration can change what gets installed (credentials left out, so a
         rotated token does not rebuild every environment)."""
@@ -114,6 +151,9 @@ class SetupStep:
 
     title: str  # what it does, for progress ("install the project (editable) with extras test")
     command: str  # a bash command
+    #: The same step with pip, for a step uv runs: what runs instead when the image has no uv, or
+    #: when uv fails in a way pip may not (``sandboxes/env_image.py``).
+    with_pip: SetupStep | None = None
 
 
 @dataclass(frozen=True)
@@ -146,10 +186,18 @@ class EnvironmentRecipe:
     #: dependency files, so neither is part of the cache key.
     extras: tuple[str, ...] = ()
     other_extras: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: What installs (:data:`INSTALLERS`): ``uv`` (its steps carry their pip form) or ``pip``.
+    installer: str = "pip"
 
     @property
     def offline(self) -> bool:
         return not self.network
+
+    def with_installer(self, installer: str) -> EnvironmentRecipe:
+        """This recipe with pip (its steps' pip form), or as it is."""
+        if installer == self.installer or installer != "pip":
+            return self
+        return replace(self, steps=tuple(s.with_pip or s for s in self.steps), installer="pip")
 
     def cache_key(self, base_image_id: str) -> str:
         """A hex digest of everything the environment depends on: the image it is made from, the
@@ -173,7 +221,9 @@ class EnvironmentRecipe:
     def setup_env(self) -> dict[str, str]:
         """Variables of every set-up command: the environment first on ``PATH``, pip configured
         by the generated ``pip.conf`` (:meth:`PackageIndex.pip_conf`), the CA bundle for whatever
-        else fetches over TLS, and the host's proxy variables."""
+        else fetches over TLS, and the host's proxy variables; with uv, uv configured alike
+        (:meth:`PackageIndex.uv_env`), compiling bytecode and keeping no cache (as pip does), and
+        without reading configuration files or ``[tool.uv]`` sources, which pip would not."""
         env = {
             **dict(self.variables),
             **SANDBOX_ENVIRONMENT,
@@ -184,6 +234,17 @@ class EnvironmentRecipe:
             env |= dict(self.index.proxy_env)
             if self.index.ca_bundle:
                 env |= {"SSL_CERT_FILE": CA_PATH, "REQUESTS_CA_BUNDLE": CA_PATH, "PIP_CERT": CA_PATH}
+        if self.installer == "uv":
+            # compiled at install, as pip does: the sandbox's root is read-only and Python writes no
+            # bytecode there, so without it every command would compile what it imports again
+            env |= {"UV_COMPILE_BYTECODE": "1", "UV_NO_CACHE": "1", "UV_NO_CONFIG": "1"}
+            # copied from its temporary cache (on another file system: a hard link fails, with a warning)
+            env |= {"UV_NO_SOURCES": "1", "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "copy"}
+            env |= self.index.uv_env(
+                ca_path=CA_PATH if self.network and self.index.ca_bundle else None,
+                find_links=(WHEELS_PATH,) if self.wheels else (),
+                offline=self.offline,
+            )
         return env
 
     def pip_conf(self) -> str:

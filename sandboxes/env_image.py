@@ -13,6 +13,7 @@ involved (environments/README.md).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import logging
 import re
@@ -49,6 +50,15 @@ PROGRESS_EVERY_S = 3.0
 #: The running step's output, and the time the steps started (the volume at SETUP_DIR is root's).
 _LOG = "/tmp/clover-setup-step.log"
 _STARTED = "/tmp/clover-setup-started"
+#: With uv, the virtual environment is made by uv (``python3 -m venv`` spends seconds running pip
+#: to install pip) and seeded, offline, with the wheels Debian's ensurepip installs from
+#: (``/usr/share/python-wheels``: the same pip and setuptools); without them ensurepip seeds it.
+_UV_VENV = (
+    f'UV_PYTHON_DOWNLOADS=never uv venv --quiet --python "$(command -v python3)" {VENV} && {{ '
+    "seed=$(ls /usr/share/python-wheels/pip-*.whl /usr/share/python-wheels/setuptools-*.whl 2>/dev/null); "
+    f'if [ -n "$seed" ]; then uv pip install --quiet --python {VENV}/bin/python --no-index $seed; '
+    f"else {VENV}/bin/python -m ensurepip --default-pip; fi; }}"
+)
 #: The output a failure message shows of the failing step (its tail: pip says why at the end).
 FAILURE_OUTPUT_CHARS = 3000
 
@@ -97,17 +107,19 @@ async def run_setup(
         progress(f"environment: {line}")
     for note in recipe.index.notes if recipe.network else ():
         progress(f"environment: {note}")
+    recipe = await _installer(sandbox, recipe, recipe.setup_env(), progress)
     env = recipe.setup_env()
     home = VENV.rsplit("/", 1)[0]
+    make = _UV_VENV if recipe.installer == "uv" else f"python3 -m venv {VENV}"
     check = await sandbox.exec(
         f"touch {_STARTED} && if [ ! -w {home} ]; then echo '{home} is missing or not writable'; exit 3; fi; "
-        f"python3 -m venv {VENV}",
+        f"{make}",
         timeout=300,
         env=env,
     )
     if check.exit_code != 0:
         raise SandboxSetupError(
-            "the sandbox image cannot hold a project environment (`python3 -m venv` in "
+            f"the sandbox image cannot hold a project environment (`{make}` in "
             f"{home} failed: {_tail(check.output, 600)}): it was built by an older clover-agent. "
             "Rebuild it with `clover-agent sandbox build` (the base needs python3-venv and the image "
             f'a {home} owned by uid 1000), or turn the environment off with `environment = "none"` '
@@ -116,6 +128,20 @@ async def run_setup(
     for number, step in enumerate(recipe.steps, 1):
         progress(f"environment: {step.title} ({number}/{len(recipe.steps)})")
         result = await _run_step(sandbox, step.command, recipe.timeout, env, progress)
+        timed_out = (result.killed_reason or "").startswith("timeout")
+        if (
+            result.exit_code != 0
+            and step.with_pip is not None
+            and _pip_may_do_better(result.output, timed_out)
+        ):
+            why = decisive_lines(result.output, limit=1) or _tail(result.output, 200)
+            progress(f"environment: uv failed at this step ({why}); pip, the fallback, tries it")
+            first = f"(uv first: $ {step.command}\n{_tail(result.output, FAILURE_OUTPUT_CHARS // 3)})\n"
+            step = step.with_pip
+            progress(f"environment: {step.title} ({number}/{len(recipe.steps)})")
+            result = await _run_step(sandbox, step.command, recipe.timeout, env, progress)
+            if result.exit_code != 0:
+                result = dataclasses.replace(result, output=f"{first}{result.output}")
         if result.exit_code != 0:
             status = result.killed_reason or f"exit code {result.exit_code}"
             decisive = decisive_lines(result.output)
@@ -136,6 +162,37 @@ async def run_setup(
     if overlay.exit_code != 0:
         raise SandboxSetupError(f"could not keep the files the set-up made:\n{_tail(overlay.output, 1000)}")
     progress(f"environment: ready in {time.monotonic() - started:.0f} s")
+
+
+async def _installer(
+    sandbox: Sandbox, recipe: EnvironmentRecipe, env: dict[str, str], progress: Progress
+) -> EnvironmentRecipe:
+    """The recipe as it will install, said in one line: with uv when it asks for uv and the image
+    has it (``uv --version``), else with pip (the image was built without uv, or by an older
+    clover-agent), saying why."""
+    if recipe.installer != "uv":
+        progress("environment: installer pip (chosen in .clover/config.toml's [sandbox] installer)")
+        return recipe
+    found = await sandbox.exec("uv --version", timeout=60, env=env)
+    version = found.output.strip().splitlines()[-1] if found.output.strip() else ""
+    if found.exit_code == 0 and version.startswith("uv "):
+        progress(f"environment: installer {version} (pip is the fallback)")
+        return recipe
+    progress(
+        "environment: installer pip: the sandbox image has no uv (built by an older clover-agent, or "
+        "without uv; `clover-agent sandbox build` adds it)"
+    )
+    return recipe.with_installer("pip")
+
+
+def _pip_may_do_better(output: str, timed_out: bool) -> bool:
+    """Whether a step uv failed is worth running again with pip: not when the time ran out, the
+    requirements conflict or are not there, or the index could not be reached or trusted (pip
+    would fail the same way); yes otherwise: a requirement file or a build uv takes differently,
+    and an extension that failed to build, which some projects' builds (markupsafe's) skip under
+    pip; pip failing too for want of a compiler then takes the compiler variant, as before uv."""
+    lowered = output.lower()
+    return not (timed_out or _UV_NO_SOLUTION in lowered or _unreachable(lowered) or _untrusted(lowered))
 
 
 async def _run_step(
@@ -159,6 +216,11 @@ async def _run_step(
             progress(f"  {time.monotonic() - started:.0f} s: {last[:160]}")
 
 
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def _tail(text: str, limit: int) -> str:
     text = text.strip()
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
@@ -170,6 +232,13 @@ _BACKTRACK = re.compile(r"pip is looking at multiple versions of ([A-Za-z0-9._-]
 _DEPENDS = re.compile(r"^([A-Za-z0-9._-]+) (\S+) depends on (.+)$")
 #: ``name==version`` in pip's "Cannot install ..." line.
 _PINNED = re.compile(r"([A-Za-z0-9._-]+)==([^\s,]+)")
+#: uv's words for a resolution that failed, and the lines of reasons it gives after them (uv 0.13
+#: says ``error: No solution found ...`` then ``cause: Because ...``; earlier uvs ``× No solution
+#: found ...`` then ``╰─▶ Because ...``; both then ``And because ...`` and ``hint: ...``).
+_UV_NO_SOLUTION = "no solution found when resolving"
+_UV_REASONS = ("cause:", "╰─▶", "because", "and because", "hint:")
+#: uv's words for a requirement no index or wheel folder has.
+_UV_NOT_FOUND = ("was not found in the package registry", "was not found in the provided package locations")
 #: A package with this many releases in a conflict report was walked back through.
 _WALKED_RELEASES = 3
 
@@ -237,8 +306,18 @@ def decisive_lines(output: str, limit: int = 14) -> str:
     "" when none stands out."""
     keep: list[str] = []
     block: list[str] | None = None  # the conflict report being read
+    uv_report = False  # uv's "No solution found" and the reasons after it being read
     for line in output.splitlines():
         text = line.strip()
+        if uv_report:
+            if text.lower().startswith(_UV_REASONS):
+                keep.append(text)
+                continue
+            uv_report = False
+        if _UV_NO_SOLUTION in text.lower():
+            keep.append(text.lstrip("× "))
+            uv_report = True
+            continue
         if block is not None:
             if not text or text.lower().startswith(("to fix this", "error:")):
                 keep += _conflict_lines(block)
@@ -272,34 +351,31 @@ def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False, ti
             f"pip was walking back through the releases of {', '.join(walked)} (its resolver backtracking)"
             if walked
             else "a download, a build or the resolver took too long"
+            + (f" (its last line: {last[:200]})" if (last := _last_line(output)) else "")
         )
         return (
             f"The step ran past the set-up's limit of {recipe.timeout:.0f} s: {why}. Pin the versions "
             "it walks through (`requirements` or `packages` in .clover/config.toml's [sandbox] table), "
             'or make the install faster with a wheel folder (`wheels = "DIR"`).'
         )
-    if "resolutionimpossible" in lowered or "conflicting dependencies" in lowered:
+    if any(s in lowered for s in _UV_NOT_FOUND):
+        return _not_available(recipe)
+    uv_conflict = _UV_NO_SOLUTION in lowered
+    if "resolutionimpossible" in lowered or "conflicting dependencies" in lowered or uv_conflict:
         back = f" pip walked back through the releases of {', '.join(walked)} first." if walked else ""
         return (
-            "The requirements conflict: no set of versions satisfies them all (the conflict pip names "
-            f"is above).{back} Change the pins in the project's dependency files, or choose what to "
-            "install in .clover/config.toml's [sandbox] table (requirements, packages, extras)."
+            "The requirements conflict: no set of versions satisfies them all (the conflict "
+            f"{'uv' if uv_conflict else 'pip'} names is above).{back} Change the pins in the project's "
+            "dependency files, or choose what to install in .clover/config.toml's [sandbox] table "
+            "(requirements, packages, extras)."
         )
-    if any(s in lowered for s in ("certificate verify failed", "ssl:", "sslerror")):
+    if _untrusted(lowered):
         return (
             "The package index's TLS certificate was not trusted: set pip's `cert` (pip config set "
             "global.cert /path/to/ca-bundle.pem) or PIP_CERT on this machine to the CA bundle your "
             "network needs; clover-agent copies it into the set-up."
         )
-    if any(
-        s in lowered
-        for s in (
-            "temporary failure in name resolution",
-            "connection refused",
-            "network is unreachable",
-            "max retries exceeded",
-        )
-    ):
+    if _unreachable(lowered):
         return (
             "The package index could not be reached from the sandbox. Check pip's index-url / proxy "
             "settings on this machine, or install offline from a wheel folder made with `pip download "
@@ -325,15 +401,19 @@ def advice(recipe: EnvironmentRecipe, output: str, *, compiler: bool = False, ti
             "them (`--image IMG`), or pin a version of the package that has a wheel for this Python."
         )
     if "no matching distribution" in lowered or "could not find a version" in lowered:
-        where = "in the wheel folder" if recipe.offline else "on the package index"
-        return (
-            f"A requirement is not available {where}: check its name and version in the dependency "
-            "files, or choose what to install in .clover/config.toml's [sandbox] table (extras, "
-            'requirements, packages, or environment = "none").'
-        )
+        return _not_available(recipe)
     return (
         "Fix the project's dependency files, or choose the set-up in .clover/config.toml's [sandbox] "
         'table (extras, dependency_groups, requirements, packages, setup, or environment = "none").'
+    )
+
+
+def _not_available(recipe: EnvironmentRecipe) -> str:
+    where = "in the wheel folder" if recipe.offline else "on the package index"
+    return (
+        f"A requirement is not available {where}: check its name and version in the dependency "
+        "files, or choose what to install in .clover/config.toml's [sandbox] table (extras, "
+        'requirements, packages, or environment = "none").'
     )
 
 
@@ -361,6 +441,36 @@ _NO_COMPILER_PROGRAM = re.compile(r"no such file or directory: '(?:[\w.-]+-)?(?:
 
 #: A C compiler's words for a header that is not installed ("fatal error: ffi.h: no such file").
 _MISSING_HEADER = re.compile(r"fatal error: [\w./+-]+\.h(?:pp)?: no such file or directory")
+
+
+def _untrusted(lowered: str) -> bool:
+    """pip's and uv's words for a TLS certificate this machine's CA bundle does not vouch for."""
+    return any(
+        s in lowered
+        for s in (
+            "certificate verify failed",
+            "ssl:",
+            "sslerror",
+            "invalid peer certificate",
+            "unknownissuer",
+        )
+    )
+
+
+def _unreachable(lowered: str) -> bool:
+    """pip's and uv's words for an index that cannot be reached."""
+    return any(
+        s in lowered
+        for s in (
+            "temporary failure in name resolution",
+            "connection refused",
+            "network is unreachable",
+            "max retries exceeded",
+            "dns error",
+            "error sending request for url",
+            "failed to lookup address",
+        )
+    )
 
 
 def _needs_a_compiler(lowered: str) -> bool:

@@ -91,8 +91,17 @@ def check_docker(image: str, docker_env: dict[str, str]) -> list[Check]:
         require_image(client, image)
     except SandboxUnavailable as exc:
         return [*checks, Check("sandbox-image", False, exc.message, blocks)]
-    short_id = client.api.inspect_image(image)["Id"].split(":")[-1][:12]
-    return [*checks, Check("sandbox-image", True, f"{image} ({short_id})")]
+    from clover_agent.sandboxes.images import LABEL_UV
+
+    inspected = client.api.inspect_image(image)
+    short_id = inspected["Id"].split(":")[-1][:12]
+    uv = ((inspected.get("Config") or {}).get("Labels") or {}).get(LABEL_UV, "none")
+    installer = (
+        f"uv {uv}"
+        if uv != "none"
+        else "no uv: environments are set up with pip; `clover-agent sandbox build` adds uv"
+    )
+    return [*checks, Check("sandbox-image", True, f"{image} ({short_id}; {installer})")]
 
 
 def run_checks(model: str | None = None) -> list[Check]:

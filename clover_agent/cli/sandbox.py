@@ -14,11 +14,13 @@ def _build(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.images import (
         COMPILER_PACKAGES,
         DEFAULT_BASE_IMAGE,
+        UV_VERSION,
         base_is_current,
         build_sandbox_image,
         compiler_image,
         image_exists,
         make_base_image,
+        uv_binary,
     )
 
     settings = Settings.load()
@@ -34,9 +36,16 @@ def _build(args: argparse.Namespace) -> int:
             "build or `docker import` it first, or leave out --base to make "
             f"{DEFAULT_BASE_IMAGE} with debootstrap"
         )
-    print(f"building {args.tag} FROM {base}", flush=True)
+    uv, why = uv_binary(settings.home / "uv", client.info().get("Architecture") or "")
+    if uv is None:
+        print(
+            f"uv {UV_VERSION} could not be had ({why}): the image is built without it, and projects' "
+            "environments are set up with pip",
+            flush=True,
+        )
+    print(f"building {args.tag} FROM {base}" + (f" (uv {UV_VERSION})" if uv else ""), flush=True)
     image_id = build_sandbox_image(
-        client, base=base, tag=args.tag, progress=(lambda _line: None) if args.quiet else print
+        client, base=base, tag=args.tag, progress=(lambda _line: None) if args.quiet else print, uv=uv
     )
     print(f"built {args.tag} ({image_id[:19]})")
     if args.with_compiler:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +41,19 @@ COMPILER_BUILD_TIMEOUT_S = 1800
 #: The host's proxy variables, handed to the build (Docker's predefined build arguments, which are
 #: not kept in the image's history), so apt reaches the mirror the way this machine does.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+#: The uv the sandbox image holds (``/usr/local/bin/uv``), the installer environments are set up
+#: with; pinned, so an image is what its recipe says. A new pin gives the image a new id, and so
+#: every environment made over it a new cache key.
+UV_VERSION = "0.13.9"
+#: The label the sandbox image records its uv version in (``none``: built without uv).
+LABEL_UV = "clover-agent.uv"
+#: The wheel platform of each Docker architecture (``docker info``'s ``Architecture``).
+_WHEEL_PLATFORMS = {
+    "x86_64": "manylinux_2_17_x86_64",
+    "amd64": "manylinux_2_17_x86_64",
+    "aarch64": "manylinux_2_17_aarch64",
+    "arm64": "manylinux_2_17_aarch64",
+}
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -85,29 +102,91 @@ def make_base_image(tag: str = DEFAULT_BASE_IMAGE) -> None:
         )
 
 
+def uv_binary(cache: Path, architecture: str, *, python: str = sys.executable) -> tuple[Path | None, str]:
+    """uv's binary for Linux on ``architecture`` (the Docker engine's), at :data:`UV_VERSION`: from
+    its wheel on the package index, fetched with ``python``'s pip (so with this machine's pip
+    configuration: its index, proxy and CA bundle) and kept in ``cache``. Returns the binary, or
+    None and why it could not be had."""
+    platform = _WHEEL_PLATFORMS.get(architecture.lower())
+    if platform is None:
+        return None, f"no uv wheel is known for the architecture {architecture}"
+    binary = cache / f"uv-{UV_VERSION}-{platform}" / "uv"
+    if binary.is_file():
+        return binary, ""
+    with tempfile.TemporaryDirectory(prefix="clover-uv-") as tmp:
+        command = [python, "-m", "pip", "download", f"uv=={UV_VERSION}", "--no-deps", "--only-binary=:all:"]
+        command += [
+            "--platform",
+            platform,
+            "--python-version",
+            "3.11",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+        ]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"`pip download uv=={UV_VERSION}` did not run ({exc})"
+        wheels = sorted(Path(tmp).glob("uv-*.whl"))
+        if done.returncode != 0 or not wheels:
+            last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+            return None, f"`pip download uv=={UV_VERSION}` failed: {last}"
+        member = f"uv-{UV_VERSION}.data/scripts/uv"
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                data = wheel.read(member)
+        except (zipfile.BadZipFile, KeyError, OSError) as exc:
+            return None, f"the uv wheel {wheels[0].name} has no {member} ({exc})"
+    try:
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        partial.write_bytes(data)
+        partial.chmod(0o755)
+        partial.replace(binary)
+    except OSError as exc:
+        return None, f"uv's binary could not be kept in {binary.parent} ({exc.strerror or exc})"
+    return binary, ""
+
+
 def build_sandbox_image(
-    client: docker.DockerClient, *, base: str, tag: str, progress: Callable[[str], None]
+    client: docker.DockerClient,
+    *,
+    base: str,
+    tag: str,
+    progress: Callable[[str], None],
+    uv: Path | None = None,
 ) -> str:
-    """Build the sandbox image ``tag`` FROM ``base`` with the Docker SDK; return its id.
+    """Build the sandbox image ``tag`` FROM ``base`` with the Docker SDK; return its id. ``uv``: the
+    uv binary (:func:`uv_binary`) put at ``/usr/local/bin/uv``; without it the image has no uv
+    (its label :data:`LABEL_UV` says ``none``) and environments are set up with pip.
 
     Cached layers make a rebuild of an unchanged recipe take about a second.
     """
     from docker.errors import APIError, BuildError
 
     image_id = None
-    try:
-        for chunk in client.api.build(
-            path=str(IMAGES_DIR), tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True, decode=True
-        ):
-            if "error" in chunk:
-                raise SandboxUnavailable(f"building {tag} failed: {chunk['error'].strip()}")
-            line = (chunk.get("stream") or "").rstrip("\n")
-            if line.strip():
-                progress(line)
-            aux = chunk.get("aux") or {}
-            image_id = aux.get("ID", image_id)
-    except (APIError, BuildError) as exc:
-        raise SandboxUnavailable(f"building {tag} failed: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="clover-sandbox-build-") as context:
+        shutil.copy(IMAGES_DIR / "Dockerfile", Path(context) / "Dockerfile")
+        tools = Path(context) / "tools"
+        tools.mkdir()
+        if uv is not None:
+            shutil.copy(uv, tools / "uv")
+            (tools / "uv").chmod(0o755)
+        args = {"BASE": base, "UV_VERSION": UV_VERSION if uv is not None else "none"}
+        try:
+            for chunk in client.api.build(
+                path=context, tag=tag, buildargs=args, rm=True, forcerm=True, decode=True
+            ):
+                if "error" in chunk:
+                    raise SandboxUnavailable(f"building {tag} failed: {chunk['error'].strip()}")
+                line = (chunk.get("stream") or "").rstrip("\n")
+                if line.strip():
+                    progress(line)
+                aux = chunk.get("aux") or {}
+                image_id = aux.get("ID", image_id)
+        except (APIError, BuildError) as exc:
+            raise SandboxUnavailable(f"building {tag} failed: {exc}") from None
     return image_id or client.api.inspect_image(tag)["Id"]
 
 

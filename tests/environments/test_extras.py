@@ -26,6 +26,11 @@ PYPROJECT = (
 
 def pip_args(recipe) -> list[str]:
     words = shlex.split(recipe.steps[0].command)
+    if words[0] == "uv":
+        assert words[:5] == ["uv", "pip", "install", "--python", "/opt/clover/venv/bin/python"], words
+        pip = recipe.steps[0].with_pip
+        assert pip is not None and shlex.split(pip.command) == ["python", "-m", "pip", "install", *words[5:]]
+        return words[5:]
     assert words[:4] == ["python", "-m", "pip", "install"], words
     return words[4:]
 
@@ -172,9 +177,10 @@ def test_the_install_step_names_every_package_it_installs(tmp_path: Path) -> Non
     )
     recipe = discover(repo, EnvironmentOptions(packages=("pytest-timeout",)))
     assert recipe.steps[0].title == (
-        "pip install the project (editable), requirements-test.txt, hypothesis>=6, freezegun, "
+        "uv pip install the project (editable), requirements-test.txt, hypothesis>=6, freezegun, "
         "pytest-timeout, pytest-xdist, pytest"
     )
+    assert recipe.with_installer("pip").steps[0].title == recipe.steps[0].title.removeprefix("uv ")
 
 
 def test_a_setup_py_literal_extras_require_is_read_never_run(tmp_path: Path) -> None:

@@ -15,8 +15,14 @@ from tests.git_repos import git, make_repo
 
 
 def pip_args(recipe: EnvironmentRecipe) -> list[str]:
-    """The arguments of the recipe's first step, ``python -m pip install ARGS``."""
+    """The arguments of the recipe's first step, ``uv pip install --python VENV/bin/python ARGS``
+    (the same as its pip form's, ``python -m pip install ARGS``), or a pip recipe's."""
     words = shlex.split(recipe.steps[0].command)
+    if words[0] == "uv":
+        assert words[:5] == ["uv", "pip", "install", "--python", "/opt/clover/venv/bin/python"], words
+        pip = recipe.steps[0].with_pip
+        assert pip is not None and shlex.split(pip.command) == ["python", "-m", "pip", "install", *words[5:]]
+        return words[5:]
     assert words[:4] == ["python", "-m", "pip", "install"], words
     return words[4:]
 
@@ -171,7 +177,7 @@ def test_options_from_the_repository_config_replace_the_findings(tmp_path: Path)
     recipe = discover(repo, options)
     assert pip_args(recipe) == ["-e", ".[full]", "-r", "ci/reqs.txt", "pytest<8", "pytest"]
     assert recipe.steps[-1].command == "make gen"
-    assert discover(repo, EnvironmentOptions(install_project=False)).steps[0].command.split()[4:6] == [
+    assert pip_args(discover(repo, EnvironmentOptions(install_project=False)))[:2] == [
         "-r",
         "requirements-test.txt",
     ]

@@ -48,3 +48,49 @@ def test_a_timeout_names_what_pip_was_walking_through() -> None:
 
 def test_nothing_stands_out_in_a_plain_failure() -> None:
     assert decisive_lines("Collecting x\n  Downloading x-1.0.tar.gz\n") == ""
+
+
+#: uv 0.13.9's words for the same kind of conflict (``uv pip install "pytest>=8" "pluggy==0.12"``,
+#: as printed to a pipe), and for a requirement no index has.
+UV_CONFLICT = """\
+Using Python 3.11.2 environment at: /opt/clover/venv
+error: No solution found when resolving dependencies
+  cause: Because pytest>=8.0.0,<=8.0.2 depends on pluggy>=1.3.0 and pytest==8.1.0 was yanked (reason: See https://github.com/pytest-dev/pytest/issues/12069), we can conclude that pytest>=8.0.0,<=8.1.0 depends on pluggy>=1.3.0.
+         And because pytest>=8.1.1,<=8.1.2 depends on pluggy>=1.4, we can conclude that pytest>=8.0.0,<=8.1.2 depends on pluggy>=1.3.0.
+         And because you require pytest>=8 and pluggy==0.12, we can conclude that your requirements are unsatisfiable.
+"""
+UV_NOT_FOUND = """\
+error: No solution found when resolving dependencies
+  cause: Because nonexistent-pkg was not found in the package registry and you require nonexistent-pkg, we can conclude that your requirements are unsatisfiable.
+"""
+
+
+def test_uvs_conflict_is_said_by_its_reasons_and_as_a_conflict() -> None:
+    lines = decisive_lines(UV_CONFLICT).splitlines()
+    assert lines[0] == "error: No solution found when resolving dependencies"
+    assert lines[1].startswith("cause: Because pytest>=8.0.0,<=8.0.2 depends on pluggy>=1.3.0")
+    assert lines[-1].startswith("And because you require pytest>=8 and pluggy==0.12")
+    assert not any(line.startswith("Using Python") for line in lines)
+    said = advice(EnvironmentRecipe(steps=()), UV_CONFLICT)
+    assert said.startswith("The requirements conflict") and "(the conflict uv names is above)" in said
+    assert "walked back" not in said  # pip's backtracking words are not borrowed
+    # a requirement that is not there is said as such, not as a conflict
+    assert advice(EnvironmentRecipe(steps=()), UV_NOT_FOUND).startswith(
+        "A requirement is not available on the package index"
+    )
+    # earlier uvs' glyphs
+    old = UV_CONFLICT.replace("error: No", "  × No").replace("  cause: ", "  ╰─▶ ")
+    assert decisive_lines(old).splitlines()[:2] == [
+        "No solution found when resolving dependencies",
+        lines[1].replace("cause: ", "╰─▶ "),
+    ]
+
+
+def test_a_timeout_says_what_the_installer_was_doing_last() -> None:
+    said = advice(
+        EnvironmentRecipe(steps=(), timeout=20),
+        "Resolved 12 packages\nBuilding demo @ file:///workspace\n",
+        timed_out=True,
+    )
+    assert said.startswith("The step ran past the set-up's limit of 20 s")
+    assert "(its last line: Building demo @ file:///workspace)" in said

@@ -192,10 +192,13 @@ async def test_conflicting_requirements_are_said_as_a_conflict_with_the_lines_th
     tmp_path: Path,
 ) -> None:
     """The project pins text-unidecode 1.3 and the repository's set-up asks for 1.2: pip's resolver
-    cannot satisfy both; the message says it is a conflict and shows pip's conflict lines first."""
+    (pip chosen; uv's wording is tests/sandboxes/test_env_installer.py's) cannot satisfy both; the
+    message says it is a conflict and shows pip's conflict lines first."""
     repo = project(tmp_path / "demo")
     with pytest.raises(SandboxSetupError) as caught:
-        await create_sandbox("docker", spec_for(repo, packages=("text-unidecode==1.2",))).start()
+        await create_sandbox(
+            "docker", spec_for(repo, packages=("text-unidecode==1.2",), installer="pip")
+        ).start()
     message = caught.value.message
     decided = message.split("what decided it:\n", 1)[1].split("\n\n", 1)[0]
     assert "The conflict is caused by" in decided and "text-unidecode==1.2" in decided, message
@@ -205,11 +208,14 @@ async def test_conflicting_requirements_are_said_as_a_conflict_with_the_lines_th
 
 
 async def test_a_resolver_that_backtracked_names_what_it_walked_back_and_the_conflict(tmp_path: Path) -> None:
-    """pytest>=8 with pluggy 0.12: pip walks back through pytest's 8.x releases (each needs a newer
-    pluggy) before it gives up; the message names the package walked back and the pin in conflict."""
+    """pytest>=8 with pluggy 0.12, pip chosen: pip walks back through pytest's 8.x releases (each
+    needs a newer pluggy) before it gives up; the message names the package walked back and the pin
+    in conflict."""
     repo = project(tmp_path / "demo")
     with pytest.raises(SandboxSetupError) as caught:
-        await create_sandbox("docker", spec_for(repo, packages=("pluggy==0.12.0", "pytest>=8"))).start()
+        await create_sandbox(
+            "docker", spec_for(repo, packages=("pluggy==0.12.0", "pytest>=8"), installer="pip")
+        ).start()
     message = caught.value.message
     decided = message.split("what decided it:\n", 1)[1].split("\n[...]\n", 1)[0]  # before the tail
     assert decided.startswith("pip walked back through the releases of pytest"), message
@@ -256,8 +262,8 @@ async def test_a_dependency_that_cannot_be_installed_is_named_with_pips_output(t
         await create_sandbox("docker", spec_for(repo)).start()
     message = caught.value.message
     assert "the environment set-up failed at step 1 of 1" in message
-    assert "clover-agent-no-such-package-xyz" in message  # pip's own words, shown
-    assert "No matching distribution" in message or "Could not find a version" in message
+    assert "clover-agent-no-such-package-xyz" in message  # the installer's own words, shown
+    assert "was not found in the package registry" in message  # uv's (pip's: "No matching distribution")
     assert "A requirement is not available on the package index" in message
     assert own_leftovers() == []
     assert (repo / "pyproject.toml").is_file() and not (repo / "src" / "demo_env.egg-info").exists()
