@@ -422,7 +422,8 @@ class AcpSession:
         except Exception as exc:  # no answer: keep planning, as with a rejection
             log.warning("session/request_permission failed: %s", exc)
             chosen = ""
-        mode = next((m for m in self.modes if f"{PLAN}:{m.id}" == chosen and m.id != PLAN), None)
+        offered = {f"{PLAN}:{mode}" for mode, _, kind in PLAN_OPTIONS if kind != "reject_once"}
+        mode = next((m for m in self.modes if f"{PLAN}:{m.id}" == chosen in offered), None)
         if mode is None:
             note = "Still planning: say what to change in the plan, or switch mode to leave plan mode."
             await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
