@@ -1,5 +1,5 @@
 """bench/eval_setup_times.py on a tiny local task in Docker: the task's environment image is
-removed and made again by the cold start, the warm start says it is cached, both times are in
+removed and made again by the cold start (once with pip, once with uv, back to back), the warm start says it is cached, both times are in
 the JSON and the table, and a task whose start fails is named in a non-zero exit while the other
 is still measured. The figures are not checked against a bound (timing is the bench's job)."""
 
@@ -59,14 +59,18 @@ def test_cold_then_warm_start_of_a_local_task(tmp_path: Path, remove_environment
     assert set(rows) == {"calc-setup-1", "calc-setup-broken"}  # --only: the third is not run
     good = rows["calc-setup-1"]
     assert good["error"] == ""
-    assert good["cold_s"] > 0 and len(good["warm_s"]) == 2 and all(s > 0 for s in good["warm_s"])
+    # one cold start per installer, back to back (pip, then uv: the default now), each naming what ran
+    assert set(good["cold_s"]) == {"pip", "uv"} and all(s > 0 for s in good["cold_s"].values())
+    assert good["installer_ran"] == {"pip": "pip", "uv": "uv"}
+    assert len(good["warm_s"]) == 2 and all(s > 0 for s in good["warm_s"])
     assert good["warm_cached"] == [True, True]
     assert good["image"].startswith("clover-agent-env:") and good["image_bytes"] > 0
     assert "set-up failed" in rows["calc-setup-broken"]["error"]
     assert "environment: setting the project up" in proc.stdout  # the cold start made the image
     assert f"environment: cached ({good['image']})" in proc.stdout
     assert "| calc-setup-1 | path " in proc.stdout and "| calc-setup-broken | path " in proc.stdout
-    assert "Medians over 1 task(s)" in proc.stdout
+    assert "pip: cold median" in proc.stdout and "uv: cold median" in proc.stdout
+    assert "pip/uv per task: median" in proc.stdout
 
 
 def test_only_names_an_unknown_task(tmp_path: Path) -> None:
