@@ -11,6 +11,8 @@ from clover_agent.sandboxes.errors import SandboxConfigError
 
 SandboxKind = Literal["docker", "local"]
 SANDBOX_KINDS: tuple[str, ...] = ("docker", "local")
+#: No sandbox: the folder itself, no isolation (``run --sandbox none``, inside a throwaway container).
+IN_PLACE = "none"
 
 
 def create_sandbox(kind: SandboxKind | str, spec: SandboxSpec) -> Sandbox:
@@ -23,4 +25,8 @@ def create_sandbox(kind: SandboxKind | str, spec: SandboxSpec) -> Sandbox:
         from clover_agent.sandboxes.docker import DockerSandbox
 
         return DockerSandbox(spec)
+    if kind == IN_PLACE:  # only `clover-agent run --sandbox none` names it: not in SANDBOX_KINDS
+        from clover_agent.sandboxes.inplace import InPlaceSandbox
+
+        return InPlaceSandbox(spec)
     raise SandboxConfigError(f"unknown sandbox kind {kind!r}: choose one of {', '.join(SANDBOX_KINDS)}")

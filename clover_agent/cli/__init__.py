@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.fix",
     "clover_agent.cli.runs",
     "clover_agent.cli.ci",
+    "clover_agent.cli.run",
     "clover_agent.cli.eval",
     "clover_agent.cli.tui",
     "clover_agent.cli.acp",

@@ -65,6 +65,9 @@ class SessionConfig:
     mcp_servers: tuple[McpServerConfig, ...] = ()
     resume: SavedSession | None = None
     hooks: tuple[HookConfig, ...] = ()
+    #: The agent's undo snapshots (git commits in the workspace); off where the workspace is the
+    #: user's folder itself (``run --sandbox none``), whose ``.git`` is never written.
+    checkpoints: bool = True
 
 
 @dataclass
@@ -132,6 +135,7 @@ class AgentSession:
             tools=[*default_tools(), *(plan_tools() if planning else ()), *self.mcp.tools],
             conversation=conversation,
             hooks=self.hooks,
+            checkpoints=self.config.checkpoints,
         )
         if self.hooks is not None:
             self.context = await self.hooks.session_start("resume" if self.config.resume else "startup")
