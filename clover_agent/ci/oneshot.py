@@ -227,6 +227,7 @@ async def _work(
     elif request.sandbox == "none":
         outcome.applied = patch.files  # the agent changed the folder itself
     elif patch.changes:
+        had_state = (folder / ".clover").exists()
         try:
             applied = await asyncio.to_thread(apply_patch_set, folder, patch)
         except RUN_ERRORS as exc:
@@ -237,6 +238,10 @@ async def _work(
             )
         else:
             outcome.applied = list(applied.files)
+        finally:
+            if not had_state:  # the apply's staging folder: the folder is left as the agent made it
+                with contextlib.suppress(OSError):
+                    (folder / ".clover").rmdir()
 
 
 def _result(
