@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from clover_agent.ci.oneshot import RUN_SANDBOXES, RunRequest, run_once
 from clover_agent.cli.options import add_backend_arguments, add_budget_arguments, backend_options
@@ -35,7 +37,16 @@ def _run(args: argparse.Namespace) -> int:
         max_time_s=args.max_time,
         max_tokens=args.max_tokens,
     )
-    return run_once(request, Settings.load(), out=sys.stdout, err=sys.stderr)
+    settings = Settings.load()
+    previous = signal.signal(signal.SIGTERM, _terminated)  # a harness's timeout: end as an interrupt
+    try:
+        return run_once(request, settings, out=sys.stdout, err=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
