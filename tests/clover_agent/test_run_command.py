@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from clover_agent.cli import main
 from clover_agent.errors import ExitCode
+from tests.cli_process import start_signalable
 from tests.clover_agent.test_agent_loop import call, write_replay
+from tests.clover_agent.test_backend_openai import ChatServer, _chunk
 from tests.git_repos import git, make_repo
 
 EDIT = call(
@@ -192,3 +200,78 @@ def test_a_repository_in_docker_gets_the_change_back_without_questions(tmp_path:
     result = result_of(out)
     assert result["files"] == ["a.txt", "sub/b.txt", "tool.sh"] and result["applied"] is True
     assert set(result["left_out"]) == {"away"} and result["sandbox"] == "docker"
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    chat = ChatServer()
+    yield chat
+    chat.close()
+
+
+def _streamed(text: str) -> dict:
+    return {"sse": [_chunk({"content": text}), _chunk({}, finish="stop"), "[DONE]"]}
+
+
+def _run_process(folder: Path, *args: str, env: dict[str, str]) -> subprocess.Popen:
+    """``clover-agent run`` as a harness starts it in the container: its own process, in ``folder``."""
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)  # absolute: the child starts elsewhere
+    python_path = os.pathsep.join(str(Path(p).resolve()) for p in paths if p)
+    return start_signalable(
+        [sys.executable, "-m", "clover_agent", "run", "Append world to a.txt", *args],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": python_path, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_harness_command_line_against_a_server(tmp_path: Path, server: ChatServer) -> None:
+    """What docs/run.md gives a harness: in the folder, in place, the model behind an
+    OpenAI-compatible server, the API key from the environment (sent, never written)."""
+    folder = plain_folder(tmp_path / "app")
+    server.models = ["clover"]
+    server.replies.extend([_streamed(EDIT), _streamed(FINISH)])
+    key = "sk-run-never-shown-0123456789"
+    logs = tmp_path / "logs" / "agent"
+    child = _run_process(
+        folder, "--sandbox", "none", "--backend", "openai", "--base-url", server.base_url, "--out", str(logs),
+        env={"CLOVER_API_KEY": key},
+    )  # fmt: skip
+    stdout, stderr = child.communicate(timeout=120)
+
+    assert child.returncode == ExitCode.OK, stderr
+    assert (folder / "a.txt").read_text() == "hello\nworld\n"
+    result = result_of(logs)
+    assert result["outcome"] == "submitted" and result["files"] == ["a.txt", "sub/b.txt"]
+    assert stdout.count("\n") == 1 and stdout.startswith("clover-agent run: submitted (exit 0)")
+    posts = [r for r in server.requests if r["body"] is not None]
+    assert len(posts) == 2 and all(r["headers"]["Authorization"] == f"Bearer {key}" for r in posts)
+    written = "".join(p.read_text() for p in logs.iterdir())
+    assert key not in stdout + stderr + written
+
+
+def test_a_harness_timeout_sigterm_ends_as_an_interrupt_with_the_result(
+    tmp_path: Path, server: ChatServer
+) -> None:
+    folder = plain_folder(tmp_path / "app")
+    server.models = ["clover"]
+    server.replies.extend([_streamed(EDIT), {"until_hung_up": 600}])
+    logs = tmp_path / "logs"
+    child = _run_process(
+        folder, "--sandbox", "none", "--base-url", server.base_url, "--out", str(logs), env={}
+    )
+    deadline = time.monotonic() + 120
+    while len([r for r in server.requests if r["body"] is not None]) < 2:  # waiting on the model
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    stdout, _ = child.communicate(timeout=120)
+
+    assert child.returncode == ExitCode.INTERRUPTED
+    result = result_of(logs)
+    assert result["exit_code"] == ExitCode.INTERRUPTED and result["message"] == "interrupted"
+    assert (logs / "patch.diff").is_file() and (logs / "trajectory.jsonl").is_file()
+    assert (folder / "a.txt").read_text() == "hello\nworld\n"  # in place: the change made so far is there
+    assert stdout.startswith("clover-agent run: ")
