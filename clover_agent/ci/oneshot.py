@@ -48,6 +48,8 @@ from clover_agent.settings import Settings, repo_settings
 RESULT_FILE = "result.json"
 #: ``--sandbox`` values: a copy in a container or on this machine, or the folder itself.
 RUN_SANDBOXES = ("docker", "local", "none")
+#: A variable whose name holds one of these never reaches the agent's commands with ``--sandbox none``.
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 #: How the request is framed for the model (the instruction is the user's own, not a third party's).
 TASK_NOTE = (
     "Work in /workspace until the instruction below is done, then call `finish` with a short summary "
@@ -176,7 +178,7 @@ async def _work(
         image=request.image,
         network=False,
         env=sandbox_environment(settings.environment) if docker else {},
-        host_env=settings.docker_env if docker else local_environment(settings.environment),
+        host_env=settings.docker_env if docker else _commands_environment(request.sandbox, settings),
         repo_config=configured,
     )
     spec.setup_network = False
@@ -242,6 +244,20 @@ async def _work(
             if not had_state:  # the apply's staging folder: the folder is left as the agent made it
                 with contextlib.suppress(OSError):
                     (folder / ".clover").rmdir()
+
+
+def _commands_environment(sandbox: str, settings: Settings) -> dict[str, str]:
+    """What the agent's commands inherit on this machine: with ``local``, the CI bot's few
+    variables; with ``none`` (inside a harness's container, whose image sets what its tasks need),
+    this process's environment without clover-agent's own variables and any whose name says it
+    holds a secret (:data:`SECRET_WORDS`): the model server's key stays with the backend."""
+    if sandbox != "none":
+        return local_environment(settings.environment)
+    return {
+        name: value
+        for name, value in settings.environment.items()
+        if not name.upper().startswith("CLOVER_") and not any(w in name.upper() for w in SECRET_WORDS)
+    }
 
 
 def _result(

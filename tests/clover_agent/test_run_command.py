@@ -232,12 +232,12 @@ def test_the_harness_command_line_against_a_server(tmp_path: Path, server: ChatS
     OpenAI-compatible server, the API key from the environment (sent, never written)."""
     folder = plain_folder(tmp_path / "app")
     server.models = ["clover"]
-    server.replies.extend([_streamed(EDIT), _streamed(FINISH)])
+    server.replies.extend([_streamed(EDIT), _streamed(call("shell", command="env")), _streamed(FINISH)])
     key = "sk-run-never-shown-0123456789"
     logs = tmp_path / "logs" / "agent"
     child = _run_process(
         folder, "--sandbox", "none", "--backend", "openai", "--base-url", server.base_url, "--out", str(logs),
-        env={"CLOVER_API_KEY": key},
+        env={"CLOVER_API_KEY": key, "HARNESS_TASK_SETTING": "on", "CLOUD_ACCESS_TOKEN": "tok-never-shown"},
     )  # fmt: skip
     stdout, stderr = child.communicate(timeout=120)
 
@@ -247,9 +247,12 @@ def test_the_harness_command_line_against_a_server(tmp_path: Path, server: ChatS
     assert result["outcome"] == "submitted" and result["files"] == ["a.txt", "sub/b.txt"]
     assert stdout.count("\n") == 1 and stdout.startswith("clover-agent run: submitted (exit 0)")
     posts = [r for r in server.requests if r["body"] is not None]
-    assert len(posts) == 2 and all(r["headers"]["Authorization"] == f"Bearer {key}" for r in posts)
+    assert len(posts) == 3 and all(r["headers"]["Authorization"] == f"Bearer {key}" for r in posts)
     written = "".join(p.read_text() for p in logs.iterdir())
-    assert key not in stdout + stderr + written
+    assert key not in stdout + stderr + written and "tok-never-shown" not in written
+    assert (
+        "HARNESS_TASK_SETTING=on" in (logs / "trajectory.jsonl").read_text()
+    )  # the container's own settings
 
 
 def test_a_harness_timeout_sigterm_ends_as_an_interrupt_with_the_result(
