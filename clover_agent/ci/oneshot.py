@@ -133,6 +133,10 @@ def run_once(request: RunRequest, settings: Settings, *, out: TextIO, err: TextI
             outcome.exit_code, outcome.message = ExitCode.INTERRUPTED, "interrupted"
         except RUN_ERRORS as exc:
             outcome.exit_code, outcome.message = exit_code_for(exc), message_of(exc)
+            if outcome.exit_code == ExitCode.SANDBOX_UNAVAILABLE and request.sandbox == "docker":
+                outcome.message += (
+                    " (inside a container you throw away, --sandbox none works in the folder itself)"
+                )
         result = _result(request, folder, output, outcome, time.monotonic() - started)
         bus.emit(
             TaskFinished(

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -278,3 +279,21 @@ def test_a_harness_timeout_sigterm_ends_as_an_interrupt_with_the_result(
     assert (logs / "patch.diff").is_file() and (logs / "trajectory.jsonl").is_file()
     assert (folder / "a.txt").read_text() == "hello\nworld\n"  # in place: the change made so far is there
     assert stdout.startswith("clover-agent run: ")
+
+
+def test_without_docker_the_message_names_the_in_place_way(tmp_path: Path, capsys) -> None:
+    folder = plain_folder(tmp_path / "app")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
+        code, stdout, _, out = run(tmp_path, capsys, folder, [EDIT, FINISH])
+
+    assert code == ExitCode.SANDBOX_UNAVAILABLE
+    result = result_of(out)
+    assert result["exit_code"] == 4 and result["outcome"] == "error" and result["files"] == []
+    assert "--sandbox none" in result["message"] and (out / "patch.diff").read_text() == ""
+    assert stdout.startswith("clover-agent run: error (exit 4)")
+    assert (folder / "a.txt").read_text() == "hello\n"
