@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,7 @@ class InPlaceSandbox(LocalSandbox):
         log.warning(INPLACE_WARNING)
         spec = self.spec
         require_repo(spec)
+        await asyncio.to_thread(_reap_stale_folders)
         self._folder = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-")).resolve()
         self._cleanup_token = cleanup.register(self._close_now)
         private_tmp = self._folder / "tmp"
@@ -113,3 +115,11 @@ export GIT_INDEX_FILE=$index
             why = result.killed_reason or result.disk_full or f"exit {result.exit_code}"
             raise WorkspaceDiffError(f"git diff failed in the folder ({why}):\n{result.output[-2000:]}")
         return result.output
+
+
+def _reap_stale_folders() -> None:
+    """Delete the temporary folders of in-place runs whose process no longer exists (killed)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
+        pid_text = folder.name[len(_TEMP_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and not cleanup.owner_alive(int(pid_text), None):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,20 @@ def test_a_plain_folder_gets_the_change_the_diff_and_the_result(tmp_path: Path, 
     assert not (out / "shadow.git").exists()
     (line,) = stdout.splitlines()  # one summary line on stdout
     assert line.startswith("clover-agent run: submitted (exit 0)") and "2 files changed" in line
+
+
+def test_in_place_leaves_no_temporary_folder_and_reaps_a_killed_runs(tmp_path: Path, capsys) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that no longer exists: the owner of a killed run's folder
+    stale = Path(tempfile.gettempdir()) / f"clover-agent-inplace-{gone.pid}-test"
+    (stale / "tmp").mkdir(parents=True)
+    before = set(Path(tempfile.gettempdir()).glob("clover-agent-inplace-*"))
+    folder = plain_folder(tmp_path / "app")
+    code, _, _, _ = run(tmp_path, capsys, folder, [EDIT, FINISH], "--sandbox", "none")
+
+    assert code == ExitCode.OK
+    assert not stale.exists()
+    assert set(Path(tempfile.gettempdir()).glob("clover-agent-inplace-*")) <= before - {stale}
 
 
 def test_the_default_output_folder_is_in_the_folders_clover(tmp_path: Path, capsys) -> None:
