@@ -114,8 +114,6 @@ def run_once(request: RunRequest, settings: Settings, *, out: TextIO, err: TextI
         raise UsageError("the instruction is empty")
     if request.sandbox not in RUN_SANDBOXES:
         raise UsageError(f"--sandbox {request.sandbox}: choose one of {', '.join(RUN_SANDBOXES)}")
-    backend = check_backend_options(request.backend, settings)
-    asyncio.run(probe_backend(backend, settings))
     run_id = new_run_id()
     output = output_folder(request.output_dir, folder, run_id)
     bus = EventBus()
@@ -128,6 +126,8 @@ def run_once(request: RunRequest, settings: Settings, *, out: TextIO, err: TextI
     outcome = _Outcome()
     try:
         try:
+            backend = check_backend_options(request.backend, settings)
+            asyncio.run(probe_backend(backend, settings))  # before any sandbox is made
             asyncio.run(_work(request, settings, backend, folder, output, run_id, bus, outcome))
         except KeyboardInterrupt:
             outcome.exit_code, outcome.message = ExitCode.INTERRUPTED, "interrupted"
@@ -155,7 +155,7 @@ def run_once(request: RunRequest, settings: Settings, *, out: TextIO, err: TextI
     out.write(
         terminal_safe(
             f"clover-agent run: {result['outcome']} (exit {result['exit_code']}): {result['message']}; "
-            f"{files} file{'s' if files != 1 else ''} changed{'' if result['applied'] else ', not applied'}; "
+            f"{files} file{'s' if files != 1 else ''} changed{'' if result['applied'] or not files else ', not applied'}; "
             f"{output}/"
         )
         + "\n"

@@ -312,3 +312,21 @@ def test_without_docker_the_message_names_the_in_place_way(tmp_path: Path, capsy
     assert "--sandbox none" in result["message"] and (out / "patch.diff").read_text() == ""
     assert stdout.startswith("clover-agent run: error (exit 4)")
     assert (folder / "a.txt").read_text() == "hello\n"
+
+
+def test_a_server_out_of_reach_is_3_with_the_result_written(tmp_path: Path, capsys) -> None:
+    folder = plain_folder(tmp_path / "app")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    out = tmp_path / "logs"
+    code = main(["run", "x", "--dir", str(folder), "--sandbox", "none", "--base-url", f"http://127.0.0.1:{port}/v1",
+                 "--out", str(out)])  # fmt: skip
+    stdout = capsys.readouterr().out
+
+    assert code == ExitCode.MODEL_UNAVAILABLE
+    result = result_of(out)
+    assert result["exit_code"] == 3 and f"127.0.0.1:{port}" in result["message"] and result["steps"] == 0
+    assert stdout.startswith("clover-agent run: error (exit 3)") and "0 files changed;" in stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
