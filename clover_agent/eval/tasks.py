@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_agent.errors import UsageError
+from clover_agent.eval.gitsource import GitSourceError, check_url
 
 TASK_FILE = "task.json"
 TEST_PATCH_FILE = "test.patch"
@@ -365,6 +366,12 @@ def _repo(value: Any, where: str, base: Path | None, base_commit: str = "") -> R
     url, commit = value["git"], value.get("commit", "") or base_commit
     if not isinstance(url, str) or not url or url.startswith("-"):
         raise TaskError(f"{where}: repo.git must be a repository URL")
+    if base is not None and ":" not in url and not url.startswith("/"):
+        url = str(base / url)  # a local repository beside the task folder
+    try:
+        check_url(url)
+    except GitSourceError as exc:
+        raise TaskError(f"{where}: repo.git: {exc}") from None
     if not isinstance(commit, str) or (commit and not _REV.fullmatch(commit)) or ".." in commit:
         raise TaskError(f"{where}: repo.commit must be a revision (a commit id, a branch or a tag)")
     return RepoSource("git", url, commit)

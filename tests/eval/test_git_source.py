@@ -154,13 +154,17 @@ def test_a_task_file_with_a_hostile_source_skips_that_task(tmp_path: Path) -> No
         {**base, "repo": {"git": "--upload-pack=touch /tmp/x", "commit": "abc"}},
         {**base, "repo": {"git": "/srv/x.git", "commit": "HEAD:refs/heads/evil"}},
         {**base, "repo": {"git": "/srv/x.git", "commit": "main..other"}},
+        {**base, "repo": {"git": "ext::sh -c touch% /tmp/x", "commit": "abc"}},
+        {**base, "repo": {"git": "ssh://example.com/x.git", "commit": "abc"}},
     ]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     skipped: list[str] = []
     with pytest.raises(Exception, match="no tasks found"):
         load_tasks(tmp_path / "t.jsonl", on_skip=skipped.append)
     assert "repo.git must be a repository URL" in skipped[0]
-    assert all("repo.commit must be a revision" in s for s in skipped[1:])
+    assert all("repo.commit must be a revision" in s for s in skipped[1:3])
+    assert "t.jsonl:4: repo.git: git source 'ext::sh -c touch% /tmp/x': a transport helper" in skipped[3]
+    assert "t.jsonl:5: repo.git: git source 'ssh://example.com/x.git': the ssh:// transport" in skipped[4]
 
 
 @pytest.mark.parametrize(
