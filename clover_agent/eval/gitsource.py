@@ -1,17 +1,12 @@
-"""A task's git source fetched at one commit: ``git init`` + ``git fetch --depth 1 URL COMMIT``
-(a full fetch where the server refuses that), into a cache of fetched repositories (one bare
-repository per URL under ``CLOVER_HOME/git``) so a commit is fetched once, then checked out into a
-plain folder.
+"""A task's git source fetched at one commit (``git fetch --depth 1 URL COMMIT``, every branch
+where the server refuses that) into a cache of fetched repositories (one bare repository per URL
+under ``CLOVER_HOME/git``), so a commit is fetched once, then checked out into a plain folder.
 
-The URL is untrusted input: only ``https://``, ``file://`` and absolute local paths are taken
-(:func:`check_url`); git is the host's safe git (:mod:`clover_agent.handback.hostgit`: no hooks,
-no filters, no credential helpers, no configuration from outside) with exactly those transports
-allowed (``GIT_ALLOW_PROTOCOL``), no submodules and no tags. A fetched repository's own
-configuration never travels with it.
-
-Offline, an ``https`` URL can be served from a mirror folder (``--git-mirror DIR`` or
-``CLOVER_GIT_MIRROR``): ``https://HOST/owner/name(.git)`` is read from ``DIR/owner/name.git``
-(``git clone --mirror URL DIR/owner/name.git`` makes one).
+The URL is untrusted: only ``https://``, ``file://`` and absolute paths (:func:`check_url`); git is
+the host's safe git (:mod:`clover_agent.handback.hostgit`) with exactly those transports allowed
+(``GIT_ALLOW_PROTOCOL``), no submodules, no tags; a fetched repository's configuration never
+travels. Offline, ``https://HOST/owner/name(.git)`` is read from a mirror folder's
+``DIR/owner/name.git`` (``--git-mirror DIR`` or ``CLOVER_GIT_MIRROR``).
 """
 
 from __future__ import annotations

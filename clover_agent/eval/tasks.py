@@ -1,16 +1,12 @@
 """Tasks in the SWE-bench instance shape, loaded from a folder per task or a file of them.
 
 A task folder holds ``task.json`` (the fields below but the patches) beside ``test.patch`` and
-``gold.patch``; a file holds tasks with the patches inline (``test_patch``, ``patch``): JSON Lines,
-a JSON list, or parquet (with ``pyarrow``), as the SWE-bench datasets are published. ``repo`` says
-where the repository comes from: ``{"sdist": "name==version"}`` (fetched from the package index),
-``{"path": DIR}``, ``{"git": URL, "commit": REV}``, or SWE-bench's ``"owner/name"`` (a GitHub
-repository at ``base_commit``). Every problem is a :class:`TaskError` naming the file and the
-field; in a file of tasks a bad one is named and skipped, the others load.
-
-Test ids are data: any runner's (pytest node ids, django's ``test_x (module.Class)``, sympy's bare
-names) load as given; :attr:`Task.unrunnable` says why the harness, which runs pytest-style
-targets, cannot run a task's ids, and the task fails with that when it is run.
+``gold.patch``; a file (JSON Lines, a JSON list, parquet with ``pyarrow``: the SWE-bench datasets
+as published) holds tasks with the patches inline. ``repo``: ``{"sdist": "name==version"}``,
+``{"path": DIR}``, ``{"git": URL, "commit": REV}``, or SWE-bench's ``"owner/name"`` (GitHub, at
+``base_commit``). Every problem is a :class:`TaskError` naming the file and the field; in a file
+a bad task is named and skipped. Test ids are data, any runner's; :attr:`Task.unrunnable` says why
+the harness (pytest-style targets) cannot run a task's, and the task fails with that when run.
 """
 
 from __future__ import annotations
