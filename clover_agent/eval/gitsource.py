@@ -156,7 +156,11 @@ def fetch(url: str, commit: str, options: GitFetchOptions) -> tuple[Path, str]:
     """The cached bare repository holding ``commit`` of ``url`` (fetched unless it is already
     there), and the commit's full id. ``commit`` "": the remote's default branch."""
     check_url(url)
-    if commit.startswith("-") or any(c.isspace() or ord(c) < 32 for c in commit) or ".." in commit:
+    if (
+        commit.startswith("-")
+        or any(c.isspace() or ord(c) < 32 or c in ":^~" for c in commit)
+        or ".." in commit
+    ):
         raise GitSourceError(f"git source {url!r}: {commit!r} is not a revision")
     cache = _cache_dir(url, options.cache)
     with _locked(cache.with_name(cache.name + ".lock")):

@@ -220,3 +220,11 @@ def test_eval_gold_resolves_a_swebench_line_from_a_mirror(
     by_id = {r["instance_id"]: r for r in summary["results"]}
     assert by_id["octo__calc-1"]["source"]["base_commit"] == bug
     assert "django's test runner" in by_id["django__django-11099"]["error"]
+
+
+@pytest.mark.parametrize("rev", ["HEAD:refs/heads/evil", "--upload-pack=x", "main..other", "a b"])
+def test_a_revision_that_is_not_one_is_refused_before_git_runs(tmp_path: Path, rev: str) -> None:
+    bare, _, _ = upstream(tmp_path / "up")
+    with pytest.raises(GitSourceError, match="is not a revision"):
+        fetch(str(bare), rev, options(tmp_path))
+    assert not (tmp_path / "cache").exists()
