@@ -154,15 +154,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
         help="run fix over a task set of real bugs and grade it like SWE-bench",
-        description="For each task of TASKS (a folder of task folders, one task folder, or a JSON Lines\n"
-        "file; docs/eval.md), run `fix` in its own sandbox on the repository with the task's tests\n"
+        description="For each task of TASKS (a folder of task folders, one task folder, or a file of\n"
+        "tasks: JSON Lines, a JSON list, parquet, as SWE-bench publishes them; docs/eval.md), run `fix` in its own sandbox on the repository with the task's tests\n"
         "added, then grade its patch in a fresh sandbox with the held-out test patch applied over\n"
         "it: FAIL_TO_PASS must pass, PASS_TO_PASS must keep passing. Writes OUT/predictions.jsonl\n"
         "(the swebench format), OUT/report.json and OUT/report.md.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("tasks", metavar="TASKS", help="the task set (e.g. bench/tasks)")
+    p.add_argument(
+        "tasks", metavar="TASKS", help="the task set (e.g. bench/tasks, or a SWE-bench .jsonl/.json/.parquet)"
+    )
     p.add_argument("--output-dir", required=True, metavar="OUT", help="where results and reports go")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
