@@ -489,6 +489,9 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary["errors"]:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
+    if summary.get("skipped"):
+        lines += ["", "Skipped (tasks of the file that could not be loaded):", ""]
+        lines += [f"- {_cell(why)}" for why in summary["skipped"]]
     return "\n".join(lines) + "\n"
 
 

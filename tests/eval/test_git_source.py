@@ -220,6 +220,8 @@ def test_eval_gold_resolves_a_swebench_line_from_a_mirror(
     by_id = {r["instance_id"]: r for r in summary["results"]}
     assert by_id["octo__calc-1"]["source"]["base_commit"] == bug
     assert "django's test runner" in by_id["django__django-11099"]["error"]
+    table = (out / "report.md").read_text()
+    assert "Skipped (tasks of the file" in table and "swe.jsonl:2: not valid JSON" in table
 
 
 @pytest.mark.parametrize("rev", ["HEAD:refs/heads/evil", "--upload-pack=x", "main..other", "a b"])
