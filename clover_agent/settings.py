@@ -67,6 +67,9 @@ ENV_VARS: dict[str, str] = {
     "TERM": "dumb: no live status line",
     "COLUMNS": "the terminal's width, when it cannot be asked",
     "PAGER": "pager for a long diff at fix's confirmation; default `less -R -F -X`",
+    "CLOVER_GIT_MIRROR": "eval: a folder of mirrors; an https git source is read from DIR/owner/name.git "
+    "(also --git-mirror)",
+    "CLOVER_GIT_TIMEOUT": "eval: seconds a git source's fetch may take; default 1800 (also --git-timeout)",
 }
 #: The variables that locate the Docker engine and bound its calls (handed to the Docker sandbox,
 #: never into it).

@@ -20,6 +20,7 @@ from clover_agent.cli.options import (
     sandbox_kind,
 )
 from clover_agent.errors import CloverError, ExitCode, UsageError
+from clover_agent.eval.gitsource import MIRROR_VARIABLE, TIMEOUT_VARIABLE, GitFetchOptions
 from clover_agent.eval.harness import (
     PREDICTIONS_FILE,
     REPORT_JSON,
@@ -65,7 +66,13 @@ def _prices(args: argparse.Namespace) -> tuple[float, float] | None:
 
 def _eval(args: argparse.Namespace) -> int:
     prices = _prices(args)
-    tasks = load_tasks(Path(args.tasks))
+    skipped: list[str] = []
+
+    def skip(message: str) -> None:
+        skipped.append(message)
+        print(terminal_safe(f"skipped: {message}"), file=sys.stderr)
+
+    tasks = load_tasks(Path(args.tasks), on_skip=skip)
     if args.only:
         wanted = set(args.only)
         unknown = sorted(wanted - {t.instance_id for t in tasks})
@@ -73,6 +80,9 @@ def _eval(args: argparse.Namespace) -> int:
             raise UsageError(f"--only: no task {', '.join(unknown)} in {args.tasks}")
         tasks = [t for t in tasks if t.instance_id in wanted]
     settings = Settings.load()
+    git_fetch = GitFetchOptions.from_environment(
+        settings.home, settings.environment, mirror=args.git_mirror, timeout_s=args.git_timeout
+    )
     mode = "gold" if args.gold else "empty" if args.empty else "model"
     out = Path(args.output_dir)
     say = (lambda text: None) if args.quiet else (lambda text: print(terminal_safe(text), flush=True))
@@ -100,6 +110,7 @@ def _eval(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         regression=args.regression,
         say=say,
+        git=git_fetch,
     )
     meta = {
         "clover_agent": __version__,
@@ -108,6 +119,7 @@ def _eval(args: argparse.Namespace) -> int:
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()})",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "tasks_from": str(args.tasks),
+        "skipped": skipped,
     }
     interrupted = False
     try:
@@ -142,15 +154,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
         help="run fix over a task set of real bugs and grade it like SWE-bench",
-        description="For each task of TASKS (a folder of task folders, one task folder, or a JSON Lines\n"
-        "file; docs/eval.md), run `fix` in its own sandbox on the repository with the task's tests\n"
+        description="For each task of TASKS (a folder of task folders, one task folder, or a file of\n"
+        "tasks: JSON Lines, a JSON list, parquet, as SWE-bench publishes them; docs/eval.md), run `fix` in its own sandbox on the repository with the task's tests\n"
         "added, then grade its patch in a fresh sandbox with the held-out test patch applied over\n"
         "it: FAIL_TO_PASS must pass, PASS_TO_PASS must keep passing. Writes OUT/predictions.jsonl\n"
         "(the swebench format), OUT/report.json and OUT/report.md.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("tasks", metavar="TASKS", help="the task set (e.g. bench/tasks)")
+    p.add_argument(
+        "tasks", metavar="TASKS", help="the task set (e.g. bench/tasks, or a SWE-bench .jsonl/.json/.parquet)"
+    )
     p.add_argument("--output-dir", required=True, metavar="OUT", help="where results and reports go")
     add_backend_arguments(p)
     add_sandbox_arguments(p)
@@ -177,5 +191,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             metavar="USD",
             help=f"price of a million {side}put tokens: adds each task's cost and the cost per resolved task",
         )
+    p.add_argument(
+        "--git-mirror",
+        metavar="DIR",
+        help="read https git sources from DIR/owner/name.git (made with `git clone --mirror URL "
+        f"DIR/owner/name.git`) instead of the network; also {MIRROR_VARIABLE}",
+    )
+    p.add_argument(
+        "--git-timeout",
+        type=positive(float),
+        metavar="S",
+        help=f"seconds a git source's fetch may take (default 1800; also {TIMEOUT_VARIABLE})",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the summary")
     p.set_defaults(func=_eval)

@@ -22,6 +22,7 @@ from clover_agent.agent.policy import preset
 from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.errors import RUN_ERRORS, message_of
+from clover_agent.eval.gitsource import GitFetchOptions
 from clover_agent.eval.grade import Grade, grade
 from clover_agent.eval.scripts import empty_turns, gold_turns, write_replay
 from clover_agent.eval.source import commit_all, make_repo
@@ -61,6 +62,8 @@ class EvalOptions:
     max_tokens: int | None = None
     regression: str = "suite"
     say: Callable[[str], None] = field(default=lambda text: None)
+    #: Where git sources are cached and mirrored, their timeout (None: from the settings).
+    git: GitFetchOptions | None = None
 
 
 def results_dir(out: Path) -> Path:
@@ -223,13 +226,21 @@ def _request(task: Task) -> str:
     )
 
 
-def prepare_repo(task: Task, work: Path, settings: Settings) -> tuple[Path, Path]:
+def git_options(settings: Settings, chosen: GitFetchOptions | None = None) -> GitFetchOptions:
+    """``chosen``, else the git options of the settings (the cache under ``CLOVER_HOME``, the
+    mirror and timeout variables of their environment)."""
+    return chosen or GitFetchOptions.from_environment(settings.home, settings.environment)
+
+
+def prepare_repo(
+    task: Task, work: Path, settings: Settings, git_fetch: GitFetchOptions | None = None
+) -> tuple[Path, Path]:
     """``work/base``, the task's repository as released (made once, kept for the grade), and
     ``work/repo``, a fresh copy of it with the test patch committed: the tree fix runs on."""
     base = work / "base"
     if not (base / ".git").is_dir():
         shutil.rmtree(base, ignore_errors=True)
-        make_repo(task.repo, base, host_package_index(settings.environment))
+        make_repo(task.repo, base, host_package_index(settings.environment), git_options(settings, git_fetch))
     repo = work / "repo"
     shutil.rmtree(repo, ignore_errors=True)
     shutil.copytree(base, repo, symlinks=True)
@@ -268,7 +279,11 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         "source": task.source,
     }
     try:
-        base, repo = prepare_repo(task, work, options.settings)
+        if task.unrunnable:
+            result.update(error=f"the task could not be run: {task.unrunnable}")
+            result["wall_s"] = round(time.monotonic() - started, 3)
+            return result
+        base, repo = prepare_repo(task, work, options.settings, options.git)
         shutil.rmtree(work / "run", ignore_errors=True)
         make_backend = _backend(task, options, repo, work)
         counter = _Counter(task.instance_id, options.say)
@@ -474,6 +489,9 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary["errors"]:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
+    if summary.get("skipped"):
+        lines += ["", "Skipped (tasks of the file that could not be loaded):", ""]
+        lines += [f"- {_cell(why)}" for why in summary["skipped"]]
     return "\n".join(lines) + "\n"
 
 

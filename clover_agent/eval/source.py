@@ -1,11 +1,13 @@
-"""A task's repository on the host: a pinned sdist from the package index, a folder or a git URL,
-made a git repository whose one commit is the code as released (a user's checkout), cached under
-the eval's output folder so a resumed eval fetches nothing again."""
+"""A task's repository on the host: a pinned sdist from the package index, a folder or a git URL
+at a commit (:mod:`clover_agent.eval.gitsource`: fetched once into a cache of repositories), made
+a git repository whose one commit is the code as released (a user's checkout), kept under the
+eval's output folder so a resumed eval fetches nothing again."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import ssl
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from clover_agent.environments.recipe import PackageIndex
 from clover_agent.errors import CloverError
+from clover_agent.eval.gitsource import GitFetchOptions, GitSourceError, checkout, fetch
 from clover_agent.eval.tasks import RepoSource
 from clover_agent.handback.hostgit import HostGitError, git
 
@@ -33,8 +36,21 @@ def commit_all(repo: Path, message: str) -> None:
     git(repo, *_IDENTITY, "commit", "-q", "--allow-empty", "--no-verify", "-m", message)
 
 
-def make_repo(source: RepoSource, dest: Path, index: PackageIndex) -> Path:
-    """``dest`` made the repository ``source`` names, with one commit (``dest`` must not exist)."""
+def default_git_options() -> GitFetchOptions:
+    """The git options from this process's environment (``CLOVER_HOME``'s cache, the mirror and
+    the timeout variables)."""
+    env = os.environ
+    home = env.get("CLOVER_HOME") or str(
+        Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover-agent"
+    )
+    return GitFetchOptions.from_environment(Path(home).expanduser(), env)
+
+
+def make_repo(
+    source: RepoSource, dest: Path, index: PackageIndex, git_options: GitFetchOptions | None = None
+) -> Path:
+    """``dest`` made the repository ``source`` names, with one commit (``dest`` must not exist);
+    ``git_options``: where a git source is cached and mirrored (default: from the environment)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -47,12 +63,14 @@ def make_repo(source: RepoSource, dest: Path, index: PackageIndex) -> Path:
                 raise SourceError(f"repo.path {folder}: no such folder")
             shutil.copytree(folder, partial, symlinks=True, ignore=shutil.ignore_patterns(".git", ".clover"))
         else:
-            git(partial.parent, "clone", "-q", "--", source.value, str(partial))
-            if source.commit:
-                git(partial, "checkout", "-q", "--detach", source.commit)
-            shutil.rmtree(partial / ".git")
+            options = git_options or default_git_options()
+            cache, commit = fetch(source.value, source.commit, options)
+            checkout(cache, commit, partial, options)
         git(partial, "init", "-q", "-b", "main")
         commit_all(partial, f"{source.describe()} as released")
+    except GitSourceError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise SourceError(str(exc)) from exc
     except HostGitError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         raise SourceError(f"{source.describe()}: git failed: {exc}") from exc

@@ -131,23 +131,24 @@ def git(
     input: bytes | None = None,
     check: bool = True,
     env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run a safe ``git -C cwd args...`` (bytes in and out). ``check``: raise
     :class:`HostGitError` on a non-zero exit; ``env``: extra variables (``GIT_LITERAL_PATHSPECS``
-    where paths are given: a file named ``*`` or ``:(glob)x`` is then itself)."""
+    where paths are given: a file named ``*`` or ``:(glob)x`` is then itself); ``timeout``:
+    seconds (default :data:`GIT_TIMEOUT_S`)."""
+    limit = GIT_TIMEOUT_S if timeout is None else timeout
     try:
         result = subprocess.run(
             ["git", "-C", str(cwd), *args],
             input=input,
             capture_output=True,
             env={**environment(), **config_environment(cwd), **(env or {})},
-            timeout=GIT_TIMEOUT_S,
+            timeout=limit,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise HostGitError(
-            f"`git {' '.join(args[:2])}` in {cwd} did not finish in {GIT_TIMEOUT_S:g} s"
-        ) from None
+        raise HostGitError(f"`git {' '.join(args[:2])}` in {cwd} did not finish in {limit:g} s") from None
     except OSError as exc:
         raise HostGitError(f"cannot run git: {exc.strerror}") from None
     if check and result.returncode != 0:

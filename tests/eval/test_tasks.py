@@ -22,7 +22,7 @@ def test_the_shipped_tasks_load_and_say_where_they_come_from() -> None:
         assert task.source.get("bug_in") and task.source.get("fixed_in")
 
 
-def test_a_jsonl_file_loads_and_its_errors_name_the_line(tmp_path: Path) -> None:
+def test_a_jsonl_file_loads_and_a_bad_line_is_named_and_skipped(tmp_path: Path) -> None:
     folder = write_task(tmp_path / "tasks", "calc-mean", write_project(tmp_path / "proj"))
     data = json.loads((folder / "task.json").read_text())
     data["test_patch"] = (folder / "test.patch").read_text()
@@ -32,8 +32,9 @@ def test_a_jsonl_file_loads_and_its_errors_name_the_line(tmp_path: Path) -> None
     assert [t.instance_id for t in load_tasks(good)] == ["calc-mean", "other"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(data) + "\n" + json.dumps({**data, "FAIL_TO_PASS": []}) + "\n")
-    with pytest.raises(TaskError, match=r"bad.jsonl:2: FAIL_TO_PASS is empty"):
-        load_tasks(bad)
+    skipped: list[str] = []
+    assert [t.instance_id for t in load_tasks(bad, on_skip=skipped.append)] == ["calc-mean"]
+    assert len(skipped) == 1 and "bad.jsonl:2: FAIL_TO_PASS is empty" in skipped[0]
 
 
 @pytest.mark.parametrize(
