@@ -56,6 +56,7 @@ from clover_agent.events import (
     ToolOutput,
 )
 from clover_agent.handback.session import Offer, SessionHandBack
+from clover_agent.handback.shadow import REGULAR
 from clover_agent.hooks import hook_line
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
@@ -568,9 +569,16 @@ class AcpSession:
         return True
 
     def _all_approved(self, offer: Offer) -> bool:
-        """Whether every file of ``offer`` is as an edit the person approved left it."""
+        """Whether every file of ``offer`` is a plain file whose text is what an edit the person
+        approved left (a deletion, a mode or a symlink is no edit's text: asked about)."""
         changes = offer.patch.changes
-        return bool(changes) and all(self._approved.get(c.path) == offer.texts[c.path][1] for c in changes)
+        return bool(changes) and all(
+            c.path in self._approved
+            and c.new_mode == REGULAR
+            and c.old_mode in (0, REGULAR)
+            and self._approved[c.path] == offer.texts[c.path][1]
+            for c in changes
+        )
 
     async def _ask_handback(self, call_id: str, title: str) -> str | None:
         """The person's answer to the hand-back: APPLY, KEEP, or None (no answer)."""

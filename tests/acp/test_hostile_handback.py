@@ -1,0 +1,51 @@
+"""Hostile hand-backs over ACP: a hand-back is applied without a second question only when every
+file is exactly the text an edit the person allowed left, as a plain file; a file the model
+deleted, made executable or turned into a symlink beside an approved edit is asked about."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from acp import schema
+
+from tests.acp.helpers import RecordingClient, agent_args, prompt, running_agent
+from tests.git_repos import git
+from tests.tui.helpers import FIX_ADD, calculator_repo, call, turn, write_replay
+
+NOTE = call("editor", command="create", path="/workspace/notes.txt", file_text="AGENTS.md")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("calls", "after"),
+    [
+        # an approved edit, then a file deleted by a command: the deletion is no edit's text
+        ([FIX_ADD, call("shell", command="rm /workspace/AGENTS.md")], "AGENTS.md"),
+        # an approved edit, then the same file made executable: the text is the approved one
+        ([FIX_ADD, call("shell", command="chmod +x /workspace/calculator.py")], "calculator.py"),
+        # a file created with a symlink's target as its text, then swapped for that symlink
+        ([NOTE, call("shell", command="cd /workspace && rm notes.txt && ln -s AGENTS.md notes.txt")], None),
+    ],
+    ids=["deleted", "chmod", "symlink"],
+)
+async def test_only_approved_plain_texts_skip_the_question(
+    tmp_path: Path, calls: list[str], after: str | None
+) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "hostile.jsonl",
+        [*(turn("", c) for c in calls), turn("", call("finish", summary="Done."))],
+    )
+    client = RecordingClient(answers=["allow_once", "allow_once", "keep"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "go")).stop_reason == "end_turn"
+    asked = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
+    assert len(asked) == 1  # the hand-back was asked about, and kept
+    assert [u for u in client.of(schema.ToolCallStart) if u.tool_call_id.startswith("handback")]
+    assert git(repo, "status", "--porcelain").strip() == ""
+    if after is not None:
+        assert (repo / after).is_file()
