@@ -49,3 +49,38 @@ async def test_only_approved_plain_texts_skip_the_question(
     assert git(repo, "status", "--porcelain").strip() == ""
     if after is not None:
         assert (repo / after).is_file()
+
+
+@pytest.mark.slow
+async def test_the_person_is_asked_about_the_arguments_a_hook_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PreToolUse hook's ``updatedInput`` is what runs: the question (its raw input and its diff)
+    shows that, not the model's call, so an edit approved and then handed back unasked is the one
+    the person saw."""
+    repo = calculator_repo(tmp_path)
+    hook = tmp_path / "times.py"
+    hook.write_text(
+        "import json, sys\njson.load(sys.stdin)\n"
+        'new = \'    """Return the sum of a and b."""\\n    return a * b\'\n'
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': 'PreToolUse',"
+        " 'updatedInput': {'new_string': new}}}))\n"
+    )
+    settings = tmp_path / "config.toml"
+    settings.write_text(f'[[hooks.PreToolUse]]\nmatcher = "Edit"\ncommand = "python3 {hook}"\n')
+    monkeypatch.setenv("CLOVER_CONFIG", str(settings))
+    replay = write_replay(
+        tmp_path / "fix.jsonl", [turn("", FIX_ADD), turn("", call("finish", summary="Fixed."))]
+    )
+    client = RecordingClient(answers=["allow_once", "keep"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "end_turn"
+    edit = client.permissions[0]
+    assert isinstance(edit.tool_call.raw_input, dict)
+    assert "return a * b" in edit.tool_call.raw_input["new_str"]
+    (diff,) = [c for c in edit.tool_call.content or [] if c.type == "diff"]
+    assert "return a * b" in diff.new_text and "return a + b" not in diff.new_text
+    assert "return a * b" in (repo / "calculator.py").read_text(encoding="utf-8")
