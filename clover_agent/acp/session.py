@@ -130,7 +130,9 @@ class AcpSession:
         self.usage_last, self.usage_total = (0, 0, 0), (0, 0, 0)
         #: Files (repository paths) as an edit the person approved left them, since the last
         #: hand-back: the hand-back of exactly these is not asked about again (one question per edit).
-        self._approved: dict[str, str] = {}
+        #: path -> (its text before the first approved edit, its text after the last): a chain of
+        #: approved edits, each from the text the one before left (else it starts again).
+        self._approved: dict[str, tuple[str | None, str]] = {}
         self._asked: set[str] = set()  # call ids the person allowed
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (tool, arguments), running
         self.bus = EventBus()
@@ -216,11 +218,12 @@ class AcpSession:
         elif isinstance(event, ToolCallFinished):
             name, _ = self._calls.pop(event.call_id, ("", {}))
             data = event.data or {}
-            path, new = data.get("path"), data.get("new_content")
+            path, old, new = data.get("path"), data.get("old_content"), data.get("new_content")
             if event.call_id in self._asked and name == "editor" and not event.is_error:
                 where = _repo_path(path) if isinstance(path, str) else None
-                if where is not None and isinstance(new, str):
-                    self._approved[where] = new
+                if where is not None and isinstance(new, str) and (old is None or isinstance(old, str)):
+                    first, last = self._approved.get(where, (old, old))
+                    self._approved[where] = (first if last == old else old, new)
             self._asked.discard(event.call_id)
 
     # -- modes ---------------------------------------------------------------------------------------
@@ -569,14 +572,15 @@ class AcpSession:
         return True
 
     def _all_approved(self, offer: Offer) -> bool:
-        """Whether every file of ``offer`` is a plain file whose text is what an edit the person
-        approved left (a deletion, a mode or a symlink is no edit's text: asked about)."""
+        """Whether every file of ``offer`` is a plain file whose text is what approved edits made of
+        it, one after another from its text at the start (a deletion, a mode, a symlink, or a
+        command's change before an edit is no approved edit's: asked about)."""
         changes = offer.patch.changes
         return bool(changes) and all(
             c.path in self._approved
             and c.new_mode == REGULAR
             and c.old_mode in (0, REGULAR)
-            and self._approved[c.path] == offer.texts[c.path][1]
+            and self._approved[c.path] == offer.texts[c.path]
             for c in changes
         )
 

@@ -1,6 +1,7 @@
 """Hostile hand-backs over ACP: a hand-back is applied without a second question only when every
-file is exactly the text an edit the person allowed left, as a plain file; a file the model
-deleted, made executable or turned into a symlink beside an approved edit is asked about."""
+file is exactly the text an edit the person allowed left, from the file as the session found it,
+as a plain file; a file the model deleted, made executable or turned into a symlink beside an
+approved edit, or changed by a command under an approved edit, is asked about."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ NOTE = call("editor", command="create", path="/workspace/notes.txt", file_text="
         ([FIX_ADD, call("shell", command="chmod +x /workspace/calculator.py")], "calculator.py"),
         # a file created with a symlink's target as its text, then swapped for that symlink
         ([NOTE, call("shell", command="cd /workspace && rm notes.txt && ln -s AGENTS.md notes.txt")], None),
+        # a command changes a file, then an approved edit on top: the person saw the edit's diff,
+        # not the command's change under it
+        ([call("shell", command="echo 'import os' >> /workspace/calculator.py"), FIX_ADD], "calculator.py"),
     ],
-    ids=["deleted", "chmod", "symlink"],
+    ids=["deleted", "chmod", "symlink", "command-then-edit"],
 )
 async def test_only_approved_plain_texts_skip_the_question(
     tmp_path: Path, calls: list[str], after: str | None
