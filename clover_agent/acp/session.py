@@ -58,6 +58,7 @@ from clover_agent.events import (
 from clover_agent.handback.session import Offer, SessionHandBack
 from clover_agent.handback.shadow import REGULAR
 from clover_agent.hooks import hook_line
+from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
@@ -536,12 +537,17 @@ class AcpSession:
             return True
         if offer is None:
             return False
-        approved = not always_ask and not offer.review and self._all_approved(offer)
+        # beyond text edits (a symlink, a mode, a binary file) or by its path (CI, git's files): a yes
+        confirm = offer.patch.to_confirm
+        approved = not always_ask and not offer.review and not confirm and self._all_approved(offer)
         self._approved.clear()  # asked (or applied) once: a later hand-back of them is asked again
         call_id = f"handback-{self.turns}"
         files = len(offer.patch.changes)
         title = f"Hand back {files} file{'s' if files != 1 else ''} ({offer.judged.verdict})"
         findings = "".join(f"\n- {item}" for item in offer.review)
+        for path, notes in confirm:  # a symlink's target is the model's: made inert
+            said = path + ": " + ", ".join(notes)
+            findings += "\n- " + terminal_safe(said, single_line=True, workflow_commands=False)
         content: list[schema.ContentToolCallContent | schema.FileEditToolCallContent] = [
             _text(f"Verdict: {offer.verdict}" + (f"\nLook before applying:{findings}" if findings else ""))
         ]

@@ -14,27 +14,42 @@ from tests.acp.helpers import RecordingClient, agent_args, prompt, running_agent
 from tests.git_repos import git
 from tests.tui.helpers import FIX_ADD, calculator_repo, call, turn, write_replay
 
+CI = call("editor", command="create", path="/workspace/.github/workflows/ci.yml", file_text="on: push\n")
 NOTE = call("editor", command="create", path="/workspace/notes.txt", file_text="AGENTS.md")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("calls", "after"),
+    ("calls", "after", "named"),
     [
         # an approved edit, then a file deleted by a command: the deletion is no edit's text
-        ([FIX_ADD, call("shell", command="rm /workspace/AGENTS.md")], "AGENTS.md"),
+        ([FIX_ADD, call("shell", command="rm /workspace/AGENTS.md")], "AGENTS.md", None),
         # an approved edit, then the same file made executable: the text is the approved one
-        ([FIX_ADD, call("shell", command="chmod +x /workspace/calculator.py")], "calculator.py"),
+        (
+            [FIX_ADD, call("shell", command="chmod +x /workspace/calculator.py")],
+            "calculator.py",
+            "executable bit set",
+        ),
         # a file created with a symlink's target as its text, then swapped for that symlink
-        ([NOTE, call("shell", command="cd /workspace && rm notes.txt && ln -s AGENTS.md notes.txt")], None),
+        (
+            [NOTE, call("shell", command="cd /workspace && rm notes.txt && ln -s AGENTS.md notes.txt")],
+            None,
+            "a symlink to AGENTS.md",
+        ),
         # a command changes a file, then an approved edit on top: the person saw the edit's diff,
         # not the command's change under it
-        ([call("shell", command="echo 'import os' >> /workspace/calculator.py"), FIX_ADD], "calculator.py"),
+        (
+            [call("shell", command="echo 'import os' >> /workspace/calculator.py"), FIX_ADD],
+            "calculator.py",
+            None,
+        ),
+        # an approved edit of a CI workflow: a file a person says yes to by its path, named
+        ([CI], None, ".github/workflows/ci.yml"),
     ],
-    ids=["deleted", "chmod", "symlink", "command-then-edit"],
+    ids=["deleted", "chmod", "symlink", "command-then-edit", "ci"],
 )
 async def test_only_approved_plain_texts_skip_the_question(
-    tmp_path: Path, calls: list[str], after: str | None
+    tmp_path: Path, calls: list[str], after: str | None, named: str | None
 ) -> None:
     repo = calculator_repo(tmp_path)
     replay = write_replay(
@@ -49,7 +64,9 @@ async def test_only_approved_plain_texts_skip_the_question(
         assert (await prompt(agent, session.session_id, "go")).stop_reason == "end_turn"
     asked = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
     assert len(asked) == 1  # the hand-back was asked about, and kept
-    assert [u for u in client.of(schema.ToolCallStart) if u.tool_call_id.startswith("handback")]
+    (offer,) = [u for u in client.of(schema.ToolCallStart) if u.tool_call_id.startswith("handback")]
+    said = "".join(c.content.text for c in offer.content or [] if c.type == "content")
+    assert named is None or ("Look before applying:" in said and named in said), said
     assert git(repo, "status", "--porcelain").strip() == ""
     if after is not None:
         assert (repo / after).is_file()
