@@ -27,6 +27,7 @@ def test_a_model_that_finishes_while_planning_changes_nothing(tmp_path: Path, ca
         call("editor", command="create", path="/workspace/conftest.py", file_text="import os\n"),
         call("shell", command="echo pwned > /workspace/pwned.txt"),
         call("run_tests", target="--basetemp=/workspace/calculator.py"),
+        call("run_tests"),  # allowed: leaves nothing behind either
         call("search", pattern="x", path="/workspace", glob="--pre=touch"),
         call("finish", summary="Done, without a plan."),
     )
