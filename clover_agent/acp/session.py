@@ -608,7 +608,10 @@ class AcpSession:
         return chosen if isinstance(chosen, str) else None
 
     async def _write_text(self, path: str, text: str) -> None:
-        await self.client.conn.write_text_file(session_id=self.session_id, path=path, content=text)
+        try:
+            await self.client.conn.write_text_file(session_id=self.session_id, path=path, content=text)
+        except Exception as exc:  # the editor refused or failed: the hand-back fails, said, not the prompt
+            raise OSError(f"the editor could not write {path}: {message_of(exc)}") from exc
 
     # -- the end -------------------------------------------------------------------------------------
 

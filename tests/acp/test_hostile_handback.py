@@ -105,3 +105,21 @@ async def test_the_person_is_asked_about_the_arguments_a_hook_changed(
     (diff,) = [c for c in edit.tool_call.content or [] if c.type == "diff"]
     assert "return a * b" in diff.new_text and "return a + b" not in diff.new_text
     assert "return a * b" in (repo / "calculator.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+async def test_an_editor_failing_to_write_fails_the_hand_back_not_the_prompt(tmp_path: Path) -> None:
+    """The client cannot write the file (this one makes no folders): the hand-back says it failed
+    and why; the prompt ends as it would."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "ci.jsonl", [turn("", CI), turn("", call("finish", summary="Done."))])
+    client = RecordingClient(answers=["allow_once", "apply"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "add CI")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed" and "the editor could not write" in said and "ci.yml" in said, said
+    assert not (repo / ".github").exists()
