@@ -373,7 +373,7 @@ class AcpSession:
                 result = await self._until_done(agent, self._run, cancelled)
                 if result is None or result.plan is None or cancelled.is_set():
                     break
-                go_on = await self._ask_plan(agent, result.plan)
+                go_on = await self._ask_plan(agent, result.plan, cancelled)
                 if go_on is None:  # kept planning: the next prompt says what to change
                     break
                 self._run = asyncio.ensure_future(agent.continue_with(go_on))
@@ -406,10 +406,11 @@ class AcpSession:
             waiting.cancel()
         return run.result() if run.done() else None
 
-    async def _ask_plan(self, agent: Agent, plan: Plan) -> str | None:
+    async def _ask_plan(self, agent: Agent, plan: Plan, cancelled: asyncio.Event) -> str | None:
         """The plan proposed in plan mode, put to the person as a permission request: approved, the
         session switches to the mode they chose and the message to go on with is returned (the plan
-        carried into the conversation); otherwise None (still planning)."""
+        carried into the conversation); otherwise None (still planning): an answer that comes after
+        the prompt was cancelled approves nothing."""
         call_id = f"plan-{self.turns}-{agent.next_step}"
         title = f"Approve the plan ({len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''})"
         content = [_text(plan.markdown())]
@@ -429,6 +430,7 @@ class AcpSession:
             chosen = ""
         offered = {f"{PLAN}:{mode}" for mode, _, kind in PLAN_OPTIONS if kind != "reject_once"}
         mode = next((m for m in self.modes if f"{PLAN}:{m.id}" == chosen in offered), None)
+        mode = None if cancelled.is_set() else mode
         if mode is None:
             note = "Still planning: say what to change in the plan, or switch mode to leave plan mode."
             await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))

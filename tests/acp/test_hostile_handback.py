@@ -123,3 +123,28 @@ async def test_an_editor_failing_to_write_fails_the_hand_back_not_the_prompt(tmp
     said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
     assert ended.status == "failed" and "the editor could not write" in said and "ci.yml" in said, said
     assert not (repo / ".github").exists()
+
+
+@pytest.mark.slow
+async def test_a_plan_answered_after_the_prompt_was_cancelled_is_not_approved(tmp_path: Path) -> None:
+    """The client cancels the prompt while the plan's question is open, then (against the
+    protocol, which asks for a cancelled outcome) answers it with an approval: the plan is not
+    approved, the session stays in plan mode and nothing is edited."""
+    repo = calculator_repo(tmp_path)
+    propose = call("propose_plan", summary="Make add() add.", steps='["Fix add()"]')
+    replay = write_replay(
+        tmp_path / "plan.jsonl",
+        [turn("", propose), turn("", FIX_ADD), turn("", call("finish", summary="Done."))],
+    )
+    client = RecordingClient(answers=["plan:auto", "apply"])
+    async with running_agent(agent_args(replay, "local"), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        await agent.conn.set_session_mode(session_id=session.session_id, mode_id="plan")
+
+        async def cancel() -> None:
+            await agent.conn.cancel(session_id=session.session_id)
+
+        client.before_answer = cancel
+        assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "cancelled"
+    assert [u.current_mode_id for u in client.of(schema.CurrentModeUpdate)][-1] == "plan"
+    assert len(client.permissions) == 1 and "return a - b" in (repo / "calculator.py").read_text()
