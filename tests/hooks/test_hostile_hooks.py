@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from clover_agent.agent import Agent, Approvals, TrajectoryWriter
 from clover_agent.agent.policy import preset
@@ -20,6 +23,7 @@ from clover_agent.tools.registry import default_tools, plan_tools
 from tests.clover_agent.test_agent_loop import FINISH, call, write_replay
 from tests.git_repos import make_repo
 from tests.hooks.scripts import script
+from tests.hooks.test_runner import hooks_of, one
 from tests.sandbox_specs import sandbox_spec
 
 ORIGINAL = "def greet(name):\n    return 'hello ' + name\n"
@@ -97,3 +101,45 @@ async def test_the_models_arguments_reach_a_hook_on_stdin_only(tmp_path: Path) -
     assert ran.decided == "deny" and ran.command == f"{hook} $CLOVER_PROJECT_DIR"
     assert json.loads(seen.read_text(encoding="utf-8"))["tool_input"]["command"] == hostile
     assert not marker.exists()
+
+
+async def test_a_hook_and_its_child_ignoring_sigterm_are_killed_at_the_timeout(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    body = (
+        "trap '' TERM HUP INT\n"
+        f"sh -c 'trap \"\" TERM HUP INT; exec sleep 60' & echo $! > {marker}\n"
+        "while :; do sleep 1; done\n"
+    )
+    stubborn = script(tmp_path, "stubborn.sh", body)
+    hooks, seen = hooks_of(tmp_path, one("PreToolUse", stubborn, timeout=1))
+    verdict = await hooks.pre_tool_use("c1", "shell", {"command": "ls"})
+    assert verdict.deny is None and seen[0].timed_out
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # killed with its group: gone (or a zombie reaped by init)
+        status = Path(f"/proc/{child}/status")
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the hook's child that ignores SIGTERM outlived its timeout")
+
+
+async def test_a_deny_from_a_hook_that_left_a_child_in_the_background_still_denies(tmp_path: Path) -> None:
+    """Before: the hook's exit waited for its pipes, which the background child held open, so an
+    exit 2 counted as a timeout, a failure that changes nothing: the call ran."""
+    marker = tmp_path / "child.pid"
+    guard = script(tmp_path, "guard.sh", f"sleep 120 & echo $! > {marker}\necho 'not here' >&2\nexit 2\n")
+    hooks, seen = hooks_of(tmp_path, one("PreToolUse", guard, timeout=30))
+    verdict = await hooks.pre_tool_use("c1", "shell", {"command": "ls"})
+    assert verdict.deny is not None and "not here" in verdict.deny
+    assert not seen[0].timed_out and seen[0].exit_code == 2
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # it held the hook's output open: killed with the group
+        status = Path(f"/proc/{child}/status")
+        if not status.exists() or "\nState:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the hook's background child was left running, holding its output")
