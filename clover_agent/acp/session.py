@@ -56,7 +56,9 @@ from clover_agent.events import (
     ToolOutput,
 )
 from clover_agent.handback.session import Offer, SessionHandBack
+from clover_agent.handback.shadow import REGULAR
 from clover_agent.hooks import hook_line
+from clover_agent.safe_text import terminal_safe
 from clover_agent.sandboxes.base import WORKSPACE, Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import SessionStarted, TurnStarted, TurnsUndone
@@ -129,7 +131,9 @@ class AcpSession:
         self.usage_last, self.usage_total = (0, 0, 0), (0, 0, 0)
         #: Files (repository paths) as an edit the person approved left them, since the last
         #: hand-back: the hand-back of exactly these is not asked about again (one question per edit).
-        self._approved: dict[str, str] = {}
+        #: path -> (its text before the first approved edit, its text after the last): a chain of
+        #: approved edits, each from the text the one before left (else it starts again).
+        self._approved: dict[str, tuple[str | None, str]] = {}
         self._asked: set[str] = set()  # call ids the person allowed
         self._calls: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (tool, arguments), running
         self.bus = EventBus()
@@ -215,11 +219,12 @@ class AcpSession:
         elif isinstance(event, ToolCallFinished):
             name, _ = self._calls.pop(event.call_id, ("", {}))
             data = event.data or {}
-            path, new = data.get("path"), data.get("new_content")
+            path, old, new = data.get("path"), data.get("old_content"), data.get("new_content")
             if event.call_id in self._asked and name == "editor" and not event.is_error:
                 where = _repo_path(path) if isinstance(path, str) else None
-                if where is not None and isinstance(new, str):
-                    self._approved[where] = new
+                if where is not None and isinstance(new, str) and (old is None or isinstance(old, str)):
+                    first, last = self._approved.get(where, (old, old))
+                    self._approved[where] = (first if last == old else old, new)
             self._asked.discard(event.call_id)
 
     # -- modes ---------------------------------------------------------------------------------------
@@ -368,7 +373,7 @@ class AcpSession:
                 result = await self._until_done(agent, self._run, cancelled)
                 if result is None or result.plan is None or cancelled.is_set():
                     break
-                go_on = await self._ask_plan(agent, result.plan)
+                go_on = await self._ask_plan(agent, result.plan, cancelled)
                 if go_on is None:  # kept planning: the next prompt says what to change
                     break
                 self._run = asyncio.ensure_future(agent.continue_with(go_on))
@@ -401,10 +406,11 @@ class AcpSession:
             waiting.cancel()
         return run.result() if run.done() else None
 
-    async def _ask_plan(self, agent: Agent, plan: Plan) -> str | None:
+    async def _ask_plan(self, agent: Agent, plan: Plan, cancelled: asyncio.Event) -> str | None:
         """The plan proposed in plan mode, put to the person as a permission request: approved, the
         session switches to the mode they chose and the message to go on with is returned (the plan
-        carried into the conversation); otherwise None (still planning)."""
+        carried into the conversation); otherwise None (still planning): an answer that comes after
+        the prompt was cancelled approves nothing."""
         call_id = f"plan-{self.turns}-{agent.next_step}"
         title = f"Approve the plan ({len(plan.steps)} step{'s' if len(plan.steps) != 1 else ''})"
         content = [_text(plan.markdown())]
@@ -424,6 +430,7 @@ class AcpSession:
             chosen = ""
         offered = {f"{PLAN}:{mode}" for mode, _, kind in PLAN_OPTIONS if kind != "reject_once"}
         mode = next((m for m in self.modes if f"{PLAN}:{m.id}" == chosen in offered), None)
+        mode = None if cancelled.is_set() else mode
         if mode is None:
             note = "Still planning: say what to change in the plan, or switch mode to leave plan mode."
             await self._send(update_tool_call(call_id, status="completed", content=[*content, _text(note)]))
@@ -532,12 +539,17 @@ class AcpSession:
             return True
         if offer is None:
             return False
-        approved = not always_ask and not offer.review and self._all_approved(offer)
+        # beyond text edits (a symlink, a mode, a binary file) or by its path (CI, git's files): a yes
+        confirm = offer.patch.to_confirm
+        approved = not always_ask and not offer.review and not confirm and self._all_approved(offer)
         self._approved.clear()  # asked (or applied) once: a later hand-back of them is asked again
         call_id = f"handback-{self.turns}"
         files = len(offer.patch.changes)
         title = f"Hand back {files} file{'s' if files != 1 else ''} ({offer.judged.verdict})"
         findings = "".join(f"\n- {item}" for item in offer.review)
+        for path, notes in confirm:  # a symlink's target is the model's: made inert
+            said = path + ": " + ", ".join(notes)
+            findings += "\n- " + terminal_safe(said, single_line=True, workflow_commands=False)
         content: list[schema.ContentToolCallContent | schema.FileEditToolCallContent] = [
             _text(f"Verdict: {offer.verdict}" + (f"\nLook before applying:{findings}" if findings else ""))
         ]
@@ -568,9 +580,17 @@ class AcpSession:
         return True
 
     def _all_approved(self, offer: Offer) -> bool:
-        """Whether every file of ``offer`` is as an edit the person approved left it."""
+        """Whether every file of ``offer`` is a plain file whose text is what approved edits made of
+        it, one after another from its text at the start (a deletion, a mode, a symlink, or a
+        command's change before an edit is no approved edit's: asked about)."""
         changes = offer.patch.changes
-        return bool(changes) and all(self._approved.get(c.path) == offer.texts[c.path][1] for c in changes)
+        return bool(changes) and all(
+            c.path in self._approved
+            and c.new_mode == REGULAR
+            and c.old_mode in (0, REGULAR)
+            and self._approved[c.path] == offer.texts[c.path]
+            for c in changes
+        )
 
     async def _ask_handback(self, call_id: str, title: str) -> str | None:
         """The person's answer to the hand-back: APPLY, KEEP, or None (no answer)."""
@@ -590,7 +610,10 @@ class AcpSession:
         return chosen if isinstance(chosen, str) else None
 
     async def _write_text(self, path: str, text: str) -> None:
-        await self.client.conn.write_text_file(session_id=self.session_id, path=path, content=text)
+        try:
+            await self.client.conn.write_text_file(session_id=self.session_id, path=path, content=text)
+        except Exception as exc:  # the editor refused or failed: the hand-back fails, said, not the prompt
+            raise OSError(f"the editor could not write {path}: {message_of(exc)}") from exc
 
     # -- the end -------------------------------------------------------------------------------------
 

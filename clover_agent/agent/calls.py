@@ -285,7 +285,7 @@ class ToolCaller:
                     step=step,
                     call_id=call.id,
                     name=call.name,
-                    arguments=call.arguments,
+                    arguments=view.arguments,  # what runs: a hook's updatedInput, not the model's
                     reason=verdict.reason,
                     always=always_scope(verdict, view, self.policy.name),
                 )

@@ -52,7 +52,7 @@ def _escaped(path: str) -> str:
 def _static_reason(path: str) -> str | None:
     if _CONTROL.search(path):
         return f"its name holds control characters ({_escaped(path)}): refused"
-    parts = path.split("/")
+    parts = [part.casefold() for part in path.split("/")]  # .CLOVER is .clover on macOS and Windows
     for folder in NEVER_FOLDERS:
         if folder in parts:
             return f"inside {folder}/: never handed back"

@@ -1,7 +1,9 @@
 """One hook command run to its end or its timeout: JSON on stdin, stdout and stderr read apart.
 
 The command runs in a process group of its own; past its timeout the whole group is killed, so a
-hook that started a child does not leave it running. Of each stream the first
+hook that started a child does not leave it running. A hook that exits counts at once, with its
+exit code, even while a child it left in the background holds its output open (that child is
+killed with the group once the output has had :data:`_DRAIN_S` to end). Of each stream the first
 :data:`READ_LIMIT` bytes are kept; the rest is read and dropped (a hook writing without end never
 blocks on a full pipe, nor fills memory).
 """
@@ -20,6 +22,8 @@ READ_LIMIT = 64 * 1024
 #: Seconds the streams may stay open once the hook exited or was killed (a grandchild that
 #: escaped its group still holding them).
 _DRAIN_S = 2.0
+#: How often the hook is looked at to see whether it exited.
+_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ async def run_command(
     try:
         async with asyncio.timeout(timeout_s):
             await _feed(proc.stdin, stdin)
-            await proc.wait()
+            await _exited(proc)
     except TimeoutError:
         timed_out = True
     finally:
@@ -69,11 +73,14 @@ async def run_command(
             _kill_group(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_DRAIN_S):
+                    await _exited(proc)
     try:
         async with asyncio.timeout(_DRAIN_S):
             await readers
-    except TimeoutError:  # a child it left running holds the pipes: keep what came until now
+    except TimeoutError:  # a child it left running holds the pipes: killed with its group
+        _kill_group(proc.pid)
         readers.cancel()
     return Finished(
         None if timed_out else proc.returncode,
@@ -83,6 +90,13 @@ async def run_command(
         timed_out,
         dropped=dropped[0],
     )
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Until the hook itself exited (``proc.wait()`` would also wait for its pipes to close, which
+    a child it left in the background may hold open: its exit code would come only at the timeout)."""
+    while proc.returncode is None:
+        await asyncio.sleep(_POLL_S)
 
 
 async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:

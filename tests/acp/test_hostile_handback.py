@@ -1,0 +1,150 @@
+"""Hostile hand-backs over ACP: a hand-back is applied without a second question only when every
+file is exactly the text an edit the person allowed left, from the file as the session found it,
+as a plain file; a file the model deleted, made executable or turned into a symlink beside an
+approved edit, or changed by a command under an approved edit, is asked about."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from acp import schema
+
+from tests.acp.helpers import RecordingClient, agent_args, prompt, running_agent
+from tests.git_repos import git
+from tests.tui.helpers import FIX_ADD, calculator_repo, call, turn, write_replay
+
+CI = call("editor", command="create", path="/workspace/.github/workflows/ci.yml", file_text="on: push\n")
+NOTE = call("editor", command="create", path="/workspace/notes.txt", file_text="AGENTS.md")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("calls", "after", "named"),
+    [
+        # an approved edit, then a file deleted by a command: the deletion is no edit's text
+        ([FIX_ADD, call("shell", command="rm /workspace/AGENTS.md")], "AGENTS.md", None),
+        # an approved edit, then the same file made executable: the text is the approved one
+        (
+            [FIX_ADD, call("shell", command="chmod +x /workspace/calculator.py")],
+            "calculator.py",
+            "executable bit set",
+        ),
+        # a file created with a symlink's target as its text, then swapped for that symlink
+        (
+            [NOTE, call("shell", command="cd /workspace && rm notes.txt && ln -s AGENTS.md notes.txt")],
+            None,
+            "a symlink to AGENTS.md",
+        ),
+        # a command changes a file, then an approved edit on top: the person saw the edit's diff,
+        # not the command's change under it
+        (
+            [call("shell", command="echo 'import os' >> /workspace/calculator.py"), FIX_ADD],
+            "calculator.py",
+            None,
+        ),
+        # an approved edit of a CI workflow: a file a person says yes to by its path, named
+        ([CI], None, ".github/workflows/ci.yml"),
+    ],
+    ids=["deleted", "chmod", "symlink", "command-then-edit", "ci"],
+)
+async def test_only_approved_plain_texts_skip_the_question(
+    tmp_path: Path, calls: list[str], after: str | None, named: str | None
+) -> None:
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(
+        tmp_path / "hostile.jsonl",
+        [*(turn("", c) for c in calls), turn("", call("finish", summary="Done."))],
+    )
+    client = RecordingClient(answers=["allow_once", "allow_once", "keep"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "go")).stop_reason == "end_turn"
+    asked = [p for p in client.permissions if p.tool_call.tool_call_id.startswith("handback")]
+    assert len(asked) == 1  # the hand-back was asked about, and kept
+    (offer,) = [u for u in client.of(schema.ToolCallStart) if u.tool_call_id.startswith("handback")]
+    said = "".join(c.content.text for c in offer.content or [] if c.type == "content")
+    assert named is None or ("Look before applying:" in said and named in said), said
+    assert git(repo, "status", "--porcelain").strip() == ""
+    if after is not None:
+        assert (repo / after).is_file()
+
+
+@pytest.mark.slow
+async def test_the_person_is_asked_about_the_arguments_a_hook_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PreToolUse hook's ``updatedInput`` is what runs: the question (its raw input and its diff)
+    shows that, not the model's call, so an edit approved and then handed back unasked is the one
+    the person saw."""
+    repo = calculator_repo(tmp_path)
+    hook = tmp_path / "times.py"
+    hook.write_text(
+        "import json, sys\njson.load(sys.stdin)\n"
+        'new = \'    """Return the sum of a and b."""\\n    return a * b\'\n'
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': 'PreToolUse',"
+        " 'updatedInput': {'new_string': new}}}))\n"
+    )
+    settings = tmp_path / "config.toml"
+    settings.write_text(f'[[hooks.PreToolUse]]\nmatcher = "Edit"\ncommand = "python3 {hook}"\n')
+    monkeypatch.setenv("CLOVER_CONFIG", str(settings))
+    replay = write_replay(
+        tmp_path / "fix.jsonl", [turn("", FIX_ADD), turn("", call("finish", summary="Fixed."))]
+    )
+    client = RecordingClient(answers=["allow_once", "keep"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "end_turn"
+    edit = client.permissions[0]
+    assert isinstance(edit.tool_call.raw_input, dict)
+    assert "return a * b" in edit.tool_call.raw_input["new_str"]
+    (diff,) = [c for c in edit.tool_call.content or [] if c.type == "diff"]
+    assert "return a * b" in diff.new_text and "return a + b" not in diff.new_text
+    assert "return a * b" in (repo / "calculator.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+async def test_an_editor_failing_to_write_fails_the_hand_back_not_the_prompt(tmp_path: Path) -> None:
+    """The client cannot write the file (this one makes no folders): the hand-back says it failed
+    and why; the prompt ends as it would."""
+    repo = calculator_repo(tmp_path)
+    replay = write_replay(tmp_path / "ci.jsonl", [turn("", CI), turn("", call("finish", summary="Done."))])
+    client = RecordingClient(answers=["allow_once", "apply"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "add CI")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed" and "the editor could not write" in said and "ci.yml" in said, said
+    assert not (repo / ".github").exists()
+
+
+@pytest.mark.slow
+async def test_a_plan_answered_after_the_prompt_was_cancelled_is_not_approved(tmp_path: Path) -> None:
+    """The client cancels the prompt while the plan's question is open, then (against the
+    protocol, which asks for a cancelled outcome) answers it with an approval: the plan is not
+    approved, the session stays in plan mode and nothing is edited."""
+    repo = calculator_repo(tmp_path)
+    propose = call("propose_plan", summary="Make add() add.", steps='["Fix add()"]')
+    replay = write_replay(
+        tmp_path / "plan.jsonl",
+        [turn("", propose), turn("", FIX_ADD), turn("", call("finish", summary="Done."))],
+    )
+    client = RecordingClient(answers=["plan:auto", "apply"])
+    async with running_agent(agent_args(replay, "local"), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        await agent.conn.set_session_mode(session_id=session.session_id, mode_id="plan")
+
+        async def cancel() -> None:
+            await agent.conn.cancel(session_id=session.session_id)
+
+        client.before_answer = cancel
+        assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "cancelled"
+    assert [u.current_mode_id for u in client.of(schema.CurrentModeUpdate)][-1] == "plan"
+    assert len(client.permissions) == 1 and "return a - b" in (repo / "calculator.py").read_text()
