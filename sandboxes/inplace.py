@@ -14,18 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from clover_agent.sandboxes import cleanup
 from clover_agent.sandboxes.base import require_repo
 from clover_agent.sandboxes.errors import SandboxError, WorkspaceDiffError
-from clover_agent.sandboxes.local import LocalSandbox, _cap_file_size, _pump
-from clover_agent.sandboxes.session import RunnerSession, runner_command
+from clover_agent.sandboxes.local import LocalSandbox, reap_stale_copies
 from clover_agent.sandboxes.workspace import DIFF_COMMAND, GIT_IDENTITY, add_all_command, copy_index_command
 
 log = logging.getLogger(__name__)
@@ -60,7 +55,7 @@ class InPlaceSandbox(LocalSandbox):
         log.warning(INPLACE_WARNING)
         spec = self.spec
         require_repo(spec)
-        await asyncio.to_thread(_reap_stale_folders)
+        await asyncio.to_thread(reap_stale_copies, _TEMP_PREFIX)
         self._folder = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-")).resolve()
         self._cleanup_token = cleanup.register(self._close_now)
         private_tmp = self._folder / "tmp"
@@ -68,22 +63,7 @@ class InPlaceSandbox(LocalSandbox):
         workspace = Path(spec.repo).resolve()
         self.host_workspace = workspace
         try:
-            env = {**spec.host_env, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
-            self._proc = subprocess.Popen(
-                runner_command(sys.executable, str(workspace), "local"),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                start_new_session=True,
-            )
-            _cap_file_size(self._proc.pid, spec.limits.disk_bytes)
-            session = RunnerSession(self._send)
-            for stream, sink in ((self._proc.stdout, session.feed), (self._proc.stderr, session.feed_stderr)):
-                threading.Thread(target=_pump, args=(stream, sink, session), daemon=True).start()
-            await asyncio.to_thread(session.start)
-            self._session = session
-            await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
+            await self._start_runner(workspace, private_tmp)
             result = await self.exec(_BASELINE, env=self._git_env())
             if result.exit_code != 0:
                 raise SandboxError(f"could not record the folder's starting state:\n{result.output[-2000:]}")
@@ -115,11 +95,3 @@ export GIT_INDEX_FILE=$index
             why = result.killed_reason or result.disk_full or f"exit {result.exit_code}"
             raise WorkspaceDiffError(f"git diff failed in the folder ({why}):\n{result.output[-2000:]}")
         return result.output
-
-
-def _reap_stale_folders() -> None:
-    """Delete the temporary folders of in-place runs whose process no longer exists (killed)."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{_TEMP_PREFIX}*"):
-        pid_text = folder.name[len(_TEMP_PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not cleanup.owner_alive(int(pid_text), None):
-            shutil.rmtree(folder, ignore_errors=True)

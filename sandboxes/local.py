@@ -63,26 +63,32 @@ class LocalSandbox(SessionSandbox):
             plan = await asyncio.to_thread(plan_workspace, spec.repo)
             plan.check_size(spec.limits.disk_bytes)
             await asyncio.to_thread(copy_workspace, plan, workspace)
-            env = {**spec.host_env, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
-            self._proc = subprocess.Popen(
-                runner_command(sys.executable, str(workspace), "local"),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # Ctrl-C in the terminal reaches the agent, not the runner
-            )
-            _cap_file_size(self._proc.pid, spec.limits.disk_bytes)
-            session = RunnerSession(self._send)
-            for stream, sink in ((self._proc.stdout, session.feed), (self._proc.stderr, session.feed_stderr)):
-                threading.Thread(target=_pump, args=(stream, sink, session), daemon=True).start()
-            await asyncio.to_thread(session.start)
-            self._session = session
-            await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
+            await self._start_runner(workspace, private_tmp)
             await self._record_baseline(plan.keep_out)
         except BaseException:
             await self.close()
             raise
+
+    async def _start_runner(self, workspace: Path, private_tmp: Path) -> None:
+        """Start the runner in ``workspace`` (commands' ``TMPDIR``: ``private_tmp``), then the spec's
+        set-up commands."""
+        spec = self.spec
+        env = {**spec.host_env, **spec.env, "WORKSPACE": str(workspace), "TMPDIR": str(private_tmp)}
+        self._proc = subprocess.Popen(
+            runner_command(sys.executable, str(workspace), "local"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the agent, not the runner
+        )
+        _cap_file_size(self._proc.pid, spec.limits.disk_bytes)
+        session = RunnerSession(self._send)
+        for stream, sink in ((self._proc.stdout, session.feed), (self._proc.stderr, session.feed_stderr)):
+            threading.Thread(target=_pump, args=(stream, sink, session), daemon=True).start()
+        await asyncio.to_thread(session.start)
+        self._session = session
+        await self._run_setup_commands(spec.setup_commands, spec.setup_timeout)
 
     def _send(self, data: bytes) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -159,11 +165,12 @@ def _pump(stream, sink, session: RunnerSession) -> None:
         session.feed_eof()
 
 
-def reap_stale_copies() -> list[Path]:
-    """Delete local-sandbox copies left by processes that no longer exist; return what was removed."""
+def reap_stale_copies(prefix: str = _COPY_PREFIX) -> list[Path]:
+    """Delete local-sandbox copies (or the temporary folders named ``prefix``PID-...) left by
+    processes that no longer exist; return what was removed."""
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*"):
-        pid_text = folder.name[len(_COPY_PREFIX) :].split("-", 1)[0]
+    for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        pid_text = folder.name[len(prefix) :].split("-", 1)[0]
         if pid_text.isdigit() and not cleanup.owner_alive(int(pid_text), None):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
