@@ -28,6 +28,7 @@ from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, 
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.model.cache import ModelCache
 from clover_agent.engine.model.network import AttentionRule, CloverModel
+from clover_agent.engine.model.packed import Segment
 
 log = logging.getLogger("clover_agent.engine.batching")
 
@@ -52,16 +53,10 @@ class EngineClosed(RuntimeError):
 
 
 @dataclass
-class PendingForward:
-    """One request's forward, waiting for the next packed step: the arguments of
-    ``CloverModel.forward`` (what ``forward_packed`` takes as a segment)."""
+class PendingForward(Segment):
+    """One request's forward, waiting for the next packed step: a segment of ``forward_packed``
+    (the arguments of ``CloverModel.forward``) and, once the step ran, its outcome."""
 
-    input_ids: list[int]
-    cache: ModelCache
-    attention: AttentionRule
-    commit: bool | int = False
-    causal_prefix: int = 0
-    logit_rows: int | None = None
     result: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
@@ -476,7 +471,7 @@ class BatchEngine:
         outputs: list[torch.Tensor] = []
         try:
             if self.packed and len(pending) > 1:
-                outputs = list(self.model.forward_packed(pending))  # type: ignore[operator]
+                outputs = self.model.forward_packed(pending)
             else:
                 outputs = [
                     self.model(
