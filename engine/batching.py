@@ -60,6 +60,13 @@ class PendingForward(Segment):
     result: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
+    #: Set with ``done``: the parked request waits on its own event, so a step wakes each request
+    #: once instead of every waiter of the engine's condition at every park.
+    woken: threading.Event = field(default_factory=threading.Event)
+
+    def wake(self) -> None:
+        self.done = True
+        self.woken.set()
 
 
 @dataclass(frozen=True)
@@ -369,7 +376,7 @@ class BatchEngine:
             request.parked = pending
             request.cache_bytes = pending.cache.nbytes()
             self._cond.notify_all()
-            self._cond.wait_for(lambda: pending.done)
+        pending.woken.wait()
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -414,7 +421,7 @@ class BatchEngine:
             elif request.parked is not None and not request.parked.done:
                 # Wake it now with the cancel (it is not run in the next step).
                 request.parked.error = RequestCancelled(f"{request.id} was cancelled")
-                request.parked.done = True
+                request.parked.wake()
             self._cond.notify_all()
         if queued:
             request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
@@ -499,4 +506,4 @@ class BatchEngine:
                     p.error = error
                 else:
                     p.result = outputs[i]
-                p.done = True
+                p.wake()
