@@ -120,7 +120,7 @@ class GatedDeltaNet(FusedInputs):
             assert committed is not None  # commit > 0: the core returned the state
             history = torch.cat([conv, rows[:commit].t().to(conv.dtype)], dim=1)
             history = history[:, history.shape[1] - conv.shape[1] :]
-            committed = committed.view(count, heads, *committed.shape[1:])
+            committed = committed.reshape(count, heads, *committed.shape[1:])
             for i, state in enumerate(states):
                 state.recurrent.copy_(committed[i])
                 state.conv.copy_(history[i * channels : (i + 1) * channels])
