@@ -10,6 +10,8 @@ work. It measures, in ``--repeats`` rounds over all levels (median per level):
 - aggregate generated tokens/s (all requests' tokens over the level's wall time) and its ratio to
   N = 1 in the same run;
 - per-request tokens/s (median over requests of tokens / its start-to-done time);
+- tokens per CPU second of the process (all threads), and its ratio to N = 1: on CPUs shared
+  with other work this moves less than wall time;
 - forwards per step (requests sharing a packed step) and generated tokens per request forward.
 
 ``--forward`` adds the model alone: one packed forward of 8 segments x 32-token block passes
@@ -45,6 +47,7 @@ from clover_agent.engine.model.packed import Segment
 class Level:
     requests: int
     wall_s: float
+    cpu_s: float  # this process's CPU time (every thread) over the level
     tokens: int
     per_request: float  # median tokens/s of one request
     forwards_per_step: float
@@ -53,6 +56,12 @@ class Level:
     @property
     def aggregate(self) -> float:
         return self.tokens / self.wall_s
+
+    @property
+    def per_cpu_second(self) -> float:
+        """Tokens per CPU second of this process: less sensitive than wall time to other
+        processes sharing the CPUs."""
+        return self.tokens / self.cpu_s
 
 
 def _prompts(count: int, vocab: int, seed: int) -> list[list[int]]:
@@ -67,10 +76,10 @@ def run_level(engine: Engine, count: int, prompts: list[list[int]], new_tokens: 
     batch = BatchEngine(engine, max_running=count, max_queued=len(prompts), prefix_cache=PrefixCache())
     params = engine.default_params(max_new_tokens=new_tokens)
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         requests = [batch.submit(prompt, params) for prompt in prompts]
         results = [r.result() for r in requests]
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         stats = batch.stats()
     finally:
         batch.close()
@@ -83,6 +92,7 @@ def run_level(engine: Engine, count: int, prompts: list[list[int]], new_tokens: 
     return Level(
         requests=count,
         wall_s=wall,
+        cpu_s=cpu,
         tokens=tokens,
         per_request=statistics.median(per_request),
         forwards_per_step=stats.forwards_per_step,
@@ -164,19 +174,24 @@ def main(argv: list[str] | None = None) -> int:
             f"({single / packed:.2f}x), median of {args.iterations} interleaved"
         )
     print()
-    print("| N | aggregate tok/s | vs N=1 | per-request tok/s | forwards per step | tokens per forward |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| N | aggregate tok/s | vs N=1 | tok per CPU-s | vs N=1 | per-request tok/s | forwards per step "
+        "| tokens per forward |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     runs: dict[int, list[Level]] = {count: [] for count in levels}
     for _ in range(args.repeats):  # rounds over every level: a busy moment hits all levels alike
         for count in levels:
             runs[count].append(run_level(engine, count, prompts, args.new_tokens))
-    base: float | None = None
+    base: tuple[float, float] | None = None
     for count in levels:
         level = sorted(runs[count], key=lambda lv: lv.aggregate)[len(runs[count]) // 2]
-        base = base if base is not None else level.aggregate
+        per_cpu = statistics.median(lv.per_cpu_second for lv in runs[count])
+        base = base if base is not None else (level.aggregate, per_cpu)
         print(
-            f"| {count} | {level.aggregate:.0f} | {level.aggregate / base:.2f}x | {level.per_request:.0f} | "
-            f"{level.forwards_per_step:.1f} | {level.tokens_per_forward:.2f} |",
+            f"| {count} | {level.aggregate:.0f} | {level.aggregate / base[0]:.2f}x | {per_cpu:.0f} | "
+            f"{per_cpu / base[1]:.2f}x | {level.per_request:.0f} | {level.forwards_per_step:.1f} | "
+            f"{level.tokens_per_forward:.2f} |",
             flush=True,
         )
     return 0
