@@ -119,7 +119,8 @@ def forward_ratio(engine: Engine, iterations: int) -> tuple[float, float]:
         model.forward_packed(segments)
 
     times: dict[str, list[float]] = {"single": [], "packed": []}
-    single(), packed()  # warm up
+    single()  # warm up
+    packed()
     for _ in range(iterations):  # interleaved: both see the same machine
         for name, fn in (("single", single), ("packed", packed)):
             start = time.perf_counter()
