@@ -375,7 +375,8 @@ class BatchEngine:
                 raise RequestCancelled(f"{request.id} was cancelled")
             request.parked = pending
             request.cache_bytes = pending.cache.nbytes()
-            self._cond.notify_all()
+            if self._step_ready() is not None:  # the last one to park wakes the scheduler
+                self._cond.notify_all()
         pending.woken.wait()
         if pending.error is not None:
             raise pending.error
