@@ -70,10 +70,14 @@ def _prompts(count: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(1, vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
-def run_level(engine: Engine, count: int, prompts: list[list[int]], new_tokens: int) -> Level:
+def run_level(
+    engine: Engine, count: int, prompts: list[list[int]], new_tokens: int, packed: bool = True
+) -> Level:
     """Every prompt of the pool, ``count`` running at a time (the rest queued)."""
     # A fresh prefix cache: a later round must not start from an earlier round's committed prompts.
-    batch = BatchEngine(engine, max_running=count, max_queued=len(prompts), prefix_cache=PrefixCache())
+    batch = BatchEngine(
+        engine, max_running=count, max_queued=len(prompts), prefix_cache=PrefixCache(), packed=packed
+    )
     params = engine.default_params(max_new_tokens=new_tokens)
     try:
         start, cpu = time.perf_counter(), time.process_time()
@@ -152,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         "--forward", action="store_true", help="also time a packed forward against single ones"
     )
     parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument(
+        "--no-packed", action="store_true", help="steps as a loop of forwards (BatchEngine(packed=False))"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -167,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); tiny checkpoint (peaked, small "
         f"vocabulary), greedy diffusion, {len(prompts)} prompts of {min(map(len, prompts))}-"
         f"{max(map(len, prompts))} tokens, {args.new_tokens} new tokens each, median of {args.repeats}"
+        f"{', steps as loops of forwards (--no-packed)' if args.no_packed else ''}"
     )
     if args.forward:
         single, packed = forward_ratio(engine, args.iterations)
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[int, list[Level]] = {count: [] for count in levels}
     for _ in range(args.repeats):  # rounds over every level: a busy moment hits all levels alike
         for count in levels:
-            runs[count].append(run_level(engine, count, prompts, args.new_tokens))
+            runs[count].append(run_level(engine, count, prompts, args.new_tokens, packed=not args.no_packed))
     base: tuple[float, float] | None = None
     for count in levels:
         level = sorted(runs[count], key=lambda lv: lv.aggregate)[len(runs[count]) // 2]
