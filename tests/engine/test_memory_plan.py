@@ -18,13 +18,16 @@ from clover_agent.engine.memory_plan import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION_SHARE,
     GiB,
+    checkpoint_plan,
     held_format,
     host_expert_traffic,
     plan_memory,
+    request_bytes,
     routed_expert_bytes,
     sizing_table,
     weight_bytes,
 )
+from clover_agent.engine.model.cache import ModelCache
 from clover_agent.engine.model.config import CloverConfig, full_size_config_json
 from clover_agent.engine.model.network import CloverModel
 
@@ -77,11 +80,13 @@ def test_weight_parts_equal_the_full_size_model_part_by_part() -> None:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Odd sizes on purpose: an expert width that is not a multiple of the INT4 group."""
+    """Odd sizes on purpose: an expert width that is a multiple of neither the INT4 group nor the
+    FP8 block (each of gate and up has its own partial block of scales)."""
     return write_tiny_checkpoint(
         tmp_path_factory.mktemp("memplan") / "ckpt",
         tokenizer=False,
         bidirectional=True,
+        layout="per-expert",
         dtype=torch.bfloat16,
         overrides={"moe_intermediate_size": 40},
     )
@@ -93,6 +98,38 @@ def test_weight_parts_equal_a_loaded_tiny_model(tiny: Path, experts: str, loader
     model, config = load_model(tiny, dtype=torch.bfloat16, progress=None, experts=loader, int4_group=16)
     planned = {k: v for k, v in weight_bytes(config, experts, int4_group=16).items() if v}  # type: ignore[arg-type]
     assert planned == model_bytes_by_part(model)
+
+
+def test_fp8_checkpoint_planned_as_the_loader_holds_it(tiny: Path, tmp_path: Path) -> None:
+    """``experts="auto"`` on an FP8 checkpoint (16 x 16 block scales, as its config says): the plan's
+    parts equal what the loader keeps, its own scales included."""
+    from safetensors.torch import load_file, save_file
+
+    from clover_agent.kernels.moe.quant import quantize_fp8
+
+    out = tmp_path / "fp8"
+    out.mkdir()
+    tensors = load_file(str(tiny / "model.safetensors"))
+    for name in [n for n in tensors if ".mlp.experts." in n]:
+        tensors[name], tensors[name + "_scale_inv"] = quantize_fp8(tensors[name], (16, 16))
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((tiny / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [16, 16]}
+    (out / "config.json").write_text(json.dumps(config))
+    plan = checkpoint_plan(out, card_bytes=4 * GiB)
+    assert plan.experts == "fp8"
+    model, _ = load_model(out, dtype=torch.bfloat16, progress=None)
+    assert {k: v for k, v in plan.weights.items() if v} == model_bytes_by_part(model)
+    assert checkpoint_plan(out, card_bytes=4 * GiB, experts="bf16").experts == "bf16"
+
+
+def test_request_state_equals_the_model_cache_at_full_size() -> None:
+    """K/V and GDN state of one request: the bytes ``ModelCache`` allocates (on the meta device)
+    for the context plus the two blocks a step writes past it."""
+    context = 32768
+    cache = ModelCache.empty(CONFIG, "meta", torch.bfloat16, capacity=context + 2 * CONFIG.block_size)
+    state = request_bytes(CONFIG, context)
+    assert state["attention K/V"] + state["GDN state"] == cache.nbytes()
 
 
 def test_request_state_and_concurrency_on_80_gib_follow_the_arithmetic() -> None:
