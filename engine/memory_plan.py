@@ -285,6 +285,10 @@ def plan_memory(
     context = context_tokens or min(DEFAULT_CONTEXT_TOKENS, config.max_position_embeddings)
     if context < 1 or (max_running is not None and max_running < 1):
         raise ValueError("context_tokens and max_running must be positive")
+    if context > config.max_position_embeddings:
+        raise ValueError(
+            f"a context of {context:,} tokens is past the model's window of {config.max_position_embeddings:,}"
+        )
     prefix = (
         min(DEFAULT_MAX_BYTES, int(PREFIX_CACHE_SHARE * card_bytes))
         if prefix_cache_bytes is None

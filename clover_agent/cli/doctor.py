@@ -138,7 +138,7 @@ def memory_plan(args: argparse.Namespace, checks: list[Check] | None) -> tuple[d
             context_tokens=args.context,
             max_running=args.max_running,
         )
-    except CheckpointError as exc:
+    except (CheckpointError, ValueError) as exc:
         return None, [f"memory plan: {exc}"]
     source = f"weights in {model}" if model else "Clover-35B-A3B's published config (no weights found)"
     lines = plan.lines()

@@ -160,6 +160,11 @@ def test_doctor_plan_needs_a_card(no_weights: None, capsys) -> None:
         main(["doctor", "--plan", "--card-gib", "0"])
 
 
+def test_doctor_plan_past_the_context_window_says_so(no_weights: None, capsys) -> None:
+    assert main(["doctor", "--plan", "--card-gib", "80", "--context", "200000"]) == ExitCode.FAILURE
+    assert "past the model's window of 131,072" in capsys.readouterr().out
+
+
 def test_fix_with_engine_stops_fast_with_ways_forward(tmp_path: Path) -> None:
     import torch
 
