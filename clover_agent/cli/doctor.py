@@ -144,10 +144,12 @@ def memory_plan(args: argparse.Namespace, checks: list[Check] | None) -> tuple[d
     lines = plan.lines()
     lines.insert(1, f"  for {source}")
     if checks is not None:
+        card_gib = f"{card / GiB:.1f} GiB card"
         detail = (
-            f"{plan.max_running} request(s) at {plan.context_tokens:,} tokens, routed experts {plan.experts}"
+            f"{card_gib}: {plan.max_running} request(s) at {plan.context_tokens:,} tokens, "
+            f"routed experts {plan.experts}"
             if plan.fits
-            else f"does not fit; {'; '.join(plan.suggestions) or 'nothing smaller fits'}"
+            else f"{card_gib}: does not fit; {'; '.join(plan.suggestions) or 'nothing smaller fits'}"
         )
         checks.append(Check("memory-plan", plan.fits, detail, "serving on this card", required=False))
     return plan.to_dict(), lines

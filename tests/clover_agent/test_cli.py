@@ -132,6 +132,17 @@ def test_doctor_plan_that_does_not_fit_names_what_would(no_weights: None, capsys
     assert "routed experts in host memory (planned, not built" in capsys.readouterr().out
 
 
+def test_doctor_checks_include_the_plan_for_the_card(no_weights: None, capsys) -> None:
+    main(["doctor", "--card-gib", "24", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert {"python", "torch", "gpu", "weights", "docker"} <= set(checks)  # the checks stay
+    plan = checks["memory-plan"]
+    assert not plan["ok"] and not plan["required"]
+    assert plan["detail"].startswith("24.0 GiB card: does not fit; INT4 experts: fits with 1 request(s)")
+    assert report["memory_plan"]["experts"] == "bf16" and report["memory_plan"]["fits"] is False
+
+
 def test_doctor_plans_the_weights_it_finds(tmp_path: Path, capsys) -> None:
     from clover_agent.engine.loading.tiny import write_tiny_checkpoint
     from clover_agent.engine.memory_plan import weight_bytes
