@@ -122,13 +122,15 @@ def request_bytes(config: CloverConfig, context_tokens: int) -> dict[str, int]:
 
 def activation_bytes(config: CloverConfig, tokens: int) -> int:
     """Estimated peak of one forward over ``tokens`` packed tokens: the residual stream plus the
-    largest layer's intermediates (GDN projections and conv, attention q/k/v and output with a fused
-    attention kernel, or the MoE's router logits and each token's top-k expert rows)."""
+    largest layer's intermediates (GDN projections, conv and chunked scan, attention q/k/v and output
+    with a fused attention kernel, or the MoE's router logits and each token's top-k expert rows)."""
     c, d, t = config, DTYPE_BYTES, tokens
     residual = 3 * t * c.hidden_size * d
     heads = c.linear_num_value_heads
-    gdn = t * (c.conv_dim + c.linear_value_dim + 2 * heads) * d + t * c.conv_dim * d
-    gdn += t * c.linear_value_dim * (4 + d)  # float32 core output, gated norm
+    directions = 2 if c.bidirectional_gdn else 1
+    gdn = t * (c.conv_dim + c.linear_value_dim + 2 * heads) * d + t * c.conv_dim * d  # projections, conv
+    gdn += t * heads * (c.linear_key_head_dim + c.linear_value_head_dim) * d  # the chunked scan's w, u
+    gdn += t * c.linear_value_dim * (4 * directions + d)  # float32 scan output(s), gated norm
     q_rows = c.num_attention_heads * c.head_dim
     attention = t * (2 * q_rows + 2 * c.num_key_value_heads * c.head_dim) * d + t * q_rows * 4
     routed = t * c.num_experts_per_tok
