@@ -24,7 +24,7 @@ from clover_agent.engine.model.config import CloverConfig, full_size_config_json
 from clover_agent.engine.model.quantized import FP8_BLOCK, INT4_GROUP
 
 ExpertFormat = Literal["bf16", "fp8", "int4"]
-EXPERT_FORMATS: tuple[str, ...] = get_args(ExpertFormat)
+EXPERT_FORMATS: tuple[ExpertFormat, ...] = get_args(ExpertFormat)
 
 GiB = 1024**3
 MiB = 1024**2
@@ -338,6 +338,7 @@ def plan_memory(
         "prefix_cache_bytes": prefix_cache_bytes,
         "int4_group": int4_group,
         "fp8_block": fp8_block,
+        "host_experts": host_experts,
         "suggest": False,
     }
     return replace(plan, suggestions=_suggestions(config, plan, most, options))
@@ -354,21 +355,21 @@ def _suggestions(config: CloverConfig, plan: MemoryPlan, most: int, options: dic
         out.append(f"fewer requests: {most} fit at {_tokens(context)}")
     smaller = EXPERT_FORMATS[EXPERT_FORMATS.index(plan.experts) + 1 :]
     for fmt in smaller:
-        other = plan_memory(config, experts=fmt, context_tokens=context, **options)  # type: ignore[arg-type]
+        other = plan_memory(config, experts=fmt, context_tokens=context, **options)
         if other.fits:
             out.append(
                 f"{fmt.upper()} experts: fits with {other.max_running} request(s) at {_tokens(context)}"
             )
     # A shorter context in this format; in the smallest one only when no format fits this context.
     for fmt in (plan.experts,) if out or not smaller else (plan.experts, smaller[-1]):
-        shorter = _shorter_fit(config, fmt, context, options)  # type: ignore[arg-type]
+        shorter = _shorter_fit(config, fmt, context, options)
         if shorter is not None:
             label = "" if fmt == plan.experts else f"{fmt.upper()} experts, "
             out.append(
                 f"{label}context {_tokens(shorter.context_tokens)}: fits with {shorter.max_running} request(s)"
             )
             break
-    if not out:
+    if not out and not plan.host_experts:
         out.append(_host_experts(config, plan, options))
     return out
 
@@ -390,7 +391,7 @@ def _host_experts(config: CloverConfig, plan: MemoryPlan, options: dict[str, Any
     """The routed experts kept in host memory: what the card then holds and what streaming them over
     PCIe costs per forward."""
     rest = plan_memory(
-        config, experts=plan.experts, context_tokens=plan.context_tokens, host_experts=True, **options
+        config, experts=plan.experts, context_tokens=plan.context_tokens, **{**options, "host_experts": True}
     )
     host = weight_bytes(
         config, plan.experts, int4_group=options["int4_group"], fp8_block=options["fp8_block"]
@@ -415,9 +416,10 @@ def held_format(stored_fp8: bool, experts: str = "auto") -> ExpertFormat:
         return "fp8" if stored_fp8 else "bf16"
     if experts == "dense":
         return "bf16"
-    if experts not in EXPERT_FORMATS:
-        raise ValueError(f"unknown experts choice {experts!r}")
-    return experts  # type: ignore[return-value]
+    for known in EXPERT_FORMATS:
+        if experts == known:
+            return known
+    raise ValueError(f"unknown experts choice {experts!r}")
 
 
 def checkpoint_plan(
@@ -456,7 +458,7 @@ def sizing_table(config: CloverConfig, cards_gib: tuple[int, ...], context_token
     ]
     for card in cards_gib:
         for fmt in EXPERT_FORMATS:
-            plan = plan_memory(config, card_bytes=card * GiB, experts=fmt, context_tokens=context_tokens)  # type: ignore[arg-type]
+            plan = plan_memory(config, card_bytes=card * GiB, experts=fmt, context_tokens=context_tokens)
             fits = str(plan.max_running) if plan.fits else "none"
             cache = f"{_gib(plan.prefix_cache)} GiB" + (" (shrunk)" if plan.prefix_cache_shrunk else "")
             out.append(

@@ -17,6 +17,7 @@ from clover_agent.engine.loading.weights import load_model
 from clover_agent.engine.memory_plan import (
     CUDA_CONTEXT_BYTES,
     FRAGMENTATION_SHARE,
+    ExpertFormat,
     GiB,
     checkpoint_plan,
     held_format,
@@ -93,10 +94,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(("experts", "loader"), [("bf16", "dense"), ("fp8", "fp8"), ("int4", "int4")])
-def test_weight_parts_equal_a_loaded_tiny_model(tiny: Path, experts: str, loader: str) -> None:
+def test_weight_parts_equal_a_loaded_tiny_model(tiny: Path, experts: ExpertFormat, loader: str) -> None:
     """Tolerance: none; every part's bytes are equal to what the loader allocated."""
     model, config = load_model(tiny, dtype=torch.bfloat16, progress=None, experts=loader, int4_group=16)
-    planned = {k: v for k, v in weight_bytes(config, experts, int4_group=16).items() if v}  # type: ignore[arg-type]
+    planned = {k: v for k, v in weight_bytes(config, experts, int4_group=16).items() if v}
     assert planned == model_bytes_by_part(model)
 
 
@@ -207,6 +208,10 @@ def test_16_gib_names_host_memory_experts_and_their_pcie_cost() -> None:
     rest = plan_memory(CONFIG, card_bytes=16 * GiB, experts="int4", host_experts=True)
     assert rest.fits and rest.weights["routed experts"] == 0
     assert f"the card fits {rest.max_running} request(s) at 32k" in host
+    # Planned with the experts in host memory already, a card too small for the rest is offered
+    # nothing it already has.
+    small = plan_memory(CONFIG, card_bytes=4 * GiB, experts="int4", host_experts=True)
+    assert not small.fits and not any("host memory" in s for s in small.suggestions)
 
 
 def test_too_many_requests_asked_names_the_most_that_fit() -> None:
