@@ -77,6 +77,9 @@ class BlockDecoder:
         #: Decode every call in one cache (a snapshot is copied into it) so that the graphs captured
         #: on its buffers serve every later call: always with graphs, else when asked for.
         self.keep_workspace = self.cuda_graphs or self.rehearse_graphs or workspace
+        #: Prompt tokens one prefill forward takes at most (whole blocks); a batch keeps it small so a
+        #: new request's prefill rides along with the others' passes (``engine/batching.py``).
+        self.prefill_chunk = PREFILL_CHUNK_TOKENS
         #: The static buffers of denoising passes captured with their token choice (made on first use).
         self.choice_program: ChoiceProgram | None = None
         self.workspace: ModelCache | None = None
@@ -125,8 +128,13 @@ class BlockDecoder:
 
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams) -> Iterator[StreamEvent]:
         """Events of one call; validation errors are raised before the first event."""
-        call = DecodeCall(self, list(prompt_ids), params)
-        loop = {"diffusion": diffusion, "self_speculative": self_speculative}.get(params.mode, autoregressive)
+        return self.run(DecodeCall(self, list(prompt_ids), params))
+
+    def run(self, call: DecodeCall) -> Iterator[StreamEvent]:
+        """Events of ``call`` (made on this decoder) under its mode's loop."""
+        loop = {"diffusion": diffusion, "self_speculative": self_speculative}.get(
+            call.params.mode, autoregressive
+        )
         return loop(call)
 
     def stop_token_ids(self, params: SamplingParams) -> set[int]:
@@ -343,7 +351,7 @@ class DecodeCall:
         """Commit prompt[cache.length:end] in whole-block chunks (no logits); keep a snapshot."""
         if cache.length >= end:
             return
-        chunk = max(self.block_size, PREFILL_CHUNK_TOKENS // self.block_size * self.block_size)
+        chunk = max(self.block_size, self.decoder.prefill_chunk // self.block_size * self.block_size)
         while cache.length < end:
             stop = min(end, cache.length + chunk)
             self.forward(self.prompt[cache.length : stop], cache, attention, commit=True, logit_rows=0)

@@ -7,11 +7,13 @@ the attention rule that produced them (block-causal diffusion state and causal s
 lookup returns a private copy of the longest stored snapshot that is a prefix of the new tokens.
 
 Memory is bounded by ``max_bytes`` (the snapshots' ``nbytes()``); the least recently used entries go
-first, and a snapshot larger than the whole budget is not kept.
+first, and a snapshot larger than the whole budget is not kept. Lookups and stores may come from
+several threads (the requests of a batch, ``engine/batching.py``): a lock keeps the store whole.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,15 +44,22 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[str, int, int], _Entry] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     @property
     def nbytes(self) -> int:
-        return sum(entry.nbytes for entry in self._entries.values())
+        with self._lock:
+            return sum(entry.nbytes for entry in self._entries.values())
 
     def store(self, tokens: Sequence[int], attention: str, cache: ModelCache) -> None:
+        """See :meth:`_store`."""
+        with self._lock:
+            self._store(tokens, attention, cache)
+
+    def _store(self, tokens: Sequence[int], attention: str, cache: ModelCache) -> None:
         """Keep ``cache`` (which must cover exactly ``tokens``) as the state after ``tokens``.
 
         The cache object is kept as it is: the caller hands it over and must not commit to it
@@ -69,6 +78,27 @@ class PrefixCache:
         self._evict()
 
     def lookup(
+        self,
+        tokens: Sequence[int],
+        attention: str,
+        *,
+        max_length: int,
+        multiple_of: int = 1,
+        capacity: int = 0,
+        into: ModelCache | None = None,
+    ) -> ModelCache | None:
+        """See :meth:`_lookup`."""
+        with self._lock:
+            return self._lookup(
+                tokens,
+                attention,
+                max_length=max_length,
+                multiple_of=multiple_of,
+                capacity=capacity,
+                into=into,
+            )
+
+    def _lookup(
         self,
         tokens: Sequence[int],
         attention: str,
@@ -106,7 +136,8 @@ class PrefixCache:
         return stored.clone(capacity)
 
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def _evict(self) -> None:
         total = self.nbytes

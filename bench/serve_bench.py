@@ -1,0 +1,343 @@
+"""Concurrent agent-like sessions against an OpenAI-compatible server (`clover-agent serve`).
+
+Not a test; numbers go to bench/RESULTS.md. Each session is a small agent conversation: a system
+prompt and the tools an agent offers, then several turns, each sending the whole conversation so far
+plus a tool-result-shaped message (the prompt grows every turn, as an agent's does), streamed. For N
+sessions at once (N = 1, 2, 4, 8, 16 by default) it measures:
+
+- aggregate generated tokens/s (all sessions' completion tokens over the wall time of the level),
+  and its ratio to N = 1 measured in the same run;
+- per-session tokens/s (median over sessions);
+- time to first block (request sent to the first streamed chunk with content), p50;
+- turn latency, p50 and p99.
+
+    .venv/bin/python bench/serve_bench.py --tiny                    # starts serve on a tiny checkpoint
+    .venv/bin/python bench/serve_bench.py --model DIR --device cuda  # starts serve on DIR
+    .venv/bin/python bench/serve_bench.py --base-url http://host:8000/v1 --api-key KEY
+
+With ``--tiny`` the checkpoint is the random tiny one the tests use (real Qwen3.6 vocabulary, peaked
+logits); its answers are noise of random length, so every turn asks for a fixed number of tokens
+and the server is told not to stop early (the ``ignore_eos`` extra field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SECTION_START = "<!-- serve-bench:start -->"
+SECTION_END = "<!-- serve-bench:end -->"
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {key: {"type": "string"} for key in keys},
+                "required": list(keys),
+            },
+        },
+    }
+    for name, description, keys in (
+        ("read_file", "Read a file of the repository.", ("path",)),
+        ("edit_file", "Replace text in a file.", ("path", "old", "new")),
+        ("run_tests", "Run the project's tests.", ("selector",)),
+        ("shell", "Run a shell command in the sandbox.", ("command",)),
+    )
+]
+
+TOOL_OUTPUT = """\
+============================= test session starts ==============================
+collected 12 items
+
+tests/test_calc.py ....F.......                                          [100%]
+
+=================================== FAILURES ===================================
+____________________________ test_divide_by_zero _____________________________
+    def test_divide_by_zero():
+>       assert divide(1, 0) is None
+E       ZeroDivisionError: division by zero
+calc.py:14: ZeroDivisionError
+=========================== short test summary info ============================
+FAILED tests/test_calc.py::test_divide_by_zero - ZeroDivisionError
+"""
+
+
+@dataclass
+class Turn:
+    sent: float
+    first: float | None
+    done: float
+    tokens: int
+
+
+@dataclass
+class Session:
+    index: int
+    turns: list[Turn] = field(default_factory=list)
+    error: str | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def request(url: str, body: dict[str, Any] | None, api_key: str | None, timeout: float) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def one_turn(
+    args: argparse.Namespace, model: str, messages: list[dict[str, Any]], seed: int
+) -> tuple[Turn, str]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "tools": TOOLS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": args.max_tokens,
+        "temperature": 0,
+        "seed": seed,
+    }
+    if args.ignore_eos:
+        body["ignore_eos"] = True
+    sent = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    text: list[str] = []
+    with request(f"{args.base_url}/chat/completions", body, args.api_key, args.timeout) as response:
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"].get("completion_tokens") or 0)
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") or delta.get("reasoning_content") or ""
+                if piece or delta.get("tool_calls"):
+                    if first is None:
+                        first = time.perf_counter()
+                    text.append(piece)
+    return Turn(sent, first, time.perf_counter(), tokens), "".join(text)
+
+
+def run_session(args: argparse.Namespace, model: str, session: Session, run_id: str) -> None:
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "system",
+            "content": f"You are a coding agent (run {run_id}, session {session.index}). Fix the failing test.",
+        },
+        {"role": "user", "content": f"Task {session.index}: tests/test_calc.py fails; make it pass."},
+    ]
+    try:
+        for turn_index in range(args.turns):
+            turn, answer = one_turn(args, model, messages, seed=1000 * session.index + turn_index)
+            session.turns.append(turn)
+            messages.append({"role": "assistant", "content": answer[:2000]})
+            messages.append({"role": "user", "content": f"Tool result (turn {turn_index}):\n{TOOL_OUTPUT}"})
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        session.error = f"{type(exc).__name__}: {exc}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def level(args: argparse.Namespace, model: str, sessions: int) -> dict[str, Any]:
+    run_id = f"{sessions}-{time.time_ns()}"
+    states = [Session(i) for i in range(sessions)]
+    threads = [threading.Thread(target=run_session, args=(args, model, s, run_id)) for s in states]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    errors = [s.error for s in states if s.error]
+    turns = [t for s in states for t in s.turns]
+    tokens = sum(t.tokens for t in turns)
+    per_session = [
+        sum(t.tokens for t in s.turns) / (s.turns[-1].done - s.turns[0].sent) for s in states if s.turns
+    ]
+    return {
+        "sessions": sessions,
+        "turns": len(turns),
+        "errors": errors,
+        "wall_s": wall,
+        "tokens": tokens,
+        "aggregate_tps": tokens / wall if wall else 0.0,
+        "per_session_tps": statistics.median(per_session) if per_session else 0.0,
+        "first_block_p50_s": percentile([t.first - t.sent for t in turns if t.first is not None], 0.5),
+        "latency_p50_s": percentile([t.done - t.sent for t in turns], 0.5),
+        "latency_p99_s": percentile([t.done - t.sent for t in turns], 0.99),
+    }
+
+
+def wait_ready(base: str, api_key: str | None, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    root = base.rsplit("/v1", 1)[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with code {proc.returncode} before it was ready")
+        try:
+            with request(f"{root}/health", None, api_key, 5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"serve was not ready within {timeout} s")
+
+
+def start_server(args: argparse.Namespace, folder: Path) -> subprocess.Popen[bytes]:
+    model = args.model
+    if args.tiny:
+        from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+
+        model = str(write_tiny_checkpoint(folder / "clover-tiny", vocab="real", peaked=True, seed=3))
+    port = free_port()
+    args.base_url = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable,
+        "-m",
+        "clover_agent",
+        "serve",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--max-running",
+        str(max(args.sessions)),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    log = open(folder / "serve.log", "wb")  # noqa: SIM115 - open for the server's lifetime
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    wait_ready(args.base_url, args.api_key, proc, args.start_timeout)
+    return proc
+
+
+def markdown(results: list[dict[str, Any]], args: argparse.Namespace, server: str) -> str:
+    base = results[0]["aggregate_tps"] if results and results[0]["sessions"] == 1 else None
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    lines = [
+        SECTION_START,
+        f"### serve_bench ({datetime.now(UTC):%Y-%m-%d}, commit {commit or 'unknown'})",
+        "",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPUs; server: {server}",
+        f"- {args.turns} turns per session, {args.max_tokens} tokens per turn, greedy, streamed, 4 tools offered",
+        "",
+        "| sessions | aggregate tok/s | × one session | per-session tok/s | first block p50 | latency p50 | latency p99 |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        ratio = f"{r['aggregate_tps'] / base:.2f}" if base else "-"
+        lines.append(
+            f"| {r['sessions']} | {r['aggregate_tps']:.1f} | {ratio} | {r['per_session_tps']:.1f} | "
+            f"{r['first_block_p50_s']:.3f} s | {r['latency_p50_s']:.3f} s | {r['latency_p99_s']:.3f} s |"
+        )
+    lines.append(SECTION_END)
+    return "\n".join(lines)
+
+
+def record(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else ""
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        tail = rest.split(SECTION_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = (
+            text.rstrip("\n")
+            + "\n\n## Serving: concurrent sessions (bench/serve_bench.py)\n\n"
+            + section
+            + "\n"
+        )
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="an OpenAI-compatible server (…/v1) already running")
+    where.add_argument("--model", help="start `clover-agent serve --model DIR` for the run")
+    where.add_argument("--tiny", action="store_true", help="start serve on a random tiny checkpoint")
+    parser.add_argument("--api-key", default=os.environ.get("CLOVER_API_KEY"))
+    parser.add_argument("--model-id", default="clover")
+    parser.add_argument("--sessions", default="1,2,4,8,16", help="comma-separated session counts")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, help="write the table into this file (bench/RESULTS.md)")
+    parser.add_argument("--json", type=Path, help="write the raw results here")
+    args = parser.parse_args(argv)
+    args.sessions = [int(n) for n in str(args.sessions).split(",") if n.strip()]
+    proc: subprocess.Popen[bytes] | None = None
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            if args.base_url is None:
+                proc = start_server(args, Path(folder))
+            server = "tiny checkpoint, `clover-agent serve` on the CPU" if args.tiny else args.base_url
+            level(args, args.model_id, 1)  # warm-up: loads, first prefix snapshots, lazy imports
+            results = []
+            for sessions in args.sessions:
+                result = level(args, args.model_id, sessions)
+                results.append(result)
+                print(json.dumps(result), flush=True)
+                if result["errors"]:
+                    print(f"errors at {sessions} sessions: {result['errors'][:3]}", file=sys.stderr)
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    table = markdown(results, args, server)
+    print(table)
+    if args.out:
+        record(args.out, table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 1 if any(r["errors"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

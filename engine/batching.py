@@ -1,0 +1,507 @@
+"""``BatchEngine``: many generation calls on one loaded model at once (what ``clover-agent serve`` runs).
+
+Each request runs the decoding loop of :meth:`Engine.stream` in a thread of its own; every model
+forward it needs is parked, and once each running request has parked one the scheduler thread runs
+them all as one step (``CloverModel.forward_packed`` where the model has it) and wakes them. A
+request joins between steps, leaves when it is done, and a cancelled one stops at its next forward.
+How it works and what it guarantees (greedy tokens as decoded alone): docs/decoding.md, "Batched
+decoding".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from clover_agent.engine.decoding.decoder import BlockDecoder, DecodeCall
+from clover_agent.engine.decoding.prefix_cache import PrefixCache
+from clover_agent.engine.decoding.sampling import GenerationResult, SamplingParams
+from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, StreamEvent
+from clover_agent.engine.engine import Engine
+from clover_agent.engine.model.cache import ModelCache
+from clover_agent.engine.model.network import AttentionRule, CloverModel
+
+log = logging.getLogger("clover_agent.engine.batching")
+
+#: Prompt tokens a request prefills per step while others decode (whole blocks).
+DEFAULT_PREFILL_CHUNK = 512
+
+
+class QueueFull(RuntimeError):
+    """The queue of waiting requests is full; ``retry_after``: seconds worth waiting before trying again."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RequestCancelled(RuntimeError):
+    """The request was cancelled (by :meth:`BatchRequest.cancel` or a close without draining)."""
+
+
+class EngineClosed(RuntimeError):
+    """The batch engine takes no more requests (it is draining or closed)."""
+
+
+@dataclass
+class PendingForward:
+    """One request's forward, waiting for the next packed step: the arguments of
+    ``CloverModel.forward`` (what ``forward_packed`` takes as a segment)."""
+
+    input_ids: list[int]
+    cache: ModelCache
+    attention: AttentionRule
+    commit: bool | int = False
+    causal_prefix: int = 0
+    logit_rows: int | None = None
+    result: torch.Tensor | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """A snapshot of the engine's counters (for ``/metrics`` and logs)."""
+
+    queued: int
+    running: int
+    finished: int
+    cancelled: int
+    failed: int
+    steps: int  # packed forwards run
+    forwards: int  # request forwards in them
+    tokens_forwarded: int  # tokens through the model in them
+    generated_tokens: int  # tokens committed as output
+    running_cache_bytes: int  # committed state of the running requests
+    prefix_cache_bytes: int
+    prefix_cache_entries: int
+    max_running: int
+    max_queued: int
+
+    @property
+    def forwards_per_step(self) -> float:
+        return self.forwards / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens_forwarded / self.steps if self.steps else 0.0
+
+
+class BatchRequest:
+    """One submitted call: its events (read them with :meth:`events` or :meth:`aevents`, from any
+    number of readers), its result, and :meth:`cancel`."""
+
+    def __init__(self, batch: BatchEngine, number: int, call: DecodeCall) -> None:
+        self.id = f"req-{number}"
+        self.batch = batch
+        self.call = call
+        self.submitted = time.monotonic()
+        #: When the request started running and when its first block was committed (monotonic).
+        self.started: float | None = None
+        self.first_block: float | None = None
+        self.finished: float | None = None
+        self._events: list[StreamEvent] = []
+        self._ended = False
+        self._error: BaseException | None = None
+        self._result: GenerationResult | None = None
+        self._cancelled = False
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self.parked: PendingForward | None = None
+        self.cache_bytes = 0
+
+    # ---- reading -----------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._ended
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def events(self, timeout: float | None = None) -> Iterator[StreamEvent]:
+        """The call's events as they come, ending with ``GenerationDone``; raises
+        :class:`RequestCancelled` after a cancel, the decoding error after a failure, and
+        ``TimeoutError`` when no event comes within ``timeout`` seconds."""
+        index = 0
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(self._has_events_after(index), timeout):
+                    raise TimeoutError(f"{self.id}: no event within {timeout} s")
+                fresh = self._events[index:]
+                ended, error = self._ended, self._error
+            index += len(fresh)
+            yield from fresh
+            if ended and index >= len(self._events):
+                if error is not None:
+                    raise error
+                return
+
+    def _has_events_after(self, index: int) -> Callable[[], bool]:
+        return lambda: index < len(self._events) or self._ended
+
+    async def aevents(self) -> AsyncIterator[StreamEvent]:
+        """:meth:`events` for asyncio: waits without a thread; closing the iterator does not cancel
+        the request (call :meth:`cancel` for that)."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        waiter = (loop, wake)
+        with self._cond:
+            self._waiters.append(waiter)
+        index = 0
+        try:
+            while True:
+                with self._cond:
+                    fresh = self._events[index:]
+                    ended, error = self._ended, self._error
+                    wake.clear()
+                index += len(fresh)
+                for event in fresh:
+                    yield event
+                if ended:
+                    with self._cond:
+                        rest = self._events[index:]
+                    for event in rest:
+                        yield event
+                    if error is not None:
+                        raise error
+                    return
+                if not fresh:
+                    await wake.wait()
+        finally:
+            with self._cond:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        """The call's result once it ends (raises as :meth:`events` does)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._ended, timeout):
+                raise TimeoutError(f"{self.id}: not done within {timeout} s")
+            if self._error is not None:
+                raise self._error
+            assert self._result is not None
+            return self._result
+
+    def cancel(self) -> None:
+        """Stop this request: a queued one never runs, a running one stops before its next forward and
+        its state is freed. No other request is affected. Idempotent; a finished request stays finished."""
+        self.batch._cancel(self)
+
+    # ---- writing (the engine's threads) ------------------------------------------------------
+    def _push(self, event: StreamEvent) -> None:
+        with self._cond:
+            if isinstance(event, BlockCommitted) and self.first_block is None:
+                self.first_block = time.monotonic()
+            if isinstance(event, GenerationDone):
+                self._result = event.result
+            self._events.append(event)
+            self._cond.notify_all()
+            self._wake_async()
+
+    def _end(self, error: BaseException | None) -> None:
+        with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            self._error = error
+            self.finished = time.monotonic()
+            self.parked = None
+            self._cond.notify_all()
+            self._wake_async()
+
+    def _wake_async(self) -> None:
+        for loop, wake in list(self._waiters):
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the reader's loop is closed
+                pass
+
+
+class _BatchedCall(DecodeCall):
+    """A decode call whose forwards wait for the batch's next packed step."""
+
+    request: BatchRequest
+
+    def forward(
+        self,
+        tokens: Sequence[int],
+        cache: ModelCache,
+        attention: AttentionRule,
+        commit: bool | int = False,
+        *,
+        logit_rows: int | None = None,
+        causal_prefix: int = 0,
+    ) -> torch.Tensor:
+        self._count_forward()
+        pending = PendingForward(list(tokens), cache, attention, commit, causal_prefix, logit_rows)
+        return self.request.batch._park(self.request, pending)
+
+
+@dataclass
+class _Counters:
+    finished: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    steps: int = 0
+    forwards: int = 0
+    tokens_forwarded: int = 0
+    generated_tokens: int = 0
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+
+
+class BatchEngine:
+    """Runs up to ``max_running`` requests together on ``engine``'s model; up to ``max_queued`` more
+    wait (a further one is :class:`QueueFull`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_running: int = 8,
+        max_queued: int = 64,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        prefix_cache: PrefixCache | None = None,
+        packed: bool = True,
+    ) -> None:
+        if max_running < 1:
+            raise ValueError(f"max_running must be at least 1 (got {max_running})")
+        if max_queued < 0:
+            raise ValueError(f"max_queued must be >= 0 (got {max_queued})")
+        self.engine = engine
+        self.model: CloverModel = engine.model
+        self.max_running = max_running
+        self.max_queued = max_queued
+        #: Run each step's forwards as one packed forward (``forward_packed``) where the model can.
+        self.packed = packed and hasattr(self.model, "forward_packed")
+        self.prefix_cache = prefix_cache if prefix_cache is not None else engine.prefix_cache
+        self.decoder = BlockDecoder(
+            engine.model, engine.tokenizer, self.prefix_cache, choice=engine.decoder.choice
+        )
+        block = engine.config.block_size
+        self.decoder.prefill_chunk = max(block, prefill_chunk // block * block)
+        self._cond = threading.Condition()
+        self._queue: deque[BatchRequest] = deque()
+        self._running: list[BatchRequest] = []
+        self._numbers = itertools.count(1)
+        self._counters = _Counters()
+        self._accepting = True
+        self._stopping = False
+        self._scheduler = threading.Thread(target=self._schedule, name="clover-batch", daemon=True)
+        self._scheduler.start()
+
+    # ---- public ------------------------------------------------------------------------------
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> BatchRequest:
+        """Queue a call. Bad parameters or prompt (``ValueError``) are raised here, as are
+        :class:`QueueFull` and :class:`EngineClosed`."""
+        params = params if params is not None else self.engine.default_params()
+        call = _BatchedCall(self.decoder, list(prompt_ids), params)
+        with self._cond:
+            if not self._accepting:
+                raise EngineClosed("the engine is shutting down and takes no new requests")
+            if len(self._running) + len(self._queue) >= self.max_running + self.max_queued:
+                raise QueueFull(
+                    f"{len(self._running) + len(self._queue)} requests are running or waiting (the limit: "
+                    f"{self.max_running} running, {self.max_queued} waiting)",
+                    retry_after=self._retry_after(),
+                )
+            request = BatchRequest(self, next(self._numbers), call)
+            call.request = request
+            self._queue.append(request)
+            self._cond.notify_all()
+        return request
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> GenerationResult:
+        """Submit and wait for the result."""
+        return self.submit(prompt_ids, params).result()
+
+    def stats(self) -> BatchStats:
+        with self._cond:
+            c = self._counters
+            running_bytes = sum(r.cache_bytes for r in self._running)
+            queued, running = len(self._queue), len(self._running)
+        return BatchStats(
+            queued=queued,
+            running=running,
+            finished=c.finished,
+            cancelled=c.cancelled,
+            failed=c.failed,
+            steps=c.steps,
+            forwards=c.forwards,
+            tokens_forwarded=c.tokens_forwarded,
+            generated_tokens=c.generated_tokens,
+            running_cache_bytes=running_bytes,
+            prefix_cache_bytes=self.prefix_cache.nbytes if self.prefix_cache is not None else 0,
+            prefix_cache_entries=len(self.prefix_cache) if self.prefix_cache is not None else 0,
+            max_running=self.max_running,
+            max_queued=self.max_queued,
+        )
+
+    def close(self, *, drain: bool = True, timeout: float | None = None) -> bool:
+        """Take no new requests; with ``drain`` let the queued and running ones finish, else cancel
+        them. Returns whether everything ended within ``timeout`` seconds."""
+        with self._cond:
+            self._accepting = False
+            doomed = [] if drain else list(self._queue) + list(self._running)
+        for request in doomed:
+            self._cancel(request)
+        with self._cond:
+            ended = self._cond.wait_for(lambda: not self._queue and not self._running, timeout)
+            if ended:
+                self._stopping = True
+                self._cond.notify_all()
+        if ended:
+            self._scheduler.join(timeout)
+        return ended
+
+    # ---- the requests' side ------------------------------------------------------------------
+    def _park(self, request: BatchRequest, pending: PendingForward) -> torch.Tensor:
+        with self._cond:
+            if request.cancelled:
+                raise RequestCancelled(f"{request.id} was cancelled")
+            request.parked = pending
+            request.cache_bytes = pending.cache.nbytes()
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: pending.done)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _run_request(self, request: BatchRequest) -> None:
+        error: BaseException | None = None
+        try:
+            request.call.started = time.perf_counter()
+            for event in self.decoder.run(request.call):
+                request._push(event)
+                if isinstance(event, BlockCommitted):
+                    with self._cond:
+                        self._counters.generated_tokens += len(event.token_ids)
+        except BaseException as exc:  # the request's own failure, handed to its readers
+            error = exc
+            if not isinstance(exc, RequestCancelled):
+                log.warning("%s failed: %s: %s", request.id, type(exc).__name__, exc)
+        request._end(error)
+        with self._cond:
+            self._running.remove(request)
+            c = self._counters
+            if error is None:
+                c.finished += 1
+                if request.started is not None and request.finished is not None:
+                    c.durations.append(request.finished - request.started)
+            elif isinstance(error, RequestCancelled):
+                c.cancelled += 1
+            else:
+                c.failed += 1
+            self._cond.notify_all()
+
+    def _cancel(self, request: BatchRequest) -> None:
+        with self._cond:
+            if request.done or request._cancelled:
+                return
+            request._cancelled = True
+            queued = request in self._queue
+            if queued:
+                self._queue.remove(request)
+                self._counters.cancelled += 1
+            elif request.parked is not None and not request.parked.done:
+                # Wake it now with the cancel (it is not run in the next step).
+                request.parked.error = RequestCancelled(f"{request.id} was cancelled")
+                request.parked.done = True
+            self._cond.notify_all()
+        if queued:
+            request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
+
+    def _retry_after(self) -> float:
+        durations = self._counters.durations
+        typical = sorted(durations)[len(durations) // 2] if durations else 1.0
+        return max(1.0, round(typical, 1))
+
+    # ---- the scheduler -----------------------------------------------------------------------
+    def _admit(self) -> None:
+        while self._queue and len(self._running) < self.max_running:
+            request = self._queue.popleft()
+            request.started = time.monotonic()
+            self._running.append(request)
+            threading.Thread(
+                target=self._run_request, args=(request,), name=f"clover-{request.id}", daemon=True
+            ).start()
+
+    def _step_ready(self) -> list[BatchRequest] | None:
+        """The requests to run now (each running one has parked a forward), else None."""
+        if not self._running:
+            return None
+        batch = []
+        for request in self._running:
+            pending = request.parked
+            if pending is None:
+                return None
+            if not pending.done:
+                batch.append(request)
+        return batch or None
+
+    def _schedule(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    self._admit()
+                    batch = self._step_ready()
+                    if batch is not None:
+                        break
+                    if self._stopping:
+                        return
+                    self._cond.wait()
+                pending = [r.parked for r in batch if r.parked is not None]
+            self._run_step([p for p in pending if p is not None])
+            with self._cond:
+                for request in batch:
+                    if request.parked is not None and request.parked.done:
+                        request.parked = None
+                self._cond.notify_all()
+
+    def _run_step(self, pending: list[PendingForward]) -> None:
+        error: BaseException | None = None
+        outputs: list[torch.Tensor] = []
+        try:
+            if self.packed and len(pending) > 1:
+                outputs = list(self.model.forward_packed(pending))  # type: ignore[operator]
+            else:
+                outputs = [
+                    self.model(
+                        p.input_ids,
+                        p.cache,
+                        attention=p.attention,
+                        commit=p.commit,
+                        causal_prefix=p.causal_prefix,
+                        logit_rows=p.logit_rows,
+                    )
+                    for p in pending
+                ]
+        except BaseException as exc:  # every request of the step sees it: their caches may be mid-update
+            error = exc
+            log.warning("a batched step of %d forwards failed: %s: %s", len(pending), type(exc).__name__, exc)
+        with self._cond:
+            c = self._counters
+            c.steps += 1
+            c.forwards += len(pending)
+            c.tokens_forwarded += sum(len(p.input_ids) for p in pending)
+            for i, p in enumerate(pending):
+                if p.done:  # cancelled while the step ran: it has been woken already
+                    continue
+                if error is not None:
+                    p.error = error
+                else:
+                    p.result = outputs[i]
+                p.done = True
