@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from clover_agent.engine.decoding.decoder import PREFILL_CHUNK_TOKENS
+from clover_agent.engine.batching import DEFAULT_PREFILL_CHUNK
 from clover_agent.engine.decoding.prefix_cache import DEFAULT_MAX_BYTES
 from clover_agent.engine.loading.weights import fp8_block_of, plan_load, read_tensor_index
 from clover_agent.engine.model.config import CloverConfig, full_size_config_json
@@ -139,10 +139,11 @@ def activation_bytes(config: CloverConfig, tokens: int) -> int:
     return residual + max(gdn, attention, moe)
 
 
-def forward_tokens(config: CloverConfig, running: int, context_tokens: int) -> int:
-    """Tokens in the largest packed forward with ``running`` requests: one prefill chunk plus two
-    blocks per request (a commit fused with the next block's first pass)."""
-    return min(PREFILL_CHUNK_TOKENS, context_tokens) + running * 2 * config.block_size
+def forward_tokens(config: CloverConfig, running: int, context_tokens: int, prefill_chunk: int) -> int:
+    """Tokens in the largest packed step of ``running`` requests (``BatchEngine``: one parked
+    forward each): every one of them prefilling a chunk, as when many arrive together, or
+    decoding two blocks (a commit fused with the next block's first pass), whichever is more."""
+    return running * max(min(prefill_chunk, context_tokens), 2 * config.block_size)
 
 
 def host_expert_traffic(config: CloverConfig, experts: ExpertFormat, tokens: int) -> int:
@@ -271,6 +272,7 @@ def plan_memory(
     int4_group: int = INT4_GROUP,
     fp8_block: tuple[int, int] = FP8_BLOCK,
     host_experts: bool = False,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     suggest: bool = True,
 ) -> MemoryPlan:
     """The memory plan of ``config`` on a card of ``card_bytes``.
@@ -280,7 +282,8 @@ def plan_memory(
     window if shorter). ``max_running``: requests decoded together (None: the most that fit).
     ``prefix_cache_bytes``: None gives the prefix cache's default or 5% of the card, the smaller.
     ``host_experts``: plan for the routed experts kept in host memory (not built yet: what the card
-    would then hold). ``suggest=False`` skips the search for what would fit.
+    would then hold). ``prefill_chunk``: prompt tokens a request prefills per step (``BatchEngine``'s).
+    ``suggest=False`` skips the search for what would fit.
     """
     if experts not in EXPERT_FORMATS:
         raise ValueError(f"unknown expert format {experts!r} (choose from {', '.join(EXPERT_FORMATS)})")
@@ -310,7 +313,7 @@ def plan_memory(
             weights=weights,
             per_request=per_request,
             max_running=running,
-            activations=activation_bytes(config, forward_tokens(config, running, context)),
+            activations=activation_bytes(config, forward_tokens(config, running, context, prefill_chunk)),
             graph_pools=step + GRAPH_POOL_FIXED_BYTES,  # the bucket's step intermediates live in the pool
             headroom=CUDA_CONTEXT_BYTES + int(FRAGMENTATION_SHARE * card_bytes),
             prefix_cache=prefix,
@@ -339,6 +342,7 @@ def plan_memory(
         "int4_group": int4_group,
         "fp8_block": fp8_block,
         "host_experts": host_experts,
+        "prefill_chunk": prefill_chunk,
         "suggest": False,
     }
     return replace(plan, suggestions=_suggestions(config, plan, most, options))

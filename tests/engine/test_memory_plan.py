@@ -245,5 +245,6 @@ def test_the_docs_show_what_the_code_plans() -> None:
     doc = (REPO / "docs" / "serving.md").read_text()
     assert "\n".join(sizing_table(CONFIG, (80, 24, 16), 32768)) in doc
     assert "\n".join(plan_memory(CONFIG, card_bytes=16 * GiB, experts="int4").lines()) in doc
-    assert plan_memory(CONFIG, card_bytes=40 * GiB, experts="fp8").fits
-    assert not plan_memory(CONFIG, card_bytes=39 * GiB, experts="fp8").fits
+    assert "FP8 experts (about 35 GiB of weights) need a 39 GiB card" in doc
+    assert plan_memory(CONFIG, card_bytes=39 * GiB, experts="fp8").fits
+    assert not plan_memory(CONFIG, card_bytes=38 * GiB, experts="fp8").fits
