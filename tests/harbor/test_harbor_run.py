@@ -1,0 +1,131 @@
+"""A real Harbor run (the ``harbor`` package from the index, its local Docker environment, Docker
+Compose) of a task built here from the local base image, judged by the task's own ``tests/test.sh``:
+clover-agent's agent class with a replayed model that fixes the task gets reward 1; Harbor's own
+no-op agent, and clover-agent's agent whose replay only claims to be done, get 0.
+
+Harbor needs Python >= 3.12: ``scripts/harbor-env`` makes its environment once (cached; ``.ci/run``
+makes it first). The replay is recorded turns, not a model; everything else is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clover_agent.sandboxes.images import DEFAULT_BASE_IMAGE
+from tests.clover_agent.test_agent_loop import call, write_replay
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow, pytest.mark.xdist_group("harbor")]
+
+TASK = "clover-harbor-calc"
+MARKER = f"/tmp/clover-harbor-marker-{os.getpid()}"
+FIX = [
+    call(
+        "shell", command=f"touch {MARKER} && cd /workspace && python3 -c 'import calc; print(calc.add(2, 3))'"
+    ),
+    call("editor", command="str_replace", path="/workspace/calc.py", old_str="a - b", new_str="a + b"),
+    call("finish", summary="add() subtracted; it adds now."),
+]
+CLAIM_ONLY = [call("finish", summary="Fixed add().")]
+
+
+@pytest.fixture(scope="module")
+def harbor_env() -> Path:
+    """The environment with Harbor (made by scripts/harbor-env, which says why when it cannot)."""
+    made = subprocess.run(
+        [str(REPO / "scripts" / "harbor-env")], capture_output=True, text=True, timeout=1500, check=False
+    )
+    if made.returncode == 2 and os.environ.get("CLOVER_REQUIRE_DOCKER") != "1":
+        pytest.skip(made.stderr.strip())
+    assert made.returncode == 0, made.stdout + made.stderr
+    return Path(made.stdout.strip().splitlines()[-1])
+
+
+def make_task(root: Path) -> Path:
+    """A Terminal-Bench-shaped task: a bug in /app/calc.py, a reward from the task's own check."""
+    task = root / TASK
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "instruction.md").write_text("`add` in /app/calc.py gives wrong sums: make add(2, 3) return 5.\n")
+    (task / "task.toml").write_text(
+        'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 300.0\n\n'
+        "[environment]\nbuild_timeout_sec = 300.0\n"
+    )
+    (task / "environment" / "Dockerfile").write_text(
+        f"FROM {DEFAULT_BASE_IMAGE}\nWORKDIR /app\nRUN printf 'def add(a, b):\\n    return a - b\\n' > /app/calc.py\n"
+    )
+    test = task / "tests" / "test.sh"
+    test.write_text(
+        "#!/bin/bash\ncd /app\n"
+        "if python3 -c 'import calc, sys; sys.exit(calc.add(2, 3) != 5 or calc.add(-1, 1) != 0)'; then\n"
+        "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+    )
+    test.chmod(0o755)
+    return task
+
+
+def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str) -> dict:
+    """``harbor run`` of the task with ``agent``'s options; the one trial's result.json."""
+    jobs = tmp_path / "jobs"
+    environ = {
+        **os.environ,
+        "HARBOR_TELEMETRY": "0",
+        "CLOVER_HARBOR_CACHE": str(env / "clover-cache"),
+    }
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
+        environ["DOCKER_CONFIG"] = str(env / "docker-config")  # the Compose plugin from the wheel
+    ran = subprocess.run(
+        [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job)), "-o", str(jobs),
+         "--job-name", job, "-n", "1", "-q", *agent],
+        capture_output=True, text=True, timeout=900, env=environ, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    (trial,) = [p for p in (jobs / job).iterdir() if p.is_dir()]
+    result = json.loads((trial / "result.json").read_text())
+    result["_trial"] = str(trial)
+    return result
+
+
+def reward(result: dict) -> float:
+    assert result["exception_info"] is None, result["exception_info"]
+    return result["verifier_result"]["rewards"]["reward"]
+
+
+CLOVER = ["-a", "clover_agent.harbor.agent:CloverAgent", "-m", "clover", "--ak", "backend=replay"]
+
+
+def test_clover_agent_with_a_replayed_fix_passes_the_task(harbor_env: Path, tmp_path: Path) -> None:
+    replay = write_replay(tmp_path / "fix.jsonl", FIX)
+    result = harbor_run(harbor_env, tmp_path, "fix", *CLOVER, "--ak", f"replay={replay}")
+
+    assert reward(result) == 1.0
+    out = Path(result["_trial"]) / "agent" / "clover"  # clover-agent run's files, from the container
+    ran = json.loads((out / "result.json").read_text())
+    assert ran["outcome"] == "submitted" and ran["sandbox"] == "none" and ran["dir"] == "/app"
+    assert ran["files"] == ["calc.py"] and ran["claim"] == "add() subtracted; it adds now."
+    patch = (out / "patch.diff").read_text()
+    assert "-    return a - b" in patch and "+    return a + b" in patch
+    # the agent's command ran in the task's container: it saw the bug there, and left nothing here
+    events = [json.loads(line) for line in (out / "trajectory.jsonl").read_text().splitlines()]
+    (shell,) = [e for e in events if e["type"] == "tool_call_finished" and e["name"] == "shell"]
+    assert "-1" in shell["output"] and not shell["is_error"]
+    assert not Path(MARKER).exists()
+    assert result["agent_result"]["metadata"]["clover_exit_code"] == 0
+
+
+def test_harbors_no_op_agent_fails_the_task(harbor_env: Path, tmp_path: Path) -> None:
+    assert reward(harbor_run(harbor_env, tmp_path, "nop", "-a", "nop")) == 0.0
+
+
+def test_a_claim_without_a_change_fails_the_task(harbor_env: Path, tmp_path: Path) -> None:
+    replay = write_replay(tmp_path / "claim.jsonl", CLAIM_ONLY)
+    result = harbor_run(harbor_env, tmp_path, "claim", *CLOVER, "--ak", f"replay={replay}")
+
+    assert reward(result) == 0.0  # the task's test judges, not the agent's summary
+    ran = result["agent_result"]["metadata"]["clover_result"]
+    assert ran["outcome"] == "submitted" and ran["files"] == []
