@@ -1,5 +1,5 @@
 """A real Harbor run (the ``harbor`` package from the index, its local Docker environment, Docker
-Compose) of a task built here from the local base image, judged by the task's own ``tests/test.sh``:
+Compose) of a task built here from the local base image, judged by the task's own ``TASK/tests/test.sh``:
 clover-agent's agent class with a replayed model that fixes the task gets reward 1; Harbor's own
 no-op agent, and clover-agent's agent whose replay only claims to be done, get 0.
 
@@ -18,6 +18,7 @@ import pytest
 
 from clover_agent.sandboxes.images import DEFAULT_BASE_IMAGE
 from tests.clover_agent.test_agent_loop import call, write_replay
+from tests.clover_agent.test_backend_openai import ChatServer, _chunk
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.docker, pytest.mark.index, pytest.mark.slow, pytest.mark.xdist_group("harbor")]
@@ -32,6 +33,8 @@ FIX = [
     call("finish", summary="add() subtracted; it adds now."),
 ]
 CLAIM_ONLY = [call("finish", summary="Fixed add().")]
+#: The task's text is the task author's, not ours: it reaches the agent as written, never a shell.
+INSTRUCTION = "`add` in /app/calc.py gives wrong sums: make add(2, 3) return 5. $(touch /app/pwned) `id`'\n"
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +49,20 @@ def harbor_env() -> Path:
     return Path(made.stdout.strip().splitlines()[-1])
 
 
-def make_task(root: Path) -> Path:
-    """A Terminal-Bench-shaped task: a bug in /app/calc.py, a reward from the task's own check."""
+def make_task(root: Path, image_steps: str = "") -> Path:
+    """A Terminal-Bench-shaped task: a bug in calc.py in /app, a reward from the task's own check;
+    ``image_steps``: more Dockerfile lines."""
     task = root / TASK
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
-    (task / "instruction.md").write_text("`add` in /app/calc.py gives wrong sums: make add(2, 3) return 5.\n")
+    (task / "instruction.md").write_text(INSTRUCTION)
     (task / "task.toml").write_text(
         'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 300.0\n\n'
         "[environment]\nbuild_timeout_sec = 300.0\n"
     )
     (task / "environment" / "Dockerfile").write_text(
         f"FROM {DEFAULT_BASE_IMAGE}\nWORKDIR /app\nRUN printf 'def add(a, b):\\n    return a - b\\n' > /app/calc.py\n"
+        + image_steps
     )
     test = task / "tests" / "test.sh"
     test.write_text(
@@ -69,7 +74,7 @@ def make_task(root: Path) -> Path:
     return task
 
 
-def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str) -> dict:
+def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str, image_steps: str = "") -> dict:
     """``harbor run`` of the task with ``agent``'s options; the one trial's result.json."""
     jobs = tmp_path / "jobs"
     environ = {
@@ -80,7 +85,7 @@ def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str) -> dict:
     if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
         environ["DOCKER_CONFIG"] = str(env / "docker-config")  # the Compose plugin from the wheel
     ran = subprocess.run(
-        [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job)), "-o", str(jobs),
+        [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job, image_steps)), "-o", str(jobs),
          "--job-name", job, "-n", "1", "-q", *agent],
         capture_output=True, text=True, timeout=900, env=environ, check=False,
     )  # fmt: skip
@@ -107,7 +112,7 @@ def test_clover_agent_with_a_replayed_fix_passes_the_task(harbor_env: Path, tmp_
     out = Path(result["_trial"]) / "agent" / "clover"  # clover-agent run's files, from the container
     ran = json.loads((out / "result.json").read_text())
     assert ran["outcome"] == "submitted" and ran["sandbox"] == "none" and ran["dir"] == "/app"
-    assert ran["files"] == ["calc.py"] and ran["claim"] == "add() subtracted; it adds now."
+    assert ran["files"] == ["calc.py"] and ran["claim"] == "add() subtracted; it adds now."  # no pwned
     patch = (out / "patch.diff").read_text()
     assert "-    return a - b" in patch and "+    return a + b" in patch
     # the agent's command ran in the task's container: it saw the bug there, and left nothing here
@@ -115,6 +120,8 @@ def test_clover_agent_with_a_replayed_fix_passes_the_task(harbor_env: Path, tmp_
     (shell,) = [e for e in events if e["type"] == "tool_call_finished" and e["name"] == "shell"]
     assert "-1" in shell["output"] and not shell["is_error"]
     assert not Path(MARKER).exists()
+    (started,) = [e for e in events if e["type"] == "run_started"]
+    assert INSTRUCTION.strip() in started["task"]  # as the task wrote it
     assert result["agent_result"]["metadata"]["clover_exit_code"] == 0
 
 
@@ -129,3 +136,60 @@ def test_a_claim_without_a_change_fails_the_task(harbor_env: Path, tmp_path: Pat
     assert reward(result) == 0.0  # the task's test judges, not the agent's summary
     ran = result["agent_result"]["metadata"]["clover_result"]
     assert ran["outcome"] == "submitted" and ran["files"] == []
+
+
+def docker_gateway() -> str:
+    """This machine's address on Docker's default bridge: how a task's container reaches it."""
+    return subprocess.run(
+        ["docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def test_the_model_server_is_reached_from_the_container_with_its_key(
+    harbor_env: Path, tmp_path: Path
+) -> None:
+    """``backend=openai``: an OpenAI-compatible server (scripted replies) at ``server_url`` as the
+    container reaches it; the key goes to the server and nowhere else."""
+    server = ChatServer(host=docker_gateway())
+    key = "sk-harbor-never-shown-0123456789"
+    try:
+        server.models = ["clover"]
+        turns = [FIX[0], call("shell", command="env"), *FIX[1:]]
+        server.replies.extend(
+            {"sse": [_chunk({"content": t}), _chunk({}, finish="stop"), "[DONE]"]} for t in turns
+        )
+        result = harbor_run(
+            harbor_env, tmp_path, "server",
+            "-a", "clover_agent.harbor.agent:CloverAgent", "-m", "clover",
+            "--ak", f"server_url={server.base_url}", "--ae", f"CLOVER_API_KEY={key}",
+        )  # fmt: skip
+    finally:
+        server.close()
+
+    assert reward(result) == 1.0
+    posts = [r for r in server.requests if r["body"] is not None]
+    assert len(posts) == 4
+    assert all(
+        r["headers"]["Authorization"] == f"Bearer {key}" and r["body"]["model"] == "clover" for r in posts
+    )
+    agent_logs = Path(result["_trial"]) / "agent"
+    written = "".join(p.read_text() for p in agent_logs.rglob("*") if p.is_file())
+    assert "HOSTNAME=" in written and key not in written  # `env` ran; the key never reached a command
+
+
+def test_a_container_without_git_is_an_error_that_says_so(harbor_env: Path, tmp_path: Path) -> None:
+    replay = write_replay(tmp_path / "fix.jsonl", FIX)
+    result = harbor_run(
+        harbor_env,
+        tmp_path,
+        "nogit",
+        *CLOVER,
+        "--ak",
+        f"replay={replay}",
+        image_steps="RUN rm /usr/bin/git\n",
+    )
+
+    error = result["exception_info"]
+    assert error["exception_type"] == "CloverAgentError"
+    assert "cannot run clover-agent: no git on PATH" in error["exception_message"]
