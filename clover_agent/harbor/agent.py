@@ -26,6 +26,16 @@ import clover_agent
 from clover_agent.harbor.install import CONTAINER_HOME, InstallError, default_cache, stage
 
 BACKENDS = ("openai", "replay")
+#: The running ``clover-agent run``'s process id, so a cancelled run can be stopped (below).
+PID_FILE = "/tmp/clover-agent-harbor-run.pid"
+#: Ends a run Harbor cancelled (its agent timeout): cancelling the ``exec`` does not end the process
+#: in the container, which would go on changing the folder while the tests run. SIGTERM is
+#: ``clover-agent run``'s interrupt: it stops the agent's processes and writes ``result.json``.
+STOP = f"""pid=$(cat {PID_FILE} 2>/dev/null) || exit 0
+kill -TERM "$pid" 2>/dev/null || exit 0
+for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.2; done
+kill -KILL "$pid" 2>/dev/null
+"""
 #: ``clover-agent run``'s exit codes that say the run never got to work (usage, the model server
 #: out of reach, no sandbox): the trial is an error, not a score of 0.
 BROKEN_RUN = {2: "usage", 3: "model backend unavailable", 4: "sandbox unavailable"}
@@ -112,7 +122,7 @@ class CloverAgent(BaseAgent):
             )
 
     def command(self, instruction: str, workdir: str) -> str:
-        """The ``clover-agent run`` command line for the container."""
+        """The ``clover-agent run`` command line for the container (its process id kept)."""
         out = PurePosixPath(self.environment_logs_dir) / "clover"
         args = [
             f"{CONTAINER_HOME}/bin/clover-agent", "run", instruction, "--dir", workdir, "--sandbox", "none",
@@ -125,15 +135,20 @@ class CloverAgent(BaseAgent):
             args += ["--model-name", self.model_name] if self.model_name else []
         if self.max_time:
             args += ["--max-time", str(self.max_time)]
-        return shlex.join(args)
+        return f"echo $$ > {PID_FILE} && exec {shlex.join(args)}"
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         """Run clover-agent once in the task's folder; its files go to ``logs_dir/clover``."""
         workdir = self.workdir or ((await environment.exec("pwd")).stdout or "").strip() or "/"
         key = self._get_env("CLOVER_API_KEY")  # --ae, else Harbor's own environment
-        done = await environment.exec(
-            self.command(instruction, workdir), cwd=workdir, env={"CLOVER_API_KEY": key} if key else None
-        )
+        try:
+            done = await environment.exec(
+                self.command(instruction, workdir), cwd=workdir, env={"CLOVER_API_KEY": key} if key else None
+            )
+        except asyncio.CancelledError:
+            await environment.exec(STOP, user="root", timeout_sec=30)
+            await self._result(environment)
+            raise
         (self.logs_dir / "clover-run.txt").write_text(f"{done.stdout or ''}{done.stderr or ''}")
         result = await self._result(environment)
         context.metadata = {"clover_exit_code": done.return_code, "clover_result": result}

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,15 +50,15 @@ def harbor_env() -> Path:
     return Path(made.stdout.strip().splitlines()[-1])
 
 
-def make_task(root: Path, image_steps: str = "") -> Path:
+def make_task(root: Path, image_steps: str = "", agent_timeout: float = 300.0) -> Path:
     """A Terminal-Bench-shaped task: a bug in calc.py in /app, a reward from the task's own check;
-    ``image_steps``: more Dockerfile lines."""
+    ``image_steps``: more Dockerfile lines; ``agent_timeout``: Harbor's limit on the agent's run."""
     task = root / TASK
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
     (task / "instruction.md").write_text(INSTRUCTION)
     (task / "task.toml").write_text(
-        'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 300.0\n\n'
+        f'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = {agent_timeout}\n\n'
         "[environment]\nbuild_timeout_sec = 300.0\n"
     )
     (task / "environment" / "Dockerfile").write_text(
@@ -74,7 +75,7 @@ def make_task(root: Path, image_steps: str = "") -> Path:
     return task
 
 
-def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str, image_steps: str = "") -> dict:
+def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str, **task: Any) -> dict:
     """``harbor run`` of the task with ``agent``'s options; the one trial's result.json."""
     jobs = tmp_path / "jobs"
     environ = {
@@ -85,7 +86,7 @@ def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str, image_steps: st
     if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
         environ["DOCKER_CONFIG"] = str(env / "docker-config")  # the Compose plugin from the wheel
     ran = subprocess.run(
-        [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job, image_steps)), "-o", str(jobs),
+        [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job, **task)), "-o", str(jobs),
          "--job-name", job, "-n", "1", "-q", *agent],
         capture_output=True, text=True, timeout=900, env=environ, check=False,
     )  # fmt: skip
@@ -193,3 +194,17 @@ def test_a_container_without_git_is_an_error_that_says_so(harbor_env: Path, tmp_
     error = result["exception_info"]
     assert error["exception_type"] == "CloverAgentError"
     assert "cannot run clover-agent: no git on PATH" in error["exception_message"]
+
+
+def test_harbors_timeout_stops_the_run_in_the_container(harbor_env: Path, tmp_path: Path) -> None:
+    """Harbor's agent timeout cancels the ``exec``; the run inside the container is ended too (as an
+    interrupt: its result written, its processes stopped), not left changing the folder while the
+    task's tests run."""
+    late = "sleep 60; cd /workspace && sed -i 's/a - b/a + b/' calc.py"  # a fix that comes too late
+    replay = write_replay(tmp_path / "slow.jsonl", [call("shell", command=late, timeout=600)])
+    result = harbor_run(harbor_env, tmp_path, "slow", *CLOVER, "--ak", f"replay={replay}", agent_timeout=15.0)
+
+    assert result["exception_info"]["exception_type"] == "AgentTimeoutError"
+    assert result["verifier_result"]["rewards"]["reward"] == 0.0  # the late fix never landed
+    ran = json.loads((Path(result["_trial"]) / "agent" / "clover" / "result.json").read_text())
+    assert ran["outcome"] == "interrupted" and ran["files"] == []
