@@ -50,16 +50,18 @@ def harbor_env() -> Path:
     return Path(made.stdout.strip().splitlines()[-1])
 
 
-def make_task(root: Path, image_steps: str = "", agent_timeout: float = 300.0) -> Path:
+def make_task(root: Path, image_steps: str = "", agent_timeout: float = 300.0, agent_user: str = "") -> Path:
     """A Terminal-Bench-shaped task: a bug in calc.py in /app, a reward from the task's own check;
-    ``image_steps``: more Dockerfile lines; ``agent_timeout``: Harbor's limit on the agent's run."""
+    ``image_steps``: more Dockerfile lines; ``agent_timeout``: Harbor's limit on the agent's run;
+    ``agent_user``: whom Harbor runs the agent as (default: the image's user, root)."""
     task = root / TASK
     (task / "environment").mkdir(parents=True)
     (task / "tests").mkdir()
     (task / "instruction.md").write_text(INSTRUCTION)
     (task / "task.toml").write_text(
-        f'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = {agent_timeout}\n\n'
-        "[environment]\nbuild_timeout_sec = 300.0\n"
+        f'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = {agent_timeout}\n'
+        + (f'user = "{agent_user}"\n' if agent_user else "")
+        + "\n[environment]\nbuild_timeout_sec = 300.0\n"
     )
     (task / "environment" / "Dockerfile").write_text(
         f"FROM {DEFAULT_BASE_IMAGE}\nWORKDIR /app\nRUN printf 'def add(a, b):\\n    return a - b\\n' > /app/calc.py\n"
@@ -208,3 +210,20 @@ def test_harbors_timeout_stops_the_run_in_the_container(harbor_env: Path, tmp_pa
     assert result["verifier_result"]["rewards"]["reward"] == 0.0  # the late fix never landed
     ran = json.loads((Path(result["_trial"]) / "agent" / "clover" / "result.json").read_text())
     assert ran["outcome"] == "interrupted" and ran["files"] == []
+
+
+def test_a_task_that_runs_its_agent_as_another_user(harbor_env: Path, tmp_path: Path) -> None:
+    """``[agent] user``: clover-agent is put in place as root and runs as the task's user."""
+    turns = [call("shell", command="id -un"), *FIX[1:]]
+    replay = write_replay(tmp_path / "user.jsonl", turns)
+    result = harbor_run(
+        harbor_env, tmp_path, "user", *CLOVER, "--ak", f"replay={replay}",
+        image_steps="RUN useradd --create-home player && chown -R player /app\n", agent_user="player",
+    )  # fmt: skip
+
+    assert reward(result) == 1.0
+    events = (Path(result["_trial"]) / "agent" / "clover" / "trajectory.jsonl").read_text().splitlines()
+    (shell,) = [
+        e for e in map(json.loads, events) if e["type"] == "tool_call_finished" and e["name"] == "shell"
+    ]
+    assert shell["output"].startswith("player")
