@@ -33,7 +33,7 @@ PID_FILE = "/tmp/clover-agent-harbor-run.pid"
 #: ``clover-agent run``'s interrupt: it stops the agent's processes and writes ``result.json``.
 STOP = f"""pid=$(cat {PID_FILE} 2>/dev/null) || exit 0
 kill -TERM "$pid" 2>/dev/null || exit 0
-for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.2; done
+for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.2; done
 kill -KILL "$pid" 2>/dev/null
 """
 #: ``clover-agent run``'s exit codes that say the run never got to work (usage, the model server
@@ -146,7 +146,7 @@ class CloverAgent(BaseAgent):
                 self.command(instruction, workdir), cwd=workdir, env={"CLOVER_API_KEY": key} if key else None
             )
         except asyncio.CancelledError:
-            await environment.exec(STOP, user="root", timeout_sec=30)
+            await environment.exec(STOP, user="root", timeout_sec=60)
             await self._result(environment)
             raise
         (self.logs_dir / "clover-run.txt").write_text(f"{done.stdout or ''}{done.stderr or ''}")
