@@ -16,6 +16,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 import clover_agent
@@ -33,6 +35,7 @@ RUN_REQUIREMENTS = (
 #: Where the folder goes in the container: ``lib/`` (imported) and ``bin/clover-agent`` (a launcher).
 CONTAINER_HOME = "/opt/clover-agent"
 PIP_TIMEOUT_S = 900
+_MAKING = threading.Lock()  # one folder made at a time in this process
 
 
 class InstallError(RuntimeError):
@@ -49,18 +52,31 @@ def default_cache() -> Path:
 
 def libraries(python: str, machine: str, cache: Path) -> Path:
     """The folder of :data:`RUN_REQUIREMENTS` for CPython ``python`` ("3.11") on ``machine``
-    ("x86_64"), made once (into a temporary name, then renamed) and reused."""
+    ("x86_64"), made once and reused: into a temporary folder, renamed when whole (Harbor sets up
+    several trials at once, in threads of one process and in other processes)."""
     key = hashlib.sha256(repr((python, machine, RUN_REQUIREMENTS)).encode()).hexdigest()[:16]
     folder = cache / f"libs-py{python}-{machine}-{key}"
-    if folder.is_dir():
-        return folder
-    cache.mkdir(parents=True, exist_ok=True)
-    partial = cache / f".{folder.name}.{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
+    with _MAKING:
+        if folder.is_dir():
+            return folder
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=cache))
+        try:
+            _pip_target(partial, python, machine)
+            os.replace(partial, folder)
+        except OSError:
+            if not folder.is_dir():  # not another process's folder made meanwhile: a real failure
+                raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def _pip_target(target: Path, python: str, machine: str) -> None:
     platforms = [f"--platform={tag}_{machine}" for tag in ("manylinux_2_17", "manylinux2014", "linux")]
     command = [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-        "--target", str(partial), "--only-binary=:all:", "--implementation=cp",
+        "--target", str(target), "--only-binary=:all:", "--implementation=cp",
         f"--python-version={python}", *platforms, *RUN_REQUIREMENTS,
     ]  # fmt: skip
     try:
@@ -68,13 +84,10 @@ def libraries(python: str, machine: str, cache: Path) -> Path:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(f"pip could not run for the container's libraries: {exc}") from exc
     if done.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
         raise InstallError(
             f"pip could not fetch clover-agent's libraries for Python {python} on {machine} "
             f"(Harbor's environment needs pip and the package index):\n{(done.stderr or done.stdout)[-2000:]}"
         )
-    os.replace(partial, folder)
-    return folder
 
 
 def stage(python: str, python_path: str, machine: str, cache: Path, into: Path) -> Path:

@@ -79,24 +79,40 @@ def make_task(root: Path, image_steps: str = "", agent_timeout: float = 300.0, a
 
 def harbor_run(env: Path, tmp_path: Path, job: str, *agent: str, **task: Any) -> dict:
     """``harbor run`` of the task with ``agent``'s options; the one trial's result.json."""
+    (result,) = harbor_trials(env, tmp_path, job, *agent, **task)
+    return result
+
+
+def harbor_trials(
+    env: Path,
+    tmp_path: Path,
+    job: str,
+    *agent: str,
+    attempts: int = 1,
+    cache: Path | None = None,
+    **task: Any,
+) -> list[dict]:
+    """``harbor run`` of the task ``attempts`` times at once; each trial's result.json.
+    ``cache``: where the agent class keeps the container's libraries (default: beside Harbor)."""
     jobs = tmp_path / "jobs"
     environ = {
         **os.environ,
         "HARBOR_TELEMETRY": "0",
-        "CLOVER_HARBOR_CACHE": str(env / "clover-cache"),
+        "CLOVER_HARBOR_CACHE": str(cache or env / "clover-cache"),
     }
     if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode != 0:
         environ["DOCKER_CONFIG"] = str(env / "docker-config")  # the Compose plugin from the wheel
     ran = subprocess.run(
         [str(env / "bin" / "harbor"), "run", "-p", str(make_task(tmp_path / job, **task)), "-o", str(jobs),
-         "--job-name", job, "-n", "1", "-q", *agent],
+         "--job-name", job, "-n", str(attempts), "-k", str(attempts), "-q", *agent],
         capture_output=True, text=True, timeout=900, env=environ, check=False,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    (trial,) = [p for p in (jobs / job).iterdir() if p.is_dir()]
-    result = json.loads((trial / "result.json").read_text())
-    result["_trial"] = str(trial)
-    return result
+    results = []
+    for trial in sorted(p for p in (jobs / job).iterdir() if p.is_dir()):
+        results.append({**json.loads((trial / "result.json").read_text()), "_trial": str(trial)})
+    assert len(results) == attempts
+    return results
 
 
 def reward(result: dict) -> float:
@@ -227,3 +243,17 @@ def test_a_task_that_runs_its_agent_as_another_user(harbor_env: Path, tmp_path: 
         e for e in map(json.loads, events) if e["type"] == "tool_call_finished" and e["name"] == "shell"
     ]
     assert shell["output"].startswith("player")
+
+
+def test_trials_set_up_at_once_share_one_fresh_library_folder(harbor_env: Path, tmp_path: Path) -> None:
+    """Two trials at once with no cached libraries: both fetch-or-wait for the one folder (pip, from
+    the package index, for the container's Python), neither breaks the other's, and it is kept."""
+    replay = write_replay(tmp_path / "fix.jsonl", FIX)
+    cache = tmp_path / "cache"
+    results = harbor_trials(
+        harbor_env, tmp_path, "pair", *CLOVER, "--ak", f"replay={replay}", attempts=2, cache=cache
+    )
+
+    assert [reward(r) for r in results] == [1.0, 1.0]
+    (folder,) = cache.iterdir()  # one folder, no partial one left
+    assert folder.name.startswith("libs-py3.11-") and (folder / "jsonschema").is_dir()
