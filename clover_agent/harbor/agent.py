@@ -88,7 +88,6 @@ class CloverAgent(BaseAgent):
         self.backend, self.server_url, self.replay = backend, server_url, replay
         self.max_steps, self.max_time = int(max_steps), (float(max_time) if max_time else None)
         self.workdir, self.python = workdir, python
-        self._python_path = ""
 
     @staticmethod
     def name() -> str:
@@ -104,11 +103,11 @@ class CloverAgent(BaseAgent):
         if probe.return_code != 0 or not found:
             why = ((probe.stdout or "") + (probe.stderr or "")).strip()[-500:]
             raise CloverAgentError(f"the task's container cannot run clover-agent: {why}")
-        self._python_path, version, machine = found[-1].split(" ")
+        python_path, version, machine = found[-1].rsplit(" ", 2)
         with tempfile.TemporaryDirectory(prefix="clover-harbor-") as folder:
             try:
                 staged = await asyncio.to_thread(
-                    stage, version, self._python_path, machine, default_cache(), Path(folder) / "home"
+                    stage, version, python_path, machine, default_cache(), Path(folder) / "home"
                 )
             except InstallError as exc:
                 raise CloverAgentError(str(exc)) from exc
