@@ -1,16 +1,23 @@
 """The libraries a task's container gets (clover_agent/harbor/install.py) are clover-agent's own:
 each of ``RUN_REQUIREMENTS`` is a dependency of the installed distribution, directly or through
 another, so the container never runs a library the project does not already depend on. That the
-list is enough is shown by the real Harbor runs beside this file, in a container with nothing else."""
+list is enough is shown by the real Harbor runs beside this file, in a container with nothing else.
+And scripts/harbor-env, which makes Harbor's environment, says so when it finds no Python >= 3.12."""
 
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import shutil
+import subprocess
+from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from clover_agent.harbor.install import RUN_REQUIREMENTS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _name(requirement: str) -> str:
@@ -52,3 +59,19 @@ def test_the_check_sees_a_library_that_is_not_a_dependency() -> None:
     found = _dependencies("clover-agent")
     assert {"jinja2", "markupsafe"} <= found  # a dependency and one of its own
     assert "pytest" not in found  # the dev extra's
+
+
+def test_harbor_env_says_when_no_python_312_is_found(tmp_path: Path) -> None:
+    """scripts/harbor-env on a machine with no Python >= 3.12 (this PATH: Debian's 3.11 only; no
+    pyenv): exit 2 and a message naming what it looked for, nothing made."""
+    if shutil.which("python3.12", path="/usr/bin:/bin") or shutil.which("python3.13", path="/usr/bin:/bin"):
+        pytest.skip("this machine's /usr/bin has a Python >= 3.12")
+    venv = tmp_path / "harbor-venv"
+    done = subprocess.run(
+        [str(REPO / "scripts" / "harbor-env")],
+        env={"PATH": "/usr/bin:/bin", "PYENV_ROOT": str(tmp_path / "no-pyenv"), "HARBOR_VENV": str(venv)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Harbor needs Python >= 3.12 and none was found" in done.stderr and "HARBOR_PYTHON" in done.stderr
+    assert not venv.exists()
