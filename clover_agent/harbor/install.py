@@ -109,4 +109,15 @@ def stage(python: str, python_path: str, machine: str, cache: Path, into: Path) 
     launcher.parent.mkdir(parents=True)
     launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(python_path)} -I -c {shlex.quote(code)} "$@"\n')
     launcher.chmod(0o755)
+    _readable_by_all(into)
     return into
+
+
+def _readable_by_all(root: Path) -> None:
+    """Every file readable and every folder listable by any user: the task's agent user may not be
+    root, and the folders made by ``mkdtemp`` (the library cache) are private to their owner."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        path.chmod(mode | 0o444 | (0o111 if path.is_dir() else 0))
