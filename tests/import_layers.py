@@ -55,6 +55,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.errors": "errors",
     "clover_agent.safe_text": "safe_text",
     "clover_agent.hooks": "hooks",
+    "clover_agent.harbor": "harbor",
 }
 
 _SHARED = {"package", "errors", "events", "protocol", "safe_text"}
@@ -89,6 +90,10 @@ ALLOWED: dict[str, set[str]] = {
     # The interactive front ends keep their sessions in one store, with their own events; ACP never
     # imports the TUI (nor the TUI ACP).
     "acp": set(_BELOW_FRONT_ENDS),
+    # Harbor's agent class runs in Harbor's process (Python >= 3.12, none of clover-agent's
+    # dependencies installed): it drives `clover-agent run` in the task's container and imports
+    # nothing of ours but the version.
+    "harbor": {"package"},
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",
