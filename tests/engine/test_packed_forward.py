@@ -48,6 +48,7 @@ MIXED = [
     Case(32, 32, commit=True, logit_rows=0),  # commit passes
     Case(64, 32, commit=True, logit_rows=0),
     Case(32, 64, commit=32, causal_prefix=32, logit_rows=32),  # causal context fused with the next block
+    Case(96, 64, commit=32, causal_prefix=32, logit_rows=32),  # ... twice: folded around the state between
     Case(64, 64, commit=32, logit_rows=32),  # a fused commit
     Case(37, 5, attention="causal", commit=3, logit_rows=2),  # a verify keeping 3 tokens
     Case(32, 1, attention="causal", commit=True),  # an autoregressive step
@@ -157,7 +158,7 @@ def test_mixed_segments_equal_their_own_forwards(checkpoints: dict[bool, Path], 
     model = _model(checkpoints[bidirectional], torch.float64)
     segments = _segments(model, MIXED, seed=1)
     got = _assert_same(model, segments, LOGITS, STATE)
-    assert [g.shape[0] for g in got] == [0, 32, 32, 32, 0, 0, 32, 32, 2, 1, 1]
+    assert [g.shape[0] for g in got] == [0, 32, 32, 32, 0, 0, 32, 32, 32, 2, 1, 1]
 
 
 def test_segments_of_one_shape_share_each_operator_call(checkpoints: dict[bool, Path]) -> None:
@@ -180,7 +181,7 @@ def test_segments_of_one_shape_share_each_operator_call(checkpoints: dict[bool, 
 def test_quantised_experts(checkpoints: dict[bool, Path]) -> None:
     """INT4 experts: the packed MoE dequantises the union of every request's experts."""
     model = _model(checkpoints[False], torch.float32, experts="int4")
-    segments = _segments(model, MIXED[:4] + MIXED[6:9], seed=3)
+    segments = _segments(model, MIXED[:4] + MIXED[6:10], seed=3)
     # float32 throughout: logits ~100 agree to ~1e-5 relative; states O(1) to ~1e-6
     _assert_same(model, segments, (1e-4, 1e-2), (1e-4, 1e-4))
 
