@@ -76,6 +76,7 @@ class _Job:
     created: int = field(default_factory=lambda: int(time.time()))
     result: GenerationResult | None = None
     committed: int = 0
+    client_gone: bool = False
 
     def usage(self) -> dict[str, Any]:
         completion = len(self.result.token_ids) if self.result is not None else self.committed
@@ -189,16 +190,21 @@ async def _deltas(served: Served, job: _Job) -> AsyncIterator[dict[str, Any]]:
         yield delta
 
 
-async def _cancel_on_disconnect(receive: Receive, request: BatchRequest) -> None:
+async def _cancel_on_disconnect(receive: Receive, job: _Job) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            request.cancel()
+            job.client_gone = True
+            job.request.cancel()
             return
 
 
 def _watch(request: Request, job: _Job) -> asyncio.Task[None]:
-    return asyncio.get_running_loop().create_task(_cancel_on_disconnect(request.receive, job.request))
+    return asyncio.get_running_loop().create_task(_cancel_on_disconnect(request.receive, job))
+
+
+#: What a client is told when the server cancelled its request (a drain that ran out of time).
+SHUT_DOWN = ApiError(503, "the server shut down before the answer was complete", code="shutdown")
 
 
 def _sse(body: dict[str, Any] | str) -> bytes:
@@ -219,7 +225,9 @@ async def _stream(served: Served, request: Request, job: _Job) -> AsyncIterator[
         yield _sse("[DONE]")
         outcome = "completed"
     except RequestCancelled:
-        pass  # the client went away
+        if not job.client_gone:
+            yield _sse(SHUT_DOWN.body())
+            yield _sse("[DONE]")
     except Exception as exc:  # the engine failed this request: tell the client in the stream
         outcome = "failed"
         log.warning("%s failed: %s: %s", job.request.id, type(exc).__name__, exc)
@@ -256,7 +264,7 @@ async def _whole(served: Served, request: Request, job: _Job) -> Response:
         )
         return JSONResponse(body)
     except RequestCancelled:
-        return Response(status_code=499)  # nobody reads it: the client went away
+        return Response(status_code=499) if job.client_gone else _error(SHUT_DOWN)
     except Exception as exc:
         outcome = "failed"
         log.warning("%s failed: %s: %s", job.request.id, type(exc).__name__, exc)

@@ -3,11 +3,16 @@ engine on it, and uvicorn on a free loopback port in a thread of this process.""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -64,3 +69,30 @@ def wait_for(condition: Callable[[], object], what: str, deadline: float = DEADL
 def wait_for_stats(served: Served, condition: Callable[[BatchStats], bool], what: str) -> BatchStats:
     wait_for(lambda: condition(served.batch.stats()), what)
     return served.batch.stats()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def http(method: str, url: str, body: bytes | None = None, key: str | None = None) -> Reply:
+    """One plain HTTP request (for what the openai client does not send: raw bodies, /health, /metrics)."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=DEADLINE_S) as response:
+            return Reply(response.status, dict(response.headers), response.read().decode())
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, dict(error.headers), error.read().decode())
+
+
+def root(base_url: str) -> str:
+    return base_url.removesuffix("/v1")
