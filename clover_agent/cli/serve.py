@@ -49,6 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="requests that may wait; one more is answered 429 with Retry-After (default: 64)",
     )
     parser.add_argument(
+        "--max-new-tokens",
+        type=positive(int),
+        default=8192,
+        metavar="N",
+        help="most tokens an answer may take, reasoning included; a request's max_tokens is capped by it "
+        "(default: 8192; the context window caps it further)",
+    )
+    parser.add_argument(
         "--device",
         help="torch device (default: a GPU with room for the weights, else the CPU for small ones)",
     )
@@ -81,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
     )
     engine = backend.load_now()
     batch = BatchEngine(engine, max_running=args.max_running, max_queued=args.max_queued)
-    serve(Served(backend, batch, api_key=api_key), args.host, args.port, drain_timeout=args.drain_timeout)
+    served = Served(backend, batch, api_key=api_key, max_new_tokens=args.max_new_tokens)
+    serve(served, args.host, args.port, drain_timeout=args.drain_timeout)
     return int(ExitCode.OK)

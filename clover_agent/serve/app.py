@@ -51,6 +51,8 @@ class Served:
     batch: BatchEngine
     api_key: str | None = None
     names: tuple[str, ...] = ()
+    #: Most tokens an answer may take (a request's ``max_tokens`` is capped by it; the default when absent).
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     draining: bool = False
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -132,9 +134,9 @@ def _params(served: Served, chat: ChatRequest, prompt_length: int, thinking: boo
             code="context_length_exceeded",
         )
     base = SamplingParams.coding(served.backend.config)
-    wanted = chat.max_tokens if chat.max_tokens is not None else DEFAULT_MAX_NEW_TOKENS
+    wanted = min(chat.max_tokens or served.max_new_tokens, served.max_new_tokens, room)
     try:
-        return base.with_changes(max_new_tokens=min(wanted, room), thinking=thinking, **chat.sampling)
+        return base.with_changes(max_new_tokens=wanted, thinking=thinking, **chat.sampling)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
 

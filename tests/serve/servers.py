@@ -33,12 +33,11 @@ def tiny_real_checkpoint(folder: Path) -> Path:
     return write_tiny_checkpoint(folder, vocab="real", vocab_cache=Settings.load().vocab_cache)
 
 
-def served_model(
-    model_dir: Path, *, api_key: str | None = None, max_running: int = 8, max_queued: int = 64
-) -> Served:
+def served_model(model_dir: Path, *, max_running: int = 8, max_queued: int = 64, **options: Any) -> Served:
+    """The checkpoint loaded on the CPU and served; ``options``: :class:`Served`'s (api_key, max_new_tokens)."""
     backend = EngineBackend(model_dir, device="cpu", progress=None)
     batch = BatchEngine(backend.load_now(), max_running=max_running, max_queued=max_queued)
-    return Served(backend, batch, api_key=api_key)
+    return Served(backend, batch, **options)
 
 
 @contextmanager
