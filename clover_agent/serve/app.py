@@ -214,9 +214,8 @@ def _sse(body: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _stream(served: Served, request: Request, job: _Job) -> AsyncIterator[bytes]:
+async def _stream(served: Served, job: _Job, watcher: asyncio.Task[None]) -> AsyncIterator[bytes]:
     model, outcome = job.chat.model, "cancelled"
-    watcher = _watch(request, job)
     try:
         yield _sse(chunk_body(job.ident, job.created, model, {"role": "assistant", "content": ""}))
         async for delta in _deltas(served, job):
@@ -254,8 +253,7 @@ def _count(served: Served, job: _Job, outcome: str) -> None:
         served.metrics.count(outcome)
 
 
-async def _whole(served: Served, request: Request, job: _Job) -> Response:
-    watcher = _watch(request, job)
+async def _whole(served: Served, job: _Job, watcher: asyncio.Task[None]) -> Response:
     outcome = "cancelled"
     try:
         async for _ in _deltas(served, job):
@@ -288,12 +286,13 @@ def chat_completions(served: Served) -> Callable[[Request], Awaitable[Response]]
         except ApiError as error:
             served.metrics.count(_REFUSED.get(error.status, "rejected"))
             return _error(error)
+        # Watched from here on: a client gone before its stream starts still cancels its request.
+        watcher = _watch(request, job)
         if job.chat.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-            return StreamingResponse(
-                _stream(served, request, job), media_type="text/event-stream", headers=headers
-            )
-        return await _whole(served, request, job)
+            stream = _stream(served, job, watcher)
+            return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+        return await _whole(served, job, watcher)
 
     return endpoint
 

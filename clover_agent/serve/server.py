@@ -10,6 +10,8 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import TextIO
 
@@ -118,3 +120,24 @@ def serve(
     finally:
         sock.close()
         served.batch.close(drain=False, timeout=CONNECTIONS_TIMEOUT_S)
+
+
+@contextmanager
+def serving_in_thread(served: Served, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """The server in a thread of this process (tests, benchmarks): its API root while the block
+    runs; then the batch engine is closed (requests left are cancelled) and the server stopped."""
+    sock = bind(host, port)
+    server = uvicorn.Server(uvicorn.Config(build_app(served), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="clover-serve", daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the server stopped while starting")
+            thread.join(0.02)
+        yield f"http://{host}:{sock.getsockname()[1]}/v1"
+    finally:
+        served.batch.close(drain=False, timeout=CONNECTIONS_TIMEOUT_S)
+        server.should_exit = True
+        thread.join(CONNECTIONS_TIMEOUT_S * 2)
+        sock.close()

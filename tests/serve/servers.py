@@ -1,26 +1,21 @@
 """A real ``serve`` server for tests: a tiny checkpoint with the real Qwen3.6 vocabulary, the batch
-engine on it, and uvicorn on a free loopback port in a thread of this process."""
+engine on it (served in a thread by ``clover_agent.serve.server.serving_in_thread``), and plain HTTP."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from clover_agent.backends.engine import EngineBackend
 from clover_agent.engine.batching import BatchEngine, BatchStats
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
-from clover_agent.serve.app import Served, build_app
-from clover_agent.serve.server import bind
+from clover_agent.serve.app import Served
 
 #: Generous bound for anything a test waits for (a poll, never a timing assertion).
 DEADLINE_S = 120.0
@@ -38,23 +33,6 @@ def served_model(model_dir: Path, *, max_running: int = 8, max_queued: int = 64,
     backend = EngineBackend(model_dir, device="cpu", progress=None)
     batch = BatchEngine(backend.load_now(), max_running=max_running, max_queued=max_queued)
     return Served(backend, batch, **options)
-
-
-@contextmanager
-def running(served: Served) -> Iterator[str]:
-    """The server's API root (``http://127.0.0.1:PORT/v1``) while the block runs."""
-    sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(build_app(served), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, "the server to start")
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        served.batch.close(drain=False, timeout=DEADLINE_S)
-        server.should_exit = True
-        thread.join(DEADLINE_S)
-        sock.close()
 
 
 def wait_for(condition: Callable[[], object], what: str, deadline: float = DEADLINE_S) -> None:

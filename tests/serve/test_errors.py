@@ -11,7 +11,8 @@ import openai
 import pytest
 
 from clover_agent.serve.app import Served
-from tests.serve.servers import http, root, running, served_model, wait_for_stats
+from clover_agent.serve.server import serving_in_thread
+from tests.serve.servers import http, root, served_model, wait_for_stats
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,7 @@ USER = [{"role": "user", "content": "hello"}]
 @pytest.fixture(scope="module")
 def keyed(real_vocab_checkpoint: Path) -> Iterator[tuple[Served, str]]:
     served = served_model(real_vocab_checkpoint, api_key=KEY, max_running=1, max_queued=0)
-    with running(served) as base_url:
+    with serving_in_thread(served) as base_url:
         yield served, base_url
 
 
@@ -120,7 +121,7 @@ def test_a_client_that_goes_away_cancels_its_request_and_the_others_finish(
     real_vocab_checkpoint: Path,
 ) -> None:
     served = served_model(real_vocab_checkpoint, max_running=4)
-    with running(served) as base_url:
+    with serving_in_thread(served) as base_url:
         finished: list[str | None] = []
 
         def other() -> None:

@@ -15,9 +15,10 @@ import pytest
 
 from clover_agent.errors import ExitCode
 from clover_agent.serve.app import Served
+from clover_agent.serve.server import serving_in_thread
 from tests.cli_process import run_cli
 from tests.eval.tasks_fixture import write_project, write_task
-from tests.serve.servers import running, served_model
+from tests.serve.servers import served_model
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ ANSWER_TOKENS = 24
 @pytest.fixture(scope="module")
 def server(real_vocab_checkpoint: Path) -> Iterator[tuple[Served, str]]:
     served = served_model(real_vocab_checkpoint, max_new_tokens=ANSWER_TOKENS)
-    with running(served) as base_url:
+    with serving_in_thread(served) as base_url:
         yield served, base_url
 
 

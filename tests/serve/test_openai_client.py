@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from clover_agent.serve.app import Served
-from tests.serve.servers import running, served_model
+from clover_agent.serve.server import serving_in_thread
+from tests.serve.servers import served_model
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ TOOLS = [
 @pytest.fixture(scope="module")
 def server(real_vocab_checkpoint: Path) -> Iterator[tuple[Served, str]]:
     served = served_model(real_vocab_checkpoint)
-    with running(served) as base_url:
+    with serving_in_thread(served) as base_url:
         yield served, base_url
 
 
