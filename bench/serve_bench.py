@@ -13,7 +13,7 @@ a turn, and the server's forwards per step and tokens per forward over the run (
                                           [--turns 3] [--max-tokens 32] [--out bench/RESULTS.md]
 
 Without --base-url a server is started in this process on --model, or on a tiny random checkpoint
-with the real Qwen3.6 vocabulary (``write_tiny_checkpoint(vocab="real")``) when no --model is given.
+(``write_tiny_checkpoint``, ``--vocab real`` or ``small``) when no --model is given.
 """
 
 from __future__ import annotations
@@ -186,11 +186,11 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
 
     with tempfile.TemporaryDirectory() as folder:
         model = args.model or write_tiny_checkpoint(
-            Path(folder) / "tiny", vocab="real", vocab_cache=Settings.load().vocab_cache
+            Path(folder) / "tiny", vocab=args.vocab, vocab_cache=Settings.load().vocab_cache
         )
         backend = EngineBackend(model, device=args.device, progress=None)
         batch = BatchEngine(backend.load_now(), max_running=max(args.sessions), max_queued=64)
-        what = f"{'tiny random checkpoint, real vocabulary' if not args.model else model} on {backend.device}"
+        what = f"{model if args.model else f'tiny random checkpoint, {args.vocab} vocabulary'} on {backend.device}"
         with serving_in_thread(Served(backend, batch, max_new_tokens=args.max_tokens)) as base_url:
             yield base_url, "none", what
 
@@ -218,6 +218,13 @@ def main() -> None:
     parser.add_argument("--api-key", help="its key (default: CLOVER_API_KEY)")
     parser.add_argument("--model", type=Path, help="checkpoint to serve here (default: a tiny random one)")
     parser.add_argument("--device", help="device for a server started here (default: the engine backend's)")
+    parser.add_argument(
+        "--vocab",
+        choices=("real", "small"),
+        default="real",
+        help="the tiny checkpoint's vocabulary: real (Qwen3.6's 248,320 rows: the output layer dominates a "
+        "tiny model's forward) or small (546 tokens)",
+    )
     parser.add_argument("--sessions", default="1,2,4,8,16", help="the N values, comma separated")
     parser.add_argument("--turns", type=int, default=3, help="turns per session")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")

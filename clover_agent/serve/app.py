@@ -58,8 +58,8 @@ class Served:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
-        if not self.names:
-            self.names = (MODEL_ID, self.backend.model_dir.name)
+        if not self.names:  # a folder named "clover" is listed once
+            self.names = tuple(dict.fromkeys((MODEL_ID, self.backend.model_dir.name)))
 
     @property
     def context_window(self) -> int:
