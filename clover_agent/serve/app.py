@@ -241,16 +241,18 @@ async def _stream(served: Served, job: _Job, watcher: asyncio.Task[None]) -> Asy
 
 
 def _count(served: Served, job: _Job, outcome: str) -> None:
-    if outcome == "completed":
-        used = job.usage()
-        served.metrics.count(
-            outcome,
-            prompt=used["prompt_tokens"],
-            completion=used["completion_tokens"],
-            cached=used["prompt_tokens_details"]["cached_tokens"],
-        )
-    else:
+    if outcome != "completed":
         served.metrics.count(outcome)
+        return
+    used, request = job.usage(), job.request
+    served.metrics.count(
+        outcome,
+        prompt=used["prompt_tokens"],
+        completion=used["completion_tokens"],
+        cached=used["prompt_tokens_details"]["cached_tokens"],
+        first_block_s=None if request.first_block is None else request.first_block - request.submitted,
+        request_s=time.monotonic() - request.submitted,
+    )
 
 
 async def _whole(served: Served, job: _Job, watcher: asyncio.Task[None]) -> Response:
@@ -313,13 +315,20 @@ def _guarded(
 def build_app(served: Served) -> Starlette:
     """The ASGI application serving ``served``."""
 
+    def card(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": served.created, "owned_by": "clover-agent",
+                "max_model_len": served.context_window}  # fmt: skip
+
     def models(_: Request) -> Response:
-        data = [
-            {"id": name, "object": "model", "created": served.created, "owned_by": "clover-agent",
-             "max_model_len": served.context_window}
-            for name in served.names
-        ]  # fmt: skip
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [card(name) for name in served.names]})
+
+    def model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in served.names:
+            return _error(
+                ApiError(404, f"the model {name!r} is not served here", param="model", code="model_not_found")
+            )
+        return JSONResponse(card(name))
 
     def metrics(_: Request) -> Response:
         text = served.metrics.render(served.batch.stats(), draining=served.draining)
@@ -339,6 +348,7 @@ def build_app(served: Served) -> Starlette:
     routes = [
         Route("/v1/chat/completions", chat_completions(served), methods=["POST"]),
         Route("/v1/models", _guarded(served, models), methods=["GET"]),
+        Route("/v1/models/{name:path}", _guarded(served, model), methods=["GET"]),
         Route("/metrics", _guarded(served, metrics), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]

@@ -41,23 +41,41 @@ class ServeMetrics:
         self._lock = threading.Lock()
         self.outcomes: Counter[str] = Counter()
         self.tokens: Counter[str] = Counter()  # prompt, completion, cached
+        self.seconds: dict[str, list[float]] = {"first_block": [0.0, 0], "request": [0.0, 0]}  # sum, count
         self.rate = TokenRate()
 
-    def count(self, outcome: str, *, prompt: int = 0, completion: int = 0, cached: int = 0) -> None:
+    def count(
+        self,
+        outcome: str,
+        *,
+        prompt: int = 0,
+        completion: int = 0,
+        cached: int = 0,
+        first_block_s: float | None = None,
+        request_s: float | None = None,
+    ) -> None:
+        """One request ended with ``outcome``; a completed one brings its tokens and times (from
+        its arrival to its first committed block, and to its end)."""
         with self._lock:
             self.outcomes[outcome] += 1
             self.tokens.update(prompt=prompt, completion=completion, cached=cached)
+            for name, value in (("first_block", first_block_s), ("request", request_s)):
+                if value is not None:
+                    self.seconds[name][0] += value
+                    self.seconds[name][1] += 1
 
     def render(self, stats: BatchStats, *, draining: bool) -> str:
         with self._lock:
             outcomes = dict(self.outcomes)
             tokens = dict(self.tokens)
+            seconds = {name: tuple(pair) for name, pair in self.seconds.items()}
             rate = self.rate.sample(stats.generated_tokens)
         lines: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, values: list[tuple[str, Any]]) -> None:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} {kind}")
+            # a summary's samples are its name with _sum and _count; the others' a label set
             lines.extend(f"{name}{labels} {_number(value)}" for labels, value in values)
 
         def one(name: str, kind: str, help_text: str, value: Any) -> None:
@@ -75,6 +93,12 @@ class ServeMetrics:
             "Tokens of answered requests: prompt, completion, and prompt tokens reused from the cache.",
             [(f'{{kind="{k}"}}', tokens.get(k, 0)) for k in ("prompt", "completion", "cached")],
         )
+        for name, help_text in (
+            ("first_block", "Seconds from a completed request's arrival to its first committed block."),
+            ("request", "Seconds from a completed request's arrival to its end."),
+        ):
+            total, count = seconds[name]
+            metric(f"clover_{name}_seconds", "summary", help_text, [("_sum", total), ("_count", int(count))])
         one("clover_queued_requests", "gauge", "Requests waiting for a running slot.", stats.queued)
         one("clover_running_requests", "gauge", "Requests being decoded.", stats.running)
         one("clover_max_running_requests", "gauge", "Requests decoded together at most.", stats.max_running)

@@ -24,7 +24,8 @@ def _stats(**changes: int) -> BatchStats:
 
 def test_the_text_is_prometheus_exposition_format() -> None:
     metrics = ServeMetrics()
-    metrics.count("completed", prompt=100, completion=20, cached=64)
+    metrics.count("completed", prompt=100, completion=20, cached=64, first_block_s=0.5, request_s=2.0)
+    metrics.count("completed", prompt=10, completion=2, first_block_s=0.25, request_s=1.0)
     metrics.count("overloaded")
     text = metrics.render(_stats(), draining=True)
     declared: dict[str, str] = {}
@@ -34,14 +35,19 @@ def test_the_text_is_prometheus_exposition_format() -> None:
             continue
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge") and name not in declared
+            assert kind in ("counter", "gauge", "summary") and name not in declared
             declared[name] = kind
             continue
         match = SAMPLE.match(line)
         assert match, line
-        assert match.group(1) in declared  # the family was declared before its samples
+        family = re.sub(r"_(sum|count)$", "", match.group(1))
+        assert match.group(1) in declared or declared.get(family) == "summary"  # declared before its samples
         samples[match.group(1) + (match.group(2) or "")] = float(match.group(4))
-    assert samples['clover_requests_total{outcome="completed"}'] == 1
+    assert samples['clover_requests_total{outcome="completed"}'] == 2
+    assert (
+        samples["clover_first_block_seconds_sum"] == 0.75 and samples["clover_first_block_seconds_count"] == 2
+    )
+    assert samples["clover_request_seconds_sum"] == 3.0 and samples["clover_request_seconds_count"] == 2
     assert samples['clover_requests_total{outcome="overloaded"}'] == 1
     assert samples['clover_tokens_total{kind="cached"}'] == 64
     assert samples["clover_queued_requests"] == 2 and samples["clover_running_requests"] == 3

@@ -105,6 +105,9 @@ def test_thinking_off_and_a_thinking_budget(client: openai.OpenAI) -> None:
 def test_the_folder_name_is_a_model_id_too(client: openai.OpenAI, real_vocab_checkpoint: Path) -> None:
     ids = [m.id for m in client.models.list()]
     assert ids == ["clover", real_vocab_checkpoint.name]
+    assert client.models.retrieve(real_vocab_checkpoint.name).id == real_vocab_checkpoint.name
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
     answer = client.chat.completions.create(model=real_vocab_checkpoint.name, messages=USER, max_tokens=4)
     assert answer.model == real_vocab_checkpoint.name
 
