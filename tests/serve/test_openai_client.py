@@ -4,6 +4,7 @@ Clover's own fields. The model is random, so answers are checked for shape and c
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,20 +123,27 @@ def test_tools_offered_give_well_formed_calls_or_text(client: openai.OpenAI) -> 
             {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "main.py"},
     ]  # fmt: skip
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    bare = client.chat.completions.create(model="clover", messages=USER, max_tokens=1, extra_body=off)
     for stream in (False, True):
-        kwargs = {"stream_options": {"include_usage": True}} if stream else {}
         answer = client.chat.completions.create(
-            model="clover", messages=conversation, tools=TOOLS, max_tokens=32, stream=stream,
-            extra_body={"chat_template_kwargs": {"enable_thinking": False}}, **kwargs,
+            model="clover", messages=conversation, tools=TOOLS, max_tokens=32, stream=stream, extra_body=off,
+            stream_options={"include_usage": True} if stream else openai.omit,
         )  # fmt: skip
         if stream:
             chunks = list(answer)
-            finish = next(
-                c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
-            )
+            ends = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+            finish, used = ends[0].finish_reason, chunks[-1].usage
+            calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
         else:
-            finish = answer.choices[0].finish_reason
-        assert finish in ("stop", "length", "tool_calls")
+            finish, used = answer.choices[0].finish_reason, answer.usage
+            calls = answer.choices[0].message.tool_calls or []
+        assert finish == ("tool_calls" if calls else finish) and finish in ("stop", "length", "tool_calls")
+        for call in calls:
+            assert isinstance(json.loads(call.function.arguments), dict)
+        # the history (the call, its result) and the tools' descriptions went into the prompt
+        assert used is not None and bare.usage is not None
+        assert used.prompt_tokens > bare.usage.prompt_tokens + 40
 
 
 def test_a_stop_string_cuts_the_answer(client: openai.OpenAI) -> None:
