@@ -190,11 +190,10 @@ def _nproc() -> int:
     return os.cpu_count() or 0
 
 
-def write_section(path: Path, section: str, start: str = SECTION_START, end: str = SECTION_END) -> None:
-    """Replace a benchmark's section of RESULTS.md, between ``start`` and ``end`` (or append it);
-    other sections stay as they are (``serve_bench`` writes its own through this too)."""
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section of RESULTS.md (or append it); other sections stay as they are."""
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end) + "\n?", re.S)
+    pattern = re.compile(re.escape(SECTION_START) + ".*?" + re.escape(SECTION_END) + "\n?", re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:

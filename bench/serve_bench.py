@@ -1,262 +1,343 @@
-"""``clover-agent serve`` under N concurrent agent-like sessions (not a test; numbers go to
-bench/RESULTS.md).
+"""Concurrent agent-like sessions against an OpenAI-compatible server (`clover-agent serve`).
 
-Each session is a conversation over HTTP with the official ``openai`` client, streamed: a shared
-agent-style system prompt with tools, the session's own task, then turns. After each answer the
-session appends a tool call and its result (scripted, tool-call shaped, a few hundred tokens), so
-the prompt grows as an agent's does and earlier turns can come from the prefix cache. The answers
-are the model's. Per N: aggregate output tokens/s (all sessions' tokens over the wall time),
-per-session tokens/s (median), time to the first block (first streamed text), p50/p99 latency of
-a turn, and the server's forwards per step and tokens per forward over the run (from /metrics).
+Not a test; numbers go to bench/RESULTS.md. Each session is a small agent conversation: a system
+prompt and the tools an agent offers, then several turns, each sending the whole conversation so far
+plus a tool-result-shaped message (the prompt grows every turn, as an agent's does), streamed. For N
+sessions at once (N = 1, 2, 4, 8, 16 by default) it measures:
 
-    .venv/bin/python bench/serve_bench.py [--base-url URL] [--model DIR] [--sessions 1,2,4,8,16]
-                                          [--turns 3] [--max-tokens 32] [--out bench/RESULTS.md]
+- aggregate generated tokens/s (all sessions' completion tokens over the wall time of the level),
+  and its ratio to N = 1 measured in the same run;
+- per-session tokens/s (median over sessions);
+- time to first block (request sent to the first streamed chunk with content), p50;
+- turn latency, p50 and p99.
 
-Without --base-url a server is started in this process on --model, or on a tiny random checkpoint
-(``write_tiny_checkpoint``, ``--vocab real`` or ``small``) when no --model is given.
+    .venv/bin/python bench/serve_bench.py --tiny                    # starts serve on a tiny checkpoint
+    .venv/bin/python bench/serve_bench.py --model DIR --device cuda  # starts serve on DIR
+    .venv/bin/python bench/serve_bench.py --base-url http://host:8000/v1 --api-key KEY
+
+With ``--tiny`` the checkpoint is the random tiny one the tests use (real Qwen3.6 vocabulary, peaked
+logits); its answers are noise of random length, so every turn asks for a fixed number of tokens
+and the server is told not to stop early (the ``ignore_eos`` extra field).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-
-import openai
-from decode_bench import write_section
+from typing import Any
 
 SECTION_START = "<!-- serve-bench:start -->"
 SECTION_END = "<!-- serve-bench:end -->"
 
-SYSTEM = (
-    "You are a coding agent working in a repository at /workspace. Use the tools to inspect files, run "
-    "commands and tests, and edit code. Think briefly, then call one tool per turn. "
-) * 6
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
+            "parameters": {
+                "type": "object",
+                "properties": {key: {"type": "string"} for key in keys},
+                "required": list(keys),
+            },
         },
     }
-    for name, description, arg in (
-        ("shell", "Run a shell command in /workspace", "command"),
-        ("editor", "View or edit a file", "path"),
-        ("run_tests", "Run the tests", "target"),
-        ("finish", "Finish with a summary", "summary"),
+    for name, description, keys in (
+        ("read_file", "Read a file of the repository.", ("path",)),
+        ("edit_file", "Replace text in a file.", ("path", "old", "new")),
+        ("run_tests", "Run the project's tests.", ("selector",)),
+        ("shell", "Run a shell command in the sandbox.", ("command",)),
     )
 ]
-TOOL_OUTPUT = "\n".join(
-    f"src/module_{i}.py: def function_{i}(x): return x * {i}  # line {i}" for i in range(12)
-)
+
+TOOL_OUTPUT = """\
+============================= test session starts ==============================
+collected 12 items
+
+tests/test_calc.py ....F.......                                          [100%]
+
+=================================== FAILURES ===================================
+____________________________ test_divide_by_zero _____________________________
+    def test_divide_by_zero():
+>       assert divide(1, 0) is None
+E       ZeroDivisionError: division by zero
+calc.py:14: ZeroDivisionError
+=========================== short test summary info ============================
+FAILED tests/test_calc.py::test_divide_by_zero - ZeroDivisionError
+"""
 
 
 @dataclass
 class Turn:
-    seconds: float
-    first_block: float | None
+    sent: float
+    first: float | None
+    done: float
     tokens: int
 
 
 @dataclass
 class Session:
-    number: int
+    index: int
     turns: list[Turn] = field(default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        return sum(t.tokens for t in self.turns)
-
-    @property
-    def seconds(self) -> float:
-        return sum(t.seconds for t in self.turns)
+    error: str | None = None
 
 
-def _turn(client: openai.OpenAI, messages: list[dict], max_tokens: int, seed: int) -> tuple[Turn, str]:
-    started = time.perf_counter()
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def request(url: str, body: dict[str, Any] | None, api_key: str | None, timeout: float) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def one_turn(
+    args: argparse.Namespace, model: str, messages: list[dict[str, Any]], seed: int
+) -> tuple[Turn, str]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "tools": TOOLS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": args.max_tokens,
+        "temperature": 0,
+        "seed": seed,
+    }
+    if args.ignore_eos:
+        body["ignore_eos"] = True
+    sent = time.perf_counter()
     first: float | None = None
-    text, tokens = [], 0
-    stream = client.chat.completions.create(
-        model="clover", messages=messages, tools=TOOLS, max_tokens=max_tokens, seed=seed, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True},
-    )  # fmt: skip
-    for chunk in stream:
-        if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        piece = (delta.content or "") + (getattr(delta, "reasoning_content", None) or "")
-        if (piece or delta.tool_calls) and first is None:
-            first = time.perf_counter() - started
-        text.append(delta.content or "")
-    return Turn(time.perf_counter() - started, first, tokens), "".join(text)
+    tokens = 0
+    text: list[str] = []
+    with request(f"{args.base_url}/chat/completions", body, args.api_key, args.timeout) as response:
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"].get("completion_tokens") or 0)
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") or delta.get("reasoning_content") or ""
+                if piece or delta.get("tool_calls"):
+                    if first is None:
+                        first = time.perf_counter()
+                    text.append(piece)
+    return Turn(sent, first, time.perf_counter(), tokens), "".join(text)
 
 
-def run_session(base_url: str, api_key: str, number: int, turns: int, max_tokens: int) -> Session:
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=5)
-    messages: list[dict] = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"Task {number}: the test tests/test_module_{number}.py fails; fix it."},
+def run_session(args: argparse.Namespace, model: str, session: Session, run_id: str) -> None:
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "system",
+            "content": f"You are a coding agent (run {run_id}, session {session.index}). Fix the failing test.",
+        },
+        {"role": "user", "content": f"Task {session.index}: tests/test_calc.py fails; make it pass."},
     ]
-    session = Session(number)
-    for step in range(turns):
-        turn, text = _turn(client, messages, max_tokens, seed=number * 100 + step)
-        session.turns.append(turn)
-        call_id = f"call_{number}_{step}"
-        messages.append({"role": "assistant", "content": text, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": '{"command": "grep -rn def src"}'}}]})  # fmt: skip
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": TOOL_OUTPUT})
-    return session
+    try:
+        for turn_index in range(args.turns):
+            turn, answer = one_turn(args, model, messages, seed=1000 * session.index + turn_index)
+            session.turns.append(turn)
+            messages.append({"role": "assistant", "content": answer[:2000]})
+            messages.append({"role": "user", "content": f"Tool result (turn {turn_index}):\n{TOOL_OUTPUT}"})
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        session.error = f"{type(exc).__name__}: {exc}"
 
 
-def _metrics(base_url: str, api_key: str) -> dict[str, float]:
-    request = urllib.request.Request(base_url.removesuffix("/v1") + "/metrics")
-    request.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        lines = response.read().decode().splitlines()
-    return {line.split()[0]: float(line.split()[1]) for line in lines if line and not line.startswith("#")}
-
-
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(base_url: str, api_key: str, n: int, turns: int, max_tokens: int) -> dict[str, float]:
-    before = _metrics(base_url, api_key)
-    sessions: list[Session] = []
-    lock = threading.Lock()
-
-    def one(number: int) -> None:
-        session = run_session(base_url, api_key, number, turns, max_tokens)
-        with lock:
-            sessions.append(session)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(n * 1000 + i,)) for i in range(n)]
+def level(args: argparse.Namespace, model: str, sessions: int) -> dict[str, Any]:
+    run_id = f"{sessions}-{time.time_ns()}"
+    states = [Session(i) for i in range(sessions)]
+    threads = [threading.Thread(target=run_session, args=(args, model, s, run_id)) for s in states]
+    start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - started
-    after = _metrics(base_url, api_key)
-    all_turns = [t for s in sessions for t in s.turns]
-    steps = after["clover_steps_total"] - before["clover_steps_total"]
-    forwards = after["clover_forwards_total"] - before["clover_forwards_total"]
-    generated = after["clover_generated_tokens_total"] - before["clover_generated_tokens_total"]
+    wall = time.perf_counter() - start
+    errors = [s.error for s in states if s.error]
+    turns = [t for s in states for t in s.turns]
+    tokens = sum(t.tokens for t in turns)
+    per_session = [
+        sum(t.tokens for t in s.turns) / (s.turns[-1].done - s.turns[0].sent) for s in states if s.turns
+    ]
     return {
-        "sessions": n,
-        "tokens": sum(s.tokens for s in sessions),
+        "sessions": sessions,
+        "turns": len(turns),
+        "errors": errors,
         "wall_s": wall,
-        "aggregate_tps": sum(s.tokens for s in sessions) / wall,
-        "session_tps": statistics.median(s.tokens / s.seconds for s in sessions),
-        "first_block_p50": statistics.median(t.first_block for t in all_turns if t.first_block is not None),
-        "latency_p50": _percentile([t.seconds for t in all_turns], 0.5),
-        "latency_p99": _percentile([t.seconds for t in all_turns], 0.99),
-        "forwards_per_step": forwards / steps if steps else 0.0,
-        "tokens_per_forward": generated / forwards if forwards else 0.0,
+        "tokens": tokens,
+        "aggregate_tps": tokens / wall if wall else 0.0,
+        "per_session_tps": statistics.median(per_session) if per_session else 0.0,
+        "first_block_p50_s": percentile([t.first - t.sent for t in turns if t.first is not None], 0.5),
+        "latency_p50_s": percentile([t.done - t.sent for t in turns], 0.5),
+        "latency_p99_s": percentile([t.done - t.sent for t in turns], 0.99),
     }
 
 
-@contextmanager
-def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
-    """(API root, key, what is served): the given server, or one started here."""
-    if args.base_url:
-        yield args.base_url, args.api_key or os.environ.get("CLOVER_API_KEY", "none"), args.base_url
-        return
-    from clover_agent.backends.engine import EngineBackend
-    from clover_agent.engine.batching import BatchEngine
-    from clover_agent.engine.loading.tiny import write_tiny_checkpoint
-    from clover_agent.serve.app import Served
-    from clover_agent.serve.server import serving_in_thread
-    from clover_agent.settings import Settings
-
-    with tempfile.TemporaryDirectory() as folder:
-        model = args.model or write_tiny_checkpoint(
-            Path(folder) / "tiny", vocab=args.vocab, vocab_cache=Settings.load().vocab_cache
-        )
-        backend = EngineBackend(model, device=args.device, progress=None)
-        batch = BatchEngine(backend.load_now(), max_running=max(args.sessions), max_queued=64)
-        what = f"{model if args.model else f'tiny random checkpoint, {args.vocab} vocabulary'} on {backend.device}"
-        with serving_in_thread(Served(backend, batch, max_new_tokens=args.max_tokens)) as base_url:
-            yield base_url, "none", what
+def wait_ready(base: str, api_key: str | None, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    root = base.rsplit("/v1", 1)[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with code {proc.returncode} before it was ready")
+        try:
+            with request(f"{root}/health", None, api_key, 5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"serve was not ready within {timeout} s")
 
 
-def _table(rows: list[dict[str, float]]) -> str:
-    one = rows[0]["aggregate_tps"] if rows and rows[0]["sessions"] == 1 else None
-    lines = [
-        "| sessions | tokens | wall s | aggregate tok/s | vs 1 | per-session tok/s (median) | first block p50 s "
-        "| latency p50 s | latency p99 s | forwards/step | tokens/forward |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+def start_server(args: argparse.Namespace, folder: Path) -> subprocess.Popen[bytes]:
+    model = args.model
+    if args.tiny:
+        from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+
+        model = str(write_tiny_checkpoint(folder / "clover-tiny", vocab="real", peaked=True, seed=3))
+    port = free_port()
+    args.base_url = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable,
+        "-m",
+        "clover_agent",
+        "serve",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--max-running",
+        str(max(args.sessions)),
     ]
-    for r in rows:
-        ratio = f"{r['aggregate_tps'] / one:.2f}x" if one else "-"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    log = open(folder / "serve.log", "wb")  # noqa: SIM115 - open for the server's lifetime
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    wait_ready(args.base_url, args.api_key, proc, args.start_timeout)
+    return proc
+
+
+def markdown(results: list[dict[str, Any]], args: argparse.Namespace, server: str) -> str:
+    base = results[0]["aggregate_tps"] if results and results[0]["sessions"] == 1 else None
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    lines = [
+        SECTION_START,
+        f"### serve_bench ({datetime.now(UTC):%Y-%m-%d}, commit {commit or 'unknown'})",
+        "",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPUs; server: {server}",
+        f"- {args.turns} turns per session, {args.max_tokens} tokens per turn, greedy, streamed, 4 tools offered",
+        "",
+        "| sessions | aggregate tok/s | × one session | per-session tok/s | first block p50 | latency p50 | latency p99 |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        ratio = f"{r['aggregate_tps'] / base:.2f}" if base else "-"
         lines.append(
-            f"| {r['sessions']:.0f} | {r['tokens']:.0f} | {r['wall_s']:.1f} | {r['aggregate_tps']:.1f} | {ratio} "
-            f"| {r['session_tps']:.1f} | {r['first_block_p50']:.2f} | {r['latency_p50']:.2f} | {r['latency_p99']:.2f} "
-            f"| {r['forwards_per_step']:.2f} | {r['tokens_per_forward']:.2f} |"
+            f"| {r['sessions']} | {r['aggregate_tps']:.1f} | {ratio} | {r['per_session_tps']:.1f} | "
+            f"{r['first_block_p50_s']:.3f} s | {r['latency_p50_s']:.3f} s | {r['latency_p99_s']:.3f} s |"
         )
+    lines.append(SECTION_END)
     return "\n".join(lines)
 
 
-def main() -> None:
+def record(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else ""
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        tail = rest.split(SECTION_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = (
+            text.rstrip("\n")
+            + "\n\n## Serving: concurrent sessions (bench/serve_bench.py)\n\n"
+            + section
+            + "\n"
+        )
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", help="a running server's API root (default: start one here)")
-    parser.add_argument("--api-key", help="its key (default: CLOVER_API_KEY)")
-    parser.add_argument("--model", type=Path, help="checkpoint to serve here (default: a tiny random one)")
-    parser.add_argument("--device", help="device for a server started here (default: the engine backend's)")
-    parser.add_argument(
-        "--vocab",
-        choices=("real", "small"),
-        default="real",
-        help="the tiny checkpoint's vocabulary: real (Qwen3.6's 248,320 rows: the output layer dominates a "
-        "tiny model's forward) or small (546 tokens)",
-    )
-    parser.add_argument("--sessions", default="1,2,4,8,16", help="the N values, comma separated")
-    parser.add_argument("--turns", type=int, default=3, help="turns per session")
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per answer")
-    parser.add_argument("--out", type=Path, help="RESULTS.md to update (default: print only)")
-    args = parser.parse_args()
-    args.sessions = [int(n) for n in args.sessions.split(",")]
-    with _server(args) as (base_url, key, what):
-        measure(base_url, key, 1, 1, args.max_tokens)  # warm-up: first-call costs out of the rows
-        rows = [measure(base_url, key, n, args.turns, args.max_tokens) for n in args.sessions]
-    commit = os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or "?"
-    section = "\n".join([
-        SECTION_START,
-        "## Serving: concurrent agent-like sessions over HTTP",
-        "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; commit {commit}",
-        f"- nproc: {os.cpu_count()}; {platform.processor() or platform.machine()}; served: {what}",
-        f"- `bench/serve_bench.py --sessions {','.join(map(str, args.sessions))} --turns {args.turns} "
-        f"--max-tokens {args.max_tokens}`: each session streams {args.turns} turns of up to {args.max_tokens} "
-        "tokens; its prompt grows by a scripted tool call and result after each",
-        "",
-        _table(rows),
-        "",
-        "Aggregate: every session's output tokens over the run's wall time. The first block is the first "
-        "streamed text of a turn (prefill and one block). forwards/step: request forwards batched per "
-        "model step (from /metrics).",
-        SECTION_END,
-        "",
-    ])  # fmt: skip
-    print(section)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="an OpenAI-compatible server (…/v1) already running")
+    where.add_argument("--model", help="start `clover-agent serve --model DIR` for the run")
+    where.add_argument("--tiny", action="store_true", help="start serve on a random tiny checkpoint")
+    parser.add_argument("--api-key", default=os.environ.get("CLOVER_API_KEY"))
+    parser.add_argument("--model-id", default="clover")
+    parser.add_argument("--sessions", default="1,2,4,8,16", help="comma-separated session counts")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, help="write the table into this file (bench/RESULTS.md)")
+    parser.add_argument("--json", type=Path, help="write the raw results here")
+    args = parser.parse_args(argv)
+    args.sessions = [int(n) for n in str(args.sessions).split(",") if n.strip()]
+    proc: subprocess.Popen[bytes] | None = None
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            if args.base_url is None:
+                proc = start_server(args, Path(folder))
+            server = "tiny checkpoint, `clover-agent serve` on the CPU" if args.tiny else args.base_url
+            level(args, args.model_id, 1)  # warm-up: loads, first prefix snapshots, lazy imports
+            results = []
+            for sessions in args.sessions:
+                result = level(args, args.model_id, sessions)
+                results.append(result)
+                print(json.dumps(result), flush=True)
+                if result["errors"]:
+                    print(f"errors at {sessions} sessions: {result['errors'][:3]}", file=sys.stderr)
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    table = markdown(results, args, server)
+    print(table)
     if args.out:
-        write_section(args.out, section, SECTION_START, SECTION_END)
+        record(args.out, table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 1 if any(r["errors"] for r in results) else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -21,7 +21,7 @@ class ExitCode(IntEnum):
     """Process exit codes, documented in the README."""
 
     OK = 0
-    FAILURE = 1  # the job ran and did not succeed (tests still failing, tool error, doctor not ready)
+    FAILURE = 1  # the job ran and did not succeed (tests still failing, tool error, doctor not ready or its plan not fitting)
     USAGE = 2  # bad command line or arguments
     MODEL_UNAVAILABLE = 3  # the model backend cannot serve: no GPU, no weights, server unreachable
     SANDBOX_UNAVAILABLE = 4  # Docker missing or not running, or the sandbox image missing

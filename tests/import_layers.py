@@ -56,6 +56,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.errors": "errors",
     "clover_agent.safe_text": "safe_text",
     "clover_agent.hooks": "hooks",
+    "clover_agent.harbor": "harbor",
 }
 
 _SHARED = {"package", "errors", "events", "protocol", "safe_text"}
@@ -92,6 +93,10 @@ ALLOWED: dict[str, set[str]] = {
     "acp": set(_BELOW_FRONT_ENDS),
     # The OpenAI-compatible server: the engine backend's prompt code around the batch engine.
     "serve": {"backends", "backends.engine", *_ENGINE, *_SHARED},
+    # Harbor's agent class runs in Harbor's process (Python >= 3.12, none of clover-agent's
+    # dependencies installed): it drives `clover-agent run` in the task's container and imports
+    # nothing of ours but the version.
+    "harbor": {"package"},
     # Builds backends and sandbox specs from options and settings (engine.locate: where weights are).
     "launch": {
         "backends",

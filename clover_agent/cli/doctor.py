@@ -144,12 +144,65 @@ def run_checks(
     return checks
 
 
+def memory_plan(args: argparse.Namespace, checks: list[Check] | None) -> tuple[dict | None, list[str]]:
+    """The memory plan (engine/memory_plan.py) for ``--card-gib`` or the card this machine has, of the
+    weights found (Clover's published config when none are): its dict and its lines, or None and a
+    line saying why there is none."""
+    from clover_agent.engine.errors import CheckpointError
+    from clover_agent.engine.loading.locate import locate_model
+    from clover_agent.engine.loading.readiness import GiB, probe_gpu
+    from clover_agent.engine.memory_plan import checkpoint_plan
+
+    if args.card_gib is not None:
+        card = int(args.card_gib * GiB)
+    else:
+        gpu = probe_gpu()
+        if not gpu.available:
+            return None, [f"memory plan: no CUDA GPU here ({gpu.reason}); plan for a card with --card-gib N"]
+        card = gpu.total_bytes
+    model = locate_model(model_sources(Settings.load(), args.model)).path
+    try:
+        plan = checkpoint_plan(
+            model,
+            card_bytes=card,
+            experts=args.experts,
+            context_tokens=args.context,
+            max_running=args.max_running,
+        )
+    except (CheckpointError, ValueError) as exc:
+        return None, [f"memory plan: {exc}"]
+    source = f"weights in {model}" if model else "Clover-35B-A3B's published config (no weights found)"
+    lines = plan.lines()
+    lines.insert(1, f"  for {source}")
+    if checks is not None:
+        card_gib = f"{card / GiB:.1f} GiB card"
+        detail = (
+            f"{card_gib}: {plan.max_running} request(s) at {plan.context_tokens:,} tokens, "
+            f"routed experts {plan.experts}"
+            if plan.fits
+            else f"{card_gib}: does not fit; {'; '.join(plan.suggestions) or 'nothing smaller fits'}"
+        )
+        checks.append(Check("memory-plan", plan.fits, detail, "serving on this card", required=False))
+    return plan.to_dict(), lines
+
+
 def _doctor(args: argparse.Namespace) -> int:
+    if args.plan:
+        plan, lines = memory_plan(args, None)
+        if args.json:
+            print(json.dumps({"memory_plan": plan, "lines": lines}, indent=2))
+        else:
+            print("\n".join(lines))
+        return ExitCode.OK if plan is not None and plan["fits"] else ExitCode.FAILURE
     checks = run_checks(args.model, args.base_url, args.model_name)
+    # a model server's card is its own: this machine's plan says nothing about it
+    plan, lines = (None, []) if args.base_url else memory_plan(args, checks)
     ready = all(c.ok for c in checks if c.required)
     path = "model server + Docker sandbox" if args.base_url else "embedded engine + Docker sandbox"
     if args.json:
-        print(json.dumps({"ready": ready, "checks": [asdict(c) for c in checks]}, indent=2))
+        print(
+            json.dumps({"ready": ready, "checks": [asdict(c) for c in checks], "memory_plan": plan}, indent=2)
+        )
     else:
         for c in checks:
             mark = "ok  " if c.ok else ("MISS" if c.required else "warn")
@@ -157,6 +210,9 @@ def _doctor(args: argparse.Namespace) -> int:
             if not c.ok and c.blocks:
                 print(f"       {'':<14} blocks: {c.blocks}")
         print()
+        if lines:
+            print("\n".join(lines))
+            print()
         if ready:
             print(f"Ready: the path ({path}) can run.")
         else:
@@ -167,12 +223,27 @@ def _doctor(args: argparse.Namespace) -> int:
     return ExitCode.OK if ready else ExitCode.FAILURE
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor",
-        help="check GPU, weights, Docker and the sandbox image",
-        description="Check what the default path (embedded engine + Docker sandbox) needs. "
-        "Exit 0 when ready, 1 otherwise.",
+        help="check GPU, weights, Docker and the sandbox image; plan the card's memory",
+        description="Check what the default path (embedded engine + Docker sandbox) needs, and print the "
+        "memory plan for the card (weights by expert format, per-request state, the requests that fit; "
+        "docs/serving.md). Exit 0 when ready, 1 otherwise; with --plan, 0 when the plan fits.",
     )
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     p.add_argument("--model", metavar="DIR", help="weights folder to check instead of the default lookup")
@@ -184,5 +255,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model-name", metavar="NAME", help="with --base-url: the model to expect (default: clover)"
+    )
+    p.add_argument(
+        "--plan", action="store_true", help="print only the memory plan (no GPU needed with --card-gib)"
+    )
+    p.add_argument(
+        "--card-gib",
+        type=_positive_float,
+        metavar="N",
+        help="plan for a card of N GiB instead of the one this machine has",
+    )
+    p.add_argument(
+        "--experts",
+        choices=("auto", "bf16", "fp8", "int4"),
+        default="auto",
+        help="routed experts' format to plan for (auto: as the checkpoint stores them)",
+    )
+    p.add_argument(
+        "--context", type=_positive_int, metavar="N", help="tokens per request to plan for (default 32768)"
+    )
+    p.add_argument(
+        "--max-running",
+        type=_positive_int,
+        metavar="N",
+        help="requests decoded together to plan for (default: the most that fit)",
     )
     p.set_defaults(func=_doctor)

@@ -310,7 +310,7 @@ def load_model(
     device = torch.device(device)
     config = CloverConfig.from_file(model_dir / "config.json")
     plan = plan_load(read_tensor_index(model_dir))
-    fp8_block = _fp8_block(model_dir)
+    fp8_block = fp8_block_of(model_dir)
     if plan.bidirectional and not config.bidirectional_gdn:
         # Tensors without the config flag: bidirectional, with the kernel size the tensors have.
         kernel = next(
@@ -382,7 +382,7 @@ def load_model(
     return model, config
 
 
-def _fp8_block(model_dir: Path) -> tuple[int, int]:
+def fp8_block_of(model_dir: Path) -> tuple[int, int]:
     """The FP8 scale block of ``config.json``'s ``quantization_config`` (``weight_block_size``), if any."""
     try:
         raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))

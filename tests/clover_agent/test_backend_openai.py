@@ -41,9 +41,10 @@ class ChatServer:
     ``{"status": int, "json": obj}``, ``{"sse": [chunk, ...]}`` (dicts as JSON, strings as written;
     ``"pause": seconds`` between chunks makes a slow model; a client hanging up ends the stream)
     or ``{"hang": seconds}``, or ``{"until_hung_up": seconds}`` (answer nothing; set ``hung_up`` when
-    the client closes the connection). Every request is recorded with its headers."""
+    the client closes the connection). Every request is recorded with its headers. ``host``: the
+    address it listens on (a container's way to this machine, for tests whose client runs in one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.replies: deque[dict[str, Any]] = deque()
         #: ``GET /v1/models`` answers ``{"data": [{"id": ...}]}`` with these; None: 404 (no list).
         self.models: list[str] | None = None
@@ -119,9 +120,9 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.base_url = f"http://{host}:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 

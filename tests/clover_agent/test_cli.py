@@ -104,6 +104,78 @@ def test_doctor_finds_weights_from_env(tmp_path: Path) -> None:
     assert str(model) in checks["weights"]["detail"]
 
 
+@pytest.fixture
+def no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Clover weights anywhere the lookup goes: plans use the published config."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("CLOVER_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.delenv("CLOVER_MODEL", raising=False)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+
+
+def test_doctor_plans_int4_on_a_24_gib_card_without_a_gpu(no_weights: None, capsys) -> None:
+    assert main(["doctor", "--plan", "--card-gib", "24", "--experts", "int4"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert out.startswith("memory plan: 24.00 GiB card, routed experts int4, context 32,768 tokens")
+    assert "Clover-35B-A3B's published config" in out
+    assert "fits: 1 request(s) at 32,768 tokens" in out
+
+
+def test_doctor_plan_that_does_not_fit_names_what_would(no_weights: None, capsys) -> None:
+    code = main(["doctor", "--plan", "--card-gib", "24", "--experts", "bf16", "--context", "16384", "--json"])
+    assert code == ExitCode.FAILURE
+    report = json.loads(capsys.readouterr().out)
+    plan = report["memory_plan"]
+    assert plan["fits"] is False and plan["experts"] == "bf16" and plan["context_tokens"] == 16384
+    assert any(s.startswith("INT4 experts: fits with") for s in plan["suggestions"])
+    assert main(["doctor", "--plan", "--card-gib", "16"]) == ExitCode.FAILURE
+    assert "routed experts in host memory (planned, not built" in capsys.readouterr().out
+
+
+def test_doctor_checks_include_the_plan_for_the_card(no_weights: None, capsys) -> None:
+    main(["doctor", "--card-gib", "24", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert {"python", "torch", "gpu", "weights", "docker"} <= set(checks)  # the checks stay
+    plan = checks["memory-plan"]
+    assert not plan["ok"] and not plan["required"]
+    assert plan["detail"].startswith("24.0 GiB card: does not fit; INT4 experts: fits with 1 request(s)")
+    assert report["memory_plan"]["experts"] == "bf16" and report["memory_plan"]["fits"] is False
+
+
+def test_doctor_plans_the_weights_it_finds(tmp_path: Path, capsys) -> None:
+    from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+    from clover_agent.engine.memory_plan import weight_bytes
+    from clover_agent.engine.model.config import CloverConfig
+
+    model = write_tiny_checkpoint(tmp_path / "tiny", tokenizer=False)
+    code = main(
+        ["doctor", "--plan", "--model", str(model), "--card-gib", "4", "--max-running", "3", "--json"]
+    )
+    assert code == ExitCode.OK
+    plan = json.loads(capsys.readouterr().out)["memory_plan"]
+    config = CloverConfig.from_file(model)
+    assert plan["weights"] == weight_bytes(config, "bf16") and plan["max_running"] == 3
+    assert plan["context_tokens"] == config.max_position_embeddings  # shorter than 32k
+
+
+def test_doctor_plan_needs_a_card(no_weights: None, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the plan is for it")
+    assert main(["doctor", "--plan"]) == ExitCode.FAILURE
+    out = capsys.readouterr().out
+    assert "no CUDA GPU here" in out and "plan for a card with --card-gib N" in out
+    with pytest.raises(SystemExit):
+        main(["doctor", "--plan", "--card-gib", "0"])
+
+
+def test_doctor_plan_past_the_context_window_says_so(no_weights: None, capsys) -> None:
+    assert main(["doctor", "--plan", "--card-gib", "80", "--context", "200000"]) == ExitCode.FAILURE
+    assert "past the model's window of 131,072" in capsys.readouterr().out
+
+
 def test_fix_with_engine_stops_fast_with_ways_forward(tmp_path: Path) -> None:
     import torch
 
