@@ -37,9 +37,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-running",
         type=positive(int),
-        default=8,
         metavar="N",
-        help="requests decoded together (default: 8)",
+        help="requests decoded together (default: on a GPU the most the card's memory plan fits, docs/serving.md; "
+        "on the CPU 8)",
+    )
+    parser.add_argument(
+        "--context",
+        type=positive(int),
+        metavar="N",
+        help="tokens a conversation may reach, prompt and answer (default: 32768, or the model's window if "
+        "shorter); the memory plan is for this, and a longer prompt is refused",
     )
     parser.add_argument(
         "--max-queued",
@@ -73,10 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from clover_agent.backends.engine import EngineBackend
     from clover_agent.engine.batching import BatchEngine
+    from clover_agent.engine.loading.readiness import probe_gpu
+    from clover_agent.engine.memory_plan import DEFAULT_CONTEXT_TOKENS
     from clover_agent.errors import UsageError
     from clover_agent.launch import model_sources
     from clover_agent.serve.app import Served
     from clover_agent.serve.server import check_api_key, serve
+    from clover_agent.serve.sizing import concurrency
     from clover_agent.settings import Settings
 
     if args.max_queued < 0:
@@ -87,8 +97,15 @@ def run(args: argparse.Namespace) -> int:
     backend = EngineBackend(
         sources=model_sources(settings, args.model), device=args.device, progress=sys.stderr
     )
-    engine = backend.load_now()
-    batch = BatchEngine(engine, max_running=args.max_running, max_queued=args.max_queued)
-    served = Served(backend, batch, api_key=api_key, max_new_tokens=args.max_new_tokens)
+    context = min(args.context or DEFAULT_CONTEXT_TOKENS, backend.context_window)
+    card = probe_gpu().total_bytes if backend.device.startswith("cuda") else None
+    running, plan = concurrency(
+        backend.model_dir, card_bytes=card, max_running=args.max_running, context_tokens=context
+    )
+    print("\n".join(plan), file=sys.stderr, flush=True)
+    batch = BatchEngine(backend.load_now(), max_running=running, max_queued=args.max_queued)
+    served = Served(
+        backend, batch, api_key=api_key, max_new_tokens=args.max_new_tokens, context_tokens=context
+    )
     serve(served, args.host, args.port, drain_timeout=args.drain_timeout)
     return int(ExitCode.OK)

@@ -53,6 +53,9 @@ class Served:
     names: tuple[str, ...] = ()
     #: Most tokens an answer may take (a request's ``max_tokens`` is capped by it; the default when absent).
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    #: Tokens a conversation may reach, prompt and answer (what the memory plan was made for); None:
+    #: the model's window.
+    context_tokens: int | None = None
     draining: bool = False
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -63,7 +66,7 @@ class Served:
 
     @property
     def context_window(self) -> int:
-        return self.backend.context_window
+        return min(self.context_tokens or self.backend.context_window, self.backend.context_window)
 
 
 @dataclass

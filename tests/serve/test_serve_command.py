@@ -107,7 +107,9 @@ def test_sigterm_drains_then_exits_0(real_vocab_checkpoint: Path, tmp_path: Path
         assert process.poll() is None  # the long one still runs: the server waits for it
         long.hang_up()
         assert process.wait(DEADLINE_S) == 0
-        assert "draining: 2 running" in (tmp_path / "serve.log").read_text()
+        log = (tmp_path / "serve.log").read_text()
+        assert "draining: 2 running" in log
+        assert "memory plan: none on the CPU; 8 request(s) decoded together" in log
     finally:
         if process.poll() is None:
             process.kill()
