@@ -35,6 +35,7 @@ CLOVER_FIELDS: dict[str, str] = {
     "confidence": "string",
     "causal_context": "boolean",
     "fuse_commit": "boolean",
+    "ignore_eos": "boolean",
 }
 #: OpenAI sampling fields and the ``SamplingParams`` field each sets.
 OPENAI_SAMPLING: dict[str, tuple[str, str]] = {

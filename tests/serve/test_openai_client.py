@@ -201,3 +201,21 @@ def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
     after = served.batch.stats()
     assert after.finished - before.finished == 6
     assert after.cancelled == before.cancelled
+
+
+def test_end_bias_and_ignore_eos_as_extra_fields(client: openai.OpenAI) -> None:
+    """Clover's end-of-response bias, pushed to the limit, ends the answer at once; with
+    ``ignore_eos`` the same answer runs to its length (what benchmarks ask for)."""
+    steer = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "end_bias_start": 0.0,
+        "end_bias_strength": 1e4,
+    }
+    ended = client.chat.completions.create(model="clover", messages=USER, max_tokens=40, extra_body=steer)
+    assert ended.choices[0].finish_reason == "stop"
+    assert ended.usage is not None and ended.usage.completion_tokens < 40
+    through = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=40, extra_body={**steer, "ignore_eos": True}
+    )
+    assert through.choices[0].finish_reason == "length"
+    assert through.usage is not None and through.usage.completion_tokens == 40
