@@ -51,7 +51,8 @@ ENV_VARS: dict[str, str] = {
     "XDG_STATE_HOME": "where the user's own folder lives by default (~/.local/state)",
     "CLOVER_SANDBOX_IMAGE": f"sandbox image tag; default {DEFAULT_SANDBOX_IMAGE}",
     "OPENAI_API_KEY": "API key for --backend openai (also CLOVER_API_KEY)",
-    "CLOVER_API_KEY": "API key for --backend openai, preferred over OPENAI_API_KEY",
+    "CLOVER_API_KEY": "API key for --backend openai, preferred over OPENAI_API_KEY; also the key clients "
+    "of `clover-agent serve` must send (its --api-key)",
     "CLOVER_BASE_URL": "default --base-url for --backend openai",
     "CLOVER_CUDA_GRAPHS": "0 runs the engine's decoding steps eager on a CUDA device (default 1: replayed "
     "as CUDA graphs); also [model] cuda_graphs = false",
@@ -99,6 +100,7 @@ class Settings:
     sandbox_image: str = DEFAULT_SANDBOX_IMAGE  # CLOVER_SANDBOX_IMAGE, else the config file's
     base_url: str | None = None
     api_key: str | None = None
+    serve_api_key: str | None = None  # CLOVER_API_KEY only: the key `clover-agent serve` requires
     #: CLOVER_CUDA_GRAPHS, else the config file's [model] cuda_graphs; None: the engine's default
     #: (replayed as CUDA graphs on a CUDA device).
     cuda_graphs: bool | None = None
@@ -161,6 +163,7 @@ class Settings:
             or DEFAULT_SANDBOX_IMAGE,
             base_url=env.get("CLOVER_BASE_URL") or text("openai", "base_url"),
             api_key=env.get("CLOVER_API_KEY") or env.get("OPENAI_API_KEY"),
+            serve_api_key=env.get("CLOVER_API_KEY") or None,
             cuda_graphs=_switch(graphs, "CLOVER_CUDA_GRAPHS")
             if graphs
             else _boolean(values, "model", "cuda_graphs", path),

@@ -33,6 +33,7 @@ LAYERS: dict[str, str] = {
     "clover_agent.acp": "acp",
     "clover_agent.session": "session",
     "clover_agent.eval": "eval",
+    "clover_agent.serve": "serve",
     "clover_agent.launch": "launch",
     "clover_agent.fix": "fix",
     "clover_agent.handback": "handback",
@@ -80,7 +81,7 @@ _BELOW_FRONT_ENDS = {
 ALLOWED: dict[str, set[str]] = {
     # Front ends: cli dispatches to the others; none imports the CLI, and the TUI, the CI bot and eval
     # not each other.
-    "cli": {"tui", "ci", "acp", "eval", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
+    "cli": {"tui", "ci", "acp", "eval", "serve", *_BELOW_FRONT_ENDS, "backends.engine", *_ENGINE},
     # One agent session's assembly (sandbox, MCP servers, agent, facts), the sessions' store and
     # events: nothing of a front end.
     "session": {"agent", "hooks", "backends", "tools", "sandboxes", "environments", *_SHARED},
@@ -90,6 +91,8 @@ ALLOWED: dict[str, set[str]] = {
     # The interactive front ends keep their sessions in one store, with their own events; ACP never
     # imports the TUI (nor the TUI ACP).
     "acp": set(_BELOW_FRONT_ENDS),
+    # The OpenAI-compatible server: the engine backend's prompt code around the batch engine.
+    "serve": {"backends", "backends.engine", *_ENGINE, *_SHARED},
     # Harbor's agent class runs in Harbor's process (Python >= 3.12, none of clover-agent's
     # dependencies installed): it drives `clover-agent run` in the task's container and imports
     # nothing of ours but the version.

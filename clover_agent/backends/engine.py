@@ -228,16 +228,24 @@ class EngineBackend(ModelBackend):
 
     # -- generation ----------------------------------------------------------------------------------
 
-    def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        """The prompt text, rendered with the checkpoint's own chat template.
+    def prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        enable_thinking: bool | None = None,
+    ) -> str:
+        """The prompt text, rendered with the checkpoint's own chat template (``enable_thinking``:
+        None for this backend's setting; ``clover-agent serve`` sets it per request).
 
         Special-token text inside message contents (a file or a tool output holding
         ``<|im_end|>``) gets a zero-width space after its first character, so it is read as text and
         can never end a turn or forge one."""
         safe = [self._defused(message) for message in messages]
-        return render_prompt(safe, tools, self.chat_template, enable_thinking=self.enable_thinking)
+        thinking = self.enable_thinking if enable_thinking is None else enable_thinking
+        return render_prompt(safe, tools, self.chat_template, enable_thinking=thinking)
 
-    def _defused(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _defused(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         content = message.get("content")
         if not isinstance(content, str) or not any(s in content for s in self._special_texts):
             return message

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "clover_agent.cli.eval",
     "clover_agent.cli.tui",
     "clover_agent.cli.acp",
+    "clover_agent.cli.serve",
     "clover_agent.cli.trust",
     "clover_agent.cli.doctor",
     "clover_agent.cli.model",

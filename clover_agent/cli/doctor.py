@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from clover_agent.engine.loading.locate import ModelSources
-from clover_agent.errors import ExitCode
+from clover_agent.errors import ExitCode, UsageError
 from clover_agent.launch import model_sources
 from clover_agent.sandboxes.errors import SandboxUnavailable
 from clover_agent.settings import Settings
@@ -104,11 +104,42 @@ def check_docker(image: str, docker_env: dict[str, str]) -> list[Check]:
     return [*checks, Check("sandbox-image", True, f"{image} ({short_id}; {installer})")]
 
 
-def run_checks(model: str | None = None) -> list[Check]:
+def check_server(base_url: str, model_name: str | None, api_key: str | None) -> Check:
+    """A model server (``clover-agent serve``, SGLang, ...): its health where it has ``/health``,
+    and that it serves the model and takes the key (the check the openai backend makes before a run)."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from clover_agent.backends.base import BackendUnavailable
+    from clover_agent.backends.openai import DEFAULT_MODEL_NAME, OpenAIBackend
+
+    name = model_name or DEFAULT_MODEL_NAME
+    blocks = "--backend openai with this server"
+    try:
+        backend = OpenAIBackend(base_url, model_name=name, api_key=api_key, connect_timeout=5.0, retries=0)
+        health_path = urlsplit(backend.base_url).path.removesuffix("/v1") + "/health"
+        status, body = backend.client.get(health_path, {})
+        asyncio.run(backend.check())
+    except (BackendUnavailable, UsageError) as exc:
+        return Check("server", False, str(exc).splitlines()[0], blocks)
+    health = {200: "healthy", 404: "no /health"}.get(status, f"/health answered {status}: {body[:80]!r}")
+    if status == 503:
+        return Check("server", False, f"{backend.base_url}: draining or not ready (/health 503)", blocks)
+    return Check("server", True, f"{backend.base_url} serves {name!r} ({health})")
+
+
+def run_checks(
+    model: str | None = None, base_url: str | None = None, model_name: str | None = None
+) -> list[Check]:
+    """The checks of the default path; with ``base_url``, a model server instead of this machine's
+    GPU and weights."""
     settings = Settings.load()
     checks = [check_python()]
-    checks += check_torch_and_gpu(model_sources(settings, model))
-    checks.append(check_triton())
+    if base_url is not None:
+        checks.append(check_server(base_url, model_name, settings.api_key))
+    else:
+        checks += check_torch_and_gpu(model_sources(settings, model))
+        checks.append(check_triton())
     checks += check_docker(settings.sandbox_image, settings.docker_env)
     return checks
 
@@ -163,9 +194,11 @@ def _doctor(args: argparse.Namespace) -> int:
         else:
             print("\n".join(lines))
         return ExitCode.OK if plan is not None and plan["fits"] else ExitCode.FAILURE
-    checks = run_checks(args.model)
-    plan, lines = memory_plan(args, checks)
+    checks = run_checks(args.model, args.base_url, args.model_name)
+    # a model server's card is its own: this machine's plan says nothing about it
+    plan, lines = (None, []) if args.base_url else memory_plan(args, checks)
     ready = all(c.ok for c in checks if c.required)
+    path = "model server + Docker sandbox" if args.base_url else "embedded engine + Docker sandbox"
     if args.json:
         print(
             json.dumps({"ready": ready, "checks": [asdict(c) for c in checks], "memory_plan": plan}, indent=2)
@@ -177,12 +210,13 @@ def _doctor(args: argparse.Namespace) -> int:
             if not c.ok and c.blocks:
                 print(f"       {'':<14} blocks: {c.blocks}")
         print()
-        print("\n".join(lines))
-        print()
+        if lines:
+            print("\n".join(lines))
+            print()
         if ready:
-            print("Ready: the default path (embedded engine + Docker sandbox) can run.")
+            print(f"Ready: the path ({path}) can run.")
         else:
-            print("Not ready for the default path (embedded engine + Docker sandbox).")
+            print(f"Not ready for the path ({path}).")
             print(
                 "Alternatives: --backend openai --base-url URL (a Clover server such as SGLang); --sandbox local."
             )
@@ -213,6 +247,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     p.add_argument("--model", metavar="DIR", help="weights folder to check instead of the default lookup")
+    p.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="check this model server (e.g. clover-agent serve: http://HOST:8000/v1; health, models, API key "
+        "from CLOVER_API_KEY) instead of this machine's GPU and weights",
+    )
+    p.add_argument(
+        "--model-name", metavar="NAME", help="with --base-url: the model to expect (default: clover)"
+    )
     p.add_argument(
         "--plan", action="store_true", help="print only the memory plan (no GPU needed with --card-gib)"
     )

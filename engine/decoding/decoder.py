@@ -138,6 +138,8 @@ class BlockDecoder:
         return loop(call)
 
     def stop_token_ids(self, params: SamplingParams) -> set[int]:
+        if params.ignore_eos:
+            return set(params.stop_token_ids)
         stops = set(self.config.eos_token_id) | set(params.stop_token_ids)
         if self.tokenizer is not None and self.tokenizer.im_end_id is not None:
             stops.add(self.tokenizer.im_end_id)

@@ -87,6 +87,9 @@ class SamplingParams:
     end_bias_start: float | None = None
     end_bias_strength: float = 8.0
     stop_token_ids: tuple[int, ...] = ()  # added to the config's eos ids and <|im_end|>
+    # The config's eos ids and <|im_end|> do not stop the call (only stop_token_ids do): answers of a
+    # fixed length, for benchmarks (vLLM's and SGLang's ignore_eos).
+    ignore_eos: bool = False
     mode: Mode = "diffusion"
     seed: int | None = None  # seed of the sampling draws; None: 0
     # Loop detection: a finished block whose generated tokens repeat an earlier block of the call.

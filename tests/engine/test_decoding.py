@@ -281,6 +281,10 @@ def test_im_end_from_the_tokenizer_is_a_stop_token(tmp_path_factory: pytest.Temp
     assert told.finish_reason == by_itself.finish_reason == "stop"
     assert by_itself.token_ids == told.token_ids and im_end not in by_itself.token_ids
     assert len(told.token_ids) < 40
+    # ignore_eos: the same steering, and the answer runs to its length with the end tokens in it
+    through = engine.generate([5, 6, 7], engine.default_params(ignore_eos=True, **steer))
+    assert through.finish_reason == "length" and len(through.token_ids) == 40
+    assert through.token_ids[: len(told.token_ids)] == told.token_ids and im_end in through.token_ids
 
 
 @functools.cache

@@ -1,0 +1,155 @@
+"""Errors reach the official client in OpenAI's shape with the status it acts on: a bad request,
+too long a prompt, a missing or wrong key, an unknown model, a full queue (429 with Retry-After)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from clover_agent.serve.app import Served
+from clover_agent.serve.server import serving_in_thread
+from tests.serve.servers import http, root, served_model, wait_for_stats
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-test-0123456789"
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def keyed(real_vocab_checkpoint: Path) -> Iterator[tuple[Served, str]]:
+    served = served_model(real_vocab_checkpoint, api_key=KEY, max_running=1, max_queued=0)
+    with serving_in_thread(served) as base_url:
+        yield served, base_url
+
+
+def _client(base_url: str, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+
+
+def test_a_wrong_or_missing_key_is_401(keyed: tuple[Served, str]) -> None:
+    _, base_url = keyed
+    with pytest.raises(openai.AuthenticationError) as wrong:
+        _client(base_url, "sk-test-0123456780").chat.completions.create(model="clover", messages=USER)
+    assert wrong.value.status_code == 401
+    assert wrong.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        _client(base_url, "sk-test").models.list()
+    for path in ("/v1/models", "/metrics"):
+        response = http("GET", root(base_url) + path)
+        assert response.status == 401 and response.json()["error"]["type"] == "authentication_error"
+    # the health check needs no key (load balancers probe it)
+    assert http("GET", root(base_url) + "/health").json()["status"] == "ready"
+    assert next(m.id for m in _client(base_url).models.list()) == "clover"
+
+
+def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> None:
+    client = _client(keyed[1])
+    cases = [
+        ({"temperature": "hot"}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": [""]}, "stop"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"n": 2}, "n"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [
+                {"type": "function", "function": {"name": "shell", "arguments": "{not json"}}]}]},
+            "messages[0].tool_calls[0]",
+        ),
+    ]  # fmt: skip
+    for body, param in cases:
+        request = {"model": "clover", "messages": USER, **body}
+        with pytest.raises(openai.BadRequestError) as error:
+            client.chat.completions.create(**request)
+        assert error.value.status_code == 400
+        assert error.value.param == param, body
+        assert isinstance(error.value.body, dict) and error.value.body.get("message")
+    # A value only the engine can judge: its own message comes back.
+    with pytest.raises(openai.BadRequestError) as engine_side:
+        client.chat.completions.create(model="clover", messages=USER, extra_body={"threshold": 1.5})
+    assert "threshold must be in (0, 1]" in engine_side.value.message
+    raw = http("POST", keyed[1] + "/chat/completions", b"{nope", key=KEY)
+    assert raw.status == 400 and raw.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str]) -> None:
+    served, base_url = keyed
+    words = "lorem " * (served.context_window + 10)
+    with pytest.raises(openai.BadRequestError) as error:
+        _client(base_url).chat.completions.create(
+            model="clover", messages=[{"role": "user", "content": words}]
+        )
+    assert error.value.code == "context_length_exceeded"
+    assert f"context window is {served.context_window} tokens" in error.value.message
+
+
+def test_an_unknown_model_is_404(keyed: tuple[Served, str]) -> None:
+    with pytest.raises(openai.NotFoundError) as error:
+        _client(keyed[1]).chat.completions.create(model="gpt-4o", messages=USER)
+    assert error.value.code == "model_not_found" and "clover" in error.value.message
+
+
+def test_a_full_queue_is_429_with_retry_after(keyed: tuple[Served, str]) -> None:
+    """One request runs (max_running=1, max_queued=0); the next is refused until it ends."""
+    served, base_url = keyed
+    before = served.batch.stats()
+    stream = _client(base_url).chat.completions.create(
+        model="clover", messages=USER, max_tokens=4000, stream=True
+    )
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    wait_for_stats(served, lambda s: s.running == 1, "the long request to run")
+    with pytest.raises(openai.RateLimitError) as error:
+        _client(base_url).chat.completions.create(model="clover", messages=USER, max_tokens=4)
+    assert error.value.status_code == 429
+    assert int(error.value.response.headers["retry-after"]) >= 1
+    stream.close()  # the client goes away: its request is cancelled, and the slot is free again
+    wait_for_stats(served, lambda s: s.cancelled > before.cancelled and s.running == 0, "the cancel")
+    answer = _client(base_url).chat.completions.create(model="clover", messages=USER, max_tokens=4)
+    assert answer.choices[0].finish_reason in ("stop", "length")
+    metrics = http("GET", root(base_url) + "/metrics", key=KEY).text
+    assert 'clover_requests_total{outcome="overloaded"} 1' in metrics.splitlines()
+
+
+def test_a_client_that_goes_away_cancels_its_request_and_the_others_finish(
+    real_vocab_checkpoint: Path,
+) -> None:
+    served = served_model(real_vocab_checkpoint, max_running=4)
+    with serving_in_thread(served) as base_url:
+        finished: list[str | None] = []
+
+        def other() -> None:
+            answer = _client(base_url).chat.completions.create(model="clover", messages=USER, max_tokens=48)
+            finished.append(answer.choices[0].finish_reason)
+
+        neighbour = threading.Thread(target=other)
+        neighbour.start()
+        # Streamed: the client reads a chunk and closes the connection.
+        stream = _client(base_url).chat.completions.create(
+            model="clover", messages=USER, max_tokens=4000, stream=True
+        )
+        next(iter(stream))
+        stream.close()
+        wait_for_stats(served, lambda s: s.cancelled == 1, "the streamed request's cancel")
+        # Whole: the client gives up waiting (its timeout) and closes the connection.
+        impatient = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=1.0)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="clover", messages=USER, max_tokens=4000)
+        stats = wait_for_stats(
+            served, lambda s: s.cancelled == 2 and s.running <= 1, "the whole request's cancel"
+        )
+        assert stats.failed == 0
+        neighbour.join(300)
+        assert finished and finished[0] in ("stop", "length")
+        stats = wait_for_stats(served, lambda s: s.running == 0, "everything to end")
+        assert (stats.cancelled, stats.failed) == (2, 0)
+        assert stats.running_cache_bytes == 0
+        metrics = http("GET", root(base_url) + "/metrics").text.splitlines()
+        assert 'clover_requests_total{outcome="cancelled"} 2' in metrics
+        assert "clover_running_requests 0" in metrics

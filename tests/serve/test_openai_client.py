@@ -1,0 +1,221 @@
+"""The official ``openai`` client, unmodified, against a real server on a tiny checkpoint with the
+real vocabulary: whole and streamed answers, reasoning, tools offered, usage, stop strings and
+Clover's own fields. The model is random, so answers are checked for shape and consistency."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from clover_agent.serve.app import Served
+from clover_agent.serve.server import serving_in_thread
+from tests.serve.servers import served_model
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "Write a function that adds two numbers."}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "description": "Run a command",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def server(real_vocab_checkpoint: Path) -> Iterator[tuple[Served, str]]:
+    served = served_model(real_vocab_checkpoint)
+    with serving_in_thread(served) as base_url:
+        yield served, base_url
+
+
+@pytest.fixture
+def client(server: tuple[Served, str]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server[1], api_key="unused", max_retries=0)
+
+
+def test_a_whole_answer_has_openai_shape_and_usage(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="clover", messages=USER, max_tokens=24, temperature=0)
+    choice = answer.choices[0]
+    assert answer.object == "chat.completion" and answer.id.startswith("chatcmpl-")
+    assert answer.model == "clover"
+    assert choice.message.role == "assistant"
+    assert choice.finish_reason in ("stop", "length")
+    assert answer.usage is not None
+    assert 0 < answer.usage.completion_tokens <= 24
+    assert answer.usage.prompt_tokens > 10  # the user's 9 tokens and the template's turn markers
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+    # thinking is on by default: the prompt opened <think>, so what the model wrote first is reasoning
+    assert getattr(choice.message, "reasoning_content", None)
+
+
+def test_a_streamed_answer_is_chunks_then_usage_then_done(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=40, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert len({c.id for c in chunks}) == 1
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert len(finishing) == 1 and finishing[0].choices[0].finish_reason in ("stop", "length")
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    reasoning = "".join(
+        getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices
+    )
+    assert reasoning.strip()
+    assert chunks[-1].usage.completion_tokens <= 40
+    # several blocks of 32 tokens: the text came in more than one delta
+    assert sum(1 for c in chunks if c.choices and getattr(c.choices[0].delta, "reasoning_content", None)) >= 2
+
+
+def test_without_stream_options_no_usage_chunk(client: openai.OpenAI) -> None:
+    chunks = list(client.chat.completions.create(model="clover", messages=USER, max_tokens=8, stream=True))
+    assert all(c.usage is None for c in chunks) and chunks[-1].choices[0].finish_reason is not None
+
+
+def test_thinking_off_and_a_thinking_budget(client: openai.OpenAI) -> None:
+    plain = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=16, temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )  # fmt: skip
+    assert getattr(plain.choices[0].message, "reasoning_content", None) is None
+    assert plain.choices[0].message.content
+    # Clover's thinking budget (an extra field) forces </think> after 6 tokens: the rest is the answer.
+    budgeted = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=48, temperature=0, extra_body={"thinking_budget": 6}
+    )
+    assert getattr(budgeted.choices[0].message, "reasoning_content", None)
+    assert budgeted.choices[0].message.content
+
+
+def test_the_folder_name_is_a_model_id_too(client: openai.OpenAI, real_vocab_checkpoint: Path) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["clover", real_vocab_checkpoint.name]
+    assert client.models.retrieve(real_vocab_checkpoint.name).id == real_vocab_checkpoint.name
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+    answer = client.chat.completions.create(model=real_vocab_checkpoint.name, messages=USER, max_tokens=4)
+    assert answer.model == real_vocab_checkpoint.name
+
+
+def test_tools_offered_give_well_formed_calls_or_text(client: openai.OpenAI) -> None:
+    """A random model rarely writes a call; whatever it writes comes back in OpenAI's shape (the
+    parsing itself is tested with real model text in test_answer.py)."""
+    conversation = [
+        {"role": "system", "content": "You are a coding agent."},
+        *USER,
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": '{"command": "ls"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "main.py"},
+    ]  # fmt: skip
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    bare = client.chat.completions.create(model="clover", messages=USER, max_tokens=1, extra_body=off)
+    for stream in (False, True):
+        answer = client.chat.completions.create(
+            model="clover", messages=conversation, tools=TOOLS, max_tokens=32, stream=stream, extra_body=off,
+            stream_options={"include_usage": True} if stream else openai.omit,
+        )  # fmt: skip
+        if stream:
+            chunks = list(answer)
+            ends = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+            finish, used = ends[0].finish_reason, chunks[-1].usage
+            calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+        else:
+            finish, used = answer.choices[0].finish_reason, answer.usage
+            calls = answer.choices[0].message.tool_calls or []
+        assert finish == ("tool_calls" if calls else finish) and finish in ("stop", "length", "tool_calls")
+        for call in calls:
+            assert isinstance(json.loads(call.function.arguments), dict)
+        # the history (the call, its result) and the tools' descriptions went into the prompt
+        assert used is not None and bare.usage is not None
+        assert used.prompt_tokens > bare.usage.prompt_tokens + 40
+
+
+def test_a_stop_string_cuts_the_answer(client: openai.OpenAI) -> None:
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    answer = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=64, temperature=0, stop=[" "], extra_body=off
+    )
+    text = answer.choices[0].message.content or ""
+    assert answer.choices[0].finish_reason == "stop"  # this checkpoint writes a space within 64 tokens
+    assert " " not in text
+    streamed = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=64, temperature=0, stop=" ", stream=True, extra_body=off
+    )
+    chunks = list(streamed)
+    assert " " not in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_repeated_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
+    long_system = {"role": "system", "content": "You are a careful engineer. " * 40}
+    first = client.chat.completions.create(model="clover", messages=[long_system, *USER], max_tokens=4)
+    again = client.chat.completions.create(model="clover", messages=[long_system, *USER], max_tokens=4)
+    assert first.usage is not None and again.usage is not None
+    assert again.usage.prompt_tokens == first.usage.prompt_tokens
+    cached = again.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert 0 < cached <= again.usage.prompt_tokens
+
+
+def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
+    served, base_url = server
+    before = served.batch.stats()
+    results: dict[int, str] = {}
+
+    def ask(i: int) -> None:
+        c = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        messages = [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}]
+        answer = c.chat.completions.create(
+            model="clover", messages=messages, max_tokens=40, stream=i % 2 == 0
+        )
+        if i % 2 == 0:
+            chunks = list(answer)  # type: ignore[arg-type]
+            results[i] = next(
+                c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+            )
+        else:
+            results[i] = answer.choices[0].finish_reason  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert sorted(results) == list(range(6))
+    assert set(results.values()) <= {"stop", "length"}
+    after = served.batch.stats()
+    assert after.finished - before.finished == 6
+    assert after.cancelled == before.cancelled
+
+
+def test_end_bias_and_ignore_eos_as_extra_fields(client: openai.OpenAI) -> None:
+    """Clover's end-of-response bias, pushed to the limit, ends the answer at once; with
+    ``ignore_eos`` the same answer runs to its length (what benchmarks ask for)."""
+    steer = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "end_bias_start": 0.0,
+        "end_bias_strength": 1e4,
+    }
+    ended = client.chat.completions.create(model="clover", messages=USER, max_tokens=40, extra_body=steer)
+    assert ended.choices[0].finish_reason == "stop"
+    assert ended.usage is not None and ended.usage.completion_tokens < 40
+    through = client.chat.completions.create(
+        model="clover", messages=USER, max_tokens=40, extra_body={**steer, "ignore_eos": True}
+    )
+    assert through.choices[0].finish_reason == "length"
+    assert through.usage is not None and through.usage.completion_tokens == 40

@@ -1,0 +1,135 @@
+"""``clover-agent serve`` as a user runs it: a process of its own, stopped by SIGTERM after a
+drain (new requests 503, running ones finish, exit 0); no API key beyond loopback is refused."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.cli_process import run_cli, start_signalable
+from tests.serve.servers import DEADLINE_S, http, wait_for
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+def test_listening_beyond_loopback_needs_an_api_key(real_vocab_checkpoint: Path) -> None:
+    env = {"CLOVER_API_KEY": ""}
+    done = run_cli(
+        "serve", "--model", str(real_vocab_checkpoint), "--host", "0.0.0.0", "--port", "0", env=env
+    )
+    assert done.returncode == 2
+    assert "--api-key KEY or CLOVER_API_KEY" in done.stderr and "--host 127.0.0.1" in done.stderr
+    assert "loading weights" not in done.stderr  # refused before the load
+
+
+def _metric(base: str, name: str) -> float:
+    for line in http("GET", base + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def _start_serve(model_dir: Path, log: Path, drain_timeout: float) -> tuple[subprocess.Popen, str]:
+    """``clover-agent serve`` in its own process on a free port: the process and its base URL."""
+    process = start_signalable(
+        [sys.executable, "-m", "clover_agent", "serve", "--model", str(model_dir), "--port", "0",
+         "--drain-timeout", str(drain_timeout)],
+        stdout=subprocess.DEVNULL, stderr=log.open("w"), env={**os.environ, "CLOVER_API_KEY": ""},
+    )  # fmt: skip
+    listening = re.compile(r"on (http://127\.0\.0\.1:\d+)/v1")
+    wait_for(lambda: listening.search(log.read_text()) or process.poll() is not None, "the server to listen")
+    found = listening.search(log.read_text())
+    assert found, log.read_text()
+    return process, found.group(1)
+
+
+class Streamer(threading.Thread):
+    """A streamed request read in a thread: ``outcome`` is its finish reason, ``error: ...`` when
+    the server said so in the stream, or ``closed`` when this side closed it (:meth:`hang_up`)."""
+
+    def __init__(self, base: str, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        self.stream = client.chat.completions.create(
+            model="clover", messages=USER, max_tokens=max_tokens, stream=True
+        )
+        self.outcome: str | None = None
+        self.hung_up = False
+
+    def run(self) -> None:
+        try:
+            chunks = list(self.stream)
+        except openai.APIError as error:
+            self.outcome = f"error: {error.message}"
+            return
+        except Exception:  # the connection this side closed
+            self.outcome = "closed"
+            return
+        if self.hung_up:
+            self.outcome = "closed"
+            return
+        ends = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.outcome = ends[0] if ends else "no end"
+
+    def hang_up(self) -> None:
+        self.hung_up = True
+        self.stream.close()
+
+
+def test_sigterm_drains_then_exits_0(real_vocab_checkpoint: Path, tmp_path: Path) -> None:
+    """While a long request keeps the drain going, new requests and /health get 503 and a short
+    running request finishes; once the long one's client leaves, the process exits 0."""
+    process, base = _start_serve(real_vocab_checkpoint, tmp_path / "serve.log", drain_timeout=DEADLINE_S * 5)
+    try:
+        long, short = Streamer(base, 4000), Streamer(base, 40)
+        long.start()
+        short.start()
+        wait_for(lambda: _metric(base, "clover_running_requests") == 2, "both requests to run")
+        process.send_signal(signal.SIGTERM)
+        wait_for(lambda: http("GET", base + "/health").status == 503, "the drain to start")
+        assert http("GET", base + "/health").json() == {"status": "draining"}
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as refused:
+            client.chat.completions.create(model="clover", messages=USER, max_tokens=4)
+        assert refused.value.status_code == 503 and refused.value.code == "draining"
+        short.join(DEADLINE_S)
+        assert short.outcome == "length"  # a running request finished during the drain
+        assert process.poll() is None  # the long one still runs: the server waits for it
+        long.hang_up()
+        assert process.wait(DEADLINE_S) == 0
+        log = (tmp_path / "serve.log").read_text()
+        assert "draining: 2 running" in log
+        assert "memory plan: none on the CPU; 8 request(s) decoded together" in log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_drain_that_runs_out_of_time_cancels_and_says_so(
+    real_vocab_checkpoint: Path, tmp_path: Path
+) -> None:
+    process, base = _start_serve(real_vocab_checkpoint, tmp_path / "serve.log", drain_timeout=1)
+    try:
+        long = Streamer(base, 4000)
+        long.start()
+        wait_for(lambda: _metric(base, "clover_running_requests") == 1, "the request to run")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(DEADLINE_S) == 0
+        long.join(DEADLINE_S)
+        assert long.outcome == "error: the server shut down before the answer was complete"
+        assert "drain timed out" in (tmp_path / "serve.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
