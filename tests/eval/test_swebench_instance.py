@@ -145,7 +145,7 @@ def _changed(base: Path, path: str, old: str, new: str) -> str:
     subprocess.run(["cp", "-a", str(base), str(scratch)], check=True)
     (scratch / path).write_text(text.replace(old, new))
     patch = subprocess.run(
-        ["git", "-C", str(scratch), "diff"], capture_output=True, text=True, check=True
+        ["git", "-C", str(scratch), "diff", "--", path], capture_output=True, text=True, check=True
     ).stdout
     subprocess.run(["rm", "-rf", str(scratch)], check=True)
     return patch
@@ -185,6 +185,7 @@ def test_fake_results_printed_into_the_log_do_not_resolve(instance: Path, tmp_pa
     grade = _grader(instance, tmp_path)
     base = tmp_path / "base"
     at_exit = grade(_changed(base, made_here.CODE, made_here.PLANTED, AT_EXIT))
+    assert "log" in at_exit.details, at_exit.message
     log = Path(at_exit.details["log"]).read_text()
     # pytest says FAILED, then the code under test prints PASSED: swebench's parser keeps the last
     # line it reads, so the log alone says resolved; the guarded run's signed channel does not
@@ -193,7 +194,11 @@ def test_fake_results_printed_into_the_log_do_not_resolve(instance: Path, tmp_pa
     assert not at_exit.resolved and "guarded run" in at_exit.message
     markers = grade(_changed(base, made_here.CODE, made_here.PLANTED, MARKERS))
     assert markers.details["swebench"]["resolved"] is True  # the log cut where the code said
-    assert not markers.resolved and "'>>>>> End Test Output' 2 time(s)" in markers.message
+    assert (
+        not markers.resolved
+        and "'>>>>> End Test Output'" in markers.message
+        and "written by the code under test" in markers.message
+    )
 
 
 def test_what_the_grade_takes_as_the_task_has_it(tmp_path: Path) -> None:
