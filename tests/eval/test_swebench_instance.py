@@ -61,10 +61,10 @@ def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         made_here.remove_images(client, line)
 
 
-def _eval(dataset: Path, out: Path, mode: str) -> dict[str, Any]:
+def _eval(dataset: Path, out: Path, mode: str, *more: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "clover_agent", "eval", str(dataset), "--output-dir", str(out), f"--{mode}",
-         "--swebench", "--swebench-namespace", "none"],
+         "--swebench", "--swebench-namespace", "none", *more],
         capture_output=True, text=True, timeout=1200, env={**os.environ, "NO_COLOR": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
@@ -76,9 +76,13 @@ def _eval(dataset: Path, out: Path, mode: str) -> dict[str, Any]:
 @pytest.mark.docker
 @pytest.mark.index
 @pytest.mark.slow
-def test_gold_resolves_in_the_instance_image_by_swebenchs_grading(instance: Path, tmp_path: Path) -> None:
-    summary = _eval(instance, tmp_path / "out", "gold")
+def test_gold_resolves_in_the_instance_image_by_swebenchs_grading_and_run_evaluation(
+    instance: Path, tmp_path: Path
+) -> None:
+    summary = _eval(instance, tmp_path / "out", "gold", "--grade", "swebench")
     (result,) = summary["results"]
+    # swebench's run_evaluation too, in the instance image as built here (it builds nothing)
+    assert result["swebench"]["resolved"] is True and summary["grader_disagreements"] == []
     # "fixed, suite unverified": requests' whole suite needs a network (httpbin), which the sandbox has not
     assert summary["resolved"] == 1 and result["verdict"].startswith("fixed"), result["message"]
     graded = result["grade"]
