@@ -75,13 +75,24 @@ def _instance_images(
 ) -> InstanceImages | None:
     """Where instance images come from when the tasks run in them (``--swebench``, or every task
     a SWE-bench line swebench has a spec for); None: our own environments."""
-    if args.swebench is False or (args.swebench is None and not all(has_spec(t) for t in tasks)):
+    if args.swebench is None:
+        if sandbox_kind(args) != "docker" or not all(has_spec(t) for t in tasks):
+            return None
+        say(
+            "every task is a SWE-bench line: each runs in its instance image (--no-swebench: our own environments)"
+        )
+    if args.swebench is False:
         return None
     if args.swebench and sandbox_kind(args) != "docker":
         raise UsageError("--swebench runs each instance in its Docker image: leave out --sandbox local")
-    for task in tasks:
-        if is_instance(task):
-            test_spec(task)  # a usage error now, not one per task later
+    if args.swebench and not any(is_instance(t) for t in tasks):
+        raise UsageError(
+            '--swebench: no task is a SWE-bench line (repo "owner/name", base_commit, version): '
+            "the others run in our own environments"
+        )
+    unknown = [t for t in tasks if is_instance(t) and not has_spec(t)]
+    if unknown:  # a usage error now, not one per task later
+        test_spec(unknown[0])
     namespace = None if args.swebench_namespace.lower() == "none" else args.swebench_namespace
     return InstanceImages(namespace=namespace, progress=say)
 

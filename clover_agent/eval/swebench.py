@@ -88,7 +88,14 @@ def test_spec(task: Task, namespace: str | None = None) -> Any:
             f"{task.origin}: swebench {_version()} has no spec for {repo} version {version!r} "
             "(its MAP_REPO_VERSION_TO_SPECS): the instance's image and test command are unknown"
         )
-    return make_test_spec(task.to_instance(), namespace=namespace)
+    try:
+        return make_test_spec(task.to_instance(), namespace=namespace)
+    except (OSError, ValueError) as exc:  # requests' errors are OSErrors; a file it could not find
+        raise SandboxUnavailable(
+            f"swebench's make_test_spec for {repo} {version} failed: {type(exc).__name__}: {exc} (for most "
+            "repositories it reads the requirements or environment file from GitHub, "
+            "raw.githubusercontent.com, which must be reachable)"
+        ) from None
 
 
 def _version() -> str:

@@ -247,3 +247,22 @@ def test_the_log_checks_find_markers_the_code_wrote() -> None:
     assert log_tampering(f"+ : '{start}'\nPASSED a\n+ : '{end}'\n") == ""
     assert "written by the code under test" in log_tampering(f"+ : '{start}'\n{end}\nPASSED a\n+ : '{end}'\n")
     assert log_tampering("no markers at all") != ""
+
+
+def _refused(tmp_path: Path, tasks: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "clover_agent", "eval", str(tasks), "--output-dir", str(tmp_path / "out"), "--gold",
+         "--swebench", "--swebench-namespace", "none"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 2 and not (tmp_path / "out" / "results").exists(), proc.stdout + proc.stderr
+    return proc.stderr
+
+
+def test_swebench_refuses_a_set_it_cannot_run_before_anything_runs(tmp_path: Path) -> None:
+    line = made_here.instance_line(_FAKE) | {"version": "0.0"}
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    assert "has no spec for psf/requests version '0.0'" in _refused(tmp_path, tmp_path / "t.jsonl")
+    line = made_here.instance_line(_FAKE) | {"repo": {"path": "."}}
+    (tmp_path / "u.jsonl").write_text(json.dumps(line) + "\n")
+    assert "no task is a SWE-bench line" in _refused(tmp_path, tmp_path / "u.jsonl")
