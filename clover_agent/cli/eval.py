@@ -32,7 +32,7 @@ from clover_agent.eval.harness import (
     run_tasks,
     write_outputs,
 )
-from clover_agent.eval.swebench import InstanceImages, has_spec, is_instance, test_spec
+from clover_agent.eval.swebench import InstanceImages, has_spec, instance_spec, is_instance
 from clover_agent.eval.swebench_grade import DEFAULT_NAMESPACE, GRADERS, check_tasks, grade_with_swebench
 from clover_agent.eval.tasks import Task, load_tasks
 from clover_agent.fix.regression import REGRESSION_SCOPES
@@ -92,7 +92,7 @@ def _instance_images(
         )
     unknown = [t for t in tasks if is_instance(t) and not has_spec(t)]
     if unknown:  # a usage error now, not one per task later
-        test_spec(unknown[0])
+        instance_spec(unknown[0])
     namespace = None if args.swebench_namespace.lower() == "none" else args.swebench_namespace
     return InstanceImages(namespace=namespace, progress=say)
 

@@ -26,7 +26,14 @@ from clover_agent.eval.gitsource import GitFetchOptions
 from clover_agent.eval.grade import Grade, grade
 from clover_agent.eval.scripts import empty_turns, gold_turns, write_replay
 from clover_agent.eval.source import commit_all, make_repo
-from clover_agent.eval.swebench import InstanceImages, grade_instance, is_instance, open_instance
+from clover_agent.eval.swebench import (
+    InstanceEnvironment,
+    InstanceImages,
+    grade_instance,
+    instance_test_command,
+    is_instance,
+    open_instance,
+)
 from clover_agent.eval.tasks import Task
 from clover_agent.events import Event, EventBus, ModelResponded, PhaseStarted
 from clover_agent.fix.request import FixRequest
@@ -231,11 +238,16 @@ def _repo_config(task: Task) -> RepoSettings:
 TASK_BROKEN = (2, 4, 5)
 
 
-def _request(task: Task) -> str:
-    return (
+def _request(task: Task, instance: InstanceEnvironment | None = None) -> str:
+    text = (
         f"An issue was reported against this repository:\n\n{task.problem_statement.strip()}\n\n"
         "Tests that show it were added; make them pass by fixing the code."
     )
+    if instance is not None:  # the workspace is the instance's /testbed
+        text += (
+            f"\n\nThe project's own test command, run in /testbed: `{instance_test_command(instance.spec)}`."
+        )
+    return text
 
 
 def git_options(settings: Settings, chosen: GitFetchOptions | None = None) -> GitFetchOptions:
@@ -329,7 +341,7 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             run_dir=work / "run",
             command="eval",
             regression=options.regression,
-            request=_request(task),
+            request=_request(task, instance),
             launch={"eval": options.mode, "instance_id": task.instance_id},
         )
         report = await run_fix(request, bus)

@@ -76,7 +76,7 @@ def has_spec(task: Task) -> bool:
     return task.swebench["version"] in MAP_REPO_VERSION_TO_SPECS.get(task.swebench["repo"], {})
 
 
-def test_spec(task: Task, namespace: str | None = None) -> Any:
+def instance_spec(task: Task, namespace: str | None = None) -> Any:
     """swebench's ``TestSpec`` of the task (its image names, eval script, test command)."""
     swebench_package()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
@@ -104,7 +104,7 @@ def _version() -> str:
     return version("swebench")
 
 
-def test_command(spec: Any) -> str:
+def instance_test_command(spec: Any) -> str:
     """The instance's own test command (its spec's ``test_cmd`` and the test patch's files), as
     the eval script runs it."""
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
@@ -199,8 +199,13 @@ def log_tampering(log: str) -> str:
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     for marker in (START_TEST_OUTPUT, END_TEST_OUTPUT):
-        if log.count(marker) != 1:
-            return f"the test log holds {marker!r} {log.count(marker)} time(s), not once: written by the code under test"
+        if not log.count(marker):
+            return f"the test log lacks {marker!r}: the tests did not run, or their output was cut"
+        if log.count(marker) > 1:
+            return (
+                f"the test log holds {marker!r} {log.count(marker)} times, not once: "
+                "written by the patch or the code under test"
+            )
     return ""
 
 
@@ -242,7 +247,7 @@ def open_instance(task: Task, images: InstanceImages, settings: Settings, base: 
     from clover_agent.sandboxes.docker import docker_client
     from clover_agent.sandboxes.images import swebench_image
 
-    spec = test_spec(task, images.namespace)
+    spec = instance_spec(task, images.namespace)
     client = docker_client(settings.environment)
     image = instance_image(client, spec, images)
     variant = swebench_image(client, image, editable=installs_a_copy(spec), progress=images.progress)
@@ -268,13 +273,13 @@ async def grade_instance(
 
     dropped = infrastructure_paths(task, model_patch)
     problem = prepare_tree(base, work, task, model_patch, exclude=dropped)
-    details: dict[str, Any] = {"left_out": dropped, "test_command": test_command(spec)}
+    details: dict[str, Any] = {"left_out": dropped, "test_command": instance_test_command(spec)}
     if problem is not None:
         return Grade(False, f"the patch does not apply: {problem}", patch_applied=False, details=details)
     log_path = work.with_name("test_output.txt")
     try:
         async with create_sandbox(kind, make_spec(work)) as sandbox:
-            checked = await _guarded_outcomes(sandbox, task) if _pytest_ids(task) else None
+            checked = None if task.unrunnable else await _guarded_outcomes(sandbox, task)
             encoded = base64.b64encode(spec.eval_script.encode()).decode()
             ran = await sandbox.exec(
                 f"echo {encoded} | base64 -d > {EVAL_SCRIPT} && bash {EVAL_SCRIPT}", timeout=GRADE_TIMEOUT_S
@@ -288,7 +293,7 @@ async def grade_instance(
     f2p = {t: "passed" for t in status.get("FAIL_TO_PASS", {}).get("success", [])}
     f2p |= {t: "failed" for t in status.get("FAIL_TO_PASS", {}).get("failure", [])}
     p2p_failed = list(status.get("PASS_TO_PASS", {}).get("failure", []))
-    why_not = _why_not(task, report, log_tampering(ran.output), checked, ran.timed_out)
+    why_not = _why_not(report, log_tampering(ran.output), checked, ran.timed_out)
     if why_not:
         return Grade(False, why_not, f2p, p2p_failed, details=details)
     how = "and the guarded run agrees" if checked is not None else "(the log alone: not pytest ids)"
@@ -298,7 +303,7 @@ async def grade_instance(
 
 
 def _why_not(
-    task: Task, report: dict[str, Any], tampered: str, checked: dict[str, list[str]] | None, timed_out: bool
+    report: dict[str, Any], tampered: str, checked: dict[str, list[str]] | None, timed_out: bool
 ) -> str:
     """Why the instance is not resolved, first reason first ("" when it is)."""
     if timed_out:
@@ -310,7 +315,8 @@ def _why_not(
     if checked is not None and (checked["fail"] or checked["broken"]):
         said = "resolved" if report.get("resolved") else "unresolved"
         return (
-            f"the guarded run (a channel the code under test cannot forge) does not confirm the log (swebench: {said}): "
+            f"the guarded run (its signed results channel, which printing cannot forge) does not confirm "
+            f"the log (swebench: {said}): "
             f"FAIL_TO_PASS not passing {checked['fail'][:5]}, PASS_TO_PASS broken {checked['broken'][:5]}"
         )
     if not report.get("resolved"):
@@ -322,10 +328,6 @@ def _why_not(
         ]
         return "unresolved (swebench): " + ("; ".join(failing[:5]) or "see the log")
     return ""
-
-
-def _pytest_ids(task: Task) -> bool:
-    return not task.unrunnable
 
 
 async def _guarded_outcomes(sandbox: Any, task: Task) -> dict[str, list[str]]:

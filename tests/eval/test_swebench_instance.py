@@ -26,10 +26,10 @@ from clover_agent.eval.swebench import (
     has_spec,
     infrastructure_paths,
     installs_a_copy,
+    instance_spec,
+    instance_test_command,
     log_tampering,
     open_instance,
-    test_command,
-    test_spec,
 )
 from clover_agent.eval.tasks import load_tasks
 from clover_agent.sandboxes.images import LABEL_SWEBENCH_BASE
@@ -93,8 +93,10 @@ def test_gold_resolves_in_the_instance_image_by_swebenchs_grading_and_run_evalua
     assert graded["test_command"] == "pytest -rA tests/test_utils.py" and graded["left_out"] == []
     log = Path(graded["log"]).read_text()
     assert "+ cd /testbed" in log and "+ pytest -rA tests/test_utils.py" in log and f"PASSED {F2P}" in log
-    trajectory = (tmp_path / "out" / "work" / made_here.INSTANCE_ID / "run").rglob("*.jsonl")
-    assert any("/workspace/requests/utils.py" in p.read_text() for p in trajectory)
+    run = tmp_path / "out" / "work" / made_here.INSTANCE_ID / "run"
+    trajectory = "".join(p.read_text() for p in run.rglob("*.jsonl"))
+    assert "/workspace/requests/utils.py" in trajectory  # the agent's edits, in /testbed's workspace
+    assert "run in /testbed: `pytest -rA tests/test_utils.py`" in trajectory  # told the instance's command
     prediction = json.loads((tmp_path / "out" / "predictions.jsonl").read_text())
     assert (
         prediction["instance_id"] == made_here.INSTANCE_ID
@@ -201,7 +203,7 @@ def test_fake_results_printed_into_the_log_do_not_resolve(instance: Path, tmp_pa
     assert (
         not markers.resolved
         and "'>>>>> End Test Output'" in markers.message
-        and "written by the code under test" in markers.message
+        and "the code under test" in markers.message
     )
 
 
@@ -232,8 +234,8 @@ def test_swebenchs_spec_gives_the_test_command_and_the_install(tmp_path: Path) -
     (tmp_path / "t.jsonl").write_text(json.dumps(made_here.instance_line(_FAKE)) + "\n")
     (task,) = load_tasks(tmp_path / "t.jsonl")
     assert has_spec(task)
-    spec = test_spec(task)
-    assert test_command(spec) == "pytest -rA tests/test_utils.py"
+    spec = instance_spec(task)
+    assert instance_test_command(spec) == "pytest -rA tests/test_utils.py"
     assert installs_a_copy(spec)  # requests' spec: `python -m pip install .`
     assert spec.instance_image_key == f"sweb.eval.x86_64.{made_here.INSTANCE_ID}:latest"
     line = made_here.instance_line(_FAKE) | {"version": "0.0"}
@@ -245,8 +247,8 @@ def test_swebenchs_spec_gives_the_test_command_and_the_install(tmp_path: Path) -
 def test_the_log_checks_find_markers_the_code_wrote() -> None:
     start, end = ">>>>> Start Test Output", ">>>>> End Test Output"
     assert log_tampering(f"+ : '{start}'\nPASSED a\n+ : '{end}'\n") == ""
-    assert "written by the code under test" in log_tampering(f"+ : '{start}'\n{end}\nPASSED a\n+ : '{end}'\n")
-    assert log_tampering("no markers at all") != ""
+    assert "the code under test" in log_tampering(f"+ : '{start}'\n{end}\nPASSED a\n+ : '{end}'\n")
+    assert "lacks" in log_tampering("no markers at all")
 
 
 def _refused(tmp_path: Path, tasks: Path) -> str:
