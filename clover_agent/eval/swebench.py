@@ -3,8 +3,8 @@ script, test command and log parser of the ``swebench`` package (4.x, pinned: it
 ``make_test_spec`` reads ``MAP_REPO_VERSION_TO_SPECS``), and is graded by that package's grading
 code over the eval script's log. Nothing here re-derives what the package says.
 
-The instance image comes from the local Docker engine (built beforehand by swebench's
-``prepare_images``, or by any other means under swebench's name) or is pulled from a namespace.
+The instance image is pulled from a namespace, or taken from the local Docker engine under
+swebench's name and, where missing, built by swebench's own ``prepare_images``.
 The sandbox runs a variant of it (``sandboxes/images/swebench.Dockerfile``) where ``/testbed`` is
 the workspace. The grade cross-checks the log with a guarded run (pytest instances): code under
 test can print a fake ``PASSED`` line into a log, not into that run's signed channel.
@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from clover_agent.errors import UsageError
 from clover_agent.eval.grade import GRADE_TIMEOUT_S, Grade, outcomes_of, prepare_tree
 from clover_agent.eval.scripts import parse_patch
+from clover_agent.eval.swebench_grade import open_file_limit
 from clover_agent.eval.tasks import Task
 from clover_agent.handback.hostgit import git
 from clover_agent.launch import sandbox_spec
@@ -134,28 +138,65 @@ class InstanceImages:
     progress: Any = field(default=lambda text: None)
 
 
-def instance_image(client: docker.DockerClient, spec: Any, images: InstanceImages) -> str:
-    """The instance image's name, on the engine (pulled first when a namespace is given)."""
+def instance_image(
+    client: docker.DockerClient, spec: Any, images: InstanceImages, task: Task, folder: Path
+) -> str:
+    """The instance image's name, on the engine: pulled first when a namespace is given, else
+    built by swebench's own builder (``prepare_images``, run in ``folder``) when missing."""
     from docker.errors import APIError, ImageNotFound
 
-    name = spec.instance_image_key
+    name = str(spec.instance_image_key)
     try:
         client.images.get(name)
-        return str(name)
+        return name
     except ImageNotFound:
         pass
     if images.namespace is None:
-        raise SandboxUnavailable(
-            f"the SWE-bench instance image {name} is not on this Docker engine: build it with swebench "
-            f"(`python -m swebench.harness.prepare_images --dataset_name FILE --instance_ids {spec.instance_id}`; "
-            "it needs the internet: conda and GitHub) or pull it with --swebench-namespace swebench"
+        images.progress(
+            f"{name} is not here: building it with swebench's prepare_images (it needs the internet)"
         )
+        why = build_with_swebench(task, folder)
+        try:
+            client.images.get(name)
+            return name
+        except ImageNotFound:
+            raise SandboxUnavailable(
+                f"the SWE-bench instance image {name} is not on this Docker engine, and swebench's "
+                f"prepare_images could not build it (it needs the internet: Docker Hub's base image, conda, "
+                f"GitHub): {why}; or pull it with --swebench-namespace swebench"
+            ) from None
     images.progress(f"pulling {name}")
     try:
         client.images.pull(name)
     except APIError as exc:
         raise SandboxUnavailable(f"cannot pull the SWE-bench instance image {name}: {exc}") from None
-    return str(name)
+    return name
+
+
+#: How much of prepare_images' output an error quotes.
+BUILD_LOG_TAIL = 600
+
+
+def build_with_swebench(task: Task, folder: Path) -> str:
+    """Runs ``python -m swebench.harness.prepare_images`` for ``task`` in ``folder`` (its logs go
+    there); returns the tail of its output and where the whole of it is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dataset.jsonl").write_text(json.dumps(task.to_instance()) + "\n", encoding="utf-8")
+    command = [
+        sys.executable, "-m", "swebench.harness.prepare_images",
+        "--dataset_name", str((folder / "dataset.jsonl").resolve()),
+        "--instance_ids", task.instance_id,
+        "--max_workers", "1",
+        "--open_file_limit", str(open_file_limit()),
+        "--namespace", "none",
+        "--tag", "latest",
+        "--env_image_tag", "latest",
+    ]  # fmt: skip
+    log = folder / "prepare_images.log"
+    with open(log, "wb") as out:
+        proc = subprocess.run(command, cwd=folder, stdout=out, stderr=subprocess.STDOUT, check=False)
+    tail = " ".join(log.read_text(encoding="utf-8", errors="replace").split())[-BUILD_LOG_TAIL:]
+    return f"it exited {proc.returncode}, its output ends: ...{tail} (all of it: {log})"
 
 
 def export_testbed(client: docker.DockerClient, image: str, dest: Path, base_commit: str) -> None:
@@ -249,7 +290,7 @@ def open_instance(task: Task, images: InstanceImages, settings: Settings, base: 
 
     spec = instance_spec(task, images.namespace)
     client = docker_client(settings.environment)
-    image = instance_image(client, spec, images)
+    image = instance_image(client, spec, images, task, base.with_name("images"))
     variant = swebench_image(client, image, editable=installs_a_copy(spec), progress=images.progress)
     if not (base / ".git").is_dir():
         export_testbed(client, image, base, task.swebench["base_commit"])

@@ -125,7 +125,7 @@ def grade_with_swebench(
         "--max_workers", str(workers),
         "--timeout", str(timeout_s),
         "--namespace", namespace,
-        "--open_file_limit", str(_open_file_limit()),
+        "--open_file_limit", str(open_file_limit()),
         "--report_dir", ".",
     ]  # fmt: skip
     with open(folder / LOG_FILE, "wb") as log:
@@ -202,7 +202,7 @@ def _text(path: Path) -> str:
         return ""
 
 
-def _open_file_limit() -> int:
+def open_file_limit() -> int:
     """The limit swebench sets for itself (soft and hard alike): at most this process's hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = max(soft, 4096)

@@ -268,3 +268,28 @@ def test_swebench_refuses_a_set_it_cannot_run_before_anything_runs(tmp_path: Pat
     line = made_here.instance_line(_FAKE) | {"repo": {"path": "."}}
     (tmp_path / "u.jsonl").write_text(json.dumps(line) + "\n")
     assert "no task is a SWE-bench line" in _refused(tmp_path, tmp_path / "u.jsonl")
+
+
+@pytest.mark.docker
+def test_a_missing_instance_image_is_built_by_swebench_or_the_error_says_why(tmp_path: Path) -> None:
+    """No image under the instance's name and no namespace: swebench's own builder runs; here
+    (no registry, no internet) it cannot, and the task's error says so, with its log."""
+    from clover_agent.sandboxes.errors import SandboxUnavailable
+
+    line = made_here.instance_line(_FAKE) | {"instance_id": "psf__requests-90002"}
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    (task,) = load_tasks(tmp_path / "t.jsonl")
+    said: list[str] = []
+    with pytest.raises(SandboxUnavailable) as caught:
+        open_instance(
+            task, InstanceImages(namespace=None, progress=said.append), Settings.load(), tmp_path / "base"
+        )
+    message = str(caught.value)
+    assert (
+        "sweb.eval.x86_64.psf__requests-90002:latest" in message
+        and "prepare_images could not build it" in message
+    )
+    assert "internet" in message and str(tmp_path / "images" / "prepare_images.log") in message
+    assert (tmp_path / "images" / "prepare_images.log").read_text().strip()
+    assert any("building it with swebench's prepare_images" in line for line in said)
+    assert not (tmp_path / "base").exists()
