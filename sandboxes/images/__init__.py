@@ -338,3 +338,25 @@ def swebench_image(
     except (APIError, BuildError) as exc:
         raise SandboxUnavailable(f"building the sandbox variant of {instance} failed: {exc}") from None
     return tag
+
+
+def swebench_images(client: docker.DockerClient, *, everything: bool = False) -> list[dict[str, Any]]:
+    """SWE-bench variants no sandbox will start from again: those whose instance image is no
+    longer tagged (removed, or rebuilt since) or that lost their own tag. All of them with
+    ``everything``."""
+    found = [
+        i
+        for i in client.api.images(filters={"label": LABEL_SWEBENCH_BASE})
+        if (i.get("Labels") or {}).get(LABEL_SWEBENCH_BASE)
+    ]
+    if everything:
+        return found
+    tagged_ids = {
+        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
+    }
+    return [
+        i
+        for i in found
+        if i["Labels"][LABEL_SWEBENCH_BASE] not in tagged_ids
+        or not any(t.startswith(f"{SWEBENCH_REPOSITORY}:") for t in i.get("RepoTags") or [])
+    ]
