@@ -13,7 +13,6 @@ test can print a fake ``PASSED`` line into a log, not into that run's signed cha
 from __future__ import annotations
 
 import base64
-import io
 import json
 import shutil
 import subprocess
@@ -202,16 +201,18 @@ def build_with_swebench(task: Task, folder: Path) -> str:
 def export_testbed(client: docker.DockerClient, image: str, dest: Path, base_commit: str) -> None:
     """``dest``: the image's ``/testbed`` (the repository at its base commit, with its history),
     read from a container that never starts; the base commit must be there."""
-    container = client.containers.create(image, command=["true"], network_disabled=True)
-    try:
-        stream, _ = container.get_archive(TESTBED)
-        data = io.BytesIO(b"".join(stream))
-    finally:
-        container.remove(force=True)
     scratch = dest.with_name(dest.name + ".export")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    with tarfile.open(fileobj=data) as archive:
+    container = client.containers.create(image, command=["true"], network_disabled=True)
+    try:
+        stream, _ = container.get_archive(TESTBED)
+        with open(scratch / "testbed.tar", "wb") as tar:  # a large repository's history: not in memory
+            for chunk in stream:
+                tar.write(chunk)
+    finally:
+        container.remove(force=True)
+    with tarfile.open(scratch / "testbed.tar") as archive:
         archive.extractall(scratch, filter="data")  # no links out, no devices, no owners
     shutil.rmtree(dest, ignore_errors=True)
     (scratch / Path(TESTBED).name).rename(dest)
