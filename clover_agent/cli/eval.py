@@ -262,8 +262,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--swebench-namespace",
         default=DEFAULT_NAMESPACE,
         metavar="NS",
-        help=f"--grade swebench: where the instance images come from (default {DEFAULT_NAMESPACE}: "
-        "SWE-bench's published images, pulled where not here; none: built by the swebench package)",
+        help=f"--swebench and --grade swebench: where the instance images come from (default "
+        f"{DEFAULT_NAMESPACE}: SWE-bench's published images, pulled where not here; none: the local "
+        "images under swebench's names, built by the swebench package where missing)",
     )
     p.add_argument(
         "--swebench",
