@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from clover_agent import __version__
@@ -26,10 +27,14 @@ from clover_agent.eval.harness import (
     REPORT_JSON,
     REPORT_MD,
     EvalOptions,
+    ordered_results,
+    record_swebench_grades,
     run_tasks,
     write_outputs,
 )
-from clover_agent.eval.tasks import load_tasks
+from clover_agent.eval.swebench import InstanceImages, has_spec, instance_spec, is_instance
+from clover_agent.eval.swebench_grade import DEFAULT_NAMESPACE, GRADERS, check_tasks, grade_with_swebench
+from clover_agent.eval.tasks import Task, load_tasks
 from clover_agent.fix.regression import REGRESSION_SCOPES
 from clover_agent.launch import backend_factory, check_backend_options, probe_backend
 from clover_agent.safe_text import terminal_safe
@@ -38,8 +43,9 @@ from clover_agent.settings import Settings
 EXIT_CODES = """\
 exit codes:
   0  every task ran, and our verdict agrees with the grade on each (whatever the resolved rate)
-  1  a task's verdict and grade disagree (a bug in one of them), or a task could not be run
-     (its repository or set-up failed): report.md lists them
+  1  a task's verdict and grade disagree (a bug in one of them), a task could not be run
+     (its repository or set-up failed) or graded, or (--grade swebench) our grade and
+     swebench's differ: report.md lists them
   2  usage: bad arguments, or a task file that is not valid (the message names the file and field)
   3  model unavailable   4  sandbox unavailable (Docker missing: try --sandbox local)
   130 interrupted (Ctrl-C): the tasks finished so far are kept; run the same command to go on
@@ -64,6 +70,33 @@ def _prices(args: argparse.Namespace) -> tuple[float, float] | None:
     return None if args.price_in is None else (args.price_in, args.price_out)
 
 
+def _instance_images(
+    args: argparse.Namespace, tasks: list[Task], say: Callable[[str], None]
+) -> InstanceImages | None:
+    """Where instance images come from when the tasks run in them (``--swebench``, or every task
+    a SWE-bench line swebench has a spec for); None: our own environments."""
+    if args.swebench is None:
+        if sandbox_kind(args) != "docker" or not all(has_spec(t) for t in tasks):
+            return None
+        say(
+            "every task is a SWE-bench line: each runs in its instance image (--no-swebench: our own environments)"
+        )
+    if args.swebench is False:
+        return None
+    if args.swebench and sandbox_kind(args) != "docker":
+        raise UsageError("--swebench runs each instance in its Docker image: leave out --sandbox local")
+    if args.swebench and not any(is_instance(t) for t in tasks):
+        raise UsageError(
+            '--swebench: no task is a SWE-bench line (repo "owner/name", base_commit, version): '
+            "the others run in our own environments"
+        )
+    unknown = [t for t in tasks if is_instance(t) and not has_spec(t)]
+    if unknown:  # a usage error now, not one per task later
+        instance_spec(unknown[0])
+    namespace = None if args.swebench_namespace.lower() == "none" else args.swebench_namespace
+    return InstanceImages(namespace=namespace, progress=say)
+
+
 def _eval(args: argparse.Namespace) -> int:
     prices = _prices(args)
     skipped: list[str] = []
@@ -79,6 +112,8 @@ def _eval(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--only: no task {', '.join(unknown)} in {args.tasks}")
         tasks = [t for t in tasks if t.instance_id in wanted]
+    if args.grade == "swebench":
+        check_tasks(tasks, args.swebench_namespace)
     settings = Settings.load()
     git_fetch = GitFetchOptions.from_environment(
         settings.home, settings.environment, mirror=args.git_mirror, timeout_s=args.git_timeout
@@ -111,6 +146,7 @@ def _eval(args: argparse.Namespace) -> int:
         regression=args.regression,
         say=say,
         git=git_fetch,
+        swebench=_instance_images(args, tasks, say),
     )
     meta = {
         "clover_agent": __version__,
@@ -124,9 +160,15 @@ def _eval(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         asyncio.run(run_tasks(tasks, options_))
+        if args.grade == "swebench":
+            say("grading with SWE-bench's harness (swebench.harness.run_evaluation)")
+            grades = grade_with_swebench(
+                tasks, ordered_results(tasks, out), out, workers=args.jobs, namespace=args.swebench_namespace
+            )
+            record_swebench_grades(out, {key: g.to_dict() for key, g in grades.items()})
     except KeyboardInterrupt:
         interrupted = True
-    summary = write_outputs(tasks, out, options_.model_name, meta, prices)
+    summary = write_outputs(tasks, out, options_.model_name, meta, prices, grader=args.grade)
     print(
         f"resolved {summary['resolved']} of {summary['tasks']} ({100 * summary['resolved_rate']:.1f}%), "
         f"{len(summary['disagreements'])} disagreement(s), {len(summary['errors'])} error(s); "
@@ -138,11 +180,16 @@ def _eval(args: argparse.Namespace) -> int:
             "run the same command to go on",
             exit_code=ExitCode.INTERRUPTED,
         )
-    if summary["disagreements"] or summary["errors"]:
+    if summary["disagreements"] or summary["errors"] or summary["grader_disagreements"]:
         print(
             terminal_safe(
                 f"disagreements: {', '.join(summary['disagreements']) or 'none'}; "
                 f"errors: {', '.join(summary['errors']) or 'none'}"
+                + (
+                    f"; ours and swebench's grade differ on {', '.join(summary['grader_disagreements'])}"
+                    if summary["grader_disagreements"]
+                    else ""
+                )
             ),
             file=sys.stderr,
         )
@@ -202,6 +249,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=positive(float),
         metavar="S",
         help=f"seconds a git source's fetch may take (default 1800; also {TIMEOUT_VARIABLE})",
+    )
+    p.add_argument(
+        "--grade",
+        choices=GRADERS,
+        default="ours",
+        help="whose grade decides `resolved`: ours (default), or swebench: SWE-bench's own harness "
+        "(the swebench package, 4.x) runs each instance's image and eval script over the patches, "
+        "--jobs at a time, in OUT/swebench; ours still runs, and where the two differ it is listed",
+    )
+    p.add_argument(
+        "--swebench-namespace",
+        default=DEFAULT_NAMESPACE,
+        metavar="NS",
+        help=f"--swebench and --grade swebench: where the instance images come from (default "
+        f"{DEFAULT_NAMESPACE}: SWE-bench's published images, pulled where not here; none: the local "
+        "images under swebench's names, built by the swebench package where missing)",
+    )
+    p.add_argument(
+        "--swebench",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each SWE-bench instance in its instance image (/testbed the workspace; the eval "
+        "script, test command and log parser of the swebench package; images from "
+        "--swebench-namespace, or local with `none`); default: when every task is a SWE-bench "
+        "line swebench has a spec for; --no-swebench: our own environments",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the summary")
     p.set_defaults(func=_eval)

@@ -66,7 +66,7 @@ def _build(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from clover_agent.sandboxes.docker import docker_client, remove_containers, stale_containers
     from clover_agent.sandboxes.env_image import remove_images, superseded_environment_images
-    from clover_agent.sandboxes.images import compiler_images
+    from clover_agent.sandboxes.images import compiler_images, swebench_images
     from clover_agent.sandboxes.local import reap_stale_copies
 
     client = docker_client(Settings.load().docker_env, offer_local=False)
@@ -79,9 +79,11 @@ def _prune(args: argparse.Namespace) -> int:
     )
     images = remove_images(client, old)
     variants = remove_images(client, stale_variants)
+    swebench = remove_images(client, swebench_images(client, everything=args.all))
     print(
         f"removed {len(removed)} sandbox container(s), {len(copies)} local sandbox copy(ies), "
-        f"{len(images)} environment image(s) and {len(variants)} compiler variant(s)"
+        f"{len(images)} environment image(s), {len(variants)} compiler variant(s) and "
+        f"{len(swebench)} SWE-bench variant(s)"
     )
     return ExitCode.OK
 
@@ -118,12 +120,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "them with --all), local-sandbox copies of dead processes, and environment images no run "
         "starts from any more: those made from a sandbox image that was rebuilt since, and all but "
         "the newest of each repository; and compiler variants of images rebuilt since or of an older "
-        "recipe, with the environments made over them (every environment image and compiler variant "
-        "with --all).",
+        "recipe, with the environments made over them; and SWE-bench variants (eval --swebench) whose "
+        "instance image is gone (every environment image and variant with --all).",
     )
     prune.add_argument(
         "--all",
         action="store_true",
-        help="also remove sandboxes of running processes, every environment image and every compiler variant",
+        help="also remove sandboxes of running processes, every environment image and every compiler "
+        "and SWE-bench variant",
     )
     prune.set_defaults(func=_prune)

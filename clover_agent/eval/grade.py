@@ -29,6 +29,8 @@ class Grade:
     fail_to_pass: dict[str, str] = field(default_factory=dict)  # test id -> outcome ("missing": not run)
     pass_to_pass_failed: list[str] = field(default_factory=list)
     patch_applied: bool = True
+    #: What a grader adds (a SWE-bench instance's: swebench's report, the log, the files left out).
+    details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class Grade:
             "patch_applied": self.patch_applied,
             "FAIL_TO_PASS": self.fail_to_pass,
             "PASS_TO_PASS_failed": self.pass_to_pass_failed,
+            **self.details,
         }
 
 
@@ -44,14 +47,16 @@ def test_patch_paths(task: Task) -> list[str]:
     return sorted({name for d in parse_patch(task.test_patch) for name in (d.old, d.new) if name})
 
 
-def prepare_tree(base: Path, dest: Path, task: Task, model_patch: str) -> str | None:
-    """``dest``: a copy of ``base`` with ``model_patch`` (its changes to the test patch's files left
-    out: they are replaced) and the test patch applied. Returns why the model's patch did not
-    apply, or None."""
+def prepare_tree(
+    base: Path, dest: Path, task: Task, model_patch: str, exclude: list[str] | None = None
+) -> str | None:
+    """``dest``: a copy of ``base`` with ``model_patch`` (its changes to the test patch's files and
+    to ``exclude`` left out: they are taken as they are) and the test patch applied. Returns why
+    the model's patch did not apply, or None."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(base, dest, symlinks=True)
     if model_patch.strip():
-        excluded = [f"--exclude={path}" for path in test_patch_paths(task)]
+        excluded = [f"--exclude={path}" for path in sorted({*test_patch_paths(task), *(exclude or [])})]
         applied = git(
             dest, "apply", "--whitespace=nowarn", *excluded, "-", input=model_patch.encode(), check=False
         )

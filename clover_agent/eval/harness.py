@@ -26,6 +26,14 @@ from clover_agent.eval.gitsource import GitFetchOptions
 from clover_agent.eval.grade import Grade, grade
 from clover_agent.eval.scripts import empty_turns, gold_turns, write_replay
 from clover_agent.eval.source import commit_all, make_repo
+from clover_agent.eval.swebench import (
+    InstanceEnvironment,
+    InstanceImages,
+    grade_instance,
+    instance_test_command,
+    is_instance,
+    open_instance,
+)
 from clover_agent.eval.tasks import Task
 from clover_agent.events import Event, EventBus, ModelResponded, PhaseStarted
 from clover_agent.fix.request import FixRequest
@@ -64,6 +72,9 @@ class EvalOptions:
     say: Callable[[str], None] = field(default=lambda text: None)
     #: Where git sources are cached and mirrored, their timeout (None: from the settings).
     git: GitFetchOptions | None = None
+    #: SWE-bench instances run in their instance images (``--swebench``), from where these say;
+    #: None: every task in its environment of ours.
+    swebench: InstanceImages | None = None
 
 
 def results_dir(out: Path) -> Path:
@@ -168,6 +179,14 @@ async def run_tasks(tasks: list[Task], options: EvalOptions) -> list[dict[str, A
     return ordered_results(tasks, out)
 
 
+def record_swebench_grades(out: Path, grades: dict[str, dict[str, Any]]) -> None:
+    """Keeps swebench's grade of each task in its result file (``swebench``), beside ours."""
+    done = done_results(out)
+    for task_id, graded in grades.items():
+        if task_id in done:
+            _write_json(results_dir(out) / f"{task_id}.json", {**done[task_id], "swebench": graded})
+
+
 def ordered_results(tasks: list[Task], out: Path) -> list[dict[str, Any]]:
     done = done_results(out)
     return [done[t.instance_id] for t in tasks if t.instance_id in done]
@@ -219,11 +238,16 @@ def _repo_config(task: Task) -> RepoSettings:
 TASK_BROKEN = (2, 4, 5)
 
 
-def _request(task: Task) -> str:
-    return (
+def _request(task: Task, instance: InstanceEnvironment | None = None) -> str:
+    text = (
         f"An issue was reported against this repository:\n\n{task.problem_statement.strip()}\n\n"
         "Tests that show it were added; make them pass by fixing the code."
     )
+    if instance is not None:  # the workspace is the instance's /testbed
+        text += (
+            f"\n\nThe project's own test command, run in /testbed: `{instance_test_command(instance.spec)}`."
+        )
+    return text
 
 
 def git_options(settings: Settings, chosen: GitFetchOptions | None = None) -> GitFetchOptions:
@@ -283,8 +307,19 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             result.update(error=f"the task could not be run: {task.unrunnable}")
             result["wall_s"] = round(time.monotonic() - started, 3)
             return result
+        instance = None
+        if options.swebench is not None and is_instance(task):
+            instance = await asyncio.to_thread(
+                open_instance, task, options.swebench, options.settings, work / "base"
+            )
         base, repo = prepare_repo(task, work, options.settings, options.git)
         shutil.rmtree(work / "run", ignore_errors=True)
+
+        def spec_of(tree: Path) -> SandboxSpec:
+            if instance is not None:
+                return instance.sandbox_spec(options.settings, tree)
+            return task_spec(options, tree, task)
+
         make_backend = _backend(task, options, repo, work)
         counter = _Counter(task.instance_id, options.say)
         bus = EventBus()
@@ -292,7 +327,7 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
         session = SessionConfig(
             repo=repo,
             make_backend=make_backend,
-            spec=task_spec(options, repo, task),
+            spec=spec_of(repo),
             sandbox_kind=options.sandbox_kind,
             policy=preset("ci"),
             # a replay ends by itself, however many turns its patch takes
@@ -306,7 +341,7 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             run_dir=work / "run",
             command="eval",
             regression=options.regression,
-            request=_request(task),
+            request=_request(task, instance),
             launch={"eval": options.mode, "instance_id": task.instance_id},
         )
         report = await run_fix(request, bus)
@@ -335,14 +370,12 @@ async def run_task(task: Task, options: EvalOptions) -> dict[str, Any]:
             result["error"] = f"the task could not be run (exit {int(report.exit_code)}): " + (
                 report.message.splitlines()[0] if report.message else ""
             )
-        graded: Grade = await grade(
-            task,
-            base,
-            work / "grade",
-            patch,
-            lambda tree: task_spec(options, tree, task),
-            options.sandbox_kind,
-        )
+        if instance is not None:
+            graded: Grade = await grade_instance(
+                task, instance.spec, base, work / "grade", patch, spec_of, options.sandbox_kind
+            )
+        else:
+            graded = await grade(task, base, work / "grade", patch, spec_of, options.sandbox_kind)
         result.update(resolved=graded.resolved, grade=graded.to_dict(), agree=graded.resolved == report.fixed)
     except RUN_ERRORS as exc:
         result.update(error=message_of(exc), agree=not result["fixed"])
@@ -395,12 +428,18 @@ def write_outputs(
     model_name: str,
     meta: dict[str, Any],
     prices: tuple[float, float] | None = None,
+    grader: str = "ours",
 ) -> dict[str, Any]:
     """predictions.jsonl, report.json and report.md from the results in ``out``; ``prices``
-    (in, out; per million tokens) adds each task's cost and the cost per resolved task."""
+    (in, out; per million tokens) adds each task's cost and the cost per resolved task. ``grader``
+    says whose grade is ``resolved``: ours, or swebench's (each result's ``swebench``, from
+    :func:`clover_agent.eval.swebench_grade.grade_with_swebench`); where both graded a task and
+    they differ, the task is listed in ``grader_disagreements``."""
     results = [dict(r) for r in ordered_results(tasks, out)]
     for r in results:
         r["cost"] = None if prices is None else round(task_cost(r, *prices), 6)
+        if grader == "swebench":
+            _take_swebench_grade(r)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
         for r in results:
@@ -419,6 +458,15 @@ def write_outputs(
     summary = {
         **meta,
         "model_name_or_path": model_name,
+        "grader": grader,
+        "grader_disagreements": [
+            r["instance_id"]
+            for r in results
+            if r.get("grade")
+            and r.get("swebench")
+            and r["swebench"]["status"] in ("resolved", "unresolved")
+            and r["grade"]["resolved"] != r["swebench"]["resolved"]
+        ],
         "tasks": len(tasks),
         "done": len(results),
         "resolved": len(resolved),
@@ -444,6 +492,20 @@ def write_outputs(
     return summary
 
 
+def _take_swebench_grade(result: dict[str, Any]) -> None:
+    """A result (a copy) as swebench graded it: its ``resolved`` and ``agree`` from swebench's
+    grade; an instance swebench could not grade (or did not: the eval stopped before) is an error."""
+    theirs = result.get("swebench")
+    result["resolved"] = bool(theirs and theirs["resolved"])
+    result["agree"] = result["resolved"] == result["fixed"]
+    if result.get("error"):
+        return
+    if not theirs:
+        result["error"] = "not graded by swebench (the eval stopped before its grading)"
+    elif theirs["status"] == "error":
+        result["error"] = f"swebench could not grade it: {theirs['message']}"
+
+
 def markdown(summary: dict[str, Any]) -> str:
     rate = 100 * summary["resolved_rate"]
     lines = [
@@ -451,6 +513,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"Resolved {summary['resolved']} of {summary['tasks']} ({rate:.1f}%); {summary['done']} done; "
         f"{len(summary['disagreements'])} verdict/grade disagreement(s); {len(summary['errors'])} error(s).",
+        "",
+        _grader_line(summary),
         "",
         f"Cost: {_money(summary.get('cost'))} in all, {_money(summary.get('cost_per_resolved'))} per resolved "
         f"task ({_prices(summary)}).",
@@ -484,8 +548,15 @@ def markdown(summary: dict[str, Any]) -> str:
         by_id = {r["instance_id"]: r for r in summary["results"]}
         for task_id in summary["disagreements"]:
             r = by_id[task_id]
-            why = r["grade"]["message"] if r.get("grade") else r.get("error", "")
+            graded = r.get("swebench") if summary.get("grader") == "swebench" else r.get("grade")
+            why = graded["message"] if graded else r.get("error", "")
             lines.append(f"- {task_id}: verdict {r['verdict'] or '-'} ({r['message']}); grade: {why}")
+    if summary.get("grader_disagreements"):
+        lines += ["", "Grader disagreements (ours and swebench's differ: a bug in one of them):", ""]
+        by_id = {r["instance_id"]: r for r in summary["results"]}
+        for task_id in summary["grader_disagreements"]:
+            r = by_id[task_id]
+            lines.append(f"- {task_id}: ours: {r['grade']['message']}; swebench: {r['swebench']['message']}")
     if summary["errors"]:
         lines += ["", "Errors:", ""]
         lines += [f"- {r['instance_id']}: {r['error']}" for r in summary["results"] if r.get("error")]
@@ -493,6 +564,16 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += ["", "Skipped (tasks of the file that could not be loaded):", ""]
         lines += [f"- {_cell(why)}" for why in summary["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def _grader_line(summary: dict[str, Any]) -> str:
+    if summary.get("grader") != "swebench":
+        return "Graded by clover-agent's grader (a fresh sandbox, the held-out tests applied over the patch)."
+    return (
+        "Graded by SWE-bench's harness (swebench.harness.run_evaluation, each instance's image and eval "
+        f"script; OUT/swebench); {len(summary.get('grader_disagreements', []))} task(s) where our own "
+        "grade differs."
+    )
 
 
 def _cell(text: str) -> str:

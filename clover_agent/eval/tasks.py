@@ -69,7 +69,8 @@ class Task:
     environment: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)  # where the bug and the fix come from
     origin: str = ""  # the file it was read from
-    #: SWE-bench's fields where the task has them (:data:`SWEBENCH_FIELDS`), as text.
+    #: SWE-bench's fields where the task has them (:data:`SWEBENCH_FIELDS`, and ``repo`` when it
+    #: is SWE-bench's "owner/name"), as text.
     swebench: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -304,8 +305,11 @@ def task_from_dict(data: dict[str, Any], where: str, base: Path | None = None) -
         if key in swebench and not _REV.fullmatch(swebench[key]):
             raise TaskError(f"{where}: {key} {swebench[key]!r} is not a commit id")
     repo = _repo(data.get("repo"), where, base, swebench.get("base_commit", ""))
-    if not source and isinstance(data.get("repo"), str) and repo.kind == "git":
-        source = {"repo": data["repo"], **{k: v for k, v in swebench.items() if k != "hints_text"}}
+    if isinstance(data.get("repo"), str) and repo.kind == "git":
+        swebench["repo"] = data["repo"]  # as SWE-bench's harness reads it
+        if not source:
+            kept = (k for k in SWEBENCH_FIELDS if k != "hints_text" and k in swebench)
+            source = {"repo": data["repo"], **{k: swebench[k] for k in kept}}
     return Task(
         instance_id=instance_id,
         repo=repo,

@@ -288,3 +288,75 @@ def compiler_images(client: docker.DockerClient, *, everything: bool = False) ->
         if (base := i["Labels"][LABEL_COMPILER_BASE]) not in tagged_ids
         or compiler_tag(base) not in (i.get("RepoTags") or [])
     ]
+
+
+SWEBENCH_DOCKERFILE = IMAGES_DIR / "swebench.Dockerfile"
+#: Where the sandbox variants of SWE-bench instance images are tagged (:func:`swebench_image`).
+SWEBENCH_REPOSITORY = "clover-agent-swebench"
+LABEL_SWEBENCH_BASE = "clover-agent.swebench.base"  # the id of the instance image it was built FROM
+
+
+def swebench_image(
+    client: docker.DockerClient, instance: str, *, editable: bool, progress: Callable[[str], None]
+) -> str:
+    """The tag of the sandbox variant of the local SWE-bench instance image ``instance``
+    (``swebench.Dockerfile``: ``/testbed`` is the workspace; ``editable``: the project installed
+    editable first), built when missing; keyed by the instance image's id, the recipe and
+    ``editable``, so a rebuilt instance image gets a variant of its own."""
+    from docker.errors import APIError, BuildError, ImageNotFound
+
+    try:
+        base_id = client.api.inspect_image(instance)["Id"]
+    except ImageNotFound:
+        raise SandboxUnavailable(
+            f"the SWE-bench instance image {instance} is not on this Docker engine"
+        ) from None
+    material = (
+        base_id.encode() + b"\0" + SWEBENCH_DOCKERFILE.read_bytes() + (b"\0editable" if editable else b"")
+    )
+    tag = f"{SWEBENCH_REPOSITORY}:{hashlib.sha256(material).hexdigest()[:24]}"
+    if image_exists(client, tag):
+        return tag
+    try:
+        for chunk in client.api.build(
+            path=str(IMAGES_DIR),
+            dockerfile=SWEBENCH_DOCKERFILE.name,
+            tag=tag,
+            buildargs={"BASE": base_id, "EDITABLE": "1" if editable else ""},
+            labels={LABEL_SWEBENCH_BASE: base_id},
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
+            if "error" in chunk:
+                raise SandboxUnavailable(
+                    f"building the sandbox variant of {instance} failed: {chunk['error'].strip()}"
+                )
+            line = (chunk.get("stream") or "").rstrip("\n")
+            if line.strip():
+                progress(line)
+    except (APIError, BuildError) as exc:
+        raise SandboxUnavailable(f"building the sandbox variant of {instance} failed: {exc}") from None
+    return tag
+
+
+def swebench_images(client: docker.DockerClient, *, everything: bool = False) -> list[dict[str, Any]]:
+    """SWE-bench variants no sandbox will start from again: those whose instance image is no
+    longer tagged (removed, or rebuilt since) or that lost their own tag. All of them with
+    ``everything``."""
+    found = [
+        i
+        for i in client.api.images(filters={"label": LABEL_SWEBENCH_BASE})
+        if (i.get("Labels") or {}).get(LABEL_SWEBENCH_BASE)
+    ]
+    if everything:
+        return found
+    tagged_ids = {
+        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
+    }
+    return [
+        i
+        for i in found
+        if i["Labels"][LABEL_SWEBENCH_BASE] not in tagged_ids
+        or not any(t.startswith(f"{SWEBENCH_REPOSITORY}:") for t in i.get("RepoTags") or [])
+    ]
