@@ -28,6 +28,7 @@ from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, 
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.model.cache import ModelCache
 from clover_agent.engine.model.network import AttentionRule, CloverModel
+from clover_agent.engine.model.packed import Segment
 
 log = logging.getLogger("clover_agent.engine.batching")
 
@@ -52,19 +53,20 @@ class EngineClosed(RuntimeError):
 
 
 @dataclass
-class PendingForward:
-    """One request's forward, waiting for the next packed step: the arguments of
-    ``CloverModel.forward`` (what ``forward_packed`` takes as a segment)."""
+class PendingForward(Segment):
+    """One request's forward, waiting for the next packed step: a segment of ``forward_packed``
+    (the arguments of ``CloverModel.forward``) and, once the step ran, its outcome."""
 
-    input_ids: list[int]
-    cache: ModelCache
-    attention: AttentionRule
-    commit: bool | int = False
-    causal_prefix: int = 0
-    logit_rows: int | None = None
     result: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
+    #: Set with ``done``: the parked request waits on its own event, so a step wakes each request
+    #: once instead of every waiter of the engine's condition at every park.
+    woken: threading.Event = field(default_factory=threading.Event)
+
+    def wake(self) -> None:
+        self.done = True
+        self.woken.set()
 
 
 @dataclass(frozen=True)
@@ -373,8 +375,9 @@ class BatchEngine:
                 raise RequestCancelled(f"{request.id} was cancelled")
             request.parked = pending
             request.cache_bytes = pending.cache.nbytes()
-            self._cond.notify_all()
-            self._cond.wait_for(lambda: pending.done)
+            if self._step_ready() is not None:  # the last one to park wakes the scheduler
+                self._cond.notify_all()
+        pending.woken.wait()
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -419,7 +422,7 @@ class BatchEngine:
             elif request.parked is not None and not request.parked.done:
                 # Wake it now with the cancel (it is not run in the next step).
                 request.parked.error = RequestCancelled(f"{request.id} was cancelled")
-                request.parked.done = True
+                request.parked.wake()
             self._cond.notify_all()
         if queued:
             request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
@@ -476,7 +479,7 @@ class BatchEngine:
         outputs: list[torch.Tensor] = []
         try:
             if self.packed and len(pending) > 1:
-                outputs = list(self.model.forward_packed(pending))  # type: ignore[operator]
+                outputs = self.model.forward_packed(pending)
             else:
                 outputs = [
                     self.model(
@@ -504,4 +507,4 @@ class BatchEngine:
                     p.error = error
                 else:
                     p.result = outputs[i]
-                p.done = True
+                p.wake()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 from clover_agent.engine.model.cache import AttentionKV
 from clover_agent.engine.model.config import CloverConfig
-from clover_agent.engine.model.forward import ForwardContext
+from clover_agent.engine.model.forward import ForwardContext, PackedContext
 from clover_agent.engine.model.fused import FusedInputs
 from clover_agent.engine.model.norms import ZeroCentredRmsNorm
+from clover_agent.engine.ops import Ops
 
 
 class RotaryEmbedding:
@@ -58,12 +61,30 @@ class GatedAttention(FusedInputs):
     def forward(self, x: torch.Tensor, kv: AttentionKV, ctx: ForwardContext) -> torch.Tensor:
         """x: [T, hidden] after ``ctx.past`` committed tokens. The new K/V go into the cache's rows
         after the committed ones, in place; attention reads the cache there (nothing concatenated)."""
+        return self.o_proj(self.attend(*self.heads(x, ctx.rotary, ctx.ops), kv, ctx))
+
+    def forward_packed(
+        self, x: torch.Tensor, states: Sequence[AttentionKV], packed: PackedContext
+    ) -> torch.Tensor:
+        """:meth:`forward` of every segment of ``packed`` (x: their rows, concatenated): projections,
+        norms and rotary over all rows at once, then each segment's attention over its own cache."""
+        query, gate, key, value = self.heads(x, packed.rotary, packed.ops)
+        pieces = []
+        for i, (kv, ctx) in enumerate(zip(states, packed.contexts, strict=True)):
+            at = packed.rows(i)
+            pieces.append(self.attend(query[at], gate[at], key[at], value[at], kv, ctx))
+        return self.o_proj(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
+
+    def heads(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], ops: Ops
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-token work, (query, gate) [T, H, D] and (key, value) [T, Hkv, D]: the projections, the
+        q / k norms and the rotary embedding (one launch each on the GPU) at angles ``rotary``."""
         cfg = self.config
         steps = x.shape[0]
-        ops = ctx.ops
         q, k, v = self.project(x)
         query, gate = q.reshape(steps, cfg.num_attention_heads, 2 * cfg.head_dim).chunk(2, dim=-1)
-        cos, sin = ctx.rotary  # the q / k norms and the rotary embedding: one launch each on the GPU
+        cos, sin = rotary
         query = ops.rms_norm_rotary(query, self.q_norm.weight, self.q_norm.eps, cos, sin)
         key = ops.rms_norm_rotary(
             k.reshape(steps, cfg.num_key_value_heads, -1),
@@ -72,17 +93,27 @@ class GatedAttention(FusedInputs):
             cos,
             sin,
         )
-        value = v.reshape(steps, cfg.num_key_value_heads, -1)
+        return query, gate, key, v.reshape(steps, cfg.num_key_value_heads, -1)
 
+    def attend(
+        self,
+        query: torch.Tensor,
+        gate: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv: AttentionKV,
+        ctx: ForwardContext,
+    ) -> torch.Tensor:
+        """One sequence's new K/V into its cache, then its gated attention over it: [T, H*D]."""
         kv.write(key, value, ctx.positions)
-        out = ops.attention(
+        out = ctx.ops.attention(
             query,
             kv.key_buffer,
             kv.value_buffer,
             ctx.past,
             ctx.block_size,
             ctx.block_from,
-            cfg.head_dim**-0.5,
+            self.config.head_dim**-0.5,
             gate,
         )
-        return self.o_proj(out.reshape(steps, -1))
+        return out.reshape(query.shape[0], -1)

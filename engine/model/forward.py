@@ -38,3 +38,24 @@ class ForwardContext:
         if self.block_from is None or self.block_from >= self.steps:
             return None
         return self.block_from
+
+
+@dataclass(frozen=True)
+class PackedContext:
+    """Several forwards run as one (``CloverModel.forward_packed``): their tokens laid one segment
+    after another, the token-wise work done once over all of them, the token mixers per segment.
+
+    ``contexts[i]``: segment i's own context (in packed order); its tokens are rows
+    ``offsets[i]:offsets[i + 1]``. ``groups``: ``(first, end)`` runs of adjacent segments of one
+    shape (token count, commit, block rule), whose Gated DeltaNet layers run folded together.
+    ``rotary``: every segment's angles, concatenated."""
+
+    ops: Ops
+    contexts: list[ForwardContext]
+    offsets: list[int]
+    groups: list[tuple[int, int]]
+    rotary: tuple[torch.Tensor, torch.Tensor]
+
+    def rows(self, first: int, end: int = -1) -> slice:
+        """The packed rows of segments ``first`` .. ``end - 1`` (just ``first`` by default)."""
+        return slice(self.offsets[first], self.offsets[first + 1 if end < 0 else end])

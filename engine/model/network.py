@@ -9,23 +9,22 @@ follow the checkpoint's with the ``model.`` prefix dropped, so the loader maps n
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
 from clover_agent.engine.model.attention import GatedAttention, RotaryEmbedding
-from clover_agent.engine.model.cache import GdnState, LayerState, ModelCache
+from clover_agent.engine.model.cache import AttentionKV, GdnState, LayerState, ModelCache
 from clover_agent.engine.model.config import CloverConfig
-from clover_agent.engine.model.forward import ForwardContext
+from clover_agent.engine.model.forward import ForwardContext, PackedContext
 from clover_agent.engine.model.gdn import GatedDeltaNet
 from clover_agent.engine.model.moe import SparseMoe
 from clover_agent.engine.model.norms import ZeroCentredRmsNorm
+from clover_agent.engine.model.packed import AttentionRule, Segment, packed_forward
 from clover_agent.engine.ops import KernelChoice, Ops, check_kernels, resolve_ops
 from clover_agent.engine.ops.transfer import upload
-
-AttentionRule = Literal["block", "causal"]
 
 
 class DecoderLayer(nn.Module):
@@ -42,14 +41,29 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = ZeroCentredRmsNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, state: LayerState, ctx: ForwardContext) -> torch.Tensor:
-        ops = ctx.ops
-        normed = ops.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
         if isinstance(state, GdnState):
-            mixed = self.linear_attn(normed, state, ctx)
-        else:
-            mixed = self.self_attn(normed, state, ctx)
+            return self._around(x, lambda normed: self.linear_attn(normed, state, ctx), ctx.ops)
+        return self._around(x, lambda normed: self.self_attn(normed, state, ctx), ctx.ops)
+
+    def forward_packed(
+        self, x: torch.Tensor, states: Sequence[LayerState], packed: PackedContext
+    ) -> torch.Tensor:
+        """:meth:`forward` of every segment of ``packed``; x: their rows, concatenated."""
+        if hasattr(self, "linear_attn"):
+            gdn = cast("list[GdnState]", states)
+            return self._around(
+                x, lambda normed: self.linear_attn.forward_packed(normed, gdn, packed), packed.ops
+            )
+        kvs = cast("list[AttentionKV]", states)
+        return self._around(x, lambda normed: self.self_attn.forward_packed(normed, kvs, packed), packed.ops)
+
+    def _around(
+        self, x: torch.Tensor, mixer: Callable[[torch.Tensor], torch.Tensor], ops: Ops
+    ) -> torch.Tensor:
+        """The norm, ``mixer``, the residual add and norm, the MoE: all but the mixer token by token."""
+        normed = ops.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
         norm = self.post_attention_layernorm
-        x, normed = ops.add_rms_norm(x, mixed, norm.weight, norm.eps)  # one launch on the GPU
+        x, normed = ops.add_rms_norm(x, mixer(normed), norm.weight, norm.eps)  # one launch on the GPU
         return self.mlp(normed, ops, residual=x)
 
 
@@ -135,22 +149,10 @@ class CloverModel(nn.Module):
         [vocab, hidden] matrix for nothing. Everything the forward branches on is a Python number or a
         shape.
         """
-        if not isinstance(input_ids, torch.Tensor):
-            input_ids = upload(input_ids, self.device)
-        input_ids = input_ids.to(self.device, torch.long)
-        if input_ids.dim() != 1 or input_ids.numel() == 0:
-            raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")
+        input_ids, block_from, commit_count, rows = self._checked(
+            input_ids, cache, attention, commit, causal_prefix, logit_rows
+        )
         steps, past = input_ids.shape[0], cache.length
-        block_from = self._block_from(attention, causal_prefix, steps, past)
-        commit_count = self._commit_count(commit, steps, attention)
-        if causal_prefix and commit_count not in (0, causal_prefix):
-            raise ValueError(
-                f"with causal_prefix={causal_prefix} (a causal context committed in this pass) commit must "
-                f"be all of it or nothing (got commit={commit_count})"
-            )
-        rows = steps if logit_rows is None else logit_rows
-        if not 0 <= rows <= steps:
-            raise ValueError(f"logit_rows must be in [0, {steps}] or None, got {logit_rows!r}")
 
         if length is None:
             positions = torch.arange(past, past + steps, device=input_ids.device)
@@ -175,6 +177,40 @@ class CloverModel(nn.Module):
             return hidden.new_zeros(0, self.config.vocab_size, dtype=torch.float32)
         hidden = self.ops.rms_norm(hidden[steps - rows :], self.norm.weight, self.norm.eps)
         return self.lm_head(hidden).float()
+
+    def forward_packed(self, segments: Sequence[Segment]) -> list[torch.Tensor]:
+        """:meth:`forward` of each segment (each on its own cache), run as one batch: result i is
+        segment i's logits and each cache ends as its forward leaves it (``engine/model/packed.py``)."""
+        return packed_forward(self, segments)
+
+    def _checked(
+        self,
+        input_ids: torch.Tensor | list[int],
+        cache: ModelCache,
+        attention: str,
+        commit: bool | int,
+        causal_prefix: int,
+        logit_rows: int | None,
+    ) -> tuple[torch.Tensor, int | None, int, int]:
+        """A forward's arguments checked: (input ids on the device, block_from, commit count, logit
+        rows); a ValueError names the first bad one."""
+        if not isinstance(input_ids, torch.Tensor):
+            input_ids = upload(input_ids, self.device)
+        input_ids = input_ids.to(self.device, torch.long)
+        if input_ids.dim() != 1 or input_ids.numel() == 0:
+            raise ValueError(f"input_ids must be a non-empty 1-D tensor, got shape {tuple(input_ids.shape)}")
+        steps, past = input_ids.shape[0], cache.length
+        block_from = self._block_from(attention, causal_prefix, steps, past)
+        commit_count = self._commit_count(commit, steps, attention)
+        if causal_prefix and commit_count not in (0, causal_prefix):
+            raise ValueError(
+                f"with causal_prefix={causal_prefix} (a causal context committed in this pass) commit must "
+                f"be all of it or nothing (got commit={commit_count})"
+            )
+        rows = steps if logit_rows is None else logit_rows
+        if not 0 <= rows <= steps:
+            raise ValueError(f"logit_rows must be in [0, {steps}] or None, got {logit_rows!r}")
+        return input_ids, block_from, commit_count, rows
 
     def _block_from(self, attention: str, causal_prefix: int, steps: int, past: int) -> int | None:
         if attention not in ("block", "causal"):

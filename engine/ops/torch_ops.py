@@ -11,9 +11,13 @@ from clover_agent.kernels.moe import reference as moe_reference
 from clover_agent.kernels.moe.quant import QuantizedWeight, as_dense
 
 #: Routed-expert calls over at most this many tokens (every block step) run on a fixed grid with no
-#: host read; longer ones (prefill chunks) group the pairs by expert, reading the per-expert counts
-#: once per layer (``kernels.moe.reference.moe_experts``).
+#: host read; longer ones group the pairs by expert, reading the per-expert counts once per layer.
 FIXED_GRID_TOKENS = 64
+#: Up to this many tokens (several requests' block passes packed together) the grouped pairs are
+#: padded to the busiest expert's count and every expert runs as one batched matmul pair; longer
+#: inputs (prefill chunks) and quantised weights take one matmul pair per active expert
+#: (``kernels.moe.reference.moe_experts``).
+PADDED_GRID_TOKENS = 1024
 
 
 def attention(
@@ -137,7 +141,9 @@ def routed_experts(
     tokens, top_k = expert_ids.shape
     experts = gate_up_proj.shape[0]
     if tokens > FIXED_GRID_TOKENS:
-        return moe_reference.moe_experts(x, expert_ids, expert_weights, gate_up_proj, down_proj)
+        if tokens > PADDED_GRID_TOKENS or isinstance(gate_up_proj, QuantizedWeight):
+            return moe_reference.moe_experts(x, expert_ids, expert_weights, gate_up_proj, down_proj)
+        return _padded_experts(x, expert_ids, expert_weights, gate_up_proj, as_dense(down_proj, x.dtype))
     routing = torch.zeros(tokens, experts, device=x.device, dtype=torch.float32)
     routing.scatter_(1, expert_ids, expert_weights.float())  # [N, E]
     slots = min(experts, tokens * top_k)
@@ -155,6 +161,35 @@ def routed_experts(
     weights = routing.t().unsqueeze(-1)  # [S, N, 1]
     # where(), not a product: an unrouted pair's values may be anything, even inf.
     return torch.where(weights > 0, out * weights, 0.0).sum(0).to(x.dtype)
+
+
+def _padded_experts(
+    x: torch.Tensor,
+    expert_ids: torch.Tensor,
+    expert_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`routed_experts` with the pairs sorted by expert into rows of ``capacity`` (the busiest
+    expert's count, read back once) per expert: one batched matmul pair over [E, capacity] rows.
+    Padding rows are zeros and never read back."""
+    tokens, top_k = expert_ids.shape
+    experts = gate_up_proj.shape[0]
+    flat = expert_ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=experts)
+    capacity = int(counts.max())
+    sorted_ids = flat[order]
+    first = torch.cumsum(counts, 0) - counts  # each expert's first pair in sorted order
+    slot = sorted_ids * capacity + torch.arange(tokens * top_k, device=x.device) - first[sorted_ids]
+    token_of = order // top_k
+    rows = x.new_zeros(experts * capacity, x.shape[1])
+    rows[slot] = x[token_of]
+    gate, up = torch.bmm(rows.view(experts, capacity, -1), gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)
+    hidden = torch.bmm(F.silu(gate) * up, down_proj.transpose(1, 2)).view(experts * capacity, -1)
+    out = torch.zeros(tokens, x.shape[1], device=x.device, dtype=torch.float32)
+    out.index_add_(0, token_of, hidden[slot].float() * expert_weights.reshape(-1)[order, None].float())
+    return out.to(x.dtype)
 
 
 def sparse_moe(

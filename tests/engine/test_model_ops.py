@@ -58,9 +58,13 @@ def test_attention_on_the_cache_matches_explicit_softmax(
     torch.testing.assert_close(gated, expected * torch.sigmoid(gate), rtol=1e-5, atol=1e-6)  # as above
 
 
-@pytest.mark.parametrize(("tokens", "experts", "top_k"), [(11, 5, 2), (1, 16, 3), (3, 16, 2), (70, 6, 2)])
+@pytest.mark.parametrize(
+    ("tokens", "experts", "top_k"),
+    [(11, 5, 2), (1, 16, 3), (3, 16, 2), (70, 6, 2), (300, 7, 3), (1100, 4, 2)],
+)
 def test_moe_experts_matches_per_token_loop(tokens: int, experts: int, top_k: int) -> None:
-    """Few tokens (fixed grid, fewer slots than experts or all of them) and many (grouped by expert)."""
+    """Few tokens (fixed grid, fewer slots than experts or all of them), a packed batch's worth
+    (padded to the busiest expert) and many (one expert at a time)."""
     gen = torch.Generator().manual_seed(tokens)
     x = torch.randn(tokens, 6, generator=gen)
     gate_up, down = torch.randn(experts, 8, 6, generator=gen), torch.randn(experts, 6, 4, generator=gen)
