@@ -1,7 +1,7 @@
 """``BatchEngine``: many generation calls on one loaded model at once (what ``clover-agent serve`` runs).
 
-Each request runs the decoding loop of :meth:`Engine.stream` in a thread of its own; every model
-forward it needs is parked, and once each running request has parked one the scheduler thread runs
+Each request runs the decoding loop of :meth:`Engine.stream` in a greenlet of the scheduler's thread;
+every model forward it needs is parked, and once each running request has parked one the scheduler runs
 them all as one step (``CloverModel.forward_packed`` where the model has it) and wakes them. A
 request joins between steps, leaves when it is done, and a cancelled one stops at its next forward.
 How it works and what it guarantees (greedy tokens as decoded alone): docs/decoding.md, "Batched
@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import greenlet
 import torch
 
 from clover_agent.engine.decoding.decoder import BlockDecoder, DecodeCall
@@ -60,13 +61,6 @@ class PendingForward(Segment):
     result: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
-    #: Set with ``done``: the parked request waits on its own event, so a step wakes each request
-    #: once instead of every waiter of the engine's condition at every park.
-    woken: threading.Event = field(default_factory=threading.Event)
-
-    def wake(self) -> None:
-        self.done = True
-        self.woken.set()
 
 
 @dataclass(frozen=True)
@@ -118,6 +112,8 @@ class BatchRequest:
         self._cond = threading.Condition()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self.parked: PendingForward | None = None
+        #: The greenlet the request's decoding loop runs in (on the scheduler's thread).
+        self.task: greenlet.greenlet | None = None
         self.cache_bytes = 0
 
     # ---- reading -----------------------------------------------------------------------------
@@ -198,7 +194,7 @@ class BatchRequest:
         its state is freed. No other request is affected. Idempotent; a finished request stays finished."""
         self.batch._cancel(self)
 
-    # ---- writing (the engine's threads) ------------------------------------------------------
+    # ---- writing (the scheduler's thread) ------------------------------------------------------
     def _push(self, event: StreamEvent) -> None:
         with self._cond:
             if isinstance(event, BlockCommitted) and self.first_block is None:
@@ -297,6 +293,7 @@ class BatchEngine:
         self._counters = _Counters()
         self._accepting = True
         self._stopping = False
+        self._hub: greenlet.greenlet | None = None
         self._scheduler = threading.Thread(target=self._schedule, name="clover-batch", daemon=True)
         self._scheduler.start()
 
@@ -368,16 +365,17 @@ class BatchEngine:
             self._scheduler.join(timeout)
         return ended
 
-    # ---- the requests' side ------------------------------------------------------------------
+    # ---- the requests' side (each in a greenlet of the scheduler's thread) -------------------------
     def _park(self, request: BatchRequest, pending: PendingForward) -> torch.Tensor:
-        with self._cond:
-            if request.cancelled:
-                raise RequestCancelled(f"{request.id} was cancelled")
-            request.parked = pending
-            request.cache_bytes = pending.cache.nbytes()
-            if self._step_ready() is not None:  # the last one to park wakes the scheduler
-                self._cond.notify_all()
-        pending.woken.wait()
+        """Hand ``pending`` to the scheduler and wait (in the request's greenlet) for its step."""
+        if request.cancelled:
+            raise RequestCancelled(f"{request.id} was cancelled")
+        request.parked = pending
+        request.cache_bytes = pending.cache.nbytes()
+        assert self._hub is not None
+        self._hub.switch()
+        if request.cancelled and not pending.done:
+            raise RequestCancelled(f"{request.id} was cancelled")
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -419,11 +417,7 @@ class BatchEngine:
             if queued:
                 self._queue.remove(request)
                 self._counters.cancelled += 1
-            elif request.parked is not None and not request.parked.done:
-                # Wake it now with the cancel (it is not run in the next step).
-                request.parked.error = RequestCancelled(f"{request.id} was cancelled")
-                request.parked.wake()
-            self._cond.notify_all()
+            self._cond.notify_all()  # a running one is resumed with the cancel by the scheduler
         if queued:
             request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
 
@@ -433,46 +427,44 @@ class BatchEngine:
         return max(1.0, round(typical, 1))
 
     # ---- the scheduler -----------------------------------------------------------------------
-    def _admit(self) -> None:
-        while self._queue and len(self._running) < self.max_running:
-            request = self._queue.popleft()
-            request.started = time.monotonic()
-            self._running.append(request)
-            threading.Thread(
-                target=self._run_request, args=(request,), name=f"clover-{request.id}", daemon=True
-            ).start()
-
-    def _step_ready(self) -> list[BatchRequest] | None:
-        """The requests to run now (each running one has parked a forward), else None."""
-        if not self._running:
-            return None
-        batch = []
-        for request in self._running:
-            pending = request.parked
-            if pending is None:
-                return None
-            if not pending.done:
-                batch.append(request)
-        return batch or None
-
     def _schedule(self) -> None:
+        """The scheduler thread: resumes each running request's greenlet until it parks a forward
+        (or ends), runs the parked forwards as one step, and again. Nothing of a request runs
+        outside this thread, so a step needs no hand-off between threads."""
+        self._hub = greenlet.getcurrent()
         while True:
             with self._cond:
-                while True:
-                    self._admit()
-                    batch = self._step_ready()
-                    if batch is not None:
-                        break
+                while not self._running and not self._queue:
                     if self._stopping:
                         return
                     self._cond.wait()
-                pending = [r.parked for r in batch if r.parked is not None]
-            self._run_step([p for p in pending if p is not None])
+                started: list[BatchRequest] = []
+                while self._queue and len(self._running) < self.max_running:
+                    request = self._queue.popleft()
+                    request.started = time.monotonic()
+                    self._running.append(request)
+                    started.append(request)
+                cancelled = [r for r in self._running if r.cancelled and r.parked is not None]
+            for request in started:
+                request.task = greenlet.greenlet(lambda r=request: self._run_request(r))
+                request.task.switch()  # runs until its first forward is parked (or it ends)
+            for request in cancelled:  # resumed at their park, where they raise RequestCancelled
+                request.parked = None
+                self._resume(request)
             with self._cond:
-                for request in batch:
-                    if request.parked is not None and request.parked.done:
-                        request.parked = None
-                self._cond.notify_all()
+                batch = [r for r in self._running if r.parked is not None]
+            if not batch:
+                continue
+            pending = [r.parked for r in batch if r.parked is not None]
+            self._run_step(pending)
+            for request in batch:
+                request.parked = None
+                self._resume(request)
+
+    def _resume(self, request: BatchRequest) -> None:
+        task = request.task
+        if task is not None and not task.dead:
+            task.switch()
 
     def _run_step(self, pending: list[PendingForward]) -> None:
         error: BaseException | None = None
@@ -492,7 +484,7 @@ class BatchEngine:
                     )
                     for p in pending
                 ]
-        except BaseException as exc:  # every request of the step sees it: their caches may be mid-update
+        except Exception as exc:  # every request of the step sees it: their caches may be mid-update
             error = exc
             log.warning("a batched step of %d forwards failed: %s: %s", len(pending), type(exc).__name__, exc)
         with self._cond:
@@ -500,11 +492,9 @@ class BatchEngine:
             c.steps += 1
             c.forwards += len(pending)
             c.tokens_forwarded += sum(len(p.input_ids) for p in pending)
-            for i, p in enumerate(pending):
-                if p.done:  # cancelled while the step ran: it has been woken already
-                    continue
-                if error is not None:
-                    p.error = error
-                else:
-                    p.result = outputs[i]
-                p.wake()
+        for i, p in enumerate(pending):
+            if error is not None:
+                p.error = error
+            else:
+                p.result = outputs[i]
+            p.done = True

@@ -184,7 +184,7 @@ def _from_file(path: Path, skip: Callable[[str], None]) -> list[Task]:
 
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError:
         raise TaskError(
             f"{path}: reading parquet needs the pyarrow package, which is not installed here: "

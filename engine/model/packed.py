@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 import torch
 
@@ -21,7 +21,50 @@ from clover_agent.engine.model.forward import ForwardContext, PackedContext
 from clover_agent.engine.ops.transfer import upload
 
 if TYPE_CHECKING:
-    from clover_agent.engine.model.network import CloverModel, DecoderLayer
+    from torch import nn
+
+    from clover_agent.engine.model.attention import RotaryEmbedding
+    from clover_agent.engine.model.cache import LayerState
+    from clover_agent.engine.model.config import CloverConfig
+    from clover_agent.engine.model.norms import ZeroCentredRmsNorm
+    from clover_agent.engine.ops import Ops
+
+
+class DecoderLayer(Protocol):
+    """What a packed forward needs of a layer (``network.DecoderLayer``; a protocol, so this module
+    never imports the network that calls it)."""
+
+    def forward_packed(
+        self, x: torch.Tensor, states: Sequence[LayerState], packed: PackedContext
+    ) -> torch.Tensor: ...
+
+
+class CloverModel(Protocol):
+    """What a packed forward needs of the model (``network.CloverModel``)."""
+
+    config: CloverConfig
+    layers: nn.ModuleList
+    embed_tokens: nn.Embedding
+    rotary: RotaryEmbedding
+    lm_head: nn.Linear
+    norm: ZeroCentredRmsNorm
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def ops(self) -> Ops: ...
+
+    def _checked(
+        self,
+        input_ids: torch.Tensor | list[int],
+        cache: ModelCache,
+        attention: str,
+        commit: bool | int,
+        causal_prefix: int,
+        logit_rows: int | None,
+    ) -> tuple[torch.Tensor, int | None, int, int]: ...
+
 
 AttentionRule = Literal["block", "causal"]
 
