@@ -68,7 +68,6 @@ class DrainingServer(uvicorn.Server):
         self.served = served
         self.drain_timeout = drain_timeout
         self.out = out
-        self.drained = threading.Event()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.served.draining:
@@ -89,7 +88,6 @@ class DrainingServer(uvicorn.Server):
         if not self.served.batch.close(drain=True, timeout=self.drain_timeout):
             print("clover-agent serve: drain timed out; cancelling what is left", file=self.out, flush=True)
             self.served.batch.close(drain=False, timeout=CONNECTIONS_TIMEOUT_S)
-        self.drained.set()
         self.should_exit = True
 
 
