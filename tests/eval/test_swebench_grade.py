@@ -25,6 +25,11 @@ from tests.eval.tasks_fixture import CALC, FIXED, NEW_TESTS, TESTS, diff
 from tests.eval.test_git_source import upstream
 from tests.git_repos import git
 
+# One worker builds and tags the instance images (swebench names them by instance, repository and
+# version): a module fixture on two workers would overwrite the same tags with other commits, and
+# the two modules tag the same environment and base names.
+pytestmark = pytest.mark.xdist_group("swebench-images")
+
 INSTANCE = "psf__requests-9999"
 LABEL = "clover-agent.test"
 #: What SWE-bench's instance images hold besides the repository: a conda environment ``testbed``

@@ -36,6 +36,11 @@ from clover_agent.sandboxes.images import LABEL_SWEBENCH_BASE
 from clover_agent.settings import Settings
 from tests.eval import swebench_instance as made_here
 
+# One worker builds and tags the instance images (swebench names them by instance, repository and
+# version): a module fixture on two workers would overwrite the same tags with other commits, and
+# the two modules tag the same environment and base names.
+pytestmark = pytest.mark.xdist_group("swebench-images")
+
 ROOT = Path(__file__).resolve().parents[2]
 F2P = made_here.FAIL_TO_PASS[0]
 
