@@ -117,6 +117,8 @@ async def _json_body(request: Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise bad_request(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("the request body nests arrays and objects too deeply") from None
 
 
 def _prompt_ids(served: Served, chat: ChatRequest, thinking: bool) -> list[int]:

@@ -78,6 +78,26 @@ def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> Non
     assert raw.status == 400 and raw.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_hostile_bodies_are_400_in_openai_shape_and_counted(keyed: tuple[Served, str]) -> None:
+    """Bodies that once reached the server's generic 500 (an exception out of the route): an
+    integer past a float where a number goes, JSON nested past Python's recursion, a tool schema
+    nested past the chat template's."""
+    served, base_url = keyed
+    deep_schema = '{"type": "object", "properties": {"a": ' * 900 + "{}" + "}}" * 900
+    bodies = [
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", '
+        b'"function": {"name": "x", "parameters": ' + deep_schema.encode() + b"}}]}",
+    ]  # fmt: skip
+    before = served.metrics.outcomes["rejected"]
+    for body in bodies:
+        reply = http("POST", base_url + "/chat/completions", body, key=KEY)
+        assert reply.status == 400, reply.text[:200]
+        assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert served.metrics.outcomes["rejected"] == before + len(bodies)
+
+
 def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str]) -> None:
     served, base_url = keyed
     words = "lorem " * (served.context_window + 10)
