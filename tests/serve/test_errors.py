@@ -3,6 +3,7 @@ too long a prompt, a missing or wrong key, an unknown model, a full queue (429 w
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from clover_agent.serve.app import Served
+from clover_agent.serve.app import MAX_BODY_BYTES, Served
 from clover_agent.serve.server import serving_in_thread
-from tests.serve.servers import http, root, served_model, wait_for_stats
+from tests.serve.servers import DEADLINE_S, http, root, served_model, wait_for_stats
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +97,35 @@ def test_hostile_bodies_are_400_in_openai_shape_and_counted(keyed: tuple[Served,
         assert reply.status == 400, reply.text[:200]
         assert reply.json()["error"]["type"] == "invalid_request_error"
     assert served.metrics.outcomes["rejected"] == before + len(bodies)
+
+
+def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served, str]) -> None:
+    """A body without a length is counted as it comes: the server answers once the limit is
+    passed, with the client still sending (it would otherwise hold every byte sent until the end)."""
+    served, base_url = keyed
+    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    served.max_body_bytes = 4096
+    try:
+        with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as connection:
+            head = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            connection.sendall(head.encode())
+            piece = b"x" * 1024
+            for _ in range(8):  # twice the limit, and never the last chunk
+                connection.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            answer = ""
+            while not answer.endswith("}}"):  # the whole error body
+                received = connection.recv(65536)
+                assert received, answer
+                answer += received.decode(errors="replace")
+        declared = http("POST", base_url + "/chat/completions", b" " * 8192, key=KEY)  # a length told
+    finally:
+        served.max_body_bytes = MAX_BODY_BYTES
+    assert answer.startswith("HTTP/1.1 413"), answer[:200]
+    assert '"type":"invalid_request_error"' in answer and "larger than 4096 bytes" in answer
+    assert declared.status == 413 and declared.json()["error"]["code"] == "body_too_large"
 
 
 def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str]) -> None:
