@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--api-key",
         metavar="KEY",
-        help="key clients must send (Authorization: Bearer KEY; default: CLOVER_API_KEY); required unless "
-        "--host is a loopback address",
+        help="key clients must send (Authorization: Bearer KEY; default: CLOVER_API_KEY, better: a command "
+        "line is visible to the machine's other users); required unless --host is a loopback address",
     )
     parser.add_argument(
         "--max-running",
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queued < 0:
         raise UsageError("--max-queued must be 0 or more")
     settings = Settings.load()
-    api_key = args.api_key or settings.serve_api_key
+    api_key = args.api_key if args.api_key is not None else settings.serve_api_key
     check_api_key(args.host, api_key)  # before the minutes a load can take
     backend = EngineBackend(
         sources=model_sources(settings, args.model), device=args.device, progress=sys.stderr

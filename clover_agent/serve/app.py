@@ -49,7 +49,7 @@ class Served:
 
     backend: EngineBackend
     batch: BatchEngine
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line
     names: tuple[str, ...] = ()
     #: Most tokens an answer may take (a request's ``max_tokens`` is capped by it; the default when absent).
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
@@ -63,6 +63,8 @@ class Served:
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty or blank (a client sending 'Bearer' alone would match it)")
         if not self.names:  # a folder named "clover" is listed once
             self.names = tuple(dict.fromkeys((MODEL_ID, self.backend.model_dir.name)))
 

@@ -48,6 +48,14 @@ def test_a_wrong_or_missing_key_is_401(keyed: tuple[Served, str]) -> None:
     assert next(m.id for m in _client(base_url).models.list()) == "clover"
 
 
+def test_a_blank_key_is_never_served_and_the_key_stays_out_of_reprs(keyed: tuple[Served, str]) -> None:
+    served, _ = keyed
+    for blank in ("", " \t"):
+        with pytest.raises(ValueError, match="empty or blank"):
+            Served(served.backend, served.batch, api_key=blank)
+    assert KEY not in repr(served)
+
+
 def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> None:
     client = _client(keyed[1])
     cases = [

@@ -32,6 +32,19 @@ def test_listening_beyond_loopback_needs_an_api_key(real_vocab_checkpoint: Path)
     assert "loading weights" not in done.stderr  # refused before the load
 
 
+def test_an_empty_or_blank_api_key_is_refused_not_taken_for_none(real_vocab_checkpoint: Path) -> None:
+    """``--api-key "$KEY"`` with KEY unset must not serve without a key (nor with one that a bare
+    ``Authorization: Bearer`` matches), on loopback or beyond."""
+    for host, key in (("127.0.0.1", ""), ("0.0.0.0", "   ")):
+        done = run_cli(
+            "serve", "--model", str(real_vocab_checkpoint), "--host", host, "--port", "0", "--api-key", key,
+            env={"CLOVER_API_KEY": "sk-from-the-environment"},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "the API key is empty or blank" in done.stderr
+        assert "loading weights" not in done.stderr  # refused before the load
+
+
 def _metric(base: str, name: str) -> float:
     for line in http("GET", base + "/metrics").text.splitlines():
         if line.startswith(name + " "):
