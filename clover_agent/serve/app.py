@@ -352,7 +352,7 @@ def build_app(served: Served) -> Starlette:
     async def health(_: Request) -> Response:
         if served.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ready", "models": list(served.names)})
+        return JSONResponse({"status": "ready"})  # no key asked: nothing about the checkpoint
 
     async def not_found(request: Request, _: Exception) -> Response:
         return _error(ApiError(404, f"no such endpoint: {request.method} {request.url.path}"))
