@@ -42,6 +42,18 @@ CLOVER_FIELDS: dict[str, str] = {
     "fuse_commit": "boolean",
     "ignore_eos": "boolean",
 }
+#: Ranges (inclusive) a request's numbers must fall in, past the engine's own checks: values the
+#: engine takes but its float32 sampling turns into inf or NaN (a temperature of 1e-308 or 1e308,
+#: a top_p of 5e-324, a penalty of 1e308), which fail the request deep in decoding. 0 stays
+#: allowed for temperature (greedy).
+SAFE_RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (1e-6, 100.0),
+    "top_p": (1e-6, 1.0),
+    "repetition_penalty": (0.01, 100.0),
+    "presence_penalty": (0.0, 100.0),
+    "frequency_penalty": (0.0, 100.0),
+    "loop_penalty": (1.0, 100.0),
+}
 #: OpenAI sampling fields and the ``SamplingParams`` field each sets.
 OPENAI_SAMPLING: dict[str, tuple[str, str]] = {
     "temperature": ("temperature", "number"),
@@ -255,6 +267,10 @@ def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
         value = _typed(body, name, kind)
         if value is not None:
             changes[name] = float(value) if kind == "number" else value
+    for name, (low, high) in SAFE_RANGES.items():
+        value = changes.get(name)
+        if value is not None and not (low <= value <= high or (name == "temperature" and value == 0.0)):
+            raise bad_request(f"'{name}' must be in [{low:g}, {high:g}] (got {value:g})", name)
     if changes.get("seed", 0) not in SEED_RANGE:
         raise bad_request("'seed' must fit in 64 bits", "seed")
     if "temperature" in changes and changes["temperature"] == 0.0:

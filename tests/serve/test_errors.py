@@ -138,6 +138,36 @@ def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served
     assert declared.status == 413 and declared.json()["error"]["code"] == "body_too_large"
 
 
+def test_sampling_values_at_the_edges_of_their_ranges_decode(real_vocab_checkpoint: Path) -> None:
+    """The ends of :data:`SAFE_RANGES` decode without the NaN failures just past them (which
+    failed the request in decoding, 500, counted and logged as an engine failure)."""
+    from clover_agent.serve.request import SAFE_RANGES
+
+    served = served_model(real_vocab_checkpoint, max_running=8)
+    edges = [{name: bounds[0], "temperature": 1.0} for name, bounds in SAFE_RANGES.items()]
+    edges += [{name: bounds[1], "temperature": 1.0} for name, bounds in SAFE_RANGES.items()]
+    edges += [{"temperature": 1e-6}, {"temperature": 100.0}]
+    for edge in edges:
+        if "loop_penalty" in edge:
+            edge["loop_action"] = "penalize"
+    with serving_in_thread(served) as base_url:
+        results: dict[int, str | None] = {}
+
+        def ask(i: int, edge: dict) -> None:
+            answer = _client(base_url).chat.completions.create(
+                model="clover", messages=USER, max_tokens=16, extra_body=edge
+            )
+            results[i] = answer.choices[0].finish_reason
+
+        threads = [threading.Thread(target=ask, args=(i, e)) for i, e in enumerate(edges)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE_S * 2)
+        assert served.batch.stats().failed == 0
+    assert len(results) == len(edges) and set(results.values()) <= {"stop", "length"}, results
+
+
 def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str]) -> None:
     served, base_url = keyed
     words = "lorem " * (served.context_window + 10)

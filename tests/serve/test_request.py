@@ -85,6 +85,13 @@ def test_tool_choice_none_offers_no_tools() -> None:
         (_body(temperature=10**400), "temperature"),  # past a float: not a number here
         (_body(top_p=-(10**400)), "top_p"),
         (_body(seed=2**64), "seed"),
+        (_body(temperature=1e-308), "temperature"),  # finite, but inf or NaN in float32 sampling
+        (_body(temperature=1e308), "temperature"),
+        (_body(top_p=5e-324), "top_p"),
+        (_body(repetition_penalty=1e-308), "repetition_penalty"),
+        (_body(presence_penalty=1e308), "presence_penalty"),
+        (_body(frequency_penalty=1e308), "frequency_penalty"),
+        (_body(loop_penalty=1e308), "loop_penalty"),
         (_body(seed=-(2**63) - 1), "seed"),
     ],
 )
