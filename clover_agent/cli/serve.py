@@ -11,6 +11,14 @@ from clover_agent.cli.options import positive
 from clover_agent.errors import ExitCode
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535 (refused here, before the load)."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {text})")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -26,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=8000, help="port (default: 8000; 0: any free one, printed)"
+        "--port", type=port, default=8000, help="port (default: 8000; 0: any free one, printed)"
     )
     parser.add_argument(
         "--api-key",

@@ -14,6 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from clover_agent.errors import UsageError
+from clover_agent.serve.server import bind
 from tests.cli_process import run_cli, start_signalable
 from tests.serve.servers import DEADLINE_S, http, wait_for
 
@@ -43,6 +45,18 @@ def test_an_empty_or_blank_api_key_is_refused_not_taken_for_none(real_vocab_chec
         assert done.returncode == 2, done.stderr
         assert "the API key is empty or blank" in done.stderr
         assert "loading weights" not in done.stderr  # refused before the load
+
+
+def test_a_port_out_of_range_is_a_usage_error_before_the_load(real_vocab_checkpoint: Path) -> None:
+    for bad in ("70000", "-1"):
+        done = run_cli(
+            "serve", "--model", str(real_vocab_checkpoint), "--port", bad, env={"CLOVER_API_KEY": ""}
+        )
+        assert done.returncode == 2, done.stderr
+        assert "must be a port from 0 to 65535" in done.stderr and "Traceback" not in done.stderr
+        assert "loading weights" not in done.stderr
+    with pytest.raises(UsageError, match=re.escape("cannot listen on 127.0.0.1:70000")):
+        bind("127.0.0.1", 70000)  # the library's callers (serving_in_thread) too
 
 
 def _metric(base: str, name: str) -> float:
