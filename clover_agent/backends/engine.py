@@ -238,20 +238,33 @@ class EngineBackend(ModelBackend):
         """The prompt text, rendered with the checkpoint's own chat template (``enable_thinking``:
         None for this backend's setting; ``clover-agent serve`` sets it per request).
 
-        Special-token text inside message contents (a file or a tool output holding
-        ``<|im_end|>``) gets a zero-width space after its first character, so it is read as text and
-        can never end a turn or forge one."""
+        Special-token text anywhere in the messages or the tools (a file or a tool output holding
+        ``<|im_end|>``, copied into a call's arguments, a reasoning, a tool's description) gets a
+        zero-width space after its first character, so it is read as text and can never end a turn
+        or forge one."""
         safe = [self._defused(message) for message in messages]
         thinking = self.enable_thinking if enable_thinking is None else enable_thinking
-        return render_prompt(safe, tools, self.chat_template, enable_thinking=thinking)
+        return render_prompt(
+            safe, self._defused(tools) if tools else tools, self.chat_template, enable_thinking=thinking
+        )
 
-    def _defused(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
-        content = message.get("content")
-        if not isinstance(content, str) or not any(s in content for s in self._special_texts):
-            return message
-        for special in self._special_texts:
-            content = content.replace(special, special[0] + ZERO_WIDTH_SPACE + special[1:])
-        return {**message, "content": content}
+    def _defused(self, value: Any) -> Any:
+        """``value`` with every string in it (keys too) defused; unchanged values are returned as they are."""
+        if isinstance(value, str):
+            if "<" not in value or not any(s in value for s in self._special_texts):
+                return value
+            for special in self._special_texts:
+                value = value.replace(special, special[0] + ZERO_WIDTH_SPACE + special[1:])
+            return value
+        if isinstance(value, Mapping):
+            pairs = [(self._defused(k), self._defused(v)) for k, v in value.items()]
+            if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
+                return value
+            return dict(pairs)
+        if isinstance(value, list | tuple):
+            items = [self._defused(item) for item in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        return value
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """The prompt's token ids. The last rendering is kept: the agent counts the prompt, then

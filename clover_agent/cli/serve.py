@@ -11,6 +11,14 @@ from clover_agent.cli.options import positive
 from clover_agent.errors import ExitCode
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535 (refused here, before the load)."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535 (got {text})")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -26,13 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, default=8000, help="port (default: 8000; 0: any free one, printed)"
+        "--port", type=port, default=8000, help="port (default: 8000; 0: any free one, printed)"
     )
     parser.add_argument(
         "--api-key",
         metavar="KEY",
-        help="key clients must send (Authorization: Bearer KEY; default: CLOVER_API_KEY); required unless "
-        "--host is a loopback address",
+        help="key clients must send (Authorization: Bearer KEY; default: CLOVER_API_KEY, better: a command "
+        "line is visible to the machine's other users); required unless --host is a loopback address",
     )
     parser.add_argument(
         "--max-running",
@@ -92,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_queued < 0:
         raise UsageError("--max-queued must be 0 or more")
     settings = Settings.load()
-    api_key = args.api_key or settings.serve_api_key
+    api_key = args.api_key if args.api_key is not None else settings.serve_api_key
     check_api_key(args.host, api_key)  # before the minutes a load can take
     backend = EngineBackend(
         sources=model_sources(settings, args.model), device=args.device, progress=sys.stderr

@@ -49,18 +49,22 @@ class Served:
 
     backend: EngineBackend
     batch: BatchEngine
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line
     names: tuple[str, ...] = ()
     #: Most tokens an answer may take (a request's ``max_tokens`` is capped by it; the default when absent).
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     #: Tokens a conversation may reach, prompt and answer (what the memory plan was made for); None:
     #: the model's window.
     context_tokens: int | None = None
+    #: Largest request body read (bytes).
+    max_body_bytes: int = MAX_BODY_BYTES
     draining: bool = False
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty or blank (a client sending 'Bearer' alone would match it)")
         if not self.names:  # a folder named "clover" is listed once
             self.names = tuple(dict.fromkeys((MODEL_ID, self.backend.model_dir.name)))
 
@@ -106,17 +110,25 @@ def _authorize(served: Served, request: Request) -> None:
         raise ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key")
 
 
-async def _json_body(request: Request) -> Any:
+async def _json_body(request: Request, limit: int) -> Any:
+    """The body as JSON, read no further than ``limit`` bytes: a body without a length (chunked)
+    is counted as it comes, so no client makes the server hold more than that."""
+    too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="body_too_large")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise bad_request(f"the request body is larger than {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise bad_request(f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
     try:
-        return json.loads(raw)
+        return json.loads(b"".join(chunks))
     except ValueError as exc:
         raise bad_request(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("the request body nests arrays and objects too deeply") from None
 
 
 def _prompt_ids(served: Served, chat: ChatRequest, thinking: bool) -> list[int]:
@@ -162,7 +174,7 @@ async def _start(served: Served, request: Request) -> _Job:
     if served.draining:
         raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
     _authorize(served, request)
-    chat = read_chat_request(await _json_body(request))
+    chat = read_chat_request(await _json_body(request, served.max_body_bytes))
     if chat.model not in served.names:
         raise ApiError(
             404, f"the model {chat.model!r} is not served here; this server serves: {', '.join(served.names)}",
@@ -340,7 +352,7 @@ def build_app(served: Served) -> Starlette:
     async def health(_: Request) -> Response:
         if served.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ready", "models": list(served.names)})
+        return JSONResponse({"status": "ready"})  # no key asked: nothing about the checkpoint
 
     async def not_found(request: Request, _: Exception) -> Response:
         return _error(ApiError(404, f"no such endpoint: {request.method} {request.url.path}"))

@@ -1,5 +1,5 @@
 """Errors as OpenAI's API writes them: ``{"error": {"message", "type", "param", "code"}}`` with the
-HTTP status clients act on (400, 401, 404, 429 with ``Retry-After``, 503)."""
+HTTP status clients act on (400, 401, 404, 413, 429 with ``Retry-After``, 503)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ ERROR_TYPES: dict[int, str] = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "service_unavailable",

@@ -16,6 +16,11 @@ from clover_agent.serve.errors import ApiError, bad_request
 ROLES = ("system", "developer", "user", "assistant", "tool")
 #: Most stop strings a request may give.
 MAX_STOP_STRINGS = 16
+#: Deepest nesting of arrays and objects a body may have (a tool's JSON Schema included): deeper
+#: bodies would exhaust the recursion of whatever walks them later (the chat template, a schema).
+MAX_DEPTH = 64
+#: Seeds a request may give: what a 64-bit generator takes.
+SEED_RANGE = range(-(2**63), 2**64)
 
 #: Clover's decoding controls accepted as extra body fields: name -> JSON type (the engine's
 #: ``SamplingParams`` field of the same name checks the value).
@@ -36,6 +41,18 @@ CLOVER_FIELDS: dict[str, str] = {
     "causal_context": "boolean",
     "fuse_commit": "boolean",
     "ignore_eos": "boolean",
+}
+#: Ranges (inclusive) a request's numbers must fall in, past the engine's own checks: values the
+#: engine takes but its float32 sampling turns into inf or NaN (a temperature of 1e-308 or 1e308,
+#: a top_p of 5e-324, a penalty of 1e308), which fail the request deep in decoding. 0 stays
+#: allowed for temperature (greedy).
+SAFE_RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (1e-6, 100.0),
+    "top_p": (1e-6, 1.0),
+    "repetition_penalty": (0.01, 100.0),
+    "presence_penalty": (0.0, 100.0),
+    "frequency_penalty": (0.0, 100.0),
+    "loop_penalty": (1.0, 100.0),
 }
 #: OpenAI sampling fields and the ``SamplingParams`` field each sets.
 OPENAI_SAMPLING: dict[str, tuple[str, str]] = {
@@ -64,9 +81,16 @@ class ChatRequest:
     sampling: dict[str, Any] = field(default_factory=dict)
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past what a float holds
+        return False
+
+
 def _is(value: Any, kind: str) -> bool:
     if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
     if kind == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "string":
@@ -243,6 +267,12 @@ def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
         value = _typed(body, name, kind)
         if value is not None:
             changes[name] = float(value) if kind == "number" else value
+    for name, (low, high) in SAFE_RANGES.items():
+        value = changes.get(name)
+        if value is not None and not (low <= value <= high or (name == "temperature" and value == 0.0)):
+            raise bad_request(f"'{name}' must be in [{low:g}, {high:g}] (got {value:g})", name)
+    if changes.get("seed", 0) not in SEED_RANGE:
+        raise bad_request("'seed' must fit in 64 bits", "seed")
     if "temperature" in changes and changes["temperature"] == 0.0:
         changes.setdefault("top_p", 1.0)
         changes.setdefault("top_k", 0)  # greedy: the filters change nothing; stated for the record
@@ -257,10 +287,28 @@ def _unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request("'logprobs' is not supported", "logprobs", "unsupported_value")
 
 
+def _check_depth(body: Any) -> None:
+    """:class:`ApiError` 400 when arrays and objects nest deeper than :data:`MAX_DEPTH` (walked
+    without recursion: the walk itself must not be what a hostile body exhausts)."""
+    level: list[Any] = [body]
+    for _ in range(MAX_DEPTH + 1):
+        level = [
+            child
+            for value in level
+            for child in (
+                value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
+            )
+        ]
+        if not level:
+            return
+    raise bad_request(f"the request body nests arrays and objects deeper than {MAX_DEPTH} levels")
+
+
 def read_chat_request(body: Any) -> ChatRequest:
     """The request in ``body`` (the parsed JSON), or :class:`ApiError` 400 naming the field at fault."""
     if not isinstance(body, Mapping):
         raise bad_request("the request body must be a JSON object")
+    _check_depth(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("'model' is required (a string)", "model")

@@ -39,7 +39,9 @@ def is_loopback(host: str) -> bool:
 
 def check_api_key(host: str, api_key: str | None) -> None:
     """A :class:`UsageError` naming the fix when the server would listen beyond this machine
-    without an API key."""
+    without an API key, or when the key is blank (a client sending ``Bearer`` alone would match it)."""
+    if api_key is not None and not api_key.strip():
+        raise UsageError("the API key is empty or blank: give a real one (--api-key KEY or CLOVER_API_KEY)")
     if api_key is None and not is_loopback(host):
         raise UsageError(
             f"serving on {host} lets other machines in: give it an API key (--api-key KEY or "
@@ -53,9 +55,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # OverflowError: a port past 65535
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     sock.listen(2048)
     return sock
 

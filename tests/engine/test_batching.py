@@ -204,6 +204,28 @@ def test_bad_requests_fail_at_submit_and_the_engine_goes_on(engine: Engine) -> N
         batch.close()
 
 
+def test_a_request_failing_in_its_own_loop_fails_alone_and_the_scheduler_goes_on(engine: Engine) -> None:
+    """A temperature the parameters accept but float32 sampling turns into NaN: the request's
+    loop raises between its forwards (not in a step); its neighbours keep their tokens, the
+    scheduler keeps running, and nothing of it stays counted as running."""
+    calls = [(prompt(20), {"max_new_tokens": 64}), (prompt(45, 60), {"max_new_tokens": 64})]
+    expected = [alone(engine, p, **kw) for p, kw in calls]
+    batch = BatchEngine(engine, max_running=4)
+    try:
+        neighbours = [batch.submit(p, engine.default_params(**kw)) for p, kw in calls]
+        hostile = batch.submit(prompt(30, 90), engine.default_params(max_new_tokens=64, temperature=1e-308))
+        with pytest.raises(RuntimeError, match="probability tensor"):
+            hostile.result(timeout=120)
+        assert [r.result(timeout=120).token_ids for r in neighbours] == expected
+        assert batch.generate(
+            prompt(8), engine.default_params(max_new_tokens=32)
+        ).token_ids  # still scheduling
+        stats = batch.stats()
+        assert (stats.failed, stats.finished, stats.running, stats.running_cache_bytes) == (1, 3, 0, 0)
+    finally:
+        assert batch.close(timeout=60)
+
+
 def test_events_stream_to_threads_and_to_asyncio_readers(engine: Engine) -> None:
     batch = BatchEngine(engine, max_running=2)
     try:

@@ -3,6 +3,7 @@ too long a prompt, a missing or wrong key, an unknown model, a full queue (429 w
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from clover_agent.serve.app import Served
+from clover_agent.serve.app import MAX_BODY_BYTES, Served
 from clover_agent.serve.server import serving_in_thread
-from tests.serve.servers import http, root, served_model, wait_for_stats
+from tests.serve.servers import DEADLINE_S, http, root, served_model, wait_for_stats
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +33,7 @@ def _client(base_url: str, key: str = KEY) -> openai.OpenAI:
 
 
 def test_a_wrong_or_missing_key_is_401(keyed: tuple[Served, str]) -> None:
-    _, base_url = keyed
+    served, base_url = keyed
     with pytest.raises(openai.AuthenticationError) as wrong:
         _client(base_url, "sk-test-0123456780").chat.completions.create(model="clover", messages=USER)
     assert wrong.value.status_code == 401
@@ -42,9 +43,19 @@ def test_a_wrong_or_missing_key_is_401(keyed: tuple[Served, str]) -> None:
     for path in ("/v1/models", "/metrics"):
         response = http("GET", root(base_url) + path)
         assert response.status == 401 and response.json()["error"]["type"] == "authentication_error"
-    # the health check needs no key (load balancers probe it)
-    assert http("GET", root(base_url) + "/health").json()["status"] == "ready"
+    # the health check needs no key (load balancers probe it), so it tells nothing else
+    health = http("GET", root(base_url) + "/health")
+    assert health.json() == {"status": "ready"}
+    assert served.backend.model_dir.name not in health.text
     assert next(m.id for m in _client(base_url).models.list()) == "clover"
+
+
+def test_a_blank_key_is_never_served_and_the_key_stays_out_of_reprs(keyed: tuple[Served, str]) -> None:
+    served, _ = keyed
+    for blank in ("", " \t"):
+        with pytest.raises(ValueError, match="empty or blank"):
+            Served(served.backend, served.batch, api_key=blank)
+    assert KEY not in repr(served)
 
 
 def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> None:
@@ -76,6 +87,85 @@ def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> Non
     assert "threshold must be in (0, 1]" in engine_side.value.message
     raw = http("POST", keyed[1] + "/chat/completions", b"{nope", key=KEY)
     assert raw.status == 400 and raw.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_hostile_bodies_are_400_in_openai_shape_and_counted(keyed: tuple[Served, str]) -> None:
+    """Bodies that once reached the server's generic 500 (an exception out of the route): an
+    integer past a float where a number goes, JSON nested past Python's recursion, a tool schema
+    nested past the chat template's."""
+    served, base_url = keyed
+    deep_schema = '{"type": "object", "properties": {"a": ' * 900 + "{}" + "}}" * 900
+    bodies = [
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", '
+        b'"function": {"name": "x", "parameters": ' + deep_schema.encode() + b"}}]}",
+    ]  # fmt: skip
+    before = served.metrics.outcomes["rejected"]
+    for body in bodies:
+        reply = http("POST", base_url + "/chat/completions", body, key=KEY)
+        assert reply.status == 400, reply.text[:200]
+        assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert served.metrics.outcomes["rejected"] == before + len(bodies)
+
+
+def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served, str]) -> None:
+    """A body without a length is counted as it comes: the server answers once the limit is
+    passed, with the client still sending (it would otherwise hold every byte sent until the end)."""
+    served, base_url = keyed
+    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    served.max_body_bytes = 4096
+    try:
+        with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as connection:
+            head = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            connection.sendall(head.encode())
+            piece = b"x" * 1024
+            for _ in range(8):  # twice the limit, and never the last chunk
+                connection.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            answer = ""
+            while not answer.endswith("}}"):  # the whole error body
+                received = connection.recv(65536)
+                assert received, answer
+                answer += received.decode(errors="replace")
+        declared = http("POST", base_url + "/chat/completions", b" " * 8192, key=KEY)  # a length told
+    finally:
+        served.max_body_bytes = MAX_BODY_BYTES
+    assert answer.startswith("HTTP/1.1 413"), answer[:200]
+    assert '"type":"invalid_request_error"' in answer and "larger than 4096 bytes" in answer
+    assert declared.status == 413 and declared.json()["error"]["code"] == "body_too_large"
+
+
+def test_sampling_values_at_the_edges_of_their_ranges_decode(real_vocab_checkpoint: Path) -> None:
+    """The ends of :data:`SAFE_RANGES` decode without the NaN failures just past them (which
+    failed the request in decoding, 500, counted and logged as an engine failure)."""
+    from clover_agent.serve.request import SAFE_RANGES
+
+    served = served_model(real_vocab_checkpoint, max_running=8)
+    edges = [{name: bounds[0], "temperature": 1.0} for name, bounds in SAFE_RANGES.items()]
+    edges += [{name: bounds[1], "temperature": 1.0} for name, bounds in SAFE_RANGES.items()]
+    edges += [{"temperature": 1e-6}, {"temperature": 100.0}]
+    for edge in edges:
+        if "loop_penalty" in edge:
+            edge["loop_action"] = "penalize"
+    with serving_in_thread(served) as base_url:
+        results: dict[int, str | None] = {}
+
+        def ask(i: int, edge: dict) -> None:
+            answer = _client(base_url).chat.completions.create(
+                model="clover", messages=USER, max_tokens=16, extra_body=edge
+            )
+            results[i] = answer.choices[0].finish_reason
+
+        threads = [threading.Thread(target=ask, args=(i, e)) for i, e in enumerate(edges)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE_S * 2)
+        assert served.batch.stats().failed == 0
+    assert len(results) == len(edges) and set(results.values()) <= {"stop", "length"}, results
 
 
 def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str]) -> None:

@@ -82,6 +82,17 @@ def test_tool_choice_none_offers_no_tools() -> None:
         (_body(tools=[{"type": "function", "function": {"name": "x", "parameters": []}}]), "tools"),
         (_body(messages=[{"role": "user"}]), "messages[0].content"),
         (_body(logprobs=True), "logprobs"),
+        (_body(temperature=10**400), "temperature"),  # past a float: not a number here
+        (_body(top_p=-(10**400)), "top_p"),
+        (_body(seed=2**64), "seed"),
+        (_body(temperature=1e-308), "temperature"),  # finite, but inf or NaN in float32 sampling
+        (_body(temperature=1e308), "temperature"),
+        (_body(top_p=5e-324), "top_p"),
+        (_body(repetition_penalty=1e-308), "repetition_penalty"),
+        (_body(presence_penalty=1e308), "presence_penalty"),
+        (_body(frequency_penalty=1e308), "frequency_penalty"),
+        (_body(loop_penalty=1e308), "loop_penalty"),
+        (_body(seed=-(2**63) - 1), "seed"),
     ],
 )
 def test_wrong_types_and_values_are_400_naming_the_field(body: object, param: str | None) -> None:
@@ -89,3 +100,19 @@ def test_wrong_types_and_values_are_400_naming_the_field(body: object, param: st
         read_chat_request(body)
     assert error.value.status == 400 and error.value.param == param
     assert error.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_body_nested_past_the_limit_is_refused_before_anything_walks_it() -> None:
+    from clover_agent.serve.request import MAX_DEPTH
+
+    def nested(depth: int) -> dict:
+        schema: dict = {"type": "string"}
+        for _ in range(depth):
+            schema = {"type": "object", "properties": {"a": schema}}
+        return _body(tools=[{"type": "function", "function": {"name": "x", "parameters": schema}}])
+
+    assert read_chat_request(nested(MAX_DEPTH // 2 - 4)).tools  # a deep but sane schema is fine
+    with pytest.raises(ApiError) as error:
+        read_chat_request(nested(900))  # what the chat template would recurse through until it broke
+    assert error.value.status == 400 and "deeper than" in error.value.message
+    assert read_chat_request(_body(seed=2**64 - 1, temperature=10**2)).sampling["seed"] == 2**64 - 1

@@ -14,6 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from clover_agent.errors import UsageError
+from clover_agent.serve.server import bind
 from tests.cli_process import run_cli, start_signalable
 from tests.serve.servers import DEADLINE_S, http, wait_for
 
@@ -30,6 +32,31 @@ def test_listening_beyond_loopback_needs_an_api_key(real_vocab_checkpoint: Path)
     assert done.returncode == 2
     assert "--api-key KEY or CLOVER_API_KEY" in done.stderr and "--host 127.0.0.1" in done.stderr
     assert "loading weights" not in done.stderr  # refused before the load
+
+
+def test_an_empty_or_blank_api_key_is_refused_not_taken_for_none(real_vocab_checkpoint: Path) -> None:
+    """``--api-key "$KEY"`` with KEY unset must not serve without a key (nor with one that a bare
+    ``Authorization: Bearer`` matches), on loopback or beyond."""
+    for host, key in (("127.0.0.1", ""), ("0.0.0.0", "   ")):
+        done = run_cli(
+            "serve", "--model", str(real_vocab_checkpoint), "--host", host, "--port", "0", "--api-key", key,
+            env={"CLOVER_API_KEY": "sk-from-the-environment"},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "the API key is empty or blank" in done.stderr
+        assert "loading weights" not in done.stderr  # refused before the load
+
+
+def test_a_port_out_of_range_is_a_usage_error_before_the_load(real_vocab_checkpoint: Path) -> None:
+    for bad in ("70000", "-1"):
+        done = run_cli(
+            "serve", "--model", str(real_vocab_checkpoint), "--port", bad, env={"CLOVER_API_KEY": ""}
+        )
+        assert done.returncode == 2, done.stderr
+        assert "must be a port from 0 to 65535" in done.stderr and "Traceback" not in done.stderr
+        assert "loading weights" not in done.stderr
+    with pytest.raises(UsageError, match=re.escape("cannot listen on 127.0.0.1:70000")):
+        bind("127.0.0.1", 70000)  # the library's callers (serving_in_thread) too
 
 
 def _metric(base: str, name: str) -> float:
