@@ -176,10 +176,10 @@ class EngineBackend(ModelBackend):
             )
         self.tokenizer = tokenizer
         self.chat_template = tokenizer.chat_template
-        # Longest first, so no token's text is split by defusing a shorter one.
-        self._special_texts = sorted(
-            filter(None, (tokenizer.id_to_token(i) for i in tokenizer.special_ids)), key=len, reverse=True
-        )
+        # Every added token's text, special or not (a tool output's ``</tool_response>`` would close its
+        # result and forge another, as ``<|im_end|>`` would a turn); longest first, so no token's text
+        # is split by defusing a shorter one.
+        self._special_texts = [text for text in tokenizer.marker_texts if text]
         self.name = f"engine:{self.model_dir.name}@{self.device}"
         self.config = CloverConfig.from_file(self.model_dir)
         self.context_window = self.config.max_position_embeddings
@@ -238,10 +238,10 @@ class EngineBackend(ModelBackend):
         """The prompt text, rendered with the checkpoint's own chat template (``enable_thinking``:
         None for this backend's setting; ``clover-agent serve`` sets it per request).
 
-        Special-token text anywhere in the messages or the tools (a file or a tool output holding
-        ``<|im_end|>``, copied into a call's arguments, a reasoning, a tool's description) gets a
-        zero-width space after its first character, so it is read as text and can never end a turn
-        or forge one."""
+        Marker-token text anywhere in the messages or the tools (a file or a tool output holding
+        ``<|im_end|>`` or ``</tool_response>``, copied into a call's arguments, a reasoning, a tool's
+        description) gets a zero-width space after its first character, so it is read as text and
+        can never end a turn or a tool result, nor forge one."""
         safe = [self._defused(message) for message in messages]
         thinking = self.enable_thinking if enable_thinking is None else enable_thinking
         return render_prompt(

@@ -38,6 +38,10 @@ class Tokenizer:
         self._added = {
             token.content: token_id for token_id, token in backend.get_added_tokens_decoder().items()
         }
+        #: The text of every added token, special or not (``<|im_end|>``, and ``</tool_response>``,
+        #: ``<think>``, ``<tool_call>`` ...): text the tokenizer reads as one marker token wherever it
+        #: appears, so untrusted text holding it must be defused before it is rendered into a prompt.
+        self.marker_texts: tuple[str, ...] = tuple(sorted(self._added, key=len, reverse=True))
         self.special_ids: frozenset[int] = frozenset(
             token_id for token_id, token in backend.get_added_tokens_decoder().items() if token.special
         )
