@@ -13,17 +13,33 @@ several threads (the requests of a batch, ``engine/batching.py``): a lock keeps 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec, TypeVar
 
 import torch
 
 from clover_agent.engine.model.cache import ModelCache
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 #: Default budget: enough for a few long conversations of the full model on a GPU.
 DEFAULT_MAX_BYTES = 4 * 1024**3
+
+
+def _locked(method: Callable[Concatenate[PrefixCache, P], R]) -> Callable[Concatenate[PrefixCache, P], R]:
+    """``method`` run holding the cache's lock."""
+
+    @functools.wraps(method)
+    def locked(self: PrefixCache, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 @dataclass
@@ -54,12 +70,8 @@ class PrefixCache:
         with self._lock:
             return sum(entry.nbytes for entry in self._entries.values())
 
+    @_locked
     def store(self, tokens: Sequence[int], attention: str, cache: ModelCache) -> None:
-        """See :meth:`_store`."""
-        with self._lock:
-            self._store(tokens, attention, cache)
-
-    def _store(self, tokens: Sequence[int], attention: str, cache: ModelCache) -> None:
         """Keep ``cache`` (which must cover exactly ``tokens``) as the state after ``tokens``.
 
         The cache object is kept as it is: the caller hands it over and must not commit to it
@@ -77,28 +89,8 @@ class PrefixCache:
         self._entries[key] = _Entry(key_tokens, attention, cache, size)
         self._evict()
 
+    @_locked
     def lookup(
-        self,
-        tokens: Sequence[int],
-        attention: str,
-        *,
-        max_length: int,
-        multiple_of: int = 1,
-        capacity: int = 0,
-        into: ModelCache | None = None,
-    ) -> ModelCache | None:
-        """See :meth:`_lookup`."""
-        with self._lock:
-            return self._lookup(
-                tokens,
-                attention,
-                max_length=max_length,
-                multiple_of=multiple_of,
-                capacity=capacity,
-                into=into,
-            )
-
-    def _lookup(
         self,
         tokens: Sequence[int],
         attention: str,
@@ -135,9 +127,9 @@ class PrefixCache:
             return into
         return stored.clone(capacity)
 
+    @_locked
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
     def _evict(self) -> None:
         total = self.nbytes
