@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,22 +75,32 @@ def test_a_git_source_is_fetched_at_its_commit_not_the_tip_and_cached(tmp_path: 
         make_repo(RepoSource("git", str(bare), tip), tmp_path / "tip", INDEX, options(tmp_path))
 
 
-def test_a_swebench_line_is_fetched_through_the_mirror_and_the_harness(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def mirrored_calc_line(tmp_path: Path, problem: str) -> tuple[Path, dict[str, Any]]:
+    """A git mirror folder holding ``octo/calc.git`` (the calculator at its bug), and a SWE-bench line
+    for it: the bug's commit, the fix, the new tests, ``problem`` as the statement."""
     bare, bug, _ = upstream(tmp_path / "up")
     mirror = tmp_path / "mirror"
     (mirror / "octo").mkdir(parents=True)
     shutil.move(str(bare), mirror / "octo" / "calc.git")
-    line = {
+    line: dict[str, Any] = {
         "repo": "octo/calc",
         "instance_id": "octo__calc-1",
         "base_commit": bug,
         "patch": diff("calc.py", CALC, FIXED),
         "test_patch": diff("tests/test_calc.py", TESTS, NEW_TESTS),
-        "problem_statement": "mean() is wrong",
+        "problem_statement": problem,
         "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_mean"]),
         "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
+    }
+    return mirror, line
+
+
+def test_a_swebench_line_is_fetched_through_the_mirror_and_the_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror, line = mirrored_calc_line(tmp_path, "mean() is wrong")
+    bug = line["base_commit"]
+    line |= {
         "version": "1.0",
         "environment_setup_commit": bug,
     }
@@ -193,20 +204,7 @@ def test_eval_gold_resolves_a_swebench_line_from_a_mirror(
     from clover_agent.cli import main
     from tests.eval.test_swebench_tasks import DJANGO
 
-    bare, bug, _ = upstream(tmp_path / "up")
-    mirror = tmp_path / "mirror"
-    (mirror / "octo").mkdir(parents=True)
-    shutil.move(str(bare), mirror / "octo" / "calc.git")
-    line = {
-        "repo": "octo/calc",
-        "instance_id": "octo__calc-1",
-        "base_commit": bug,
-        "patch": diff("calc.py", CALC, FIXED),
-        "test_patch": diff("tests/test_calc.py", TESTS, NEW_TESTS),
-        "problem_statement": "mean([1, 2, 3]) returns 3.0 instead of 2.0.",
-        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_mean"]),
-        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
-    }
+    mirror, line = mirrored_calc_line(tmp_path, "mean([1, 2, 3]) returns 3.0 instead of 2.0.")
     tasks = tmp_path / "swe.jsonl"
     tasks.write_text(json.dumps(line) + "\n{broken\n" + json.dumps(DJANGO) + "\n")
     monkeypatch.setenv("CLOVER_HOME", str(tmp_path / "home"))
@@ -218,7 +216,7 @@ def test_eval_gold_resolves_a_swebench_line_from_a_mirror(
     assert summary["errors"] == ["django__django-11099"]
     assert len(summary["skipped"]) == 1 and "swe.jsonl:2: not valid JSON" in summary["skipped"][0]
     by_id = {r["instance_id"]: r for r in summary["results"]}
-    assert by_id["octo__calc-1"]["source"]["base_commit"] == bug
+    assert by_id["octo__calc-1"]["source"]["base_commit"] == line["base_commit"]
     assert "django's test runner" in by_id["django__django-11099"]["error"]
     table = (out / "report.md").read_text()
     assert "Skipped (tasks of the file" in table and "swe.jsonl:2: not valid JSON" in table
