@@ -14,8 +14,11 @@ work. It measures, in ``--repeats`` rounds over all levels (median per level):
   with other work this moves less than wall time;
 - forwards per step (requests sharing a packed step) and generated tokens per request forward.
 
-``--forward`` adds the model alone: one packed forward of 8 segments x 32-token block passes
-against the same 8 forwards one by one, interleaved, median of ``--iterations``.
+``--forward`` adds the model alone, interleaved, median of ``--iterations``: one 32-token block
+pass; 8 of them (8 requests) one by one and as one packed forward; and one block pass of a single
+request over the same 256 tokens, which has no per-request work at all: the packed forward's floor
+(when the two take the same time, what is left is the arithmetic on 8x the tokens, which batching
+cannot share).
 
     .venv/bin/python bench/batch_bench.py                 # prints a Markdown table
     .venv/bin/python bench/batch_bench.py --forward --threads 1
@@ -104,8 +107,9 @@ def run_level(
     )
 
 
-def forward_ratio(engine: Engine, iterations: int) -> tuple[float, float]:
-    """Median ms of 8 single 32-token block passes and of the same 8 as one packed forward."""
+def forward_ratio(engine: Engine, iterations: int) -> dict[str, float]:
+    """Median ms of: one 32-token block pass, 8 of them one by one, the same 8 as one packed forward,
+    and one request's block pass over 256 tokens (the packed forward's floor)."""
     model = engine.model
     generator = torch.Generator().manual_seed(0)
     segments = []
@@ -113,24 +117,37 @@ def forward_ratio(engine: Engine, iterations: int) -> tuple[float, float]:
         cache = model.new_cache(512)
         prompt = torch.randint(1, 500, (64 + 32 * i,), generator=generator).tolist()
         model(prompt, cache, attention="block", commit=True, logit_rows=0)
-        segments.append(Segment(torch.randint(1, 500, (32,), generator=generator).tolist(), cache, "block"))
+        segments.append(
+            Segment(torch.randint(1, 500, (32,), generator=generator).tolist(), cache, "block", logit_rows=32)
+        )
+    whole = model.new_cache(1024)
+    model(torch.randint(1, 500, (160,), generator=generator).tolist(), whole, attention="block", commit=True)
+    wide = torch.randint(1, 500, (256,), generator=generator).tolist()
+
+    def one() -> None:
+        s = segments[0]
+        model(s.input_ids, s.cache, attention="block", logit_rows=32)
 
     def single() -> None:
         for s in segments:
-            model(s.input_ids, s.cache, attention="block")
+            model(s.input_ids, s.cache, attention="block", logit_rows=32)
 
     def packed() -> None:
         model.forward_packed(segments)
 
-    times: dict[str, list[float]] = {"single": [], "packed": []}
-    single()  # warm up
-    packed()
-    for _ in range(iterations):  # interleaved: both see the same machine
-        for name, fn in (("single", single), ("packed", packed)):
+    def floor() -> None:
+        model(wide, whole, attention="block", logit_rows=256)
+
+    runs = {"one": one, "single": single, "packed": packed, "floor": floor}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():  # warm up
+        fn()
+    for _ in range(iterations):  # interleaved: all see the same machine
+        for name, fn in runs.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return statistics.median(times["single"]) * 1e3, statistics.median(times["packed"]) * 1e3
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
 def _commit() -> str:
@@ -177,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{', steps as loops of forwards (--no-packed)' if args.no_packed else ''}"
     )
     if args.forward:
-        single, packed = forward_ratio(engine, args.iterations)
+        ms = forward_ratio(engine, args.iterations)
         print(
-            f"- 8 x 32-token block passes: one by one {single:.2f} ms, packed {packed:.2f} ms "
-            f"({single / packed:.2f}x), median of {args.iterations} interleaved"
+            f"- one 32-token block pass {ms['one']:.2f} ms; 8 requests' passes one by one "
+            f"{ms['single']:.2f} ms, packed {ms['packed']:.2f} ms ({ms['single'] / ms['packed']:.2f}x; "
+            f"{8 * ms['one'] / ms['packed']:.2f}x the work of one pass per unit of time); one request's "
+            f"256-token pass (the floor: no per-request work) {ms['floor']:.2f} ms; median of "
+            f"{args.iterations} interleaved"
         )
     print()
     print(

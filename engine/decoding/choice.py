@@ -25,8 +25,8 @@ def choose_tokens(
         index = torch.full((1,), mask_token_id, device=logits.device)  # a fill: no host copy
         logits = logits.index_fill(1, index, float("-inf"))
     if params.greedy_draws:
-        top, tokens = logits.max(dim=-1)
-        return tokens, torch.exp(top - torch.logsumexp(logits, dim=-1))  # as commit_confidence
+        tokens = logits.argmax(dim=-1)
+        return tokens, _probability_of(logits, tokens)  # as commit_confidence
     probs = sampling_distribution(logits, params)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
     return tokens, commit_confidence(logits, tokens, params, probs)
@@ -43,8 +43,8 @@ def commit_confidence(
     filtered, renormalised distribution it was drawn from; ``"sglang"``: SGLang's dLLM rule,
     ``min(p_argmax, exp((z_token - z_max) / T))`` with p_argmax the top-1 probability of the
     logits at temperature 1, unfiltered, and z the logits (docs/decoding.md cites the source)."""
-    top = logits.max(dim=-1).values
-    argmax_probability = torch.exp(top - torch.logsumexp(logits, dim=-1))
+    top, argmax = logits.max(dim=-1)
+    argmax_probability = _probability_of(logits, argmax)
     if params.greedy_draws:
         return argmax_probability
     if params.confidence == "sglang":
@@ -53,6 +53,12 @@ def commit_confidence(
         return torch.minimum(argmax_probability, relative)
     probs = sampling_distribution(logits, params) if probs is None else probs
     return probs.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _probability_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """softmax(logits)[row, token] per row: one softmax kernel (on the CPU an order of magnitude
+    faster than ``exp(z - logsumexp(z))`` over a 248,320-token row)."""
+    return torch.softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
 
 
 def sampling_distribution(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

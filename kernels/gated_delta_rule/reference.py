@@ -42,8 +42,11 @@ def gated_delta_rule(
     beta: torch.Tensor,
     state: torch.Tensor,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gated delta rule over T steps from ``state``; returns (outputs, final state), both float32.
+    *,
+    final_state: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated delta rule over T steps from ``state``; returns (outputs, final state), both float32
+    (the final state None with ``final_state=False``, which skips its update after the last chunk).
 
     q, k: [T, Hk, Dk] (already L2-normalised); v: [T, Hv, Dv]; g: [T, Hv] log-decay (<= 0);
     beta: [T, Hv]; state: [Hv, Dk, Dv], read-only. Value head h reads key head ``h // (Hv // Hk)``.
@@ -84,26 +87,35 @@ def gated_delta_rule(
     chunk_total64 = log_decay64[..., -1:]  # log Γ_C
     log_decay = log_decay64.float()
     k_beta = k * beta.unsqueeze(-1)
-    # (I + A) U = beta V - beta Γ K S0, with A[t, s] = beta_t Γ_t/Γ_s k_t·k_s for s < t
+    # (I + A) U = beta V - beta Γ K S0, with A[t, s] = beta_t Γ_t/Γ_s k_t·k_s for s < t (the diagonal
+    # is never read: unitriangular). Both right-hand sides, beta V and beta Γ K, in one solve.
     system = (k_beta @ k.transpose(-1, -2)) * decay_ts
-    system = system.masked_fill(~causal.tril(-1), 0.0) + torch.eye(chunk, device=q.device)
-    solve_v = torch.linalg.solve_triangular(system, v * beta.unsqueeze(-1), upper=False, unitriangular=True)
-    solve_k = torch.linalg.solve_triangular(
-        system, k_beta * log_decay.exp().unsqueeze(-1), upper=False, unitriangular=True
+    decay = log_decay.exp().unsqueeze(-1)
+    value_dim = v.shape[-1]
+    solved = torch.linalg.solve_triangular(
+        system, torch.cat([v * beta.unsqueeze(-1), k_beta * decay], dim=-1), upper=False, unitriangular=True
     )
+    solve_v, solve_k = solved[..., :value_dim], solved[..., value_dim:]
     intra = (q @ k.transpose(-1, -2)) * decay_ts
-    q_decayed = q * log_decay.exp().unsqueeze(-1)
-    chunk_total = chunk_total64.float()
-    k_to_end = k * (chunk_total64 - log_decay64).exp().float().unsqueeze(-1)
+    q_decayed = q * decay
 
+    updates = n_chunks if final_state else n_chunks - 1  # state updates after a chunk
+    if updates:
+        chunk_decay = chunk_total64.float().exp().unsqueeze(-1)  # Γ_C per chunk, [H, n, 1, 1]
+        k_to_end = k * (chunk_total64 - log_decay64).exp().float().unsqueeze(-1)
+
+    # Per chunk, the two reads of the incoming state (by Γ K and by Γ Q) are one matmul.
+    reads = torch.cat([solve_k, q_decayed], dim=-2)  # [H, n, 2C, Dk]
     s = state.float()
     out = torch.empty_like(v)
     for c in range(n_chunks):
-        u = solve_v[:, c] - solve_k[:, c] @ s
-        out[:, c] = q_decayed[:, c] @ s + intra[:, c] @ u
-        s = s * chunk_total[:, c].exp().unsqueeze(-1) + k_to_end[:, c].transpose(-1, -2) @ u
+        read = reads[:, c] @ s
+        u = solve_v[:, c] - read[:, :chunk]
+        out[:, c] = torch.baddbmm(read[:, chunk:], intra[:, c], u)
+        if c < updates:
+            s = torch.baddbmm(s * chunk_decay[:, c], k_to_end[:, c].transpose(-1, -2), u)
     out = out.reshape(heads, n_chunks * chunk, -1)[:, :steps].transpose(0, 1)
-    return out, s
+    return out, (s if final_state else None)
 
 
 def backward_scan(
@@ -142,6 +154,7 @@ def backward_scan(
         as_reversed_heads(beta),
         state,
         scale,
+        final_state=False,
     )
     out = out.reshape(block_size, n_blocks, num_v_heads, head_v).transpose(0, 1).flip(1)
     return out.reshape(-1, num_v_heads, head_v)[:steps]
@@ -181,12 +194,13 @@ def gated_delta_net(
         head, committed = gated_delta_rule(
             q[:commit], k[:commit], v[:commit], g[:commit], beta[:commit], state, scale
         )
+        assert committed is not None  # final_state: the state after the committed tokens
         tail, _ = gated_delta_rule(
-            q[commit:], k[commit:], v[commit:], g[commit:], beta[commit:], committed, scale
+            q[commit:], k[commit:], v[commit:], g[commit:], beta[commit:], committed, scale, final_state=False
         )
         out = torch.cat([head, tail])
     else:
-        out, committed = gated_delta_rule(q, k, v, g, beta, state, scale)
+        out, committed = gated_delta_rule(q, k, v, g, beta, state, scale, final_state=commit > 0)
     backward = None
     if mix_logits is not None:
         if block_size is None:
