@@ -1,9 +1,10 @@
 """The model's text as OpenAI's chat-completions answer: reasoning (before ``</think>``) as
-``reasoning_content``, Qwen3.6 tool calls as ``tool_calls`` (ids, arguments as JSON strings), stop
-strings cutting the text. :class:`AnswerStream` takes the committed text block by block and hands
-out deltas; a whole answer is the same deltas joined (:meth:`AnswerStream.message`), so streamed and
-whole answers never differ. Text from the first tool-call tag on is held back until the end, when
-the calls are parsed (leniently, as the serving engines do: docs/tool-call-parsing.md)."""
+``reasoning_content``, Qwen3.6 calls to the tools offered as ``tool_calls`` (ids, arguments as JSON
+strings; a call to any other tool stays text in the content), stop strings cutting the text.
+:class:`AnswerStream` takes the committed text block by block and hands out deltas; a whole answer
+is the same deltas joined (:meth:`AnswerStream.message`), so streamed and whole answers never
+differ. Text from the first tool-call tag on is held back until the end, when the calls are parsed
+(leniently, as the serving engines do: docs/tool-call-parsing.md)."""
 
 from __future__ import annotations
 
@@ -97,11 +98,11 @@ class AnswerStream:
         out = self._route(self.splitter.feed(self.stop.flush()))
         out += self._route(self.splitter.flush())
         extra: list[dict[str, Any]] = []
-        if self.tools:
-            self.final_content, self.calls = parse_tool_calls(self.content, self.tools)
+        if self.tools:  # a call to a tool not offered stays text: no client runs what it did not offer
+            self.final_content, self.calls = parse_tool_calls(self.content, self.tools, offered_only=True)
         else:
             self.final_content = self.content
-        sent = self.content[: self.sent]
+        sent = self.content[: self.sent].lstrip()  # the parsed content is stripped
         rest = self.final_content[len(sent) :] if self.final_content.startswith(sent) else ""
         if rest.strip() or (rest and not self.calls):
             extra.append({"content": rest})
