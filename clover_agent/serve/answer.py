@@ -8,7 +8,9 @@ differ. Text from the first tool-call tag on is held back until the end, when th
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from clover_agent.protocol import FUNCTION_OPEN, TOOL_CALL_OPEN, ThinkingSplitter, ToolCall, parse_tool_calls
@@ -29,28 +31,35 @@ def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:
 
 
 class StopStrings:
-    """Cuts streamed text at the first of ``stops``; text that could begin one is held back."""
+    """Cuts streamed text at the first of ``stops``; text that could begin one is held back.
+    ``end``: after a hit, where the stop string ended in all the text fed (characters)."""
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = stops
         self.pending = ""
         self.hit = False
+        self.released = 0  # characters fed before ``pending``
+        self.end = 0
 
     def feed(self, text: str) -> str:
         if self.hit:
             return ""
         if not self.stops:
+            self.released += len(text)
             return text
         self.pending += text
-        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        found = [(i, i + len(s)) for s in self.stops if (i := self.pending.find(s)) >= 0]
         if found:
-            ready, self.pending, self.hit = self.pending[: min(found)], "", True
+            start, end = min(found)  # the first to start; of those starting there, the shortest
+            ready, self.pending, self.hit = self.pending[:start], "", True
+            self.end = self.released + end
             return ready
         keep = _partial_suffix(self.pending, self.stops)
         ready, self.pending = (
             self.pending[: len(self.pending) - keep],
             self.pending[len(self.pending) - keep :],
         )
+        self.released += len(ready)
         return ready
 
     def flush(self) -> str:
@@ -157,6 +166,18 @@ class AnswerStream:
         if starts:
             return max(self.sent, min(starts))
         return len(self.content) - _partial_suffix(self.content, CALL_MARKERS)
+
+
+def tokens_through(decode: Callable[[list[int]], str], token_ids: list[int], chars: int) -> int:
+    """How many of ``token_ids`` it takes to write the first ``chars`` characters of their text
+    (``decode``: the tokenizer's); a token the boundary falls inside counts."""
+    if chars <= 0:
+        return 0
+
+    def written(n: int) -> int:  # characters the first n tokens write (a cut character: not yet)
+        return len(decode(token_ids[:n]).rstrip("\ufffd"))
+
+    return min(bisect.bisect_left(range(len(token_ids) + 1), chars, key=written), len(token_ids))
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

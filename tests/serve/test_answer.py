@@ -12,7 +12,14 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from clover_agent.engine.text.tokenizer import load_tokenizer
-from clover_agent.serve.answer import AnswerStream, StopStrings, chunk_body, completion_body, usage
+from clover_agent.serve.answer import (
+    AnswerStream,
+    StopStrings,
+    chunk_body,
+    completion_body,
+    tokens_through,
+    usage,
+)
 
 TOOLS = [
     {
@@ -177,3 +184,18 @@ def test_no_call_to_a_tool_not_offered_finishes_as_tool_calls(blocks: list[str],
         assert choice.finish_reason == "stop"
         assert not choice.message.tool_calls
         assert (choice.message.content or "").strip() == after_thinking  # every call as written
+
+
+def test_the_tokens_of_an_answer_cut_at_a_stop_string(real_vocab_checkpoint: Path) -> None:
+    tokenizer = load_tokenizer(real_vocab_checkpoint)
+    assert tokenizer is not None
+    ids = tokenizer.encode(MODEL_TEXT)
+    answer, _ = _run([tokenizer.decode(ids[i : i + 32]) for i in range(0, len(ids), 32)], stop=("files, th",))
+    end = MODEL_TEXT.index("files, th") + len("files, th")
+    assert answer.stop.end == end
+    used = tokens_through(tokenizer.decode, ids, end)
+    # " then" is one token the stop string ends inside: it counts, the tokens after it do not
+    assert tokenizer.decode(ids[:used]).endswith("files, then")
+    assert tokens_through(tokenizer.decode, ids, end - 1) == used
+    assert tokens_through(tokenizer.decode, ids, 0) == 0
+    assert tokens_through(tokenizer.decode, ids, len(MODEL_TEXT)) == len(ids)
