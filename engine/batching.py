@@ -3,7 +3,8 @@
 Each request runs the decoding loop of :meth:`Engine.stream` in a greenlet of the scheduler's thread;
 every model forward it needs is parked, and once each running request has parked one the scheduler runs
 them all as one step (``CloverModel.forward_packed`` where the model has it) and wakes them. A
-request joins between steps, leaves when it is done, and a cancelled one stops at its next forward.
+request joins between steps, leaves when it is done, and a cancelled one stops at its next forward
+(as does one its reader finished early, e.g. at a stop string: counted as finished, not cancelled).
 How it works and what it guarantees (greedy tokens as decoded alone): docs/decoding.md, "Batched
 decoding".
 """
@@ -51,6 +52,10 @@ class RequestCancelled(RuntimeError):
 
 class EngineClosed(RuntimeError):
     """The batch engine takes no more requests (it is draining or closed)."""
+
+
+class _Finished(Exception):  # a signal, not an error: it never leaves the engine
+    """Raised in a request's greenlet at its next forward after :meth:`BatchRequest.finish`."""
 
 
 @dataclass
@@ -109,6 +114,7 @@ class BatchRequest:
         self._error: BaseException | None = None
         self._result: GenerationResult | None = None
         self._cancelled = False
+        self._finishing = False
         self._cond = threading.Condition()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self.parked: PendingForward | None = None
@@ -124,6 +130,11 @@ class BatchRequest:
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def finishing(self) -> bool:
+        """:meth:`finish` was called (the request ends, or ended, as finished)."""
+        return self._finishing
 
     def events(self, timeout: float | None = None) -> Iterator[StreamEvent]:
         """The call's events as they come, ending with ``GenerationDone``; raises
@@ -193,6 +204,14 @@ class BatchRequest:
         """Stop this request: a queued one never runs, a running one stops before its next forward and
         its state is freed. No other request is affected. Idempotent; a finished request stays finished."""
         self.batch._cancel(self)
+
+    def finish(self) -> None:
+        """End this request now as a normal completion: its reader has all it asked for (``serve``:
+        a stop string was written). A running one stops before its next forward (a forward already
+        running may still commit a block); its ``GenerationDone`` carries the tokens committed so
+        far with ``finish_reason`` "stop", and it counts as finished, never as cancelled (a later
+        :meth:`cancel` changes nothing). Idempotent; an ended request stays as it ended."""
+        self.batch._finish(self)
 
     # ---- writing (the scheduler's thread) ------------------------------------------------------
     def _push(self, event: StreamEvent) -> None:
@@ -370,12 +389,16 @@ class BatchEngine:
         """Hand ``pending`` to the scheduler and wait (in the request's greenlet) for its step."""
         if request.cancelled:
             raise RequestCancelled(f"{request.id} was cancelled")
+        if request.finishing:
+            raise _Finished
         request.parked = pending
         request.cache_bytes = pending.cache.nbytes()
         assert self._hub is not None
         self._hub.switch()
         if request.cancelled and not pending.done:
             raise RequestCancelled(f"{request.id} was cancelled")
+        if request.finishing and not pending.done:
+            raise _Finished
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -390,6 +413,8 @@ class BatchEngine:
                 if isinstance(event, BlockCommitted):
                     with self._cond:
                         self._counters.generated_tokens += len(event.token_ids)
+        except _Finished:  # its reader has what it asked for: a normal end
+            request._push(GenerationDone(request.call.result("stop")))
         except BaseException as exc:  # the request's own failure, handed to its readers
             error = exc
             if not isinstance(exc, RequestCancelled):
@@ -410,7 +435,7 @@ class BatchEngine:
 
     def _cancel(self, request: BatchRequest) -> None:
         with self._cond:
-            if request.done or request._cancelled:
+            if request.done or request._cancelled or request._finishing:
                 return
             request._cancelled = True
             queued = request in self._queue
@@ -420,6 +445,20 @@ class BatchEngine:
             self._cond.notify_all()  # a running one is resumed with the cancel by the scheduler
         if queued:
             request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
+
+    def _finish(self, request: BatchRequest) -> None:
+        with self._cond:
+            if request.done or request._cancelled or request._finishing:
+                return
+            request._finishing = True
+            queued = request in self._queue
+            if queued:
+                self._queue.remove(request)
+                self._counters.finished += 1
+            self._cond.notify_all()  # a running one is resumed with the finish by the scheduler
+        if queued:  # nothing was asked of it: an empty answer
+            request._push(GenerationDone(request.call.result("stop")))
+            request._end(None)
 
     def _retry_after(self) -> float:
         durations = self._counters.durations
@@ -444,11 +483,13 @@ class BatchEngine:
                     request.started = time.monotonic()
                     self._running.append(request)
                     started.append(request)
-                cancelled = [r for r in self._running if r.cancelled and r.parked is not None]
+                cancelled = [
+                    r for r in self._running if (r.cancelled or r.finishing) and r.parked is not None
+                ]
             for request in started:
                 request.task = greenlet.greenlet(lambda r=request: self._run_request(r))
                 request.task.switch()  # runs until its first forward is parked (or it ends)
-            for request in cancelled:  # resumed at their park, where they raise RequestCancelled
+            for request in cancelled:  # resumed at their park: RequestCancelled, or the finish
                 request.parked = None
                 self._resume(request)
             with self._cond:

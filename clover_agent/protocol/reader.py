@@ -113,7 +113,9 @@ def _converted(call: ScannedCall, parameters: Mapping[str, dict[str, Any] | None
     return _Call(call.name, arguments, problem)
 
 
-def _parse(text: str, tools: Sequence[Mapping[str, Any]], max_chars: int | None) -> _Parsed:
+def _parse(
+    text: str, tools: Sequence[Mapping[str, Any]], max_chars: int | None, offered_only: bool = False
+) -> _Parsed:
     parameters = tool_parameters(tools)
     reasoning, rest = split_thinking(text)
     if max_chars is not None and len(text) > max_chars:
@@ -124,7 +126,10 @@ def _parse(text: str, tools: Sequence[Mapping[str, Any]], max_chars: int | None)
         if isinstance(item, str):
             pieces.append(item)
         elif isinstance(item, ScannedCall):
-            blocks.append(_converted(item, parameters))
+            if offered_only and item.name not in parameters:
+                pieces.append(item.text)  # not a call: the text as the model wrote it
+            else:
+                blocks.append(_converted(item, parameters))
         else:
             blocks.append(item)
             if item.in_content:
@@ -133,12 +138,18 @@ def _parse(text: str, tools: Sequence[Mapping[str, Any]], max_chars: int | None)
 
 
 def parse_tool_calls(
-    text: str, tools: Sequence[Mapping[str, Any]], *, max_chars: int | None = MAX_REPLY_CHARS
+    text: str,
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    max_chars: int | None = MAX_REPLY_CHARS,
+    offered_only: bool = False,
 ) -> tuple[str, list[ToolCall]]:
     """Lenient: ``(content, calls)`` from an assistant text. Reasoning (up to ``</think>``) is
     neither; blocks that cannot be read as calls are dropped; calls to tools not in ``tools`` are
-    returned with their values as strings. A text longer than ``max_chars`` is all content."""
-    parsed = _parse(text, tools, max_chars)
+    returned with their values as strings (as vLLM does), or with ``offered_only`` are no calls:
+    their text stays in the content as written (what ``serve`` answers). A text longer than
+    ``max_chars`` is all content."""
+    parsed = _parse(text, tools, max_chars, offered_only)
     return parsed.content, parsed.calls
 
 

@@ -36,10 +36,12 @@ _OPENERS = frozenset({"tc_open", "fn_open", "fn_bad"})
 # The scanner's results are tuples of strings: a reply of many thousands of calls then leaves little
 # for the garbage collector to walk, which kept its cost from growing faster than the reply.
 class ScannedCall(NamedTuple):
-    """A call as written: the tool's name and its ``(parameter, raw value)`` pairs, in order."""
+    """A call as written: the tool's name, its ``(parameter, raw value)`` pairs in order, and the
+    call's own text (wrapper included)."""
 
     name: str
     arguments: tuple[tuple[str, str], ...]
+    text: str = ""
 
 
 class BrokenBlock(NamedTuple):
@@ -216,7 +218,8 @@ class _Scanner:
         first = self._next_after_blank(header.end())
         if first is not None and first.lastgroup == "fn_close":
             self.tags.take()
-            return start, ScannedCall(name, ()), self._after_close(first.end())[0]
+            end = self._after_close(first.end())[0]
+            return start, ScannedCall(name, (), text[start:end]), end
         if first is None or not _parameter_name(first):
             end, _, closed = self._skip_block()
             problem = (
@@ -235,7 +238,8 @@ class _Scanner:
             if ended.value_end is not None:
                 arguments.append((parameter, self._framed(opener.end(), ended.value_end)))
             if ended.call_end is not None:
-                return start, ScannedCall(name, tuple(arguments)), ended.call_end
+                end = ended.call_end
+                return start, ScannedCall(name, tuple(arguments), text[start:end]), end
             opener = ended.next_parameter
         if not wrapped:
             return None

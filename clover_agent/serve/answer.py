@@ -1,13 +1,16 @@
 """The model's text as OpenAI's chat-completions answer: reasoning (before ``</think>``) as
-``reasoning_content``, Qwen3.6 tool calls as ``tool_calls`` (ids, arguments as JSON strings), stop
-strings cutting the text. :class:`AnswerStream` takes the committed text block by block and hands
-out deltas; a whole answer is the same deltas joined (:meth:`AnswerStream.message`), so streamed and
-whole answers never differ. Text from the first tool-call tag on is held back until the end, when
-the calls are parsed (leniently, as the serving engines do: docs/tool-call-parsing.md)."""
+``reasoning_content``, Qwen3.6 calls to the tools offered as ``tool_calls`` (ids, arguments as JSON
+strings; a call to any other tool stays text in the content), stop strings cutting the text.
+:class:`AnswerStream` takes the committed text block by block and hands out deltas; a whole answer
+is the same deltas joined (:meth:`AnswerStream.message`), so streamed and whole answers never
+differ. Text from the first tool-call tag on is held back until the end, when the calls are parsed
+(leniently, as the serving engines do: docs/tool-call-parsing.md)."""
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from clover_agent.protocol import FUNCTION_OPEN, TOOL_CALL_OPEN, ThinkingSplitter, ToolCall, parse_tool_calls
@@ -28,28 +31,35 @@ def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:
 
 
 class StopStrings:
-    """Cuts streamed text at the first of ``stops``; text that could begin one is held back."""
+    """Cuts streamed text at the first of ``stops``; text that could begin one is held back.
+    ``end``: after a hit, where the stop string ended in all the text fed (characters)."""
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = stops
         self.pending = ""
         self.hit = False
+        self.released = 0  # characters fed before ``pending``
+        self.end = 0
 
     def feed(self, text: str) -> str:
         if self.hit:
             return ""
         if not self.stops:
+            self.released += len(text)
             return text
         self.pending += text
-        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        found = [(i, i + len(s)) for s in self.stops if (i := self.pending.find(s)) >= 0]
         if found:
-            ready, self.pending, self.hit = self.pending[: min(found)], "", True
+            start, end = min(found)  # the first to start; of those starting there, the shortest
+            ready, self.pending, self.hit = self.pending[:start], "", True
+            self.end = self.released + end
             return ready
         keep = _partial_suffix(self.pending, self.stops)
         ready, self.pending = (
             self.pending[: len(self.pending) - keep],
             self.pending[len(self.pending) - keep :],
         )
+        self.released += len(ready)
         return ready
 
     def flush(self) -> str:
@@ -97,11 +107,11 @@ class AnswerStream:
         out = self._route(self.splitter.feed(self.stop.flush()))
         out += self._route(self.splitter.flush())
         extra: list[dict[str, Any]] = []
-        if self.tools:
-            self.final_content, self.calls = parse_tool_calls(self.content, self.tools)
+        if self.tools:  # a call to a tool not offered stays text: no client runs what it did not offer
+            self.final_content, self.calls = parse_tool_calls(self.content, self.tools, offered_only=True)
         else:
             self.final_content = self.content
-        sent = self.content[: self.sent]
+        sent = self.content[: self.sent].lstrip()  # the parsed content is stripped
         rest = self.final_content[len(sent) :] if self.final_content.startswith(sent) else ""
         if rest.strip() or (rest and not self.calls):
             extra.append({"content": rest})
@@ -156,6 +166,18 @@ class AnswerStream:
         if starts:
             return max(self.sent, min(starts))
         return len(self.content) - _partial_suffix(self.content, CALL_MARKERS)
+
+
+def tokens_through(decode: Callable[[list[int]], str], token_ids: list[int], chars: int) -> int:
+    """How many of ``token_ids`` it takes to write the first ``chars`` characters of their text
+    (``decode``: the tokenizer's); a token the boundary falls inside counts."""
+    if chars <= 0:
+        return 0
+
+    def written(n: int) -> int:  # characters the first n tokens write (a cut character: not yet)
+        return len(decode(token_ids[:n]).rstrip("\ufffd"))
+
+    return min(bisect.bisect_left(range(len(token_ids) + 1), chars, key=written), len(token_ids))
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

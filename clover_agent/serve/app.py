@@ -29,7 +29,7 @@ from clover_agent.backends.engine import DEFAULT_MAX_NEW_TOKENS, EngineBackend
 from clover_agent.engine.batching import BatchEngine, BatchRequest, EngineClosed, QueueFull, RequestCancelled
 from clover_agent.engine.decoding.sampling import GenerationResult, SamplingParams
 from clover_agent.engine.decoding.stream import BlockCommitted, GenerationDone, StreamEvent
-from clover_agent.serve.answer import AnswerStream, chunk_body, completion_body, usage
+from clover_agent.serve.answer import AnswerStream, chunk_body, completion_body, tokens_through, usage
 from clover_agent.serve.errors import ApiError, bad_request
 from clover_agent.serve.metrics import CONTENT_TYPE, ServeMetrics
 from clover_agent.serve.request import ChatRequest, read_chat_request
@@ -84,11 +84,17 @@ class _Job:
     ident: str = field(default_factory=lambda: "chatcmpl-" + secrets.token_hex(12))
     created: int = field(default_factory=lambda: int(time.time()))
     result: GenerationResult | None = None
-    committed: int = 0
+    #: The tokens committed so far, and after a stop string how many of them wrote the text up to
+    #: its end (the answer's tokens: those past it were decoded but are no part of it).
+    token_ids: list[int] = field(default_factory=list)
+    answer_tokens: int | None = None
     client_gone: bool = False
 
     def usage(self) -> dict[str, Any]:
-        completion = len(self.result.token_ids) if self.result is not None else self.committed
+        if self.answer_tokens is not None:
+            completion = self.answer_tokens
+        else:
+            completion = len(self.result.token_ids) if self.result is not None else len(self.token_ids)
         cached = (
             self.result.reused_tokens if self.result is not None else getattr(self.request.call, "reused", 0)
         )
@@ -194,12 +200,13 @@ async def _deltas(served: Served, job: _Job) -> AsyncIterator[dict[str, Any]]:
     async with aclosing(events):
         async for event in events:
             if isinstance(event, BlockCommitted):
-                job.committed += len(event.token_ids)
+                job.token_ids += event.token_ids
                 text = event.text if event.text is not None else tokenizer.decode(event.token_ids)
                 for delta in job.answer.feed(text):
                     yield delta
                 if job.answer.stopped:
-                    job.request.cancel()  # the answer is complete: free the engine's slot now
+                    job.request.finish()  # the answer is complete: free the engine's slot now
+                    job.answer_tokens = tokens_through(tokenizer.decode, job.token_ids, job.answer.stop.end)
                     break
             elif isinstance(event, GenerationDone):
                 job.result = event.result

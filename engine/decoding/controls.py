@@ -23,6 +23,21 @@ if TYPE_CHECKING:
     from clover_agent.kernels.low_confidence import LogitsAdjustment
 
 
+#: Most the loop penalty multiplies the repetition penalty by (1.3 ** 35 is about 9,800): past it a
+#: repeated token is as good as banned already, and the factor would grow to inf (NaN logits).
+MAX_LOOP_FACTOR = 1e4
+
+
+def loop_factor(loop_penalty: float, repeats: int) -> float:
+    """``loop_penalty ** repeats``, at most :data:`MAX_LOOP_FACTOR` (never computed past it, so
+    no repeat count overflows)."""
+    if repeats <= 0 or loop_penalty <= 1.0:
+        return 1.0
+    if repeats * math.log(loop_penalty) >= math.log(MAX_LOOP_FACTOR):
+        return MAX_LOOP_FACTOR
+    return loop_penalty**repeats
+
+
 @dataclass(frozen=True)
 class ControlTokens:
     """Token ids the controls steer towards; None when the vocabulary has no such token."""
@@ -51,7 +66,7 @@ class LogitsControls:
     @property
     def repetition_penalty(self) -> float:
         p = self.params
-        factor = p.loop_penalty**self.repeats if p.loop_action == "penalize" else 1.0
+        factor = loop_factor(p.loop_penalty, self.repeats) if p.loop_action == "penalize" else 1.0
         return p.repetition_penalty * factor
 
     @property

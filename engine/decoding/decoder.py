@@ -442,8 +442,12 @@ class DecodeCall:
         self._claim()
         commits = cache.commits - self.commits_before
         self.remember(cache, attention, (self.prompt + self.generated)[: cache.length])
+        return GenerationDone(self.result(reason, commits))
+
+    def result(self, reason: FinishReason, commits: int = 0) -> GenerationResult:
+        """The call's result as it stands: the tokens committed so far and the counters."""
         tokenizer = self.decoder.tokenizer
-        result = GenerationResult(
+        return GenerationResult(
             token_ids=list(self.generated),
             finish_reason=reason,
             forwards=self.forwards,
@@ -456,7 +460,6 @@ class DecodeCall:
             mode=self.params.mode,
             text=tokenizer.decode(self.generated) if tokenizer is not None else None,
         )
-        return GenerationDone(result)
 
     def causal_done(self, cache: ModelCache) -> GenerationDone | None:
         """After a causal mode's emit: the GenerationDone event when the output reached its limit, or

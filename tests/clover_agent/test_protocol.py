@@ -404,3 +404,14 @@ def test_a_lossy_value_is_a_format_error_naming_the_parameter() -> None:
         error = _strict_error(call.format(written))
         assert error.problems == [f"invalid arguments for `shell` at `timeout`: {problem}"]
     assert parse_assistant(call.format("3.0"), SHELL_AND_FINISH).tool_calls[0].arguments["timeout"] == 3
+
+
+def test_offered_only_keeps_a_call_to_a_tool_not_offered_as_its_text() -> None:
+    unknown = "<tool_call>\n<function=rm>\n<parameter=path>\n/\n</parameter>\n</function>\n</tool_call>"
+    known = "<tool_call>\n<function=shell>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"
+    text = f"First.\n{unknown}\n{known}"
+    # like vLLM: the unknown call is returned, values as strings
+    assert [c.name for c in parse_tool_calls(text, SHELL_AND_FINISH)[1]] == ["rm", "shell"]
+    content, calls = parse_tool_calls(text, SHELL_AND_FINISH, offered_only=True)
+    assert content == f"First.\n{unknown}"
+    assert _plain(calls) == [{"name": "shell", "arguments": {"command": "ls"}}]

@@ -258,3 +258,30 @@ def test_requests_are_independent_of_each_others_readers(engine: Engine, tmp_pat
         assert ignored.result(timeout=300).token_ids == alone(engine, prompt(25), max_new_tokens=128)
     finally:
         batch.close()
+
+
+def test_a_request_finished_early_ends_as_finished_with_what_it_committed(engine: Engine) -> None:
+    """``finish`` (serve: a stop string was written) is a normal end, never a cancel: the result
+    holds the tokens committed so far, and the engine counts it finished."""
+    batch = BatchEngine(engine, max_running=1, max_queued=1)
+    try:
+        running = batch.submit(prompt(20, 130), engine.default_params(max_new_tokens=600, ignore_eos=True))
+        queued = batch.submit(prompt(11), engine.default_params(max_new_tokens=32))
+        first = next(e for e in running.events(timeout=120) if isinstance(e, BlockCommitted))
+        queued.finish()  # still waiting: it never runs, and ends with nothing
+        running.finish()
+        running.cancel()  # after a finish, a cancel changes nothing
+        result = running.result(timeout=120)
+        events = list(running.events(timeout=60))
+        assert queued.result(timeout=60).token_ids == [] and queued.started is None
+        after = batch.generate(prompt(9), engine.default_params(max_new_tokens=32))  # the engine goes on
+        stats = batch.stats()
+    finally:
+        assert batch.close(timeout=60)
+    assert result.finish_reason == "stop" and 0 < len(result.token_ids) < 600
+    assert result.token_ids[: len(first.token_ids)] == first.token_ids
+    assert result.token_ids == [t for e in events if isinstance(e, BlockCommitted) for t in e.token_ids]
+    assert isinstance(events[-1], GenerationDone) and events[-1].result == result
+    assert running.finishing and not running.cancelled
+    assert (stats.finished, stats.cancelled, stats.failed) == (3, 0, 0)
+    assert after.token_ids == alone(engine, prompt(9), max_new_tokens=32)

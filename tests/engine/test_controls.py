@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 
 import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
-from clover_agent.engine.decoding.controls import ControlTokens, LogitsControls
+from clover_agent.engine.decoding.controls import MAX_LOOP_FACTOR, ControlTokens, LogitsControls, loop_factor
 from clover_agent.engine.decoding.decoder import BlockDecoder
 from clover_agent.engine.decoding.sampling import SamplingParams
 from tests.engine.decoding_helpers import EOS_ID, VOCAB, clover_from_hf, tiny_hf_model
@@ -300,3 +301,38 @@ def test_thinking_controls_leave_a_decode_untouched_before_their_phase() -> None
     )
     assert ramped.token_ids[:56] == plain[:56]
     assert rare in ramped.token_ids and 60 <= ramped.token_ids.index(rare) <= 80
+
+
+@pytest.mark.parametrize("repeats", [400, 5000])
+def test_the_loop_penalty_stays_finite_after_many_repeats(repeats: int) -> None:
+    """1.3 ** 400 overflows float32 (the penalised logits were -inf, softmax NaN) and 1.3 ** 5000
+    overflows a Python float: the factor is capped, and the choice stays the best unseen token."""
+    seen = list(range(0, VOCAB, 2))
+    logits = torch.empty(2, VOCAB)
+    logits[:, 0::2] = torch.linspace(1.0, 10.0, len(seen))  # the repeated tokens led
+    logits[:, 1::2] = torch.linspace(0.1, 0.9, VOCAB - len(seen))
+    logits[1, 0::2] *= -5.0  # and in another row every repeated token is far below
+    for loop_penalty in (1.3, 100.0):  # the default and serve's largest
+        params = SamplingParams(loop_action="penalize", loop_penalty=loop_penalty, repetition_penalty=1.5)
+        controls = LogitsControls(params, ControlTokens(None, None), VOCAB, CPU)
+        controls.observe(seen)
+        for _ in range(repeats + 1):
+            controls.observe_block([7, 7, 7])
+        assert controls.repeats == repeats
+        out = controls.apply(logits, [len(seen), len(seen) + 1])
+        assert torch.isfinite(out).all()
+        assert controls.repetition_penalty == 1.5 * MAX_LOOP_FACTOR
+        assert not torch.isnan(torch.softmax(out, dim=-1)).any()
+        best_unseen = 2 * int(logits[0, 1::2].argmax()) + 1
+        assert out.argmax(dim=-1).tolist() == [best_unseen, best_unseen]
+        assert out[1, 0::2].max() < 0  # still penalised, in order
+        assert torch.equal(out[1, 0::2].argsort(), logits[1, 0::2].argsort())
+        adjustment = controls.adjustment([0], [0], [False])
+        assert adjustment is not None and math.isfinite(adjustment.repetition_penalty)
+
+
+def test_the_loop_factor_is_unchanged_below_its_cap() -> None:
+    for repeats in range(0, 36):  # 1.3 ** 35 < MAX_LOOP_FACTOR < 1.3 ** 36
+        assert loop_factor(1.3, repeats) == 1.3**repeats
+    assert loop_factor(1.3, 36) == MAX_LOOP_FACTOR == loop_factor(1.3, 10**9)
+    assert loop_factor(1.0, 10**9) == 1.0

@@ -12,7 +12,14 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from clover_agent.engine.text.tokenizer import load_tokenizer
-from clover_agent.serve.answer import AnswerStream, StopStrings, chunk_body, completion_body, usage
+from clover_agent.serve.answer import (
+    AnswerStream,
+    StopStrings,
+    chunk_body,
+    completion_body,
+    tokens_through,
+    usage,
+)
 
 TOOLS = [
     {
@@ -135,3 +142,60 @@ def test_a_stop_string_across_blocks_cuts_there(blocks: list[str]) -> None:
     assert answer.finish_reason("length") == "stop"
     cut = StopStrings(("END",))
     assert [cut.feed(p) for p in ("abc E", "N", "D tail")] == ["abc ", "", ""] and cut.hit
+
+
+def _client_reads(answer: AnswerStream, deltas: list[dict]) -> tuple[ChatCompletion, ChatCompletion]:
+    """The whole answer and the stream, as the ``openai`` package reads them."""
+    finish = answer.finish_reason("stop")
+    used = usage(10, 5, 0)
+    whole = ChatCompletion.model_validate(completion_body("c", 1, "clover", answer.message(), finish, used))
+    state = ChatCompletionStreamState()
+    chunks = [chunk_body("c", 1, "clover", {"role": "assistant", "content": ""})]
+    chunks += [chunk_body("c", 1, "clover", d) for d in deltas]
+    chunks += [chunk_body("c", 1, "clover", {}, finish)]
+    for chunk in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+    return whole, state.get_final_completion()
+
+
+def test_a_call_to_a_tool_not_offered_stays_text(blocks: list[str]) -> None:
+    # Only `shell` is offered: the `finish` call is the model's text, never a call.
+    answer, deltas = _run(blocks, tools=TOOLS[:1])
+    finish_call = MODEL_TEXT[MODEL_TEXT.index("<tool_call>\n<function=finish>") :]
+    for read in _client_reads(answer, deltas):
+        choice = read.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert [c.function.name for c in choice.message.tool_calls or []] == ["shell"]
+        assert (choice.message.content or "").startswith("I'll list the files, then stop.")
+        assert (choice.message.content or "").endswith(finish_call)
+        assert "<function=shell>" not in (choice.message.content or "")
+
+
+OTHER_TOOL = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("tools", [OTHER_TOOL, []], ids=["other-tool", "tool-choice-none"])
+def test_no_call_to_a_tool_not_offered_finishes_as_tool_calls(blocks: list[str], tools: list[dict]) -> None:
+    # tool_choice "none" offers no tools (ChatRequest.tools is empty): every call is text.
+    answer, deltas = _run(blocks, tools=tools)
+    after_thinking = MODEL_TEXT.split("</think>", 1)[1].strip()
+    for read in _client_reads(answer, deltas):
+        choice = read.choices[0]
+        assert choice.finish_reason == "stop"
+        assert not choice.message.tool_calls
+        assert (choice.message.content or "").strip() == after_thinking  # every call as written
+
+
+def test_the_tokens_of_an_answer_cut_at_a_stop_string(real_vocab_checkpoint: Path) -> None:
+    tokenizer = load_tokenizer(real_vocab_checkpoint)
+    assert tokenizer is not None
+    ids = tokenizer.encode(MODEL_TEXT)
+    answer, _ = _run([tokenizer.decode(ids[i : i + 32]) for i in range(0, len(ids), 32)], stop=("files, th",))
+    end = MODEL_TEXT.index("files, th") + len("files, th")
+    assert answer.stop.end == end
+    used = tokens_through(tokenizer.decode, ids, end)
+    # " then" is one token the stop string ends inside: it counts, the tokens after it do not
+    assert tokenizer.decode(ids[:used]).endswith("files, then")
+    assert tokens_through(tokenizer.decode, ids, end - 1) == used
+    assert tokens_through(tokenizer.decode, ids, 0) == 0
+    assert tokens_through(tokenizer.decode, ids, len(MODEL_TEXT)) == len(ids)

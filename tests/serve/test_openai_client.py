@@ -12,9 +12,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from clover_agent.serve.app import Served
+from clover_agent.serve.app import Served, _params, _prompt_ids
+from clover_agent.serve.request import read_chat_request
 from clover_agent.serve.server import serving_in_thread
-from tests.serve.servers import served_model
+from tests.serve.servers import http, root, served_model, wait_for_stats
 
 pytestmark = pytest.mark.slow
 
@@ -219,3 +220,46 @@ def test_end_bias_and_ignore_eos_as_extra_fields(client: openai.OpenAI) -> None:
     )
     assert through.choices[0].finish_reason == "length"
     assert through.usage is not None and through.usage.completion_tokens == 40
+
+
+def test_a_stop_string_is_a_completion_counting_the_tokens_up_to_it(server: tuple[Served, str]) -> None:
+    """The tokens of the text returned, through the stop string's end, are the completion tokens
+    (whole and streamed alike); decoding past it is no part of the answer; the engine and
+    ``/metrics`` both count the request completed, never cancelled."""
+    served, base_url = server
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    ask = {"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True}
+    body = {"model": "clover", "messages": USER, "max_tokens": 64, "temperature": 0}
+    full = client.chat.completions.create(**body, extra_body=ask)  # type: ignore[call-overload]
+    text = full.choices[0].message.content or ""
+    assert full.usage is not None and full.usage.completion_tokens == 64
+    # The same answer's token ids, from the engine itself (no stop string).
+    chat = read_chat_request({**body, **ask})
+    prompt_ids = _prompt_ids(served, chat, thinking=False)
+    ids = served.batch.generate(prompt_ids, _params(served, chat, len(prompt_ids), thinking=False)).token_ids
+    decode = served.backend.tokenizer.decode
+    assert decode(ids) == text
+    at = len(text) // 4
+    stop = text[at : at + 3]
+    through = text[: text.index(stop) + len(stop)]
+
+    before, stats_before = served.metrics.outcomes["completed"], served.batch.stats()
+    whole = client.chat.completions.create(**body, stop=[stop], extra_body=ask)  # type: ignore[call-overload]
+    streamed = list(
+        client.chat.completions.create(  # type: ignore[call-overload]
+            **body, stop=[stop], extra_body=ask, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert whole.choices[0].finish_reason == "stop" and streamed[-2].choices[0].finish_reason == "stop"
+    assert whole.choices[0].message.content == through[: -len(stop)]
+    assert whole.usage is not None and streamed[-1].usage == whole.usage
+    used = whole.usage.completion_tokens
+    assert decode(ids[:used]).startswith(through) and not decode(ids[: used - 1]).startswith(through)
+    assert used < 32  # the first block was decoded whole: its tokens past the stop string are not counted
+
+    stats = wait_for_stats(served, lambda s: s.running == 0, "the stopped requests to leave the engine")
+    assert served.metrics.outcomes["completed"] == before + 2
+    assert (stats.finished - stats_before.finished, stats.cancelled - stats_before.cancelled) == (2, 0)
+    metrics = http("GET", root(base_url) + "/metrics").text
+    assert f'clover_engine_requests_total{{state="cancelled"}} {stats.cancelled}' in metrics
+    assert f'clover_requests_total{{outcome="completed"}} {before + 2}' in metrics
