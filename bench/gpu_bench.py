@@ -23,10 +23,12 @@ and it downloads nothing. Measured in one run, each piece skipped (and named) on
 4. an end-to-end greedy decode per mode (wall time per forward; with a real checkpoint, the
    measured tokens per forward) and tokens/s of each mode from the step times at those tokens per
    forward and at ``--tokens-per-forward``;
-5. the routed experts quantised in place, FP8 (e4m3, 128 x 128 block scales) then INT4 (w4a16,
+5. what batching buys (issue 40, ``gpu_batch.py``): packed steps of 1-16 requests' passes against one
+   request's, and N concurrent calls through ``BatchEngine`` (``--batch-sizes``, ``--batch-levels``);
+6. the routed experts quantised in place, FP8 (e4m3, 128 x 128 block scales) then INT4 (w4a16,
    groups of 128; ``--experts``), and the steps of 3 timed again on those kernels, with their
    tokens/s beside the run's dtype;
-6. prompt prefill tokens/s (``--prefill-tokens``) with the model's kernels and with the PyTorch
+7. prompt prefill tokens/s (``--prefill-tokens``) with the model's kernels and with the PyTorch
    operators side by side, and the agent's path: two turns of one conversation on one decoder as the
    agent's engine backend builds it (``--agent-prompt-tokens`` then ``--agent-new-tokens``; CUDA
    graphs captured once on its workspace): time to the first block, decoding tokens/s, what the
@@ -73,6 +75,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 from gpu_agent import agent_path, prefill  # noqa: E402
+from gpu_batch import batch_engine_decode, batched_steps  # noqa: E402
 from gpu_kernels import check_kernels, kernel_input_bytes  # noqa: E402
 from gpu_model import mode_rates, quantize_experts, random_model, time_steps  # noqa: E402
 from gpu_report import markdown  # noqa: E402
@@ -355,6 +358,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     if budget.allows("decode"):
         attempt(report, "decode", lambda: end_to_end(decoder, args.decode_tokens, budget))
+    if args.batch_sizes and budget.allows("batched steps"):
+        attempt(
+            report,
+            "batched_steps",
+            lambda: batched_steps(
+                model,
+                args.context,
+                args.batch_sizes,
+                budget,
+                args.repeats,
+                free_memory(device, args.memory_limit_gb),
+            ),
+        )
+    if args.batch_levels and budget.allows("BatchEngine"):
+        attempt(
+            report,
+            "batch_engine",
+            lambda: batch_engine_decode(
+                model, args.batch_levels, args.batch_prompt_tokens, args.batch_new_tokens, budget
+            ),
+        )
     if args.tune_moe and budget.allows("MoE tile tuning"):
         attempt(report, "moe_tiles", lambda: tune_moe(config, device, dtype, args))
     if args.prefill_tokens and budget.allows("prefill"):
@@ -412,6 +436,10 @@ def number_list(text: str) -> list[float]:
     return [float(part) for part in text.split(",") if part]
 
 
+def int_list(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -454,6 +482,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--agent-new-tokens", type=int, help="tokens its first turn decodes (default 8192 on CUDA, else 64)"
     )
     parser.add_argument(
+        "--batch-sizes",
+        type=int_list,
+        default=[1, 2, 4, 8, 16],
+        help="requests per packed step timed (default 1,2,4,8,16; '' for none)",
+    )
+    parser.add_argument(
+        "--batch-levels",
+        type=int_list,
+        default=[1, 8],
+        help="concurrent calls decoded through BatchEngine (default 1,8; '' for none)",
+    )
+    parser.add_argument(
+        "--batch-prompt-tokens",
+        type=int,
+        help="each BatchEngine call's prompt (default 2048 on CUDA, else 64)",
+    )
+    parser.add_argument(
+        "--batch-new-tokens",
+        type=int,
+        help="tokens each BatchEngine call decodes (default 256 on CUDA, else 32)",
+    )
+    parser.add_argument(
         "--tune-moe",
         type=lambda text: [s for s in text.split(",") if s],
         default=[],
@@ -477,6 +527,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("prefill_tokens", 16384, 512),
         ("agent_prompt_tokens", 20000, 300),
         ("agent_new_tokens", 8192, 64),
+        ("batch_prompt_tokens", 2048, 64),
+        ("batch_new_tokens", 256, 32),
     ):
         if getattr(args, name) is None:
             setattr(args, name, on_gpu if on_cuda else elsewhere)

@@ -207,6 +207,44 @@ def _agent(agent: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _batched(steps: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Batched steps (issue 40): B requests at {steps['context']:,} committed tokens each, one 32-token "
+        f"denoising pass each; one request's pass alone {_fmt(steps.get('one_ms'), '.2f')} ms "
+        f"(caches {steps['cache_bytes_per_request'] / 1e6:,.0f} MB per request):",
+        "",
+        "| requests | packed ms | one by one ms | floor ms (one request, same tokens) | passes/s "
+        "| pass work vs one request |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in steps["rows"]:
+        lines.append(
+            f"| {row['requests']} | {row['packed_ms']:.2f} | {row['one_by_one_ms']:.2f} | {row['floor_ms']:.2f} | "
+            f"{row['passes_per_s']:,.0f} | {row['vs_one']:.2f}x |"
+        )
+    if steps.get("left_out"):
+        lines += ["", f"Left out (their caches would not fit): {steps['left_out']}."]
+    return lines
+
+
+def _batch_engine(batch: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"BatchEngine: N concurrent greedy calls, {batch['prompt_tokens']:,}-token prompts, "
+        f"{batch['new_tokens']} new tokens each (random weights: about one token per pass):",
+        "",
+        "| calls | wall s | request forwards/s | vs one call | forwards per step | tokens per forward |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in batch["rows"]:
+        lines.append(
+            f"| {row['requests']} | {row['wall_s']:.2f} | {row['forwards_per_s']:,.1f} | "
+            f"{_fmt(row.get('vs_one'), '.2f')}x | {row['forwards_per_step']:.1f} | {row['tokens_per_forward']:.2f} |"
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     where = (
@@ -234,6 +272,10 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _decode(report["decode"])
     if report.get("moe_tiles"):
         lines += _moe_tiles(report["moe_tiles"])
+    if report.get("batched_steps"):
+        lines += _batched(report["batched_steps"])
+    if report.get("batch_engine"):
+        lines += _batch_engine(report["batch_engine"])
     if report.get("prefill"):
         lines += _prefill(report["prefill"])
     if report.get("agent_path"):

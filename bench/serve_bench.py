@@ -12,7 +12,11 @@ sessions at once (N = 1, 2, 4, 8, 16 by default) it measures:
   to the first committed block) and, as the client sees it, the first streamed text, p50 (a random
   tiny model writes byte tokens that are not whole UTF-8 characters, held back until completed, so
   there the first text comes late);
-- turn latency, p50 and p99.
+- turn latency, p50 and p99;
+- what the server ran for it: prompt tokens prefilled per output token (each prompt less the prefix
+  the server reused, from ``usage``), and request forwards per batched step (``/metrics``). Prefill
+  is arithmetic on every new prompt token, which batching cannot share on a CPU: the more of it per
+  output token, the less N sessions can gain over one.
 
     .venv/bin/python bench/serve_bench.py --tiny                    # starts serve on a tiny checkpoint
     .venv/bin/python bench/serve_bench.py --model DIR --device cuda  # starts serve on DIR
@@ -92,6 +96,7 @@ class Turn:
     first: float | None
     done: float
     tokens: int
+    prefilled: int = 0  # prompt tokens the server ran (its prompt less the reused prefix)
 
 
 @dataclass
@@ -133,7 +138,7 @@ def one_turn(
         body["ignore_eos"] = True
     sent = time.perf_counter()
     first: float | None = None
-    tokens = 0
+    tokens = prefilled = 0
     text: list[str] = []
     with request(f"{args.base_url}/chat/completions", body, args.api_key, args.timeout) as response:
         for raw in response:
@@ -145,7 +150,10 @@ def one_turn(
                 break
             chunk = json.loads(payload)
             if chunk.get("usage"):
-                tokens = int(chunk["usage"].get("completion_tokens") or 0)
+                used = chunk["usage"]
+                tokens = int(used.get("completion_tokens") or 0)
+                cached = (used.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                prefilled = int(used.get("prompt_tokens") or 0) - int(cached)
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
                 piece = delta.get("content") or delta.get("reasoning_content") or ""
@@ -153,7 +161,7 @@ def one_turn(
                     if first is None:
                         first = time.perf_counter()
                     text.append(piece)
-    return Turn(sent, first, time.perf_counter(), tokens), "".join(text)
+    return Turn(sent, first, time.perf_counter(), tokens, prefilled), "".join(text)
 
 
 def run_session(args: argparse.Namespace, model: str, session: Session, run_id: str) -> None:
@@ -181,27 +189,38 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def first_block_totals(args: argparse.Namespace) -> tuple[float, float] | None:
-    """(sum, count) of the server's ``clover_first_block_seconds`` summary, None without it."""
+#: Counters of the server's ``/metrics`` a level reads before and after itself.
+COUNTERS = (
+    "clover_first_block_seconds_sum",
+    "clover_first_block_seconds_count",
+    "clover_steps_total",
+    "clover_forwards_total",
+)
+
+
+def server_counters(args: argparse.Namespace) -> dict[str, float]:
+    """The :data:`COUNTERS` the server reports (none from a server without them)."""
     root = args.base_url.rsplit("/v1", 1)[0]
     try:
         with request(f"{root}/metrics", None, args.api_key, 10) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError):
-        return None
+        return {}
     found: dict[str, float] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in ("clover_first_block_seconds_sum", "clover_first_block_seconds_count"):
+        if name in COUNTERS:
             found[name] = float(value)
-    if len(found) != 2:
-        return None
-    return found["clover_first_block_seconds_sum"], found["clover_first_block_seconds_count"]
+    return found
+
+
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    return after[name] - before[name] if name in before and name in after else None
 
 
 def level(args: argparse.Namespace, model: str, sessions: int) -> dict[str, Any]:
     run_id = f"{sessions}-{time.time_ns()}"
-    before = first_block_totals(args)
+    before = server_counters(args)
     states = [Session(i) for i in range(sessions)]
     threads = [threading.Thread(target=run_session, args=(args, model, s, run_id)) for s in states]
     start = time.perf_counter()
@@ -210,10 +229,12 @@ def level(args: argparse.Namespace, model: str, sessions: int) -> dict[str, Any]
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - start
-    after = first_block_totals(args)
-    server_first = float("nan")
-    if before is not None and after is not None and after[1] > before[1]:
-        server_first = (after[0] - before[0]) / (after[1] - before[1])
+    after = server_counters(args)
+    first_sum = _delta(before, after, "clover_first_block_seconds_sum")
+    first_count = _delta(before, after, "clover_first_block_seconds_count")
+    server_first = first_sum / first_count if first_sum is not None and first_count else float("nan")
+    steps = _delta(before, after, "clover_steps_total")
+    forwards = _delta(before, after, "clover_forwards_total")
     errors = [s.error for s in states if s.error]
     turns = [t for s in states for t in s.turns]
     tokens = sum(t.tokens for t in turns)
@@ -229,6 +250,8 @@ def level(args: argparse.Namespace, model: str, sessions: int) -> dict[str, Any]
         "aggregate_tps": tokens / wall if wall else 0.0,
         "per_session_tps": statistics.median(per_session) if per_session else 0.0,
         "first_block_mean_s": server_first,
+        "prefilled_per_token": sum(t.prefilled for t in turns) / tokens if tokens else float("nan"),
+        "forwards_per_step": forwards / steps if forwards is not None and steps else float("nan"),
         "first_text_p50_s": percentile([t.first - t.sent for t in turns if t.first is not None], 0.5),
         "latency_p50_s": percentile([t.done - t.sent for t in turns], 0.5),
         "latency_p99_s": percentile([t.done - t.sent for t in turns], 0.99),
@@ -293,15 +316,16 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace, server: st
         f"- {args.turns} turns per session, {args.max_tokens} tokens per turn, greedy, streamed, 4 tools offered",
         "",
         "| sessions | aggregate tok/s | × one session | per-session tok/s | first block (server, mean) "
-        "| first text p50 | latency p50 | latency p99 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| first text p50 | latency p50 | latency p99 | prompt tokens run per output token "
+        "| forwards per step |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         ratio = f"{r['aggregate_tps'] / base:.2f}" if base else "-"
         lines.append(
             f"| {r['sessions']} | {r['aggregate_tps']:.1f} | {ratio} | {r['per_session_tps']:.1f} | "
             f"{r['first_block_mean_s']:.3f} s | {r['first_text_p50_s']:.3f} s | {r['latency_p50_s']:.3f} s | "
-            f"{r['latency_p99_s']:.3f} s |"
+            f"{r['latency_p99_s']:.3f} s | {r['prefilled_per_token']:.1f} | {r['forwards_per_step']:.1f} |"
         )
     lines.append(SECTION_END)
     return "\n".join(lines)

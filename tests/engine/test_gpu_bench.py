@@ -126,6 +126,19 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert all(row["tokens"] == 40 and row["ms_per_forward"] > 0 for row in report["decode"].values())
     assert report["budget"]["used_s"] < 200
 
+    # Batching (issue 40): packed steps of 1-16 requests' passes, each beside the same passes one by
+    # one and one request's pass over as many tokens; then N calls through BatchEngine, packed.
+    batched = report["batched_steps"]
+    assert [row["requests"] for row in batched["rows"]] == [1, 2, 4, 8, 16] and batched["one_ms"] > 0
+    for row in batched["rows"]:
+        assert row["packed_ms"] > 0 and row["one_by_one_ms"] > 0 and row["floor_ms"] > 0, row
+        assert row["passes_per_s"] == pytest.approx(row["requests"] / row["packed_ms"] * 1e3)
+    engine_rows = {row["requests"]: row for row in report["batch_engine"]["rows"]}
+    assert set(engine_rows) == {1, 8}
+    assert engine_rows[1]["tokens"] == 32 and engine_rows[8]["tokens"] == 8 * 32  # the stop token ignored
+    assert engine_rows[1]["forwards_per_step"] == 1.0 < engine_rows[8]["forwards_per_step"] <= 8.0
+    assert engine_rows[1]["vs_one"] == 1.0 and engine_rows[8]["vs_one"] > 0
+
     # Prefill throughput, the model's operators beside the PyTorch ones, and the agent's two turns:
     # the second re-sends the first's prompt and answer, and reuses their committed state.
     prefill = report["prefill"]
@@ -171,6 +184,7 @@ def test_tiny_shape_measures_every_piece_from_a_copy_of_the_tree(tree_copy: Path
     assert text.startswith("<!-- gpu-bench:start -->") and "<!-- gpu-bench:end -->" in text
     assert "RANDOM weights built on the device" in text and "| fused_64 |" in text
     assert "| PyTorch reference | torch |" in text and "| second turn | 288 |" in text
+    assert "Batched steps (issue 40)" in text and "| 16 |" in text and "BatchEngine: N concurrent" in text
     assert "| kernel | shape | rel. error (bound) | median µs" in text and "| speed-up |" in text
     assert f"full results: {out}" in result.stderr
 
