@@ -72,9 +72,28 @@ def check_backend_options(options: BackendOptions, settings: Settings) -> Backen
     if options.kind == "engine":
         from clover_agent.backends.engine import choose_device  # loads the engine's modules
 
-        folder, _ = choose_device(model_sources(settings, options.model))
+        experts = engine_experts(options, settings)
+        folder, _ = choose_device(model_sources(settings, options.model), experts)
         return replace(options, model=options.model or str(folder))
     return options
+
+
+def engine_experts(options: BackendOptions, settings: Settings) -> str:
+    """How the engine holds the routed experts: the front end's own option, else CLOVER_EXPERTS or
+    ``[model] experts``, else "auto" (as stored). :class:`UsageError` naming the setting for a
+    choice the loader does not have."""
+    from clover_agent.backends.engine import EXPERT_CHOICES
+
+    chosen = options.engine_options.get("experts")
+    if chosen is not None:
+        return str(chosen)
+    if settings.experts is None:
+        return "auto"
+    if settings.experts not in EXPERT_CHOICES:
+        raise UsageError(
+            f"{settings.experts_from} = {settings.experts!r}: choose one of {', '.join(EXPERT_CHOICES)}"
+        )
+    return settings.experts
 
 
 async def probe_backend(options: BackendOptions, settings: Settings) -> None:
@@ -112,6 +131,7 @@ def backend_factory(options: BackendOptions, settings: Settings) -> BackendFacto
         engine_options = dict(options.engine_options)
         if settings.cuda_graphs is not None:
             engine_options.setdefault("cuda_graphs", settings.cuda_graphs)
+        engine_options["experts"] = engine_experts(options, settings)
         return create_backend("engine", sources=model_sources(settings, options.model), **engine_options)
 
     return make

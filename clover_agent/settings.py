@@ -56,6 +56,8 @@ ENV_VARS: dict[str, str] = {
     "CLOVER_BASE_URL": "default --base-url for --backend openai",
     "CLOVER_CUDA_GRAPHS": "0 runs the engine's decoding steps eager on a CUDA device (default 1: replayed "
     "as CUDA graphs); also [model] cuda_graphs = false",
+    "CLOVER_EXPERTS": "how the engine holds Clover's routed experts: auto (as stored), dense, fp8 or int4 "
+    "(quantised while loading: about 38 GB and 24 GB of weights instead of 69 GB); also [model] experts",
     "HF_HOME": "Hugging Face cache root (weights are looked up in its hub/ folder)",
     "HF_HUB_CACHE": "Hugging Face hub cache folder",
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
@@ -104,6 +106,11 @@ class Settings:
     #: CLOVER_CUDA_GRAPHS, else the config file's [model] cuda_graphs; None: the engine's default
     #: (replayed as CUDA graphs on a CUDA device).
     cuda_graphs: bool | None = None
+    #: CLOVER_EXPERTS, else the config file's [model] experts: how the engine holds the routed experts
+    #: (None: as stored). Checked against the loader's choices where a backend is built
+    #: (``launch.check_backend_options``, ``EngineBackend``); ``experts_from`` names where it was set.
+    experts: str | None = None
+    experts_from: str = ""
     hf_hub_cache: Path = field(default_factory=lambda: Path.home() / ".cache" / "huggingface" / "hub")
     #: The process environment, for what runs on this machine on the user's behalf (the local
     #: sandbox's commands) and for the Docker engine's address (:data:`DOCKER_VARIABLES`).
@@ -167,6 +174,8 @@ class Settings:
             cuda_graphs=_switch(graphs, "CLOVER_CUDA_GRAPHS")
             if graphs
             else _boolean(values, "model", "cuda_graphs", path),
+            experts=env.get("CLOVER_EXPERTS") or text("model", "experts"),
+            experts_from="CLOVER_EXPERTS" if env.get("CLOVER_EXPERTS") else f"{path}: [model] experts",
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
             mcp_servers=_tables(values, "mcp_servers", path),

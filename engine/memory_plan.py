@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 
 from clover_agent.engine.batching import DEFAULT_PREFILL_CHUNK
 from clover_agent.engine.decoding.prefix_cache import DEFAULT_MAX_BYTES
+from clover_agent.engine.loading.readiness import checkpoint_bytes
 from clover_agent.engine.loading.weights import fp8_block_of, plan_load, read_tensor_index
 from clover_agent.engine.model.config import CloverConfig, full_size_config_json
 from clover_agent.engine.model.quantized import FP8_BLOCK, INT4_GROUP
@@ -362,13 +363,14 @@ def _suggestions(config: CloverConfig, plan: MemoryPlan, most: int, options: dic
         other = plan_memory(config, experts=fmt, context_tokens=context, **options)
         if other.fits:
             out.append(
-                f"{fmt.upper()} experts: fits with {other.max_running} request(s) at {_tokens(context)}"
+                f"{fmt.upper()} experts (--experts {fmt}): fits with {other.max_running} request(s) at "
+                f"{_tokens(context)}"
             )
     # A shorter context in this format; in the smallest one only when no format fits this context.
     for fmt in (plan.experts,) if out or not smaller else (plan.experts, smaller[-1]):
         shorter = _shorter_fit(config, fmt, context, options)
         if shorter is not None:
-            label = "" if fmt == plan.experts else f"{fmt.upper()} experts, "
+            label = "" if fmt == plan.experts else f"{fmt.upper()} experts (--experts {fmt}), "
             out.append(
                 f"{label}context {_tokens(shorter.context_tokens)}: fits with {shorter.max_running} request(s)"
             )
@@ -424,6 +426,19 @@ def held_format(stored_fp8: bool, experts: str = "auto") -> ExpertFormat:
         if experts == known:
             return known
     raise ValueError(f"unknown experts choice {experts!r}")
+
+
+def loaded_weight_bytes(model_dir: Path, experts: str = "auto") -> int:
+    """The weights' bytes once the checkpoint in ``model_dir`` is loaded with ``experts=``
+    (:func:`held_format`): the files' size as stored for "auto", else the plan's count (an INT4 load
+    of a bf16 checkpoint needs about a third of its files). What readiness checks against the card
+    (``check_engine(held=...)``). Raises ``CheckpointError`` for an unreadable checkpoint."""
+    if experts == "auto":
+        return checkpoint_bytes(model_dir)
+    config = CloverConfig.from_file(model_dir / "config.json")
+    stored_fp8 = plan_load(read_tensor_index(model_dir)).fp8
+    block = fp8_block_of(model_dir) if stored_fp8 else FP8_BLOCK
+    return sum(weight_bytes(config, held_format(stored_fp8, experts), fp8_block=block).values())
 
 
 def checkpoint_plan(

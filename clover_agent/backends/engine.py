@@ -12,6 +12,7 @@ for checkpoints up to :data:`CPU_MAX_WEIGHT_BYTES`; otherwise the readiness repo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -32,10 +33,11 @@ from clover_agent.backends.base import (
 from clover_agent.backends.threads import BackendThreads, iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.loading.locate import ModelSources
-from clover_agent.engine.loading.readiness import EngineReadiness, GiB, check_engine
+from clover_agent.engine.loading.readiness import EXPERT_CHOICES, EngineReadiness, GiB, check_engine
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.text.chat import render_chat
 from clover_agent.engine.text.tokenizer import IM_START, load_tokenizer
+from clover_agent.errors import UsageError
 from clover_agent.protocol import THINK_OPEN, ThinkingSplitter
 
 if TYPE_CHECKING:
@@ -93,9 +95,21 @@ def _physical_memory_bytes() -> int:
         return 0
 
 
-def _located(sources: ModelSources) -> EngineReadiness:
-    """The readiness report, or :class:`BackendUnavailable` with it when no weights are found."""
-    report = check_engine(sources)
+def engine_readiness(sources: ModelSources, experts: str = "auto") -> EngineReadiness:
+    """Whether this machine can run the checkpoint in ``sources`` with its routed experts loaded as
+    ``experts`` asks (the weights counted in that format; "auto": as stored)."""
+    held = None
+    if experts != "auto":  # the plan's count of the weights in that format (imports torch)
+        from clover_agent.engine.memory_plan import loaded_weight_bytes
+
+        held = functools.partial(loaded_weight_bytes, experts=experts)
+    return check_engine(sources, held=held)
+
+
+def _located(sources: ModelSources, experts: str = "auto") -> EngineReadiness:
+    """The readiness report (the weights as ``experts`` holds them), or :class:`BackendUnavailable`
+    with it when no weights are found."""
+    report = engine_readiness(sources, experts)
     if report.model.path is None:
         raise BackendUnavailable(report.explain())
     return report
@@ -121,10 +135,10 @@ def _device_for(report: EngineReadiness) -> str:
     return device
 
 
-def choose_device(sources: ModelSources) -> tuple[Path, str]:
+def choose_device(sources: ModelSources, experts: str = "auto") -> tuple[Path, str]:
     """The checkpoint folder and the device to run it on, or :class:`BackendUnavailable` with the
     readiness report when this machine cannot run it (the check ``fix`` makes before any work)."""
-    report = _located(sources)
+    report = _located(sources, experts)
     return report.model.path, _device_for(report)  # type: ignore[return-value]  # located: not None
 
 
@@ -136,6 +150,8 @@ class EngineBackend(ModelBackend):
       ``SamplingParams.coding()`` with the checkpoint's block size and threshold).
     - ``max_new_tokens``: caps each answer; the context window caps it further.
     - ``cuda_graphs``: None (the default) replays the decoding steps as CUDA graphs on a CUDA device.
+    - ``experts``: how the routed experts are held (``load_model``: "auto" as stored, "dense", or
+      "fp8" / "int4" quantised while loading, which is what fits Clover on a 48 or 24 GB card).
 
     A prompt that leaves no room in the window raises :class:`ContextOverflow`. CUDA graphs are captured
     once per step shape and reused by every turn; loading prints how the steps run (and why eager, when
@@ -150,6 +166,7 @@ class EngineBackend(ModelBackend):
         dtype: torch.dtype | None = None,
         kernels: str = "auto",
         cuda_graphs: bool | None = None,
+        experts: str = "auto",
         sources: ModelSources | None = None,
         sampling: SamplingParams | None = None,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -158,7 +175,10 @@ class EngineBackend(ModelBackend):
     ) -> None:
         if model_dir is not None or sources is None:
             sources = ModelSources(explicit=model_dir)
-        report = _located(sources)
+        if experts not in EXPERT_CHOICES:
+            raise UsageError(f"unknown experts choice {experts!r} (choose from {', '.join(EXPERT_CHOICES)})")
+        self.experts = experts
+        report = _located(sources, experts)
         self.model_dir: Path = report.model.path  # type: ignore[assignment]  # located: not None
         self.device = device if device is not None else _device_for(report)
         self.dtype = dtype
@@ -211,6 +231,7 @@ class EngineBackend(ModelBackend):
                 kernels=self.kernels,
                 progress=self.progress,
                 cuda_graphs=self.cuda_graphs,
+                experts=self.experts,
             )
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailable(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.errors import ExitCode, UsageError
-from clover_agent.launch import model_sources
+from clover_agent.launch import BackendOptions, engine_experts, model_sources
 from clover_agent.sandboxes.errors import SandboxUnavailable
 from clover_agent.settings import Settings
 
@@ -29,8 +29,9 @@ def check_python() -> Check:
     return Check("python", ok, f"{platform.python_version()} at {sys.executable}", "" if ok else "everything")
 
 
-def check_torch_and_gpu(sources: ModelSources) -> list[Check]:
-    from clover_agent.engine.loading.readiness import GiB, check_engine
+def check_torch_and_gpu(sources: ModelSources, experts: str = "auto") -> list[Check]:
+    from clover_agent.backends.engine import engine_readiness
+    from clover_agent.engine.loading.readiness import GiB
 
     try:
         import torch
@@ -38,14 +39,15 @@ def check_torch_and_gpu(sources: ModelSources) -> list[Check]:
         return [Check("torch", False, str(exc), "the embedded engine")]
     cuda = torch.version.cuda or "none (CPU build)"
     checks = [Check("torch", True, f"{torch.__version__}, CUDA {cuda}")]
-    report = check_engine(sources)
+    report = engine_readiness(sources, experts)
     gpu = report.gpu
     if gpu.available:
         checks.append(Check("gpu", True, f"{gpu.name}, {gpu.total_bytes / GiB:.1f} GiB"))
     else:
         checks.append(Check("gpu", False, gpu.reason, "the embedded engine (use --backend openai instead)"))
     if report.model.path:
-        size = f", {report.weights_bytes / 1e9:.1f} GB" if report.weights_bytes else ""
+        held = "" if experts == "auto" else f" with {experts} experts"
+        size = f", {report.weights_bytes / 1e9:.1f} GB{held}" if report.weights_bytes else ""
         checks.append(Check("weights", True, f"{report.model.path}{size}"))
     else:
         looked = "; ".join(f"{s}: {p} ({v})" for s, p, v in report.model.looked)
@@ -138,7 +140,9 @@ def run_checks(
     if base_url is not None:
         checks.append(check_server(base_url, model_name, settings.api_key))
     else:
-        checks += check_torch_and_gpu(model_sources(settings, model))
+        checks += check_torch_and_gpu(
+            model_sources(settings, model), engine_experts(BackendOptions(), settings)
+        )
         checks.append(check_triton())
     checks += check_docker(settings.sandbox_image, settings.docker_env)
     return checks
@@ -160,12 +164,14 @@ def memory_plan(args: argparse.Namespace, checks: list[Check] | None) -> tuple[d
         if not gpu.available:
             return None, [f"memory plan: no CUDA GPU here ({gpu.reason}); plan for a card with --card-gib N"]
         card = gpu.total_bytes
-    model = locate_model(model_sources(Settings.load(), args.model)).path
+    settings = Settings.load()
+    model = locate_model(model_sources(settings, args.model)).path
     try:
         plan = checkpoint_plan(
             model,
             card_bytes=card,
-            experts=args.experts,
+            # the format asked for, else the one the engine would load (CLOVER_EXPERTS, [model] experts)
+            experts=args.experts if args.experts != "auto" else engine_experts(BackendOptions(), settings),
             context_tokens=args.context,
             max_running=args.max_running,
         )
@@ -269,7 +275,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--experts",
         choices=("auto", "bf16", "fp8", "int4"),
         default="auto",
-        help="routed experts' format to plan for (auto: as the checkpoint stores them)",
+        help="routed experts' format to plan for (auto: as the engine would load them, CLOVER_EXPERTS or "
+        "[model] experts, else as the checkpoint stores them)",
     )
     p.add_argument(
         "--context", type=_positive_int, metavar="N", help="tokens per request to plan for (default 32768)"

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from clover_agent.cli.options import positive
+from clover_agent.engine.loading.readiness import EXPERT_CHOICES
 from clover_agent.errors import ExitCode
 
 
@@ -76,6 +77,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="torch device (default: a GPU with room for the weights, else the CPU for small ones)",
     )
     parser.add_argument(
+        "--experts",
+        choices=EXPERT_CHOICES,
+        help="how the routed experts are held: auto (as stored), dense, or fp8 / int4 quantised while "
+        "loading, which is what fits a 48 or 24 GB card (default: CLOVER_EXPERTS, [model] experts, auto; "
+        "`clover-agent doctor --plan --experts int4` shows the plan first)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=positive(float),
         default=60.0,
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_agent.engine.loading.readiness import probe_gpu
     from clover_agent.engine.memory_plan import DEFAULT_CONTEXT_TOKENS
     from clover_agent.errors import UsageError
-    from clover_agent.launch import model_sources
+    from clover_agent.launch import BackendOptions, engine_experts, model_sources
     from clover_agent.serve.app import Served
     from clover_agent.serve.server import check_api_key, serve
     from clover_agent.serve.sizing import concurrency
@@ -102,13 +110,20 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.load()
     api_key = args.api_key if args.api_key is not None else settings.serve_api_key
     check_api_key(args.host, api_key)  # before the minutes a load can take
+    experts = engine_experts(
+        BackendOptions(engine_options={"experts": args.experts} if args.experts else {}), settings
+    )
     backend = EngineBackend(
-        sources=model_sources(settings, args.model), device=args.device, progress=sys.stderr
+        sources=model_sources(settings, args.model), device=args.device, experts=experts, progress=sys.stderr
     )
     context = min(args.context or DEFAULT_CONTEXT_TOKENS, backend.context_window)
     card = probe_gpu().total_bytes if backend.device.startswith("cuda") else None
     running, plan = concurrency(
-        backend.model_dir, card_bytes=card, max_running=args.max_running, context_tokens=context
+        backend.model_dir,
+        card_bytes=card,
+        max_running=args.max_running,
+        context_tokens=context,
+        experts=experts,
     )
     print("\n".join(plan), file=sys.stderr, flush=True)
     batch = BatchEngine(backend.load_now(), max_running=running, max_queued=args.max_queued)

@@ -15,18 +15,28 @@ CPU_MAX_RUNNING = 8
 
 
 def concurrency(
-    model_dir: Path, *, card_bytes: int | None, max_running: int | None, context_tokens: int
+    model_dir: Path,
+    *,
+    card_bytes: int | None,
+    max_running: int | None,
+    context_tokens: int,
+    experts: str = "auto",
 ) -> tuple[int, list[str]]:
     """(requests decoded together, the lines that say why). ``card_bytes``: the GPU's memory, None
     on the CPU. A plan that does not fit raises :class:`BackendUnavailable` with the plan and what
-    would fit (fewer requests, a smaller expert format, a shorter context)."""
+    would fit (fewer requests, a smaller expert format, a shorter context). ``experts``: the routed
+    experts' format as loaded (``EngineBackend``'s choice)."""
     if card_bytes is None:
         running = max_running or CPU_MAX_RUNNING
         return running, [
             f"memory plan: none on the CPU; {running} request(s) decoded together (--max-running)"
         ]
     plan = checkpoint_plan(
-        model_dir, card_bytes=card_bytes, context_tokens=context_tokens, max_running=max_running
+        model_dir,
+        card_bytes=card_bytes,
+        experts=experts,
+        context_tokens=context_tokens,
+        max_running=max_running,
     )
     if not plan.fits:
         raise BackendUnavailable(

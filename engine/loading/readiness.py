@@ -8,6 +8,7 @@ weights.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,10 @@ GiB = 1024**3
 FULL_MODEL_BYTES = 69 * 10**9
 #: Room for caches, activations and the CUDA context on top of the weights.
 HEADROOM_BYTES = 6 * GiB
+#: How the loader may hold the routed experts (``load_model``'s ``experts=``): as stored, dense in the
+#: model's dtype, or quantised while loading (``kernels.moe.quant.SCHEMES``). Here, not in the loader,
+#: so that the front ends check a choice without importing torch.
+EXPERT_CHOICES: tuple[str, ...] = ("auto", "dense", "fp8", "int4")
 
 
 @dataclass
@@ -79,11 +84,18 @@ def checkpoint_bytes(model_dir: Path) -> int:
     return sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
 
 
-def check_engine(sources: ModelSources) -> EngineReadiness:
-    """The GPU, the weights found in ``sources`` and whether they fit."""
-    gpu = probe_gpu()
+def check_engine(
+    sources: ModelSources,
+    *,
+    held: Callable[[Path], int | None] | None = None,
+    gpu: GpuInfo | None = None,
+) -> EngineReadiness:
+    """The GPU (``gpu``: this machine's unless given), the weights found in ``sources`` and whether
+    they fit. ``held``: the bytes the weights take once loaded (default: the files' size, as stored;
+    ``memory_plan.loaded_weight_bytes`` for routed experts loaded in another format)."""
+    gpu = gpu if gpu is not None else probe_gpu()
     model = locate_model(sources)
-    weights = checkpoint_bytes(model.path) if model.path else None
+    weights = (held or checkpoint_bytes)(model.path) if model.path else None
     report = EngineReadiness(gpu=gpu, model=model, weights_bytes=weights)
     need = (weights or FULL_MODEL_BYTES) + HEADROOM_BYTES
     if not gpu.available:

@@ -28,6 +28,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from clover_agent.engine.errors import CheckpointError, EngineArgumentError
+from clover_agent.engine.loading.readiness import EXPERT_CHOICES
 from clover_agent.engine.model import quantized as quant
 from clover_agent.engine.model.bidirectional_gdn import CHECKPOINT_TENSORS as BIDIRECTIONAL_TENSORS
 from clover_agent.engine.model.config import CloverConfig
@@ -46,7 +47,6 @@ IGNORED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
 _PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 #: How the routed experts are kept: as the checkpoint stores them ("auto": FP8 for an FP8 checkpoint,
 #: else dense in the model's dtype), dense, or quantised on load.
-EXPERT_CHOICES: tuple[str, ...] = ("auto", "dense", *quant.SCHEMES)
 SCALE_SUFFIX = "_scale_inv"  # "x.weight" is scaled by "x.weight_scale_inv"
 _BIDIRECTIONAL = re.compile(
     r"^(layers\.\d+\.linear_attn)\.(" + "|".join(map(re.escape, BIDIRECTIONAL_TENSORS)) + ")$"

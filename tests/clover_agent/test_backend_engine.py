@@ -307,3 +307,20 @@ def test_the_settings_can_turn_cuda_graphs_off(tiny_dir: Path, tmp_path: Path) -
     assert (off.cuda_graphs, default.cuda_graphs) == (False, None)  # None: on with a CUDA device
     explicit = BackendOptions(model=str(tiny_dir), engine_options={"cuda_graphs": True})
     assert backend_factory(explicit, Settings.load({**env, "CLOVER_CUDA_GRAPHS": "0"}))().cuda_graphs is True
+
+
+def test_the_settings_choose_how_the_experts_are_held(tiny_dir: Path, tmp_path: Path) -> None:
+    """CLOVER_EXPERTS reaches the engine a front end builds: the routed experts are INT4 once
+    loaded; a front end's own option wins."""
+    from clover_agent.engine.model.quantized import QuantizedRoutedExperts
+    from clover_agent.launch import BackendOptions, backend_factory
+    from clover_agent.settings import Settings
+
+    env = {"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_EXPERTS": "int4"}
+    backend = backend_factory(BackendOptions(model=str(tiny_dir)), Settings.load(env))()
+    assert backend.experts == "int4"
+    engine = backend.load_now()
+    held = [m for m in engine.model.modules() if isinstance(m, QuantizedRoutedExperts)]
+    assert held and all(m.scheme == "int4" for m in held)
+    explicit = BackendOptions(model=str(tiny_dir), engine_options={"experts": "dense"})
+    assert backend_factory(explicit, Settings.load(env))().experts == "dense"

@@ -127,7 +127,7 @@ def test_doctor_plan_that_does_not_fit_names_what_would(no_weights: None, capsys
     report = json.loads(capsys.readouterr().out)
     plan = report["memory_plan"]
     assert plan["fits"] is False and plan["experts"] == "bf16" and plan["context_tokens"] == 16384
-    assert any(s.startswith("INT4 experts: fits with") for s in plan["suggestions"])
+    assert any(s.startswith("INT4 experts (--experts int4): fits with") for s in plan["suggestions"])
     assert main(["doctor", "--plan", "--card-gib", "16"]) == ExitCode.FAILURE
     assert "routed experts in host memory (planned, not built" in capsys.readouterr().out
 
@@ -139,7 +139,7 @@ def test_doctor_checks_include_the_plan_for_the_card(no_weights: None, capsys) -
     assert {"python", "torch", "gpu", "weights", "docker"} <= set(checks)  # the checks stay
     plan = checks["memory-plan"]
     assert not plan["ok"] and not plan["required"]
-    assert plan["detail"].startswith("24.0 GiB card: does not fit; INT4 experts: fits with 1 request(s)")
+    assert plan["detail"].startswith("24.0 GiB card: does not fit; INT4 experts (--experts int4): fits with 1 request(s)")
     assert report["memory_plan"]["experts"] == "bf16" and report["memory_plan"]["fits"] is False
 
 

@@ -125,6 +125,27 @@ def test_cuda_graphs_can_be_turned_off(tmp_path: Path) -> None:
         Settings.load({"CLOVER_CONFIG": str(config)})
 
 
+def test_the_expert_format_comes_from_the_option_then_the_environment_then_the_file(tmp_path: Path) -> None:
+    """A front end's option, else CLOVER_EXPERTS, else ``[model] experts``, else "auto" (as stored);
+    a value the loader does not know is refused naming where it came from, before any work."""
+    from clover_agent.launch import engine_experts
+
+    config = tmp_path / "config.toml"
+    env = {"CLOVER_CONFIG": str(config)}
+    engine = BackendOptions("engine")
+    assert engine_experts(engine, Settings.load(env)) == "auto"
+    config.write_text('[model]\nexperts = "fp8"\n')
+    assert engine_experts(engine, Settings.load(env)) == "fp8"
+    assert engine_experts(engine, Settings.load({**env, "CLOVER_EXPERTS": "int4"})) == "int4"
+    own = BackendOptions("engine", engine_options={"experts": "dense"})
+    assert engine_experts(own, Settings.load({**env, "CLOVER_EXPERTS": "int4"})) == "dense"
+    with pytest.raises(UsageError, match="CLOVER_EXPERTS = 'int3': choose one of auto, dense, fp8, int4"):
+        engine_experts(engine, Settings.load({**env, "CLOVER_EXPERTS": "int3"}))
+    config.write_text('[model]\nexperts = "q4"\n')
+    with pytest.raises(UsageError, match=r"config.toml: \[model\] experts = 'q4': choose one of"):
+        check_backend_options(engine, Settings.load(env))
+
+
 def test_the_openai_backend_gets_the_key_from_the_settings(tmp_path: Path) -> None:
     settings = Settings.load({"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_API_KEY": "k1"})
     options = BackendOptions("openai", base_url="http://127.0.0.1:9/v1", model_name="clover")

@@ -4,6 +4,7 @@ device part by part, and tiny checkpoints loaded with dense, FP8 and INT4 expert
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -12,6 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from clover_agent.engine.loading.locate import ModelSources
+from clover_agent.engine.loading.readiness import (
+    HEADROOM_BYTES,
+    GpuInfo,
+    check_engine,
+    checkpoint_bytes,
+)
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
 from clover_agent.engine.loading.weights import load_model
 from clover_agent.engine.memory_plan import (
@@ -22,6 +30,7 @@ from clover_agent.engine.memory_plan import (
     checkpoint_plan,
     held_format,
     host_expert_traffic,
+    loaded_weight_bytes,
     plan_memory,
     request_bytes,
     routed_expert_bytes,
@@ -101,6 +110,30 @@ def test_weight_parts_equal_a_loaded_tiny_model(tiny: Path, experts: ExpertForma
     assert planned == model_bytes_by_part(model)
 
 
+@pytest.mark.parametrize("experts", ["dense", "fp8", "int4"])
+def test_readiness_counts_the_weights_as_the_loader_holds_them(tiny: Path, experts: str) -> None:
+    """What ``doctor``, ``fix`` and ``serve`` check against the card before loading (``check_engine(held=)``)
+    equals what the loader allocates with that ``experts`` choice; "auto" is the files' size."""
+    model, _ = load_model(tiny, dtype=torch.bfloat16, progress=None, experts=experts)
+    assert loaded_weight_bytes(tiny, experts) == sum(model_bytes_by_part(model).values())
+    assert loaded_weight_bytes(tiny) == checkpoint_bytes(tiny)
+
+
+def test_a_card_too_small_for_dense_experts_is_ready_for_int4(tiny: Path) -> None:
+    """A card between the two needs: the dense load is refused with what it needs, the INT4 one is
+    ready (the check a 24 GB card gets for bf16 Clover against ``--experts int4``)."""
+    dense, int4 = loaded_weight_bytes(tiny, "dense"), loaded_weight_bytes(tiny, "int4")
+    assert int4 < dense
+    card = GpuInfo(
+        available=True, name="a card between them", total_bytes=HEADROOM_BYTES + (dense + int4) // 2
+    )
+    sources = ModelSources(explicit=tiny)
+    refused = check_engine(sources, held=functools.partial(loaded_weight_bytes, experts="dense"), gpu=card)
+    assert not refused.ready and refused.problems[0].startswith("GPU a card between them has")
+    ready = check_engine(sources, held=functools.partial(loaded_weight_bytes, experts="int4"), gpu=card)
+    assert ready.ready and ready.weights_bytes == int4
+
+
 def test_fp8_checkpoint_planned_as_the_loader_holds_it(tiny: Path, tmp_path: Path) -> None:
     """``experts="auto"`` on an FP8 checkpoint (16 x 16 block scales, as its config says): the plan's
     parts equal what the loader keeps, its own scales included."""
@@ -172,12 +205,15 @@ def test_request_state_and_concurrency_on_80_gib_follow_the_arithmetic() -> None
 def test_bf16_does_not_fit_24_gib_and_names_int4() -> None:
     plan = plan_memory(CONFIG, card_bytes=24 * GiB, experts="bf16")
     assert not plan.fits and plan.max_running == 0
-    assert any(s.startswith("INT4 experts: fits with") for s in plan.suggestions)
+    assert any(s.startswith("INT4 experts (--experts int4): fits with") for s in plan.suggestions)
     # FP8 experts (about 35 GiB of weights) cannot fit a 24 GiB card: not offered there.
     assert not any(s.startswith("FP8") for s in plan.suggestions)
     wider = plan_memory(CONFIG, card_bytes=48 * GiB, experts="bf16")
     assert not wider.fits
-    assert [s.split(":")[0] for s in wider.suggestions[:2]] == ["FP8 experts", "INT4 experts"]
+    assert [s.split(":")[0] for s in wider.suggestions[:2]] == [
+        "FP8 experts (--experts fp8)",
+        "INT4 experts (--experts int4)",
+    ]
 
 
 def test_fp8_fits_80_gib_with_many_requests() -> None:

@@ -66,12 +66,15 @@ def _metric(base: str, name: str) -> float:
     raise AssertionError(f"no {name} in /metrics")
 
 
-def _start_serve(model_dir: Path, log: Path, drain_timeout: float) -> tuple[subprocess.Popen, str]:
+def _start_serve(
+    model_dir: Path, log: Path, drain_timeout: float, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
     """``clover-agent serve`` in its own process on a free port: the process and its base URL."""
     process = start_signalable(
         [sys.executable, "-m", "clover_agent", "serve", "--model", str(model_dir), "--port", "0",
-         "--drain-timeout", str(drain_timeout)],
-        stdout=subprocess.DEVNULL, stderr=log.open("w"), env={**os.environ, "CLOVER_API_KEY": ""},
+         "--drain-timeout", str(drain_timeout), *extra],
+        stdout=subprocess.DEVNULL, stderr=log.open("w"),
+        env={**os.environ, "CLOVER_API_KEY": "", **(env or {})},
     )  # fmt: skip
     listening = re.compile(r"on (http://127\.0\.0\.1:\d+)/v1")
     wait_for(lambda: listening.search(log.read_text()) or process.poll() is not None, "the server to listen")
@@ -160,3 +163,33 @@ def test_a_drain_that_runs_out_of_time_cancels_and_says_so(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize(
+    ("extra", "env"), [(("--experts", "int4"), {}), ((), {"CLOVER_EXPERTS": "int4"})], ids=["flag", "env"]
+)
+def test_int4_experts_are_loaded_and_served(
+    real_vocab_checkpoint: Path, tmp_path: Path, extra: tuple[str, ...], env: dict[str, str]
+) -> None:
+    """``--experts int4`` (or CLOVER_EXPERTS) quantises the routed experts while loading, which is
+    what fits Clover on a 24 GB card, and the server answers with them."""
+    log = tmp_path / "serve.log"
+    process, base = _start_serve(real_vocab_checkpoint, log, 10.0, *extra, env=env)
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        answer = client.chat.completions.create(model="clover", messages=USER, max_tokens=8, temperature=0)
+        assert answer.choices[0].finish_reason == "length" and answer.usage is not None
+        assert answer.usage.completion_tokens == 8
+        assert "routed experts: int4" in log.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(DEADLINE_S) == 0
+
+
+def test_an_unknown_experts_setting_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
+    done = run_cli(
+        "serve", "--model", str(real_vocab_checkpoint), "--port", "0", env={"CLOVER_EXPERTS": "int3"}
+    )
+    assert done.returncode == 2, done.stderr
+    assert "CLOVER_EXPERTS = 'int3': choose one of auto, dense, fp8, int4" in done.stderr
+    assert "loading weights" not in done.stderr and "Traceback" not in done.stderr
