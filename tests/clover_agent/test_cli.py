@@ -139,7 +139,9 @@ def test_doctor_checks_include_the_plan_for_the_card(no_weights: None, capsys) -
     assert {"python", "torch", "gpu", "weights", "docker"} <= set(checks)  # the checks stay
     plan = checks["memory-plan"]
     assert not plan["ok"] and not plan["required"]
-    assert plan["detail"].startswith("24.0 GiB card: does not fit; INT4 experts (--experts int4): fits with 1 request(s)")
+    assert plan["detail"].startswith(
+        "24.0 GiB card: does not fit; INT4 experts (--experts int4): fits with 1 request(s)"
+    )
     assert report["memory_plan"]["experts"] == "bf16" and report["memory_plan"]["fits"] is False
 
 
