@@ -57,7 +57,7 @@ ENV_VARS: dict[str, str] = {
     "CLOVER_CUDA_GRAPHS": "0 runs the engine's decoding steps eager on a CUDA device (default 1: replayed "
     "as CUDA graphs); also [model] cuda_graphs = false",
     "CLOVER_EXPERTS": "how the engine holds Clover's routed experts: auto (as stored), dense, fp8 or int4 "
-    "(quantised while loading: about 38 GB and 24 GB of weights instead of 69 GB); also [model] experts",
+    "(quantised while loading: about 37 GB and 22 GB of weights instead of 69 GB); also [model] experts",
     "HF_HOME": "Hugging Face cache root (weights are looked up in its hub/ folder)",
     "HF_HUB_CACHE": "Hugging Face hub cache folder",
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
