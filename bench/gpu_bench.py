@@ -501,7 +501,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-new-tokens",
         type=int,
-        help="tokens each BatchEngine call decodes (default 256 on CUDA, else 32)",
+        help="tokens each BatchEngine call decodes (default 256 on CUDA, else 16)",
     )
     parser.add_argument(
         "--tune-moe",
@@ -528,7 +528,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("agent_prompt_tokens", 20000, 300),
         ("agent_new_tokens", 8192, 64),
         ("batch_prompt_tokens", 2048, 64),
-        ("batch_new_tokens", 256, 32),
+        ("batch_new_tokens", 256, 16),
     ):
         if getattr(args, name) is None:
             setattr(args, name, on_gpu if on_cuda else elsewhere)
