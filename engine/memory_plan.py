@@ -412,7 +412,7 @@ def _host_experts(config: CloverConfig, plan: MemoryPlan, options: dict[str, Any
         f"routed experts in host memory (--experts-on host; docs/serving.md): "
         f"{_gib(host['routed experts'])} GiB of {plan.experts} experts in host RAM, then the card fits {fits}; "
         f"the CPU computes them, many times slower than the card (measured: bench/RESULTS.md); "
-        f"streaming them over PCIe instead (not built) would move ~{one / 1e9:.2f} GB per forward of one "
+        f"streaming them over PCIe instead (not built) would move ~{one / 1e9:.2f} GB for one "
         f"token (at most {PCIE_BYTES_PER_S / one:.0f} forwards/s at {PCIE_BYTES_PER_S / 1e9:.0f} GB/s), "
         f"~{block / 1e9:.1f} GB for a {config.block_size}-token block "
         f"(at most {PCIE_BYTES_PER_S / block:.1f} forwards/s)"
