@@ -73,7 +73,9 @@ def check_backend_options(options: BackendOptions, settings: Settings) -> Backen
         from clover_agent.backends.engine import choose_device  # loads the engine's modules
 
         experts = engine_experts(options, settings)
-        folder, _ = choose_device(model_sources(settings, options.model), experts)
+        folder, _ = choose_device(
+            model_sources(settings, options.model), experts, engine_experts_on(options, settings)
+        )
         return replace(options, model=options.model or str(folder))
     return options
 
@@ -94,6 +96,22 @@ def engine_experts(options: BackendOptions, settings: Settings) -> str:
             f"{settings.experts_from} = {settings.experts!r}: choose one of {', '.join(EXPERT_CHOICES)}"
         )
     return settings.experts
+
+
+def engine_experts_on(options: BackendOptions, settings: Settings) -> str:
+    """Where the engine puts the routed experts: the front end's own option, else CLOVER_EXPERTS_ON
+    or ``[model] experts_on``, else "device". :class:`UsageError` naming where a choice the loader
+    does not have came from."""
+    from clover_agent.backends.engine import EXPERT_PLACES
+
+    chosen = options.engine_options.get("experts_on")
+    where = "experts_on" if chosen is not None else settings.experts_on_from
+    value = str(chosen) if chosen is not None else settings.experts_on
+    if value is None:
+        return "device"
+    if value not in EXPERT_PLACES:
+        raise UsageError(f"{where} = {value!r}: choose one of {', '.join(EXPERT_PLACES)}")
+    return value
 
 
 async def probe_backend(options: BackendOptions, settings: Settings) -> None:
@@ -132,6 +150,7 @@ def backend_factory(options: BackendOptions, settings: Settings) -> BackendFacto
         if settings.cuda_graphs is not None:
             engine_options.setdefault("cuda_graphs", settings.cuda_graphs)
         engine_options["experts"] = engine_experts(options, settings)
+        engine_options["experts_on"] = engine_experts_on(options, settings)
         return create_backend("engine", sources=model_sources(settings, options.model), **engine_options)
 
     return make

@@ -58,6 +58,9 @@ ENV_VARS: dict[str, str] = {
     "as CUDA graphs); also [model] cuda_graphs = false",
     "CLOVER_EXPERTS": "how the engine holds Clover's routed experts: auto (as stored), dense, fp8 or int4 "
     "(quantised while loading: about 37 GB and 22 GB of weights instead of 69 GB); also [model] experts",
+    "CLOVER_EXPERTS_ON": "where the engine puts Clover's routed experts: device (default) or host (host "
+    "memory, computed by the CPU: fits a 16 GB card, many times slower; docs/serving.md); also "
+    "[model] experts_on",
     "HF_HOME": "Hugging Face cache root (weights are looked up in its hub/ folder)",
     "HF_HUB_CACHE": "Hugging Face hub cache folder",
     "DOCKER_HOST": "Docker engine to use (remote hosts work)",
@@ -111,6 +114,10 @@ class Settings:
     #: (``launch.check_backend_options``, ``EngineBackend``); ``experts_from`` names where it was set.
     experts: str | None = None
     experts_from: str = ""
+    #: CLOVER_EXPERTS_ON, else the config file's [model] experts_on: where the engine puts the routed
+    #: experts (None: on the device); checked as ``experts`` is, ``experts_on_from`` names where it was set.
+    experts_on: str | None = None
+    experts_on_from: str = ""
     hf_hub_cache: Path = field(default_factory=lambda: Path.home() / ".cache" / "huggingface" / "hub")
     #: The process environment, for what runs on this machine on the user's behalf (the local
     #: sandbox's commands) and for the Docker engine's address (:data:`DOCKER_VARIABLES`).
@@ -176,6 +183,10 @@ class Settings:
             else _boolean(values, "model", "cuda_graphs", path),
             experts=env.get("CLOVER_EXPERTS") or text("model", "experts"),
             experts_from="CLOVER_EXPERTS" if env.get("CLOVER_EXPERTS") else f"{path}: [model] experts",
+            experts_on=env.get("CLOVER_EXPERTS_ON") or text("model", "experts_on"),
+            experts_on_from="CLOVER_EXPERTS_ON"
+            if env.get("CLOVER_EXPERTS_ON")
+            else f"{path}: [model] experts_on",
             hf_hub_cache=Path(hub).expanduser() if hub else Path(hf_home).expanduser() / "hub",
             environment=env,
             mcp_servers=_tables(values, "mcp_servers", path),

@@ -57,6 +57,7 @@ class Engine:
         cuda_graphs: bool | None = None,
         experts: str = "auto",
         int4_group: int = 128,
+        experts_on: str = "device",
     ) -> Engine:
         """Load a Hugging Face style checkpoint folder. ``progress=None`` loads quietly.
 
@@ -65,6 +66,8 @@ class Engine:
           default): on where the model is on a CUDA device. :meth:`decoding_steps` says how they run.
         - ``experts``: the routed experts as stored (``"auto"``: an FP8 checkpoint's stay FP8), ``"dense"``
           in ``dtype``, or quantised on load to ``"fp8"`` or ``"int4"`` (``int4_group`` inputs per scale).
+        - ``experts_on``: ``"device"`` (the default) or ``"host"``: the routed experts in host memory,
+          computed by the CPU, everything else on ``device``; the steps then run eager (docs/serving.md).
 
         CUDA graphs are captured once per step shape and reused by every later call. Quantisation:
         docs/quantization.md.
@@ -82,6 +85,7 @@ class Engine:
             progress=progress,
             experts=experts,
             int4_group=int4_group,
+            experts_on=experts_on,
         )
         if model.ops.backends["sparse_moe"] == "triton":
             from clover_agent.kernels.moe.tiles import load_table, table_path

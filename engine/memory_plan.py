@@ -7,7 +7,7 @@ the expert formats the loader really holds. The stable API for ``serve`` and ``d
 
 ``max_running=None`` chooses the concurrency (the most requests that fit at the context length);
 a plan that does not fit names what would (smaller expert formats, fewer requests, a shorter
-context, routed experts in host memory with its PCIe cost). ``checkpoint_plan`` plans a folder.
+context, routed experts in host memory with its cost). ``checkpoint_plan`` plans a folder.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ FRAGMENTATION_SHARE = 0.05
 GRAPH_POOL_FIXED_BYTES = 256 * MiB
 #: The prefix cache gets its default budget or this share of the card, whichever is smaller.
 PREFIX_CACHE_SHARE = 0.05
-#: Host-to-GPU bandwidth assumed for routed experts kept in host memory (PCIe 4.0 x16 in practice).
+#: Host-to-GPU bandwidth assumed for routed experts streamed from host memory (PCIe 4.0 x16 in
+#: practice): the comparison for the variant that copies them to the card, which is not built.
 PCIE_BYTES_PER_S = 25e9
 #: Most requests a plan chooses.
 MAX_PLANNED_REQUESTS = 1024
@@ -174,7 +175,8 @@ class MemoryPlan:
     prefix_cache: int
     #: The prefix cache got less than its budget so that the requests fit.
     prefix_cache_shrunk: bool = False
-    #: Planned with the routed experts in host memory (not built; ``weights`` holds none of them).
+    #: Planned with the routed experts in host memory (``experts_on="host"``: computed by the CPU;
+    #: ``weights`` holds none of them).
     host_experts: bool = False
     suggestions: list[str] = field(default_factory=list)
 
@@ -282,8 +284,9 @@ def plan_memory(
     ``context_tokens``: the longest conversation a request may reach (None: 32k, or the model's
     window if shorter). ``max_running``: requests decoded together (None: the most that fit).
     ``prefix_cache_bytes``: None gives the prefix cache's default or 5% of the card, the smaller.
-    ``host_experts``: plan for the routed experts kept in host memory (not built yet: what the card
-    would then hold). ``prefill_chunk``: prompt tokens a request prefills per step (``BatchEngine``'s).
+    ``host_experts``: plan for the routed experts kept in host memory (the loader's
+    ``experts_on="host"``: what the card then holds). ``prefill_chunk``: prompt tokens a request
+    prefills per step (``BatchEngine``'s).
     ``suggest=False`` skips the search for what would fit.
     """
     if experts not in EXPERT_FORMATS:
@@ -394,8 +397,8 @@ def _shorter_fit(
 
 
 def _host_experts(config: CloverConfig, plan: MemoryPlan, options: dict[str, Any]) -> str:
-    """The routed experts kept in host memory: what the card then holds and what streaming them over
-    PCIe costs per forward."""
+    """The routed experts kept in host memory (``--experts-on host``, computed by the CPU): what the
+    card then holds, and what streaming them over PCIe instead (not built) would move per forward."""
     rest = plan_memory(
         config, experts=plan.experts, context_tokens=plan.context_tokens, **{**options, "host_experts": True}
     )
@@ -406,10 +409,11 @@ def _host_experts(config: CloverConfig, plan: MemoryPlan, options: dict[str, Any
     block = host_expert_traffic(config, plan.experts, config.block_size)
     fits = f"{rest.max_running} request(s) at {_tokens(plan.context_tokens)}" if rest.fits else "nothing"
     return (
-        f"routed experts in host memory (planned, not built; docs/serving.md): "
+        f"routed experts in host memory (--experts-on host; docs/serving.md): "
         f"{_gib(host['routed experts'])} GiB of {plan.experts} experts in host RAM, then the card fits {fits}; "
-        f"every forward streams the experts its tokens pick over PCIe: ~{one / 1e9:.2f} GB for one token "
-        f"(at most {PCIE_BYTES_PER_S / one:.0f} forwards/s at {PCIE_BYTES_PER_S / 1e9:.0f} GB/s), "
+        f"the CPU computes them, many times slower than the card (measured: bench/RESULTS.md); "
+        f"streaming them over PCIe instead (not built) would move ~{one / 1e9:.2f} GB for one "
+        f"token (at most {PCIE_BYTES_PER_S / one:.0f} forwards/s at {PCIE_BYTES_PER_S / 1e9:.0f} GB/s), "
         f"~{block / 1e9:.1f} GB for a {config.block_size}-token block "
         f"(at most {PCIE_BYTES_PER_S / block:.1f} forwards/s)"
     )
@@ -428,17 +432,21 @@ def held_format(stored_fp8: bool, experts: str = "auto") -> ExpertFormat:
     raise ValueError(f"unknown experts choice {experts!r}")
 
 
-def loaded_weight_bytes(model_dir: Path, experts: str = "auto") -> int:
-    """The weights' bytes once the checkpoint in ``model_dir`` is loaded with ``experts=``
-    (:func:`held_format`): the files' size as stored for "auto", else the plan's count (an INT4 load
-    of a bf16 checkpoint needs about a third of its files). What readiness checks against the card
+def loaded_weight_bytes(model_dir: Path, experts: str = "auto", experts_on: str = "device") -> int:
+    """The weights' bytes on the card once the checkpoint in ``model_dir`` is loaded with ``experts=``
+    (:func:`held_format`) and ``experts_on=``: the files' size as stored for "auto" on the device,
+    else the plan's count (an INT4 load of a bf16 checkpoint needs about a third of its files; with
+    the routed experts in host memory, none of theirs). What readiness checks against the card
     (``check_engine(held=...)``). Raises ``CheckpointError`` for an unreadable checkpoint."""
-    if experts == "auto":
+    if experts == "auto" and experts_on == "device":
         return checkpoint_bytes(model_dir)
     config = CloverConfig.from_file(model_dir / "config.json")
     stored_fp8 = plan_load(read_tensor_index(model_dir)).fp8
     block = fp8_block_of(model_dir) if stored_fp8 else FP8_BLOCK
-    return sum(weight_bytes(config, held_format(stored_fp8, experts), fp8_block=block).values())
+    parts = weight_bytes(config, held_format(stored_fp8, experts), fp8_block=block)
+    if experts_on == "host":
+        del parts["routed experts"]
+    return sum(parts.values())
 
 
 def checkpoint_plan(
@@ -448,10 +456,12 @@ def checkpoint_plan(
     experts: str = "auto",
     context_tokens: int | None = None,
     max_running: int | None = None,
+    experts_on: str = "device",
 ) -> MemoryPlan:
     """The plan of the checkpoint in ``model_dir`` (None: Clover-35B-A3B's published config), its
-    routed experts held as the loader would hold them with ``experts=`` (``auto``: as stored), an
-    FP8 checkpoint's scales at its own block size. Raises ``CheckpointError`` for an unreadable one."""
+    routed experts held as the loader would hold them with ``experts=`` (``auto``: as stored) and
+    ``experts_on=`` ("host": in host memory, not on the card), an FP8 checkpoint's scales at its own
+    block size. Raises ``CheckpointError`` for an unreadable one."""
     if model_dir is None:
         config, stored_fp8, block = CloverConfig.from_dict(full_size_config_json()), False, FP8_BLOCK
     else:
@@ -466,6 +476,7 @@ def checkpoint_plan(
         context_tokens=context_tokens,
         max_running=max_running,
         fp8_block=block,
+        host_experts=experts_on == "host",
     )
 
 

@@ -33,7 +33,13 @@ from clover_agent.backends.base import (
 from clover_agent.backends.threads import BackendThreads, iterate_in_daemon_thread, run_in_daemon_thread
 from clover_agent.engine.decoding.sampling import SamplingParams
 from clover_agent.engine.loading.locate import ModelSources
-from clover_agent.engine.loading.readiness import EXPERT_CHOICES, EngineReadiness, GiB, check_engine
+from clover_agent.engine.loading.readiness import (
+    EXPERT_CHOICES,
+    EXPERT_PLACES,
+    EngineReadiness,
+    GiB,
+    check_engine,
+)
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.text.chat import render_chat
 from clover_agent.engine.text.tokenizer import IM_START, load_tokenizer
@@ -95,21 +101,24 @@ def _physical_memory_bytes() -> int:
         return 0
 
 
-def engine_readiness(sources: ModelSources, experts: str = "auto") -> EngineReadiness:
+def engine_readiness(
+    sources: ModelSources, experts: str = "auto", experts_on: str = "device"
+) -> EngineReadiness:
     """Whether this machine can run the checkpoint in ``sources`` with its routed experts loaded as
-    ``experts`` asks (the weights counted in that format; "auto": as stored)."""
+    ``experts`` asks (the weights counted in that format; "auto": as stored) and where
+    ``experts_on`` puts them ("host": only the weights that go to the card are counted)."""
     held = None
-    if experts != "auto":  # the plan's count of the weights in that format (imports torch)
+    if experts != "auto" or experts_on != "device":  # the plan's count (imports torch)
         from clover_agent.engine.memory_plan import loaded_weight_bytes
 
-        held = functools.partial(loaded_weight_bytes, experts=experts)
+        held = functools.partial(loaded_weight_bytes, experts=experts, experts_on=experts_on)
     return check_engine(sources, held=held)
 
 
-def _located(sources: ModelSources, experts: str = "auto") -> EngineReadiness:
-    """The readiness report (the weights as ``experts`` holds them), or :class:`BackendUnavailable`
-    with it when no weights are found."""
-    report = engine_readiness(sources, experts)
+def _located(sources: ModelSources, experts: str = "auto", experts_on: str = "device") -> EngineReadiness:
+    """The readiness report (the weights as ``experts`` and ``experts_on`` hold them), or
+    :class:`BackendUnavailable` with it when no weights are found."""
+    report = engine_readiness(sources, experts, experts_on)
     if report.model.path is None:
         raise BackendUnavailable(report.explain())
     return report
@@ -135,10 +144,12 @@ def _device_for(report: EngineReadiness) -> str:
     return device
 
 
-def choose_device(sources: ModelSources, experts: str = "auto") -> tuple[Path, str]:
+def choose_device(
+    sources: ModelSources, experts: str = "auto", experts_on: str = "device"
+) -> tuple[Path, str]:
     """The checkpoint folder and the device to run it on, or :class:`BackendUnavailable` with the
     readiness report when this machine cannot run it (the check ``fix`` makes before any work)."""
-    report = _located(sources, experts)
+    report = _located(sources, experts, experts_on)
     return report.model.path, _device_for(report)  # type: ignore[return-value]  # located: not None
 
 
@@ -152,6 +163,8 @@ class EngineBackend(ModelBackend):
     - ``cuda_graphs``: None (the default) replays the decoding steps as CUDA graphs on a CUDA device.
     - ``experts``: how the routed experts are held (``load_model``: "auto" as stored, "dense", or
       "fp8" / "int4" quantised while loading, which is what fits Clover on a 48 or 24 GB card).
+    - ``experts_on``: where they are (``load_model``): "device", or "host": in host memory, computed
+      by the CPU, which fits a 16 GB card at a large cost in speed (docs/serving.md).
 
     A prompt that leaves no room in the window raises :class:`ContextOverflow`. CUDA graphs are captured
     once per step shape and reused by every turn; loading prints how the steps run (and why eager, when
@@ -167,6 +180,7 @@ class EngineBackend(ModelBackend):
         kernels: str = "auto",
         cuda_graphs: bool | None = None,
         experts: str = "auto",
+        experts_on: str = "device",
         sources: ModelSources | None = None,
         sampling: SamplingParams | None = None,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -177,8 +191,13 @@ class EngineBackend(ModelBackend):
             sources = ModelSources(explicit=model_dir)
         if experts not in EXPERT_CHOICES:
             raise UsageError(f"unknown experts choice {experts!r} (choose from {', '.join(EXPERT_CHOICES)})")
+        if experts_on not in EXPERT_PLACES:
+            raise UsageError(
+                f"unknown experts_on choice {experts_on!r} (choose from {', '.join(EXPERT_PLACES)})"
+            )
         self.experts = experts
-        report = _located(sources, experts)
+        self.experts_on = experts_on
+        report = _located(sources, experts, experts_on)
         self.model_dir: Path = report.model.path  # type: ignore[assignment]  # located: not None
         self.device = device if device is not None else _device_for(report)
         self.dtype = dtype
@@ -232,6 +251,7 @@ class EngineBackend(ModelBackend):
                 progress=self.progress,
                 cuda_graphs=self.cuda_graphs,
                 experts=self.experts,
+                experts_on=self.experts_on,
             )
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendUnavailable(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 from clover_agent.engine.loading.locate import ModelSources
 from clover_agent.errors import ExitCode, UsageError
-from clover_agent.launch import BackendOptions, engine_experts, model_sources
+from clover_agent.launch import BackendOptions, engine_experts, engine_experts_on, model_sources
 from clover_agent.sandboxes.errors import SandboxUnavailable
 from clover_agent.settings import Settings
 
@@ -29,7 +29,9 @@ def check_python() -> Check:
     return Check("python", ok, f"{platform.python_version()} at {sys.executable}", "" if ok else "everything")
 
 
-def check_torch_and_gpu(sources: ModelSources, experts: str = "auto") -> list[Check]:
+def check_torch_and_gpu(
+    sources: ModelSources, experts: str = "auto", experts_on: str = "device"
+) -> list[Check]:
     from clover_agent.backends.engine import engine_readiness
     from clover_agent.engine.loading.readiness import GiB
 
@@ -39,7 +41,7 @@ def check_torch_and_gpu(sources: ModelSources, experts: str = "auto") -> list[Ch
         return [Check("torch", False, str(exc), "the embedded engine")]
     cuda = torch.version.cuda or "none (CPU build)"
     checks = [Check("torch", True, f"{torch.__version__}, CUDA {cuda}")]
-    report = engine_readiness(sources, experts)
+    report = engine_readiness(sources, experts, experts_on)
     gpu = report.gpu
     if gpu.available:
         checks.append(Check("gpu", True, f"{gpu.name}, {gpu.total_bytes / GiB:.1f} GiB"))
@@ -47,6 +49,7 @@ def check_torch_and_gpu(sources: ModelSources, experts: str = "auto") -> list[Ch
         checks.append(Check("gpu", False, gpu.reason, "the embedded engine (use --backend openai instead)"))
     if report.model.path:
         held = "" if experts == "auto" else f" with {experts} experts"
+        held += " on the card, the routed experts in host memory" if experts_on == "host" else ""
         size = f", {report.weights_bytes / 1e9:.1f} GB{held}" if report.weights_bytes else ""
         checks.append(Check("weights", True, f"{report.model.path}{size}"))
     else:
@@ -141,7 +144,9 @@ def run_checks(
         checks.append(check_server(base_url, model_name, settings.api_key))
     else:
         checks += check_torch_and_gpu(
-            model_sources(settings, model), engine_experts(BackendOptions(), settings)
+            model_sources(settings, model),
+            engine_experts(BackendOptions(), settings),
+            engine_experts_on(BackendOptions(), settings),
         )
         checks.append(check_triton())
     checks += check_docker(settings.sandbox_image, settings.docker_env)
@@ -174,6 +179,8 @@ def memory_plan(args: argparse.Namespace, checks: list[Check] | None) -> tuple[d
             experts=args.experts if args.experts != "auto" else engine_experts(BackendOptions(), settings),
             context_tokens=args.context,
             max_running=args.max_running,
+            # where asked, else where the engine would put them (CLOVER_EXPERTS_ON, [model] experts_on)
+            experts_on=args.experts_on or engine_experts_on(BackendOptions(), settings),
         )
     except (CheckpointError, ValueError) as exc:
         return None, [f"memory plan: {exc}"]
@@ -277,6 +284,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="routed experts' format to plan for (auto: as the engine would load them, CLOVER_EXPERTS or "
         "[model] experts, else as the checkpoint stores them)",
+    )
+    p.add_argument(
+        "--experts-on",
+        choices=("device", "host"),
+        help="where the routed experts are planned: device (on the card) or host (host memory, computed "
+        "by the CPU; default: CLOVER_EXPERTS_ON, [model] experts_on, else device)",
     )
     p.add_argument(
         "--context", type=_positive_int, metavar="N", help="tokens per request to plan for (default 32768)"

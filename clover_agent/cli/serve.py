@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from clover_agent.cli.options import positive
-from clover_agent.engine.loading.readiness import EXPERT_CHOICES
+from clover_agent.engine.loading.readiness import EXPERT_CHOICES, EXPERT_PLACES
 from clover_agent.errors import ExitCode
 
 
@@ -84,6 +84,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`clover-agent doctor --plan --experts int4` shows the plan first)",
     )
     parser.add_argument(
+        "--experts-on",
+        choices=EXPERT_PLACES,
+        help="where the routed experts are: device (the GPU, with the rest) or host (host memory, computed "
+        "by the CPU: fits a 16 GB card, but each forward is many times slower and decoding runs without "
+        "CUDA graphs; docs/serving.md) (default: CLOVER_EXPERTS_ON, [model] experts_on, device)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=positive(float),
         default=60.0,
@@ -99,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_agent.engine.loading.readiness import probe_gpu
     from clover_agent.engine.memory_plan import DEFAULT_CONTEXT_TOKENS
     from clover_agent.errors import UsageError
-    from clover_agent.launch import BackendOptions, engine_experts, model_sources
+    from clover_agent.launch import BackendOptions, engine_experts, engine_experts_on, model_sources
     from clover_agent.serve.app import Served
     from clover_agent.serve.server import check_api_key, serve
     from clover_agent.serve.sizing import concurrency
@@ -110,11 +117,15 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.load()
     api_key = args.api_key if args.api_key is not None else settings.serve_api_key
     check_api_key(args.host, api_key)  # before the minutes a load can take
-    experts = engine_experts(
-        BackendOptions(engine_options={"experts": args.experts} if args.experts else {}), settings
-    )
+    chosen = {"experts": args.experts, "experts_on": args.experts_on}
+    options = BackendOptions(engine_options={k: v for k, v in chosen.items() if v})
+    experts, experts_on = engine_experts(options, settings), engine_experts_on(options, settings)
     backend = EngineBackend(
-        sources=model_sources(settings, args.model), device=args.device, experts=experts, progress=sys.stderr
+        sources=model_sources(settings, args.model),
+        device=args.device,
+        experts=experts,
+        experts_on=experts_on,
+        progress=sys.stderr,
     )
     context = min(args.context or DEFAULT_CONTEXT_TOKENS, backend.context_window)
     card = probe_gpu().total_bytes if backend.device.startswith("cuda") else None
@@ -124,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         max_running=args.max_running,
         context_tokens=context,
         experts=experts,
+        experts_on=experts_on,
     )
     print("\n".join(plan), file=sys.stderr, flush=True)
     batch = BatchEngine(backend.load_now(), max_running=running, max_queued=args.max_queued)

@@ -21,11 +21,12 @@ def concurrency(
     max_running: int | None,
     context_tokens: int,
     experts: str = "auto",
+    experts_on: str = "device",
 ) -> tuple[int, list[str]]:
     """(requests decoded together, the lines that say why). ``card_bytes``: the GPU's memory, None
     on the CPU. A plan that does not fit raises :class:`BackendUnavailable` with the plan and what
     would fit (fewer requests, a smaller expert format, a shorter context). ``experts``: the routed
-    experts' format as loaded (``EngineBackend``'s choice)."""
+    experts' format as loaded and ``experts_on`` where they are (``EngineBackend``'s choices)."""
     if card_bytes is None:
         running = max_running or CPU_MAX_RUNNING
         return running, [
@@ -37,6 +38,7 @@ def concurrency(
         experts=experts,
         context_tokens=context_tokens,
         max_running=max_running,
+        experts_on=experts_on,
     )
     if not plan.fits:
         raise BackendUnavailable(

@@ -64,11 +64,18 @@ class BlockDecoder:
         self.tokenizer = tokenizer
         self.prefix_cache = prefix_cache
         #: Replay the fixed-shape steps as CUDA graphs (``graphs.py``); only on a CUDA model.
-        self.cuda_graphs = cuda_graphs and model.device.type == "cuda"
+        host_experts = model.experts_on == "host"
+        self.cuda_graphs = cuda_graphs and model.device.type == "cuda" and not host_experts
         #: Why steps run eager although graphs were asked for (None: they were not, or they run).
         self.eager_reason: str | None = None
-        if cuda_graphs and not self.cuda_graphs:
+        if cuda_graphs and host_experts:
+            self.eager_reason = (
+                "the routed experts are in host memory and computed by the CPU (experts_on='host'); "
+                "a CUDA graph cannot capture the copies to and from the host"
+            )
+        elif cuda_graphs and not self.cuda_graphs:
             self.eager_reason = f"the model is on {model.device}, and CUDA graphs need a CUDA device"
+        if self.eager_reason is not None:
             log.info("CUDA graphs off: %s; decoding steps run eager", self.eager_reason)
         #: Run every step through ``StepGraphs`` without CUDA: each "replay" runs the step eagerly on
         #: the graphs' static buffers (``StepGraphs(rehearse=True)``), how tests on the CPU check

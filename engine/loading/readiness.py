@@ -23,6 +23,9 @@ HEADROOM_BYTES = 6 * GiB
 #: model's dtype, or quantised while loading (``kernels.moe.quant.SCHEMES``). Here, not in the loader,
 #: so that the front ends check a choice without importing torch.
 EXPERT_CHOICES: tuple[str, ...] = ("auto", "dense", "fp8", "int4")
+#: Where the loader puts the routed experts (``load_model``'s ``experts_on=``): on the model's device,
+#: or in host memory, computed there by the CPU (docs/serving.md, "Routed experts in host memory").
+EXPERT_PLACES: tuple[str, ...] = ("device", "host")
 
 
 @dataclass

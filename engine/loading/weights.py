@@ -3,12 +3,12 @@
 Handles the layouts Hugging Face checkpoints of this architecture come in: one file or shards with
 ``model.safetensors.index.json``; ``model.`` or ``model.language_model.`` prefixes; routed experts
 per expert (``mlp.experts.{e}.gate_proj.weight`` …) or fused (``mlp.experts.gate_up_proj``,
-``mlp.experts.down_proj``), kept dense or quantised (``experts=``, docs/quantization.md); Clover's
-bidirectional GDN tensors; FP8 weights with their ``weight_scale_inv``. Vision and multi-token-prediction
-tensors are skipped and listed. Anything else that does not fit is an error naming the tensor and
-its file, as are missing tensors, shape or dtype mismatches and unreadable files. Tensors are read
-one at a time (``safe_open``), converted and copied straight into the model's parameters on the
-target device, so host memory holds about one tensor beyond the model itself.
+``mlp.experts.down_proj``), kept dense or quantised (``experts=``, docs/quantization.md), on the
+device or in host memory (``experts_on=``); Clover's bidirectional GDN tensors; FP8 weights with
+their ``weight_scale_inv``. Vision and multi-token-prediction tensors are skipped and listed.
+Anything else that does not fit is an error naming the tensor and its file, as are missing tensors,
+shape or dtype mismatches and unreadable files. Tensors are read one at a time (``safe_open``) and
+copied straight into the model's parameters, so host memory holds about one tensor beyond the model.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from clover_agent.engine.errors import CheckpointError, EngineArgumentError
-from clover_agent.engine.loading.readiness import EXPERT_CHOICES
+from clover_agent.engine.loading.readiness import EXPERT_CHOICES, EXPERT_PLACES
 from clover_agent.engine.model import quantized as quant
 from clover_agent.engine.model.bidirectional_gdn import CHECKPOINT_TENSORS as BIDIRECTIONAL_TENSORS
 from clover_agent.engine.model.config import CloverConfig
@@ -253,15 +253,23 @@ def _human(nbytes: float) -> str:
     return f"{nbytes:.1f} GB"
 
 
-def memory_plan(plan: LoadPlan, model_bytes: int, device: torch.device, dtype: torch.dtype) -> list[str]:
-    """Lines describing what the load will take, shown before it starts."""
+def memory_plan(
+    plan: LoadPlan, model_bytes: int, device: torch.device, dtype: torch.dtype, host_bytes: int = 0
+) -> list[str]:
+    """Lines describing what the load will take, shown before it starts (``model_bytes`` on
+    ``device``, ``host_bytes`` of routed experts in host memory)."""
     files = sorted({e.file for e in plan.entries})
     largest = max((e.nbytes for e in plan.entries if e.name in plan.targets), default=0)
     lines = [
         f"checkpoint: {len(plan.targets)} tensors, {_human(plan.load_bytes)} in {len(files)} file(s)",
         f"model: {_human(model_bytes)} of parameters as {str(dtype).removeprefix('torch.')} on {device}",
-        f"host memory beyond the model: about one tensor at a time (largest {_human(largest)})",
     ]
+    if host_bytes:
+        pinned = " (pinned)" if device.type == "cuda" else ""
+        lines.append(
+            f"routed experts: {_human(host_bytes)} in host memory{pinned}, computed there by the CPU"
+        )
+    lines.append(f"host memory beyond the model: about one tensor at a time (largest {_human(largest)})")
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         lines.append(f"{device}: {_human(free)} free of {_human(total)}")
@@ -290,18 +298,26 @@ def load_model(
     progress: TextIO | None = sys.stderr,
     experts: str = "auto",
     int4_group: int = quant.INT4_GROUP,
+    experts_on: str = "device",
 ) -> tuple[CloverModel, CloverConfig]:
     """Build the model from ``model_dir`` and load its weights, shard by shard, onto ``device``.
 
     ``experts``: how the routed experts are kept (:data:`EXPERT_CHOICES`): ``"auto"`` as stored
     (an FP8 checkpoint's stay FP8, with its block scales), ``"dense"`` in ``dtype``, ``"fp8"`` or
     ``"int4"`` (groups of ``int4_group`` inputs) quantised while loading, one tensor at a time.
+    ``experts_on``: where the routed experts go (:data:`EXPERT_PLACES`): ``"device"`` with the rest,
+    or ``"host"``: allocated in host memory (pinned when ``device`` is CUDA), everything else on
+    ``device``, and computed there by the CPU (``SparseMoe.host_forward``).
     ``progress=None`` is quiet. Raises :class:`CheckpointError` for anything wrong with the folder.
     """
     model_dir = Path(model_dir)
     if experts not in EXPERT_CHOICES:
         raise EngineArgumentError(
             f"unknown experts choice {experts!r} (choose from {', '.join(EXPERT_CHOICES)})"
+        )
+    if experts_on not in EXPERT_PLACES:
+        raise EngineArgumentError(
+            f"unknown experts_on choice {experts_on!r} (choose from {', '.join(EXPERT_PLACES)})"
         )
     if int4_group < 16 or int4_group & (int4_group - 1):
         raise EngineArgumentError(f"int4_group must be a power of two of at least 16, not {int4_group}")
@@ -328,11 +344,21 @@ def load_model(
     block = (fp8_block if plan.fp8 else quant.FP8_BLOCK) if scheme == "fp8" else (1, int4_group)
     with torch.device("meta"):
         model = CloverModel(config, kernels=kernels).to(dtype)
+        moes = [moe for moe in model.modules() if isinstance(moe, SparseMoe)]
         if scheme is not None:  # before any allocation: the dense experts never exist
-            for moe in model.modules():
-                if isinstance(moe, SparseMoe):
-                    moe.experts = QuantizedRoutedExperts(config, scheme, block, device=torch.device("meta"))
+            for moe in moes:
+                moe.experts = QuantizedRoutedExperts(config, scheme, block, device=torch.device("meta"))
+    if experts_on == "host":  # taken out while the rest is allocated on the device: never there
+        routed = [(moe, moe.experts) for moe in moes]
+        for moe, _ in routed:
+            del moe.experts
     model = model.to_empty(device=device)  # the only allocation: parameters in the target dtype
+    host_bytes = 0
+    if experts_on == "host":
+        for moe, module in routed:
+            host_bytes += _allocate_on_host(module, pin=device.type == "cuda")
+            moe.experts = module
+            moe.experts_on = "host"
     model.ops  # noqa: B018 - resolve the kernels for this device now: a bad choice fails before loading
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
@@ -364,8 +390,9 @@ def load_model(
         )
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     model_bytes += sum(m.nbytes for m in {m for m, _ in quantized.values()})
+    model_bytes -= host_bytes
     if progress is not None:
-        for line in memory_plan(plan, model_bytes, device, dtype):
+        for line in memory_plan(plan, model_bytes, device, dtype, host_bytes):
             progress.write(line + "\n")
         if scheme is not None:
             progress.write(f"routed experts: {scheme}, scales per {block[0]} x {block[1]} block\n")
@@ -380,6 +407,21 @@ def load_model(
     model.fuse_projections()
     model.eval()
     return model, config
+
+
+def _allocate_on_host(module: torch.nn.Module, *, pin: bool) -> int:
+    """``module``'s own parameters and buffers (meta tensors) allocated empty in host memory, page
+    locked when ``pin`` (the copies to a CUDA device then run at full speed); returns their bytes."""
+    total = 0
+    for name, param in list(module.named_parameters(recurse=False)):
+        empty = torch.empty(param.shape, dtype=param.dtype, device="cpu", pin_memory=pin)
+        setattr(module, name, torch.nn.Parameter(empty, requires_grad=param.requires_grad))
+        total += empty.numel() * empty.element_size()
+    for name, buffer in list(module.named_buffers(recurse=False)):
+        empty = torch.empty(buffer.shape, dtype=buffer.dtype, device="cpu", pin_memory=pin)
+        setattr(module, name, empty)
+        total += empty.numel() * empty.element_size()
+    return total
 
 
 def fp8_block_of(model_dir: Path) -> tuple[int, int]:

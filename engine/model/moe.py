@@ -10,6 +10,7 @@ from torch import nn
 
 from clover_agent.engine.model.config import CloverConfig
 from clover_agent.engine.ops import Ops
+from clover_agent.kernels.moe import reference as moe_reference
 
 if TYPE_CHECKING:
     from clover_agent.engine.model.quantized import QuantizedRoutedExperts
@@ -48,9 +49,14 @@ class SparseMoe(nn.Module):
         self.experts: RoutedExperts | QuantizedRoutedExperts = RoutedExperts(config)
         self.shared_expert = SharedExpert(config.hidden_size, config.shared_expert_intermediate_size)
         self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+        #: Where the routed experts are: ``"device"`` (the model's, with everything else) or
+        #: ``"host"`` (host memory, computed by the CPU: :meth:`host_forward`); the loader sets it.
+        self.experts_on = "device"
 
     def forward(self, x: torch.Tensor, ops: Ops, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``residual + routed experts + sigmoid(gate) * shared expert`` (``ops.sparse_moe``)."""
+        if self.experts_on == "host":
+            return self.host_forward(x, residual)
         return ops.sparse_moe(
             x,
             self.gate(x),
@@ -60,4 +66,18 @@ class SparseMoe(nn.Module):
             shared=self.shared_expert(x),
             shared_gate_logits=self.shared_expert_gate(x),
             residual=residual,
+        )
+
+    def host_forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MoE with its routed experts in host memory: routing, the shared expert and the combine
+        on the model's device; the tokens' rows, expert ids and weights copied to the host, the
+        routed experts computed there by the CPU (``kernels.moe.reference.moe_experts``, grouped by
+        expert, quantised weights dequantised one expert at a time), the result copied back. Each
+        copy waits for the device, so a CUDA graph cannot capture it (the decoder runs eager)."""
+        ids, weights = moe_reference.route(self.gate(x), self.top_k)
+        gate_up, down = self.experts.gate_up_proj, self.experts.down_proj
+        host = gate_up.device
+        routed = moe_reference.moe_experts(x.to(host), ids.to(host), weights.to(host), gate_up, down)
+        return moe_reference.moe_combine(
+            routed.to(x.device), self.shared_expert(x), self.shared_expert_gate(x), residual
         )

@@ -93,6 +93,13 @@ class CloverModel(nn.Module):
         return self.embed_tokens.weight.device
 
     @property
+    def experts_on(self) -> str:
+        """Where the routed experts are: ``"device"`` (this model's) or ``"host"`` (host memory,
+        computed by the CPU; ``SparseMoe.host_forward``). The loader places them (``experts_on=``)."""
+        mlps = (cast("DecoderLayer", layer).mlp for layer in self.layers)
+        return "host" if any(mlp.experts_on == "host" for mlp in mlps) else "device"
+
+    @property
     def ops(self) -> Ops:
         """The operator table for this model's device (resolved once per device)."""
         device = self.device

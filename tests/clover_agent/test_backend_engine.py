@@ -324,3 +324,28 @@ def test_the_settings_choose_how_the_experts_are_held(tiny_dir: Path, tmp_path: 
     assert held and all(m.scheme == "int4" for m in held)
     explicit = BackendOptions(model=str(tiny_dir), engine_options={"experts": "dense"})
     assert backend_factory(explicit, Settings.load(env))().experts == "dense"
+
+
+def test_the_settings_put_the_experts_in_host_memory(tiny_dir: Path, tmp_path: Path) -> None:
+    """CLOVER_EXPERTS_ON reaches the engine a front end builds: the routed experts are in host memory
+    once loaded and the readiness count leaves them out; a front end's own option wins; a value the
+    loader does not know is refused before anything loads."""
+    from clover_agent.backends.engine import engine_readiness
+    from clover_agent.engine.memory_plan import loaded_weight_bytes
+    from clover_agent.errors import UsageError
+    from clover_agent.launch import BackendOptions, backend_factory
+    from clover_agent.settings import Settings
+
+    env = {"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_EXPERTS_ON": "host"}
+    backend = backend_factory(BackendOptions(model=str(tiny_dir)), Settings.load(env))()
+    assert backend.experts_on == "host"
+    engine = backend.load_now()
+    assert engine.model.experts_on == "host"
+    report = engine_readiness(ModelSources(explicit=tiny_dir), "auto", "host")
+    assert report.weights_bytes == loaded_weight_bytes(tiny_dir, "auto", experts_on="host")
+    whole = engine_readiness(ModelSources(explicit=tiny_dir)).weights_bytes
+    assert report.weights_bytes is not None and whole is not None and report.weights_bytes < whole
+    explicit = BackendOptions(model=str(tiny_dir), engine_options={"experts_on": "device"})
+    assert backend_factory(explicit, Settings.load(env))().experts_on == "device"
+    with pytest.raises(UsageError, match="unknown experts_on choice 'gpu'"):
+        EngineBackend(tiny_dir, experts_on="gpu")

@@ -129,7 +129,14 @@ def test_doctor_plan_that_does_not_fit_names_what_would(no_weights: None, capsys
     assert plan["fits"] is False and plan["experts"] == "bf16" and plan["context_tokens"] == 16384
     assert any(s.startswith("INT4 experts (--experts int4): fits with") for s in plan["suggestions"])
     assert main(["doctor", "--plan", "--card-gib", "16"]) == ExitCode.FAILURE
-    assert "routed experts in host memory (planned, not built" in capsys.readouterr().out
+    assert "routed experts in host memory (--experts-on host" in capsys.readouterr().out
+    code = main(
+        ["doctor", "--plan", "--card-gib", "16", "--experts", "int4", "--experts-on", "host", "--json"]
+    )
+    assert code == ExitCode.OK
+    planned = json.loads(capsys.readouterr().out)["memory_plan"]
+    assert planned["host_experts"] is True and planned["fits"] is True
+    assert planned["weights"]["routed experts"] == 0
 
 
 def test_doctor_checks_include_the_plan_for_the_card(no_weights: None, capsys) -> None:

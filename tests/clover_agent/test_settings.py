@@ -146,6 +146,27 @@ def test_the_expert_format_comes_from_the_option_then_the_environment_then_the_f
         check_backend_options(engine, Settings.load(env))
 
 
+def test_where_the_engine_puts_the_experts(tmp_path: Path) -> None:
+    """A front end's option, else CLOVER_EXPERTS_ON, else ``[model] experts_on``, else "device"; a
+    place the loader does not have is refused naming where it was set."""
+    from clover_agent.launch import engine_experts_on
+
+    config = tmp_path / "config.toml"
+    env = {"CLOVER_CONFIG": str(config)}
+    engine = BackendOptions("engine")
+    assert engine_experts_on(engine, Settings.load(env)) == "device"
+    config.write_text('[model]\nexperts_on = "host"\n')
+    assert engine_experts_on(engine, Settings.load(env)) == "host"
+    assert engine_experts_on(engine, Settings.load({**env, "CLOVER_EXPERTS_ON": "device"})) == "device"
+    own = BackendOptions("engine", engine_options={"experts_on": "host"})
+    assert engine_experts_on(own, Settings.load({**env, "CLOVER_EXPERTS_ON": "device"})) == "host"
+    with pytest.raises(UsageError, match="CLOVER_EXPERTS_ON = 'gpu': choose one of device, host"):
+        engine_experts_on(engine, Settings.load({**env, "CLOVER_EXPERTS_ON": "gpu"}))
+    config.write_text('[model]\nexperts_on = "cpu"\n')
+    with pytest.raises(UsageError, match=r"config.toml: \[model\] experts_on = 'cpu': choose one of"):
+        engine_experts_on(engine, Settings.load(env))
+
+
 def test_the_openai_backend_gets_the_key_from_the_settings(tmp_path: Path) -> None:
     settings = Settings.load({"CLOVER_CONFIG": str(tmp_path / "none.toml"), "CLOVER_API_KEY": "k1"})
     options = BackendOptions("openai", base_url="http://127.0.0.1:9/v1", model_name="clover")

@@ -134,6 +134,32 @@ def test_a_card_too_small_for_dense_experts_is_ready_for_int4(tiny: Path) -> Non
     assert ready.ready and ready.weights_bytes == int4
 
 
+@pytest.mark.parametrize(("experts", "held"), [("auto", "bf16"), ("dense", "bf16"), ("int4", "int4")])
+def test_readiness_counts_only_what_goes_to_the_card_with_the_experts_on_the_host(
+    tiny: Path, experts: str, held: ExpertFormat
+) -> None:
+    """``experts_on="host"``: the count checked against the card equals every weight the loader
+    allocates except the routed experts, which are exactly the plan's host part; a card too small
+    for the whole model but big enough for the rest is ready."""
+    model, config = load_model(tiny, dtype=torch.bfloat16, progress=None, experts=experts, experts_on="host")
+    parts = model_bytes_by_part(model)
+    host = parts.pop("routed experts")
+    assert host == weight_bytes(config, held)["routed experts"] > 0
+    on_card = loaded_weight_bytes(tiny, experts, experts_on="host")
+    assert on_card == sum(parts.values())
+    assert on_card + host == loaded_weight_bytes(tiny, "dense" if experts == "auto" else experts)
+    card = GpuInfo(available=True, name="a small card", total_bytes=HEADROOM_BYTES + on_card + host // 2)
+    sources = ModelSources(explicit=tiny)
+    whole = functools.partial(loaded_weight_bytes, experts=experts)
+    assert not check_engine(sources, held=whole, gpu=card).ready
+    rest = functools.partial(loaded_weight_bytes, experts=experts, experts_on="host")
+    report = check_engine(sources, held=rest, gpu=card)
+    assert report.ready and report.weights_bytes == on_card
+    plan = checkpoint_plan(tiny, card_bytes=4 * GiB, experts=experts, experts_on="host")
+    assert plan.host_experts and plan.weights["routed experts"] == 0
+    assert plan.weights_total == on_card
+
+
 def test_fp8_checkpoint_planned_as_the_loader_holds_it(tiny: Path, tmp_path: Path) -> None:
     """``experts="auto"`` on an FP8 checkpoint (16 x 16 block scales, as its config says): the plan's
     parts equal what the loader keeps, its own scales included."""
@@ -237,7 +263,8 @@ def test_16_gib_names_host_memory_experts_and_their_pcie_cost() -> None:
     plan = plan_memory(CONFIG, card_bytes=16 * GiB, experts="int4")
     assert not plan.fits
     [host] = plan.suggestions
-    assert host.startswith("routed experts in host memory (planned, not built")
+    assert host.startswith("routed experts in host memory (--experts-on host; docs/serving.md)")
+    assert "planned, not built" not in host and "streaming them over PCIe instead (not built)" in host
     one_token = 40 * 8 * routed_expert_bytes(CONFIG, "int4")  # layers x top-k x one expert
     assert host_expert_traffic(CONFIG, "int4", 1) == one_token
     assert f"~{one_token / 1e9:.2f} GB for one token" in host

@@ -186,6 +186,39 @@ def test_int4_experts_are_loaded_and_served(
         assert process.wait(DEADLINE_S) == 0
 
 
+@pytest.mark.parametrize(
+    ("extra", "env"),
+    [(("--experts-on", "host"), {}), ((), {"CLOVER_EXPERTS_ON": "host"})],
+    ids=["flag", "env"],
+)
+def test_experts_in_host_memory_are_loaded_and_served(
+    real_vocab_checkpoint: Path, tmp_path: Path, extra: tuple[str, ...], env: dict[str, str]
+) -> None:
+    """``--experts-on host`` (or CLOVER_EXPERTS_ON) puts the routed experts in host memory, computed
+    by the CPU (what fits a 16 GB card), and the server answers with them."""
+    log = tmp_path / "serve.log"
+    process, base = _start_serve(real_vocab_checkpoint, log, 10.0, *extra, env=env)
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+        answer = client.chat.completions.create(model="clover", messages=USER, max_tokens=8, temperature=0)
+        assert answer.usage is not None and answer.usage.completion_tokens == 8
+        assert "in host memory, computed there by the CPU" in log.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(DEADLINE_S) == 0
+
+
+def test_an_unknown_experts_place_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
+    done = run_cli(
+        "serve", "--model", str(real_vocab_checkpoint), "--port", "0", env={"CLOVER_EXPERTS_ON": "gpu"}
+    )
+    assert done.returncode == 2, done.stderr
+    assert "CLOVER_EXPERTS_ON = 'gpu': choose one of device, host" in done.stderr
+    assert "loading weights" not in done.stderr and "Traceback" not in done.stderr
+    flag = run_cli("serve", "--model", str(real_vocab_checkpoint), "--port", "0", "--experts-on", "gpu")
+    assert flag.returncode == 2 and "invalid choice: 'gpu'" in flag.stderr
+
+
 def test_an_unknown_experts_setting_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
     done = run_cli(
         "serve", "--model", str(real_vocab_checkpoint), "--port", "0", env={"CLOVER_EXPERTS": "int3"}
