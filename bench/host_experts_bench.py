@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
+from decode_bench import cpu_model  # bench/ is on the path: this script's folder
 
 from clover_agent.kernels.moe.quant import QuantizedWeight
 from clover_agent.kernels.moe.reference import moe_experts
@@ -31,16 +31,6 @@ SECTION_START = "<!-- host-experts-bench:start -->"
 SECTION_END = "<!-- host-experts-bench:end -->"
 EXPERTS, HIDDEN, INNER, TOP_K, LAYERS, GROUP = 256, 2048, 512, 8, 40, 128
 TOKENS = (1, 32)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def weights(fmt: str) -> tuple[torch.Tensor | QuantizedWeight, torch.Tensor | QuantizedWeight]:

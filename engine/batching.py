@@ -434,31 +434,34 @@ class BatchEngine:
             self._cond.notify_all()
 
     def _cancel(self, request: BatchRequest) -> None:
-        with self._cond:
-            if request.done or request._cancelled or request._finishing:
-                return
-            request._cancelled = True
-            queued = request in self._queue
-            if queued:
-                self._queue.remove(request)
-                self._counters.cancelled += 1
-            self._cond.notify_all()  # a running one is resumed with the cancel by the scheduler
-        if queued:
+        if self._stop(request, finish=False):
             request._end(RequestCancelled(f"{request.id} was cancelled before it started"))
 
     def _finish(self, request: BatchRequest) -> None:
+        if self._stop(request, finish=True):  # nothing was asked of it: an empty answer
+            request._push(GenerationDone(request.call.result("stop")))
+            request._end(None)
+
+    def _stop(self, request: BatchRequest, *, finish: bool) -> bool:
+        """Mark ``request`` finishing or cancelled (once: a later stop of either kind changes nothing)
+        and take it out of the queue; returns whether it was queued, for the caller to end it. A
+        running one is resumed with the stop by the scheduler."""
         with self._cond:
             if request.done or request._cancelled or request._finishing:
-                return
-            request._finishing = True
+                return False
+            if finish:
+                request._finishing = True
+            else:
+                request._cancelled = True
             queued = request in self._queue
             if queued:
                 self._queue.remove(request)
-                self._counters.finished += 1
-            self._cond.notify_all()  # a running one is resumed with the finish by the scheduler
-        if queued:  # nothing was asked of it: an empty answer
-            request._push(GenerationDone(request.call.result("stop")))
-            request._end(None)
+                if finish:
+                    self._counters.finished += 1
+                else:
+                    self._counters.cancelled += 1
+            self._cond.notify_all()
+        return queued
 
     def _retry_after(self) -> float:
         durations = self._counters.durations

@@ -326,7 +326,7 @@ def test_the_loop_penalty_stays_finite_after_many_repeats(repeats: int) -> None:
         best_unseen = 2 * int(logits[0, 1::2].argmax()) + 1
         assert out.argmax(dim=-1).tolist() == [best_unseen, best_unseen]
         assert out[1, 0::2].max() < 0  # still penalised, in order
-        assert torch.equal(out[1, 0::2].argsort(), logits[1, 0::2].argsort())
+        assert torch.equal(out[1, 0::2].argsort(), logits[1, 0::2].argsort())  # exact: an order of indices
         adjustment = controls.adjustment([0], [0], [False])
         assert adjustment is not None and math.isfinite(adjustment.repetition_penalty)
 

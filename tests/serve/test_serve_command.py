@@ -208,21 +208,23 @@ def test_experts_in_host_memory_are_loaded_and_served(
         assert process.wait(DEADLINE_S) == 0
 
 
-def test_an_unknown_experts_place_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
-    done = run_cli(
-        "serve", "--model", str(real_vocab_checkpoint), "--port", "0", env={"CLOVER_EXPERTS_ON": "gpu"}
-    )
+@pytest.mark.parametrize(
+    ("variable", "value", "flag", "choices"),
+    [
+        ("CLOVER_EXPERTS", "int3", "--experts", "auto, dense, fp8, int4"),
+        ("CLOVER_EXPERTS_ON", "gpu", "--experts-on", "device, host"),
+    ],
+    ids=["experts", "experts-on"],
+)
+def test_an_unknown_experts_setting_is_refused_before_the_load(
+    real_vocab_checkpoint: Path, variable: str, value: str, flag: str, choices: str
+) -> None:
+    """From the environment: exit 2 naming the variable and the choices; from the flag: argparse's
+    "invalid choice". Neither reads the weights."""
+    serve = ("serve", "--model", str(real_vocab_checkpoint), "--port", "0")
+    done = run_cli(*serve, env={variable: value})
     assert done.returncode == 2, done.stderr
-    assert "CLOVER_EXPERTS_ON = 'gpu': choose one of device, host" in done.stderr
+    assert f"{variable} = {value!r}: choose one of {choices}" in done.stderr
     assert "loading weights" not in done.stderr and "Traceback" not in done.stderr
-    flag = run_cli("serve", "--model", str(real_vocab_checkpoint), "--port", "0", "--experts-on", "gpu")
-    assert flag.returncode == 2 and "invalid choice: 'gpu'" in flag.stderr
-
-
-def test_an_unknown_experts_setting_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
-    done = run_cli(
-        "serve", "--model", str(real_vocab_checkpoint), "--port", "0", env={"CLOVER_EXPERTS": "int3"}
-    )
-    assert done.returncode == 2, done.stderr
-    assert "CLOVER_EXPERTS = 'int3': choose one of auto, dense, fp8, int4" in done.stderr
-    assert "loading weights" not in done.stderr and "Traceback" not in done.stderr
+    flagged = run_cli(*serve, flag, value)
+    assert flagged.returncode == 2 and f"invalid choice: {value!r}" in flagged.stderr
