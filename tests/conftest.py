@@ -25,6 +25,27 @@ if not torch.cuda.is_available():
 from clover_agent.settings import DEFAULT_SANDBOX_IMAGE
 from tests import local_python
 
+#: How long Textual's test pilot waits for an app's widgets to process what is pending after a key
+#: press or a pause (its own default: 30 s). A loaded CI machine (three test workers on two cores,
+#: Docker builds beside them) has gone past 30 s in TUI tests that take one second alone; an app
+#: that never settles still fails, later.
+PILOT_SETTLE_S = 120.0
+
+
+def _patient_pilot() -> None:
+    from textual.pilot import Pilot
+
+    settle = Pilot._wait_for_screen
+
+    @functools.wraps(settle)
+    async def patient(self: Pilot, timeout: float = PILOT_SETTLE_S) -> bool:
+        return await settle(self, timeout=max(timeout, PILOT_SETTLE_S))
+
+    Pilot._wait_for_screen = patient  # type: ignore[method-assign]
+
+
+_patient_pilot()
+
 
 @functools.cache
 def docker_problem() -> str | None:

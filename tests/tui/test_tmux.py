@@ -344,7 +344,8 @@ def test_what_a_session_costs_is_on_screen(tmp_path: Path) -> None:
         tmux.start_tui(replay)
         tmux.type("why does test_add fail?")
         tmux.key("Enter")
-        shown = tmux.wait("that is the bug", "total ")
+        # the bar's "last" appears once the request has ended, a moment after its answer is on screen
+        shown = tmux.wait("that is the bug", "last ")
         bar = next(line for line in shown.splitlines() if "total " in line)
         assert "last " in bar and "↑" in bar and "↓" in bar, bar
         assert "tok/s" not in shown  # a replay's rate would mean nothing
