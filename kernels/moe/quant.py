@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 SCHEMES: tuple[str, ...] = ("fp8", "int4")
 #: DeepSeek-V3 / Qwen3 FP8 checkpoints: one float32 scale per 128 x 128 block of each matrix.
@@ -68,9 +69,15 @@ def dequantize_fp8(
 def dequantize_int4(
     data: torch.Tensor, scale: torch.Tensor, group: int, cols: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """``(nibble - 8) * scale`` in float32, rounded once to ``dtype``; ``cols`` is the unpacked K."""
-    q = torch.stack([data & 0xF, data >> 4], dim=-1).flatten(-2)[..., :cols].float() - 8
-    return (q * _expand(scale.float(), q.shape, (1, group))).to(dtype)
+    """``(nibble - 8) * scale`` in float32, rounded once to ``dtype``; ``cols`` is the unpacked K.
+    The scales broadcast over their groups (a partial last group padded, then cut): no expanded
+    copy of them, several times faster on the CPU than repeating each scale to every column."""
+    q = torch.stack([data & 0xF, data >> 4], dim=-1).flatten(-2)
+    width = -(-cols // group) * group
+    q = q[..., :width] if q.shape[-1] >= width else F.pad(q, (0, width - q.shape[-1]))
+    grouped = q.float().sub_(8).view(*q.shape[:-1], width // group, group)
+    out = grouped.mul_(scale.float().unsqueeze(-1)).view(*q.shape[:-1], width)
+    return out[..., :cols].to(dtype)
 
 
 @dataclass(frozen=True)
