@@ -82,35 +82,38 @@ def check_backend_options(options: BackendOptions, settings: Settings) -> Backen
 
 def engine_experts(options: BackendOptions, settings: Settings) -> str:
     """How the engine holds the routed experts: the front end's own option, else CLOVER_EXPERTS or
-    ``[model] experts``, else "auto" (as stored). :class:`UsageError` naming the setting for a
-    choice the loader does not have."""
+    ``[model] experts``, else "auto" (as stored)."""
     from clover_agent.backends.engine import EXPERT_CHOICES
 
-    chosen = options.engine_options.get("experts")
-    if chosen is not None:
-        return str(chosen)
-    if settings.experts is None:
-        return "auto"
-    if settings.experts not in EXPERT_CHOICES:
-        raise UsageError(
-            f"{settings.experts_from} = {settings.experts!r}: choose one of {', '.join(EXPERT_CHOICES)}"
-        )
-    return settings.experts
+    return _engine_choice(options, "experts", settings.experts, settings.experts_from, EXPERT_CHOICES, "auto")
 
 
 def engine_experts_on(options: BackendOptions, settings: Settings) -> str:
     """Where the engine puts the routed experts: the front end's own option, else CLOVER_EXPERTS_ON
-    or ``[model] experts_on``, else "device". :class:`UsageError` naming where a choice the loader
-    does not have came from."""
+    or ``[model] experts_on``, else "device"."""
     from clover_agent.backends.engine import EXPERT_PLACES
 
-    chosen = options.engine_options.get("experts_on")
-    where = "experts_on" if chosen is not None else settings.experts_on_from
-    value = str(chosen) if chosen is not None else settings.experts_on
+    return _engine_choice(
+        options, "experts_on", settings.experts_on, settings.experts_on_from, EXPERT_PLACES, "device"
+    )
+
+
+def _engine_choice(
+    options: BackendOptions,
+    key: str,
+    setting: str | None,
+    setting_from: str,
+    choices: tuple[str, ...],
+    default: str,
+) -> str:
+    """``options.engine_options[key]``, else the setting, else ``default``; :class:`UsageError`
+    naming where it came from for a value the loader does not have."""
+    chosen = options.engine_options.get(key)
+    value, where = (str(chosen), key) if chosen is not None else (setting, setting_from)
     if value is None:
-        return "device"
-    if value not in EXPERT_PLACES:
-        raise UsageError(f"{where} = {value!r}: choose one of {', '.join(EXPERT_PLACES)}")
+        return default
+    if value not in choices:
+        raise UsageError(f"{where} = {value!r}: choose one of {', '.join(choices)}")
     return value
 
 

@@ -120,6 +120,8 @@ class BatchRequest:
         self.parked: PendingForward | None = None
         #: The greenlet the request's decoding loop runs in (on the scheduler's thread).
         self.task: greenlet.greenlet | None = None
+        #: The cache its forwards run on, and its bytes (spare K/V capacity included: fixed per cache).
+        self.cache: ModelCache | None = None
         self.cache_bytes = 0
 
     # ---- reading -----------------------------------------------------------------------------
@@ -232,6 +234,7 @@ class BatchRequest:
             self._error = error
             self.finished = time.monotonic()
             self.parked = None
+            self.cache = None  # a reader may keep the request: not its state
             self._cond.notify_all()
             self._wake_async()
 
@@ -392,7 +395,8 @@ class BatchEngine:
         if request.finishing:
             raise _Finished
         request.parked = pending
-        request.cache_bytes = pending.cache.nbytes()
+        if pending.cache is not request.cache:  # sized once per cache, not at every forward
+            request.cache, request.cache_bytes = pending.cache, pending.cache.nbytes()
         assert self._hub is not None
         self._hub.switch()
         if request.cancelled and not pending.done:

@@ -279,9 +279,7 @@ def compiler_images(client: docker.DockerClient, *, everything: bool = False) ->
     ]
     if everything:
         return found
-    tagged_ids = {
-        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
-    }
+    tagged_ids = _tagged_image_ids(client)
     return [
         i
         for i in found
@@ -340,6 +338,13 @@ def swebench_image(
     return tag
 
 
+def _tagged_image_ids(client: docker.DockerClient) -> set[str]:
+    """The ids of the images that still have a tag."""
+    return {
+        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
+    }
+
+
 def swebench_images(client: docker.DockerClient, *, everything: bool = False) -> list[dict[str, Any]]:
     """SWE-bench variants no sandbox will start from again: those whose instance image is no
     longer tagged (removed, or rebuilt since) or that lost their own tag. All of them with
@@ -351,9 +356,7 @@ def swebench_images(client: docker.DockerClient, *, everything: bool = False) ->
     ]
     if everything:
         return found
-    tagged_ids = {
-        i["Id"] for i in client.api.images() if any(t != "<none>:<none>" for t in i.get("RepoTags") or [])
-    }
+    tagged_ids = _tagged_image_ids(client)
     return [
         i
         for i in found

@@ -172,12 +172,7 @@ async def test_changed_dependency_files_make_a_new_environment_and_prune_removes
         assert first in superseded and second not in superseded
     finally:
         client.close()
-    prune = subprocess.run(
-        [sys.executable, "-m", "clover_agent", "sandbox", "prune"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    prune = run_cli("sandbox", "prune", timeout=300)
     assert prune.returncode == 0, prune.stderr
     assert "environment image" in prune.stdout
     client = docker_client(Settings.load().docker_env)

@@ -5,13 +5,12 @@ and ``sandbox prune`` removes it once its instance image is gone."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from clover_agent.sandboxes.images import DEFAULT_BASE_IMAGE, swebench_image, swebench_images
+from tests.cli_process import run_cli
 
 pytestmark = [pytest.mark.docker]
 
@@ -32,12 +31,7 @@ def test_testbed_is_the_workspace_and_prune_removes_the_variant_of_a_gone_instan
         assert out.decode().split() == ["/workspace", "1000", "/workspace"]
         assert variant not in {t for i in swebench_images(client) for t in i.get("RepoTags") or []}
         client.images.remove(name)  # the instance image untagged (rebuilt, or removed)
-        prune = subprocess.run(
-            [sys.executable, "-m", "clover_agent", "sandbox", "prune"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        prune = run_cli("sandbox", "prune", timeout=300)
         assert prune.returncode == 0, prune.stderr
         assert "SWE-bench variant(s)" in prune.stdout
         assert not any(variant in (i.tags or []) for i in client.images.list())
