@@ -10,6 +10,8 @@ reached from here. The local sandbox's runs find a clean Python first on PATH
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import os
 
@@ -39,7 +41,16 @@ def _patient_pilot() -> None:
 
     @functools.wraps(settle)
     async def patient(self: Pilot, timeout: float = PILOT_SETTLE_S) -> bool:
-        return await settle(self, timeout=max(timeout, PILOT_SETTLE_S))
+        settling = asyncio.ensure_future(settle(self, timeout=max(timeout, PILOT_SETTLE_S)))
+        while not (await asyncio.wait({settling}, timeout=0.05))[0]:
+            # An app that has handled its exit (ctrl+q) never runs what is queued behind its end mark,
+            # so a pilot that queued its callbacks there would wait out the whole timeout, then fail.
+            if self.app._exit:
+                settling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await settling
+                return True
+        return settling.result()
 
     Pilot._wait_for_screen = patient  # type: ignore[method-assign]
 
