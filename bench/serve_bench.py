@@ -2,11 +2,14 @@
 
 Not a test; numbers go to bench/RESULTS.md. Each session is a small agent conversation: a system
 prompt and the tools an agent offers, then several turns, each sending the whole conversation so far
-plus a tool-result-shaped message (the prompt grows every turn, as an agent's does), streamed. For N
-sessions at once (N = 1, 2, 4, 8, 16 by default) it measures:
+plus a tool-result-shaped message (the prompt grows every turn, as an agent's does), streamed. The
+sessions of a level share their system prompt and tools, as one product's agents do, and differ from
+their first user message on (``--distinct-system``: each its own). For N sessions at once (N = 1, 2,
+4, 8, 16 by default) it measures:
 
 - aggregate generated tokens/s (all sessions' completion tokens over the wall time of the level),
-  and its ratio to N = 1 measured in the same run;
+  and its ratio to N = 1 measured in the same run (every level runs ``--repeats`` times,
+  interleaved; the run of median aggregate tokens/s is reported);
 - per-session tokens/s (median over sessions);
 - time to first block: the server's own mean (``clover_first_block_seconds`` of ``/metrics``, arrival
   to the first committed block) and, as the client sees it, the first streamed text, p50 (a random
@@ -121,13 +124,27 @@ def request(url: str, body: dict[str, Any] | None, api_key: str | None, timeout:
     return urllib.request.urlopen(req, timeout=timeout)
 
 
+def tools_for(tag: str) -> list[dict[str, Any]]:
+    """The tools, the first one's description carrying ``tag``. The chat template lays the tools out
+    first, before the system prompt's own text: a tag there keeps one level's prompts (or, with
+    ``--distinct-system``, one session's) from starting with state an earlier one left in the
+    server's prefix cache."""
+    tools = json.loads(json.dumps(TOOLS))
+    tools[0]["function"]["description"] += f" (run {tag})"
+    return tools
+
+
 def one_turn(
-    args: argparse.Namespace, model: str, messages: list[dict[str, Any]], seed: int
+    args: argparse.Namespace,
+    model: str,
+    messages: list[dict[str, Any]],
+    seed: int,
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[Turn, str]:
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "tools": TOOLS,
+        "tools": tools if tools is not None else TOOLS,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": args.max_tokens,
@@ -165,21 +182,33 @@ def one_turn(
 
 
 def run_session(args: argparse.Namespace, model: str, session: Session, run_id: str) -> None:
+    tools = tools_for(f"{run_id}/{session.index}" if args.distinct_system else run_id)
     messages: list[dict[str, Any]] = [
         {
             "role": "system",
-            "content": f"You are a coding agent (run {run_id}, session {session.index}). Fix the failing test.",
+            "content": "You are a coding agent. Fix the failing test.",
         },
         {"role": "user", "content": f"Task {session.index}: tests/test_calc.py fails; make it pass."},
     ]
     try:
         for turn_index in range(args.turns):
-            turn, answer = one_turn(args, model, messages, seed=1000 * session.index + turn_index)
+            turn, answer = one_turn(
+                args, model, messages, seed=1000 * session.index + turn_index, tools=tools
+            )
             session.turns.append(turn)
             messages.append({"role": "assistant", "content": answer[:2000]})
             messages.append({"role": "user", "content": f"Tool result (turn {turn_index}):\n{TOOL_OUTPUT}"})
     except (urllib.error.URLError, OSError, ValueError) as exc:
         session.error = f"{type(exc).__name__}: {exc}"
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median aggregate tokens/s (its other columns with it), with every run's errors."""
+    ordered = sorted(runs, key=lambda r: r["aggregate_tps"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["errors"] = [e for r in runs for e in r["errors"]]
+    chosen["runs"] = len(runs)
+    return chosen
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -313,7 +342,13 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace, server: st
         f"### serve_bench ({datetime.now(UTC):%Y-%m-%d}, commit {commit or 'unknown'})",
         "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs; server: {server}",
-        f"- {args.turns} turns per session, {args.max_tokens} tokens per turn, greedy, streamed, 4 tools offered",
+        f"- {args.turns} turns per session, {args.max_tokens} tokens per turn, greedy, streamed, 4 tools offered; "
+        + (
+            "a system prompt per session"
+            if args.distinct_system
+            else "one system prompt for a level's sessions"
+        )
+        + f"; the median of {args.repeats} interleaved runs of each level",
         "",
         "| sessions | aggregate tok/s | × one session | per-session tok/s | first block (server, mean) "
         "| first text p50 | latency p50 | latency p99 | prompt tokens run per output token "
@@ -361,8 +396,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-id", default="clover")
     parser.add_argument("--sessions", default="1,2,4,8,16", help="comma-separated session counts")
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument(
+        "--distinct-system",
+        action="store_true",
+        help="a system prompt of each session's own (by default the sessions of a level share one, "
+        "as the agents of one product do, and the server computes it once)",
+    )
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of every level, interleaved; the median run is reported"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     parser.add_argument("--start-timeout", type=float, default=300.0)
     parser.add_argument("--out", type=Path, help="write the table into this file (bench/RESULTS.md)")
@@ -381,13 +425,15 @@ def main(argv: list[str] | None = None) -> int:
                 else args.base_url
             )
             level(args, args.model_id, 1)  # warm-up: loads, first prefix snapshots, lazy imports
-            results = []
-            for sessions in args.sessions:
-                result = level(args, args.model_id, sessions)
-                results.append(result)
-                print(json.dumps(result), flush=True)
-                if result["errors"]:
-                    print(f"errors at {sessions} sessions: {result['errors'][:3]}", file=sys.stderr)
+            runs: dict[int, list[dict[str, Any]]] = {n: [] for n in args.sessions}
+            for _ in range(args.repeats):  # interleaved: every level sees the same machine
+                for sessions in args.sessions:
+                    result = level(args, args.model_id, sessions)
+                    runs[sessions].append(result)
+                    print(json.dumps(result), flush=True)
+                    if result["errors"]:
+                        print(f"errors at {sessions} sessions: {result['errors'][:3]}", file=sys.stderr)
+            results = [median_run(runs[n]) for n in args.sessions]
         finally:
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)

@@ -16,7 +16,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +36,8 @@ log = logging.getLogger("clover_agent.engine.batching")
 
 #: Prompt tokens a request prefills per step while others decode (whole blocks).
 DEFAULT_PREFILL_CHUNK = 512
+#: First messages remembered as not kept by the prefix cache (``BatchEngine._unkept``).
+UNKEPT_REMEMBERED = 256
 
 
 class QueueFull(RuntimeError):
@@ -86,6 +88,8 @@ class BatchStats:
     prefix_cache_entries: int
     max_running: int
     max_queued: int
+    #: Requests that waited for another to compute the first message they share, then started from it.
+    held_for_share: int = 0
 
     @property
     def forwards_per_step(self) -> float:
@@ -123,6 +127,12 @@ class BatchRequest:
         #: The cache its forwards run on, and its bytes (spare K/V capacity included: fixed per cache).
         self.cache: ModelCache | None = None
         self.cache_bytes = 0
+        #: Its prompt's first message (``DecodeCall.share_point``) with its mode: requests with the same
+        #: key wait while one of them computes that state, then start from it.
+        share = call.share_point()
+        self.share_at = share
+        self.share_key = (call.params.mode, tuple(call.prompt[:share])) if share else None
+        self.held = False  # it waited for another request to compute that state
 
     # ---- reading -----------------------------------------------------------------------------
     @property
@@ -275,6 +285,7 @@ class _Counters:
     forwards: int = 0
     tokens_forwarded: int = 0
     generated_tokens: int = 0
+    held_for_share: int = 0
     durations: deque[float] = field(default_factory=lambda: deque(maxlen=64))
 
 
@@ -313,6 +324,11 @@ class BatchEngine:
         self._running: list[BatchRequest] = []
         self._numbers = itertools.count(1)
         self._counters = _Counters()
+        #: The first messages (share keys) being computed now, by the request computing each.
+        self._sharing: dict[tuple[str, tuple[int, ...]], BatchRequest] = {}
+        #: First messages whose state the prefix cache did not keep (over its budget): requests with
+        #: them are not held back again, which would only make them compute it one after another.
+        self._unkept: OrderedDict[tuple[str, tuple[int, ...]], None] = OrderedDict()
         self._accepting = True
         self._stopping = False
         self._hub: greenlet.greenlet | None = None
@@ -368,6 +384,7 @@ class BatchEngine:
             prefix_cache_entries=len(self.prefix_cache) if self.prefix_cache is not None else 0,
             max_running=self.max_running,
             max_queued=self.max_queued,
+            held_for_share=c.held_for_share,
         )
 
     def close(self, *, drain: bool = True, timeout: float | None = None) -> bool:
@@ -426,6 +443,8 @@ class BatchEngine:
         request._end(error)
         with self._cond:
             self._running.remove(request)
+            if request.share_key is not None and self._sharing.get(request.share_key) is request:
+                del self._sharing[request.share_key]
             c = self._counters
             if error is None:
                 c.finished += 1
@@ -484,18 +503,10 @@ class BatchEngine:
                     if self._stopping:
                         return
                     self._cond.wait()
-                started: list[BatchRequest] = []
-                while self._queue and len(self._running) < self.max_running:
-                    request = self._queue.popleft()
-                    request.started = time.monotonic()
-                    self._running.append(request)
-                    started.append(request)
                 cancelled = [
                     r for r in self._running if (r.cancelled or r.finishing) and r.parked is not None
                 ]
-            for request in started:
-                request.task = greenlet.greenlet(lambda r=request: self._run_request(r))
-                request.task.switch()  # runs until its first forward is parked (or it ends)
+            self._admit()
             for request in cancelled:  # resumed at their park: RequestCancelled, or the finish
                 request.parked = None
                 self._resume(request)
@@ -508,6 +519,62 @@ class BatchEngine:
             for request in batch:
                 request.parked = None
                 self._resume(request)
+
+    def _admit(self) -> None:
+        """Start queued requests while there is room, in order, past those that wait for a shared
+        first message; each runs until its first forward is parked (or it ends). One whose first
+        forward computes a first message others may share is noted as computing it."""
+        while True:
+            with self._cond:
+                if len(self._running) >= self.max_running:
+                    return
+                request = next((r for r in self._queue if not self._waits_for_share(r)), None)
+                if request is None:
+                    return
+                self._queue.remove(request)
+                self._counters.held_for_share += request.held
+                request.started = time.monotonic()
+                self._running.append(request)
+            request.task = greenlet.greenlet(lambda r=request: self._run_request(r))
+            request.task.switch()
+            with self._cond:
+                key = request.share_key
+                if key is not None and key not in self._unkept and self._computing_share(request):
+                    self._sharing.setdefault(key, request)
+
+    @staticmethod
+    def _computing_share(request: BatchRequest) -> bool:
+        """Whether ``request`` is still prefilling its prompt short of its share point (a prefill
+        forward commits and asks for no logits)."""
+        parked = request.parked
+        return (
+            not request.done
+            and parked is not None
+            and parked.logit_rows == 0
+            and request.cache is not None
+            and request.cache.length < request.share_at
+        )
+
+    def _waits_for_share(self, request: BatchRequest) -> bool:
+        """Whether ``request`` should wait: another running request is computing the state of the
+        first message they share (its prefill has not passed it yet); once it has, the state is in
+        the prefix cache and the request starts from it instead of computing it again."""
+        key = request.share_key
+        if key is None:
+            return False
+        owner = self._sharing.get(key)
+        if owner is None or owner is request:
+            return False
+        if not self._computing_share(owner):
+            del self._sharing[key]
+            passed = owner.cache is not None and owner.cache.length >= owner.share_at
+            if passed and (self.prefix_cache is None or not self.prefix_cache.holds(key[1])):
+                self._unkept[key] = None
+                while len(self._unkept) > UNKEPT_REMEMBERED:
+                    self._unkept.popitem(last=False)
+            return False
+        request.held = True
+        return True
 
     def _resume(self, request: BatchRequest) -> None:
         task = request.task

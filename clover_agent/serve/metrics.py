@@ -134,6 +134,12 @@ class ServeMetrics:
         )
         one("clover_prefix_cache_bytes", "gauge", "Bytes of the prefix cache.", stats.prefix_cache_bytes)
         one(
+            "clover_held_for_shared_prefix_total",
+            "counter",
+            "Requests that waited while another computed the first message they share, then reused it.",
+            stats.held_for_share,
+        )
+        one(
             "clover_prefix_cache_entries", "gauge", "Entries of the prefix cache.", stats.prefix_cache_entries
         )
         return "\n".join(lines) + "\n"

@@ -357,14 +357,35 @@ class DecodeCall:
         return cache
 
     def prefill(self, cache: ModelCache, end: int, attention: AttentionRule) -> None:
-        """Commit prompt[cache.length:end] in whole-block chunks (no logits); keep a snapshot."""
+        """Commit prompt[cache.length:end] in whole-block chunks (no logits); keep a snapshot, and one
+        at the :meth:`share_point` on the way (the chunks stop there whether or not it is kept, so a
+        call computes the same with the shared state as without)."""
         if cache.length >= end:
             return
         chunk = max(self.block_size, self.decoder.prefill_chunk // self.block_size * self.block_size)
+        share = self.share_point()
         while cache.length < end:
             stop = min(end, cache.length + chunk)
+            if cache.length < share < stop:
+                stop = share
             self.forward(self.prompt[cache.length : stop], cache, attention, commit=True, logit_rows=0)
+            if cache.length == share < end:
+                self.remember(cache, attention, self.prompt[:share])
         self.remember(cache, attention, self.prompt[:end])
+
+    def share_point(self) -> int:
+        """Where the prompt's first message ends, in whole blocks (0: none). In Qwen's chat format the
+        first message is the system prompt with the tools, the same for every conversation of one
+        agent: the state there serves the other calls that start with it (``BatchEngine`` holds them
+        back while one computes it)."""
+        tokenizer = self.decoder.tokenizer
+        if tokenizer is None or tokenizer.im_end_id is None or self.prompt[0] != tokenizer.im_start_id:
+            return 0
+        try:
+            end = self.prompt.index(tokenizer.im_end_id) + 1
+        except ValueError:
+            return 0
+        return end // self.block_size * self.block_size
 
     def remember(self, cache: ModelCache, attention: AttentionRule, tokens: Sequence[int]) -> None:
         """Store a compact copy of the committed state for later calls."""

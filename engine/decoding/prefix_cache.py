@@ -128,6 +128,15 @@ class PrefixCache:
         return stored.clone(capacity)
 
     @_locked
+    def holds(self, tokens: Sequence[int]) -> bool:
+        """Whether a snapshot of exactly ``tokens`` is stored (under any attention rule)."""
+        query = torch.tensor(list(tokens), dtype=torch.long)
+        return any(
+            entry.tokens.numel() == query.numel() and torch.equal(entry.tokens, query)
+            for entry in self._entries.values()
+        )
+
+    @_locked
     def clear(self) -> None:
         self._entries.clear()
 

@@ -16,7 +16,7 @@ def _stats(**changes: int) -> BatchStats:
     values = dict(
         queued=2, running=3, finished=10, cancelled=1, failed=0, steps=50, forwards=120, tokens_forwarded=4000,
         generated_tokens=600, running_cache_bytes=1 << 20, prefix_cache_bytes=2048, prefix_cache_entries=4,
-        max_running=8, max_queued=64,
+        max_running=8, max_queued=64, held_for_share=5,
     )  # fmt: skip
     values.update(changes)
     return BatchStats(**values)
@@ -55,6 +55,7 @@ def test_the_text_is_prometheus_exposition_format() -> None:
     assert samples["clover_forwards_per_step"] == 120 / 50
     assert samples["clover_tokens_per_forward"] == 600 / 120
     assert samples["clover_running_cache_bytes"] == 1 << 20
+    assert samples["clover_held_for_shared_prefix_total"] == 5
     assert text.endswith("\n")
 
 

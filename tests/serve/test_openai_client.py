@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,6 +203,37 @@ def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
     after = served.batch.stats()
     assert after.finished - before.finished == 6
     assert after.cancelled == before.cancelled
+
+
+def test_agents_sharing_a_system_prompt_compute_it_once(server: tuple[Served, str]) -> None:
+    """Four agents of one product at once: the same system prompt, their own tasks. One computes the
+    system message; the others start from its state (``cached_tokens``), whether they waited for it
+    (``clover_held_for_shared_prefix_total``) or came after."""
+    _, base_url = server
+    system = f"You are a coding agent ({uuid.uuid4().hex}). " + "Read files, edit them, run the tests. " * 4
+    cached: dict[int, int] = {}
+
+    def ask(i: int) -> None:
+        c = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Task {i}: fix test {i}."},
+        ]
+        answer = c.chat.completions.create(model="clover", messages=messages, max_tokens=8)
+        details = answer.usage.prompt_tokens_details  # type: ignore[union-attr]
+        cached[i] = details.cached_tokens if details and details.cached_tokens else 0
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert sorted(cached) == [0, 1, 2, 3]
+    reused = [n for n in cached.values() if n > 0]
+    assert len(reused) >= 3 and len(set(reused)) == 1, cached  # all from the one system-message state
+    assert reused[0] % 32 == 0 and reused[0] >= 32
+    text = http("GET", base_url.removesuffix("/v1") + "/metrics").text  # the counter is exposed
+    assert "clover_held_for_shared_prefix_total" in text
 
 
 def test_end_bias_and_ignore_eos_as_extra_fields(client: openai.OpenAI) -> None:
