@@ -254,6 +254,23 @@ class SessionHandBack:
         self._baselines[base] = found
         return found
 
+    async def _take_back(self, offer: Offer, written: list[str], write_text: WriteText) -> str:
+        """Put back, last first, the files of ``offer`` the editor wrote before a write failed; what
+        was done, for the failure's message."""
+        if not written:
+            return "nothing was written"
+        left: list[str] = []
+        for path in reversed(written):
+            old, new = offer.texts[path]
+            assert new is not None
+            try:
+                await _put_back(self.repo, path, old, new, write_text)
+            except (OSError, UnicodeDecodeError) as exc:
+                left.append(f"{path} ({exc})")
+        if left:
+            return f"these files keep the offer's text, which could not be taken back: {', '.join(left)}"
+        return f"the files written before it were put back as they were: {', '.join(written)}"
+
     def _unchanged(self, offer: Offer) -> bool:
         """Whether the user's tree holds exactly what the offer starts from (then the editor may
         write the agent's texts as they are; else the apply merges on disk). :class:`PatchNotApplied`
@@ -278,10 +295,15 @@ class SessionHandBack:
         vetoed it."""
         await veto_check(self.hooks, offer.patch, offer.verdict)
         if write_text is not None and offer.as_text and await asyncio.to_thread(self._unchanged, offer):
-            for change in offer.patch.changes:
-                new = offer.texts[change.path][1]
-                assert new is not None
-                await write_text(str(self.repo / change.path), new)
+            written: list[str] = []
+            try:
+                for change in offer.patch.changes:
+                    new = offer.texts[change.path][1]
+                    assert new is not None
+                    await write_text(str(self.repo / change.path), new)
+                    written.append(change.path)
+            except OSError as exc:  # all or nothing: the files written before it are put back
+                raise OSError(f"{exc}; {await self._take_back(offer, written, write_text)}") from exc
             applied, how = Applied([c.path for c in offer.patch.changes]), "editor"
         else:
             applied = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, markers=markers)
@@ -291,6 +313,22 @@ class SessionHandBack:
         done = offer.patch if not applied.left_out else self.stock.subset(offer.patch, applied.files)
         self.stock.advance(done)
         return applied, how
+
+
+async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text: WriteText) -> None:
+    """``path`` as it was before the editor wrote ``new`` into it: its old text written back through
+    the editor, or, a file the offer added, removed from the disk (the editor has no request for
+    that), unless it no longer holds what was written."""
+    if old is not None:
+        await write_text(str(repo / path), old)
+        return
+    target = repo / path
+
+    def remove() -> None:
+        if target.is_file() and not target.is_symlink() and target.read_text(encoding="utf-8") == new:
+            target.unlink()
+
+    await asyncio.to_thread(remove)
 
 
 async def veto_check(hooks: Hooks | None, patch: PatchSet, verdict: str) -> None:

@@ -126,6 +126,33 @@ async def test_an_editor_failing_to_write_fails_the_hand_back_not_the_prompt(tmp
 
 
 @pytest.mark.slow
+async def test_a_write_failing_midway_puts_back_the_files_written_before_it(tmp_path: Path) -> None:
+    """Three files through the editor: an edit and a new file are written, then the third (in a
+    folder this client does not make) fails. The hand-back is all or nothing: the edit's old text is
+    written back through the editor, the new file removed, and the failure says so."""
+    repo = calculator_repo(tmp_path)
+    before = (repo / "calculator.py").read_text(encoding="utf-8")
+    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
+    replay = write_replay(
+        tmp_path / "three.jsonl",
+        [turn("", FIX_ADD), turn("", NOTE), turn("", late), turn("", call("finish", summary="Done."))],
+    )
+    client = RecordingClient(answers=["allow_once", "allow_once", "allow_once", "apply"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "fix add, note it")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed" and "zz/late.txt" in said, said
+    assert "put back as they were: calculator.py, notes.txt" in said, said
+    assert (repo / "calculator.py").read_text(encoding="utf-8") == before  # written, then put back
+    assert str(repo / "calculator.py") in client.written and not (repo / "notes.txt").exists()
+    assert not (repo / "zz").exists()
+
+
+@pytest.mark.slow
 async def test_a_plan_answered_after_the_prompt_was_cancelled_is_not_approved(tmp_path: Path) -> None:
     """The client cancels the prompt while the plan's question is open, then (against the
     protocol, which asks for a cancelled outcome) answers it with an approval: the plan is not
