@@ -127,9 +127,11 @@ class BatchRequest:
         #: The cache its forwards run on, and its bytes (spare K/V capacity included: fixed per cache).
         self.cache: ModelCache | None = None
         self.cache_bytes = 0
-        #: Its prompt's first message (``DecodeCall.share_point``) with its mode: requests with the same
-        #: key wait while one of them computes that state, then start from it.
-        share = call.share_point()
+        #: Its prompt up to its first share point (``DecodeCall.share_points``: the tools' part of the
+        #: system prompt) with its mode: requests with the same key wait while one of them computes
+        #: that state, then start from it.
+        points = call.share_points()
+        share = points[0] if points else 0
         self.share_at = share
         self.share_key = (call.params.mode, tuple(call.prompt[:share])) if share else None
         self.held = False  # it waited for another request to compute that state

@@ -41,6 +41,11 @@ from clover_agent.engine.text.tokenizer import Tokenizer
 PREFILL_CHUNK_TOKENS = 4096
 #: The smallest workspace (tokens of K/V); it grows by powers of two.
 MIN_WORKSPACE_TOKENS = 4096
+#: Where the tools' part of the Qwen3.6 chat template's first message ends: the tools and the
+#: instructions for calling them close with this tag, and the system prompt's own text follows
+#: (shared/reference/qwen3.6-chat-template.jinja). Its closing ``>`` is left out: the tokenizer may
+#: join it to the newlines after it.
+TOOLS_PART_END = "</IMPORTANT"
 
 log = logging.getLogger("clover_agent.engine")
 
@@ -63,6 +68,7 @@ class BlockDecoder:
         self.config: CloverConfig = model.config
         self.tokenizer = tokenizer
         self.prefix_cache = prefix_cache
+        self._tools_marker: list[int] | None = None
         #: Replay the fixed-shape steps as CUDA graphs (``graphs.py``); only on a CUDA model.
         host_experts = model.experts_on == "host"
         self.cuda_graphs = cuda_graphs and model.device.type == "cuda" and not host_experts
@@ -144,6 +150,12 @@ class BlockDecoder:
         )
         return loop(call)
 
+    def tools_part_marker(self) -> list[int]:
+        """:data:`TOOLS_PART_END` as token ids ([] without a tokenizer)."""
+        if self._tools_marker is None:
+            self._tools_marker = self.tokenizer.encode(TOOLS_PART_END) if self.tokenizer is not None else []
+        return self._tools_marker
+
     def stop_token_ids(self, params: SamplingParams) -> set[int]:
         if params.ignore_eos:
             return set(params.stop_token_ids)
@@ -218,6 +230,7 @@ class DecodeCall:
         self.fallback_steps = 0
         self.reused = 0
         self.commits_before = 0
+        self._share_points: list[int] | None = None
         self.text = ""  # text of generated[text_offset:] already streamed
         self.text_offset = 0
         self.chunks_seen = 0
@@ -358,34 +371,46 @@ class DecodeCall:
 
     def prefill(self, cache: ModelCache, end: int, attention: AttentionRule) -> None:
         """Commit prompt[cache.length:end] in whole-block chunks (no logits); keep a snapshot, and one
-        at the :meth:`share_point` on the way (the chunks stop there whether or not it is kept, so a
-        call computes the same with the shared state as without)."""
+        at each :meth:`share_points` point on the way (the chunks stop there whether or not it is
+        kept, so a call computes the same with a shared state as without)."""
         if cache.length >= end:
             return
         chunk = max(self.block_size, self.decoder.prefill_chunk // self.block_size * self.block_size)
-        share = self.share_point()
+        points = [p for p in self.share_points() if p < end]
         while cache.length < end:
-            stop = min(end, cache.length + chunk)
-            if cache.length < share < stop:
-                stop = share
+            stop = min([end, cache.length + chunk, *(p for p in points if p > cache.length)])
             self.forward(self.prompt[cache.length : stop], cache, attention, commit=True, logit_rows=0)
-            if cache.length == share < end:
-                self.remember(cache, attention, self.prompt[:share])
+            if cache.length in points:
+                self.remember(cache, attention, self.prompt[: cache.length])
         self.remember(cache, attention, self.prompt[:end])
 
-    def share_point(self) -> int:
-        """Where the prompt's first message ends, in whole blocks (0: none). In Qwen's chat format the
-        first message is the system prompt with the tools, the same for every conversation of one
-        agent: the state there serves the other calls that start with it (``BatchEngine`` holds them
-        back while one computes it)."""
+    def share_points(self) -> list[int]:
+        """Where other conversations are likely to share this prompt, in whole blocks, ascending:
+        the end of the tools' part of a chat prompt's first message (:data:`TOOLS_PART_END`: the
+        same for every agent of one product, whatever its repository), and the end of that first
+        message (the system prompt too: the same for every conversation of one agent in one place).
+        Empty for a prompt that is not a chat. ``BatchEngine`` holds back requests whose first point
+        another is still computing."""
+        if self._share_points is None:
+            self._share_points = self._find_share_points()
+        return self._share_points
+
+    def _find_share_points(self) -> list[int]:
         tokenizer = self.decoder.tokenizer
         if tokenizer is None or tokenizer.im_end_id is None or self.prompt[0] != tokenizer.im_start_id:
-            return 0
+            return []
         try:
-            end = self.prompt.index(tokenizer.im_end_id) + 1
+            first = self.prompt.index(tokenizer.im_end_id) + 1
         except ValueError:
-            return 0
-        return end // self.block_size * self.block_size
+            return []
+        ends = [first]
+        marker = self.decoder.tools_part_marker()
+        if marker:
+            found = _last_occurrence(self.prompt[:first], marker)
+            if found >= 0:
+                ends.append(found + len(marker))
+        size = self.block_size
+        return sorted({n // size * size for n in ends} - {0})
 
     def remember(self, cache: ModelCache, attention: AttentionRule, tokens: Sequence[int]) -> None:
         """Store a compact copy of the committed state for later calls."""
@@ -507,3 +532,12 @@ class DecodeCall:
             repeated |= self.controls.observe_block(self.generated[start : start + size])
             self.chunks_seen += 1
         return repeated
+
+
+def _last_occurrence(tokens: list[int], marker: list[int]) -> int:
+    """Where the last occurrence of ``marker`` starts in ``tokens`` (-1: none)."""
+    n = len(marker)
+    for start in range(len(tokens) - n, -1, -1):
+        if tokens[start] == marker[0] and tokens[start : start + n] == marker:
+            return start
+    return -1

@@ -1,8 +1,8 @@
 """Calls that start with the same first message (an agent's system prompt and tools) compute it once.
 
-``DecodeCall.share_point`` is where a chat prompt's first message ends, in whole blocks; prefill
-keeps a snapshot there, and ``BatchEngine`` holds back requests whose first message another running
-request is computing, then starts them from its snapshot. Exactness: each call's greedy tokens equal
+``DecodeCall.share_points`` are where a chat prompt's tools part and first message end, in whole
+blocks; prefill keeps a snapshot at each, and ``BatchEngine`` holds back requests whose first point
+another running request is computing, then starts them from its snapshot. Exactness: each call's greedy tokens equal
 its decode alone from nothing cached (float64, as the other batching tests).
 """
 
@@ -17,7 +17,23 @@ from clover_agent.engine.batching import BatchEngine, RequestCancelled
 from clover_agent.engine.decoding.prefix_cache import PrefixCache
 from clover_agent.engine.engine import Engine
 from clover_agent.engine.loading.tiny import write_tiny_checkpoint
+from clover_agent.engine.text.chat import bundled_chat_template, render_chat
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} in the workspace.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+    for name in ("read_file", "write_file", "run_tests")
+]
 SYSTEM = "You are a coding agent. Tools: read_file(path), edit_file(path, old, new), run_tests(selector)."
 
 
@@ -51,7 +67,9 @@ def alone(engine: Engine, prompt: list[int], **params: Any) -> list[int]:
     return tokens
 
 
-def test_the_share_point_is_the_end_of_the_first_message_in_whole_blocks(engine: Engine) -> None:
+def test_without_tools_the_share_point_is_the_end_of_the_first_message_in_whole_blocks(
+    engine: Engine,
+) -> None:
     prompt = chat(engine, SYSTEM, "fix the test")
     end = first_message_end(engine, prompt)
     block = engine.config.block_size
@@ -59,6 +77,7 @@ def test_the_share_point_is_the_end_of_the_first_message_in_whole_blocks(engine:
     try:
         request = batch.submit(prompt, engine.default_params(max_new_tokens=1))
         assert request.share_at == end // block * block > 0
+        assert request.call.share_points() == [request.share_at]  # no tools: one point
         plain = batch.submit([40 + i for i in range(90)], engine.default_params(max_new_tokens=1))
         assert plain.share_at == 0 and plain.share_key is None  # not a chat prompt: nothing shared
         request.result(timeout=120), plain.result(timeout=120)
@@ -144,3 +163,39 @@ def test_a_first_message_the_cache_cannot_keep_holds_no_one_back_again(engine: E
         assert all(r.result().reused_tokens == 0 for r in first + later)
     finally:
         assert batch.close(timeout=60)
+
+
+def rendered(engine: Engine, system: str, task: str) -> list[int]:
+    """A prompt as serve renders it: the bundled Qwen3.6 template, with :data:`TOOLS`."""
+    assert engine.tokenizer is not None
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+    text = render_chat(
+        bundled_chat_template(), messages, TOOLS, add_generation_prompt=True, enable_thinking=False
+    )
+    return engine.tokenizer.encode(text)
+
+
+def test_agents_in_other_repositories_share_the_tools_part(engine: Engine) -> None:
+    """The template lays the tools and the instructions for calling them out first, then the system
+    prompt's own text (the repository's facts): agents in four repositories share the first part."""
+    prompts = [
+        rendered(engine, f"Repository {name}: Python, top level src/ tests/.", f"Fix the {name} test.")
+        for name in ("alpha", "beta", "gamma", "delta")
+    ]
+    expected = [alone(engine, p, max_new_tokens=32) for p in prompts]
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=256, prefix_cache=PrefixCache())
+    try:
+        requests = [batch.submit(p, engine.default_params(max_new_tokens=32)) for p in prompts]
+        results = [r.result(timeout=300) for r in requests]
+        stats = batch.stats()
+    finally:
+        assert batch.close(timeout=60)
+    tools_end, first_end = requests[0].call.share_points()
+    assert tools_end < first_end and all(r.call.share_points()[0] == tools_end for r in requests)
+    assert engine.tokenizer is not None
+    text = engine.tokenizer.decode
+    assert "</IMPORTANT>" in text(prompts[0][tools_end - 32 : tools_end + 32])  # the point is its block
+    assert "Repository" not in text(prompts[0][:tools_end])  # and the repository's facts come after
+    assert [r.token_ids for r in results] == expected
+    assert sorted(r.reused_tokens for r in results) == [0, tools_end, tools_end, tools_end]
+    assert stats.held_for_share == 3

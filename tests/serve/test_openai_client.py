@@ -205,21 +205,37 @@ def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
     assert after.cancelled == before.cancelled
 
 
-def test_agents_sharing_a_system_prompt_compute_it_once(server: tuple[Served, str]) -> None:
-    """Four agents of one product at once: the same system prompt, their own tasks. One computes the
-    system message; the others start from its state (``cached_tokens``), whether they waited for it
+def test_agents_with_the_same_tools_compute_the_tools_part_once(server: tuple[Served, str]) -> None:
+    """Four agents of one product at once, each in its own repository: the same tools, their own
+    system prompts and tasks. The template lays the tools out first; one request computes that part,
+    the others start from its state (``cached_tokens``), whether they waited for it
     (``clover_held_for_shared_prefix_total``) or came after."""
     _, base_url = server
-    system = f"You are a coding agent ({uuid.uuid4().hex}). " + "Read files, edit them, run the tests. " * 4
+    tag = uuid.uuid4().hex  # in the tools: nothing of an earlier test's is reused
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{name} in the workspace ({tag}).",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"path": {"type": "string"}},
+                    "required": ["path"],
+                },
+            },
+        }
+        for name in ("read_file", "write_file", "run_tests")
+    ]
     cached: dict[int, int] = {}
 
     def ask(i: int) -> None:
         c = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
         messages = [
-            {"role": "system", "content": system},
+            {"role": "system", "content": f"Repository number {i}: Python; top level src/ tests/."},
             {"role": "user", "content": f"Task {i}: fix test {i}."},
         ]
-        answer = c.chat.completions.create(model="clover", messages=messages, max_tokens=8)
+        answer = c.chat.completions.create(model="clover", messages=messages, tools=tools, max_tokens=8)
         details = answer.usage.prompt_tokens_details  # type: ignore[union-attr]
         cached[i] = details.cached_tokens if details and details.cached_tokens else 0
 
@@ -230,7 +246,7 @@ def test_agents_sharing_a_system_prompt_compute_it_once(server: tuple[Served, st
         t.join(300)
     assert sorted(cached) == [0, 1, 2, 3]
     reused = [n for n in cached.values() if n > 0]
-    assert len(reused) >= 3 and len(set(reused)) == 1, cached  # all from the one system-message state
+    assert len(reused) >= 3 and len(set(reused)) == 1, cached  # all from the one tools-part state
     assert reused[0] % 32 == 0 and reused[0] >= 32
     text = http("GET", base_url.removesuffix("/v1") + "/metrics").text  # the counter is exposed
     assert "clover_held_for_shared_prefix_total" in text
