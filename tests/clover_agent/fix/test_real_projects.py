@@ -114,7 +114,7 @@ def test_fix_repairs_a_real_project_and_the_second_run_starts_from_the_cached_en
             assert git(repo, "status", "--porcelain") == f" M {project.path}\n"
             summary = last_summary(repo)
             after = summary["tests"]["suite_after"]
-            assert after["failed"] == 0 and after["errors"] == 0 and after["passed"] > 50, after
+            assert after["failed"] == 0 and after["errors"] == 0 and after["passed"] > 40, after
             assert summary["tests"]["target_before"]["failed"] >= 1
             starts[attempt] = start_seconds(repo)
         # the set-up is not repeated (bench/env_bench.py measures by how much)
@@ -422,9 +422,11 @@ PYTHON_UTILS = Project(
     "        if len(batch) > batch_size:\n", "_python_utils_tests/test_generators.py::test_batcher",
     "_python_utils_tests/test_generators.py",
 )  # fmt: skip
-#: Its async batching tests time batches to 20 ms, which a loaded machine misses: skipped in the
-#: commit before the bug (a flaky test is not what the test below is about).
+#: Its async batching tests time batches to 20 ms, and test_time.py's 11 tests time generators to
+#: 10 ms, which a loaded machine misses: skipped in the commit before the bug (a flaky test is not
+#: what the test below is about; the verdict rightly says "suite unverified" when one flakes).
 TIMED_TESTS = ("test_abatcher_timed", "test_abatcher_timed_with_timeout")
+TIMED_MODULE = "_python_utils_tests/test_time.py"
 
 
 def test_the_coverage_data_a_real_projects_test_runs_write_is_left_out_of_the_patch_and_named(
@@ -440,6 +442,14 @@ def test_the_coverage_data_a_real_projects_test_runs_write_is_left_out_of_the_pa
             f"async def {name}(", f"@pytest.mark.skip(reason='timed to 20 ms')\nasync def {name}("
         )
     tests.write_text(text)
+    timed = repo / TIMED_MODULE
+    text = timed.read_text()
+    assert text.count("\nimport pytest\n") == 1
+    timed.write_text(
+        text.replace(
+            "\nimport pytest\n", "\nimport pytest\n\npytestmark = pytest.mark.skip(reason='timed to 10 ms')\n"
+        )
+    )
     git(repo, "commit", "-q", "-am", "skip the timed tests")
     inject(repo, project)
     tag = environment_image(repo)
@@ -458,7 +468,7 @@ def test_the_coverage_data_a_real_projects_test_runs_write_is_left_out_of_the_pa
     ]
     assert "left out    .coverage: coverage data, written by test runs, not part of the change" in proc.stdout
     after = summary["tests"]["suite_after"]
-    assert after["failed"] == 0 and after["errors"] == 0 and after["passed"] > 50, after
+    assert after["failed"] == 0 and after["errors"] == 0 and after["passed"] > 40, after
     assert git(repo, "status", "--porcelain") == f" M {project.path}\n"
     assert not (repo / ".coverage").exists()
 
