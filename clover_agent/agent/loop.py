@@ -31,7 +31,7 @@ from clover_agent.agent.steering import Interrupted, Steering
 from clover_agent.agent.stuck import AgentStuck, StuckDetector
 from clover_agent.agent.trajectory import ResumeState
 from clover_agent.backends.base import ModelBackend
-from clover_agent.errors import RUN_ERRORS, ExitCode, UsageError, exit_code_for, message_of
+from clover_agent.errors import RUN_ERRORS, CloverError, ExitCode, UsageError, exit_code_for, message_of
 from clover_agent.events import (
     BudgetWarning,
     CallInterrupted,
@@ -246,7 +246,7 @@ class Agent:
                 await self.resume(resume, fresh_budget=fresh_budget)
             else:
                 self._add({"role": "system", "content": system})
-                self._add({"role": "user", "content": self._request(task)})
+                self._add({"role": "user", "content": await self._screened(task)})
 
         return await self._run(task, resumed=resume is not None, begin=begin)
 
@@ -278,9 +278,23 @@ class Agent:
         ``finish``): ``text`` is the user's message; runs until it ends like :meth:`run`."""
 
         async def begin() -> None:
-            self._add({"role": "user", "content": self._request(text)})
+            self._add({"role": "user", "content": await self._screened(text)})
 
         return await self._run(text, resumed=True, begin=begin)
+
+    async def _screened(self, text: str) -> str:
+        """A person's request as the model reads it, once the UserPromptSubmit hooks have seen it:
+        a block ends the run before the model reads anything (the request is not added to the
+        conversation); the context they add goes with it."""
+        request = self._request(text)
+        if self.hooks is None or not self.hooks.any("UserPromptSubmit"):
+            return request
+        verdict = await self.hooks.user_prompt_submit(text)
+        if verdict.blocked is not None:
+            raise CloverError(f"the request was not sent to the model: {verdict.blocked}")
+        if verdict.context:
+            request += f"\n\n[Context from a UserPromptSubmit hook:]\n{verdict.context}"
+        return request
 
     def _request(self, text: str) -> str:
         """A person's request as the model reads it (in plan mode, with :data:`PLAN_NOTE`)."""

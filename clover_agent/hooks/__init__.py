@@ -8,6 +8,15 @@ names it, :mod:`.runner` (:class:`Hooks`) runs the hooks of an event and says wh
 
 from clover_agent.hooks.config import EVENTS, HookConfig, parse_hooks
 from clover_agent.hooks.outcome import hook_line
-from clover_agent.hooks.runner import Hooks, StopVerdict, ToolVerdict
+from clover_agent.hooks.runner import Hooks, PromptVerdict, StopVerdict, ToolVerdict
 
-__all__ = ["EVENTS", "HookConfig", "Hooks", "StopVerdict", "ToolVerdict", "hook_line", "parse_hooks"]
+__all__ = [
+    "EVENTS",
+    "HookConfig",
+    "Hooks",
+    "PromptVerdict",
+    "StopVerdict",
+    "ToolVerdict",
+    "hook_line",
+    "parse_hooks",
+]

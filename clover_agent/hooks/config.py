@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The events a hook can be bound to: Claude Code's names, and ours for the hand-back.
-EVENTS = ("PreToolUse", "PostToolUse", "Stop", "SessionStart", "SessionEnd", "PreHandBack")
+EVENTS = (
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionStart",
+    "SessionEnd",
+    "PreHandBack",
+)
 #: Events whose hooks choose calls by their tool's name (``matcher``).
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
 #: Events whose ``matcher`` is tried on a word, as Claude Code's: SessionStart's source (startup,

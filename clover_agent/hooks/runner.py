@@ -54,6 +54,15 @@ class StopVerdict:
     send_back: str | None = None
 
 
+@dataclass(frozen=True)
+class PromptVerdict:
+    """What the UserPromptSubmit hooks said: ``blocked`` is why the request does not reach the model
+    (None: it does), ``context`` words the model reads with it."""
+
+    blocked: str | None = None
+    context: str = ""
+
+
 class Hooks:
     """The hooks of one session (see the module docstring), reported on ``bus``.
 
@@ -175,6 +184,29 @@ class Hooks:
             return StopVerdict()
         self.sends_back += 1
         return StopVerdict("\n".join(reasons))
+
+    async def user_prompt_submit(self, prompt: str) -> PromptVerdict:
+        """Run the UserPromptSubmit hooks on a person's request before the model reads it: a block
+        (exit 2, or ``decision: "block"``) keeps it from the model, its reason shown to the person;
+        on exit 0, ``additionalContext`` (or plain stdout) is context the model reads with it."""
+        found: list[str] = []
+        for hook in self._hooks("UserPromptSubmit"):
+            run = await self._run(hook, self._payload(hook, "UserPromptSubmit") | {"prompt": prompt})
+            blocked = run.blocked
+            if blocked is None and not run.failure and legacy(run.output.get("decision")) == "deny":
+                blocked = reason_of(str(run.output.get("reason") or "")) or f"blocked by {hook.describe()}"
+            text = ""
+            if blocked is None and not run.failure and run.finished.exit_code == 0:
+                plain = run.finished.stdout if not run.output else ""
+                text = reason_of(str(run.specific.get("additionalContext") or plain))
+            self._report(
+                run, decided="block" if blocked else "context" if text else "ok", reason=blocked or text[:200]
+            )
+            if blocked:
+                return PromptVerdict(f"{blocked} (blocked by {hook.describe()})")
+            if text:
+                found.append(text)
+        return PromptVerdict(context="\n".join(found))
 
     async def pre_hand_back(self, files: list[str], patch: bytes, verdict: str) -> str | None:
         """Run the PreHandBack hooks before a patch is written into the user's tree; returns the

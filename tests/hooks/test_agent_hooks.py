@@ -219,3 +219,47 @@ async def test_the_session_runs_start_and_end_hooks_and_never_the_workspaces(tmp
     assert [e.hook_event for e in seen] == ["SessionStart", "SessionEnd"]
     assert logged(ends)[0]["hook_event_name"] == "SessionEnd"
     assert not planted.exists()
+
+
+async def test_a_user_prompt_submit_hook_screens_each_request_before_the_model_reads_it(
+    tmp_path: Path,
+) -> None:
+    """A request the hook blocks ends the run before any model call and stays out of the
+    conversation; the next request goes on (the system prompt was kept) with the hook's context."""
+    body = """#!/usr/bin/env python3
+import json, sys
+prompt = json.load(sys.stdin)["prompt"]
+if "password" in prompt:
+    print("no secrets in requests", file=sys.stderr)
+    sys.exit(2)
+print("The team uses tabs.")
+"""
+    screen = script(tmp_path, "screen.py", body)
+    repo = make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
+    trajectory = tmp_path / "run" / "trajectory.jsonl"
+    bus = EventBus()
+    writer = TrajectoryWriter(trajectory)
+    bus.subscribe(writer)
+    backend = ReplayBackend(write_replay(tmp_path / "replay.jsonl", [FINISH]))
+    async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+        hooks = Hooks(
+            parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
+            bus,
+            session_id="test",
+            repo=repo,
+            transcript=trajectory,
+            environ=os.environ,
+            sandbox=sandbox,
+        )
+        agent = Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
+        blocked = await agent.run("the password is hunter2; deploy", "You are a test agent.")
+        assert blocked.outcome == "error" and not blocked.ended_well
+        assert "not sent to the model: no secrets in requests" in blocked.message
+        assert [m["role"] for m in agent.messages] == ["system"]
+        assert blocked.stats["steps"] == 0  # no model call
+        second = await agent.continue_with("Say hello properly.")
+    writer.close()
+    assert second.submitted
+    users = [m["content"] for m in messages_of(read_events(trajectory)) if m["role"] == "user"]
+    assert users == ["Say hello properly.\n\n[Context from a UserPromptSubmit hook:]\nThe team uses tabs."]
+    assert not any("hunter2" in m.get("content", "") for m in agent.messages)

@@ -109,3 +109,23 @@ def test_a_repositorys_hooks_run_only_once_it_is_trusted(tmp_path: Path) -> None
     trusted = fix(repo, tmp_path, REPLAY, "--dry-run")
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
     assert marker.exists()
+
+
+def test_a_user_prompt_submit_hook_that_blocks_fixs_task_ends_it_before_the_model(tmp_path: Path) -> None:
+    repo = calculator_repo(tmp_path)
+    screen = script(
+        tmp_path / "hooks",
+        "screen.sh",
+        "cat > /dev/null\necho 'fix runs are paused for the release' >&2\nexit 2\n",
+    )
+    proc = fix(repo, tmp_path, REPLAY, config=f'[[hooks.UserPromptSubmit]]\ncommand = "{screen}"\n')
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out
+    assert proc.returncode == 1, out
+    assert "not sent to the model: fix runs are paused for the release" in out, out
+    assert git(repo, "status", "--porcelain") == ""
+    events = read_events(run_dirs(repo)[-1] / "trajectory.jsonl")
+    assert not [e for e in events if e.type == "model_call_started"]  # no model call
+    assert [(e.hook_event, e.decided) for e in events if isinstance(e, HookRan)] == [
+        ("UserPromptSubmit", "block")
+    ]

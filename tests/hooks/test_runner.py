@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clover_agent.events import EventBus, HookRan
-from clover_agent.hooks import Hooks, hook_line, parse_hooks
+from clover_agent.hooks import Hooks, PromptVerdict, hook_line, parse_hooks
 from clover_agent.hooks.outcome import REASON_CHARS
 from clover_agent.hooks.process import READ_LIMIT
 from clover_agent.hooks.runner import MAX_SENDS_BACK
@@ -269,3 +269,43 @@ async def test_session_start_matcher_is_tried_on_the_source_as_in_claude_code(tm
     hooks, _ = hooks_of(tmp_path, tables)
     assert await hooks.session_start("startup") == "a new session"
     assert await hooks.session_start("resume") == "taken up again"
+
+
+async def test_user_prompt_submit_blocks_or_adds_context(tmp_path: Path) -> None:
+    """Exit 2 and ``decision: "block"`` keep a request from the model (with the reason); on exit 0,
+    ``additionalContext`` or plain stdout is context; the hook reads the request as ``prompt``."""
+    log = tmp_path / "prompts.jsonl"
+    body = """import json, sys
+data = json.load(sys.stdin)
+open(sys.argv[1], "a").write(json.dumps(data) + "\\n")
+prompt = data["prompt"]
+if "password" in prompt:
+    print("no secrets in requests", file=sys.stderr)
+    sys.exit(2)
+if "deploy" in prompt:
+    print(json.dumps({"decision": "block", "reason": "deploys are done by CI"}))
+elif "tabs" in prompt:
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                             "additionalContext": "The team uses tabs."}}))
+else:
+    print("Ticket: CLV-12")
+"""
+    hook = script(tmp_path, "screen.py", "#!/usr/bin/env python3\n" + body)
+    hooks, seen = hooks_of(tmp_path, one("UserPromptSubmit", f"{hook} {log}"))
+    secret = await hooks.user_prompt_submit("the password is hunter2")
+    assert secret.blocked is not None and secret.blocked.startswith("no secrets in requests (blocked by")
+    deploy = await hooks.user_prompt_submit("deploy it")
+    assert deploy.blocked is not None and deploy.blocked.startswith("deploys are done by CI")
+    assert await hooks.user_prompt_submit("indent with tabs") == PromptVerdict(context="The team uses tabs.")
+    assert await hooks.user_prompt_submit("fix the test") == PromptVerdict(context="Ticket: CLV-12")
+    given = logged(log)
+    assert [g["prompt"] for g in given][:2] == ["the password is hunter2", "deploy it"]
+    assert {g["hook_event_name"] for g in given} == {"UserPromptSubmit"}
+    assert [e.decided for e in seen] == ["block", "block", "context", "context"]
+
+
+async def test_a_failing_user_prompt_submit_hook_blocks_nothing(tmp_path: Path) -> None:
+    crash = script(tmp_path, "crash.sh", "cat >/dev/null\nexit 3\n")
+    hooks, seen = hooks_of(tmp_path, one("UserPromptSubmit", crash))
+    assert await hooks.user_prompt_submit("fix it") == PromptVerdict()
+    assert [e.failed for e in seen] == [True]
