@@ -255,21 +255,31 @@ class SessionHandBack:
         return found
 
     async def _take_back(self, offer: Offer, written: list[str], write_text: WriteText) -> str:
-        """Put back, last first, the files of ``offer`` the editor wrote before a write failed; what
-        was done, for the failure's message."""
+        """Put back, last first, the files of ``offer`` the editor wrote before a write failed (a
+        file that no longer holds what was written is the user's since: kept); what was done, for
+        the failure's message."""
         if not written:
             return "nothing was written"
+        put: list[str] = []
+        kept: list[str] = []
         left: list[str] = []
         for path in reversed(written):
             old, new = offer.texts[path]
             assert new is not None
             try:
-                await _put_back(self.repo, path, old, new, write_text)
+                (put if await _put_back(self.repo, path, old, new, write_text) else kept).append(path)
             except (OSError, UnicodeDecodeError) as exc:
                 left.append(f"{path} ({exc})")
+        said = []
+        if put:
+            said.append(f"the files written before it were put back as they were: {', '.join(reversed(put))}")
+        if kept:
+            said.append(f"changed since they were written, kept as they are: {', '.join(reversed(kept))}")
         if left:
-            return f"these files keep the offer's text, which could not be taken back: {', '.join(left)}"
-        return f"the files written before it were put back as they were: {', '.join(written)}"
+            said.append(
+                f"these files keep the offer's text, which could not be taken back: {', '.join(left)}"
+            )
+        return "; ".join(said)
 
     def _unchanged(self, offer: Offer) -> bool:
         """Whether the user's tree holds exactly what the offer starts from (then the editor may
@@ -315,20 +325,25 @@ class SessionHandBack:
         return applied, how
 
 
-async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text: WriteText) -> None:
+async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text: WriteText) -> bool:
     """``path`` as it was before the editor wrote ``new`` into it: its old text written back through
     the editor, or, a file the offer added, removed from the disk (the editor has no request for
-    that), unless it no longer holds what was written."""
-    if old is not None:
-        await write_text(str(repo / path), old)
-        return
+    that). False, and nothing done, when it no longer holds what was written (the user's since)."""
     target = repo / path
 
-    def remove() -> None:
-        if target.is_file() and not target.is_symlink() and target.read_text(encoding="utf-8") == new:
-            target.unlink()
+    def holds_new() -> bool:
+        try:
+            return target.is_file() and not target.is_symlink() and target.read_text(encoding="utf-8") == new
+        except UnicodeDecodeError:
+            return False
 
-    await asyncio.to_thread(remove)
+    if not await asyncio.to_thread(holds_new):
+        return False
+    if old is not None:
+        await write_text(str(target), old)
+    else:
+        await asyncio.to_thread(target.unlink)
+    return True
 
 
 async def veto_check(hooks: Hooks | None, patch: PatchSet, verdict: str) -> None:
