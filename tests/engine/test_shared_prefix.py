@@ -199,3 +199,48 @@ def test_agents_in_other_repositories_share_the_tools_part(engine: Engine) -> No
     assert [r.token_ids for r in results] == expected
     assert sorted(r.reused_tokens for r in results) == [0, tools_end, tools_end, tools_end]
     assert stats.held_for_share == 3
+
+
+def test_a_request_is_not_held_for_a_state_it_could_not_start_from(engine: Engine) -> None:
+    """A diffusion call with ``causal_context`` computes the shared message with causal attention,
+    one without it needs the block-causal state: they cannot share it, so neither waits for the other."""
+    prompts = [chat(engine, SYSTEM * 3, f"Task {i}: make tests/test_db.py pass.") for i in range(2)]
+    kinds: list[dict[str, Any]] = [{"max_new_tokens": 32, "causal_context": True}, {"max_new_tokens": 32}]
+    expected = [alone(engine, p, **kw) for p, kw in zip(prompts, kinds, strict=True)]
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        requests = [
+            batch.submit(p, engine.default_params(**kw)) for p, kw in zip(prompts, kinds, strict=True)
+        ]
+        assert [r.result(timeout=300).token_ids for r in requests] == expected
+        assert batch.stats().held_for_share == 0 and not requests[1].held
+    finally:
+        assert batch.close(timeout=60)
+
+
+def test_a_conversation_whose_later_state_is_cached_is_not_held_behind_a_new_one(engine: Engine) -> None:
+    """The tools part's state was evicted (least recently used: the conversation's later states were
+    used since); a new conversation computes it again. The next turn of the old conversation has its
+    own state, past the tools part, in the cache: it starts from it at once instead of waiting."""
+    first = rendered(engine, "Repository alpha: Python, top level src/ tests/.", "Fix the alpha test.")
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        turn = batch.submit(first, engine.default_params(max_new_tokens=16))
+        answer = turn.result(timeout=300).token_ids
+        tools_end = turn.call.share_points()[0]
+        cache = batch.prefix_cache
+        assert cache is not None
+        for key in [k for k, e in cache._entries.items() if e.tokens.numel() == tools_end]:
+            del cache._entries[key]  # as the LRU eviction does
+        assert engine.tokenizer is not None
+        turn_end = "<|im_end|>\n<|im_start|>user\nNow run the tests.<|im_end|>\n<|im_start|>assistant\n"
+        again = first + answer + engine.tokenizer.encode(turn_end)
+        fresh = rendered(engine, "Repository beta: Go, top level cmd/ pkg/.", "Fix the beta test.")
+        newcomer = batch.submit(fresh, engine.default_params(max_new_tokens=16))
+        second = batch.submit(again, engine.default_params(max_new_tokens=16))
+        results = [newcomer.result(timeout=300), second.result(timeout=300)]
+        assert not second.held and batch.stats().held_for_share == 0
+        assert results[1].reused_tokens > tools_end  # its own state, past the tools part
+    finally:
+        assert batch.close(timeout=60)
+    assert [r.token_ids for r in results] == [alone(engine, p, max_new_tokens=16) for p in (fresh, again)]
