@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -254,10 +255,12 @@ class SessionHandBack:
         self._baselines[base] = found
         return found
 
-    async def _take_back(self, offer: Offer, written: list[str], write_text: WriteText) -> str:
+    async def _take_back(
+        self, offer: Offer, written: list[str], write_text: WriteText, made: dict[str, list[Path]]
+    ) -> str:
         """Put back, last first, the files of ``offer`` the editor wrote before a write failed (a
-        file that no longer holds what was written is the user's since: kept); what was done, for
-        the failure's message."""
+        file that no longer holds what was written is the user's since: kept; ``made``: the folders
+        each path lacked before, removed again when empty); what was done, for the failure's message."""
         if not written:
             return "nothing was written"
         put: list[str] = []
@@ -267,7 +270,8 @@ class SessionHandBack:
             old, new = offer.texts[path]
             assert new is not None
             try:
-                (put if await _put_back(self.repo, path, old, new, write_text) else kept).append(path)
+                back = await _put_back(self.repo, path, old, new, write_text, made.get(path, []))
+                (put if back else kept).append(path)
             except (OSError, UnicodeDecodeError) as exc:
                 left.append(f"{path} ({exc})")
         said = []
@@ -306,6 +310,8 @@ class SessionHandBack:
         await veto_check(self.hooks, offer.patch, offer.verdict)
         if write_text is not None and offer.as_text and await asyncio.to_thread(self._unchanged, offer):
             written: list[str] = []
+            paths = [c.path for c in offer.patch.changes]
+            made = await asyncio.to_thread(_missing_folders, self.repo, paths)
             try:
                 for change in offer.patch.changes:
                     new = offer.texts[change.path][1]
@@ -313,7 +319,7 @@ class SessionHandBack:
                     await write_text(str(self.repo / change.path), new)
                     written.append(change.path)
             except OSError as exc:  # all or nothing: the files written before it are put back
-                raise OSError(f"{exc}; {await self._take_back(offer, written, write_text)}") from exc
+                raise OSError(f"{exc}; {await self._take_back(offer, written, write_text, made)}") from exc
             applied, how = Applied([c.path for c in offer.patch.changes]), "editor"
         else:
             applied = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, markers=markers)
@@ -325,10 +331,13 @@ class SessionHandBack:
         return applied, how
 
 
-async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text: WriteText) -> bool:
+async def _put_back(
+    repo: Path, path: str, old: str | None, new: str, write_text: WriteText, made: list[Path]
+) -> bool:
     """``path`` as it was before the editor wrote ``new`` into it: its old text written back through
     the editor, or, a file the offer added, removed from the disk (the editor has no request for
-    that). False, and nothing done, when it no longer holds what was written (the user's since)."""
+    that) with the folders ``made`` for it that are empty now. False, and nothing done, when it no
+    longer holds what was written (the user's since)."""
     target = repo / path
 
     def holds_new() -> bool:
@@ -342,8 +351,30 @@ async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text
     if old is not None:
         await write_text(str(target), old)
     else:
-        await asyncio.to_thread(target.unlink)
+
+        def remove() -> None:
+            target.unlink()
+            for folder in made:  # deepest first; one that is not empty is someone's: kept
+                try:
+                    folder.rmdir()
+                except OSError:
+                    return
+
+        await asyncio.to_thread(remove)
     return True
+
+
+def _missing_folders(repo: Path, paths: list[str]) -> dict[str, list[Path]]:
+    """For each path, the folders above it in ``repo`` that do not exist yet, deepest first."""
+    found: dict[str, list[Path]] = {}
+    for path in paths:
+        missing: list[Path] = []
+        folder = (repo / path).parent
+        while folder != repo and folder.is_relative_to(repo) and not os.path.lexists(folder):
+            missing.append(folder)
+            folder = folder.parent
+        found[path] = missing
+    return found
 
 
 async def veto_check(hooks: Hooks | None, patch: PatchSet, verdict: str) -> None:
