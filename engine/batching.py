@@ -152,6 +152,7 @@ class BatchRequest:
         #: Whether the prefix cache had a state of its own at or past ``share_at`` (None: not asked).
         self.own_state: bool | None = None
         self.held = False  # it waited for another request to compute that state
+        self.held_for: str | None = None  # the id of the request it waited for
 
     # ---- reading -----------------------------------------------------------------------------
     @property
@@ -597,7 +598,9 @@ class BatchEngine:
             request.own_state = self._has_own_state(request)
         if request.own_state:
             return False
-        request.held = True
+        if request.held_for not in (None, owner.id):  # the one it waited for gave the part up
+            return False  # waits once: never again behind each of a client's cancelled requests
+        request.held, request.held_for = True, owner.id
         return True
 
     def _has_own_state(self, request: BatchRequest) -> bool:

@@ -8,6 +8,7 @@ its decode alone from nothing cached (float64, as the other batching tests).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -244,3 +245,41 @@ def test_a_conversation_whose_later_state_is_cached_is_not_held_behind_a_new_one
     finally:
         assert batch.close(timeout=60)
     assert [r.token_ids for r in results] == [alone(engine, p, max_new_tokens=16) for p in (fresh, again)]
+
+
+def test_a_request_waits_for_a_shared_state_once_however_many_give_it_up(engine: Engine) -> None:
+    """A hostile client queues requests with the tools everyone uses ahead of another client's and
+    cancels each while it computes the tools part: the other client's request waits for the first
+    of them only, then computes the part itself, instead of waiting for each in turn."""
+    assert engine.tokenizer is not None
+    tools = [
+        {**tool, "function": {**tool["function"], "name": f"{tool['function']['name']}_{i}"}}
+        for i in range(10)
+        for tool in TOOLS
+    ]
+
+    def prompt(system: str) -> list[int]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": "Fix the test."}]
+        text = render_chat(bundled_chat_template(), messages, tools, add_generation_prompt=True)
+        assert engine.tokenizer is not None
+        return engine.tokenizer.encode(text)
+
+    hostile = [prompt(f"Hostile {i}.") for i in range(2)]
+    other = prompt("Repository alpha: Python, top level src/ tests/.")
+    expected = alone(engine, other, max_new_tokens=16)
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        first, second = (batch.submit(p, engine.default_params(max_new_tokens=16)) for p in hostile)
+        victim = batch.submit(other, engine.default_params(max_new_tokens=16))
+        assert first.share_at == victim.share_at >= 20 * 32  # many steps of prefill to compute
+        deadline = time.monotonic() + 120
+        while not (victim.held and second.held) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert victim.held and first.cache is not None and first.cache.length < first.share_at
+        first.cancel()  # while it computes the tools part: the second is next in the queue
+        result = victim.result(timeout=300)
+        second.cancel()
+        assert result.token_ids == expected
+        assert result.reused_tokens == 0  # it did not wait for the second: computed the part itself
+    finally:
+        assert batch.close(timeout=60)
