@@ -11,6 +11,7 @@ decoding".
 
 from __future__ import annotations
 
+import array
 import asyncio
 import hashlib
 import itertools
@@ -50,8 +51,8 @@ def _share_key(call: DecodeCall, length: int) -> ShareKey:
     same key compute the same state there (its mode, and the attention rule its prefill uses)."""
     params = call.params
     attention = "causal" if params.mode != "diffusion" or params.causal_context else "block"
-    digest = hashlib.blake2b(torch.tensor(call.prompt[:length], dtype=torch.long).numpy().tobytes())
-    return params.mode, attention, length, digest.digest()
+    digest = hashlib.blake2b(array.array("q", call.prompt[:length]).tobytes()).digest()
+    return params.mode, attention, length, digest
 
 
 class QueueFull(RuntimeError):
@@ -365,6 +366,8 @@ class BatchEngine:
         :class:`QueueFull` and :class:`EngineClosed`."""
         params = params if params is not None else self.engine.default_params()
         call = _BatchedCall(self.decoder, list(prompt_ids), params)
+        request = BatchRequest(self, next(self._numbers), call)  # its share key: not under the lock
+        call.request = request
         with self._cond:
             if not self._accepting:
                 raise EngineClosed("the engine is shutting down and takes no new requests")
@@ -374,8 +377,6 @@ class BatchEngine:
                     f"{self.max_running} running, {self.max_queued} waiting)",
                     retry_after=self._retry_after(),
                 )
-            request = BatchRequest(self, next(self._numbers), call)
-            call.request = request
             self._queue.append(request)
             self._cond.notify_all()
         return request
