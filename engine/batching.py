@@ -11,7 +11,9 @@ decoding".
 
 from __future__ import annotations
 
+import array
 import asyncio
+import hashlib
 import itertools
 import logging
 import threading
@@ -38,6 +40,19 @@ log = logging.getLogger("clover_agent.engine.batching")
 DEFAULT_PREFILL_CHUNK = 512
 #: First messages remembered as not kept by the prefix cache (``BatchEngine._unkept``).
 UNKEPT_REMEMBERED = 256
+
+
+#: A share key: (mode, attention rule, length, digest of the tokens) (``BatchRequest.share_key``).
+ShareKey = tuple[str, str, int, bytes]
+
+
+def _share_key(call: DecodeCall, length: int) -> ShareKey:
+    """The key of ``call``'s prompt up to ``length`` with the state it computes: calls with the
+    same key compute the same state there (its mode, and the attention rule its prefill uses)."""
+    params = call.params
+    attention = "causal" if params.mode != "diffusion" or params.causal_context else "block"
+    digest = hashlib.blake2b(array.array("q", call.prompt[:length]).tobytes()).digest()
+    return params.mode, attention, length, digest
 
 
 class QueueFull(RuntimeError):
@@ -127,14 +142,18 @@ class BatchRequest:
         #: The cache its forwards run on, and its bytes (spare K/V capacity included: fixed per cache).
         self.cache: ModelCache | None = None
         self.cache_bytes = 0
-        #: Its prompt up to its first share point (``DecodeCall.share_points``: the tools' part of the
-        #: system prompt) with its mode: requests with the same key wait while one of them computes
-        #: that state, then start from it.
+        #: Its first share point (``DecodeCall.share_points``: the tools' part of the system prompt)
+        #: and a key for its prompt up to there with its mode and attention rule (a digest: the key
+        #: is hashed at every scheduler step): requests with the same key wait while one of them
+        #: computes that state, then start from it.
         points = call.share_points()
         share = points[0] if points else 0
         self.share_at = share
-        self.share_key = (call.params.mode, tuple(call.prompt[:share])) if share else None
+        self.share_key = _share_key(call, share) if share else None
+        #: Whether the prefix cache had a state of its own at or past ``share_at`` (None: not asked).
+        self.own_state: bool | None = None
         self.held = False  # it waited for another request to compute that state
+        self.held_for: str | None = None  # the id of the request it waited for
 
     # ---- reading -----------------------------------------------------------------------------
     @property
@@ -327,10 +346,10 @@ class BatchEngine:
         self._numbers = itertools.count(1)
         self._counters = _Counters()
         #: The first messages (share keys) being computed now, by the request computing each.
-        self._sharing: dict[tuple[str, tuple[int, ...]], BatchRequest] = {}
+        self._sharing: dict[ShareKey, BatchRequest] = {}
         #: First messages whose state the prefix cache did not keep (over its budget): requests with
         #: them are not held back again, which would only make them compute it one after another.
-        self._unkept: OrderedDict[tuple[str, tuple[int, ...]], None] = OrderedDict()
+        self._unkept: OrderedDict[ShareKey, None] = OrderedDict()
         self._accepting = True
         self._stopping = False
         self._hub: greenlet.greenlet | None = None
@@ -347,6 +366,8 @@ class BatchEngine:
         :class:`QueueFull` and :class:`EngineClosed`."""
         params = params if params is not None else self.engine.default_params()
         call = _BatchedCall(self.decoder, list(prompt_ids), params)
+        request = BatchRequest(self, next(self._numbers), call)  # its share key: not under the lock
+        call.request = request
         with self._cond:
             if not self._accepting:
                 raise EngineClosed("the engine is shutting down and takes no new requests")
@@ -356,8 +377,6 @@ class BatchEngine:
                     f"{self.max_running} running, {self.max_queued} waiting)",
                     retry_after=self._retry_after(),
                 )
-            request = BatchRequest(self, next(self._numbers), call)
-            call.request = request
             self._queue.append(request)
             self._cond.notify_all()
         return request
@@ -570,13 +589,34 @@ class BatchEngine:
         if not self._computing_share(owner):
             del self._sharing[key]
             passed = owner.cache is not None and owner.cache.length >= owner.share_at
-            if passed and (self.prefix_cache is None or not self.prefix_cache.holds(key[1])):
+            shared = owner.call.prompt[: owner.share_at]
+            if passed and (self.prefix_cache is None or not self.prefix_cache.holds(shared, key[1])):
                 self._unkept[key] = None
                 while len(self._unkept) > UNKEPT_REMEMBERED:
                     self._unkept.popitem(last=False)
             return False
-        request.held = True
+        if request.own_state is None:  # a later turn of a conversation: its own state is cached
+            request.own_state = self._has_own_state(request)
+        if request.own_state:
+            return False
+        if request.held_for not in (None, owner.id):  # the one it waited for gave the part up
+            return False  # waits once: never again behind each of a client's cancelled requests
+        request.held, request.held_for = True, owner.id
         return True
+
+    def _has_own_state(self, request: BatchRequest) -> bool:
+        """Whether the prefix cache holds a state ``request`` will start from (under its attention
+        rule, in whole blocks short of its last token) at or past its share point."""
+        if self.prefix_cache is None or request.share_key is None:
+            return False
+        prompt, size = request.call.prompt, request.call.block_size
+        usable = (len(prompt) - 1) // size * size
+        if usable < request.share_at:
+            return False
+        attention = request.share_key[1]
+        return self.prefix_cache.holds(
+            prompt[:usable], attention, at_least=request.share_at, multiple_of=size
+        )
 
     def _resume(self, request: BatchRequest) -> None:
         task = request.task

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -254,22 +255,35 @@ class SessionHandBack:
         self._baselines[base] = found
         return found
 
-    async def _take_back(self, offer: Offer, written: list[str], write_text: WriteText) -> str:
-        """Put back, last first, the files of ``offer`` the editor wrote before a write failed; what
-        was done, for the failure's message."""
+    async def _take_back(
+        self, offer: Offer, written: list[str], write_text: WriteText, made: dict[str, list[Path]]
+    ) -> str:
+        """Put back, last first, the files of ``offer`` the editor wrote before a write failed (a
+        file that no longer holds what was written is the user's since: kept; ``made``: the folders
+        each path lacked before, removed again when empty); what was done, for the failure's message."""
         if not written:
             return "nothing was written"
+        put: list[str] = []
+        kept: list[str] = []
         left: list[str] = []
         for path in reversed(written):
             old, new = offer.texts[path]
             assert new is not None
             try:
-                await _put_back(self.repo, path, old, new, write_text)
+                back = await _put_back(self.repo, path, old, new, write_text, made.get(path, []))
+                (put if back else kept).append(path)
             except (OSError, UnicodeDecodeError) as exc:
                 left.append(f"{path} ({exc})")
+        said = []
+        if put:
+            said.append(f"the files written before it were put back as they were: {', '.join(reversed(put))}")
+        if kept:
+            said.append(f"changed since they were written, kept as they are: {', '.join(reversed(kept))}")
         if left:
-            return f"these files keep the offer's text, which could not be taken back: {', '.join(left)}"
-        return f"the files written before it were put back as they were: {', '.join(written)}"
+            said.append(
+                f"these files keep the offer's text, which could not be taken back: {', '.join(left)}"
+            )
+        return "; ".join(said)
 
     def _unchanged(self, offer: Offer) -> bool:
         """Whether the user's tree holds exactly what the offer starts from (then the editor may
@@ -296,6 +310,8 @@ class SessionHandBack:
         await veto_check(self.hooks, offer.patch, offer.verdict)
         if write_text is not None and offer.as_text and await asyncio.to_thread(self._unchanged, offer):
             written: list[str] = []
+            paths = [c.path for c in offer.patch.changes]
+            made = await asyncio.to_thread(_missing_folders, self.repo, paths)
             try:
                 for change in offer.patch.changes:
                     new = offer.texts[change.path][1]
@@ -303,7 +319,7 @@ class SessionHandBack:
                     await write_text(str(self.repo / change.path), new)
                     written.append(change.path)
             except OSError as exc:  # all or nothing: the files written before it are put back
-                raise OSError(f"{exc}; {await self._take_back(offer, written, write_text)}") from exc
+                raise OSError(f"{exc}; {await self._take_back(offer, written, write_text, made)}") from exc
             applied, how = Applied([c.path for c in offer.patch.changes]), "editor"
         else:
             applied = await asyncio.to_thread(apply_patch_set, self.repo, offer.patch, markers=markers)
@@ -315,20 +331,50 @@ class SessionHandBack:
         return applied, how
 
 
-async def _put_back(repo: Path, path: str, old: str | None, new: str, write_text: WriteText) -> None:
+async def _put_back(
+    repo: Path, path: str, old: str | None, new: str, write_text: WriteText, made: list[Path]
+) -> bool:
     """``path`` as it was before the editor wrote ``new`` into it: its old text written back through
     the editor, or, a file the offer added, removed from the disk (the editor has no request for
-    that), unless it no longer holds what was written."""
-    if old is not None:
-        await write_text(str(repo / path), old)
-        return
+    that) with the folders ``made`` for it that are empty now. False, and nothing done, when it no
+    longer holds what was written (the user's since)."""
     target = repo / path
 
-    def remove() -> None:
-        if target.is_file() and not target.is_symlink() and target.read_text(encoding="utf-8") == new:
-            target.unlink()
+    def holds_new() -> bool:
+        try:
+            return target.is_file() and not target.is_symlink() and target.read_text(encoding="utf-8") == new
+        except UnicodeDecodeError:
+            return False
 
-    await asyncio.to_thread(remove)
+    if not await asyncio.to_thread(holds_new):
+        return False
+    if old is not None:
+        await write_text(str(target), old)
+    else:
+
+        def remove() -> None:
+            target.unlink()
+            for folder in made:  # deepest first; one that is not empty is someone's: kept
+                try:
+                    folder.rmdir()
+                except OSError:
+                    return
+
+        await asyncio.to_thread(remove)
+    return True
+
+
+def _missing_folders(repo: Path, paths: list[str]) -> dict[str, list[Path]]:
+    """For each path, the folders above it in ``repo`` that do not exist yet, deepest first."""
+    found: dict[str, list[Path]] = {}
+    for path in paths:
+        missing: list[Path] = []
+        folder = (repo / path).parent
+        while folder != repo and folder.is_relative_to(repo) and not os.path.lexists(folder):
+            missing.append(folder)
+            folder = folder.parent
+        found[path] = missing
+    return found
 
 
 async def veto_check(hooks: Hooks | None, patch: PatchSet, verdict: str) -> None:

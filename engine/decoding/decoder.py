@@ -43,7 +43,7 @@ PREFILL_CHUNK_TOKENS = 4096
 MIN_WORKSPACE_TOKENS = 4096
 #: Where the tools' part of the Qwen3.6 chat template's first message ends: the tools and the
 #: instructions for calling them close with this tag, and the system prompt's own text follows
-#: (shared/reference/qwen3.6-chat-template.jinja). Its closing ``>`` is left out: the tokenizer may
+#: (engine/text/templates/qwen3.6-chat-template.jinja). Its closing ``>`` is left out: the tokenizer may
 #: join it to the newlines after it.
 TOOLS_PART_END = "</IMPORTANT"
 

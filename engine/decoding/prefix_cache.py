@@ -128,13 +128,27 @@ class PrefixCache:
         return stored.clone(capacity)
 
     @_locked
-    def holds(self, tokens: Sequence[int]) -> bool:
-        """Whether a snapshot of exactly ``tokens`` is stored (under any attention rule)."""
+    def holds(
+        self,
+        tokens: Sequence[int],
+        attention: str | None = None,
+        *,
+        at_least: int | None = None,
+        multiple_of: int = 1,
+    ) -> bool:
+        """Whether a snapshot of exactly ``tokens`` is stored (under ``attention``; None: any rule),
+        or with ``at_least``, one of a prefix of them no shorter, its length a multiple of
+        ``multiple_of`` (what :meth:`lookup` would start a call from)."""
         query = torch.tensor(list(tokens), dtype=torch.long)
-        return any(
-            entry.tokens.numel() == query.numel() and torch.equal(entry.tokens, query)
-            for entry in self._entries.values()
-        )
+        shortest = query.numel() if at_least is None else at_least
+        for entry in self._entries.values():
+            length = entry.tokens.numel()
+            if attention is not None and entry.attention != attention:
+                continue
+            fits = shortest <= length <= query.numel() and not length % multiple_of
+            if fits and torch.equal(entry.tokens, query[:length]):
+                return True
+        return False
 
     @_locked
     def clear(self) -> None:

@@ -5,7 +5,9 @@ approved edit, or changed by a command under an approved edit, is asked about.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from acp import schema
@@ -175,3 +177,85 @@ async def test_a_plan_answered_after_the_prompt_was_cancelled_is_not_approved(tm
         assert (await prompt(agent, session.session_id, "fix add")).stop_reason == "cancelled"
     assert [u.current_mode_id for u in client.of(schema.CurrentModeUpdate)][-1] == "plan"
     assert len(client.permissions) == 1 and "return a - b" in (repo / "calculator.py").read_text()
+
+
+@dataclass
+class _EditedMeanwhile(RecordingClient):
+    """An editor whose user changes ``calculator.py`` and ``notes.txt`` (already written by the
+    hand-back) just before the editor fails to write ``zz/late.txt``."""
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **_: Any) -> None:
+        if path.endswith("late.txt"):
+            folder = Path(path).parent.parent
+            (folder / "calculator.py").write_text("# the user's\n", encoding="utf-8")
+            (folder / "notes.txt").write_text("the user's notes\n", encoding="utf-8")
+        await super().write_text_file(session_id, path, content)
+
+
+@pytest.mark.slow
+async def test_a_put_back_keeps_what_the_user_changed_after_the_write(tmp_path: Path) -> None:
+    """The hand-back's all-or-nothing put-back after a failed write touches only files that still
+    hold what it wrote: an edit and a new file the user changed meanwhile are the user's, kept as
+    they are, and the failure says so instead of saying they were put back."""
+    repo = calculator_repo(tmp_path)
+    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
+    replay = write_replay(
+        tmp_path / "three.jsonl",
+        [turn("", FIX_ADD), turn("", NOTE), turn("", late), turn("", call("finish", summary="Done."))],
+    )
+    client = _EditedMeanwhile(answers=["allow_once", "allow_once", "allow_once", "apply"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "fix add, note it")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed" and "zz/late.txt" in said, said
+    assert (repo / "calculator.py").read_text(encoding="utf-8") == "# the user's\n"
+    assert (repo / "notes.txt").read_text(encoding="utf-8") == "the user's notes\n"
+    assert "put back as they were" not in said, said
+    assert "changed since they were written, kept as they are: calculator.py, notes.txt" in said, said
+
+
+@dataclass
+class _MakesFolders(RecordingClient):
+    """An editor that makes the folders a written file needs (as editors do) and refuses
+    ``late.txt``."""
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **_: Any) -> None:
+        if path.endswith("late.txt"):
+            raise OSError("the editor refuses late.txt")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        await super().write_text_file(session_id, path, content)
+
+
+@pytest.mark.slow
+async def test_a_put_back_removes_the_folders_the_editor_made_for_a_new_file(tmp_path: Path) -> None:
+    """A new file in new folders is written through the editor, which makes the folders; a later
+    write fails. The put-back leaves the tree as it was: the file and the folders made for it gone,
+    a folder that was there before kept."""
+    repo = calculator_repo(tmp_path)
+    (repo / "docs").mkdir()
+    (repo / "docs" / "keep.md").write_text("kept\n", encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "docs")
+    deep = call("editor", command="create", path="/workspace/aa/bb/new.txt", file_text="new\n")
+    near = call("editor", command="create", path="/workspace/docs/new/more.md", file_text="more\n")
+    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
+    replay = write_replay(
+        tmp_path / "folders.jsonl",
+        [turn("", deep), turn("", near), turn("", late), turn("", call("finish", summary="Done."))],
+    )
+    client = _MakesFolders(answers=["allow_once", "allow_once", "allow_once", "apply"])
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "add the notes")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed" and "put back as they were: aa/bb/new.txt, docs/new/more.md" in said, said
+    assert str(repo / "aa" / "bb" / "new.txt") in client.written
+    assert not (repo / "aa").exists() and not (repo / "docs" / "new").exists()
+    assert (repo / "docs" / "keep.md").read_text(encoding="utf-8") == "kept\n"

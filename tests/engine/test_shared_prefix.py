@@ -8,6 +8,7 @@ its decode alone from nothing cached (float64, as the other batching tests).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -199,3 +200,86 @@ def test_agents_in_other_repositories_share_the_tools_part(engine: Engine) -> No
     assert [r.token_ids for r in results] == expected
     assert sorted(r.reused_tokens for r in results) == [0, tools_end, tools_end, tools_end]
     assert stats.held_for_share == 3
+
+
+def test_a_request_is_not_held_for_a_state_it_could_not_start_from(engine: Engine) -> None:
+    """A diffusion call with ``causal_context`` computes the shared message with causal attention,
+    one without it needs the block-causal state: they cannot share it, so neither waits for the other."""
+    prompts = [chat(engine, SYSTEM * 3, f"Task {i}: make tests/test_db.py pass.") for i in range(2)]
+    kinds: list[dict[str, Any]] = [{"max_new_tokens": 32, "causal_context": True}, {"max_new_tokens": 32}]
+    expected = [alone(engine, p, **kw) for p, kw in zip(prompts, kinds, strict=True)]
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        requests = [
+            batch.submit(p, engine.default_params(**kw)) for p, kw in zip(prompts, kinds, strict=True)
+        ]
+        assert [r.result(timeout=300).token_ids for r in requests] == expected
+        assert batch.stats().held_for_share == 0 and not requests[1].held
+    finally:
+        assert batch.close(timeout=60)
+
+
+def test_a_conversation_whose_later_state_is_cached_is_not_held_behind_a_new_one(engine: Engine) -> None:
+    """The tools part's state was evicted (least recently used: the conversation's later states were
+    used since); a new conversation computes it again. The next turn of the old conversation has its
+    own state, past the tools part, in the cache: it starts from it at once instead of waiting."""
+    first = rendered(engine, "Repository alpha: Python, top level src/ tests/.", "Fix the alpha test.")
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        turn = batch.submit(first, engine.default_params(max_new_tokens=16))
+        answer = turn.result(timeout=300).token_ids
+        tools_end = turn.call.share_points()[0]
+        cache = batch.prefix_cache
+        assert cache is not None
+        for key in [k for k, e in cache._entries.items() if e.tokens.numel() == tools_end]:
+            del cache._entries[key]  # as the LRU eviction does
+        assert engine.tokenizer is not None
+        turn_end = "<|im_end|>\n<|im_start|>user\nNow run the tests.<|im_end|>\n<|im_start|>assistant\n"
+        again = first + answer + engine.tokenizer.encode(turn_end)
+        fresh = rendered(engine, "Repository beta: Go, top level cmd/ pkg/.", "Fix the beta test.")
+        newcomer = batch.submit(fresh, engine.default_params(max_new_tokens=16))
+        second = batch.submit(again, engine.default_params(max_new_tokens=16))
+        results = [newcomer.result(timeout=300), second.result(timeout=300)]
+        assert not second.held and batch.stats().held_for_share == 0
+        assert results[1].reused_tokens > tools_end  # its own state, past the tools part
+    finally:
+        assert batch.close(timeout=60)
+    assert [r.token_ids for r in results] == [alone(engine, p, max_new_tokens=16) for p in (fresh, again)]
+
+
+def test_a_request_waits_for_a_shared_state_once_however_many_give_it_up(engine: Engine) -> None:
+    """A hostile client queues requests with the tools everyone uses ahead of another client's and
+    cancels each while it computes the tools part: the other client's request waits for the first
+    of them only, then computes the part itself, instead of waiting for each in turn."""
+    assert engine.tokenizer is not None
+    tools = [
+        {**tool, "function": {**tool["function"], "name": f"{tool['function']['name']}_{i}"}}
+        for i in range(10)
+        for tool in TOOLS
+    ]
+
+    def prompt(system: str) -> list[int]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": "Fix the test."}]
+        text = render_chat(bundled_chat_template(), messages, tools, add_generation_prompt=True)
+        assert engine.tokenizer is not None
+        return engine.tokenizer.encode(text)
+
+    hostile = [prompt(f"Hostile {i}.") for i in range(2)]
+    other = prompt("Repository alpha: Python, top level src/ tests/.")
+    expected = alone(engine, other, max_new_tokens=16)
+    batch = BatchEngine(engine, max_running=4, prefill_chunk=32, prefix_cache=PrefixCache())
+    try:
+        first, second = (batch.submit(p, engine.default_params(max_new_tokens=16)) for p in hostile)
+        victim = batch.submit(other, engine.default_params(max_new_tokens=16))
+        assert first.share_at == victim.share_at >= 20 * 32  # many steps of prefill to compute
+        deadline = time.monotonic() + 120
+        while not (victim.held and second.held) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert victim.held and first.cache is not None and first.cache.length < first.share_at
+        first.cancel()  # while it computes the tools part: the second is next in the queue
+        result = victim.result(timeout=300)
+        second.cancel()
+        assert result.token_ids == expected
+        assert result.reused_tokens == 0  # it did not wait for the second: computed the part itself
+    finally:
+        assert batch.close(timeout=60)
