@@ -237,13 +237,16 @@ class Agent:
         self, task: str, system: str, *, resume: ResumeState | None = None, fresh_budget: bool = False
     ) -> RunResult:
         """Run until the task ends one way or another. ``resume`` continues an earlier run: its
-        workspace patch is applied to this (fresh) sandbox and its conversation continues. The
+        workspace patch is applied to this (fresh) sandbox and its conversation continues (one whose
+        request a UserPromptSubmit hook blocked holds none: ``task`` is screened again). The
         earlier run's steps, tokens and time count against this budget unless ``fresh_budget``
         (they still count in the stats and the step numbers either way)."""
 
         async def begin() -> None:
             if resume is not None:
                 await self.resume(resume, fresh_budget=fresh_budget)
+                if not any(m.get("role") == "user" for m in self.messages):  # its request was blocked
+                    self._add({"role": "user", "content": await self._screened(task)})
             else:
                 self._add({"role": "system", "content": system})
                 self._add({"role": "user", "content": await self._screened(task)})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_agent.agent import Agent, TrajectoryWriter
+from clover_agent.agent import Agent, TrajectoryWriter, load_trajectory
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.trajectory import read_events
 from clover_agent.backends.replay import ReplayBackend
@@ -263,3 +263,44 @@ print("The team uses tabs.")
     users = [m["content"] for m in messages_of(read_events(trajectory)) if m["role"] == "user"]
     assert users == ["Say hello properly.\n\n[Context from a UserPromptSubmit hook:]\nThe team uses tabs."]
     assert not any("hunter2" in m.get("content", "") for m in agent.messages)
+
+
+async def test_a_run_whose_blocked_request_is_resumed_screens_the_request_again(tmp_path: Path) -> None:
+    """A run ended by a blocked request holds no request: resuming it (``fix --resume``) screens the
+    recorded task again instead of calling the model on the system prompt alone."""
+    flag = tmp_path / "block"
+    flag.write_text("1")
+    body = f"""#!/usr/bin/env python3
+import json, os, sys
+json.load(sys.stdin)
+if os.path.exists({str(flag)!r}):
+    print("not today", file=sys.stderr)
+    sys.exit(2)
+print("Screened again.")
+"""
+    screen = script(tmp_path, "screen.py", body)
+    repo = make_repo(tmp_path / "repo", {"greet.py": "def greet(name):\n    return 'hello ' + name\n"})
+    trajectory = tmp_path / "run" / "trajectory.jsonl"
+    tables = {"UserPromptSubmit": [{"command": str(screen)}]}
+    for attempt in ("first", "resumed"):
+        bus = EventBus()
+        writer = TrajectoryWriter(trajectory)
+        bus.subscribe(writer)
+        backend = ReplayBackend(write_replay(tmp_path / f"replay-{attempt}.jsonl", [FINISH]))
+        async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
+            hooks = Hooks(parse_hooks(tables, origin="settings"), bus, session_id="test", repo=repo,
+                          transcript=trajectory, environ=os.environ, sandbox=sandbox)  # fmt: skip
+            agent = Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
+            if attempt == "first":
+                result = await agent.run("Say hello properly.", "You are a test agent.")
+                assert result.outcome == "error" and "not today" in result.message
+                flag.unlink()
+            else:
+                state = load_trajectory(trajectory)
+                result = await agent.run(state.task, "", resume=state, fresh_budget=True)
+        writer.close()
+    assert result.submitted
+    assert [m["role"] for m in agent.messages[:2]] == ["system", "user"]
+    assert agent.messages[1]["content"] == (
+        "Say hello properly.\n\n[Context from a UserPromptSubmit hook:]\nScreened again."
+    )
