@@ -187,12 +187,16 @@ class Hooks:
 
     async def user_prompt_submit(self, prompt: str) -> PromptVerdict:
         """Run the UserPromptSubmit hooks on a person's request before the model reads it: a block
-        (exit 2, or ``decision: "block"``) keeps it from the model, its reason shown to the person;
-        on exit 0, ``additionalContext`` (or plain stdout) is context the model reads with it."""
+        (exit 2, ``decision: "block"``, ``continue: false``) keeps it from the model, its reason shown
+        to the person; on exit 0, ``additionalContext`` (or plain stdout) is context for the model."""
         found: list[str] = []
         for hook in self._hooks("UserPromptSubmit"):
             run = await self._run(hook, self._payload(hook, "UserPromptSubmit") | {"prompt": prompt})
             blocked = run.blocked
+            if blocked is None and not run.failure and run.output.get("continue") is False:
+                blocked = (
+                    reason_of(str(run.output.get("stopReason") or "")) or f"stopped by {hook.describe()}"
+                )
             if blocked is None and not run.failure and legacy(run.output.get("decision")) == "deny":
                 blocked = reason_of(str(run.output.get("reason") or "")) or f"blocked by {hook.describe()}"
             text = ""

@@ -309,3 +309,13 @@ async def test_a_failing_user_prompt_submit_hook_blocks_nothing(tmp_path: Path) 
     hooks, seen = hooks_of(tmp_path, one("UserPromptSubmit", crash))
     assert await hooks.user_prompt_submit("fix it") == PromptVerdict()
     assert [e.failed for e in seen] == [True]
+
+
+async def test_a_user_prompt_submit_hook_that_says_continue_false_stops_the_request(tmp_path: Path) -> None:
+    """Claude Code's ``continue: false`` (with ``stopReason``) stops a prompt's processing: a ported
+    hook that says it keeps the request from the model, not lets it through."""
+    body = 'cat >/dev/null\necho \'{"continue": false, "stopReason": "outside working hours"}\'\n'
+    hooks, seen = hooks_of(tmp_path, one("UserPromptSubmit", script(tmp_path, "stop.sh", body)))
+    verdict = await hooks.user_prompt_submit("deploy it")
+    assert verdict.blocked is not None and verdict.blocked.startswith("outside working hours (blocked by")
+    assert [e.decided for e in seen] == ["block"]
