@@ -361,8 +361,16 @@ class AcpSession:
             await self._send(update_agent_message_text(f"Note: {note}\n\n"))
         self._notes.clear()
         message = text.replace(str(self.repo) + "/", WORKSPACE + "/")
+        paused = self._run is not None and not self._run.done()
+        if paused:  # after a cancel: the run goes on with it, once the UserPromptSubmit hooks let it
+            try:
+                message = await agent.screened(message)
+            except CloverError as exc:  # blocked: the run still waits for a prompt
+                await self._send(update_agent_message_text(f"The agent stopped: {exc.message}"))
+                self._save_info()
+                return "end_turn"
         cancelled = self._cancelled = asyncio.Event()
-        if self._run is not None and not self._run.done():  # paused after a cancel: this goes on
+        if paused:
             agent.send(message)
         else:
             agent.budget = self._budget()  # budgets count per request

@@ -285,19 +285,23 @@ class Agent:
 
         return await self._run(text, resumed=True, begin=begin)
 
-    async def _screened(self, text: str) -> str:
-        """A person's request as the model reads it, once the UserPromptSubmit hooks have seen it:
-        a block ends the run before the model reads anything (the request is not added to the
-        conversation); the context they add goes with it."""
-        request = self._request(text)
+    async def screened(self, text: str) -> str:
+        """``text``, a person's request, once the UserPromptSubmit hooks have seen it, with the context
+        they add; raises :class:`CloverError` saying why when one blocked it (a front end that sends
+        it to a paused run, as :meth:`send` does, then sends nothing)."""
         if self.hooks is None or not self.hooks.any("UserPromptSubmit"):
-            return request
+            return text
         verdict = await self.hooks.user_prompt_submit(text)
         if verdict.blocked is not None:
             raise CloverError(f"the request was not sent to the model: {verdict.blocked}")
         if verdict.context:
-            request += f"\n\n[Context from a UserPromptSubmit hook:]\n{verdict.context}"
-        return request
+            text += f"\n\n[Context from a UserPromptSubmit hook:]\n{verdict.context}"
+        return text
+
+    async def _screened(self, text: str) -> str:
+        """A person's request as the model reads it (:meth:`screened`, then :meth:`_request`): a block
+        ends the run before the model reads anything (the request is not added to the conversation)."""
+        return self._request(await self.screened(text))
 
     def _request(self, text: str) -> str:
         """A person's request as the model reads it (in plan mode, with :data:`PLAN_NOTE`)."""

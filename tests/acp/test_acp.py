@@ -239,6 +239,47 @@ async def test_cancel_mid_tool_call_stops_it_and_the_next_prompt_goes_on(
 
 
 @pytest.mark.slow
+async def test_the_prompt_after_a_cancel_is_screened_by_user_prompt_submit_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a cancel the editor's next prompt is a new request (the last one ended "cancelled"),
+    though the paused run takes it: a UserPromptSubmit hook screens it, and a block keeps it from
+    the model, says why, and leaves the agent waiting for the next prompt."""
+    repo = calculator_repo(tmp_path)
+    log = tmp_path / "prompts.txt"
+    hook = tmp_path / "screen.py"
+    hook.write_text(
+        "import json, sys\nprompt = json.load(sys.stdin)['prompt']\n"
+        f"open({str(log)!r}, 'a').write(prompt + '\\n')\n"
+        "if 'password' in prompt:\n    print('no secrets in requests', file=sys.stderr)\n    sys.exit(2)\n"
+    )
+    settings = tmp_path / "config.toml"
+    settings.write_text(f'[[hooks.UserPromptSubmit]]\ncommand = "python3 {hook}"\n')
+    monkeypatch.setenv("CLOVER_CONFIG", str(settings))
+    marker = "348.25"
+    replay = write_replay(
+        tmp_path / "slow.jsonl",
+        [
+            turn("Waiting.", call("shell", command=f"sleep {marker}")),
+            turn("", call("finish", summary="Done.")),
+        ],
+    )
+    client = RecordingClient()
+    async with running_agent(agent_args(replay), tmp_path / "agent.log", client) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        answer = asyncio.ensure_future(prompt(agent, session.session_id, "wait a while"))
+        await wait_until(lambda: _sleepers(f"sleep {marker}"), "the sleep process")
+        await agent.conn.cancel(session_id=session.session_id)
+        assert (await asyncio.wait_for(answer, 60)).stop_reason == "cancelled"
+        await prompt(agent, session.session_id, "the password is hunter2")
+        assert "not sent to the model: no secrets in requests" in client.text()
+        assert (await prompt(agent, session.session_id, "never mind")).stop_reason == "end_turn"
+        assert "Done." in client.text()
+    assert log.read_text().splitlines() == ["wait a while", "the password is hunter2", "never mind"]
+    check_conformance(agent.messages)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 async def test_a_saved_session_loads_after_a_restart(tmp_path: Path, sandbox: str) -> None:
     repo = calculator_repo(tmp_path)
