@@ -317,7 +317,11 @@ class TuiSession(SessionCommands):
     async def _send(self, text: str, message: str | None = None) -> None:
         """``message``: what the model reads, when it is not ``text`` (an approved plan)."""
         if self._working:
-            self._steer(text)
+            agent = self.agent
+            if agent is not None and agent.steering.paused:  # after Esc: the run goes on with it
+                await self._steer_screened(agent, text)
+            else:
+                self._steer(text)
             return
         self._working = True
         try:
@@ -364,10 +368,21 @@ class TuiSession(SessionCommands):
             )
         )
 
-    def _steer(self, text: str) -> None:
+    async def _steer_screened(self, agent: Agent, text: str) -> None:
+        """The person's message after an interrupt, which the waiting run takes up as its request
+        goes on: screened by the UserPromptSubmit hooks first (blocked, it is said why and the
+        agent still waits for a message)."""
+        try:
+            sent = await agent.screened(sandbox_paths(self.repo, text))
+        except CloverError as exc:
+            self._emit(Notice(text=f"{exc.message}; the agent still waits for your message.", level="error"))
+            return
+        self._steer(text, sent)
+
+    def _steer(self, text: str, sent: str | None = None) -> None:
         """A message while the agent works: the agent reads it at its next step (at once when an
-        interrupt made it wait)."""
-        sent = sandbox_paths(self.repo, text)
+        interrupt made it wait). ``sent``: what the model reads, when not ``text`` as is."""
+        sent = sent if sent is not None else sandbox_paths(self.repo, text)
         self._unread.append(sent)
         self._emit(MessageQueued(text=text, sent=sent))
         if self.agent is None:
