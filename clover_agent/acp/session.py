@@ -378,6 +378,7 @@ class AcpSession:
             self._run = asyncio.ensure_future(work)
         try:
             while True:
+                assert self._run is not None  # the paused run, or the one just started
                 result = await self._until_done(agent, self._run, cancelled)
                 if result is None or result.plan is None or cancelled.is_set():
                     break
