@@ -207,7 +207,8 @@ class Hooks:
                 run, decided="block" if blocked else "context" if text else "ok", reason=blocked or text[:200]
             )
             if blocked:
-                return PromptVerdict(f"{blocked} (blocked by {hook.describe()})")
+                named = hook.describe() in blocked  # a hook that gave no reason is named already
+                return PromptVerdict(blocked if named else f"{blocked} (blocked by {hook.describe()})")
             if text:
                 found.append(text)
         return PromptVerdict(context="\n".join(found))

@@ -319,3 +319,11 @@ async def test_a_user_prompt_submit_hook_that_says_continue_false_stops_the_requ
     verdict = await hooks.user_prompt_submit("deploy it")
     assert verdict.blocked is not None and verdict.blocked.startswith("outside working hours (blocked by")
     assert [e.decided for e in seen] == ["block"]
+
+
+async def test_a_user_prompt_submit_block_without_a_reason_names_the_hook_once(tmp_path: Path) -> None:
+    quiet = script(tmp_path, "quiet.sh", "cat >/dev/null\nexit 2\n")
+    hooks, _ = hooks_of(tmp_path, one("UserPromptSubmit", quiet))
+    verdict = await hooks.user_prompt_submit("fix it")
+    assert verdict.blocked is not None and verdict.blocked.count("UserPromptSubmit hook") == 1, verdict
+    assert str(quiet) in verdict.blocked
