@@ -176,7 +176,8 @@ def test_a_repeated_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
 
 def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
     served, base_url = server
-    before = served.batch.stats()
+    # an earlier test's request may still be leaving the engine (a stop string's finish, a disconnect)
+    before = wait_for_stats(served, lambda s: s.running == 0 and s.queued == 0, "an idle engine")
     results: dict[int, str] = {}
 
     def ask(i: int) -> None:
@@ -200,7 +201,8 @@ def test_several_clients_at_once_all_finish(server: tuple[Served, str]) -> None:
         t.join(300)
     assert sorted(results) == list(range(6))
     assert set(results.values()) <= {"stop", "length"}
-    after = served.batch.stats()
+    # a request is counted just after its last event is handed out: wait for the engine to be idle
+    after = wait_for_stats(served, lambda s: s.running == 0 and s.queued == 0, "an idle engine")
     assert after.finished - before.finished == 6
     assert after.cancelled == before.cancelled
 
