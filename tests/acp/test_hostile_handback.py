@@ -127,6 +127,28 @@ async def test_an_editor_failing_to_write_fails_the_hand_back_not_the_prompt(tmp
     assert not (repo / ".github").exists()
 
 
+#: The write that fails in the put-back tests (in a folder the recording client does not make).
+LATE = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
+
+
+async def failed_hand_back(tmp_path: Path, repo: Path, calls: list[str], client: RecordingClient) -> str:
+    """Run ``calls`` (each allowed, then the hand-back applied) over ACP; the hand-back must fail:
+    what its tool call said."""
+    replay = write_replay(
+        tmp_path / "calls.jsonl", [*(turn("", c) for c in calls), turn("", call("finish", summary="Done."))]
+    )
+    client.answers = ["allow_once"] * len(calls) + ["apply"]
+    async with running_agent(
+        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
+    ) as agent:
+        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
+        assert (await prompt(agent, session.session_id, "make the changes")).stop_reason == "end_turn"
+    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
+    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
+    assert ended.status == "failed", said
+    return said
+
+
 @pytest.mark.slow
 async def test_a_write_failing_midway_puts_back_the_files_written_before_it(tmp_path: Path) -> None:
     """Three files through the editor: an edit and a new file are written, then the third (in a
@@ -134,20 +156,9 @@ async def test_a_write_failing_midway_puts_back_the_files_written_before_it(tmp_
     written back through the editor, the new file removed, and the failure says so."""
     repo = calculator_repo(tmp_path)
     before = (repo / "calculator.py").read_text(encoding="utf-8")
-    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
-    replay = write_replay(
-        tmp_path / "three.jsonl",
-        [turn("", FIX_ADD), turn("", NOTE), turn("", late), turn("", call("finish", summary="Done."))],
-    )
-    client = RecordingClient(answers=["allow_once", "allow_once", "allow_once", "apply"])
-    async with running_agent(
-        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
-    ) as agent:
-        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
-        assert (await prompt(agent, session.session_id, "fix add, note it")).stop_reason == "end_turn"
-    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
-    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
-    assert ended.status == "failed" and "zz/late.txt" in said, said
+    client = RecordingClient()
+    said = await failed_hand_back(tmp_path, repo, [FIX_ADD, NOTE, LATE], client)
+    assert "zz/late.txt" in said, said
     assert "put back as they were: calculator.py, notes.txt" in said, said
     assert (repo / "calculator.py").read_text(encoding="utf-8") == before  # written, then put back
     assert str(repo / "calculator.py") in client.written and not (repo / "notes.txt").exists()
@@ -198,20 +209,9 @@ async def test_a_put_back_keeps_what_the_user_changed_after_the_write(tmp_path: 
     hold what it wrote: an edit and a new file the user changed meanwhile are the user's, kept as
     they are, and the failure says so instead of saying they were put back."""
     repo = calculator_repo(tmp_path)
-    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
-    replay = write_replay(
-        tmp_path / "three.jsonl",
-        [turn("", FIX_ADD), turn("", NOTE), turn("", late), turn("", call("finish", summary="Done."))],
-    )
-    client = _EditedMeanwhile(answers=["allow_once", "allow_once", "allow_once", "apply"])
-    async with running_agent(
-        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
-    ) as agent:
-        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
-        assert (await prompt(agent, session.session_id, "fix add, note it")).stop_reason == "end_turn"
-    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
-    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
-    assert ended.status == "failed" and "zz/late.txt" in said, said
+    client = _EditedMeanwhile()
+    said = await failed_hand_back(tmp_path, repo, [FIX_ADD, NOTE, LATE], client)
+    assert "zz/late.txt" in said, said
     assert (repo / "calculator.py").read_text(encoding="utf-8") == "# the user's\n"
     assert (repo / "notes.txt").read_text(encoding="utf-8") == "the user's notes\n"
     assert "put back as they were" not in said, said
@@ -242,20 +242,9 @@ async def test_a_put_back_removes_the_folders_the_editor_made_for_a_new_file(tmp
     git(repo, "commit", "-qm", "docs")
     deep = call("editor", command="create", path="/workspace/aa/bb/new.txt", file_text="new\n")
     near = call("editor", command="create", path="/workspace/docs/new/more.md", file_text="more\n")
-    late = call("editor", command="create", path="/workspace/zz/late.txt", file_text="last\n")
-    replay = write_replay(
-        tmp_path / "folders.jsonl",
-        [turn("", deep), turn("", near), turn("", late), turn("", call("finish", summary="Done."))],
-    )
-    client = _MakesFolders(answers=["allow_once", "allow_once", "allow_once", "apply"])
-    async with running_agent(
-        agent_args(replay, "local", "--policy", "ask"), tmp_path / "agent.log", client
-    ) as agent:
-        session = await agent.conn.new_session(cwd=str(repo), mcp_servers=[])
-        assert (await prompt(agent, session.session_id, "add the notes")).stop_reason == "end_turn"
-    ended = [u for u in client.of(schema.ToolCallProgress) if u.tool_call_id.startswith("handback")][-1]
-    said = "".join(c.content.text for c in ended.content or [] if c.type == "content")
-    assert ended.status == "failed" and "put back as they were: aa/bb/new.txt, docs/new/more.md" in said, said
+    client = _MakesFolders()
+    said = await failed_hand_back(tmp_path, repo, [deep, near, LATE], client)
+    assert "put back as they were: aa/bb/new.txt, docs/new/more.md" in said, said
     assert str(repo / "aa" / "bb" / "new.txt") in client.written
     assert not (repo / "aa").exists() and not (repo / "docs" / "new").exists()
     assert (repo / "docs" / "keep.md").read_text(encoding="utf-8") == "kept\n"
