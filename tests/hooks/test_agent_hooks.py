@@ -14,15 +14,26 @@ import pytest
 from clover_agent.agent import Agent, TrajectoryWriter, load_trajectory
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.trajectory import read_events
+from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import ApprovalDecided, Done, EventBus, HookRan, ToolCallFinished
 from clover_agent.hooks import Hooks, parse_hooks
+from clover_agent.sandboxes.base import Sandbox
 from clover_agent.sandboxes.factory import create_sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from tests.clover_agent.test_agent_loop import FINISH, call, messages_of, write_replay
 from tests.git_repos import make_repo
 from tests.hooks.scripts import CLAUDE_DENYLIST, logged, recorder, script
 from tests.sandbox_specs import sandbox_spec
+
+
+def hooked_agent(
+    backend: ModelBackend, sandbox: Sandbox, bus: EventBus, repo: Path, trajectory: Path, tables: dict
+) -> Agent:
+    """The agent on ``sandbox`` with the hooks of ``tables`` (the ``[hooks]`` table), as a session binds them."""
+    hooks = Hooks(parse_hooks(tables, origin="settings"), bus, session_id="test", repo=repo,
+                  transcript=trajectory, environ=os.environ, sandbox=sandbox)  # fmt: skip
+    return Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
 
 
 async def run_with_hooks(tmp_path: Path, turns: list[str], tables: dict) -> tuple[object, list]:
@@ -34,16 +45,7 @@ async def run_with_hooks(tmp_path: Path, turns: list[str], tables: dict) -> tupl
     bus.subscribe(writer)
     backend = ReplayBackend(write_replay(tmp_path / "replay.jsonl", turns))
     async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
-        hooks = Hooks(
-            parse_hooks(tables, origin="settings"),
-            bus,
-            session_id="test",
-            repo=repo,
-            transcript=trajectory,
-            environ=os.environ,
-            sandbox=sandbox,
-        )
-        agent = Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
+        agent = hooked_agent(backend, sandbox, bus, repo, trajectory, tables)
         result = await agent.run("Say hello properly.", "You are a test agent.")
     writer.close()
     events = read_events(trajectory)
@@ -242,16 +244,8 @@ print("The team uses tabs.")
     bus.subscribe(writer)
     backend = ReplayBackend(write_replay(tmp_path / "replay.jsonl", [FINISH]))
     async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
-        hooks = Hooks(
-            parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
-            bus,
-            session_id="test",
-            repo=repo,
-            transcript=trajectory,
-            environ=os.environ,
-            sandbox=sandbox,
-        )
-        agent = Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
+        tables = {"UserPromptSubmit": [{"command": str(screen)}]}
+        agent = hooked_agent(backend, sandbox, bus, repo, trajectory, tables)
         blocked = await agent.run("the password is hunter2; deploy", "You are a test agent.")
         assert blocked.outcome == "error" and not blocked.ended_well
         assert "not sent to the model: no secrets in requests" in blocked.message
@@ -288,9 +282,7 @@ print("Screened again.")
         bus.subscribe(writer)
         backend = ReplayBackend(write_replay(tmp_path / f"replay-{attempt}.jsonl", [FINISH]))
         async with create_sandbox("local", sandbox_spec(repo)) as sandbox:
-            hooks = Hooks(parse_hooks(tables, origin="settings"), bus, session_id="test", repo=repo,
-                          transcript=trajectory, environ=os.environ, sandbox=sandbox)  # fmt: skip
-            agent = Agent(backend, sandbox, bus, run_id="test", hooks=hooks)
+            agent = hooked_agent(backend, sandbox, bus, repo, trajectory, tables)
             if attempt == "first":
                 result = await agent.run("Say hello properly.", "You are a test agent.")
                 assert result.outcome == "error" and "not today" in result.message
