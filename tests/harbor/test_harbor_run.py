@@ -9,6 +9,7 @@ makes it first). The replay is recorded turns, not a model; everything else is r
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -158,11 +159,14 @@ def test_a_claim_without_a_change_fails_the_task(harbor_env: Path, tmp_path: Pat
 
 
 def docker_gateway() -> str:
-    """This machine's address on Docker's default bridge: how a task's container reaches it."""
-    return subprocess.run(
-        ["docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    """This machine's address on Docker's default bridge: how a task's container reaches it. The
+    network's IPAM entry names it on most engines; Debian's 20.10 leaves the gateway out there (only
+    the subnet), and then it is the subnet's first address, as Docker assigns it to the bridge."""
+    inspect = ["docker", "network", "inspect", "bridge", "-f", "{{json .IPAM.Config}}"]
+    config = json.loads(subprocess.run(inspect, capture_output=True, text=True, check=True).stdout)[0]
+    gateway = config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    assert gateway, config
+    return gateway
 
 
 def test_the_model_server_is_reached_from_the_container_with_its_key(
