@@ -15,10 +15,10 @@ work. It measures, in ``--repeats`` rounds over all levels (median per level):
 - forwards per step (requests sharing a packed step) and generated tokens per request forward.
 
 ``--forward`` adds the model alone, interleaved, median of ``--iterations``: one 32-token block
-pass; 8 of them (8 requests) one by one and as one packed forward; and one block pass of a single
-request over the same 256 tokens, which has no per-request work at all: the packed forward's floor
-(when the two take the same time, what is left is the arithmetic on 8x the tokens, which batching
-cannot share).
+pass; 8 of them (8 requests) one by one, as one packed forward, and as two packed forwards of 4 on
+two threads at once (a second core); and one block pass of a single request over the same 256
+tokens, which has no per-request work at all: the packed forward's floor (when the two take the
+same time, what is left is the arithmetic on 8x the tokens, which batching cannot share).
 
     .venv/bin/python bench/batch_bench.py                 # prints a Markdown table
     .venv/bin/python bench/batch_bench.py --forward --threads 1
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -138,7 +139,14 @@ def forward_ratio(engine: Engine, iterations: int) -> dict[str, float]:
     def floor() -> None:
         model(wide, whole, attention="block", logit_rows=256)
 
-    runs = {"one": one, "single": single, "packed": packed, "floor": floor}
+    pool = ThreadPoolExecutor(1)
+
+    def split() -> None:  # the 8 as two packed forwards of 4, one on another thread (another core)
+        other = pool.submit(model.forward_packed, segments[0::2])
+        model.forward_packed(segments[1::2])
+        other.result()
+
+    runs = {"one": one, "single": single, "packed": packed, "floor": floor, "split": split}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for fn in runs.values():  # warm up
         fn()
@@ -147,6 +155,7 @@ def forward_ratio(engine: Engine, iterations: int) -> dict[str, float]:
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
+    pool.shutdown()
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
@@ -199,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             f"- one 32-token block pass {ms['one']:.2f} ms; 8 requests' passes one by one "
             f"{ms['single']:.2f} ms, packed {ms['packed']:.2f} ms ({ms['single'] / ms['packed']:.2f}x; "
             f"{8 * ms['one'] / ms['packed']:.2f}x the work of one pass per unit of time); one request's "
-            f"256-token pass (the floor: no per-request work) {ms['floor']:.2f} ms; median of "
-            f"{args.iterations} interleaved"
+            f"256-token pass (the floor: no per-request work) {ms['floor']:.2f} ms; the 8 as two packed "
+            f"forwards of 4 on two threads at once {ms['split']:.2f} ms; median of {args.iterations} "
+            "interleaved"
         )
     print()
     print(
