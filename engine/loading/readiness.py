@@ -56,10 +56,12 @@ class EngineReadiness:
             lines.append(self.model.describe())
         lines += [
             "Ways forward:",
-            "  1. On a machine with an 80 GB-class CUDA GPU, get the weights with `clover-agent model pull`",
-            "     (or pass --model DIR / set CLOVER_MODEL to a downloaded copy), then run again.",
-            "  2. Use a Clover server elsewhere, e.g. SGLang:",
-            "     clover-agent fix ... --backend openai --base-url http://HOST:30000/v1",
+            "  1. On a machine with a CUDA GPU, get the weights with `clover-agent model pull`",
+            "     (or pass --model DIR / set CLOVER_MODEL to a downloaded copy), then run again. An 80 GB",
+            "     card holds them as shipped; CLOVER_EXPERTS=int4 fits a 24 GB one (`clover-agent doctor",
+            "     --plan --card-gib N --experts int4` plans for a card).",
+            "  2. Use a Clover server elsewhere: `clover-agent serve` on the GPU box, then here",
+            "     clover-agent fix ... --backend openai --base-url http://HOST:8000/v1",
         ]
         return "\n".join(lines)
 

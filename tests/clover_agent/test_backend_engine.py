@@ -64,6 +64,10 @@ def test_full_size_checkpoint_without_gpu_fails_fast_with_the_readiness_report(
     assert info.value.message.startswith("The embedded Clover engine cannot run on this machine:")
     assert "no CUDA GPU" in info.value.message
     assert "--backend openai" in info.value.message
+    # the ways forward name this project's own server and the smaller cards' format, not a server
+    # that cannot decode Clover
+    assert "`clover-agent serve`" in info.value.message and "SGLang" not in info.value.message
+    assert "CLOVER_EXPERTS=int4" in info.value.message
     forced = EngineBackend(big, device="cpu")  # an explicit device is the user's call
     assert forced.device == "cpu"
 
