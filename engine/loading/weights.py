@@ -215,25 +215,35 @@ def plan_load(entries: list[TensorEntry]) -> LoadPlan:
 
 
 class LoadProgress:
-    """Tensors and bytes done, rate and ETA on one refreshed stderr line (nothing when quiet)."""
+    """Tensors and bytes done, rate and ETA on stderr (nothing when quiet): one line refreshed in
+    place on a terminal; to anything else (a log file, a service's journal, CI) a whole line every
+    :data:`LOG_EVERY_S` seconds and the last, rather than carriage returns that pile up on one line."""
+
+    #: Seconds between lines when the stream is not a terminal (a terminal's line is redrawn twice a second).
+    LOG_EVERY_S = 10.0
 
     def __init__(self, total_tensors: int, total_bytes: int, stream: TextIO | None) -> None:
         self.total_tensors, self.total_bytes, self.stream = total_tensors, total_bytes, stream
         self.tensors = 0
         self.bytes = 0
         self.started = time.monotonic()
-        self._shown = 0.0
+        self._shown = self.started
+        self.interactive = _is_terminal(stream)
 
     def advance(self, nbytes: int) -> None:
         self.tensors += 1
         self.bytes += nbytes
         now = time.monotonic()
-        if self.stream is not None and (now - self._shown >= 0.5 or self.tensors == self.total_tensors):
-            self._shown = now
-            self.stream.write("\r" + self.line(now))
-            if self.tensors == self.total_tensors:
-                self.stream.write("\n")
-            self.stream.flush()
+        last = self.tensors == self.total_tensors
+        every = 0.5 if self.interactive else self.LOG_EVERY_S
+        if self.stream is None or not (last or now - self._shown >= every or self.tensors == 1):
+            return
+        self._shown = now
+        if self.interactive:
+            self.stream.write("\r" + self.line(now) + ("\n" if last else ""))
+        else:
+            self.stream.write(self.line(now) + "\n")
+        self.stream.flush()
 
     def line(self, now: float) -> str:
         elapsed = max(now - self.started, 1e-9)
@@ -243,6 +253,13 @@ class LoadProgress:
             f"loading weights: {self.tensors}/{self.total_tensors} tensors, "
             f"{_human(self.bytes)}/{_human(self.total_bytes)}, {_human(rate)}/s, ETA {left:.0f}s"
         )
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # a stream without isatty, or a closed one
+        return False
 
 
 def _human(nbytes: float) -> str:

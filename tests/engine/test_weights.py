@@ -7,6 +7,9 @@ import copy
 import io
 import json
 import logging
+import os
+import pty
+import select
 import shutil
 from pathlib import Path
 
@@ -98,9 +101,36 @@ def test_progress_and_memory_plan_go_to_the_stream(reference: tuple[Path, torch.
     text = stream.getvalue()
     plan = text.split("loading weights:", 1)[0]
     assert "checkpoint: 157 tensors" in plan and "model:" in plan and "float32 on cpu" in plan
-    final = text.rstrip("\n").split("\r")[-1]
+    # not a terminal (a log file, a journal): whole lines, no carriage returns piling up on one line
+    assert "\r" not in text and text.endswith("\n")
+    lines = [line for line in text.splitlines() if line.startswith("loading weights:")]
+    assert lines[0].startswith("loading weights: 1/157 tensors")
+    final = lines[-1]
     assert final.startswith("loading weights: 157/157 tensors")
     assert "/s" in final and "ETA" in final
+
+
+def test_progress_on_a_terminal_is_one_line_redrawn(reference: tuple[Path, torch.nn.Module]) -> None:
+    """On a real terminal (a pseudo-terminal here) the line is redrawn with carriage returns and
+    ends with one newline."""
+    source, _ = reference
+    main, side = pty.openpty()
+    with open(side, "w", closefd=True) as terminal:
+        load_model(source, progress=terminal)
+    chunks = []
+    while select.select([main], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the other side is closed and everything was read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    text = b"".join(chunks).decode().replace("\r\n", "\n")  # the terminal's own newline mapping
+    progress = text[text.index("\rloading weights:") :]
+    assert progress.count("\n") == 1 and progress.endswith("\n")
+    assert progress.rstrip("\n").split("\r")[-1].startswith("loading weights: 157/157 tensors")
 
 
 def test_quiet_load_prints_nothing(
