@@ -30,6 +30,9 @@ from clover_agent.protocol.messages import new_call_id
 #: Where a call can start: one with its wrapper, or one whose wrapper the model left out.
 CALL_MARKERS = (TOOL_CALL_OPEN, FUNCTION_OPEN)
 
+#: Unsettled text (characters) scanned again at every new tag; a longer stretch, once it grew by an eighth.
+RESCAN_FREELY = 8192
+
 OpenAIFinish = Literal["stop", "length", "tool_calls"]
 
 
@@ -131,6 +134,7 @@ class AnswerStream:
         self._handled = 0  # characters of ``content`` sent, held as blank text, or taken into calls
         self._blank = ""  # blank text held back: it goes out only before more text
         self._scanned = 0  # how much of ``content`` the last scan read
+        self.scan_work = 0  # characters scanned, all scans together
 
     @property
     def stopped(self) -> bool:
@@ -198,9 +202,16 @@ class AnswerStream:
         """Send what the scanner can no longer change (at the end: all of it)."""
         text = self.content if final else self.content[: self.content.rfind("\n") + 1]
         # Without a new tag, nothing the scanner decided can change (the same tags, read the same).
-        if final or "<" in self.content[self._scanned : len(text)]:
+        # A long unsettled stretch is scanned again only once it grew by an eighth: its scans then
+        # cost a few times its length in all, not its length for every block.
+        grown = len(text) - self._scanned
+        if final or (
+            "<" in self.content[self._scanned : len(text)]
+            and (grown * 8 >= len(text) - self._settled or len(text) - self._settled <= RESCAN_FREELY)
+        ):
             self._scanned = len(text)
             base = self._settled
+            self.scan_work += len(text) - base
             progress = scan_progress(text[base:], self.parameters)
             pos = base
             for item in progress.items if final else progress.items[: progress.settled]:

@@ -220,3 +220,22 @@ def test_the_openai_package_joins_the_stream_into_the_whole_answer() -> None:
     assert calls(streamed) == calls(whole) and len(calls(whole)) == 2
     assert streamed.choices[0].message.content == whole.choices[0].message.content
     assert streamed.choices[0].finish_reason == whole.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_stop_string_inside_a_started_call_cuts_it_off() -> None:
+    answer = AnswerStream(TOOLS, thinking=False, stop=("python a.py",))
+    deltas = [d for char in TWO_CALLS for d in answer.feed(char)] + answer.finish()
+    content, calls = _reading(answer, deltas)
+    assert answer.stopped and answer.cut_off
+    assert content == "I'll write the file, then run it."
+    assert calls[0] == _parser(TWO_CALLS)[1][0] and calls[1] == ("shell", "")  # started, no parameter ended
+    assert answer.finish_reason("length") == "stop"
+
+
+def test_a_long_call_full_of_tags_takes_work_linear_in_its_length() -> None:
+    # A file that documents the format: thousands of tags in one value, scanned again as it grows.
+    body = "".join(f"<parameter=x{i}>\nv</parameter>\n" for i in range(4000))
+    text = TWO_CALLS.replace('print("hi")', body)
+    answer, deltas = _stream([text[i : i + 100] for i in range(0, len(text), 100)])
+    assert _reading(answer, deltas) == (_parser(text)[0], _parser(text)[1])
+    assert answer.scan_work < 20 * len(text)  # every block scanning it all again: ~ len(text) ** 2 / 200
