@@ -14,6 +14,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from clover_agent.protocol import parse_tool_calls
 from clover_agent.serve.answer import AnswerStream, chunk_body, completion_body, usage
+from tests.clover_agent.test_protocol_fuzz import TOOLS as FUZZ_TOOLS
+from tests.clover_agent.test_protocol_fuzz import _turns as fuzz_turns
 
 TOOLS = [
     {"type": "function", "function": {"name": "shell", "parameters": {"type": "object", "properties": {
@@ -88,15 +90,17 @@ def _reading(answer: AnswerStream, deltas: list[dict[str, Any]]) -> tuple[str, l
     return joined["content"], [(name, arguments) for _, name, arguments in whole]
 
 
-def _parser(text: str) -> tuple[str, list[tuple[str, str]]]:
-    content, calls = parse_tool_calls(text, TOOLS, offered_only=True, max_chars=None)
+def _parser(text: str, tools: list[dict[str, Any]] = TOOLS) -> tuple[str, list[tuple[str, str]]]:
+    content, calls = parse_tool_calls(text, tools, offered_only=True, max_chars=None)
     return content, [(c.name, json.dumps(c.arguments, ensure_ascii=False)) for c in calls]
 
 
-def _check(text: str, pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
-    answer, deltas = _stream(pieces)
+def _check(
+    text: str, pieces: list[str], tools: list[dict[str, Any]] = TOOLS
+) -> tuple[str, list[tuple[str, str]]]:
+    answer, deltas = _stream(pieces, tools)
     content, calls = _reading(answer, deltas)
-    parsed_content, parsed_calls = _parser(text)
+    parsed_content, parsed_calls = _parser(text, tools)
     assert content.strip() == parsed_content
     if answer.cut_off:  # the calls before it are the parser's; the cut-off one's arguments never close
         assert calls[:-1] == parsed_calls and not calls[-1][1].endswith("}")
@@ -239,3 +243,16 @@ def test_a_long_call_full_of_tags_takes_work_linear_in_its_length() -> None:
     answer, deltas = _stream([text[i : i + 100] for i in range(0, len(text), 100)])
     assert _reading(answer, deltas) == (_parser(text)[0], _parser(text)[1])
     assert answer.scan_work < 20 * len(text)  # every block scanning it all again: ~ len(text) ** 2 / 200
+
+
+def test_hostile_turns_stream_as_the_parser_reads_them() -> None:
+    # The protocol fuzzer's turns: values that quote whole calls, unicode, special-token text, CRLF.
+    rng = random.Random(11)
+    for text, _, _ in fuzz_turns(13, 150):
+        if "</think>" in text:  # the reasoning is the splitter's, tested apart
+            continue
+        whole = _check(text, [text], FUZZ_TOOLS)
+        assert _check(text, list(text), FUZZ_TOOLS) == whole, text
+        cuts = sorted(rng.sample(range(len(text) + 1), min(6, len(text) + 1)))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        assert _check(text, pieces, FUZZ_TOOLS) == whole, text
