@@ -32,6 +32,7 @@ from clover_agent.protocol.reader import (
     tool_parameters,
 )
 from clover_agent.protocol.rendering import format_assistant_text, format_tool_call
+from clover_agent.protocol.scanner import BrokenBlock, OpenCall, Progress, ScannedCall, scan_progress
 from clover_agent.protocol.thinking import THINK_CLOSE, THINK_OPEN, ThinkingSplitter, split_thinking
 from clover_agent.protocol.values import convert_value, read_value
 
@@ -47,6 +48,10 @@ __all__ = [
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "AssistantTurn",
+    "BrokenBlock",
+    "OpenCall",
+    "Progress",
+    "ScannedCall",
     "ThinkingSplitter",
     "ToolCall",
     "ToolCallFormatError",
@@ -58,6 +63,7 @@ __all__ = [
     "parse_assistant",
     "parse_tool_calls",
     "read_value",
+    "scan_progress",
     "split_thinking",
     "tool_call_problem",
     "tool_parameters",

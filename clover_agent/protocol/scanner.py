@@ -5,6 +5,7 @@ format, a parser's tests). Tag by tag, with one tag of look-ahead, the scanner d
 ends: a quoted ``<function=NAME>`` inside a value is data until its ``</function>``, and a close
 ends a value only when what follows could follow it. docs/tool-call-parsing.md ("Rules") states
 the rules with their reasons, and why the work and memory are linear in the text.
+:func:`scan_progress` also tells what of a text still being written no addition can change.
 """
 
 from __future__ import annotations
@@ -62,6 +63,33 @@ def scan(text: str, parameters: Mapping[str, Mapping[str, Any] | None]) -> list[
     return _Scanner(text, parameters).scan()
 
 
+class OpenCall(NamedTuple):
+    """A wrapped call being written: where its ``<tool_call>`` starts, its name, and the parameters
+    whose values have ended (the next parameter's tag was written)."""
+
+    start: int
+    name: str
+    arguments: tuple[tuple[str, str], ...]
+
+
+class Progress(NamedTuple):
+    """:func:`scan` of a text more may be added to. ``settled``: how many of ``items`` no addition
+    can change; ``open_call``: the wrapped call being written after them, as far as no addition can
+    change it (an addition can only still make it a broken block: one never closed)."""
+
+    items: list[Item]
+    settled: int
+    open_call: OpenCall | None
+
+
+def scan_progress(text: str, parameters: Mapping[str, Mapping[str, Any] | None]) -> Progress:
+    """:func:`scan`, and what of it is final when ``text`` is the start of a longer text. ``text``
+    must end with a newline (or be empty): then no tag in it reads differently with more text."""
+    scanner = _Scanner(text, parameters)
+    items = scanner.scan()
+    return Progress(items, scanner.settled, scanner.open_call)
+
+
 class _ValueEnd(NamedTuple):
     """Where a value ended (``value_end`` None: it never did) and what comes after it: the next
     parameter's opening tag, or the end of the call (``call_end``), or neither (the call is cut off)."""
@@ -72,10 +100,12 @@ class _ValueEnd(NamedTuple):
 
 
 class _Tokens:
-    """The tags of a text in order, with one of look-ahead."""
+    """The tags of a text in order, with one of look-ahead. ``exhausted``: someone was told there
+    are no more tags (a decision that more text could change)."""
 
     def __init__(self, text: str) -> None:
         self._text = text
+        self.exhausted = False
         self.restart(0)
 
     def restart(self, pos: int) -> None:
@@ -83,10 +113,11 @@ class _Tokens:
         self._next = next(self._iter, None)
 
     def peek(self) -> re.Match[str] | None:
+        self.exhausted |= self._next is None
         return self._next
 
     def take(self) -> re.Match[str] | None:
-        tag = self._next
+        tag = self.peek()
         if tag is not None:
             self._next = next(self._iter, None)
         return tag
@@ -114,6 +145,10 @@ class _Scanner:
         self.tags = _Tokens(text)
         self.parameters = parameters
         self._known_by_tool: dict[str, set[str] | None] = {}
+        # What no text added after this one can change (scan_progress): a decision is final until
+        # the scanner is first told there are no more tags.
+        self.settled = 0
+        self.open_call: OpenCall | None = None
 
     def scan(self) -> list[Item]:
         text, plain_from = self.text, 0
@@ -133,6 +168,8 @@ class _Scanner:
                 items.append(text[plain_from:start])
             items.append(item)
             plain_from = end
+            if not self.tags.exhausted:
+                self.settled, self.open_call = len(items), None
         if plain_from < len(text):
             items.append(text[plain_from:])
         return items
@@ -231,12 +268,16 @@ class _Scanner:
         known = self._known(name)
         arguments: list[tuple[str, str]] = []
         opener: re.Match[str] | None = self.tags.take()
+        if wrapped and not self.tags.exhausted:
+            self.open_call = OpenCall(start, name, ())
         while opener is not None:
             parameter = _parameter_name(opener)
             given = {n for n, _ in arguments} | {parameter}
             ended = self._value(opener.end(), known, given)
             if ended.value_end is not None:
                 arguments.append((parameter, self._framed(opener.end(), ended.value_end)))
+            if wrapped and ended.next_parameter is not None and not self.tags.exhausted:
+                self.open_call = OpenCall(start, name, tuple(arguments))
             if ended.call_end is not None:
                 end = ended.call_end
                 return start, ScannedCall(name, tuple(arguments), text[start:end]), end

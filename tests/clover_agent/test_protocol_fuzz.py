@@ -5,6 +5,7 @@
   and content they were made of: a quoted call is data, however many there are and however deep.
 - Every prefix of such a turn (a model cut off) never yields a call the turn did not make: the calls
   before the cut are exact and the one cut (if read) is the same tool.
+- Every start of such a turn ending at a newline: what ``scan_progress`` settles is the whole turn's.
 - Mutated turns and tag soup are a turn or a :class:`ToolCallFormatError`, never another exception.
 - The scanner reads each tag a bounded number of times (its work is linear in the text), checked by
   counting the tags it reads, not with a clock; bench/parser_bench.py measures time and memory.
@@ -271,3 +272,41 @@ def test_a_reply_past_the_limit_is_a_format_error_the_model_can_act_on() -> None
     assert parse_tool_calls(call, TOOLS) == (call, [])
     _, calls = parse_tool_calls(call, TOOLS, max_chars=None)  # the limit is the only reason
     assert [c.arguments["file_text"] for c in calls] == ["y" * MAX_REPLY_CHARS]
+
+
+def _settled_part_holds(text: str) -> int:
+    """Every start of ``text`` ending at a newline: what scan_progress says no addition can change is
+    what the whole text's scan has; an open call is the same call there, or a block never closed."""
+    whole = scanner.scan(text, PARAMETERS)
+    checked = 0
+    for end in [i + 1 for i, char in enumerate(text) if char == "\n"]:
+        progress = scanner.scan_progress(text[:end], PARAMETERS)
+        assert progress.items[: progress.settled] == whole[: progress.settled], (text, end)
+        opened = progress.open_call
+        if opened is not None:
+            at = sum(len(i if isinstance(i, str) else i.text) for i in progress.items[: progress.settled])
+            rest = [*whole[progress.settled :]]
+            if rest and isinstance(rest[0], str) and at + len(rest[0]) <= opened.start:
+                at += len(rest.pop(0))
+            assert at == opened.start and rest, (text, end)
+            item = rest[0]
+            if isinstance(item, scanner.ScannedCall):
+                assert (
+                    item.name == opened.name and item.arguments[: len(opened.arguments)] == opened.arguments
+                )
+            else:  # the call is never closed: a broken block to the end of the text
+                assert isinstance(item, scanner.BrokenBlock) and at + len(item.text) == len(text), (text, end)
+            checked += 1
+    return checked
+
+
+def test_what_a_text_being_written_settles_never_changes() -> None:
+    opened = 0
+    for text, _, _ in _turns(5, 200):
+        opened += _settled_part_holds(text)
+    rng = random.Random(9)
+    pieces = [*GLUED, "</function>\n", "<function=shell>\n", "<parameter=command>\n", "<parameter=timeout>\n"]
+    pieces += ["<tool_call>\n", "</tool_call>\n", "</parameter>\n", "\n", "ls\n", "4\n", "text "]
+    for _ in range(500):
+        opened += _settled_part_holds("".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))))
+    assert opened > 1000  # open calls were seen, and checked against the whole text

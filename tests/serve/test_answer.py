@@ -73,7 +73,11 @@ def test_reasoning_content_and_tool_calls_from_committed_blocks(blocks: list[str
     # The call's markup never went out as content while streaming.
     streamed = "".join(d.get("content", "") for d in deltas)
     assert "<tool_call>" not in streamed and "<function" not in streamed and "<tool_call" not in streamed
-    assert next(d for d in deltas if "tool_calls" in d)["tool_calls"][1]["index"] == 1
+    # Each call starts with its own delta (index, id, name), in order.
+    starts = [e for d in deltas for e in d.get("tool_calls", []) if "id" in e]
+    assert [(e["index"], e["id"], e["function"]["name"]) for e in starts] == [
+        (i, c["id"], c["function"]["name"]) for i, c in enumerate(calls)
+    ]
 
 
 def test_any_split_of_the_text_gives_the_same_answer(blocks: list[str]) -> None:

@@ -132,17 +132,26 @@ def test_tools_offered_give_well_formed_calls_or_text(client: openai.OpenAI) -> 
             model="clover", messages=conversation, tools=TOOLS, max_tokens=32, stream=stream, extra_body=off,
             stream_options={"include_usage": True} if stream else openai.omit,
         )  # fmt: skip
-        if stream:
+        if stream:  # a call's arguments come in fragments, by the call's index
             chunks = list(answer)
             ends = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
             finish, used = ends[0].finish_reason, chunks[-1].usage
-            calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+            joined: dict[int, str] = {}
+            deltas = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+            for t in deltas:
+                joined[t.index] = joined.get(t.index, "") + (
+                    (t.function.arguments if t.function else None) or ""
+                )
+            arguments = [joined[i] for i in sorted(joined)]
         else:
             finish, used = answer.choices[0].finish_reason, answer.usage
-            calls = answer.choices[0].message.tool_calls or []
-        assert finish == ("tool_calls" if calls else finish) and finish in ("stop", "length", "tool_calls")
-        for call in calls:
-            assert isinstance(json.loads(call.function.arguments), dict)
+            found = answer.choices[0].message.tool_calls or []
+            arguments = [c.function.arguments for c in found if c.type == "function"]
+        assert finish in ("stop", "length", "tool_calls")
+        if finish == "tool_calls":
+            assert arguments and all(isinstance(json.loads(a), dict) for a in arguments)
+        elif arguments:  # a call cut off by the token limit: its arguments never close
+            assert not arguments[-1].endswith("}")
         # the history (the call, its result) and the tools' descriptions went into the prompt
         assert used is not None and bare.usage is not None
         assert used.prompt_tokens > bare.usage.prompt_tokens + 40
