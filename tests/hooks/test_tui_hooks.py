@@ -232,3 +232,43 @@ async def test_the_words_of_a_denial_are_screened_before_the_model_reads_them(tm
             await pilot.press("ctrl+q")
     finally:
         model.close()
+
+
+async def test_a_screened_message_the_run_did_not_read_is_the_next_request_screened_once(
+    tmp_path: Path,
+) -> None:
+    """A message typed while the agent works is screened as it is sent; when the run ends before
+    reading it, it is the next request as it was screened: the hooks do not run on it again, so
+    their context is there once."""
+    repo = calculator_repo(tmp_path)
+    log = tmp_path / "prompts.jsonl"
+    screen = recorder(tmp_path / "hooks", "screen.sh", log, "echo 'Ticket CLV-7.'\n")
+    slow_finish = turn("Wrapping up. " * 60, call("finish", summary="did A"))
+    replay = write_replay(tmp_path / "r.jsonl", [slow_finish, turn("", call("finish", summary="did B"))])
+    model = SlowReplay(replay, pauses=[0.25, 0.0])
+    try:
+        options = SessionConfig(
+            repo=repo,
+            make_backend=model.backend,
+            spec=sandbox_spec(repo),
+            sandbox_kind="local",
+            policy=policy_named("workspace"),
+            record_key=session_key(repo),
+            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
+        )
+        app = CloverApp(options)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await send(pilot, "do A")
+            await wait_for(pilot, lambda: any(isinstance(e, ModelDelta) for e in app.events), "the answer")
+            await send(pilot, "then B")  # the answer ends with finish: no step reads it in this request
+            ends = lambda: [e for e in app.events if isinstance(e, Done)]  # noqa: E731
+            await wait_for(pilot, lambda: len(ends()) == 2, "the request it became")
+            assert [d.summary for d in ends()] == ["did A", "did B"]
+            assert [e["prompt"] for e in logged(log)] == ["do A", "then B"]  # each screened once
+            asked = model.server.requests[1]["body"]["messages"]
+            context = "\n\n[Context from a UserPromptSubmit hook:]\nTicket CLV-7."
+            assert asked[-1] == {"role": "user", "content": "then B" + context}
+            assert [m.text for m in app.query(UserMessage)] == ["do A", "then B"]  # as typed, once
+            await pilot.press("ctrl+q")
+    finally:
+        model.close()
