@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     AGENT_ERROR = 7  # the agent stopped: stuck, replay exhausted, repeated format errors
     SUITE_UNVERIFIED = 8  # fix: the target passes, but the rest of the suite could not be checked
     NEEDS_REVIEW = 9  # fix: the target passes, but a check of how it passes found something to look at
+    BLOCKED = 10  # ci: a UserPromptSubmit hook kept the task from the model (fix: 1)
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -67,6 +67,14 @@ class Answered(Exception):
     """In a conversation, the model replied in prose with no tool call: that is its answer."""
 
 
+class PromptBlocked(CloverError):
+    """A UserPromptSubmit hook kept a person's request from the model; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the request was not sent to the model: {reason}")
+        self.reason = reason
+
+
 class Planned(Exception):
     """In plan mode, the agent proposed its plan (``propose_plan``): the turn ends with it."""
 
@@ -84,6 +92,7 @@ class RunResult:
     stats: dict[str, Any] = field(default_factory=dict)
     patch: str = ""
     plan: Plan | None = None  # ``planned``: the plan proposed
+    blocked: str = ""  # ``error``: why a UserPromptSubmit hook kept the request from the model
 
     @property
     def submitted(self) -> bool:
@@ -276,24 +285,29 @@ class Agent:
         self._workspace_known = True
         return lost
 
-    async def continue_with(self, text: str) -> RunResult:
+    async def continue_with(self, text: str, *, screened: bool = False) -> RunResult:
         """A new request in the same conversation and sandbox, after a run ended (e.g. after
-        ``finish``): ``text`` is the user's message; runs until it ends like :meth:`run`."""
+        ``finish``): ``text`` is the user's message; runs until it ends like :meth:`run`.
+        ``screened``: ``text`` went through :meth:`screened` already (a message sent during the
+        last run that it did not read), so the hooks do not run on it again."""
 
         async def begin() -> None:
-            self._add({"role": "user", "content": await self._screened(text)})
+            self._add(
+                {"role": "user", "content": self._request(text) if screened else await self._screened(text)}
+            )
 
         return await self._run(text, resumed=True, begin=begin)
 
     async def screened(self, text: str) -> str:
         """``text``, a person's request, once the UserPromptSubmit hooks have seen it, with the context
-        they add; raises :class:`CloverError` saying why when one blocked it (a front end that sends
-        it to a paused run, as :meth:`send` does, then sends nothing)."""
+        they add; raises :class:`PromptBlocked` saying why when one blocked it (a front end that
+        sends a message to a running or paused run with :meth:`send` screens it here first, and
+        sends nothing when it is blocked)."""
         if self.hooks is None or not self.hooks.any("UserPromptSubmit"):
             return text
         verdict = await self.hooks.user_prompt_submit(text)
         if verdict.blocked is not None:
-            raise CloverError(f"the request was not sent to the model: {verdict.blocked}")
+            raise PromptBlocked(verdict.blocked)
         if verdict.context:
             text += f"\n\n[Context from a UserPromptSubmit hook:]\n{verdict.context}"
         return text
@@ -309,7 +323,8 @@ class Agent:
 
     def send(self, text: str) -> None:
         """Add a user message to the running conversation; the model reads it at the next step
-        boundary (after the calls of the current turn), or at once when paused by an interrupt."""
+        boundary (after the calls of the current turn), or at once when paused by an interrupt.
+        It is read as given: a person's message goes through :meth:`screened` first."""
         self.steering.send(text)
 
     def interrupt(self, message: str | None = None) -> bool:
@@ -388,6 +403,8 @@ class Agent:
                 summary=planned.plan.summary,
                 plan=planned.plan,
             )
+        except PromptBlocked as exc:
+            result = RunResult("error", exc.exit_code, exc.message, blocked=exc.reason)
         except LimitsExceeded as exc:
             result = RunResult("budget_exhausted", exc.exit_code, exc.message)
         except AgentStuck as exc:

@@ -37,6 +37,7 @@ STATUS = {
     ExitCode.SANDBOX_UNAVAILABLE: "sandbox_unavailable",
     ExitCode.NOTHING_TO_FIX: "nothing_to_fix",
     ExitCode.BUDGET_EXHAUSTED: "budget_exhausted",
+    ExitCode.BLOCKED: "blocked",
     ExitCode.INTERRUPTED: "interrupted",
 }
 #: Failing test ids listed per test run (the counts are always whole).
@@ -133,6 +134,7 @@ def build_result(
         "agent": None
         if not agent
         else {"outcome": agent.get("outcome"), "summary": agent.get("summary") or ""},
+        "blocked": ((agent or {}).get("blocked") or None) if code == ExitCode.BLOCKED else None,
         "steps": int((agent or {}).get("steps", 0)),
         "tokens": int((agent or {}).get("tokens", 0)),
         "elapsed_s": float(fix.get("elapsed_s", 0.0)),
@@ -199,6 +201,7 @@ HEADLINES = {
     "backend_unavailable": "NOT RUN: model backend unavailable",
     "sandbox_unavailable": "NOT RUN: sandbox unavailable",
     "usage_error": "NOT RUN: usage or configuration error",
+    "blocked": "BLOCKED: a UserPromptSubmit hook kept the task from the model",
     "interrupted": "INTERRUPTED",
 }
 

@@ -324,6 +324,7 @@ def _run(
         request=framed,
         whole_run_time=True,  # --max-time: the whole run's deadline
         exit_codes={ExitCode.AGENT_ERROR: ExitCode.FAILURE},  # one code: trajectory, result, process
+        blocked_exit_code=ExitCode.BLOCKED,  # a task a hook kept from the model is no failed fix
     )
     bus = EventBus()
     bus.subscribe(ConsoleRenderer(make_console(log), live=False))  # a log: plain lines

@@ -37,6 +37,8 @@ exit codes (the same as fix's where the meanings match):
      could not be checked (it timed out, could not be collected, ...); patch.diff is kept
   9  needs review: the target passes, but a check of how it passes found something to look at
      (result.json's review); patch.diff is kept, marked "needs_review", never handed back
+  10 blocked: a UserPromptSubmit hook kept the task from the model (no model call; result.json's
+     blocked says the hook's reason)
   130 interrupted (SIGINT or SIGTERM, e.g. a cancelled job)
 The output folder always gets result.json and summary.md (bad arguments included, once --output-dir
 is read and is the bot's), and --json-events a last `finished` line; patch.diff and trajectory.jsonl

@@ -234,7 +234,12 @@ class FixReport:
             "needs_yes": {} if patch is None else patch["needs_yes"],
             "agent": None
             if self.agent is None
-            else {"outcome": self.agent.outcome, "summary": self.agent.summary, **self.agent.stats},
+            else {
+                "outcome": self.agent.outcome,
+                "summary": self.agent.summary,
+                "blocked": self.agent.blocked or None,
+                **self.agent.stats,
+            },
             "backend": self.backend,
             "elapsed_s": round(self.elapsed_s, 3),
             "hand_back": self.hand_back,

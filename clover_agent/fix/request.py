@@ -37,6 +37,9 @@ class FixRequest:
     #: Exit codes the front end gives otherwise (the CI bot's 7 -> 1), in the summary and the
     #: trajectory's verdict alike.
     exit_codes: dict[int, int] = field(default_factory=dict)
+    #: The exit code of a run whose request a UserPromptSubmit hook kept from the model (the CI
+    #: bot's 10); None: the agent's, 1.
+    blocked_exit_code: int | None = None
     suite_timeout_s: float = DEFAULT_TIMEOUT_S  # each whole-suite run (before and after)
     #: Each test's own limit in every run (a test past it fails alone); None: a fifth of the suite's.
     test_timeout_s: float | None = None

@@ -102,6 +102,9 @@ async def run_fix(request: FixRequest, bus: EventBus, *, resume: StoppedRun | No
         raise
     finally:
         exit_code = ExitCode(request.exit_codes.get(int(exit_code), int(exit_code)))
+        blocked = found.agent is not None and found.agent.blocked and exit_code == ExitCode.FAILURE
+        if blocked and request.blocked_exit_code is not None:
+            exit_code = ExitCode(request.blocked_exit_code)
         report = build_report(
             run_id,
             run_dir,

@@ -85,10 +85,24 @@ class ApprovalNeeded(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MessageNotSent(Event):
+    """A message the person sent while the agent worked that never reached it: a UserPromptSubmit
+    hook blocked it, or the session could not start (``reason``). ``waiting``: the agent still waits
+    for a message after an interrupt. The TUI shows it marked, with the reason, and puts it back in
+    an empty prompt."""
+
+    type: ClassVar[str] = "tui_message_not_sent"
+    text: str
+    reason: str
+    waiting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class MessageQueued(Event):
-    """A message the person sent while the agent worked (``Agent.send``): the agent reads it at its
-    next step, as ``sent`` (``@paths`` resolved); Esc makes that at once, interrupting the call
-    under way. One the agent did not read before its run ended starts the next request."""
+    """A message the person sent while the agent worked (``Agent.send``), once the UserPromptSubmit
+    hooks let it through: the agent reads it at its next step, as ``sent`` (``@paths`` resolved, the
+    hooks' context added); Esc makes that at once, interrupting the call under way. One the agent did
+    not read before its run ended starts the next request."""
 
     type: ClassVar[str] = "tui_message_queued"
     text: str

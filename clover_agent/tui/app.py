@@ -31,7 +31,7 @@ from clover_agent.errors import RUN_ERRORS, CloverError, message_of
 from clover_agent.events import CallInterrupted, Done, Event, ProvisionalBlock, ToolOutput
 from clover_agent.handback.session import Offer
 from clover_agent.session.assembly import SessionConfig
-from clover_agent.session.events import ApprovalNeeded, Notice, SessionStarted
+from clover_agent.session.events import ApprovalNeeded, MessageNotSent, Notice, SessionStarted
 from clover_agent.session.store import SessionInfo, load_session
 from clover_agent.tui.export import transcript_markdown
 from clover_agent.tui.keys import COMMANDS, KEYS, parse_command
@@ -230,6 +230,8 @@ class CloverApp(App[int]):
             screen.dismiss(None)
         if isinstance(event, Done) and event.outcome == "planned" and event.plan is not None:
             self._offer_plan(Plan.from_dict(event.plan))
+        if isinstance(event, MessageNotSent):
+            await self._put_back(event.text)
         if isinstance(event, ApprovalNeeded):
             card = next((c for c in self.transcript.cards if c.call_id == event.call_id), None)
             if card is not None:
@@ -238,6 +240,16 @@ class CloverApp(App[int]):
                 ApprovalScreen(printable_event(event)), lambda choice: self._answer(event.call_id, choice)
             )
             self._show_hints()
+
+    async def _put_back(self, text: str) -> None:
+        """A message that was not sent goes back in the prompt, to edit, unless the person is typing
+        another (then Up, the prompt's history, brings it back)."""
+        if self.prompt.text.strip():
+            await self._note("Up in the prompt brings your message back.")
+            return
+        self.prompt.load_text(text)
+        self.prompt.move_cursor(self.prompt.document.end)
+        await self._note("Your message is back in the prompt: edit it before sending it again.")
 
     def _answer(self, call_id: str, reply: Reply | None) -> None:
         if self.session is not None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from clover_agent.agent.approvals import Answer, Approvals
 from clover_agent.agent.budget import Budget
 from clover_agent.agent.checkpoints import WorkspaceCheckpointError
-from clover_agent.agent.loop import Agent, RunResult
+from clover_agent.agent.loop import Agent, PromptBlocked, RunResult
 from clover_agent.agent.plan import Plan
 from clover_agent.agent.policy import Policy
 from clover_agent.agent.trajectory import TRAJECTORY_FILE, TrajectoryWriter
@@ -34,6 +34,7 @@ from clover_agent.sandboxes.base import Sandbox
 from clover_agent.session.assembly import AgentSession, SessionConfig
 from clover_agent.session.events import (
     ApprovalNeeded,
+    MessageNotSent,
     MessageQueued,
     Notice,
     SandboxState,
@@ -64,7 +65,9 @@ class TuiSession(SessionCommands):
     A request starts the agent's ``run`` (the first) or ``continue_with`` (the later ones, and all of a
     resumed session's, which ``Agent.resume`` took up). From the UI:
 
-    - ``send``: a request, or a message typed while the agent works, read at its next step.
+    - ``send``: a request, or a message typed while the agent works, read at its next step. Each is
+      screened by the UserPromptSubmit hooks before the model reads it: a request by the agent's run,
+      a message typed while it works here, before it is queued (blocked: ``MessageNotSent``).
     - ``interrupt`` (Esc): the model call or tool call stops; the agent waits for the person's next message.
     - ``answer``: answers an approval (the agent's ``answer_approval``).
 
@@ -117,7 +120,8 @@ class TuiSession(SessionCommands):
         self._request: asyncio.Task[RunResult] | None = None  # the agent's run of the request now
         self._working = False  # a request is on its way (waiting for the sandbox) or running
         self._unread: list[str] = []  # messages sent in while the agent works, not read by it yet
-        self._held: list[str] = []  # of those, the ones sent before the agent existed
+        self._typed: dict[str, str] = {}  # what the person typed, by the message the agent reads
+        self._screening = asyncio.Lock()  # messages typed while the agent works: screened in order
         self._asking: set[asyncio.Task[None]] = set()
         self._last_ending = ""  # the message of the agent's last Done
         self.thread.submit(self._start())
@@ -141,8 +145,12 @@ class TuiSession(SessionCommands):
         self.thread.call(self._interrupt)
 
     def answer(self, call_id: str, choice: str, feedback: str = "") -> None:
-        """The person's answer to an approval (a denial may say what to do instead: ``feedback``)."""
-        self.thread.call(self._answer, call_id, choice, feedback)
+        """The person's answer to an approval (a denial may say what to do instead: ``feedback``,
+        which the model reads, so the UserPromptSubmit hooks see it first)."""
+        if feedback:
+            self.run(self._answer_screened(call_id, choice, feedback))
+        else:
+            self.thread.call(self._answer, call_id, choice, feedback)
 
     def close(self, timeout: float = 30.0) -> None:
         """End the session: stop the agent, remove the sandbox, close the trajectory (blocking,
@@ -260,9 +268,6 @@ class TuiSession(SessionCommands):
             self._ready.set_result(False)
             return
         self.agent = agent
-        for text in self._held:  # sent while the sandbox started: read at the request's next step
-            agent.send(text)
-        self._held.clear()
         self._sandbox_state("ready", self.sandbox.warning or "")
         self._ready.set_result(True)
 
@@ -316,20 +321,21 @@ class TuiSession(SessionCommands):
 
     async def _send(self, text: str, message: str | None = None) -> None:
         """``message``: what the model reads, when it is not ``text`` (an approved plan)."""
+        screened = False
         if self._working:
-            agent = self.agent
-            if agent is not None and agent.steering.paused:  # after Esc: the run goes on with it
-                await self._steer_screened(agent, text)
-            else:
-                self._steer(text)
-            return
+            sent = await self._screen_queued(text)
+            if sent is None:
+                return
+            if self._working:
+                self._steer(text, sent)
+                return
+            message, screened = sent, True  # the run ended while the hooks ran: the next request
         self._working = True
         try:
-            pending: str | None = text
+            pending: tuple[str, str | None, bool] | None = (text, message, screened)
             while pending is not None:
                 try:
-                    await self._turn(pending, message)
-                    message = None
+                    await self._turn(*pending)
                     pending = await self._left_unread()
                 except Exception as exc:  # not one the agent expects: this request ends, the session goes on
                     self._unexpected(exc)
@@ -368,31 +374,37 @@ class TuiSession(SessionCommands):
             )
         )
 
-    async def _steer_screened(self, agent: Agent, text: str) -> None:
-        """The person's message after an interrupt, which the waiting run takes up as its request
-        goes on: screened by the UserPromptSubmit hooks first (blocked, it is said why and the
-        agent still waits for a message)."""
-        try:
-            sent = await agent.screened(sandbox_paths(self.repo, text))
-        except CloverError as exc:
-            self._emit(Notice(text=f"{exc.message}; the agent still waits for your message.", level="error"))
-            return
-        self._steer(text, sent)
+    async def _screen_queued(self, text: str) -> str | None:
+        """A message typed while the agent works (or waits after Esc, or its sandbox starts; or a
+        denial's words), as the model is to read it once the UserPromptSubmit hooks let it through;
+        None when it is not sent (a hook blocked it, or the session cannot work): ``MessageNotSent``
+        says why. One at a time, in the order sent, so the queue keeps the person's order."""
+        async with self._screening:
+            try:
+                agent = await self._wait_ready()  # typed while the sandbox starts: once it is up
+                return await agent.screened(sandbox_paths(self.repo, text))
+            except PromptBlocked as exc:
+                reason = exc.reason
+            except CloverError as exc:
+                reason = exc.message
+            agent_now = self.agent
+            waiting = agent_now is not None and agent_now.running and agent_now.steering.paused
+            self._emit(MessageNotSent(text=text, reason=reason, waiting=waiting))
+            return None
 
-    def _steer(self, text: str, sent: str | None = None) -> None:
-        """A message while the agent works: the agent reads it at its next step (at once when an
-        interrupt made it wait). ``sent``: what the model reads, when not ``text`` as is."""
-        sent = sent if sent is not None else sandbox_paths(self.repo, text)
+    def _steer(self, text: str, sent: str) -> None:
+        """A screened message while the agent works: the agent reads it (``sent``) at its next step
+        (at once when an interrupt made it wait)."""
+        assert self.agent is not None
         self._unread.append(sent)
+        self._typed[sent] = text
         self._emit(MessageQueued(text=text, sent=sent))
-        if self.agent is None:
-            self._held.append(sent)
-        else:
-            self.agent.send(sent)
+        self.agent.send(sent)
 
-    async def _left_unread(self) -> str | None:
+    async def _left_unread(self) -> tuple[str, str, bool] | None:
         """A message the agent did not read before its run ended is the next request (any later
-        ones go in with it, read at its first step)."""
+        ones go in with it, read at its first step): what was typed, what the model reads (screened
+        already) and True."""
         agent = self.agent
         if not self._unread or agent is None:
             return None
@@ -405,7 +417,7 @@ class TuiSession(SessionCommands):
         for text in rest:
             self._unread.append(text)
             agent.send(text)
-        return first
+        return self._typed.pop(first, first), first, True
 
     def _observe(self, event: Event) -> None:
         if isinstance(event, Done):
@@ -414,13 +426,15 @@ class TuiSession(SessionCommands):
             content = event.message.get("content")
             if content in self._unread:
                 self._unread.remove(content)
+                self._typed.pop(content, None)
         elif isinstance(event, ApprovalRequested):
             task = asyncio.get_running_loop().create_task(self._ask(event))
             self._asking.add(task)
             task.add_done_callback(self._asking.discard)
 
-    async def _turn(self, text: str, message: str | None = None) -> None:
-        """One request: shown, recorded, and run by the agent to its end (``message``: see ``_send``)."""
+    async def _turn(self, text: str, message: str | None = None, screened: bool = False) -> None:
+        """One request: shown, recorded, and run by the agent to its end (``message``: see ``_send``;
+        ``screened``: it went through the UserPromptSubmit hooks already, typed during the last run)."""
         agent = self.agent
         saved = self.options.resume.state if self.options.resume else None
         first_step = agent.next_step if agent else (saved.steps if saved else 0) + 1
@@ -439,7 +453,11 @@ class TuiSession(SessionCommands):
             return
         agent.budget = self._budget()  # budgets count per request
         message = message or sandbox_paths(self.repo, text)
-        work = agent.continue_with(message) if agent.messages else agent.run(message, self.system)
+        work = (
+            agent.continue_with(message, screened=screened)
+            if agent.messages
+            else agent.run(message, self.system)
+        )
         self._request = asyncio.ensure_future(work)
         try:
             await self._request
@@ -465,6 +483,12 @@ class TuiSession(SessionCommands):
         agent = self.agent
         if agent is not None and agent.running and not agent.interrupt() and not self._unread:
             self._emit(Notice(text="The agent stops before its next model call and waits for your message."))
+
+    async def _answer_screened(self, call_id: str, choice: str, feedback: str) -> None:
+        """A denial saying what to do instead: its words once the hooks let them through; blocked,
+        the call is denied without them (``MessageNotSent`` says why)."""
+        sent = await self._screen_queued(feedback)
+        self._answer(call_id, choice, sent or "")
 
     def _answer(self, call_id: str, choice: str, feedback: str = "") -> None:
         if self.agent is not None:

@@ -21,7 +21,7 @@ from tests.git_repos import git
 
 STATUS = {0: "fixed", 1: "not_fixed", 2: "usage_error", 3: "backend_unavailable", 4: "sandbox_unavailable",
           5: "nothing_to_fix", 6: "budget_exhausted", 8: "fixed_suite_unverified", 9: "needs_review",
-          130: "interrupted"}  # fmt: skip
+          10: "blocked", 130: "interrupted"}  # fmt: skip
 
 
 @dataclass

@@ -23,6 +23,7 @@ from tests.cli_process import start_signalable
 from tests.clover_agent.fix.test_fix import REPLAY, calculator_repo
 from tests.clover_agent.test_agent_loop import call, write_replay
 from tests.git_repos import git, make_repo
+from tests.hooks.scripts import script
 
 pytestmark = pytest.mark.slow
 FIX_TURNS = [line for line in REPLAY.read_text().splitlines() if line.strip()]
@@ -427,3 +428,35 @@ def test_one_exit_code_in_the_trajectory_the_result_and_the_process(tmp_path: Pa
     assert run.result["exit_code"] == 1 and run.events[-1]["exit_code"] == 1
     finished = check_trajectory(run)[-1]
     assert finished.exit_code == 1 and finished.report["exit_code"] == 1
+
+
+def test_a_task_a_user_prompt_submit_hook_blocks_is_blocked_not_a_failed_fix(tmp_path: Path) -> None:
+    """The operator's UserPromptSubmit hook keeps a task naming a password from the model: the run is
+    no fix attempt, so it ends as ``blocked`` (10), its own status, with the hook's reason in
+    result.json, summary.md, the finished line and the trajectory's verdict; no model call is made."""
+    repo = calculator_repo(tmp_path)
+    screen = script(
+        tmp_path / "hooks",
+        "screen.py",
+        "#!/usr/bin/env python3\nimport json, sys\nprompt = json.load(sys.stdin)['prompt']\n"
+        "if 'password' in prompt:\n    print('no secrets in tasks', file=sys.stderr)\n    sys.exit(2)\n",
+    )
+    config = tmp_path / "config.toml"
+    config.write_text(f'[[hooks.UserPromptSubmit]]\ncommand = "{screen}"\n')
+    run = run_ci(repo, tmp_path / "out", "--task", "add is broken; the password is hunter2", "--backend",
+                 "replay", "--replay", str(REPLAY), "--sandbox", "local",
+                 env={"CLOVER_CONFIG": str(config)})  # fmt: skip
+    assert run.code == 10, run.stderr
+    result = run.result
+    assert result["status"] == "blocked" and result["exit_code"] == 10
+    assert result["blocked"].startswith("no secrets in tasks")
+    assert "not sent to the model: no secrets in tasks" in result["message"]
+    assert result["agent"]["outcome"] == "error" and result["steps"] == 0
+    assert result["verdict"] is None and result["patch"]["status"] == "empty"
+    assert "BLOCKED" in run.summary and "NOT FIXED" not in run.summary
+    assert "no secrets in tasks" in run.summary
+    assert "BLOCKED" in run.stderr and "no secrets in tasks" in run.stderr
+    assert run.events[-1]["status"] == "blocked"
+    assert not [e for e in run.events if e["type"] == "turn"]  # the model was never asked
+    finished = check_trajectory(run)[-1]
+    assert finished.exit_code == 10 and finished.report["exit_code"] == 10

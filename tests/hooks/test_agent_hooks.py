@@ -249,6 +249,7 @@ print("The team uses tabs.")
         blocked = await agent.run("the password is hunter2; deploy", "You are a test agent.")
         assert blocked.outcome == "error" and not blocked.ended_well
         assert "not sent to the model: no secrets in requests" in blocked.message
+        assert blocked.blocked.startswith("no secrets in requests")  # the hook's reason, for the CI bot
         assert [m["role"] for m in agent.messages] == ["system"]
         assert blocked.stats["steps"] == 0  # no model call
         second = await agent.continue_with("Say hello properly.")

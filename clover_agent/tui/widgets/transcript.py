@@ -33,7 +33,14 @@ from clover_agent.events import (
     WorkspaceUndone,
 )
 from clover_agent.hooks import hook_line
-from clover_agent.session.events import MessageQueued, Notice, SandboxState, TurnStarted, TurnsUndone
+from clover_agent.session.events import (
+    MessageNotSent,
+    MessageQueued,
+    Notice,
+    SandboxState,
+    TurnStarted,
+    TurnsUndone,
+)
 from clover_agent.tui.widgets.agent_text import AgentText
 from clover_agent.tui.widgets.diffusion_view import DiffusionView
 from clover_agent.tui.widgets.notice import NoticeLine
@@ -134,6 +141,14 @@ class Transcript(VerticalScroll):
             message.text, message.sent = event.text, event.sent or event.text
             self._queued.append(message)
             await self.mount(message)
+        elif isinstance(event, MessageNotSent):
+            message = UserMessage(event.text + "  (not sent)", blocked=True)
+            message.text = event.text
+            await self.mount(message)
+            waits = "; the agent still waits for your message" if event.waiting else ""
+            await self.mount(
+                NoticeLine(f"Your message was not sent to the model: {event.reason}{waits}.", "error")
+            )
         elif isinstance(event, MessageAdded) and event.message.get("role") == "user":
             read = next((m for m in self._queued if m.sent == event.message.get("content")), None)
             if read is not None:  # the agent read a queued message

@@ -1,4 +1,4 @@
-"""A request of the person's in the transcript (queued ones and undone ones marked)."""
+"""A request of the person's in the transcript (queued, blocked and undone ones marked)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from textual.widgets import Static
 
 class UserMessage(Static):
     """The text the person sent. Classes: ``-queued`` (sent while the agent works, not read by it yet),
-    ``-undone`` (its changes were undone)."""
+    ``-blocked`` (never sent to the model: a UserPromptSubmit hook blocked it), ``-undone`` (its
+    changes were undone)."""
 
     DEFAULT_CSS = """
     UserMessage {
@@ -18,11 +19,14 @@ class UserMessage(Static):
         background: $boost;
     }
     UserMessage.-queued { border-left: thick $warning; color: $text-muted; }
+    UserMessage.-blocked { border-left: thick $error; color: $text-muted; }
     UserMessage.-undone { border-left: thick $error 50%; color: $text-disabled; text-style: strike; }
     """
 
-    def __init__(self, text: str, turn: int | None = None, *, queued: bool = False) -> None:
-        super().__init__(classes="-queued" if queued else "")
+    def __init__(
+        self, text: str, turn: int | None = None, *, queued: bool = False, blocked: bool = False
+    ) -> None:
+        super().__init__(classes="-queued" if queued else "-blocked" if blocked else "")
         self.turn = turn
         self.text = text
         self.sent = text  # as the agent gets it (@paths resolved): how a queued one is recognised
