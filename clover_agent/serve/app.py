@@ -142,6 +142,13 @@ def _prompt_ids(served: Served, chat: ChatRequest, thinking: bool) -> list[int]:
         text = served.backend.prompt(chat.messages, chat.tools, enable_thinking=thinking)
     except (jinja2.TemplateError, TypeError, ValueError) as exc:
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate (JSON's "\\ud800"): no tokenizer takes it
+        raise bad_request(
+            f"the messages or tools hold a lone surrogate ({text[exc.start]!r}), which is not Unicode text",
+            "messages",
+        ) from None
     return served.backend.tokenizer.encode(text)
 
 

@@ -109,6 +109,42 @@ def test_hostile_bodies_are_400_in_openai_shape_and_counted(keyed: tuple[Served,
     assert served.metrics.outcomes["rejected"] == before + len(bodies)
 
 
+def test_text_that_is_not_unicode_is_400_and_the_server_goes_on(keyed: tuple[Served, str]) -> None:
+    """A lone surrogate (a JSON escape like \\ud800, which no UTF-8 can write) in a message or a
+    tool reached the tokenizer, whose TypeError was the generic 500 in plain text."""
+    base_url = keyed[1]
+    bodies = [
+        b'{"model": "clover", "messages": [{"role": "user", "content": "a\\ud800b"}], "max_tokens": 4}',
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, '
+        b'"tools": [{"type": "function", "function": {"name": "x", "description": "\\udfff"}}]}',
+    ]
+    for body in bodies:
+        reply = http("POST", base_url + "/chat/completions", body, key=KEY)
+        assert reply.status == 400, reply.text[:200]
+        error = reply.json()["error"]
+        assert error["param"] == "messages" and "surrogate" in error["message"]
+    assert _client(base_url).chat.completions.create(model="clover", messages=USER, max_tokens=4).choices
+
+
+def test_steering_strengths_past_float32_are_400(keyed: tuple[Served, str]) -> None:
+    """A bias strength float32 turns into inf made every probability NaN: the request failed in
+    decoding (500, counted as an engine failure) instead of being refused."""
+    served, base_url = keyed
+    thinking = {"chat_template_kwargs": {"enable_thinking": True}, "temperature": 1.0}
+    cases = [
+        ({**thinking, "thinking_budget": 4, "thinking_ramp_strength": 1e308}, "thinking_ramp_strength"),
+        ({"temperature": 1.0, "end_bias_start": 0.0, "end_bias_strength": 1e308}, "end_bias_strength"),
+    ]
+    failed = served.batch.stats().failed
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as error:
+            _client(base_url).chat.completions.create(
+                model="clover", messages=USER, max_tokens=8, extra_body=extra
+            )
+        assert error.value.param == param
+    assert served.batch.stats().failed == failed
+
+
 def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served, str]) -> None:
     """A body without a length is counted as it comes: the server answers once the limit is
     passed, with the client still sending (it would otherwise hold every byte sent until the end)."""
@@ -150,6 +186,10 @@ def test_sampling_values_at_the_edges_of_their_ranges_decode(real_vocab_checkpoi
     for edge in edges:
         if "loop_penalty" in edge:
             edge["loop_action"] = "penalize"
+        if "thinking_ramp_strength" in edge:  # the ramp applies under a thinking budget
+            edge.update(thinking_budget=8, chat_template_kwargs={"enable_thinking": True})
+        if "end_bias_strength" in edge:
+            edge["end_bias_start"] = 0.0
     with serving_in_thread(served) as base_url:
         results: dict[int, str | None] = {}
 
