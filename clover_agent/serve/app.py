@@ -203,6 +203,14 @@ def _prompt_ids(served: Served, chat: ChatRequest, thinking: bool) -> list[int]:
             f"the messages or tools hold a lone surrogate ({text[exc.start]!r}), which is not Unicode text",
             "messages",
         ) from None
+    longest = served.backend.tokenizer.longest_token_chars
+    if len(text) > served.context_window * longest:  # refused unread: tokenising it is seconds of CPU
+        raise bad_request(
+            f"the prompt has {len(text)} characters; the model's context window is {served.context_window} "
+            f"tokens, which write at most {longest} characters each",
+            param="messages",
+            code="context_length_exceeded",
+        )
     return served.backend.tokenizer.encode(text)
 
 

@@ -219,6 +219,21 @@ def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str])
     assert f"context window is {served.context_window} tokens" in error.value.message
 
 
+def test_a_prompt_longer_in_characters_than_the_window_holds_is_refused_before_tokenizing(
+    keyed: tuple[Served, str],
+) -> None:
+    """More characters than the window's tokens can write (each at most the longest token's) is
+    refused unread: tokenising 30 MB took 27 s of CPU here to say the same."""
+    served, base_url = keyed
+    most = served.context_window * served.backend.tokenizer.longest_token_chars
+    with pytest.raises(openai.BadRequestError) as error:
+        _client(base_url).chat.completions.create(
+            model="clover", messages=[{"role": "user", "content": "x" * most}]
+        )
+    assert error.value.code == "context_length_exceeded" and error.value.param == "messages"
+    assert "characters" in error.value.message and f"{served.context_window} tokens" in error.value.message
+
+
 def test_an_unknown_model_is_404(keyed: tuple[Served, str]) -> None:
     with pytest.raises(openai.NotFoundError) as error:
         _client(keyed[1]).chat.completions.create(model="gpt-4o", messages=USER)
