@@ -287,6 +287,14 @@ def _unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_value")
     if body.get("logprobs") is True:
         raise bad_request("'logprobs' is not supported", "logprobs", "unsupported_value")
+    form = body.get("response_format")
+    if form is not None and not (isinstance(form, Mapping) and form.get("type") == "text"):
+        raise bad_request(
+            "'response_format' may only be {'type': 'text'}: nothing in decoding holds the answer to JSON "
+            "or a schema",
+            "response_format",
+            "unsupported_value",
+        )
 
 
 def _check_depth(body: Any) -> None:

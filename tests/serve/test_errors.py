@@ -66,6 +66,7 @@ def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> Non
         ({"stop": [""]}, "stop"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"n": 2}, "n"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages[0].content"),
         (
