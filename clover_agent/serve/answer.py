@@ -156,13 +156,12 @@ class AnswerStream:
         return out + self._route(self.splitter.flush(), final=True)
 
     def finish_reason(self, engine_reason: str | None) -> OpenAIFinish:
-        """``tool_calls`` when there are calls, none cut off; ``stop`` at a stop token or string; else
-        ``length`` (the token limit, or the engine's loop stop: the answer was cut, not finished)."""
-        if self.calls and not self.cut_off:
-            return "tool_calls"
-        if self.stopped or engine_reason == "stop":
-            return "stop"
-        return "length"
+        """``length`` when the answer was cut, not finished (the token limit, or the engine's loop
+        stop), calls or not: the calls read from it may be cut too; else ``tool_calls`` when there
+        are calls, none cut off; else ``stop`` (a stop token or string)."""
+        if not (self.stopped or engine_reason == "stop"):
+            return "length"
+        return "tool_calls" if self.calls and not self.cut_off else "stop"
 
     def message(self) -> dict[str, Any]:
         """The whole answer as an assistant message (after :meth:`finish`)."""

@@ -1,12 +1,14 @@
 """The routes: ``POST /v1/chat/completions`` (whole or streamed as server-sent events), ``GET
 /v1/models``, ``GET /health``, ``GET /metrics``. Each completion is one request of the batch
 engine; a client that goes away cancels it (a watcher reads the connection's disconnect). The
-API key is compared in constant time."""
+API key is compared in constant time. What a web page can send is refused: a body not declared
+JSON (no CORS preflight guards it) and, without a key, a Host not naming this machine (DNS rebinding)."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 import math
@@ -20,10 +22,12 @@ from typing import Any, cast
 import anyio.to_thread
 import jinja2
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_agent.backends.engine import DEFAULT_MAX_NEW_TOKENS, EngineBackend
 from clover_agent.engine.batching import BatchEngine, BatchRequest, EngineClosed, QueueFull, RequestCancelled
@@ -116,6 +120,56 @@ def _authorize(served: Served, request: Request) -> None:
         raise ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key")
 
 
+def _declared_json(request: Request) -> None:
+    """:class:`ApiError` 415 unless the body is declared JSON: a web page may POST text/plain, a
+    form or an untyped body to any address without the browser asking the server first."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json" and not (kind.startswith("application/") and kind.endswith("+json")):
+        raise ApiError(
+            415, "the request body must be sent as JSON (Content-Type: application/json)",
+            code="unsupported_media_type",
+        )  # fmt: skip
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, no port) is this machine's loopback."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port or an IPv6 address's brackets."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    name, _, port = header.rpartition(":")
+    return name if name and port.isdigit() else header
+
+
+class LoopbackHostOnly:
+    """Without an API key (the server then listens on loopback only), a request whose Host does
+    not name this machine is 403: a page that rebinds its own domain to 127.0.0.1 sends its own."""
+
+    def __init__(self, app: ASGIApp, served: Served) -> None:
+        self.app = app
+        self.served = served
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.served.api_key is None:
+            host = Headers(scope=scope).get("host", "")
+            if not is_loopback(_host_name(host)):
+                refused = ApiError(
+                    403, f"the Host {host!r} is not this machine; a server without an API key answers "
+                    "only to localhost and loopback addresses", code="host_not_allowed",
+                )  # fmt: skip
+                await _error(refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 async def _json_body(request: Request, limit: int) -> Any:
     """The body as JSON, read no further than ``limit`` bytes: a body without a length (chunked)
     is counted as it comes, so no client makes the server hold more than that."""
@@ -142,6 +196,21 @@ def _prompt_ids(served: Served, chat: ChatRequest, thinking: bool) -> list[int]:
         text = served.backend.prompt(chat.messages, chat.tools, enable_thinking=thinking)
     except (jinja2.TemplateError, TypeError, ValueError) as exc:
         raise bad_request(f"the chat template cannot render these messages: {exc}", "messages") from None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate (JSON's "\\ud800"): no tokenizer takes it
+        raise bad_request(
+            f"the messages or tools hold a lone surrogate ({text[exc.start]!r}), which is not Unicode text",
+            "messages",
+        ) from None
+    longest = served.backend.tokenizer.longest_token_chars
+    if len(text) > served.context_window * longest:  # refused unread: tokenising it is seconds of CPU
+        raise bad_request(
+            f"the prompt has {len(text)} characters; the model's context window is {served.context_window} "
+            f"tokens, which write at most {longest} characters each",
+            param="messages",
+            code="context_length_exceeded",
+        )
     return served.backend.tokenizer.encode(text)
 
 
@@ -180,6 +249,7 @@ async def _start(served: Served, request: Request) -> _Job:
     if served.draining:
         raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
     _authorize(served, request)
+    _declared_json(request)
     chat = read_chat_request(await _json_body(request, served.max_body_bytes))
     if chat.model not in served.names:
         raise ApiError(
@@ -374,4 +444,8 @@ def build_app(served: Served) -> Starlette:
         Route("/metrics", _guarded(served, metrics), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    return Starlette(
+        routes=routes,
+        exception_handlers={404: not_found, 405: not_allowed},
+        middleware=[Middleware(LoopbackHostOnly, served=served)],
+    )

@@ -1,5 +1,5 @@
 """Errors as OpenAI's API writes them: ``{"error": {"message", "type", "param", "code"}}`` with the
-HTTP status clients act on (400, 401, 404, 413, 429 with ``Retry-After``, 503)."""
+HTTP status clients act on (400, 401, 403, 404, 413, 415, 429 with ``Retry-After``, 503)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "service_unavailable",

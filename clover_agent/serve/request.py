@@ -44,8 +44,8 @@ CLOVER_FIELDS: dict[str, str] = {
 }
 #: Ranges (inclusive) a request's numbers must fall in, past the engine's own checks: values the
 #: engine takes but its float32 sampling turns into inf or NaN (a temperature of 1e-308 or 1e308,
-#: a top_p of 5e-324, a penalty of 1e308), which fail the request deep in decoding. 0 stays
-#: allowed for temperature (greedy).
+#: a top_p of 5e-324, a penalty of 1e308, a bias strength of 1e308), which fail the request deep
+#: in decoding. 0 stays allowed for temperature (greedy).
 SAFE_RANGES: dict[str, tuple[float, float]] = {
     "temperature": (1e-6, 100.0),
     "top_p": (1e-6, 1.0),
@@ -53,6 +53,8 @@ SAFE_RANGES: dict[str, tuple[float, float]] = {
     "presence_penalty": (0.0, 100.0),
     "frequency_penalty": (0.0, 100.0),
     "loop_penalty": (1.0, 100.0),
+    "thinking_ramp_strength": (0.0, 1e4),
+    "end_bias_strength": (0.0, 1e4),
 }
 #: OpenAI sampling fields and the ``SamplingParams`` field each sets.
 OPENAI_SAMPLING: dict[str, tuple[str, str]] = {
@@ -285,6 +287,14 @@ def _unsupported(body: Mapping[str, Any]) -> None:
         raise bad_request("'n' must be 1 (one choice per request)", "n", "unsupported_value")
     if body.get("logprobs") is True:
         raise bad_request("'logprobs' is not supported", "logprobs", "unsupported_value")
+    form = body.get("response_format")
+    if form is not None and not (isinstance(form, Mapping) and form.get("type") == "text"):
+        raise bad_request(
+            "'response_format' may only be {'type': 'text'}: nothing in decoding holds the answer to JSON "
+            "or a schema",
+            "response_format",
+            "unsupported_value",
+        )
 
 
 def _check_depth(body: Any) -> None:

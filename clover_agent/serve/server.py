@@ -5,7 +5,6 @@ Ctrl-C) the server answers 503 to new requests, lets the running ones finish for
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 import sys
@@ -18,7 +17,7 @@ from typing import TextIO
 import uvicorn
 
 from clover_agent.errors import UsageError
-from clover_agent.serve.app import Served, build_app
+from clover_agent.serve.app import Served, build_app, is_loopback
 
 log = logging.getLogger("clover_agent.serve")
 
@@ -26,15 +25,6 @@ log = logging.getLogger("clover_agent.serve")
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 #: Seconds uvicorn waits for open connections once the drain is over.
 CONNECTIONS_TIMEOUT_S = 10.0
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_api_key(host: str, api_key: str | None) -> None:

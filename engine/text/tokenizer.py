@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,12 @@ class Tokenizer:
             raise ValueError(f"cannot read tokenizer file {path}: {exc}") from exc
         return cls(backend, eos_token=eos_token, chat_template=chat_template)
 
+    @cached_property
+    def longest_token_chars(self) -> int:
+        """The most characters one token writes: a text of n characters takes at least n / this
+        many tokens (``serve`` refuses a prompt that cannot fit its window without tokenising it)."""
+        return max(len(self.decode([token_id])) for token_id in range(self.vocab_size))
+
     @property
     def vocab_size(self) -> int:
         """Number of ids the tokenizer knows (BPE plus added tokens); the model may have more rows."""
@@ -71,11 +78,13 @@ class Tokenizer:
     def encode(self, text: str, *, special_tokens: bool = True) -> list[int]:
         """Ids of ``text``. With ``special_tokens=False`` special-token text (``<|im_end|>``...) is
         encoded as plain characters, which is what untrusted text (tool output) should get; added
-        tokens that are not special (``<think>``, ``<tool_call>``) are matched either way."""
+        tokens that are not special (``<think>``, ``<tool_call>``) are matched either way. Other
+        Python threads run meanwhile (``tokenizers``' ``encode`` holds the GIL, its batch does not):
+        a long prompt tokenised in a worker thread must not stop ``serve``'s event loop."""
         previous = self.backend.encode_special_tokens
         self.backend.encode_special_tokens = not special_tokens
         try:
-            return self.backend.encode(text, add_special_tokens=False).ids
+            return self.backend.encode_batch([text], add_special_tokens=False)[0].ids
         finally:
             self.backend.encode_special_tokens = previous
 

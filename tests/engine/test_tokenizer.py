@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,33 @@ def test_the_vocabulary_cache_follows_clover_home(tmp_path: Path) -> None:
     )
     xdg = Settings.load({**no_file, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert xdg.vocab_cache == tmp_path / "xdg" / "clover-agent" / "vocab"
+
+
+def test_a_long_text_is_encoded_while_other_threads_run(real: Tokenizer) -> None:
+    """``tokenizers``' encode held the GIL: ``serve`` tokenising a 30 MB prompt in a worker thread
+    stopped its event loop, every other client with it, for the seconds it took (27 s here)."""
+    text = "x" * 2_000_000 + " and <|im_end|> words" * 1000
+    turns, done = [], threading.Event()
+
+    def other() -> None:
+        while not done.is_set():
+            turns.append(1)
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        ids = real.encode(text)
+    finally:
+        done.set()
+        thread.join()
+    assert len(turns) >= 20, len(turns)  # held: 1 or 2 (before and after); a second or so: hundreds
+    assert ids[:3] == real.encode("x" * 2_000_000)[:3] and real.decode(ids) == text
+    assert real.im_end_id in ids and real.im_end_id not in real.encode(text, special_tokens=False)
+
+
+def test_the_longest_token_bounds_what_a_text_needs(real: Tokenizer) -> None:
+    longest = real.longest_token_chars
+    assert max(len(real.decode([i])) for i in range(real.vocab_size)) == longest
+    for text in [*TEXTS, " " * 5000, "-" * 5000]:
+        assert len(real.encode(text)) >= len(text) / longest

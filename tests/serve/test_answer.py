@@ -203,3 +203,14 @@ def test_the_tokens_of_an_answer_cut_at_a_stop_string(real_vocab_checkpoint: Pat
     assert tokens_through(tokenizer.decode, ids, end - 1) == used
     assert tokens_through(tokenizer.decode, ids, 0) == 0
     assert tokens_through(tokenizer.decode, ids, len(MODEL_TEXT)) == len(ids)
+
+
+def test_an_answer_cut_at_the_token_limit_is_length_even_with_calls(blocks: list[str]) -> None:
+    """The calls read from a cut answer may be cut themselves (a later call dropped unfinished, a
+    value that quotes a call read as its end): ``tool_calls`` told the client the turn was whole."""
+    cut = "".join(blocks) + "\n<tool_call>\n<function=shell>\n<parameter=command>\nrm -rf build"
+    answer, _ = _run([cut])
+    assert [c["function"]["name"] for c in answer.message()["tool_calls"]] == ["shell", "finish"]
+    assert answer.finish_reason("length") == "length"
+    assert answer.finish_reason("loop") == "length"
+    assert answer.finish_reason("stop") == "tool_calls"

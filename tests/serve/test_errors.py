@@ -66,6 +66,7 @@ def test_bad_requests_are_400_naming_the_field(keyed: tuple[Served, str]) -> Non
         ({"stop": [""]}, "stop"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"n": 2}, "n"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages[0].content"),
         (
@@ -109,6 +110,42 @@ def test_hostile_bodies_are_400_in_openai_shape_and_counted(keyed: tuple[Served,
     assert served.metrics.outcomes["rejected"] == before + len(bodies)
 
 
+def test_text_that_is_not_unicode_is_400_and_the_server_goes_on(keyed: tuple[Served, str]) -> None:
+    """A lone surrogate (a JSON escape like \\ud800, which no UTF-8 can write) in a message or a
+    tool reached the tokenizer, whose TypeError was the generic 500 in plain text."""
+    base_url = keyed[1]
+    bodies = [
+        b'{"model": "clover", "messages": [{"role": "user", "content": "a\\ud800b"}], "max_tokens": 4}',
+        b'{"model": "clover", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, '
+        b'"tools": [{"type": "function", "function": {"name": "x", "description": "\\udfff"}}]}',
+    ]
+    for body in bodies:
+        reply = http("POST", base_url + "/chat/completions", body, key=KEY)
+        assert reply.status == 400, reply.text[:200]
+        error = reply.json()["error"]
+        assert error["param"] == "messages" and "surrogate" in error["message"]
+    assert _client(base_url).chat.completions.create(model="clover", messages=USER, max_tokens=4).choices
+
+
+def test_steering_strengths_past_float32_are_400(keyed: tuple[Served, str]) -> None:
+    """A bias strength float32 turns into inf made every probability NaN: the request failed in
+    decoding (500, counted as an engine failure) instead of being refused."""
+    served, base_url = keyed
+    thinking = {"chat_template_kwargs": {"enable_thinking": True}, "temperature": 1.0}
+    cases = [
+        ({**thinking, "thinking_budget": 4, "thinking_ramp_strength": 1e308}, "thinking_ramp_strength"),
+        ({"temperature": 1.0, "end_bias_start": 0.0, "end_bias_strength": 1e308}, "end_bias_strength"),
+    ]
+    failed = served.batch.stats().failed
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as error:
+            _client(base_url).chat.completions.create(
+                model="clover", messages=USER, max_tokens=8, extra_body=extra
+            )
+        assert error.value.param == param
+    assert served.batch.stats().failed == failed
+
+
 def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served, str]) -> None:
     """A body without a length is counted as it comes: the server answers once the limit is
     passed, with the client still sending (it would otherwise hold every byte sent until the end)."""
@@ -150,6 +187,10 @@ def test_sampling_values_at_the_edges_of_their_ranges_decode(real_vocab_checkpoi
     for edge in edges:
         if "loop_penalty" in edge:
             edge["loop_action"] = "penalize"
+        if "thinking_ramp_strength" in edge:  # the ramp applies under a thinking budget
+            edge.update(thinking_budget=8, chat_template_kwargs={"enable_thinking": True})
+        if "end_bias_strength" in edge:
+            edge["end_bias_start"] = 0.0
     with serving_in_thread(served) as base_url:
         results: dict[int, str | None] = {}
 
@@ -177,6 +218,21 @@ def test_too_long_a_prompt_is_context_length_exceeded(keyed: tuple[Served, str])
         )
     assert error.value.code == "context_length_exceeded"
     assert f"context window is {served.context_window} tokens" in error.value.message
+
+
+def test_a_prompt_longer_in_characters_than_the_window_holds_is_refused_before_tokenizing(
+    keyed: tuple[Served, str],
+) -> None:
+    """More characters than the window's tokens can write (each at most the longest token's) is
+    refused unread: tokenising 30 MB took 27 s of CPU here to say the same."""
+    served, base_url = keyed
+    most = served.context_window * served.backend.tokenizer.longest_token_chars
+    with pytest.raises(openai.BadRequestError) as error:
+        _client(base_url).chat.completions.create(
+            model="clover", messages=[{"role": "user", "content": "x" * most}]
+        )
+    assert error.value.code == "context_length_exceeded" and error.value.param == "messages"
+    assert "characters" in error.value.message and f"{served.context_window} tokens" in error.value.message
 
 
 def test_an_unknown_model_is_404(keyed: tuple[Served, str]) -> None:
