@@ -269,7 +269,8 @@ def test_top_level_help_lists_the_exit_codes(capsys, monkeypatch: pytest.MonkeyP
         main(["--help"])
     out = capsys.readouterr().out
     assert "0 ok, 1 failure, 2 usage, 3 model unavailable, 4 sandbox unavailable, 5 nothing to fix" in out
-    assert "6 budget exhausted, 7 agent error, 8 suite unverified, 9 needs review, 130 interrupted" in out
+    assert "6 budget exhausted, 7 agent error, 8 suite unverified, 9 needs review, 10 blocked" in out
+    assert "130 interrupted" in out
 
 
 @pytest.mark.docker
