@@ -29,9 +29,15 @@ CONNECTIONS_TIMEOUT_S = 10.0
 
 def check_api_key(host: str, api_key: str | None) -> None:
     """A :class:`UsageError` naming the fix when the server would listen beyond this machine
-    without an API key, or when the key is blank (a client sending ``Bearer`` alone would match it)."""
+    without an API key, or when the key is blank (a client sending ``Bearer`` alone would match it)
+    or one no client can send in a header (beyond printable ASCII, spaces at either end)."""
     if api_key is not None and not api_key.strip():
         raise UsageError("the API key is empty or blank: give a real one (--api-key KEY or CLOVER_API_KEY)")
+    if api_key is not None and (not all(" " <= c <= "~" for c in api_key) or api_key != api_key.strip()):
+        raise UsageError(
+            "the API key must be printable ASCII with no space at either end: clients send it in an "
+            "HTTP header, and no client could send this one (e.g. `openssl rand -hex 24` makes one)"
+        )
     if api_key is None and not is_loopback(host):
         raise UsageError(
             f"serving on {host} lets other machines in: give it an API key (--api-key KEY or "

@@ -47,6 +47,19 @@ def test_an_empty_or_blank_api_key_is_refused_not_taken_for_none(real_vocab_chec
         assert "loading weights" not in done.stderr  # refused before the load
 
 
+def test_an_api_key_no_client_can_send_is_refused_before_the_load(real_vocab_checkpoint: Path) -> None:
+    """A key travels in an HTTP header: one with characters beyond printable ASCII (clients refuse
+    or mangle them; the server reads headers as Latin-1), or with spaces at either end (stripped
+    from the header), could never match, and every client would get 401 with the right key."""
+    for key in ("clé-secrète-0123456789", "sk-\x07bell", " sk-padded-key", "sk-padded-key\t"):
+        done = run_cli(
+            "serve", "--model", str(real_vocab_checkpoint), "--port", "0", "--api-key", key,
+            env={"CLOVER_API_KEY": ""},
+        )  # fmt: skip
+        assert done.returncode == 2, (key, done.stderr)
+        assert "printable ASCII" in done.stderr and "loading weights" not in done.stderr
+
+
 def test_a_port_out_of_range_is_a_usage_error_before_the_load(real_vocab_checkpoint: Path) -> None:
     for bad in ("70000", "-1"):
         done = run_cli(
