@@ -44,6 +44,9 @@ log = logging.getLogger("clover_agent.serve")
 MODEL_ID = "clover"
 #: Largest request body read (bytes): a full 128K-token context is well under it.
 MAX_BODY_BYTES = 32 << 20
+#: Seconds a request body may take to arrive in full (408 past them): a client that declares a body
+#: and sends only part of it, or trickles it, holds no connection and no request open for long.
+BODY_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -62,6 +65,8 @@ class Served:
     context_tokens: int | None = None
     #: Largest request body read (bytes).
     max_body_bytes: int = MAX_BODY_BYTES
+    #: Seconds a request body may take to arrive.
+    body_timeout_s: float = BODY_TIMEOUT_S
     draining: bool = False
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -170,19 +175,26 @@ class LoopbackHostOnly:
         await self.app(scope, receive, send)
 
 
-async def _json_body(request: Request, limit: int) -> Any:
+async def _json_body(request: Request, limit: int, timeout: float) -> Any:
     """The body as JSON, read no further than ``limit`` bytes: a body without a length (chunked)
-    is counted as it comes, so no client makes the server hold more than that."""
+    is counted as it comes, so no client makes the server hold more than that; and in ``timeout``
+    seconds (408 past them)."""
     too_large = ApiError(413, f"the request body is larger than {limit} bytes", code="body_too_large")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408, f"the request body did not arrive within {timeout:g} s", code="request_timeout"
+        ) from None
     try:
         return json.loads(b"".join(chunks))
     except ValueError as exc:
@@ -250,7 +262,7 @@ async def _start(served: Served, request: Request) -> _Job:
         raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
     _authorize(served, request)
     _declared_json(request)
-    chat = read_chat_request(await _json_body(request, served.max_body_bytes))
+    chat = read_chat_request(await _json_body(request, served.max_body_bytes, served.body_timeout_s))
     if chat.model not in served.names:
         raise ApiError(
             404, f"the model {chat.model!r} is not served here; this server serves: {', '.join(served.names)}",

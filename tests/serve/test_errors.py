@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from clover_agent.serve.app import MAX_BODY_BYTES, Served
+from clover_agent.serve.app import BODY_TIMEOUT_S, MAX_BODY_BYTES, Served
 from clover_agent.serve.server import serving_in_thread
 from tests.serve.servers import DEADLINE_S, http, root, served_model, wait_for_stats
 
@@ -173,6 +173,29 @@ def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served
     assert answer.startswith("HTTP/1.1 413"), answer[:200]
     assert '"type":"invalid_request_error"' in answer and "larger than 4096 bytes" in answer
     assert declared.status == 413 and declared.json()["error"]["code"] == "body_too_large"
+
+
+def test_a_body_that_stops_arriving_is_408_and_its_connection_closed(keyed: tuple[Served, str]) -> None:
+    """A client that declares a body and sends only part of it (or trickles it) cannot hold a
+    connection and its request forever: past ``body_timeout_s`` it is 408 and the server lets go."""
+    served, base_url = keyed
+    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    served.body_timeout_s = 1.0
+    try:
+        with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as connection:
+            head = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            )
+            connection.sendall(head.encode() + b'{"model": "clover", ')  # and nothing more
+            answer = b""
+            while received := connection.recv(65536):  # until the server closes the connection
+                answer += received
+    finally:
+        served.body_timeout_s = BODY_TIMEOUT_S
+    text = answer.decode(errors="replace")
+    assert text.startswith("HTTP/1.1 408"), text[:200]
+    assert '"code":"request_timeout"' in text and "within 1 s" in text
 
 
 def test_sampling_values_at_the_edges_of_their_ranges_decode(real_vocab_checkpoint: Path) -> None:
