@@ -121,8 +121,17 @@ class AnswerStream:
     ``tool_calls``. A call written without ``<tool_call>`` goes out whole once the scanner is sure
     of it. Blank text goes out only before more text, or at the end of an answer without calls."""
 
-    def __init__(self, tools: list[dict[str, Any]], *, thinking: bool, stop: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        tools: list[dict[str, Any]],
+        *,
+        thinking: bool,
+        stop: tuple[str, ...] = (),
+        one_call: bool = False,
+    ) -> None:
         self.tools = tools
+        #: ``parallel_tool_calls: false``: the answer ends with its first call (what follows is dropped).
+        self.one_call = one_call
         self.parameters = tool_parameters(tools)
         self.stop = StopStrings(stop)
         self.splitter = ThinkingSplitter(thinking)
@@ -138,8 +147,14 @@ class AnswerStream:
 
     @property
     def stopped(self) -> bool:
-        """A stop string was written: the answer is complete, decoding can stop."""
-        return self.stop.hit
+        """A stop string was written, or the one call allowed is closed: the answer is complete,
+        decoding can stop."""
+        return self.stop.hit or self.call_limit_hit
+
+    @property
+    def call_limit_hit(self) -> bool:
+        """``one_call`` and the first call is closed."""
+        return self.one_call and bool(self.calls) and self.calls[0].done
 
     @property
     def cut_off(self) -> bool:
@@ -148,11 +163,17 @@ class AnswerStream:
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Deltas (``reasoning_content``, ``content`` or ``tool_calls``) for newly committed text."""
+        if self.call_limit_hit:
+            return []
         return self._route(self.splitter.feed(self.stop.feed(text)), final=False)
 
     def finish(self) -> list[dict[str, Any]]:
         """The last deltas: held-back text and calls."""
+        if self.call_limit_hit:
+            return []
         out = self._route(self.splitter.feed(self.stop.flush()), final=False)
+        if self.call_limit_hit:
+            return out
         return out + self._route(self.splitter.flush(), final=True)
 
     def finish_reason(self, engine_reason: str | None) -> OpenAIFinish:
@@ -217,6 +238,9 @@ class AnswerStream:
                 if not self._item(out, pos, item):
                     return  # a started call, cut off: the rest of the text is that block
                 pos += len(item if isinstance(item, str) else item.text)
+                if self.call_limit_hit:  # the one call allowed is closed: the answer ends with it
+                    self._settled = pos
+                    return
             self._settled = pos
             opened = progress.open_call
             if not final and opened is not None and opened.name in self.parameters:

@@ -271,7 +271,7 @@ async def _start(served: Served, request: Request) -> _Job:
     thinking = chat.enable_thinking if chat.enable_thinking is not None else served.backend.enable_thinking
     prompt_ids = await anyio.to_thread.run_sync(_prompt_ids, served, chat, thinking)
     params = _params(served, chat, len(prompt_ids), thinking)
-    answer = AnswerStream(chat.tools, thinking=thinking, stop=chat.stop)
+    answer = AnswerStream(chat.tools, thinking=thinking, stop=chat.stop, one_call=not chat.parallel_tool_calls)
     return _Job(chat, prompt_ids, _submit(served, prompt_ids, params), answer)
 
 
@@ -288,7 +288,11 @@ async def _deltas(served: Served, job: _Job) -> AsyncIterator[dict[str, Any]]:
                     yield delta
                 if job.answer.stopped:
                     job.request.finish()  # the answer is complete: free the engine's slot now
-                    job.answer_tokens = tokens_through(tokenizer.decode, job.token_ids, job.answer.stop.end)
+                    job.answer_tokens = (
+                        tokens_through(tokenizer.decode, job.token_ids, job.answer.stop.end)
+                        if job.answer.stop.hit
+                        else len(job.token_ids)  # the one call allowed: every token decoded so far
+                    )
                     break
             elif isinstance(event, GenerationDone):
                 job.result = event.result

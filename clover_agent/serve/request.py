@@ -81,6 +81,8 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    #: ``parallel_tool_calls``: False allows one call per answer (the answer ends with it).
+    parallel_tool_calls: bool = True
 
 
 def _finite(value: int | float) -> bool:
@@ -337,6 +339,7 @@ def read_chat_request(body: Any) -> ChatRequest:
         stop=_stop(body),
         max_tokens=_max_tokens(body),
         sampling=_sampling(body),
+        parallel_tool_calls=_typed(body, "parallel_tool_calls", "boolean") is not False,
     )
 
 

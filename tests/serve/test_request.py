@@ -116,3 +116,12 @@ def test_a_body_nested_past_the_limit_is_refused_before_anything_walks_it() -> N
         read_chat_request(nested(900))  # what the chat template would recurse through until it broke
     assert error.value.status == 400 and "deeper than" in error.value.message
     assert read_chat_request(_body(seed=2**64 - 1, temperature=10**2)).sampling["seed"] == 2**64 - 1
+
+
+def test_parallel_tool_calls_false_allows_one_call_and_a_non_boolean_is_400() -> None:
+    assert read_chat_request(_body()).parallel_tool_calls is True
+    assert read_chat_request(_body(parallel_tool_calls=True)).parallel_tool_calls is True
+    assert read_chat_request(_body(parallel_tool_calls=False)).parallel_tool_calls is False
+    with pytest.raises(ApiError) as bad:
+        read_chat_request(_body(parallel_tool_calls="no"))
+    assert bad.value.param == "parallel_tool_calls"

@@ -256,3 +256,38 @@ def test_hostile_turns_stream_as_the_parser_reads_them() -> None:
         cuts = sorted(rng.sample(range(len(text) + 1), min(6, len(text) + 1)))
         pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
         assert _check(text, pieces, FUZZ_TOOLS) == whole, text
+
+
+def test_one_call_allowed_ends_the_answer_with_its_first_call() -> None:
+    """``parallel_tool_calls: false``: the answer ends once its first call to an offered tool is
+    closed (``stopped``, so decoding stops there); what follows is dropped, wherever the blocks end."""
+    whole, _ = _stream([TWO_CALLS])
+    first = whole.message()["tool_calls"][0]
+    for pieces in (
+        [TWO_CALLS],
+        list(TWO_CALLS),
+        *([TWO_CALLS[:i], TWO_CALLS[i:]] for i in range(len(TWO_CALLS))),
+    ):
+        answer = AnswerStream(TOOLS, thinking=False, one_call=True)
+        deltas: list[dict[str, Any]] = []
+        fed = 0
+        for piece in pieces:
+            if answer.stopped:
+                break
+            deltas += answer.feed(piece)
+            fed += len(piece)
+        assert answer.stopped
+        if len(pieces) == len(TWO_CALLS):  # a character at a time: stopped before the second call
+            assert fed <= TWO_CALLS.index("<function=shell>")
+        deltas += answer.finish()
+        message = answer.message()
+        assert [c["function"] for c in message["tool_calls"]] == [first["function"]]
+        assert message["content"] == "I'll write the file, then run it."
+        assert answer.finish_reason("stop") == "tool_calls"
+        assert not any(d.get("tool_calls", [{}])[0].get("index") == 1 for d in deltas)
+    # a call to a tool not offered is text, not the one call: the answer goes on to the next
+    answer = AnswerStream(TOOLS, thinking=False, one_call=True)
+    answer.feed(UNOFFERED)
+    answer.finish()
+    assert [c["function"]["name"] for c in answer.message()["tool_calls"]] == ["shell"]
+    assert "delete_all" in answer.message()["content"]
