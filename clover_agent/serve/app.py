@@ -271,7 +271,9 @@ async def _start(served: Served, request: Request) -> _Job:
     thinking = chat.enable_thinking if chat.enable_thinking is not None else served.backend.enable_thinking
     prompt_ids = await anyio.to_thread.run_sync(_prompt_ids, served, chat, thinking)
     params = _params(served, chat, len(prompt_ids), thinking)
-    answer = AnswerStream(chat.tools, thinking=thinking, stop=chat.stop, one_call=not chat.parallel_tool_calls)
+    answer = AnswerStream(
+        chat.tools, thinking=thinking, stop=chat.stop, one_call=not chat.parallel_tool_calls
+    )
     return _Job(chat, prompt_ids, _submit(served, prompt_ids, params), answer)
 
 
