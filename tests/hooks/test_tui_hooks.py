@@ -5,11 +5,13 @@ UserPromptSubmit hooks, the one typed while the agent works too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from textual.widgets import Input
 
+from clover_agent.backends.base import ModelBackend
 from clover_agent.backends.replay import ReplayBackend
 from clover_agent.events import ApprovalDecided, Done, HookRan, ModelDelta, ToolCallFinished, ToolCallStarted
 from clover_agent.hooks import parse_hooks
@@ -40,6 +42,28 @@ SCREEN = (
     "if 'password' in prompt:\n    print('no secrets in requests', file=sys.stderr)\n    sys.exit(2)\n"
     "print('Ticket CLV-7.')\n"
 )
+
+
+def screened_app(
+    repo: Path, make_backend: Callable[[], ModelBackend], screen: Path, policy: str = "workspace"
+) -> CloverApp:
+    """The TUI on ``repo`` in the local sandbox with ``screen`` as its one UserPromptSubmit hook."""
+    return CloverApp(
+        SessionConfig(
+            repo=repo,
+            make_backend=make_backend,
+            spec=sandbox_spec(repo),
+            sandbox_kind="local",
+            policy=policy_named(policy),
+            record_key=session_key(repo),
+            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
+        )
+    )
+
+
+def notices(app: CloverApp) -> str:
+    """The transcript's notice lines, one text."""
+    return "\n".join(n.text for n in app.query(NoticeLine))
 
 
 async def test_a_failing_hook_is_named_in_the_transcript_and_a_deny_on_the_card(tmp_path: Path) -> None:
@@ -74,10 +98,10 @@ async def test_a_failing_hook_is_named_in_the_transcript_and_a_deny_on_the_card(
     async with app.run_test(size=(120, 40)) as pilot:
         await send(pilot, "check the tests")
         await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "done")
-        notices = "\n".join(n.text for n in app.query(NoticeLine))
+        shown = notices(app)
         assert (
-            "hook: PostToolUse hook" in notices
-            and "failed (it changed nothing): exit 1: formatter crashed" in notices
+            "hook: PostToolUse hook" in shown
+            and "failed (it changed nothing): exit 1: formatter crashed" in shown
         )
         assert "denied by hook" in str(app.transcript.cards[0]._status.render())
         tests = next(e for e in app.events if isinstance(e, ToolCallFinished) and e.name == "run_tests")
@@ -97,16 +121,7 @@ async def test_the_message_after_esc_is_screened_by_user_prompt_submit_hooks(tmp
     replay = write_replay(tmp_path / "slow.jsonl", [long_answer, turn("", call("finish", summary="ok"))])
     slow = SlowReplay(replay, pauses=[0.25, 0.0])  # the first answer takes minutes to stream
     try:
-        options = SessionConfig(
-            repo=repo,
-            make_backend=slow.backend,
-            spec=sandbox_spec(repo),
-            sandbox_kind="local",
-            policy=policy_named("workspace"),
-            record_key=session_key(repo),
-            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
-        )
-        app = CloverApp(options)
+        app = screened_app(repo, slow.backend, screen)
         async with app.run_test(size=(120, 40)) as pilot:
             await send(pilot, "look at the calculator")
             await wait_for(pilot, lambda: any(isinstance(e, ModelDelta) for e in app.events), "the answer")
@@ -114,8 +129,7 @@ async def test_the_message_after_esc_is_screened_by_user_prompt_submit_hooks(tmp
             agent = app.session.agent
             await wait_for(pilot, lambda: agent is not None and agent.steering.paused, "the interrupt")
             await send(pilot, "the password is hunter2")
-            notices = lambda: "\n".join(n.text for n in app.query(NoticeLine))  # noqa: E731
-            await wait_for(pilot, lambda: "not sent to the model: no secrets" in notices(), "the block")
+            await wait_for(pilot, lambda: "not sent to the model: no secrets" in notices(app), "the block")
             assert agent.steering.paused and not any(isinstance(e, Done) for e in app.events)
             await send(pilot, "Only look, change nothing.")
             await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request's end")
@@ -144,23 +158,13 @@ async def test_a_message_typed_while_the_agent_works_is_screened_before_it_is_qu
     )
     model = SlowReplay(replay, pauses=[0.0])
     try:
-        options = SessionConfig(
-            repo=repo,
-            make_backend=model.backend,
-            spec=sandbox_spec(repo),
-            sandbox_kind="local",
-            policy=policy_named("workspace"),
-            record_key=session_key(repo),
-            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
-        )
-        app = CloverApp(options)
+        app = screened_app(repo, model.backend, screen)
         async with app.run_test(size=(120, 40)) as pilot:
             await send(pilot, "do A")
             await wait_for(pilot, lambda: any(isinstance(e, ToolCallStarted) for e in app.events), "the call")
             secret = "also, the password is hunter2"
             await send(pilot, secret)
-            notices = lambda: "\n".join(n.text for n in app.query(NoticeLine))  # noqa: E731
-            await wait_for(pilot, lambda: "not sent to the model: no secrets" in notices(), "the block")
+            await wait_for(pilot, lambda: "not sent to the model: no secrets" in notices(app), "the block")
             blocked = [m for m in app.query(UserMessage) if m.has_class("-blocked")]
             assert [m.text for m in blocked] == [secret]
             assert not any(m.has_class("-queued") for m in app.query(UserMessage))
@@ -201,16 +205,7 @@ async def test_the_words_of_a_denial_are_screened_before_the_model_reads_them(tm
     )
     model = SlowReplay(replay, pauses=[0.0])
     try:
-        options = SessionConfig(
-            repo=repo,
-            make_backend=model.backend,
-            spec=sandbox_spec(repo),
-            sandbox_kind="local",
-            policy=policy_named("ask"),
-            record_key=session_key(repo),
-            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
-        )
-        app = CloverApp(options)
+        app = screened_app(repo, model.backend, screen, policy="ask")
         async with app.run_test(size=(120, 40)) as pilot:
             await send(pilot, "clean up")
             await wait_for(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the approval dialog")
@@ -220,8 +215,7 @@ async def test_the_words_of_a_denial_are_screened_before_the_model_reads_them(tm
             dialog.query_one(Input).value = words
             await pilot.press("enter")
             await wait_for(pilot, lambda: any(isinstance(e, Done) for e in app.events), "the request's end")
-            notices = "\n".join(n.text for n in app.query(NoticeLine))
-            assert "not sent to the model: no secrets in requests" in notices
+            assert "not sent to the model: no secrets in requests" in notices(app)
             assert app.prompt.text == words  # back in the prompt
             decided = next(e for e in app.events if isinstance(e, ApprovalDecided))
             assert not decided.approved and decided.feedback == ""
@@ -247,16 +241,7 @@ async def test_a_screened_message_the_run_did_not_read_is_the_next_request_scree
     replay = write_replay(tmp_path / "r.jsonl", [slow_finish, turn("", call("finish", summary="did B"))])
     model = SlowReplay(replay, pauses=[0.25, 0.0])
     try:
-        options = SessionConfig(
-            repo=repo,
-            make_backend=model.backend,
-            spec=sandbox_spec(repo),
-            sandbox_kind="local",
-            policy=policy_named("workspace"),
-            record_key=session_key(repo),
-            hooks=parse_hooks({"UserPromptSubmit": [{"command": str(screen)}]}, origin="settings"),
-        )
-        app = CloverApp(options)
+        app = screened_app(repo, model.backend, screen)
         async with app.run_test(size=(120, 40)) as pilot:
             await send(pilot, "do A")
             await wait_for(pilot, lambda: any(isinstance(e, ModelDelta) for e in app.events), "the answer")
