@@ -146,19 +146,25 @@ def test_steering_strengths_past_float32_are_400(keyed: tuple[Served, str]) -> N
     assert served.batch.stats().failed == failed
 
 
+def _raw_post(base_url: str, framing: str) -> socket.socket:
+    """A connection to the server that has sent a chat request's head, its body framed by the
+    ``framing`` header, and none of the body: the test sends what it wants."""
+    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    connection = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
+    connection.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\n{framing}\r\n\r\n".encode()
+    )
+    return connection
+
+
 def test_a_chunked_body_past_the_limit_is_413_before_it_ends(keyed: tuple[Served, str]) -> None:
     """A body without a length is counted as it comes: the server answers once the limit is
     passed, with the client still sending (it would otherwise hold every byte sent until the end)."""
     served, base_url = keyed
-    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
     served.max_body_bytes = 4096
     try:
-        with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as connection:
-            head = (
-                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
-                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-            )
-            connection.sendall(head.encode())
+        with _raw_post(base_url, "Transfer-Encoding: chunked") as connection:
             piece = b"x" * 1024
             for _ in range(8):  # twice the limit, and never the last chunk
                 connection.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
@@ -179,15 +185,10 @@ def test_a_body_that_stops_arriving_is_408_and_its_connection_closed(keyed: tupl
     """A client that declares a body and sends only part of it (or trickles it) cannot hold a
     connection and its request forever: past ``body_timeout_s`` it is 408 and the server lets go."""
     served, base_url = keyed
-    host, port = base_url.removeprefix("http://").removesuffix("/v1").split(":")
     served.body_timeout_s = 1.0
     try:
-        with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as connection:
-            head = (
-                f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
-                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-            )
-            connection.sendall(head.encode() + b'{"model": "clover", ')  # and nothing more
+        with _raw_post(base_url, "Content-Length: 1000") as connection:
+            connection.sendall(b'{"model": "clover", ')  # and nothing more
             answer = b""
             while received := connection.recv(65536):  # until the server closes the connection
                 answer += received
