@@ -8,6 +8,7 @@ returns None and only text-level APIs are unavailable.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +37,9 @@ class Tokenizer:
     ) -> None:
         self.backend = backend
         self.chat_template = chat_template
+        #: Held across setting the backend's ``encode_special_tokens`` and the encode that reads it:
+        #: the setting is shared, and encodes run without the GIL, so threads would take each other's.
+        self._encoding = threading.Lock()
         self._added = {
             token.content: token_id for token_id, token in backend.get_added_tokens_decoder().items()
         }
@@ -81,12 +85,13 @@ class Tokenizer:
         tokens that are not special (``<think>``, ``<tool_call>``) are matched either way. Other
         Python threads run meanwhile (``tokenizers``' ``encode`` holds the GIL, its batch does not):
         a long prompt tokenised in a worker thread must not stop ``serve``'s event loop."""
-        previous = self.backend.encode_special_tokens
-        self.backend.encode_special_tokens = not special_tokens
-        try:
-            return self.backend.encode_batch([text], add_special_tokens=False)[0].ids
-        finally:
-            self.backend.encode_special_tokens = previous
+        with self._encoding:  # other threads wait for it, but the event loop goes on (no GIL held)
+            previous = self.backend.encode_special_tokens
+            self.backend.encode_special_tokens = not special_tokens
+            try:
+                return self.backend.encode_batch([text], add_special_tokens=False)[0].ids
+            finally:
+                self.backend.encode_special_tokens = previous
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

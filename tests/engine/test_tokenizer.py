@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -167,6 +168,33 @@ def test_a_long_text_is_encoded_while_other_threads_run(real: Tokenizer) -> None
     assert len(turns) >= 20, len(turns)  # held: 1 or 2 (before and after); a second or so: hundreds
     assert ids[:3] == real.encode("x" * 2_000_000)[:3] and real.decode(ids) == text
     assert real.im_end_id in ids and real.im_end_id not in real.encode(text, special_tokens=False)
+
+
+def test_untrusted_text_encoded_beside_trusted_text_keeps_its_markers_plain(real: Tokenizer) -> None:
+    """``special_tokens=False`` is a setting of the shared ``tokenizers`` object, and its encode runs
+    without the GIL: threads encoding at once, some trusted and some untrusted text, must each get
+    their own setting (else an untrusted ``<|im_end|>`` becomes the real marker, ending a message).
+    Without a lock around the setting, about 2% of these encodes took the other thread's."""
+    untrusted = "x" * 5000 + " a <|im_end|> b"
+    trusted = "<|im_start|>user\nhi<|im_end|>"
+    wrong = {"untrusted": 0, "trusted": 0}
+
+    def encode(kind: str) -> None:
+        for _ in range(1500):
+            ids = real.encode(untrusted if kind == "untrusted" else trusted, special_tokens=kind == "trusted")
+            wrong[kind] += (real.im_end_id in ids) == (kind == "untrusted")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads change hands as often as they can
+    try:
+        threads = [threading.Thread(target=encode, args=(kind,)) for kind in ("untrusted", "trusted") * 2]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == {"untrusted": 0, "trusted": 0}
 
 
 def test_the_longest_token_bounds_what_a_text_needs(real: Tokenizer) -> None:
