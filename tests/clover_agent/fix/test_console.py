@@ -167,7 +167,8 @@ def test_a_test_run_past_one_tests_limit_says_it_is_running_long(launch: dict, l
     figures(TaskStarted(run_id="r", command="fix", target="t", repo="/r", sandbox="docker", launch=launch))
     figures(PhaseStarted(phase="tests before", detail="the regression baseline: the whole suite"))
     assert "running long" not in figures.status(now=figures.since + 10)
-    late = figures.status(now=figures.since + 121)
+    # half a second in: (since + 121) - since can round to just under 121 s, which shows as 2 min 00 s
+    late = figures.status(now=figures.since + 121.5)
     assert late.startswith(
         f"tests before: the regression baseline: the whole suite · running long (a test past {limit} fails alone) (2 min 01 s)"
     )
